@@ -1,0 +1,696 @@
+/* conn.c - client connections: buffered input, ordered replies, async completion.
+ *
+ * Input is read into one growable buffer; the connection's protocol consumes
+ * whole requests from its front.  Every request appends a response slot to a
+ * queue; slots are written out in order with writev as soon as every earlier
+ * slot is complete, so an engine may finish a mutation later without the
+ * protocol code knowing.  Engine memory (values) is referenced, not copied,
+ * and released once written.  A connection whose peer does not read its
+ * replies stops being read until the backlog drains. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include <event2/event.h>
+
+#include "conn.h"
+#include "conn_internal.h"
+#include "proto_bin.h"
+#include "proto_text.h"
+#include "server.h"
+
+#define RBUF_INITIAL 4096
+#define OUT_BACKLOG_MAX (4u << 20)   /* stop reading above this many unsent bytes */
+#define IOV_BATCH 128
+#define RESP_FREELIST_MAX 64
+
+static void conn_event(evutil_socket_t fd, short what, void *arg);
+static void conn_process(struct conn *c);
+static void conn_flush(struct conn *c);
+static void conn_destroy(struct conn *c);
+static bool conn_release(struct conn *c);
+
+/* ---- response slots ---- */
+
+static struct resp *resp_alloc(struct conn *c)
+{
+    struct resp *r = c->free_resps;
+    if (r) {
+        c->free_resps = r->next;
+        c->nfree_resps--;
+    } else {
+        r = malloc(sizeof(*r));
+        if (!r)
+            return NULL;
+    }
+    r->next = NULL;
+    r->c = c;
+    r->done = false;
+    r->pending = false;
+    r->buf = r->ibuf;
+    r->buflen = 0;
+    r->bufcap = sizeof(r->ibuf);
+    r->segs = r->isegs;
+    r->nsegs = 0;
+    r->segcap = sizeof(r->isegs) / sizeof(r->isegs[0]);
+    r->cmd = 0;
+    r->noreply = false;
+    r->opcode = 0;
+    r->opaque = 0;
+    r->arg = 0;
+    r->complete = NULL;
+    return r;
+}
+
+/* Drop the slot's engine references and recycle it. */
+static void resp_recycle(struct conn *c, struct resp *r)
+{
+    struct engine *e = c->srv->engine;
+    for (uint32_t i = 0; i < r->nsegs; i++) {
+        if (r->segs[i].ref && r->segs[i].handle)
+            e->ops->release(e, r->segs[i].handle);
+    }
+    if (r->buf != r->ibuf)
+        free(r->buf);
+    if (r->segs != r->isegs)
+        free(r->segs);
+    if (c->nfree_resps < RESP_FREELIST_MAX) {
+        r->next = c->free_resps;
+        c->free_resps = r;
+        c->nfree_resps++;
+    } else {
+        free(r);
+    }
+}
+
+/* Out of memory while building a reply is not recoverable for this
+ * connection; abort() would lose the whole cache, so we fail loudly instead. */
+static void oom_exit(void)
+{
+    fprintf(stderr, "cocytus-server: out of memory building a reply\n");
+    exit(EXIT_FAILURE);
+}
+
+static struct out_seg *resp_new_seg(struct resp *r)
+{
+    if (r->nsegs == r->segcap) {
+        uint32_t ncap = r->segcap * 2;
+        struct out_seg *n;
+        if (r->segs == r->isegs) {
+            n = malloc(ncap * sizeof(*n));
+            if (n)
+                memcpy(n, r->isegs, r->nsegs * sizeof(*n));
+        } else {
+            n = realloc(r->segs, ncap * sizeof(*n));
+        }
+        if (!n)
+            oom_exit();
+        r->segs = n;
+        r->segcap = ncap;
+    }
+    return &r->segs[r->nsegs++];
+}
+
+static void resp_reserve(struct resp *r, size_t extra)
+{
+    if ((size_t)r->buflen + extra <= r->bufcap)
+        return;
+    size_t ncap = r->bufcap * 2;
+    while (ncap < (size_t)r->buflen + extra)
+        ncap *= 2;
+    char *n;
+    if (r->buf == r->ibuf) {
+        n = malloc(ncap);
+        if (n)
+            memcpy(n, r->ibuf, r->buflen);
+    } else {
+        n = realloc(r->buf, ncap);
+    }
+    if (!n)
+        oom_exit();
+    r->buf = n;
+    r->bufcap = (uint32_t)ncap;
+}
+
+/* Record that buf[off..off+n) belongs to the reply, extending the last
+ * segment when it is contiguous own bytes. */
+static void resp_note_bytes(struct resp *r, uint32_t off, uint32_t n)
+{
+    if (r->nsegs > 0) {
+        struct out_seg *last = &r->segs[r->nsegs - 1];
+        if (!last->ref && last->off + last->len == off) {
+            last->len += n;
+            return;
+        }
+    }
+    struct out_seg *s = resp_new_seg(r);
+    s->ref = NULL;
+    s->off = off;
+    s->len = n;
+    s->handle = NULL;
+}
+
+void resp_add(struct resp *r, const void *p, size_t n)
+{
+    if (n == 0)
+        return;
+    resp_reserve(r, n);
+    memcpy(r->buf + r->buflen, p, n);
+    resp_note_bytes(r, r->buflen, (uint32_t)n);
+    r->buflen += (uint32_t)n;
+}
+
+void resp_str(struct resp *r, const char *s)
+{
+    resp_add(r, s, strlen(s));
+}
+
+void resp_printf(struct resp *r, const char *fmt, ...)
+{
+    va_list ap;
+    size_t room = r->bufcap - r->buflen;
+    va_start(ap, fmt);
+    int n = vsnprintf(r->buf + r->buflen, room, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= room) {
+        resp_reserve(r, (size_t)n + 1);
+        va_start(ap, fmt);
+        vsnprintf(r->buf + r->buflen, r->bufcap - r->buflen, fmt, ap);
+        va_end(ap);
+    }
+    resp_note_bytes(r, r->buflen, (uint32_t)n);
+    r->buflen += (uint32_t)n;
+}
+
+void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle)
+{
+    struct out_seg *s = resp_new_seg(r);
+    s->ref = p;
+    s->off = 0;
+    s->len = (uint32_t)n;
+    s->handle = handle;
+}
+
+void resp_done(struct resp *r)
+{
+    r->done = true;
+}
+
+struct resp *conn_resp_new(struct conn *c)
+{
+    struct resp *r = resp_alloc(c);
+    if (!r)
+        oom_exit();
+    if (c->tail)
+        c->tail->next = r;
+    else
+        c->head = r;
+    c->tail = r;
+    return r;
+}
+
+/* ---- engine calls with generic counting ---- */
+
+static void count_mutation(struct server_stats *st, eng_op op, eng_status s)
+{
+    switch (op) {
+    case ENG_OP_CAS:
+        if (s == ENG_SUCCESS)
+            st->cas_hits++;
+        else if (s == ENG_EXISTS)
+            st->cas_badval++;
+        else if (s == ENG_NOT_FOUND)
+            st->cas_misses++;
+        break;
+    case ENG_OP_DELETE:
+        if (s == ENG_SUCCESS)
+            st->delete_hits++;
+        else if (s == ENG_NOT_FOUND)
+            st->delete_misses++;
+        break;
+    case ENG_OP_INCR:
+        if (s == ENG_SUCCESS)
+            st->incr_hits++;
+        else if (s == ENG_NOT_FOUND)
+            st->incr_misses++;
+        break;
+    case ENG_OP_DECR:
+        if (s == ENG_SUCCESS)
+            st->decr_hits++;
+        else if (s == ENG_NOT_FOUND)
+            st->decr_misses++;
+        break;
+    case ENG_OP_TOUCH:
+        if (s == ENG_SUCCESS)
+            st->touch_hits++;
+        else if (s == ENG_NOT_FOUND)
+            st->touch_misses++;
+        break;
+    default:
+        break;
+    }
+}
+
+static void count_request(struct server_stats *st, eng_op op)
+{
+    switch (op) {
+    case ENG_OP_SET: case ENG_OP_ADD: case ENG_OP_REPLACE:
+    case ENG_OP_APPEND: case ENG_OP_PREPEND: case ENG_OP_CAS:
+        st->cmd_set++;
+        break;
+    case ENG_OP_TOUCH:
+        st->cmd_touch++;
+        break;
+    case ENG_OP_FLUSH:
+        st->cmd_flush++;
+        break;
+    default:
+        break;
+    }
+}
+
+static void mutation_finish(struct resp *r, const struct eng_result *res)
+{
+    struct conn *c = r->c;
+    count_mutation(&c->srv->stats, (eng_op)r->mop, res->status);
+    if (r->complete && !c->closing)
+        r->complete(r, res);
+    r->done = true;
+}
+
+/* The engine's asynchronous completion. */
+static void mutation_done(void *cookie, const struct eng_result *res)
+{
+    struct resp *r = cookie;
+    struct conn *c = r->c;
+    r->pending = false;
+    c->inflight--;
+    mutation_finish(r, res);
+    if (conn_release(c))
+        return;
+    if (c->inflight == 0 && c->blocked) {
+        c->blocked = false;
+        conn_process(c);
+    }
+    conn_flush(c);
+    conn_release(c);
+}
+
+void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
+                 resp_complete_fn complete)
+{
+    struct engine *e = c->srv->engine;
+    struct eng_result res = { .status = ENG_SUCCESS };
+    r->complete = complete;
+    r->mop = (int)m->op;
+    count_request(&c->srv->stats, m->op);
+    eng_status st = e->ops->mutate(e, m, &res, mutation_done, r);
+    if (st == ENG_PENDING) {
+        r->pending = true;
+        c->inflight++;
+        return;
+    }
+    res.status = st;
+    mutation_finish(r, &res);
+}
+
+eng_status conn_get(struct conn *c, const char *key, size_t nkey,
+                    struct eng_value *out, struct eng_result *res)
+{
+    struct engine *e = c->srv->engine;
+    res->status = ENG_SUCCESS;
+    res->msg = NULL;
+    eng_status st = e->ops->get(e, key, nkey, out, res);
+    res->status = st;
+    c->srv->stats.cmd_get++;
+    if (st == ENG_SUCCESS)
+        c->srv->stats.get_hits++;
+    else if (st == ENG_NOT_FOUND)
+        c->srv->stats.get_misses++;
+    return st;
+}
+
+bool conn_writes_inflight(const struct conn *c)
+{
+    return c->inflight > 0;
+}
+
+struct engine *conn_engine(const struct conn *c)
+{
+    return c->srv->engine;
+}
+
+struct server *conn_server(const struct conn *c)
+{
+    return c->srv;
+}
+
+void conn_close_after_write(struct conn *c)
+{
+    c->close_after_write = true;
+}
+
+void conn_close_now(struct conn *c)
+{
+    /* Replies to earlier requests still leave first, as a client expects. */
+    c->close_after_write = true;
+}
+
+void conn_request_shutdown(struct conn *c)
+{
+    server_shutdown(c->srv);
+}
+
+void conn_swallow(struct conn *c, size_t n)
+{
+    c->swallow += n;
+}
+
+/* ---- lifecycle ---- */
+
+struct conn *conn_new(struct server *s, int fd)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->srv = s;
+    c->fd = fd;
+    c->rcap = RBUF_INITIAL;
+    c->rbuf = malloc(c->rcap);
+    c->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_event, c);
+    if (!c->rbuf || !c->ev) {
+        free(c->rbuf);
+        if (c->ev)
+            event_free(c->ev);
+        free(c);
+        return NULL;
+    }
+    event_add(c->ev, NULL);
+    c->ev_flags = EV_READ;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->stats.curr_conns++;
+    s->stats.total_conns++;
+    return c;
+}
+
+/* Free what remains once the socket is closed and no engine callback can
+ * still refer to the connection. */
+static void conn_destroy(struct conn *c)
+{
+    struct resp *r = c->head;
+    while (r) {
+        struct resp *next = r->next;
+        resp_recycle(c, r);
+        r = next;
+    }
+    r = c->free_resps;
+    while (r) {
+        struct resp *next = r->next;
+        free(r);
+        r = next;
+    }
+    free(c->rbuf);
+    free(c);
+}
+
+void conn_close(struct conn *c)
+{
+    if (c->closing)
+        return;
+    struct server *s = c->srv;
+    c->closing = true;
+    event_free(c->ev);
+    c->ev = NULL;
+    close(c->fd);
+    c->fd = -1;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->stats.curr_conns--;
+    if (s->settings.verbose > 1)
+        fprintf(stderr, "connection closed\n");
+    /* The memory is freed by the outermost caller (conn_event, an engine
+     * completion, or conn_close_all) via conn_release, never here: callers
+     * up the stack still hold c. */
+}
+
+/* Free a closed connection once nothing can refer to it any more. */
+static bool conn_release(struct conn *c)
+{
+    if (!c->closing)
+        return false;
+    if (c->inflight == 0)
+        conn_destroy(c);
+    return true;
+}
+
+/* Watch for what the connection needs: readable unless paused, writable
+ * while output is blocked. */
+static void conn_set_events(struct conn *c, short want)
+{
+    if (c->closing || want == c->ev_flags)
+        return;
+    event_del(c->ev);
+    event_assign(c->ev, c->srv->base, c->fd, want | EV_PERSIST, conn_event, c);
+    if (want)
+        event_add(c->ev, NULL);
+    c->ev_flags = want;
+}
+
+/* ---- output ---- */
+
+static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max)
+{
+    int n = 0;
+    size_t total = 0;
+    uint32_t seg = c->head_seg;
+    uint32_t off = c->head_off;
+    for (struct resp *r = c->head; r && r->done && n < max; r = r->next) {
+        for (; seg < r->nsegs && n < max; seg++) {
+            struct out_seg *s = &r->segs[seg];
+            const char *base = s->ref ? s->ref : r->buf + s->off;
+            iov[n].iov_base = (void *)(base + off);
+            iov[n].iov_len = s->len - off;
+            total += s->len - off;
+            n++;
+            off = 0;
+        }
+        seg = 0;
+    }
+    c->niov = n;
+    return total;
+}
+
+/* Advance the head of the queue past n written bytes, recycling finished slots. */
+static void conn_consume_output(struct conn *c, size_t n)
+{
+    while (c->head && c->head->done) {
+        struct resp *r = c->head;
+        while (c->head_seg < r->nsegs) {
+            struct out_seg *s = &r->segs[c->head_seg];
+            size_t left = s->len - c->head_off;
+            if (n < left) {
+                c->head_off += (uint32_t)n;
+                return;
+            }
+            n -= left;
+            c->head_seg++;
+            c->head_off = 0;
+        }
+        c->head = r->next;
+        if (!c->head)
+            c->tail = NULL;
+        c->head_seg = 0;
+        c->head_off = 0;
+        resp_recycle(c, r);
+    }
+}
+
+static size_t conn_backlog(const struct conn *c)
+{
+    size_t total = 0;
+    for (const struct resp *r = c->head; r; r = r->next)
+        for (uint32_t i = 0; i < r->nsegs; i++)
+            total += r->segs[i].len;
+    return total;
+}
+
+/* Write as much of the completed head of the queue as the socket takes. */
+static void conn_flush(struct conn *c)
+{
+    struct iovec iov[IOV_BATCH];
+    while (!c->closing) {
+        /* Drop empty completed slots (noreply) without a syscall. */
+        conn_consume_output(c, 0);
+        size_t want = conn_build_iov(c, iov, IOV_BATCH);
+        if (want == 0)
+            break;
+        ssize_t w = writev(c->fd, iov, c->niov);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                c->out_blocked = true;
+                break;
+            }
+            conn_close(c);
+            return;
+        }
+        c->srv->stats.bytes_written += (uint64_t)w;
+        conn_consume_output(c, (size_t)w);
+        if ((size_t)w < want) {
+            c->out_blocked = true;
+            break;
+        }
+        c->out_blocked = false;
+    }
+    if (c->closing)
+        return;
+    if (!c->head)
+        c->out_blocked = false;
+    if ((c->close_after_write) && !c->head && c->inflight == 0) {
+        conn_close(c);
+        return;
+    }
+    short want = 0;
+    if (c->out_blocked)
+        want |= EV_WRITE;
+    c->paused = c->out_blocked && conn_backlog(c) > OUT_BACKLOG_MAX;
+    if (!c->paused && !c->close_after_write && !c->blocked)
+        want |= EV_READ;
+    conn_set_events(c, want);
+}
+
+/* ---- input ---- */
+
+/* Make room for more input: move unread bytes to the front, grow if full. */
+static bool conn_make_room(struct conn *c)
+{
+    if (c->rstart > 0) {
+        size_t n = c->rend - c->rstart;
+        memmove(c->rbuf, c->rbuf + c->rstart, n);
+        c->rstart = 0;
+        c->rend = n;
+    }
+    if (c->rend < c->rcap)
+        return true;
+    size_t ncap = c->rcap * 2;
+    char *n = realloc(c->rbuf, ncap);
+    if (!n)
+        return false;
+    c->rbuf = n;
+    c->rcap = ncap;
+    return true;
+}
+
+static void conn_choose_protocol(struct conn *c)
+{
+    if ((unsigned char)c->rbuf[c->rstart] == 0x80)
+        c->process = proto_bin_process;
+    else
+        c->process = proto_text_process;
+}
+
+/* Run the protocol over buffered input until it needs more bytes, blocks
+ * behind a write in flight, or asks to close. */
+static void conn_process(struct conn *c)
+{
+    while (!c->closing && !c->close_after_write && !c->blocked) {
+        size_t avail = c->rend - c->rstart;
+        if (c->swallow > 0) {
+            size_t n = avail < c->swallow ? avail : c->swallow;
+            c->rstart += n;
+            c->swallow -= n;
+            if (c->swallow > 0)
+                break;
+            continue;
+        }
+        if (avail == 0)
+            break;
+        if (!c->process)
+            conn_choose_protocol(c);
+        size_t used = 0;
+        enum conn_parse pr = c->process(c, c->rbuf + c->rstart, avail, &used);
+        c->rstart += used;
+        if (pr == CONN_PARSE_OK)
+            continue;
+        if (pr == CONN_PARSE_BLOCKED)
+            c->blocked = true;
+        else if (pr == CONN_PARSE_CLOSE)
+            c->close_after_write = true;
+        break;
+    }
+    if (c->rstart == c->rend)
+        c->rstart = c->rend = 0;
+}
+
+static void conn_read(struct conn *c)
+{
+    for (int round = 0; round < 4 && !c->closing; round++) {
+        if (c->swallow > 0 && c->rstart == c->rend)
+            c->rstart = c->rend = 0;
+        if (c->rend == c->rcap && !conn_make_room(c)) {
+            conn_close(c);
+            return;
+        }
+        ssize_t n = read(c->fd, c->rbuf + c->rend, c->rcap - c->rend);
+        if (n == 0) {
+            conn_close(c);
+            return;
+        }
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            conn_close(c);
+            return;
+        }
+        c->srv->stats.bytes_read += (uint64_t)n;
+        c->rend += (size_t)n;
+        conn_process(c);
+        if (c->closing || c->close_after_write || c->blocked)
+            return;
+        /* A short read means the socket is drained. */
+        if (c->rend < c->rcap)
+            return;
+    }
+}
+
+static void conn_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    if (what & EV_WRITE) {
+        conn_flush(c);
+        if (!c->closing && !c->paused && !c->blocked)
+            conn_process(c);
+    }
+    if ((what & EV_READ) && !c->closing && !c->paused)
+        conn_read(c);
+    if (!c->closing)
+        conn_flush(c);
+    conn_release(c);
+}
+
+/* Close every connection (server shutdown). */
+void conn_close_all(struct server *s)
+{
+    while (s->conns) {
+        struct conn *c = s->conns;
+        conn_close(c);
+        conn_release(c);
+    }
+}

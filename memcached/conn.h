@@ -1,0 +1,123 @@
+/* conn.h - client connections and ordered response slots.
+ *
+ * A connection reads requests into one growable buffer and lets its protocol
+ * (text or binary, chosen by the first byte) consume whole requests from it.
+ * Each request gets a response slot (struct resp) appended to the
+ * connection's queue; replies leave strictly in slot order, so an engine may
+ * finish a write later (after replicas acknowledge) while later slots wait.
+ * Value bytes returned by an engine are sent without copying: the slot keeps
+ * the engine's handle and releases it once the bytes are written.
+ *
+ * A read that follows a mutation still in flight on the same connection is
+ * held back until that mutation completes, so a connection always observes
+ * its own writes; mutations themselves pipeline. */
+#ifndef MC_CONN_H
+#define MC_CONN_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "engine.h"
+
+struct server;
+struct conn;
+struct resp;
+
+/* One piece of a reply: either bytes in the slot's own buffer (ref == NULL,
+ * at offset off) or borrowed engine memory (ref != NULL) released by
+ * engine->release(handle) once written. */
+struct out_seg {
+    const char *ref;
+    uint32_t off;
+    uint32_t len;
+    void *handle;
+};
+
+typedef void (*resp_complete_fn)(struct resp *r, const struct eng_result *res);
+
+struct resp {
+    struct resp *next;
+    struct conn *c;
+    bool done;              /* reply complete; may be sent once all earlier slots are */
+    bool pending;           /* waiting for an engine completion */
+
+    /* Copied reply bytes. */
+    char *buf;
+    uint32_t buflen, bufcap;
+    char ibuf[192];
+
+    struct out_seg *segs;
+    uint32_t nsegs, segcap;
+    struct out_seg isegs[4];
+
+    /* Protocol scratch space kept across an asynchronous completion. */
+    int cmd;                /* protocol's own command code */
+    bool noreply;           /* text noreply / binary quiet: suppress the reply */
+    uint8_t opcode;         /* binary */
+    uint32_t opaque;        /* binary */
+    uint64_t arg;           /* free for the protocol */
+    int mop;                /* engine op of the mutation (for counting) */
+    resp_complete_fn complete;
+};
+
+/* ---- Used by protocol code ---- */
+
+/* Append a new empty slot at the tail of the connection's queue. */
+struct resp *conn_resp_new(struct conn *c);
+/* Copy bytes / formatted text into the slot. */
+void resp_add(struct resp *r, const void *p, size_t n);
+void resp_str(struct resp *r, const char *s);   /* s, without its NUL */
+void resp_printf(struct resp *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Send engine memory without copying; release(handle) after it is written.
+ * handle may be NULL when the memory lives at least as long as the slot. */
+void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle);
+/* Mark the slot complete. */
+void resp_done(struct resp *r);
+
+/* Run a mutation for slot r.  When the engine completes, complete(r, res)
+ * formats the reply (or leaves the slot empty under noreply) and the slot is
+ * marked done; this happens either before conn_mutate returns or later from
+ * the event loop.  Counts the generic stats (cmd_set, hits, misses...). */
+void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
+                 resp_complete_fn complete);
+
+/* Reads: look up key through the engine, counting get hits/misses. */
+eng_status conn_get(struct conn *c, const char *key, size_t nkey,
+                    struct eng_value *out, struct eng_result *res);
+/* Count a touch/gat hit or miss (the touch itself goes through conn_mutate). */
+
+/* True when a mutation of this connection is still in flight: a protocol
+ * must not start a read now (return CONN_PARSE_BLOCKED instead). */
+bool conn_writes_inflight(const struct conn *c);
+
+struct engine *conn_engine(const struct conn *c);
+struct server *conn_server(const struct conn *c);
+
+/* Ask the connection to close once queued replies are written. */
+void conn_close_after_write(struct conn *c);
+/* Close now (protocol violation that memcached answers by closing). */
+void conn_close_now(struct conn *c);
+/* Ask the server to shut down (the "shutdown" command, when enabled). */
+void conn_request_shutdown(struct conn *c);
+
+/* Set the connection to skip the next n input bytes (the data block of a
+ * rejected oversized request) without buffering them. */
+void conn_swallow(struct conn *c, size_t n);
+
+/* ---- Implemented by each protocol ---- */
+
+enum conn_parse {
+    CONN_PARSE_OK,        /* consumed > 0 bytes, call again */
+    CONN_PARSE_NEED_MORE, /* incomplete request: read more (need bytes is set if known) */
+    CONN_PARSE_BLOCKED,   /* request is a read behind an in-flight write: wait */
+    CONN_PARSE_CLOSE      /* close the connection (after queued replies) */
+};
+
+/* Process one request at buf[0..len).  Sets *consumed to the bytes used. */
+typedef enum conn_parse (*proto_process_fn)(struct conn *c, const char *buf, size_t len,
+                                            size_t *consumed);
+
+#endif

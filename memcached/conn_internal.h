@@ -1,0 +1,43 @@
+/* conn_internal.h - the connection structure, shared by conn.c and server.c
+ * only; protocol code uses the functions of conn.h. */
+#ifndef MC_CONN_INTERNAL_H
+#define MC_CONN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "conn.h"
+
+struct event;
+
+struct conn {
+    struct conn *next, *prev;     /* the server's list of open connections */
+    struct server *srv;
+    int fd;
+    struct event *ev;
+    short ev_flags;               /* events currently watched */
+    proto_process_fn process;     /* chosen from the first byte */
+
+    char *rbuf;                   /* unread input is rbuf[rstart..rend) */
+    size_t rcap, rstart, rend;
+    size_t swallow;               /* input bytes still to discard */
+
+    struct resp *head, *tail;     /* reply queue, in request order */
+    uint32_t head_seg, head_off;  /* write progress inside head */
+    int niov;
+    struct resp *free_resps;
+    unsigned nfree_resps;
+
+    unsigned inflight;            /* mutations the engine has not completed */
+    bool blocked;                 /* a read waits for inflight to reach 0 */
+    bool out_blocked;             /* the socket would not take more */
+    bool paused;                  /* not reading: too much unsent output */
+    bool close_after_write;
+    bool closing;
+};
+
+struct conn *conn_new(struct server *s, int fd);
+void conn_close(struct conn *c);
+void conn_close_all(struct server *s);
+
+#endif

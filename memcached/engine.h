@@ -1,0 +1,155 @@
+/* engine.h - the storage engine interface.
+ *
+ * The protocol front ends (proto_text.c, proto_bin.c) parse a request and hand
+ * it to an engine; they never touch items or hash tables themselves.  An engine
+ * is a table of operations plus private state.  Plain, data, parity, primary
+ * and backup are engines.
+ *
+ * Reads complete at once.  Mutations may complete at once (plain engine) or
+ * later (a replicated engine replies only once its backups or parity
+ * processes have acknowledged): mutate() then returns ENG_PENDING and calls
+ * the done callback from the event loop when the outcome is known.  The
+ * front end keeps replies in request order either way. */
+#ifndef MC_ENGINE_H
+#define MC_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+struct event_base;
+
+/* Outcome of one engine call. */
+typedef enum eng_status {
+    ENG_SUCCESS = 0,  /* found / stored / deleted / touched / arith done */
+    ENG_NOT_STORED,   /* add on existing key, replace/append/prepend on missing key */
+    ENG_EXISTS,       /* cas mismatch */
+    ENG_NOT_FOUND,    /* key absent (or expired / flushed) */
+    ENG_TOO_LARGE,    /* item larger than the item size limit (-I) */
+    ENG_NO_MEMORY,    /* no room and eviction disabled (-M) or impossible */
+    ENG_NON_NUMERIC,  /* incr/decr on a value that is not a decimal number */
+    ENG_MOVED,        /* this process does not serve the key's slot; msg holds "<slot> <epoch> <host>:<port>" */
+    ENG_FAILED,       /* any other failure; msg says what */
+    ENG_PENDING       /* only as mutate()'s return value: done() will be called later */
+} eng_status;
+
+typedef enum eng_op {
+    ENG_OP_SET,
+    ENG_OP_ADD,
+    ENG_OP_REPLACE,
+    ENG_OP_APPEND,
+    ENG_OP_PREPEND,
+    ENG_OP_CAS,       /* set only if the item's cas equals m->cas */
+    ENG_OP_DELETE,
+    ENG_OP_INCR,
+    ENG_OP_DECR,
+    ENG_OP_TOUCH,     /* change exptime only */
+    ENG_OP_FLUSH      /* invalidate everything, now or after m->exptime seconds */
+} eng_op;
+
+/* A mutation request.  All pointers are borrowed for the duration of the
+ * mutate() call only: an engine that completes later must copy what it keeps. */
+struct eng_mutation {
+    eng_op op;
+    const char *key;
+    size_t nkey;
+    const char *data;     /* SET..CAS: value bytes (no trailing CRLF) */
+    size_t nbytes;
+    uint32_t flags;       /* client flags, stored opaque */
+    int64_t exptime;      /* as the client sent it (see clock_exptime) ; FLUSH: delay */
+    uint64_t cas;         /* CAS: expected cas.  Other ops: when nonzero, the op only
+                           * applies if the item's cas matches (binary protocol) */
+    uint64_t delta;       /* INCR/DECR */
+    bool create;          /* INCR/DECR: when the key is missing, create it holding
+                           * `initial` (binary protocol); otherwise ENG_NOT_FOUND */
+    uint64_t initial;
+};
+
+/* Result of a call.  For ENG_MOVED/ENG_FAILED, msg points to a string owned by
+ * the engine, valid until the next engine call. */
+struct eng_result {
+    eng_status status;
+    uint64_t cas;         /* cas of the item after a successful store/arith/touch */
+    uint64_t value;       /* INCR/DECR: the new value */
+    const char *msg;
+};
+
+/* A read result: views into engine memory, valid until release(handle).
+ * data[nbytes] and data[nbytes+1] are '\r' '\n' (engines store the
+ * terminator so the text protocol can send value and CRLF in one piece). */
+struct eng_value {
+    const char *key;
+    size_t nkey;
+    const char *data;
+    uint32_t nbytes;
+    uint32_t flags;
+    uint64_t cas;
+    void *handle;
+};
+
+/* Stats are emitted one name/value pair at a time. */
+typedef void (*eng_stat_fn)(void *ctx, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Called by an engine when a pending mutation completes. */
+typedef void (*eng_done_fn)(void *cookie, const struct eng_result *res);
+
+struct engine;
+
+struct engine_ops {
+    const char *name;
+
+    /* Look up key.  ENG_SUCCESS fills *out (caller must release(out->handle));
+     * ENG_NOT_FOUND or ENG_MOVED otherwise (res->msg for MOVED). */
+    eng_status (*get)(struct engine *e, const char *key, size_t nkey,
+                      struct eng_value *out, struct eng_result *res);
+    void (*release)(struct engine *e, void *handle);
+
+    /* Apply a mutation.  Returns the final status with *res filled, or
+     * ENG_PENDING, in which case done(cookie, res) is called later from the
+     * event loop (never from inside mutate). */
+    eng_status (*mutate)(struct engine *e, const struct eng_mutation *m,
+                         struct eng_result *res, eng_done_fn done, void *cookie);
+
+    /* Emit stats of group "" (general: curr_items, bytes, ...), "items",
+     * "slabs", "sizes", "settings".  Returns false for an unknown group. */
+    bool (*stats)(struct engine *e, const char *group, eng_stat_fn emit, void *ctx);
+    void (*stats_reset)(struct engine *e);
+
+    /* Called about once a second by the server with the wall clock: the
+     * engine advances its clock and does a bounded slice of background work
+     * (expiry sweep). */
+    void (*tick)(struct engine *e, time_t now);
+
+    void (*destroy)(struct engine *e);
+};
+
+struct engine {
+    const struct engine_ops *ops;
+    void *priv;
+};
+
+/* Settings an engine is created with (from the command line). */
+struct engine_config {
+    size_t mem_limit;        /* -m, bytes */
+    size_t item_size_max;    /* -I, bytes */
+    bool evict;              /* false with -M: out of memory errors instead */
+    bool cas_enabled;        /* false with -C */
+    unsigned hashpower;      /* initial hash table size 2^hashpower */
+    time_t started;          /* process start, wall clock */
+    int verbose;
+    struct event_base *base; /* for engines that need timers or links */
+};
+
+/* The plain engine: an ordinary memcached cache. */
+struct engine *engine_plain_new(const struct engine_config *cfg);
+
+/* Helpers shared by engines. */
+static inline eng_status engine_get(struct engine *e, const char *key, size_t nkey,
+                                    struct eng_value *out, struct eng_result *res)
+{
+    return e->ops->get(e, key, nkey, out, res);
+}
+
+#endif

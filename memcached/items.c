@@ -1,0 +1,363 @@
+/* items.c - item allocation, linking, the LRU, eviction and the expiry
+ * sweep (see items.h).
+ *
+ * The LRU is one doubly linked list: link and read put an item at the head,
+ * eviction takes from the tail.  Room for a new item is made after malloc
+ * has told us its real (usable) size: unreferenced dead items near the tail
+ * are reclaimed first-come, live ones are evicted if eviction is enabled,
+ * and referenced ones are stepped over, at most EVICT_SEARCH_DEPTH of them. */
+#include "items.h"
+
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash.h"
+
+#define DEFAULT_HASHPOWER 16
+#define EVICT_SEARCH_DEPTH 50
+#define SWEEP_BUDGET_PER_TICK 10000
+#define MIGRATE_BUCKETS_PER_TICK 16384
+
+int item_store_init(struct item_store *s, const struct engine_config *cfg,
+                    const struct mc_clock *clock)
+{
+    memset(s, 0, sizeof(*s));
+    unsigned power = cfg->hashpower ? cfg->hashpower : DEFAULT_HASHPOWER;
+    if (assoc_init(&s->table, power) != 0)
+        return -1;
+    s->clock = clock;
+    s->mem_limit = cfg->mem_limit;
+    s->item_size_max = cfg->item_size_max;
+    s->evict = cfg->evict;
+    s->sweep_budget = SWEEP_BUDGET_PER_TICK;
+    s->marks[0].cas = 0;
+    s->marks[0].time = clock->now;
+    s->nmarks = 1;
+    return 0;
+}
+
+static void free_item(struct item_store *s, struct item *it)
+{
+    s->mem_used -= malloc_usable_size(it);
+    free(it);
+}
+
+static void free_visitor(void *ctx, struct item *it)
+{
+    free_item(ctx, it);
+}
+
+void item_store_destroy(struct item_store *s)
+{
+    assoc_iterate(&s->table, free_visitor, s);
+    assoc_destroy(&s->table);
+    s->lru_head = NULL;
+    s->lru_tail = NULL;
+}
+
+/* ---- LRU list ---- */
+
+static void lru_push_head(struct item_store *s, struct item *it)
+{
+    it->prev = NULL;
+    it->next = s->lru_head;
+    if (s->lru_head != NULL)
+        s->lru_head->prev = it;
+    else
+        s->lru_tail = it;
+    s->lru_head = it;
+}
+
+static void lru_remove(struct item_store *s, struct item *it)
+{
+    if (it->prev != NULL)
+        it->prev->next = it->next;
+    else
+        s->lru_head = it->next;
+    if (it->next != NULL)
+        it->next->prev = it->prev;
+    else
+        s->lru_tail = it->prev;
+    it->prev = NULL;
+    it->next = NULL;
+}
+
+void item_bump(struct item_store *s, struct item *it)
+{
+    if (s->lru_head == it)
+        return;
+    lru_remove(s, it);
+    lru_push_head(s, it);
+}
+
+/* ---- link / unlink ---- */
+
+uint64_t item_next_cas(struct item_store *s)
+{
+    return ++s->cas_counter;
+}
+
+void item_link(struct item_store *s, struct item *it, uint64_t hv)
+{
+    it->cas = item_next_cas(s);
+    it->iflags |= ITEM_LINKED;
+    assoc_insert(&s->table, it, hv);
+    lru_push_head(s, it);
+    s->curr_items++;
+    s->bytes += item_total(it);
+    s->stats.total_items++;
+}
+
+void item_unlink(struct item_store *s, struct item *it, uint64_t hv)
+{
+    assoc_delete(&s->table, it, hv);
+    lru_remove(s, it);
+    it->iflags &= (uint8_t)~ITEM_LINKED;
+    s->curr_items--;
+    s->bytes -= item_total(it);
+    if (it->refcount == 0)
+        free_item(s, it);
+}
+
+void item_replace(struct item_store *s, struct item *old_it, struct item *new_it,
+                  uint64_t hv)
+{
+    item_unlink(s, old_it, hv);
+    item_link(s, new_it, hv);
+}
+
+/* Unlink without a hash value at hand (eviction, sweep). */
+static void unlink_rehash(struct item_store *s, struct item *it)
+{
+    item_unlink(s, it, hash_key(item_key(it), it->nkey));
+}
+
+static bool was_fetched(const struct item *it)
+{
+    return (it->iflags & ITEM_FETCHED) != 0;
+}
+
+/* Removes a dead item found by the allocator or the sweep. */
+static void remove_dead(struct item_store *s, struct item *it)
+{
+    if (!was_fetched(it))
+        s->stats.expired_unfetched++;
+    unlink_rehash(s, it);
+}
+
+static void evict(struct item_store *s, struct item *it)
+{
+    s->stats.evictions++;
+    if (!was_fetched(it))
+        s->stats.evicted_unfetched++;
+    unlink_rehash(s, it);
+}
+
+/* ---- references ---- */
+
+bool item_ref(struct item *it)
+{
+    if (it->refcount == UINT16_MAX)
+        return false;
+    it->refcount++;
+    return true;
+}
+
+void item_release(struct item_store *s, struct item *it)
+{
+    it->refcount--;
+    if (it->refcount == 0 && !item_is_linked(it))
+        free_item(s, it);
+}
+
+/* ---- allocation ---- */
+
+/* Frees memory from the LRU tail until `need` more bytes fit the limit. */
+static bool make_room(struct item_store *s, size_t need)
+{
+    struct item *it = s->lru_tail;
+    int stepped_over = 0;
+
+    while (s->mem_used + need > s->mem_limit) {
+        if (it == NULL || stepped_over >= EVICT_SEARCH_DEPTH)
+            return false;
+        struct item *prev = it->prev;
+        if (it->refcount > 0) {
+            stepped_over++;
+        } else if (item_is_dead(s, it)) {
+            s->stats.reclaimed++;
+            remove_dead(s, it);
+        } else if (s->evict) {
+            evict(s, it);
+        } else {
+            stepped_over++;
+        }
+        it = prev;
+    }
+    return true;
+}
+
+struct item *item_alloc(struct item_store *s, const char *key, size_t nkey,
+                        uint32_t flags, rel_time_t exptime, size_t nbytes,
+                        eng_status *st)
+{
+    if (nkey == 0 || nkey > ITEM_KEY_MAX) {
+        *st = ENG_FAILED;
+        return NULL;
+    }
+    if (nbytes > UINT32_MAX) {
+        *st = ENG_TOO_LARGE;
+        return NULL;
+    }
+    size_t total = sizeof(struct item) + nkey + nbytes + 2;
+    if (total > s->item_size_max) {
+        *st = ENG_TOO_LARGE;
+        return NULL;
+    }
+
+    struct item *it = malloc(total);
+    if (it == NULL) {
+        s->stats.outofmemory++;
+        *st = ENG_NO_MEMORY;
+        return NULL;
+    }
+    size_t usable = malloc_usable_size(it);
+    if (s->mem_used + usable > s->mem_limit && !make_room(s, usable)) {
+        free(it);
+        s->stats.outofmemory++;
+        *st = ENG_NO_MEMORY;
+        return NULL;
+    }
+    s->mem_used += usable;
+
+    it->h_next = NULL;
+    it->prev = NULL;
+    it->next = NULL;
+    it->cas = 0;
+    it->exptime = exptime;
+    it->flags = flags;
+    it->nbytes = (uint32_t)nbytes;
+    it->refcount = 0;
+    it->nkey = (uint8_t)nkey;
+    it->iflags = 0;
+    memcpy(it->data, key, nkey);
+    it->data[nkey + nbytes] = '\r';
+    it->data[nkey + nbytes + 1] = '\n';
+    *st = ENG_SUCCESS;
+    return it;
+}
+
+void item_discard(struct item_store *s, struct item *it)
+{
+    free_item(s, it);
+}
+
+/* ---- lookup ---- */
+
+struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
+                         uint64_t hv, enum item_miss *why)
+{
+    struct item *it = assoc_find(&s->table, key, nkey, hv);
+    if (it == NULL) {
+        *why = ITEM_MISS_ABSENT;
+        return NULL;
+    }
+    if (it->cas <= s->flush_cas) {
+        *why = ITEM_MISS_FLUSHED;
+        item_unlink(s, it, hv);
+        return NULL;
+    }
+    if (clock_expired(s->clock, it->exptime)) {
+        *why = ITEM_MISS_EXPIRED;
+        item_unlink(s, it, hv);
+        return NULL;
+    }
+    return it;
+}
+
+void item_flush(struct item_store *s)
+{
+    s->flush_cas = s->cas_counter;
+}
+
+/* ---- background work ---- */
+
+struct sweep_ctx {
+    struct item_store *s;
+    size_t removed;
+};
+
+static void sweep_visitor(void *ctx, struct item *it)
+{
+    struct sweep_ctx *sc = ctx;
+    if (item_is_dead(sc->s, it)) {
+        remove_dead(sc->s, it);
+        sc->removed++;
+    }
+}
+
+size_t item_sweep(struct item_store *s, size_t budget)
+{
+    struct sweep_ctx sc = { s, 0 };
+    assoc_scan(&s->table, &s->sweep_cursor, budget, sweep_visitor, &sc);
+    return sc.removed;
+}
+
+/* Halves the resolution of the older half of the marks, keeping the older
+ * mark of each pair, so recent history stays exact and old history coarse. */
+static void thin_age_marks(struct item_store *s)
+{
+    unsigned half = s->nmarks / 2;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < half; i += 2)
+        s->marks[kept++] = s->marks[i];
+    for (unsigned i = half; i < s->nmarks; i++)
+        s->marks[kept++] = s->marks[i];
+    s->nmarks = kept;
+}
+
+/* A mark (c, t) says: items with cas > c were stored at time t or later. */
+static void add_age_mark(struct item_store *s)
+{
+    struct age_mark *last = &s->marks[s->nmarks - 1];
+    if (last->cas == s->cas_counter) {
+        last->time = s->clock->now;
+        return;
+    }
+    if (s->nmarks == ITEM_AGE_MARKS)
+        thin_age_marks(s);
+    s->marks[s->nmarks].cas = s->cas_counter;
+    s->marks[s->nmarks].time = s->clock->now;
+    s->nmarks++;
+}
+
+size_t item_store_tick(struct item_store *s)
+{
+    assoc_migrate(&s->table, MIGRATE_BUCKETS_PER_TICK);
+    size_t removed = item_sweep(s, s->sweep_budget);
+    add_age_mark(s);
+    return removed;
+}
+
+/* Time at or after which the item with this cas was stored. */
+static rel_time_t stored_since(const struct item_store *s, uint64_t cas)
+{
+    unsigned lo = 0, hi = s->nmarks;   /* find the last mark with mark.cas < cas */
+    while (hi - lo > 1) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (s->marks[mid].cas < cas)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return s->marks[lo].time;
+}
+
+rel_time_t item_tail_age(const struct item_store *s)
+{
+    if (s->lru_tail == NULL)
+        return 0;
+    rel_time_t since = stored_since(s, s->lru_tail->cas);
+    return s->clock->now > since ? s->clock->now - since : 0;
+}

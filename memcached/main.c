@@ -1,0 +1,307 @@
+/* main.c - cocytus-server's entry point: memcached's command-line flags,
+ * daemon mode, pid file and user switch, then the event loop.
+ *
+ * Flags that only make sense for memcached's threads or UDP are accepted so
+ * existing scripts run unchanged; we say when one is ignored. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <event2/event.h>
+
+#include "server.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "cocytus-server " PACKAGE_VERSION " - memcached-compatible server of Cocytus-KV\n"
+        "  -p, --port=<num>          TCP port to listen on (default 11211; 0 = any)\n"
+        "  -l, --listen=<addr>       interface(s) to listen on, comma separated (default all)\n"
+        "  -U, --udp-port=<num>      UDP port; only 0 (off) is supported\n"
+        "  -m, --memory-limit=<mb>   item memory in megabytes (default 64)\n"
+        "  -c, --conn-limit=<num>    max simultaneous connections (default 1024)\n"
+        "  -I, --max-item-size=<n>   item size limit, e.g. 1m, 512k (default 1m)\n"
+        "  -M, --disable-evictions   return errors when memory is exhausted\n"
+        "  -C, --disable-cas         (accepted; cas values are always kept)\n"
+        "  -v, -vv                   verbose / very verbose\n"
+        "  -d, --daemon              run as a daemon\n"
+        "  -P, --pidfile=<file>      write the pid here\n"
+        "  -u, --user=<name>         run as this user (when started as root)\n"
+        "  -A, --enable-shutdown     allow the shutdown command\n"
+        "  -b, --listen-backlog=<n>  listen backlog (default 1024)\n"
+        "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
+        "  -o, --extended=<opts>     hashpower=N (others ignored)\n"
+        "      --role=<role>         plain (default)\n"
+        "  -V, --version             print the version\n"
+        "  -h, --help                this help\n");
+}
+
+/* "64", "1m", "512k", "2g" -> bytes; unit is the default multiplier. */
+static bool parse_size(const char *s, size_t unit, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    switch (*end) {
+    case '\0': v *= unit; break;
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    default: return false;
+    }
+    if (*end != '\0')
+        return false;
+    *out = (size_t)v;
+    return true;
+}
+
+static bool parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static void parse_extended(struct settings *st, char *opts)
+{
+    char *save = NULL;
+    for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+        int hp;
+        if (strncmp(o, "hashpower=", 10) == 0 && parse_int(o + 10, 12, 32, &hp))
+            st->hashpower = (unsigned)hp;
+        else
+            fprintf(stderr, "cocytus-server: ignoring extended option '%s'\n", o);
+    }
+}
+
+enum { OPT_ROLE = 1000 };
+
+static int parse_args(int argc, char **argv, struct settings *st)
+{
+    static const struct option longopts[] = {
+        { "port", required_argument, NULL, 'p' },
+        { "listen", required_argument, NULL, 'l' },
+        { "udp-port", required_argument, NULL, 'U' },
+        { "memory-limit", required_argument, NULL, 'm' },
+        { "conn-limit", required_argument, NULL, 'c' },
+        { "max-item-size", required_argument, NULL, 'I' },
+        { "disable-evictions", no_argument, NULL, 'M' },
+        { "disable-cas", no_argument, NULL, 'C' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "daemon", no_argument, NULL, 'd' },
+        { "pidfile", required_argument, NULL, 'P' },
+        { "user", required_argument, NULL, 'u' },
+        { "enable-shutdown", no_argument, NULL, 'A' },
+        { "listen-backlog", required_argument, NULL, 'b' },
+        { "threads", required_argument, NULL, 't' },
+        { "extended", required_argument, NULL, 'o' },
+        { "role", required_argument, NULL, OPT_ROLE },
+        { "version", no_argument, NULL, 'V' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int ch, n;
+    while ((ch = getopt_long(argc, argv, "p:l:U:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrL", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'p':
+            if (!parse_int(optarg, 0, 65535, &st->port))
+                goto bad;
+            break;
+        case 'l':
+            st->listen_addr = optarg;
+            break;
+        case 'U':
+            if (!parse_int(optarg, 0, 65535, &n))
+                goto bad;
+            if (n != 0)
+                fprintf(stderr, "cocytus-server: UDP is not supported; -U %d ignored\n", n);
+            st->udp_port = 0;
+            break;
+        case 'm':
+            if (!parse_size(optarg, 1u << 20, &st->mem_limit) || st->mem_limit == 0)
+                goto bad;
+            break;
+        case 'c':
+            if (!parse_int(optarg, 1, 1 << 20, &st->max_conns))
+                goto bad;
+            break;
+        case 'I':
+            if (!parse_size(optarg, 1, &st->item_size_max))
+                goto bad;
+            break;
+        case 'M':
+            st->evict = false;
+            break;
+        case 'C':
+            st->cas_enabled = false;
+            break;
+        case 'v':
+            st->verbose++;
+            break;
+        case 'd':
+            st->daemonize = true;
+            break;
+        case 'P':
+            st->pid_file = optarg;
+            break;
+        case 'u':
+            st->user = optarg;
+            break;
+        case 'A':
+            st->shutdown_enabled = true;
+            break;
+        case 'b':
+            if (!parse_int(optarg, 1, 1 << 20, &st->backlog))
+                goto bad;
+            break;
+        case 't':
+            if (!parse_int(optarg, 1, 1024, &n))
+                goto bad;
+            if (n != 1 && st->verbose)
+                fprintf(stderr, "cocytus-server: single-threaded; -t %d ignored\n", n);
+            break;
+        case 'o':
+            parse_extended(st, optarg);
+            break;
+        case 'R': case 'B': case 'f': case 'n': case 'r': case 'L':
+            /* memcached tuning flags with no meaning here. */
+            break;
+        case OPT_ROLE:
+            st->role = optarg;
+            break;
+        case 'V':
+            printf("cocytus-server " PACKAGE_VERSION " (memcached protocol " MC_VERSION_STRING ")\n");
+            exit(EXIT_SUCCESS);
+        case 'h':
+            usage(stdout);
+            exit(EXIT_SUCCESS);
+        default:
+            usage(stderr);
+            return -1;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "cocytus-server: invalid value '%s' for -%c\n", optarg, ch);
+        return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "cocytus-server: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (st->item_size_max < 1024) {
+        fprintf(stderr, "cocytus-server: item size limit must be at least 1k\n");
+        return -1;
+    }
+    if (st->item_size_max > (1u << 30) || st->item_size_max > st->mem_limit / 2) {
+        fprintf(stderr, "cocytus-server: item size limit (-I) may be at most half the memory limit (-m) and 1g\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Drop root privileges to the user -u names. */
+static int switch_user(const char *user)
+{
+    if (getuid() != 0 && geteuid() != 0)
+        return 0;
+    if (!user)
+        return 0;
+    struct passwd *pw = getpwnam(user);
+    if (!pw) {
+        fprintf(stderr, "cocytus-server: can't find the user %s to switch to\n", user);
+        return -1;
+    }
+    if (setgroups(0, NULL) < 0 && errno != EPERM) {
+        perror("setgroups");
+        return -1;
+    }
+    if (setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
+        fprintf(stderr, "cocytus-server: failed to assume identity of user %s\n", user);
+        return -1;
+    }
+    return 0;
+}
+
+static int daemonize(void)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0)
+        _exit(EXIT_SUCCESS);
+    if (setsid() < 0)
+        return -1;
+    int fd = open("/dev/null", O_RDWR);
+    if (fd < 0)
+        return -1;
+    dup2(fd, STDIN_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    if (fd > STDERR_FILENO)
+        close(fd);
+    return 0;
+}
+
+static int write_pid_file(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cocytus-server: could not open the pid file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "%ld\n", (long)getpid());
+    return fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    struct settings st;
+    settings_defaults(&st);
+    if (parse_args(argc, argv, &st) < 0)
+        return EXIT_FAILURE;
+
+    struct event_base *base = event_base_new();
+    if (!base) {
+        fprintf(stderr, "cocytus-server: cannot create the event loop\n");
+        return EXIT_FAILURE;
+    }
+    static struct server srv;   /* the process's one server context */
+    if (server_init(&srv, &st, base) < 0)
+        return EXIT_FAILURE;
+    if (switch_user(st.user) < 0)
+        return EXIT_FAILURE;
+    if (st.daemonize) {
+        if (daemonize() < 0) {
+            fprintf(stderr, "cocytus-server: failed to daemonize\n");
+            return EXIT_FAILURE;
+        }
+        /* The event loop must be told it lives in a new process. */
+        event_reinit(base);
+    }
+    if (st.pid_file && write_pid_file(st.pid_file) < 0)
+        return EXIT_FAILURE;
+    if (st.verbose)
+        fprintf(stderr, "cocytus-server %s listening on port %d (role %s)\n",
+                PACKAGE_VERSION, srv.bound_port, st.role);
+    server_run(&srv);
+    server_destroy(&srv);
+    event_base_free(base);
+    if (st.pid_file)
+        unlink(st.pid_file);
+    return EXIT_SUCCESS;
+}

@@ -1,0 +1,869 @@
+/* proto_bin.c - memcached's binary protocol front end.
+ *
+ * Each call of proto_bin_process() looks at the bytes the connection has
+ * buffered and handles one request: bin_parse_request() checks that the
+ * whole header and body are there and that the extras, key and value lengths
+ * suit the opcode, then one small handler per command family turns the
+ * request into an engine call and formats the reply into a response slot.
+ *
+ * Reads (get*, gat*, stat) run at once through conn_get() and fill their
+ * slot immediately; they are held back (CONN_PARSE_BLOCKED) while a write
+ * of the same connection is still in flight, so a client sees its own
+ * writes.  Mutations go through conn_mutate(): the engine may answer later,
+ * so their replies are formatted by a completion function that has only
+ * the slot to go on; the slot keeps the opcode and opaque for that.
+ *
+ * Quiet commands follow memcached's rule: a quiet get says nothing on a
+ * miss, a quiet mutation says nothing on success, errors are always sent.
+ *
+ * Get-and-touch needs both the value and the touch.  It is a read, so it
+ * only starts when no write of the connection is in flight: it reads the
+ * item first, formats the complete hit reply (header, flags, key, value by
+ * reference) into its slot, and then issues the touch with that slot.  The
+ * touch completion only has to fix the cas in the already written header;
+ * the request's key is never needed after the request buffer is gone. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto_bin.h"
+#include "server.h"
+
+/* Room above item_size_max + key + extras so that a value slightly over the
+ * limit still reaches the engine, which refuses it with ENG_TOO_LARGE. */
+#define BIN_BODY_SLACK 1024
+
+/* memcached caps the verbosity level at this. */
+#define BIN_MAX_VERBOSITY 2
+
+/* ------------------------------------------------------------------ */
+/* Request shapes and parsing                                          */
+/* ------------------------------------------------------------------ */
+
+enum bin_key_rule {
+    BIN_KEY_NONE,       /* must not have a key */
+    BIN_KEY_REQUIRED,   /* 1..BIN_KEY_MAX bytes */
+    BIN_KEY_OPTIONAL    /* 0..BIN_KEY_MAX bytes */
+};
+
+/* What a request with a given opcode must look like. */
+struct bin_shape {
+    uint8_t extlen;         /* required extras length */
+    uint8_t extlen_alt;     /* another accepted length (flush: 0 or 4) */
+    enum bin_key_rule key;
+    bool value_allowed;
+};
+
+static void shape_set(struct bin_shape *s, uint8_t extlen, enum bin_key_rule key,
+                      bool value_allowed)
+{
+    s->extlen = extlen;
+    s->extlen_alt = extlen;
+    s->key = key;
+    s->value_allowed = value_allowed;
+}
+
+/* Fill *s for a supported opcode; false for an unknown one. */
+static bool bin_shape_of(uint8_t opcode, struct bin_shape *s)
+{
+    switch (opcode) {
+    case BIN_OP_GET:
+    case BIN_OP_GETQ:
+    case BIN_OP_GETK:
+    case BIN_OP_GETKQ:
+    case BIN_OP_DELETE:
+    case BIN_OP_DELETEQ:
+        shape_set(s, 0, BIN_KEY_REQUIRED, false);
+        return true;
+    case BIN_OP_SET:
+    case BIN_OP_SETQ:
+    case BIN_OP_ADD:
+    case BIN_OP_ADDQ:
+    case BIN_OP_REPLACE:
+    case BIN_OP_REPLACEQ:
+        shape_set(s, BIN_EXTRAS_STORE, BIN_KEY_REQUIRED, true);
+        return true;
+    case BIN_OP_APPEND:
+    case BIN_OP_APPENDQ:
+    case BIN_OP_PREPEND:
+    case BIN_OP_PREPENDQ:
+        shape_set(s, 0, BIN_KEY_REQUIRED, true);
+        return true;
+    case BIN_OP_INCREMENT:
+    case BIN_OP_INCREMENTQ:
+    case BIN_OP_DECREMENT:
+    case BIN_OP_DECREMENTQ:
+        shape_set(s, BIN_EXTRAS_ARITH, BIN_KEY_REQUIRED, false);
+        return true;
+    case BIN_OP_TOUCH:
+    case BIN_OP_GAT:
+    case BIN_OP_GATQ:
+    case BIN_OP_GATK:
+    case BIN_OP_GATKQ:
+        shape_set(s, BIN_EXTRAS_TOUCH, BIN_KEY_REQUIRED, false);
+        return true;
+    case BIN_OP_FLUSH:
+    case BIN_OP_FLUSHQ:
+        shape_set(s, 0, BIN_KEY_NONE, false);
+        s->extlen_alt = BIN_EXTRAS_TOUCH;
+        return true;
+    case BIN_OP_VERBOSITY:
+        shape_set(s, BIN_EXTRAS_TOUCH, BIN_KEY_NONE, false);
+        return true;
+    case BIN_OP_STAT:
+        shape_set(s, 0, BIN_KEY_OPTIONAL, false);
+        return true;
+    case BIN_OP_QUIT:
+    case BIN_OP_QUITQ:
+    case BIN_OP_NOOP:
+    case BIN_OP_VERSION:
+        shape_set(s, 0, BIN_KEY_NONE, false);
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool bin_opcode_known(uint8_t opcode)
+{
+    struct bin_shape s;
+    return bin_shape_of(opcode, &s);
+}
+
+bool bin_opcode_is_quiet(uint8_t opcode)
+{
+    switch (opcode) {
+    case BIN_OP_GETQ:
+    case BIN_OP_GETKQ:
+    case BIN_OP_SETQ:
+    case BIN_OP_ADDQ:
+    case BIN_OP_REPLACEQ:
+    case BIN_OP_DELETEQ:
+    case BIN_OP_INCREMENTQ:
+    case BIN_OP_DECREMENTQ:
+    case BIN_OP_QUITQ:
+    case BIN_OP_FLUSHQ:
+    case BIN_OP_APPENDQ:
+    case BIN_OP_PREPENDQ:
+    case BIN_OP_GATQ:
+    case BIN_OP_GATKQ:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool bin_opcode_is_read(uint8_t opcode)
+{
+    switch (opcode) {
+    case BIN_OP_GET:
+    case BIN_OP_GETQ:
+    case BIN_OP_GETK:
+    case BIN_OP_GETKQ:
+    case BIN_OP_GAT:
+    case BIN_OP_GATQ:
+    case BIN_OP_GATK:
+    case BIN_OP_GATKQ:
+    case BIN_OP_STAT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+size_t bin_max_body(size_t item_size_max)
+{
+    return item_size_max + BIN_EXTRAS_ARITH + BIN_KEY_MAX + BIN_BODY_SLACK;
+}
+
+static void bin_decode_header(const char *buf, struct bin_header *h)
+{
+    h->magic = (uint8_t)buf[BIN_OFF_MAGIC];
+    h->opcode = (uint8_t)buf[BIN_OFF_OPCODE];
+    h->keylen = bin_load16(buf + BIN_OFF_KEYLEN);
+    h->extlen = (uint8_t)buf[BIN_OFF_EXTLEN];
+    h->datatype = (uint8_t)buf[BIN_OFF_DATATYPE];
+    h->vbucket = bin_load16(buf + BIN_OFF_STATUS);
+    h->bodylen = bin_load32(buf + BIN_OFF_BODYLEN);
+    h->opaque = bin_load32(buf + BIN_OFF_OPAQUE);
+    h->cas = bin_load64(buf + BIN_OFF_CAS);
+}
+
+/* Do the header's lengths fit together and suit the opcode's shape? */
+static bool bin_lengths_valid(const struct bin_header *h, const struct bin_shape *s)
+{
+    if ((uint32_t)h->extlen + h->keylen > h->bodylen)
+        return false;
+    if (h->extlen != s->extlen && h->extlen != s->extlen_alt)
+        return false;
+
+    switch (s->key) {
+    case BIN_KEY_NONE:
+        if (h->keylen != 0)
+            return false;
+        break;
+    case BIN_KEY_REQUIRED:
+        if (h->keylen == 0 || h->keylen > BIN_KEY_MAX)
+            return false;
+        break;
+    case BIN_KEY_OPTIONAL:
+        if (h->keylen > BIN_KEY_MAX)
+            return false;
+        break;
+    }
+
+    uint32_t nvalue = h->bodylen - h->extlen - h->keylen;
+    return s->value_allowed || nvalue == 0;
+}
+
+/* Point the request's parts into buf (which holds the whole request). */
+static void bin_split_body(const char *buf, struct bin_request *out)
+{
+    const struct bin_header *h = &out->hdr;
+    const char *body = buf + BIN_HEADER_LEN;
+
+    out->extras = h->extlen ? body : NULL;
+    out->nkey = h->keylen;
+    out->key = h->keylen ? body + h->extlen : NULL;
+    out->nvalue = h->bodylen - h->extlen - h->keylen;
+    out->value = out->nvalue ? body + h->extlen + h->keylen : NULL;
+}
+
+enum bin_parse_result bin_parse_request(const char *buf, size_t len, size_t max_body,
+                                        struct bin_request *out)
+{
+    memset(out, 0, sizeof(*out));
+
+    if (len >= 1 && (uint8_t)buf[0] != BIN_MAGIC_REQUEST)
+        return BIN_PARSE_BAD_MAGIC;
+    if (len < BIN_HEADER_LEN)
+        return BIN_PARSE_NEED_MORE;
+
+    bin_decode_header(buf, &out->hdr);
+    out->total = BIN_HEADER_LEN + (size_t)out->hdr.bodylen;
+
+    if (out->hdr.bodylen > max_body)
+        return BIN_PARSE_TOO_LARGE;
+    if (len < out->total)
+        return BIN_PARSE_NEED_MORE;
+
+    struct bin_shape shape;
+    if (!bin_shape_of(out->hdr.opcode, &shape))
+        return BIN_PARSE_UNKNOWN;
+    if (!bin_lengths_valid(&out->hdr, &shape))
+        return BIN_PARSE_EINVAL;
+
+    bin_split_body(buf, out);
+    return BIN_PARSE_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Status codes and reply formatting                                   */
+/* ------------------------------------------------------------------ */
+
+uint16_t bin_status_from_engine(eng_status status, uint8_t opcode)
+{
+    switch (status) {
+    case ENG_SUCCESS:
+        return BIN_STATUS_OK;
+    case ENG_NOT_STORED:
+        if (opcode == BIN_OP_ADD || opcode == BIN_OP_ADDQ)
+            return BIN_STATUS_KEY_EEXISTS;
+        if (opcode == BIN_OP_REPLACE || opcode == BIN_OP_REPLACEQ)
+            return BIN_STATUS_KEY_ENOENT;
+        return BIN_STATUS_NOT_STORED;
+    case ENG_EXISTS:
+        return BIN_STATUS_KEY_EEXISTS;
+    case ENG_NOT_FOUND:
+        return BIN_STATUS_KEY_ENOENT;
+    case ENG_TOO_LARGE:
+        return BIN_STATUS_E2BIG;
+    case ENG_NO_MEMORY:
+        return BIN_STATUS_ENOMEM;
+    case ENG_NON_NUMERIC:
+        return BIN_STATUS_DELTA_BADVAL;
+    case ENG_MOVED:
+        return BIN_STATUS_NOT_MY_VBUCKET;
+    case ENG_FAILED:
+    case ENG_PENDING:
+    default:
+        return BIN_STATUS_INTERNAL_ERROR;
+    }
+}
+
+/* The error text memcached sends with a status. */
+static const char *bin_status_text(uint16_t status)
+{
+    switch (status) {
+    case BIN_STATUS_KEY_ENOENT:      return "Not found";
+    case BIN_STATUS_KEY_EEXISTS:     return "Data exists for key.";
+    case BIN_STATUS_E2BIG:           return "Too large.";
+    case BIN_STATUS_EINVAL:          return "Invalid arguments";
+    case BIN_STATUS_NOT_STORED:      return "Not stored.";
+    case BIN_STATUS_DELTA_BADVAL:    return "Non-numeric server-side value for incr or decr";
+    case BIN_STATUS_NOT_MY_VBUCKET:  return "Not my vbucket";
+    case BIN_STATUS_UNKNOWN_COMMAND: return "Unknown command";
+    case BIN_STATUS_ENOMEM:          return "Out of memory";
+    case BIN_STATUS_INTERNAL_ERROR:  return "Internal error";
+    default:                         return "";
+    }
+}
+
+/* A new slot remembering what its (possibly later) reply needs. */
+static struct resp *bin_resp_new(struct conn *c, const struct bin_request *rq)
+{
+    struct resp *r = conn_resp_new(c);
+    r->cmd = rq->hdr.opcode;
+    r->opcode = rq->hdr.opcode;
+    r->opaque = rq->hdr.opaque;
+    r->noreply = false;
+    return r;
+}
+
+static void bin_add_header(struct resp *r, uint16_t status, uint8_t extlen,
+                           uint16_t keylen, uint32_t bodylen, uint64_t cas)
+{
+    char h[BIN_HEADER_LEN];
+
+    h[BIN_OFF_MAGIC] = (char)BIN_MAGIC_RESPONSE;
+    h[BIN_OFF_OPCODE] = (char)r->opcode;
+    bin_store16(h + BIN_OFF_KEYLEN, keylen);
+    h[BIN_OFF_EXTLEN] = (char)extlen;
+    h[BIN_OFF_DATATYPE] = BIN_DATATYPE_RAW;
+    bin_store16(h + BIN_OFF_STATUS, status);
+    bin_store32(h + BIN_OFF_BODYLEN, bodylen);
+    bin_store32(h + BIN_OFF_OPAQUE, r->opaque);
+    bin_store64(h + BIN_OFF_CAS, cas);
+    resp_add(r, h, sizeof(h));
+}
+
+/* A success reply with no body. */
+static void bin_add_ok(struct resp *r, uint64_t cas)
+{
+    bin_add_header(r, BIN_STATUS_OK, 0, 0, 0, cas);
+}
+
+/* An error reply: status, cas 0, the message as body. */
+static void bin_add_error(struct resp *r, uint16_t status, const char *msg)
+{
+    size_t n = strlen(msg);
+    bin_add_header(r, status, 0, 0, (uint32_t)n, 0);
+    if (n > 0)
+        resp_add(r, msg, n);
+}
+
+/* The error reply for an engine outcome; moved/failed carry the engine's text. */
+static void bin_add_engine_error(struct resp *r, const struct eng_result *res)
+{
+    uint16_t status = bin_status_from_engine(res->status, r->opcode);
+    const char *msg = bin_status_text(status);
+
+    if ((res->status == ENG_MOVED || res->status == ENG_FAILED) && res->msg != NULL)
+        msg = res->msg;
+    bin_add_error(r, status, msg);
+}
+
+/* A hit: flags extras, the key when asked for, the value by reference. */
+static void bin_add_value(struct resp *r, const char *key, size_t nkey, bool with_key,
+                          const struct eng_value *v)
+{
+    uint16_t keylen = with_key ? (uint16_t)nkey : 0;
+    uint32_t bodylen = BIN_EXTRAS_GET + keylen + v->nbytes;
+    char flags[BIN_EXTRAS_GET];
+
+    bin_add_header(r, BIN_STATUS_OK, BIN_EXTRAS_GET, keylen, bodylen, v->cas);
+    bin_store32(flags, v->flags);
+    resp_add(r, flags, sizeof(flags));
+    if (keylen > 0)
+        resp_add(r, key, keylen);
+    resp_add_ref(r, v->data, v->nbytes, v->handle);
+}
+
+/* A miss: getk/gatk return the key as the body, the others "Not found". */
+static void bin_add_miss(struct resp *r, const char *key, size_t nkey, bool with_key)
+{
+    if (!with_key) {
+        bin_add_error(r, BIN_STATUS_KEY_ENOENT, bin_status_text(BIN_STATUS_KEY_ENOENT));
+        return;
+    }
+    bin_add_header(r, BIN_STATUS_KEY_ENOENT, 0, (uint16_t)nkey, (uint32_t)nkey, 0);
+    resp_add(r, key, nkey);
+}
+
+/* A whole reply that is just a status (for requests refused before dispatch). */
+static void bin_reply_status(struct conn *c, const struct bin_request *rq, uint16_t status)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    bin_add_error(r, status, bin_status_text(status));
+    resp_done(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reads: get, gat, stat                                               */
+/* ------------------------------------------------------------------ */
+
+static void bin_get(struct conn *c, const struct bin_request *rq)
+{
+    uint8_t op = rq->hdr.opcode;
+    bool with_key = op == BIN_OP_GETK || op == BIN_OP_GETKQ;
+    struct eng_value v;
+    struct eng_result res;
+
+    memset(&res, 0, sizeof(res));
+    eng_status st = conn_get(c, rq->key, rq->nkey, &v, &res);
+    if (st == ENG_NOT_FOUND && bin_opcode_is_quiet(op))
+        return;
+
+    struct resp *r = bin_resp_new(c, rq);
+    if (st == ENG_SUCCESS) {
+        bin_add_value(r, rq->key, rq->nkey, with_key, &v);
+    } else if (st == ENG_NOT_FOUND) {
+        bin_add_miss(r, rq->key, rq->nkey, with_key);
+    } else {
+        res.status = st;
+        bin_add_engine_error(r, &res);
+    }
+    resp_done(r);
+}
+
+/* The touch of a gat completed: the hit reply is already in the slot, with
+ * its header first; only the cas may have changed.  Should the touch fail
+ * after the read succeeded (only possible for a remote engine failure), the
+ * value read is still returned. */
+static void bin_gat_complete(struct resp *r, const struct eng_result *res)
+{
+    if (res->status == ENG_SUCCESS && res->cas != 0 && r->buflen >= BIN_HEADER_LEN)
+        bin_store64(r->buf + BIN_OFF_CAS, res->cas);
+}
+
+/* A gat miss never reaches the engine's touch; count it as a touch miss. */
+static void bin_count_touch_miss(struct conn *c)
+{
+    struct server *s = conn_server(c);
+    s->stats.cmd_touch++;
+    s->stats.touch_misses++;
+}
+
+static void bin_gat(struct conn *c, const struct bin_request *rq)
+{
+    uint8_t op = rq->hdr.opcode;
+    bool with_key = op == BIN_OP_GATK || op == BIN_OP_GATKQ;
+    struct eng_value v;
+    struct eng_result res;
+
+    memset(&res, 0, sizeof(res));
+    eng_status st = conn_get(c, rq->key, rq->nkey, &v, &res);
+    if (st == ENG_NOT_FOUND) {
+        bin_count_touch_miss(c);
+        if (bin_opcode_is_quiet(op))
+            return;
+    }
+
+    struct resp *r = bin_resp_new(c, rq);
+    if (st != ENG_SUCCESS) {
+        if (st == ENG_NOT_FOUND) {
+            bin_add_miss(r, rq->key, rq->nkey, with_key);
+        } else {
+            res.status = st;
+            bin_add_engine_error(r, &res);
+        }
+        resp_done(r);
+        return;
+    }
+
+    bin_add_value(r, rq->key, rq->nkey, with_key, &v);
+
+    struct eng_mutation m;
+    memset(&m, 0, sizeof(m));
+    m.op = ENG_OP_TOUCH;
+    m.key = rq->key;
+    m.nkey = rq->nkey;
+    m.exptime = bin_load32(rq->extras);
+    conn_mutate(c, r, &m, bin_gat_complete);
+}
+
+/* Context of one stat reply: every stat becomes a response in slot r. */
+struct bin_stat_ctx {
+    struct resp *r;
+};
+
+static void bin_add_stat(struct resp *r, const char *name, size_t nname,
+                         const char *value, size_t nvalue)
+{
+    bin_add_header(r, BIN_STATUS_OK, 0, (uint16_t)nname, (uint32_t)(nname + nvalue), 0);
+    resp_add(r, name, nname);
+    resp_add(r, value, nvalue);
+}
+
+static void bin_stat_emit(void *ctx, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void bin_stat_emit(void *ctx, const char *name, const char *fmt, ...)
+{
+    struct bin_stat_ctx *sc = ctx;
+    char small[256];
+    char *big = NULL;
+    const char *value = small;
+    va_list ap;
+
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(small)) {
+        big = malloc((size_t)n + 1);
+        if (big == NULL)
+            return;
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        value = big;
+    }
+    size_t nname = strlen(name);
+    bin_add_stat(sc->r, name, nname, value, (size_t)n);
+    free(big);
+}
+
+static void bin_stat(struct conn *c, const struct bin_request *rq)
+{
+    struct server *s = conn_server(c);
+    struct resp *r = bin_resp_new(c, rq);
+    char group[BIN_KEY_MAX + 1];
+
+    if (rq->nkey > 0 && memchr(rq->key, '\0', rq->nkey) != NULL) {
+        bin_add_error(r, BIN_STATUS_KEY_ENOENT, bin_status_text(BIN_STATUS_KEY_ENOENT));
+        resp_done(r);
+        return;
+    }
+    if (rq->nkey > 0)
+        memcpy(group, rq->key, rq->nkey);
+    group[rq->nkey] = '\0';
+
+    if (strcmp(group, "reset") == 0) {
+        server_stats_reset(s);
+        bin_add_ok(r, 0);
+        resp_done(r);
+        return;
+    }
+
+    struct bin_stat_ctx sc = { .r = r };
+    if (server_stats(s, group, bin_stat_emit, &sc))
+        bin_add_ok(r, 0);   /* the terminator: empty key, empty value */
+    else
+        bin_add_error(r, BIN_STATUS_KEY_ENOENT, bin_status_text(BIN_STATUS_KEY_ENOENT));
+    resp_done(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* Mutations                                                           */
+/* ------------------------------------------------------------------ */
+
+/* set/add/replace/append/prepend (and the cas form of set/replace). */
+static void bin_store_complete(struct resp *r, const struct eng_result *res)
+{
+    if (res->status != ENG_SUCCESS)
+        bin_add_engine_error(r, res);
+    else if (!bin_opcode_is_quiet(r->opcode))
+        bin_add_ok(r, res->cas);
+}
+
+static eng_op bin_store_op(uint8_t opcode, uint64_t cas)
+{
+    switch (opcode) {
+    case BIN_OP_ADD:
+    case BIN_OP_ADDQ:
+        return ENG_OP_ADD;          /* add ignores a request cas */
+    case BIN_OP_REPLACE:
+    case BIN_OP_REPLACEQ:
+        return cas != 0 ? ENG_OP_CAS : ENG_OP_REPLACE;
+    case BIN_OP_APPEND:
+    case BIN_OP_APPENDQ:
+        return ENG_OP_APPEND;
+    case BIN_OP_PREPEND:
+    case BIN_OP_PREPENDQ:
+        return ENG_OP_PREPEND;
+    default:
+        return cas != 0 ? ENG_OP_CAS : ENG_OP_SET;
+    }
+}
+
+static void bin_store(struct conn *c, const struct bin_request *rq)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    struct eng_mutation m;
+
+    r->noreply = bin_opcode_is_quiet(rq->hdr.opcode);
+    memset(&m, 0, sizeof(m));
+    m.op = bin_store_op(rq->hdr.opcode, rq->hdr.cas);
+    m.key = rq->key;
+    m.nkey = rq->nkey;
+    m.data = rq->value;
+    m.nbytes = rq->nvalue;
+    if (rq->hdr.extlen == BIN_EXTRAS_STORE) {   /* set/add/replace */
+        m.flags = bin_load32(rq->extras);
+        m.exptime = bin_load32(rq->extras + 4);
+    }
+    if (m.op != ENG_OP_ADD)
+        m.cas = rq->hdr.cas;
+    if (m.data == NULL)
+        m.data = "";
+    conn_mutate(c, r, &m, bin_store_complete);
+}
+
+static void bin_delete_complete(struct resp *r, const struct eng_result *res)
+{
+    if (res->status != ENG_SUCCESS)
+        bin_add_engine_error(r, res);
+    else if (!bin_opcode_is_quiet(r->opcode))
+        bin_add_ok(r, 0);
+}
+
+static void bin_delete(struct conn *c, const struct bin_request *rq)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    struct eng_mutation m;
+
+    r->noreply = bin_opcode_is_quiet(rq->hdr.opcode);
+    memset(&m, 0, sizeof(m));
+    m.op = ENG_OP_DELETE;
+    m.key = rq->key;
+    m.nkey = rq->nkey;
+    m.cas = rq->hdr.cas;
+    conn_mutate(c, r, &m, bin_delete_complete);
+}
+
+/* incr/decr: the reply body is the new value, 8 bytes big-endian. */
+static void bin_arith_complete(struct resp *r, const struct eng_result *res)
+{
+    char value[8];
+
+    if (res->status != ENG_SUCCESS) {
+        bin_add_engine_error(r, res);
+        return;
+    }
+    if (bin_opcode_is_quiet(r->opcode))
+        return;
+    bin_add_header(r, BIN_STATUS_OK, 0, 0, sizeof(value), res->cas);
+    bin_store64(value, res->value);
+    resp_add(r, value, sizeof(value));
+}
+
+static void bin_arith(struct conn *c, const struct bin_request *rq)
+{
+    uint8_t op = rq->hdr.opcode;
+    struct resp *r = bin_resp_new(c, rq);
+    struct eng_mutation m;
+    uint32_t exptime = bin_load32(rq->extras + 16);
+
+    r->noreply = bin_opcode_is_quiet(op);
+    memset(&m, 0, sizeof(m));
+    m.op = (op == BIN_OP_INCREMENT || op == BIN_OP_INCREMENTQ) ? ENG_OP_INCR : ENG_OP_DECR;
+    m.key = rq->key;
+    m.nkey = rq->nkey;
+    m.delta = bin_load64(rq->extras);
+    m.initial = bin_load64(rq->extras + 8);
+    m.create = exptime != BIN_ARITH_NO_CREATE;
+    m.exptime = m.create ? exptime : 0;
+    m.cas = rq->hdr.cas;
+    conn_mutate(c, r, &m, bin_arith_complete);
+}
+
+static void bin_touch_complete(struct resp *r, const struct eng_result *res)
+{
+    if (res->status != ENG_SUCCESS)
+        bin_add_engine_error(r, res);
+    else
+        bin_add_ok(r, res->cas);
+}
+
+static void bin_touch(struct conn *c, const struct bin_request *rq)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    struct eng_mutation m;
+
+    memset(&m, 0, sizeof(m));
+    m.op = ENG_OP_TOUCH;
+    m.key = rq->key;
+    m.nkey = rq->nkey;
+    m.exptime = bin_load32(rq->extras);
+    conn_mutate(c, r, &m, bin_touch_complete);
+}
+
+static void bin_flush_complete(struct resp *r, const struct eng_result *res)
+{
+    if (res->status != ENG_SUCCESS)
+        bin_add_engine_error(r, res);
+    else if (!bin_opcode_is_quiet(r->opcode))
+        bin_add_ok(r, 0);
+}
+
+static void bin_flush(struct conn *c, const struct bin_request *rq)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    struct eng_mutation m;
+
+    r->noreply = bin_opcode_is_quiet(rq->hdr.opcode);
+    memset(&m, 0, sizeof(m));
+    m.op = ENG_OP_FLUSH;
+    if (rq->hdr.extlen == BIN_EXTRAS_TOUCH)
+        m.exptime = bin_load32(rq->extras);
+    conn_mutate(c, r, &m, bin_flush_complete);
+}
+
+/* ------------------------------------------------------------------ */
+/* Connection-level commands                                           */
+/* ------------------------------------------------------------------ */
+
+static void bin_noop(struct conn *c, const struct bin_request *rq)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    bin_add_ok(r, 0);
+    resp_done(r);
+}
+
+static void bin_version(struct conn *c, const struct bin_request *rq)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    const char *version = MC_VERSION_STRING;
+    size_t n = strlen(version);
+
+    bin_add_header(r, BIN_STATUS_OK, 0, 0, (uint32_t)n, 0);
+    resp_add(r, version, n);
+    resp_done(r);
+}
+
+static void bin_verbosity(struct conn *c, const struct bin_request *rq)
+{
+    struct server *s = conn_server(c);
+    uint32_t level = bin_load32(rq->extras);
+
+    s->settings.verbose = level > BIN_MAX_VERBOSITY ? BIN_MAX_VERBOSITY : (int)level;
+    bin_noop(c, rq);
+}
+
+static void bin_quit(struct conn *c, const struct bin_request *rq)
+{
+    if (rq->hdr.opcode == BIN_OP_QUIT)
+        bin_noop(c, rq);
+    conn_close_after_write(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Entry point                                                         */
+/* ------------------------------------------------------------------ */
+
+static void bin_dispatch(struct conn *c, const struct bin_request *rq)
+{
+    switch (rq->hdr.opcode) {
+    case BIN_OP_GET:
+    case BIN_OP_GETQ:
+    case BIN_OP_GETK:
+    case BIN_OP_GETKQ:
+        bin_get(c, rq);
+        break;
+    case BIN_OP_GAT:
+    case BIN_OP_GATQ:
+    case BIN_OP_GATK:
+    case BIN_OP_GATKQ:
+        bin_gat(c, rq);
+        break;
+    case BIN_OP_STAT:
+        bin_stat(c, rq);
+        break;
+    case BIN_OP_SET:
+    case BIN_OP_SETQ:
+    case BIN_OP_ADD:
+    case BIN_OP_ADDQ:
+    case BIN_OP_REPLACE:
+    case BIN_OP_REPLACEQ:
+    case BIN_OP_APPEND:
+    case BIN_OP_APPENDQ:
+    case BIN_OP_PREPEND:
+    case BIN_OP_PREPENDQ:
+        bin_store(c, rq);
+        break;
+    case BIN_OP_DELETE:
+    case BIN_OP_DELETEQ:
+        bin_delete(c, rq);
+        break;
+    case BIN_OP_INCREMENT:
+    case BIN_OP_INCREMENTQ:
+    case BIN_OP_DECREMENT:
+    case BIN_OP_DECREMENTQ:
+        bin_arith(c, rq);
+        break;
+    case BIN_OP_TOUCH:
+        bin_touch(c, rq);
+        break;
+    case BIN_OP_FLUSH:
+    case BIN_OP_FLUSHQ:
+        bin_flush(c, rq);
+        break;
+    case BIN_OP_NOOP:
+        bin_noop(c, rq);
+        break;
+    case BIN_OP_VERSION:
+        bin_version(c, rq);
+        break;
+    case BIN_OP_VERBOSITY:
+        bin_verbosity(c, rq);
+        break;
+    case BIN_OP_QUIT:
+    case BIN_OP_QUITQ:
+        bin_quit(c, rq);
+        break;
+    default:   /* bin_parse_request only accepts the opcodes above */
+        bin_reply_status(c, rq, BIN_STATUS_UNKNOWN_COMMAND);
+        break;
+    }
+}
+
+/* A body too long to accept: refuse it, drop what is buffered, and have the
+ * connection skip the rest as it arrives. */
+static void bin_reject_too_large(struct conn *c, const struct bin_request *rq,
+                                 size_t len, size_t *consumed)
+{
+    bin_reply_status(c, rq, BIN_STATUS_E2BIG);
+    *consumed = len < rq->total ? len : rq->total;
+    if (rq->total > *consumed)
+        conn_swallow(c, rq->total - *consumed);
+}
+
+enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
+                                  size_t *consumed)
+{
+    struct server *s = conn_server(c);
+    struct bin_request rq;
+
+    *consumed = 0;
+    switch (bin_parse_request(buf, len, bin_max_body(s->settings.item_size_max), &rq)) {
+    case BIN_PARSE_NEED_MORE:
+        return CONN_PARSE_NEED_MORE;
+    case BIN_PARSE_BAD_MAGIC:
+        return CONN_PARSE_CLOSE;
+    case BIN_PARSE_TOO_LARGE:
+        bin_reject_too_large(c, &rq, len, consumed);
+        return CONN_PARSE_OK;
+    case BIN_PARSE_EINVAL:
+        bin_reply_status(c, &rq, BIN_STATUS_EINVAL);
+        *consumed = rq.total;
+        return CONN_PARSE_OK;
+    case BIN_PARSE_UNKNOWN:
+        bin_reply_status(c, &rq, BIN_STATUS_UNKNOWN_COMMAND);
+        *consumed = rq.total;
+        return CONN_PARSE_OK;
+    case BIN_PARSE_OK:
+        break;
+    }
+
+    if (bin_opcode_is_read(rq.hdr.opcode) && conn_writes_inflight(c))
+        return CONN_PARSE_BLOCKED;
+
+    bin_dispatch(c, &rq);
+    *consumed = rq.total;
+    return CONN_PARSE_OK;
+}

@@ -1,0 +1,746 @@
+/* proto_text.c - memcached's ASCII protocol.
+ *
+ * Two halves: text_parse() frames one request (a line, plus a data block for
+ * storage commands) and validates it into a struct text_req without side
+ * effects, so it can be tested on any byte sequence; the handlers below turn
+ * a parsed request into engine calls and reply lines.  Replies and error
+ * strings are memcached's, so existing clients and tests see no difference. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto_text.h"
+#include "server.h"
+
+/* ---- parsing ---- */
+
+struct tokens {
+    const char *s[TEXT_MAX_TOKENS];
+    size_t n[TEXT_MAX_TOKENS];
+    int count;
+    bool more;          /* the line has more tokens than were stored */
+    const char *rest;   /* where the token after the last stored one starts */
+};
+
+static bool is_space(char ch)
+{
+    return ch == ' ';
+}
+
+/* Split [p, end) on spaces, ignoring empty tokens, keeping at most max. */
+static void tokenize(const char *p, const char *end, int max, struct tokens *t)
+{
+    t->count = 0;
+    t->more = false;
+    t->rest = end;
+    while (p < end) {
+        while (p < end && is_space(*p))
+            p++;
+        if (p == end)
+            break;
+        if (t->count == max) {
+            t->more = true;
+            t->rest = p;
+            return;
+        }
+        const char *start = p;
+        while (p < end && !is_space(*p))
+            p++;
+        t->s[t->count] = start;
+        t->n[t->count] = (size_t)(p - start);
+        t->count++;
+    }
+}
+
+static bool tok_is(const struct tokens *t, int i, const char *word)
+{
+    size_t n = strlen(word);
+    return i < t->count && t->n[i] == n && memcmp(t->s[i], word, n) == 0;
+}
+
+/* Unsigned decimal of at most 20 digits that fits in 64 bits. */
+static bool parse_u64(const char *s, size_t n, uint64_t *out)
+{
+    if (n == 0 || n > 20)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_u32(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t v;
+    if (!parse_u64(s, n, &v) || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* Signed decimal within 32-bit range, as memcached reads exptime and length. */
+static bool parse_i32(const char *s, size_t n, int64_t *out)
+{
+    bool neg = n > 0 && s[0] == '-';
+    uint64_t v;
+    if (!parse_u64(s + neg, n - neg, &v) || v > (neg ? 2147483648ull : 2147483647ull))
+        return false;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return true;
+}
+
+static enum text_parse_result parse_error(struct text_req *req, const char *msg)
+{
+    req->error = msg;
+    return TP_ERROR;
+}
+
+static const char *const bad_format = "CLIENT_ERROR bad command line format";
+
+struct command_name {
+    const char *word;
+    enum text_cmd cmd;
+};
+
+static const struct command_name command_names[] = {
+    { "get", TC_GET }, { "gets", TC_GETS }, { "gat", TC_GAT }, { "gats", TC_GATS },
+    { "set", TC_SET }, { "add", TC_ADD }, { "replace", TC_REPLACE },
+    { "append", TC_APPEND }, { "prepend", TC_PREPEND }, { "cas", TC_CAS },
+    { "delete", TC_DELETE }, { "incr", TC_INCR }, { "decr", TC_DECR },
+    { "touch", TC_TOUCH }, { "flush_all", TC_FLUSH_ALL }, { "version", TC_VERSION },
+    { "verbosity", TC_VERBOSITY }, { "stats", TC_STATS }, { "quit", TC_QUIT },
+    { "shutdown", TC_SHUTDOWN },
+};
+
+static enum text_cmd lookup_command(const char *s, size_t n)
+{
+    for (size_t i = 0; i < sizeof(command_names) / sizeof(command_names[0]); i++) {
+        const char *w = command_names[i].word;
+        if (strlen(w) == n && memcmp(w, s, n) == 0)
+            return command_names[i].cmd;
+    }
+    return TC_NONE;
+}
+
+static bool is_retrieval(enum text_cmd cmd)
+{
+    return cmd == TC_GET || cmd == TC_GETS || cmd == TC_GAT || cmd == TC_GATS;
+}
+
+/* A line too long to be anything but a multi-get may still be one. */
+static bool starts_with_retrieval(const char *buf, size_t len)
+{
+    size_t i = 0;
+    while (i < len && i < 64 && buf[i] == ' ')
+        i++;
+    size_t n = 0;
+    while (i + n < len && n < 5 && buf[i + n] != ' ')
+        n++;
+    return i + n < len && buf[i + n] == ' ' && is_retrieval(lookup_command(buf + i, n));
+}
+
+bool text_next_key(const char **p, const char *end, const char **key, size_t *nkey)
+{
+    const char *s = *p;
+    while (s < end && is_space(*s))
+        s++;
+    if (s == end)
+        return false;
+    const char *start = s;
+    while (s < end && !is_space(*s))
+        s++;
+    *key = start;
+    *nkey = (size_t)(s - start);
+    *p = s;
+    return true;
+}
+
+static enum text_parse_result parse_retrieval(struct text_req *req, const struct tokens *t,
+                                              const char *end)
+{
+    int first_key = 1;
+    if (req->cmd == TC_GAT || req->cmd == TC_GATS) {
+        if (t->count < 3)
+            return parse_error(req, "ERROR");
+        if (!parse_i32(t->s[1], t->n[1], &req->exptime))
+            return parse_error(req, "CLIENT_ERROR invalid exptime argument");
+        first_key = 2;
+    }
+    if (t->count <= first_key)
+        return parse_error(req, "ERROR");
+    req->keys = t->s[first_key];
+    req->nkeys_len = (size_t)(end - req->keys);
+    const char *p = req->keys, *key;
+    size_t nkey;
+    while (text_next_key(&p, end, &key, &nkey)) {
+        if (nkey > TEXT_KEY_MAX)
+            return parse_error(req, bad_format);
+    }
+    req->key = t->s[first_key];
+    req->nkey = t->n[first_key];
+    return TP_OK;
+}
+
+static enum text_parse_result parse_storage(struct text_req *req, const struct tokens *t,
+                                            const char *buf, size_t len, size_t max_item)
+{
+    int want = req->cmd == TC_CAS ? 6 : 5;
+    if (t->more || t->count < want || t->count > want + 1)
+        return parse_error(req, "ERROR");
+    req->noreply = t->count == want + 1 && tok_is(t, want, "noreply");
+    req->key = t->s[1];
+    req->nkey = t->n[1];
+    bool ok = parse_u32(t->s[2], t->n[2], &req->flags) &&
+              parse_i32(t->s[3], t->n[3], &req->exptime) &&
+              parse_i32(t->s[4], t->n[4], &req->vlen) && req->vlen >= 0;
+    if (ok && req->cmd == TC_CAS)
+        ok = parse_u64(t->s[5], t->n[5], &req->cas);
+    if (!ok)
+        return parse_error(req, bad_format);
+    if (req->nkey > TEXT_KEY_MAX) {
+        /* The length is sound, so skip the data block rather than read it as commands. */
+        req->swallow = (size_t)req->vlen + 2;
+        return parse_error(req, bad_format);
+    }
+    if ((size_t)req->vlen > max_item) {
+        req->swallow = (size_t)req->vlen + 2;
+        return parse_error(req, "SERVER_ERROR object too large for cache");
+    }
+    size_t line = req->total;
+    size_t need = line + (size_t)req->vlen + 2;
+    if (len < need)
+        return TP_NEED_MORE;
+    req->data = buf + line;
+    req->total = need;
+    if (buf[need - 2] != '\r' || buf[need - 1] != '\n')
+        return parse_error(req, "CLIENT_ERROR bad data chunk");
+    return TP_OK;
+}
+
+static enum text_parse_result parse_delete(struct text_req *req, const struct tokens *t)
+{
+    if (t->more || t->count < 2 || t->count > 4)
+        return parse_error(req, "ERROR");
+    req->key = t->s[1];
+    req->nkey = t->n[1];
+    if (t->count > 2) {
+        /* Only the legacy "0" hold time and noreply are allowed. */
+        bool zero = tok_is(t, 2, "0");
+        req->noreply = tok_is(t, t->count - 1, "noreply");
+        bool ok = (t->count == 3 && (zero || req->noreply)) ||
+                  (t->count == 4 && zero && req->noreply);
+        if (!ok)
+            return parse_error(req, "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
+    }
+    if (req->nkey > TEXT_KEY_MAX)
+        return parse_error(req, bad_format);
+    return TP_OK;
+}
+
+static enum text_parse_result parse_arith(struct text_req *req, const struct tokens *t)
+{
+    if (t->more || t->count < 3 || t->count > 4)
+        return parse_error(req, "ERROR");
+    req->noreply = t->count == 4 && tok_is(t, 3, "noreply");
+    req->key = t->s[1];
+    req->nkey = t->n[1];
+    if (req->nkey > TEXT_KEY_MAX)
+        return parse_error(req, bad_format);
+    if (!parse_u64(t->s[2], t->n[2], &req->delta))
+        return parse_error(req, "CLIENT_ERROR invalid numeric delta argument");
+    return TP_OK;
+}
+
+static enum text_parse_result parse_touch(struct text_req *req, const struct tokens *t)
+{
+    if (t->more || t->count < 3 || t->count > 4)
+        return parse_error(req, "ERROR");
+    req->noreply = t->count == 4 && tok_is(t, 3, "noreply");
+    req->key = t->s[1];
+    req->nkey = t->n[1];
+    if (req->nkey > TEXT_KEY_MAX)
+        return parse_error(req, bad_format);
+    if (!parse_i32(t->s[2], t->n[2], &req->exptime))
+        return parse_error(req, "CLIENT_ERROR invalid exptime argument");
+    return TP_OK;
+}
+
+static enum text_parse_result parse_flush_all(struct text_req *req, const struct tokens *t)
+{
+    if (t->more || t->count > 3)
+        return parse_error(req, "ERROR");
+    req->noreply = tok_is(t, t->count - 1, "noreply");
+    int nargs = t->count - 1 - (req->noreply ? 1 : 0);
+    if (nargs == 1) {
+        if (!parse_i32(t->s[1], t->n[1], &req->exptime) || req->exptime < 0)
+            return parse_error(req, bad_format);
+    } else if (nargs != 0) {
+        return parse_error(req, "ERROR");
+    }
+    return TP_OK;
+}
+
+static enum text_parse_result parse_verbosity(struct text_req *req, const struct tokens *t)
+{
+    if (t->more || t->count < 2 || t->count > 3)
+        return parse_error(req, "ERROR");
+    req->noreply = tok_is(t, t->count - 1, "noreply");
+    /* memcached takes whatever number is there; anything else means 0. */
+    uint64_t level = 0;
+    if (!parse_u64(t->s[1], t->n[1], &level))
+        level = 0;
+    req->delta = level;
+    return TP_OK;
+}
+
+static enum text_parse_result parse_line(struct text_req *req, const char *buf, size_t len,
+                                         const char *end, size_t max_item)
+{
+    struct tokens t;
+    tokenize(buf, end, TEXT_MAX_TOKENS, &t);
+    if (t.count == 0)
+        return parse_error(req, "ERROR");
+    req->cmd = lookup_command(t.s[0], t.n[0]);
+    switch (req->cmd) {
+    case TC_GET: case TC_GETS: case TC_GAT: case TC_GATS:
+        return parse_retrieval(req, &t, end);
+    case TC_SET: case TC_ADD: case TC_REPLACE: case TC_APPEND: case TC_PREPEND: case TC_CAS:
+        return parse_storage(req, &t, buf, len, max_item);
+    case TC_DELETE:
+        return parse_delete(req, &t);
+    case TC_INCR: case TC_DECR:
+        return parse_arith(req, &t);
+    case TC_TOUCH:
+        return parse_touch(req, &t);
+    case TC_FLUSH_ALL:
+        return parse_flush_all(req, &t);
+    case TC_VERBOSITY:
+        return parse_verbosity(req, &t);
+    case TC_VERSION:
+        /* memcached ignores anything after "version"; memcapable relies on it. */
+        return TP_OK;
+    case TC_QUIT:
+        return t.count == 1 ? TP_OK : parse_error(req, "ERROR");
+    case TC_SHUTDOWN:
+        return t.count <= 2 ? TP_OK : parse_error(req, "ERROR");
+    case TC_STATS:
+        if (t.count > 1) {
+            req->arg = t.s[1];
+            req->narg = (size_t)(end - t.s[1]);
+            while (req->narg > 0 && req->arg[req->narg - 1] == ' ')
+                req->narg--;
+        }
+        return TP_OK;
+    case TC_NONE:
+        break;
+    }
+    return parse_error(req, "ERROR");
+}
+
+enum text_parse_result text_parse(const char *buf, size_t len, size_t max_item,
+                                  struct text_req *req)
+{
+    memset(req, 0, sizeof(*req));
+    const char *nl = memchr(buf, '\n', len);
+    if (!nl) {
+        if (len > TEXT_LINE_MAX &&
+            (len > TEXT_GET_LINE_MAX || !starts_with_retrieval(buf, len)))
+            return TP_CLOSE;
+        return TP_NEED_MORE;
+    }
+    size_t line = (size_t)(nl - buf) + 1;
+    if (line > TEXT_GET_LINE_MAX + 2)
+        return TP_CLOSE;
+    const char *end = nl;
+    if (end > buf && end[-1] == '\r')
+        end--;
+    req->total = line;
+    return parse_line(req, buf, len, end, max_item);
+}
+
+/* ---- replies ---- */
+
+static const char *const too_large = "SERVER_ERROR object too large for cache\r\n";
+
+/* Reply lines shared by every command for the engine's failure outcomes. */
+static void reply_failure(struct resp *r, const struct eng_result *res)
+{
+    switch (res->status) {
+    case ENG_TOO_LARGE:
+        resp_str(r, too_large);
+        break;
+    case ENG_NO_MEMORY:
+        resp_str(r, "SERVER_ERROR out of memory storing object\r\n");
+        break;
+    case ENG_NON_NUMERIC:
+        resp_str(r, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+        break;
+    case ENG_MOVED:
+        resp_printf(r, "SERVER_ERROR MOVED %s\r\n", res->msg ? res->msg : "");
+        break;
+    case ENG_FAILED:
+        resp_printf(r, "SERVER_ERROR %s\r\n", res->msg ? res->msg : "failure");
+        break;
+    case ENG_NOT_FOUND:
+        resp_str(r, "NOT_FOUND\r\n");
+        break;
+    case ENG_EXISTS:
+        resp_str(r, "EXISTS\r\n");
+        break;
+    case ENG_NOT_STORED:
+        resp_str(r, "NOT_STORED\r\n");
+        break;
+    default:
+        resp_str(r, "SERVER_ERROR unexpected engine result\r\n");
+        break;
+    }
+}
+
+static void store_complete(struct resp *r, const struct eng_result *res)
+{
+    if (r->noreply)
+        return;
+    if (res->status == ENG_SUCCESS)
+        resp_add(r, "STORED\r\n", 8);
+    else
+        reply_failure(r, res);
+}
+
+static void delete_complete(struct resp *r, const struct eng_result *res)
+{
+    if (r->noreply)
+        return;
+    if (res->status == ENG_SUCCESS)
+        resp_add(r, "DELETED\r\n", 9);
+    else
+        reply_failure(r, res);
+}
+
+static void arith_complete(struct resp *r, const struct eng_result *res)
+{
+    if (r->noreply)
+        return;
+    if (res->status == ENG_SUCCESS)
+        resp_printf(r, "%llu\r\n", (unsigned long long)res->value);
+    else
+        reply_failure(r, res);
+}
+
+static void touch_complete(struct resp *r, const struct eng_result *res)
+{
+    if (r->noreply)
+        return;
+    if (res->status == ENG_SUCCESS)
+        resp_add(r, "TOUCHED\r\n", 9);
+    else
+        reply_failure(r, res);
+}
+
+static void flush_complete(struct resp *r, const struct eng_result *res)
+{
+    if (r->noreply)
+        return;
+    if (res->status == ENG_SUCCESS)
+        resp_add(r, "OK\r\n", 4);
+    else
+        reply_failure(r, res);
+}
+
+/* Decimal digits of v into out (no NUL); returns the count. */
+static size_t format_u64(char *out, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* "VALUE <key> <flags> <bytes>[ <cas>]\r\n" then the value and its CRLF,
+ * sent from engine memory. */
+static void reply_value(struct resp *r, const struct eng_value *v, bool with_cas)
+{
+    char line[TEXT_KEY_MAX + 80];
+    size_t n = 0;
+    memcpy(line, "VALUE ", 6);
+    n = 6;
+    memcpy(line + n, v->key, v->nkey);
+    n += v->nkey;
+    line[n++] = ' ';
+    n += format_u64(line + n, v->flags);
+    line[n++] = ' ';
+    n += format_u64(line + n, v->nbytes);
+    if (with_cas) {
+        line[n++] = ' ';
+        n += format_u64(line + n, v->cas);
+    }
+    line[n++] = '\r';
+    line[n++] = '\n';
+    resp_add(r, line, n);
+    resp_add_ref(r, v->data, (size_t)v->nbytes + 2, v->handle);
+}
+
+/* ---- handlers ---- */
+
+static void handle_get(struct conn *c, const struct text_req *req)
+{
+    struct resp *r = conn_resp_new(c);
+    bool with_cas = req->cmd == TC_GETS;
+    const char *p = req->keys, *end = req->keys + req->nkeys_len, *key;
+    size_t nkey;
+    while (text_next_key(&p, end, &key, &nkey)) {
+        struct eng_value v;
+        struct eng_result res;
+        eng_status st = conn_get(c, key, nkey, &v, &res);
+        if (st == ENG_SUCCESS) {
+            reply_value(r, &v, with_cas);
+        } else if (st != ENG_NOT_FOUND) {
+            reply_failure(r, &res);
+            resp_done(r);
+            return;
+        }
+    }
+    resp_add(r, "END\r\n", 5);
+    resp_done(r);
+}
+
+/* The value slot of a gat completes once every touch it issued has. */
+static void gat_touch_complete(struct resp *t, const struct eng_result *res)
+{
+    struct resp *vr = (struct resp *)(uintptr_t)t->arg;
+    if (--vr->arg == 0)
+        resp_done(vr);
+}
+
+/* gat/gats: read each value, then touch it; the reply leaves once the
+ * touches are complete, so it never promises an exptime not yet applied. */
+static void handle_gat(struct conn *c, const struct text_req *req)
+{
+    struct resp *r = conn_resp_new(c);
+    bool with_cas = req->cmd == TC_GATS;
+    r->arg = 1;   /* guard until the loop is over */
+    const char *p = req->keys, *end = req->keys + req->nkeys_len, *key;
+    size_t nkey;
+    bool failed = false;
+    while (!failed && text_next_key(&p, end, &key, &nkey)) {
+        struct eng_value v;
+        struct eng_result res;
+        eng_status st = conn_get(c, key, nkey, &v, &res);
+        if (st == ENG_NOT_FOUND) {
+            /* memcached counts a gat miss as a touch miss too. */
+            conn_server(c)->stats.cmd_touch++;
+            conn_server(c)->stats.touch_misses++;
+            continue;
+        }
+        if (st != ENG_SUCCESS) {
+            reply_failure(r, &res);
+            failed = true;
+            break;
+        }
+        reply_value(r, &v, with_cas);
+        struct eng_mutation m = { .op = ENG_OP_TOUCH, .key = key, .nkey = nkey,
+                                  .exptime = req->exptime };
+        struct resp *t = conn_resp_new(c);
+        t->noreply = true;
+        t->arg = (uint64_t)(uintptr_t)r;
+        r->arg++;
+        conn_mutate(c, t, &m, gat_touch_complete);
+    }
+    if (!failed)
+        resp_add(r, "END\r\n", 5);
+    if (--r->arg == 0)
+        resp_done(r);
+}
+
+static void handle_store(struct conn *c, const struct text_req *req)
+{
+    static const eng_op ops[] = {
+        [TC_SET] = ENG_OP_SET, [TC_ADD] = ENG_OP_ADD, [TC_REPLACE] = ENG_OP_REPLACE,
+        [TC_APPEND] = ENG_OP_APPEND, [TC_PREPEND] = ENG_OP_PREPEND, [TC_CAS] = ENG_OP_CAS,
+    };
+    struct eng_mutation m = {
+        .op = ops[req->cmd], .key = req->key, .nkey = req->nkey,
+        .data = req->data, .nbytes = (size_t)req->vlen,
+        .flags = req->flags, .exptime = req->exptime, .cas = req->cas,
+    };
+    struct resp *r = conn_resp_new(c);
+    r->noreply = req->noreply;
+    conn_mutate(c, r, &m, store_complete);
+}
+
+static void handle_delete(struct conn *c, const struct text_req *req)
+{
+    struct eng_mutation m = { .op = ENG_OP_DELETE, .key = req->key, .nkey = req->nkey };
+    struct resp *r = conn_resp_new(c);
+    r->noreply = req->noreply;
+    conn_mutate(c, r, &m, delete_complete);
+}
+
+static void handle_arith(struct conn *c, const struct text_req *req)
+{
+    struct eng_mutation m = {
+        .op = req->cmd == TC_INCR ? ENG_OP_INCR : ENG_OP_DECR,
+        .key = req->key, .nkey = req->nkey, .delta = req->delta,
+    };
+    struct resp *r = conn_resp_new(c);
+    r->noreply = req->noreply;
+    conn_mutate(c, r, &m, arith_complete);
+}
+
+static void handle_touch(struct conn *c, const struct text_req *req)
+{
+    struct eng_mutation m = { .op = ENG_OP_TOUCH, .key = req->key, .nkey = req->nkey,
+                              .exptime = req->exptime };
+    struct resp *r = conn_resp_new(c);
+    r->noreply = req->noreply;
+    conn_mutate(c, r, &m, touch_complete);
+}
+
+static void handle_flush_all(struct conn *c, const struct text_req *req)
+{
+    struct eng_mutation m = { .op = ENG_OP_FLUSH, .exptime = req->exptime };
+    struct resp *r = conn_resp_new(c);
+    r->noreply = req->noreply;
+    conn_mutate(c, r, &m, flush_complete);
+}
+
+static void stat_line(void *ctx, const char *name, const char *fmt, ...)
+{
+    struct resp *r = ctx;
+    char value[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof(value), fmt, ap);
+    va_end(ap);
+    resp_printf(r, "STAT %s %s\r\n", name, value);
+}
+
+static void handle_stats(struct conn *c, const struct text_req *req)
+{
+    struct server *s = conn_server(c);
+    struct resp *r = conn_resp_new(c);
+    char group[64] = "";
+    if (req->arg) {
+        if (req->narg >= sizeof(group)) {
+            resp_str(r, "ERROR\r\n");
+            resp_done(r);
+            return;
+        }
+        memcpy(group, req->arg, req->narg);
+        group[req->narg] = '\0';
+    }
+    if (strcmp(group, "reset") == 0) {
+        server_stats_reset(s);
+        resp_str(r, "RESET\r\n");
+    } else if (server_stats(s, group, stat_line, r)) {
+        resp_str(r, "END\r\n");
+    } else {
+        /* Drop anything a failed group emitted before saying so. */
+        r->buflen = 0;
+        r->nsegs = 0;
+        resp_str(r, "ERROR\r\n");
+    }
+    resp_done(r);
+}
+
+static void reply_line(struct conn *c, const char *line, bool noreply)
+{
+    struct resp *r = conn_resp_new(c);
+    if (!noreply) {
+        resp_str(r, line);
+        resp_add(r, "\r\n", 2);
+    }
+    resp_done(r);
+}
+
+static bool needs_own_writes(enum text_cmd cmd)
+{
+    return is_retrieval(cmd) || cmd == TC_STATS;
+}
+
+enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
+                                   size_t *consumed)
+{
+    struct server *s = conn_server(c);
+    struct text_req req;
+    enum text_parse_result pr = text_parse(buf, len, s->settings.item_size_max, &req);
+    *consumed = 0;
+    switch (pr) {
+    case TP_NEED_MORE:
+        return CONN_PARSE_NEED_MORE;
+    case TP_CLOSE:
+        if (s->settings.verbose)
+            fprintf(stderr, "closing connection: request line too long\n");
+        return CONN_PARSE_CLOSE;
+    case TP_ERROR:
+        reply_line(c, req.error, req.noreply);
+        *consumed = req.total;
+        conn_swallow(c, req.swallow);
+        return CONN_PARSE_OK;
+    case TP_OK:
+        break;
+    }
+    if (needs_own_writes(req.cmd) && conn_writes_inflight(c))
+        return CONN_PARSE_BLOCKED;
+    *consumed = req.total;
+    switch (req.cmd) {
+    case TC_GET: case TC_GETS:
+        handle_get(c, &req);
+        break;
+    case TC_GAT: case TC_GATS:
+        handle_gat(c, &req);
+        break;
+    case TC_SET: case TC_ADD: case TC_REPLACE: case TC_APPEND: case TC_PREPEND: case TC_CAS:
+        handle_store(c, &req);
+        break;
+    case TC_DELETE:
+        handle_delete(c, &req);
+        break;
+    case TC_INCR: case TC_DECR:
+        handle_arith(c, &req);
+        break;
+    case TC_TOUCH:
+        handle_touch(c, &req);
+        break;
+    case TC_FLUSH_ALL:
+        handle_flush_all(c, &req);
+        break;
+    case TC_STATS:
+        handle_stats(c, &req);
+        break;
+    case TC_VERSION:
+        reply_line(c, "VERSION " MC_VERSION_STRING, false);
+        break;
+    case TC_VERBOSITY:
+        s->settings.verbose = req.delta > 2 ? 2 : (int)req.delta;
+        reply_line(c, "OK", req.noreply);
+        break;
+    case TC_QUIT:
+        return CONN_PARSE_CLOSE;
+    case TC_SHUTDOWN:
+        if (!s->settings.shutdown_enabled) {
+            reply_line(c, "ERROR: shutdown not enabled", false);
+            break;
+        }
+        conn_request_shutdown(c);
+        return CONN_PARSE_CLOSE;
+    case TC_NONE:
+        reply_line(c, "ERROR", false);
+        break;
+    }
+    return CONN_PARSE_OK;
+}

@@ -1,0 +1,244 @@
+/* server.c - the process's server context: listening sockets, accepting
+ * connections within the -c limit, the once-a-second clock, signals.
+ *
+ * One libevent loop runs everything; the engine is created here from the
+ * settings and is the only storage the connections see. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include <event2/event.h>
+
+#include "conn_internal.h"
+#include "server.h"
+
+void settings_defaults(struct settings *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->port = 11211;
+    s->listen_addr = NULL;
+    s->udp_port = 0;
+    s->mem_limit = 64u << 20;
+    s->max_conns = 1024;
+    s->item_size_max = 1u << 20;
+    s->evict = true;
+    s->cas_enabled = true;
+    s->backlog = 1024;
+    s->hashpower = 16;
+    s->role = "plain";
+}
+
+static const char too_many_conns[] = "ERROR Too many open connections\r\n";
+
+static void set_nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Accept every pending connection; over the limit, say so and hang up. */
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    struct server *s = arg;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK && s->settings.verbose)
+                fprintf(stderr, "accept: %s\n", strerror(errno));
+            return;
+        }
+        if (s->stats.curr_conns >= (uint64_t)s->settings.max_conns) {
+            ssize_t w = write(fd, too_many_conns, sizeof(too_many_conns) - 1);
+            (void)w;
+            close(fd);
+            s->stats.rejected_conns++;
+            continue;
+        }
+        set_nodelay(fd);
+        if (!conn_new(s, fd)) {
+            fprintf(stderr, "cocytus-server: out of memory accepting a connection\n");
+            close(fd);
+            continue;
+        }
+        if (s->settings.verbose > 1)
+            fprintf(stderr, "<%d new connection\n", fd);
+    }
+}
+
+static int listen_one(struct server *s, const struct addrinfo *ai)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, s->settings.backlog) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+static int bound_port_of(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+/* Bind every address -l names (comma separated), or all interfaces. */
+static int server_listen(struct server *s)
+{
+    char addrs[256];
+    snprintf(addrs, sizeof(addrs), "%s", s->settings.listen_addr ? s->settings.listen_addr : "");
+    char *save = NULL;
+    char *host = s->settings.listen_addr ? strtok_r(addrs, ",", &save) : NULL;
+    do {
+        char port[16];
+        /* With -p 0 every address shares the port the first one got. */
+        snprintf(port, sizeof(port), "%d", s->bound_port > 0 ? s->bound_port : s->settings.port);
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                  .ai_flags = AI_PASSIVE };
+        struct addrinfo *res = NULL;
+        int rc = getaddrinfo(host, port, &hints, &res);
+        if (rc != 0) {
+            fprintf(stderr, "cocytus-server: cannot resolve listen address %s: %s\n",
+                    host ? host : "*", gai_strerror(rc));
+            return -1;
+        }
+        for (struct addrinfo *ai = res; ai && s->nlisten < SERVER_MAX_LISTEN; ai = ai->ai_next) {
+            int fd = listen_one(s, ai);
+            if (fd < 0) {
+                /* A host without IPv6 still serves IPv4. */
+                if (host == NULL && ai->ai_family == AF_INET6)
+                    continue;
+                fprintf(stderr, "cocytus-server: failed to listen on %s port %s: %s\n",
+                        host ? host : "*", port, strerror(errno));
+                freeaddrinfo(res);
+                return -1;
+            }
+            if (s->bound_port <= 0)
+                s->bound_port = bound_port_of(fd);
+            s->listen_fd[s->nlisten] = fd;
+            s->listen_ev[s->nlisten] = event_new(s->base, fd, EV_READ | EV_PERSIST, on_accept, s);
+            event_add(s->listen_ev[s->nlisten], NULL);
+            s->nlisten++;
+        }
+        freeaddrinfo(res);
+        host = s->settings.listen_addr ? strtok_r(NULL, ",", &save) : NULL;
+    } while (host);
+    if (s->nlisten == 0) {
+        fprintf(stderr, "cocytus-server: no address to listen on\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void on_clock(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *s = arg;
+    time_t now = time(NULL);
+    clock_set(&s->clock, now);
+    s->engine->ops->tick(s->engine, now);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct server *s = arg;
+    if (s->settings.verbose)
+        fprintf(stderr, "signal %d: shutting down\n", (int)sig);
+    server_shutdown(s);
+}
+
+static struct engine *engine_for_role(const struct settings *st, struct event_base *base,
+                                      time_t started)
+{
+    struct engine_config cfg = {
+        .mem_limit = st->mem_limit,
+        .item_size_max = st->item_size_max,
+        .evict = st->evict,
+        .cas_enabled = st->cas_enabled,
+        .hashpower = st->hashpower,
+        .started = started,
+        .verbose = st->verbose,
+        .base = base,
+    };
+    if (strcmp(st->role, "plain") == 0)
+        return engine_plain_new(&cfg);
+    fprintf(stderr, "cocytus-server: unknown role '%s'\n", st->role);
+    return NULL;
+}
+
+int server_init(struct server *s, const struct settings *settings, struct event_base *base)
+{
+    memset(s, 0, sizeof(*s));
+    s->settings = *settings;
+    s->base = base;
+    s->started = time(NULL);
+    clock_init(&s->clock, s->started);
+    s->accepting = true;
+    signal(SIGPIPE, SIG_IGN);
+    s->engine = engine_for_role(&s->settings, base, s->started);
+    if (!s->engine)
+        return -1;
+    if (server_listen(s) < 0)
+        return -1;
+    struct timeval one_second = { 1, 0 };
+    s->clock_ev = event_new(base, -1, EV_PERSIST, on_clock, s);
+    event_add(s->clock_ev, &one_second);
+    s->sigterm_ev = evsignal_new(base, SIGTERM, on_signal, s);
+    s->sigint_ev = evsignal_new(base, SIGINT, on_signal, s);
+    event_add(s->sigterm_ev, NULL);
+    event_add(s->sigint_ev, NULL);
+    return 0;
+}
+
+int server_run(struct server *s)
+{
+    return event_base_dispatch(s->base);
+}
+
+void server_shutdown(struct server *s)
+{
+    s->shutting_down = true;
+    event_base_loopexit(s->base, NULL);
+}
+
+void server_destroy(struct server *s)
+{
+    conn_close_all(s);
+    for (int i = 0; i < s->nlisten; i++) {
+        event_free(s->listen_ev[i]);
+        close(s->listen_fd[i]);
+    }
+    if (s->clock_ev)
+        event_free(s->clock_ev);
+    if (s->sigterm_ev)
+        event_free(s->sigterm_ev);
+    if (s->sigint_ev)
+        event_free(s->sigint_ev);
+    if (s->engine)
+        s->engine->ops->destroy(s->engine);
+    s->engine = NULL;
+}

@@ -1,0 +1,84 @@
+/* server.h - the one server context of a process: settings, listeners,
+ * connections, counters and the engine.  Nothing else in a process holds
+ * mutable state. */
+#ifndef MC_SERVER_H
+#define MC_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "clock.h"
+#include "engine.h"
+
+#define SERVER_MAX_LISTEN 8
+#define MC_VERSION_STRING "1.6.18-cocytus-" PACKAGE_VERSION
+
+struct event_base;
+struct event;
+struct conn;
+
+struct settings {
+    int port;                 /* -p */
+    const char *listen_addr;  /* -l (NULL: all interfaces) */
+    int udp_port;             /* -U; only 0 (off) is supported */
+    size_t mem_limit;         /* -m, bytes */
+    int max_conns;            /* -c */
+    size_t item_size_max;     /* -I */
+    bool evict;               /* !-M */
+    bool cas_enabled;         /* !-C */
+    int verbose;              /* -v count */
+    bool daemonize;           /* -d */
+    const char *pid_file;     /* -P */
+    const char *user;         /* -u */
+    bool shutdown_enabled;    /* -A */
+    int backlog;              /* -b */
+    unsigned hashpower;       /* -o hashpower=N */
+    size_t max_line;          /* longest request line accepted without a newline */
+    const char *role;         /* --role (plain by default) */
+};
+
+/* Counters kept by the protocol layer, common to every engine. */
+struct server_stats {
+    uint64_t curr_conns, total_conns, rejected_conns, conn_structs;
+    uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch;
+    uint64_t get_hits, get_misses;
+    uint64_t delete_hits, delete_misses;
+    uint64_t incr_hits, incr_misses, decr_hits, decr_misses;
+    uint64_t cas_hits, cas_misses, cas_badval;
+    uint64_t touch_hits, touch_misses;
+    uint64_t bytes_read, bytes_written;
+    uint64_t auth_cmds, auth_errors;
+};
+
+struct server {
+    struct settings settings;
+    struct server_stats stats;
+    struct mc_clock clock;
+    time_t started;
+    struct event_base *base;
+    struct engine *engine;
+    struct event *listen_ev[SERVER_MAX_LISTEN];
+    int listen_fd[SERVER_MAX_LISTEN];
+    int nlisten;
+    struct event *clock_ev;
+    struct event *sigterm_ev, *sigint_ev;
+    int bound_port;           /* actual port (when -p 0 asks for any) */
+    struct conn *conns;       /* all open connections */
+    bool accepting;
+    bool shutting_down;
+};
+
+void settings_defaults(struct settings *s);
+int server_init(struct server *s, const struct settings *settings, struct event_base *base);
+int server_run(struct server *s);
+void server_shutdown(struct server *s);
+void server_destroy(struct server *s);
+
+/* Stats of a group: "" (general), "settings", "items", "slabs", "sizes",
+ * "conns".  Returns false for an unknown group. */
+bool server_stats(struct server *s, const char *group, eng_stat_fn emit, void *ctx);
+void server_stats_reset(struct server *s);
+
+#endif
