@@ -8,8 +8,9 @@
  * check every key.  Used by bench/vs-memcached.sh to fill two servers with
  * the same data before comparing their memory use.
  *
- * (libmemcached 1.1.4's buffered binary sets *with* replies lose the
- * connection every few hundred sets, hence quiet sets for the fast path.)
+ * (With libmemcached 1.1.4, buffered binary sets *with* replies had the
+ * connection reset every few hundred sets by memcached 1.6.18; hence quiet
+ * sets for the fast path.)
  *
  * Build: cc -O2 -o mc-load mc-load.c $(pkg-config --cflags --libs libmemcached)
  * Usage: mc-load [-s host] -p port [-n keys] [-z value_size] [-k key_len]
@@ -20,6 +21,8 @@
  * Exit status: 0 when every set was accepted and every sampled key read back
  * intact, 1 otherwise, 2 on bad usage.
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include <libmemcached/memcached.h>
 
 #include <stdbool.h>

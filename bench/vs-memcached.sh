@@ -30,8 +30,8 @@
 # figure moves far less than throughput does.
 # Pinning: off by default.  On the 2-core development machine, shared with
 # other builds, pinning made results worse: a pinned process cannot leave a
-# core that a compiler has taken, so throughput fell 2-3x and spread did not
-# shrink.  PIN=1 is there for quiet machines.
+# core that a compiler has taken, so throughput fell 1.5-4x and the spread
+# did not shrink.  PIN=1 is there for quiet machines.
 
 set -u
 set -o pipefail

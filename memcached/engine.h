@@ -19,6 +19,7 @@
 #include <time.h>
 
 struct event_base;
+struct cluster;
 
 /* Outcome of one engine call. */
 typedef enum eng_status {
@@ -92,6 +93,9 @@ struct eng_value {
 typedef void (*eng_stat_fn)(void *ctx, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Writes reply bytes of an admin command. */
+typedef void (*eng_write_fn)(void *ctx, const void *p, size_t n);
+
 /* Called by an engine when a pending mutation completes. */
 typedef void (*eng_done_fn)(void *cookie, const struct eng_result *res);
 
@@ -123,6 +127,12 @@ struct engine_ops {
     void (*tick)(struct engine *e, time_t now);
 
     void (*destroy)(struct engine *e);
+
+    /* Optional (may be NULL): an admin command, "cocytus <word>..." on the
+     * text protocol; argv holds the words after "cocytus".  Writes the whole
+     * reply (CRLF-terminated lines) through write().  Returns false for an
+     * unknown command (the caller then replies ERROR). */
+    bool (*admin)(struct engine *e, int argc, char **argv, eng_write_fn write, void *ctx);
 };
 
 struct engine {
@@ -140,10 +150,17 @@ struct engine_config {
     time_t started;          /* process start, wall clock */
     int verbose;
     struct event_base *base; /* for engines that need timers or links */
+    /* Replicated roles: the cluster (repl/cluster.h) and this process's place. */
+    const struct cluster *cluster;
+    int group;
+    int index;
 };
 
 /* The plain engine: an ordinary memcached cache. */
 struct engine *engine_plain_new(const struct engine_config *cfg);
+/* Coding group roles (cocytus/). */
+struct engine *engine_data_new(const struct engine_config *cfg);
+struct engine *engine_parity_new(const struct engine_config *cfg);
 
 /* Helpers shared by engines. */
 static inline eng_status engine_get(struct engine *e, const char *key, size_t nkey,

@@ -40,7 +40,9 @@ static void usage(FILE *out)
         "  -b, --listen-backlog=<n>  listen backlog (default 1024)\n"
         "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
         "  -o, --extended=<opts>     hashpower=N (others ignored)\n"
-        "      --role=<role>         plain (default)\n"
+        "      --role=<role>         plain (default), data, parity\n"
+        "      --cluster=<file>      cluster file (replicated roles)\n"
+        "      --group=<g> --index=<i>  this process's group and index within its role\n"
         "  -V, --version             print the version\n"
         "  -h, --help                this help\n");
 }
@@ -89,7 +91,7 @@ static void parse_extended(struct settings *st, char *opts)
     }
 }
 
-enum { OPT_ROLE = 1000 };
+enum { OPT_ROLE = 1000, OPT_CLUSTER, OPT_GROUP, OPT_INDEX };
 
 static int parse_args(int argc, char **argv, struct settings *st)
 {
@@ -111,6 +113,9 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "threads", required_argument, NULL, 't' },
         { "extended", required_argument, NULL, 'o' },
         { "role", required_argument, NULL, OPT_ROLE },
+        { "cluster", required_argument, NULL, OPT_CLUSTER },
+        { "group", required_argument, NULL, OPT_GROUP },
+        { "index", required_argument, NULL, OPT_INDEX },
         { "version", no_argument, NULL, 'V' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -121,6 +126,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         case 'p':
             if (!parse_int(optarg, 0, 65535, &st->port))
                 goto bad;
+            st->port_given = true;
             break;
         case 'l':
             st->listen_addr = optarg;
@@ -183,6 +189,17 @@ static int parse_args(int argc, char **argv, struct settings *st)
             break;
         case OPT_ROLE:
             st->role = optarg;
+            break;
+        case OPT_CLUSTER:
+            st->cluster_file = optarg;
+            break;
+        case OPT_GROUP:
+            if (!parse_int(optarg, 0, 1 << 20, &st->group))
+                goto bad;
+            break;
+        case OPT_INDEX:
+            if (!parse_int(optarg, 0, 255, &st->index))
+                goto bad;
             break;
         case 'V':
             printf("cocytus-server " PACKAGE_VERSION " (memcached protocol " MC_VERSION_STRING ")\n");

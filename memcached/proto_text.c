@@ -119,14 +119,24 @@ static const struct command_name command_names[] = {
     { "delete", TC_DELETE }, { "incr", TC_INCR }, { "decr", TC_DECR },
     { "touch", TC_TOUCH }, { "flush_all", TC_FLUSH_ALL }, { "version", TC_VERSION },
     { "verbosity", TC_VERBOSITY }, { "stats", TC_STATS }, { "quit", TC_QUIT },
-    { "shutdown", TC_SHUTDOWN },
+    { "shutdown", TC_SHUTDOWN }, { "cocytus", TC_ADMIN },
 };
 
+static bool word_is(const char *s, size_t n, const char *w, size_t wn)
+{
+    return n == wn && memcmp(s, w, n) == 0;
+}
+
+/* The hot commands first: this runs for every request. */
 static enum text_cmd lookup_command(const char *s, size_t n)
 {
+    if (word_is(s, n, "get", 3))
+        return TC_GET;
+    if (word_is(s, n, "set", 3))
+        return TC_SET;
     for (size_t i = 0; i < sizeof(command_names) / sizeof(command_names[0]); i++) {
         const char *w = command_names[i].word;
-        if (strlen(w) == n && memcmp(w, s, n) == 0)
+        if (w[0] == s[0] && word_is(s, n, w, strlen(w)))
             return command_names[i].cmd;
     }
     return TC_NONE;
@@ -333,6 +343,11 @@ static enum text_parse_result parse_line(struct text_req *req, const char *buf, 
         return t.count == 1 ? TP_OK : parse_error(req, "ERROR");
     case TC_SHUTDOWN:
         return t.count <= 2 ? TP_OK : parse_error(req, "ERROR");
+    case TC_ADMIN:
+        if (t.count < 2)
+            return parse_error(req, "ERROR");
+        /* The words after the command are kept as for stats. */
+        __attribute__((fallthrough));
     case TC_STATS:
         if (t.count > 1) {
             req->arg = t.s[1];
@@ -657,6 +672,37 @@ static void handle_stats(struct conn *c, const struct text_req *req)
     resp_done(r);
 }
 
+static void admin_write(void *ctx, const void *p, size_t n)
+{
+    resp_add(ctx, p, n);
+}
+
+#define ADMIN_MAX_WORDS 16
+
+/* "cocytus <words>": handed to the engine, which writes the whole reply. */
+static void handle_admin(struct conn *c, const struct text_req *req)
+{
+    struct engine *e = conn_engine(c);
+    struct resp *r = conn_resp_new(c);
+    char line[1024];
+    char *argv[ADMIN_MAX_WORDS];
+    int argc = 0;
+    if (req->narg < sizeof(line)) {
+        memcpy(line, req->arg, req->narg);
+        line[req->narg] = '\0';
+        char *save = NULL;
+        for (char *w = strtok_r(line, " ", &save); w && argc < ADMIN_MAX_WORDS;
+             w = strtok_r(NULL, " ", &save))
+            argv[argc++] = w;
+    }
+    if (argc == 0 || !e->ops->admin || !e->ops->admin(e, argc, argv, admin_write, r)) {
+        r->buflen = 0;
+        r->nsegs = 0;
+        resp_str(r, "ERROR\r\n");
+    }
+    resp_done(r);
+}
+
 static void reply_line(struct conn *c, const char *line, bool noreply)
 {
     struct resp *r = conn_resp_new(c);
@@ -669,7 +715,7 @@ static void reply_line(struct conn *c, const char *line, bool noreply)
 
 static bool needs_own_writes(enum text_cmd cmd)
 {
-    return is_retrieval(cmd) || cmd == TC_STATS;
+    return is_retrieval(cmd) || cmd == TC_STATS || cmd == TC_ADMIN;
 }
 
 enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
@@ -721,6 +767,9 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
         break;
     case TC_STATS:
         handle_stats(c, &req);
+        break;
+    case TC_ADMIN:
+        handle_admin(c, &req);
         break;
     case TC_VERSION:
         reply_line(c, "VERSION " MC_VERSION_STRING, false);

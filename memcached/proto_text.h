@@ -23,7 +23,8 @@ enum text_cmd {
     TC_GET, TC_GETS, TC_GAT, TC_GATS,
     TC_SET, TC_ADD, TC_REPLACE, TC_APPEND, TC_PREPEND, TC_CAS,
     TC_DELETE, TC_INCR, TC_DECR, TC_TOUCH,
-    TC_FLUSH_ALL, TC_VERSION, TC_VERBOSITY, TC_STATS, TC_QUIT, TC_SHUTDOWN
+    TC_FLUSH_ALL, TC_VERSION, TC_VERBOSITY, TC_STATS, TC_QUIT, TC_SHUTDOWN,
+    TC_ADMIN        /* "cocytus <words>": engine admin commands */
 };
 
 enum text_parse_result {
@@ -51,7 +52,7 @@ struct text_req {
     uint64_t cas;
     uint64_t delta;           /* incr/decr; verbosity level */
     const char *data;         /* value bytes (vlen of them) */
-    const char *arg;          /* stats: group name (NULL = general) */
+    const char *arg;          /* stats: group name (NULL = general); admin: the words */
     size_t narg;
 };
 

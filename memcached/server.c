@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "conn_internal.h"
+#include "cluster.h"
 #include "server.h"
 
 void settings_defaults(struct settings *s)
@@ -171,23 +172,65 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     server_shutdown(s);
 }
 
-static struct engine *engine_for_role(const struct settings *st, struct event_base *base,
-                                      time_t started)
+static struct engine *engine_for_role(const struct server *s, struct event_base *base)
 {
+    const struct settings *st = &s->settings;
     struct engine_config cfg = {
         .mem_limit = st->mem_limit,
         .item_size_max = st->item_size_max,
         .evict = st->evict,
         .cas_enabled = st->cas_enabled,
         .hashpower = st->hashpower,
-        .started = started,
+        .started = s->started,
         .verbose = st->verbose,
         .base = base,
+        .cluster = s->cluster,
+        .group = st->group,
+        .index = st->index,
     };
     if (strcmp(st->role, "plain") == 0)
         return engine_plain_new(&cfg);
+    if (!s->cluster) {
+        fprintf(stderr, "cocytus-server: role '%s' needs --cluster FILE\n", st->role);
+        return NULL;
+    }
+    if (strcmp(st->role, "data") == 0)
+        return engine_data_new(&cfg);
+    if (strcmp(st->role, "parity") == 0)
+        return engine_parity_new(&cfg);
     fprintf(stderr, "cocytus-server: unknown role '%s'\n", st->role);
     return NULL;
+}
+
+/* Replicated roles take their port and address from the cluster file unless
+ * the command line names them. */
+static int server_load_cluster(struct server *s)
+{
+    struct settings *st = &s->settings;
+    if (!st->cluster_file)
+        return 0;
+    char err[256];
+    s->cluster = calloc(1, sizeof(*s->cluster));
+    if (!s->cluster || cluster_load(st->cluster_file, s->cluster, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-server: %s: %s\n", st->cluster_file, s->cluster ? err : "out of memory");
+        return -1;
+    }
+    enum cluster_role role;
+    if (cluster_role_from_name(st->role, &role) < 0) {
+        fprintf(stderr, "cocytus-server: unknown role '%s'\n", st->role);
+        return -1;
+    }
+    const struct cluster_proc *p = cluster_find(s->cluster, st->group, role, st->index);
+    if (!p) {
+        fprintf(stderr, "cocytus-server: %s has no %s process %d in group %d\n",
+                st->cluster_file, st->role, st->index, st->group);
+        return -1;
+    }
+    if (!st->port_given)
+        st->port = p->port;
+    if (!st->listen_addr)
+        st->listen_addr = p->host;
+    return 0;
 }
 
 int server_init(struct server *s, const struct settings *settings, struct event_base *base)
@@ -199,7 +242,9 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     clock_init(&s->clock, s->started);
     s->accepting = true;
     signal(SIGPIPE, SIG_IGN);
-    s->engine = engine_for_role(&s->settings, base, s->started);
+    if (server_load_cluster(s) < 0)
+        return -1;
+    s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
     if (server_listen(s) < 0)
@@ -241,4 +286,9 @@ void server_destroy(struct server *s)
     if (s->engine)
         s->engine->ops->destroy(s->engine);
     s->engine = NULL;
+    if (s->cluster) {
+        cluster_free(s->cluster);
+        free(s->cluster);
+        s->cluster = NULL;
+    }
 }

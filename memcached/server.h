@@ -21,6 +21,7 @@ struct conn;
 
 struct settings {
     int port;                 /* -p */
+    bool port_given;          /* -p was on the command line */
     const char *listen_addr;  /* -l (NULL: all interfaces) */
     int udp_port;             /* -U; only 0 (off) is supported */
     size_t mem_limit;         /* -m, bytes */
@@ -37,6 +38,9 @@ struct settings {
     unsigned hashpower;       /* -o hashpower=N */
     size_t max_line;          /* longest request line accepted without a newline */
     const char *role;         /* --role (plain by default) */
+    const char *cluster_file; /* --cluster: replicated roles */
+    int group;                /* --group */
+    int index;                /* --index: within the role in the group */
 };
 
 /* Counters kept by the protocol layer, common to every engine. */
@@ -59,6 +63,7 @@ struct server {
     time_t started;
     struct event_base *base;
     struct engine *engine;
+    struct cluster *cluster;  /* loaded from settings.cluster_file, or NULL */
     struct event *listen_ev[SERVER_MAX_LISTEN];
     int listen_fd[SERVER_MAX_LISTEN];
     int nlisten;

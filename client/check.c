@@ -1,0 +1,576 @@
+/* check.c - cocytus-cli verify and decode-check.
+ *
+ * verify: for every coding group, each data process's metadata (count,
+ * digest, allocator digest, used bytes) must equal every parity process's
+ * backup of it, and over the used byte ranges (or the whole region with
+ * --full) each parity region must equal codec_encode of the K data regions,
+ * byte for byte.
+ *
+ * decode-check: over the same ranges, for every choice of K survivors among
+ * the N regions, codec_decode must rebuild the erased ones exactly (the
+ * offline form of what recovery does).
+ *
+ * Both wait until the group is quiescent first and, if a data process's
+ * stable xid moves during the check, start over (a few times at most). */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "gview.h"
+
+#define MAX_ATTEMPTS 3          /* starts of a check whose group kept changing */
+#define MAX_PRINTED 20          /* problem lines printed per group */
+#define PROBLEM_LEN 320
+#define COALESCE_GAP 4096       /* fetch two used ranges at once when this close */
+#define MAX_COMBINATIONS 100000
+
+enum attempt_result { ATTEMPT_DONE, ATTEMPT_RETRY };
+
+/* Problems of one attempt: printed only once the attempt is known valid. */
+struct problems {
+    int n;
+    char line[MAX_PRINTED][PROBLEM_LEN];
+};
+
+static void problem(struct problems *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void problem(struct problems *p, const char *fmt, ...)
+{
+    if (p->n < MAX_PRINTED) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(p->line[p->n], PROBLEM_LEN, fmt, ap);
+        va_end(ap);
+    }
+    p->n++;
+}
+
+static void print_problems(const struct problems *p, int group)
+{
+    int shown = p->n < MAX_PRINTED ? p->n : MAX_PRINTED;
+    for (int i = 0; i < shown; i++)
+        printf("group %d: %s\n", group, p->line[i]);
+    if (p->n > shown)
+        printf("group %d: ... and %d more problems\n", group, p->n - shown);
+}
+
+/* ---- buffers ---- */
+
+struct bufs {
+    int n;
+    uint8_t *blk[GVIEW_MAX_BLOCKS];    /* fetched regions */
+    uint8_t *work[GVIEW_MAX_BLOCKS];   /* encode / decode output */
+};
+
+static int bufs_alloc(struct bufs *b, int n, size_t size)
+{
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    for (int i = 0; i < n; i++) {
+        b->blk[i] = malloc(size);
+        b->work[i] = malloc(size);
+        if (b->blk[i] == NULL || b->work[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+static void bufs_free(struct bufs *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        free(b->blk[i]);
+        free(b->work[i]);
+    }
+}
+
+/* ---- byte comparison ---- */
+
+struct diff {
+    uint64_t count;      /* differing bytes */
+    uint64_t first;      /* offset within the chunk */
+    uint64_t last;
+};
+
+static bool compare_bytes(const uint8_t *want, const uint8_t *have, size_t len, struct diff *d)
+{
+    if (memcmp(want, have, len) == 0)
+        return true;
+    memset(d, 0, sizeof *d);
+    for (size_t x = 0; x < len; x++) {
+        if (want[x] != have[x]) {
+            if (d->count == 0)
+                d->first = x;
+            d->last = x;
+            d->count++;
+        }
+    }
+    return false;
+}
+
+/* Merges ranges closer than COALESCE_GAP, so a fragmented region is fetched
+ * in few requests (parity holds for every byte, so the gaps check too). */
+static void coalesce(struct admin_ranges *r)
+{
+    if (r->n == 0)
+        return;
+    size_t w = 0;
+    for (size_t i = 1; i < r->n; i++) {
+        uint64_t end = r->v[w].off + r->v[w].len;
+        if (r->v[i].off <= end + COALESCE_GAP)
+            r->v[w].len = r->v[i].off + r->v[i].len - r->v[w].off;
+        else
+            r->v[++w] = r->v[i];
+    }
+    r->n = w + 1;
+}
+
+/* ---- verify ---- */
+
+struct verify_sum {
+    uint64_t items;
+    uint64_t bytes;
+};
+
+static bool meta_field_equal(const struct admin_stats *a, const struct admin_stats *b,
+                             const char *name)
+{
+    const char *x = admin_stat_str(a, name), *y = admin_stat_str(b, name);
+    return x != NULL && y != NULL && strcmp(x, y) == 0;
+}
+
+/* Compares data process i's table with every parity process's backup. */
+static int compare_meta_of(struct gview *v, int i, struct problems *pr, struct verify_sum *sum,
+                           char *err, size_t errlen)
+{
+    static const char *const fields[] = { "count", "digest", "alloc_digest", "used_bytes" };
+    struct admin_stats dm = { 0 }, pm = { 0 };
+    char name[128], cmd[64];
+    int rc = 0;
+    if (admin_stats_cmd(v->conn[i], "cocytus meta", &dm) < 0) {
+        snprintf(err, errlen, "%s", v->conn[i]->err);
+        admin_stats_free(&dm);
+        return -1;
+    }
+    uint64_t count = 0;
+    admin_stat_u64(&dm, "count", &count);
+    sum->items += count;
+    snprintf(cmd, sizeof cmd, "cocytus meta %d", i);
+    for (int j = 0; j < v->m && rc == 0; j++) {
+        int b = v->k + j;
+        if (admin_stats_cmd(v->conn[b], cmd, &pm) < 0) {
+            snprintf(err, errlen, "%s", v->conn[b]->err);
+            rc = -1;
+            break;
+        }
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            if (admin_stat_str(&dm, fields[f]) == NULL && admin_stat_str(&pm, fields[f]) == NULL)
+                continue;    /* a field neither side reports */
+            if (!meta_field_equal(&dm, &pm, fields[f])) {
+                const char *x = admin_stat_str(&dm, fields[f]), *y = admin_stat_str(&pm, fields[f]);
+                problem(pr, "%s: backup metadata of data %d differs: %s %s, data has %s",
+                        gview_name(v, b, name, sizeof name), i, fields[f],
+                        y ? y : "(missing)", x ? x : "(missing)");
+            }
+        }
+    }
+    admin_stats_free(&dm);
+    admin_stats_free(&pm);
+    return rc;
+}
+
+/* A parity process that stopped applying a data process's records says so
+ * in `cocytus info` (dp<i>_diverged 1). */
+static int check_diverged(struct gview *v, struct problems *pr, char *err, size_t errlen)
+{
+    char name[128], stat[48];
+    for (int j = 0; j < v->m; j++) {
+        int b = v->k + j;
+        struct admin_stats st = { 0 };
+        if (admin_stats_cmd(v->conn[b], "cocytus info", &st) < 0) {
+            snprintf(err, errlen, "%s", v->conn[b]->err);
+            admin_stats_free(&st);
+            return -1;
+        }
+        for (int i = 0; i < v->k; i++) {
+            uint64_t diverged = 0;
+            snprintf(stat, sizeof stat, "dp%d_diverged", i);
+            if (admin_stat_u64(&st, stat, &diverged) && diverged != 0)
+                problem(pr, "%s: stopped applying records of data %d (diverged; see its log)",
+                        gview_name(v, b, name, sizeof name), i);
+        }
+        admin_stats_free(&st);
+    }
+    return 0;
+}
+
+/* Encodes the fetched data chunk and compares each parity chunk. */
+static void compare_parity_chunk(struct gview *v, const struct codec *codec, struct bufs *b,
+                                 uint64_t off, size_t len, struct problems *pr)
+{
+    char name[128];
+    codec_encode(codec, b->blk, b->work, len);
+    for (int j = 0; j < v->m; j++) {
+        struct diff d;
+        const uint8_t *have = b->blk[v->k + j];
+        if (compare_bytes(b->work[j], have, len, &d))
+            continue;
+        problem(pr, "%s: %" PRIu64 " parity bytes differ in [%" PRIu64 ", %" PRIu64
+                "); first at %" PRIu64 ": expected 0x%02x, has 0x%02x",
+                gview_name(v, v->k + j, name, sizeof name), d.count, off + d.first,
+                off + d.last + 1, off + d.first, b->work[j][d.first], have[d.first]);
+    }
+}
+
+/* Calls fn for each chunk of the ranges; stops on a fetch error. */
+typedef void (*chunk_fn)(struct gview *v, const struct codec *codec, struct bufs *b,
+                         uint64_t off, size_t len, struct problems *pr);
+
+static int for_each_chunk(struct gview *v, const struct admin_ranges *r, uint64_t chunk,
+                          const struct codec *codec, struct bufs *b, chunk_fn fn,
+                          struct problems *pr, uint64_t *bytes, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        uint64_t end = r->v[i].off + r->v[i].len;
+        for (uint64_t off = r->v[i].off; off < end; off += chunk) {
+            size_t len = (size_t)(end - off < chunk ? end - off : chunk);
+            if (gview_fetch(v, off, len, b->blk, err, errlen) < 0)
+                return -1;
+            fn(v, codec, b, off, len, pr);
+            *bytes += len;
+        }
+    }
+    return 0;
+}
+
+/* Opens the group and waits for quiescence; prints why not and returns the
+ * exit code, or CLI_OK when ready. */
+static int prepare_group(struct gview *v, const struct proc_list *l, int g,
+                         const struct cli_opts *o)
+{
+    char err[512];
+    if (gview_open(v, l, g, o->timeout_ms, err, sizeof err) < 0) {
+        printf("group %d: ERROR: %s\n", g, err);
+        return CLI_UNREACHABLE;
+    }
+    int q = gview_wait_quiet(v, o->quiet_ms, err, sizeof err);
+    if (q < 0) {
+        printf("group %d: ERROR: %s\n", g, err);
+        return CLI_UNREACHABLE;
+    }
+    if (q == 2) {
+        printf("group %d: FAILED: %s\n", g, err);
+        return CLI_MISMATCH;
+    }
+    if (q > 0) {
+        printf("group %d: NOT QUIESCENT after %d ms (%s); stop writes and retry\n",
+               g, o->quiet_ms, err);
+        return CLI_UNREACHABLE;
+    }
+    return CLI_OK;
+}
+
+/* Ranges to check, coalesced.  -1 (message printed) on error. */
+static int check_ranges(struct gview *v, const struct cli_opts *o, struct admin_ranges *r)
+{
+    char err[512];
+    if (gview_ranges(v, o->full, r, err, sizeof err) < 0) {
+        printf("group %d: ERROR: %s\n", v->group, err);
+        return -1;
+    }
+    coalesce(r);
+    return 0;
+}
+
+/* After the comparisons: ATTEMPT_RETRY if the group changed meanwhile;
+ * otherwise *code is CLI_OK, or CLI_UNREACHABLE (message printed). */
+static int confirm_unchanged(struct gview *v, int *code)
+{
+    char err[512];
+    int rc = gview_check_unchanged(v, err, sizeof err);
+    if (rc < 0) {
+        printf("group %d: ERROR: %s\n", v->group, err);
+        *code = CLI_UNREACHABLE;
+        return ATTEMPT_DONE;
+    }
+    if (rc > 0) {
+        printf("group %d: writes arrived during the check (%s); starting over\n", v->group, err);
+        return ATTEMPT_RETRY;
+    }
+    *code = CLI_OK;
+    return ATTEMPT_DONE;
+}
+
+static int verify_attempt(const struct proc_list *l, int g, const struct cli_opts *o, int *code)
+{
+    struct gview v;
+    struct problems pr = { 0 };
+    struct verify_sum sum = { 0 };
+    struct admin_ranges r = { 0 };
+    struct bufs b = { 0 };
+    struct codec *codec = NULL;
+    char err[512];
+    int result = ATTEMPT_DONE;
+
+    *code = prepare_group(&v, l, g, o);
+    if (*code != CLI_OK)
+        goto out;
+    *code = CLI_UNREACHABLE;
+    if (check_diverged(&v, &pr, err, sizeof err) < 0) {
+        printf("group %d: ERROR: %s\n", g, err);
+        goto out;
+    }
+    for (int i = 0; i < v.k; i++) {
+        if (compare_meta_of(&v, i, &pr, &sum, err, sizeof err) < 0) {
+            printf("group %d: ERROR: %s\n", g, err);
+            goto out;
+        }
+    }
+    if (check_ranges(&v, o, &r) < 0)
+        goto out;
+    codec = codec_new(v.k, v.k + v.m, CODEC_BACKEND_DEFAULT);
+    if (codec == NULL || bufs_alloc(&b, v.k + v.m, (size_t)o->chunk) < 0) {
+        printf("group %d: ERROR: cannot set up RS(%d,%d) (out of memory?)\n", g, v.k, v.k + v.m);
+        goto out;
+    }
+    if (for_each_chunk(&v, &r, o->chunk, codec, &b, compare_parity_chunk, &pr, &sum.bytes,
+                       err, sizeof err) < 0) {
+        printf("group %d: ERROR: %s\n", g, err);
+        goto out;
+    }
+    result = confirm_unchanged(&v, code);
+    if (result == ATTEMPT_RETRY || *code == CLI_UNREACHABLE)
+        goto out;
+    print_problems(&pr, g);
+    if (pr.n == 0) {
+        printf("group %d: OK (%d data, %d parity, %" PRIu64 " items, %" PRIu64 " bytes checked%s)\n",
+               g, v.k, v.m, sum.items, sum.bytes, o->full ? ", full regions" : "");
+        *code = CLI_OK;
+    } else {
+        printf("group %d: FAILED (%d problems; %d data, %d parity, %" PRIu64 " items, %" PRIu64
+               " bytes checked)\n", g, pr.n, v.k, v.m, sum.items, sum.bytes);
+        *code = CLI_MISMATCH;
+    }
+out:
+    bufs_free(&b);
+    codec_free(codec);
+    ranges_free(&r);
+    gview_close(&v);
+    return result;
+}
+
+/* ---- decode-check ---- */
+
+/* Next M-subset of {0..n-1} in lexicographic order; false after the last. */
+static bool next_combination(int *c, int m, int n)
+{
+    int i = m - 1;
+    while (i >= 0 && c[i] == n - m + i)
+        i--;
+    if (i < 0)
+        return false;
+    c[i]++;
+    for (int j = i + 1; j < m; j++)
+        c[j] = c[j - 1] + 1;
+    return true;
+}
+
+static const char *block_name(const struct gview *v, int b, char *buf, size_t cap)
+{
+    if (b < v->k)
+        snprintf(buf, cap, "data %d", b);
+    else
+        snprintf(buf, cap, "parity %d", b - v->k);
+    return buf;
+}
+
+/* "{0,1,3}": the survivors when the blocks in erased[0..m) are lost. */
+static const char *survivors_text(const struct gview *v, const int *erased, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int e = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "{");
+    for (int b = 0; b < v->k + v->m && n < cap; b++) {
+        if (e < v->m && erased[e] == b) {
+            e++;
+            continue;
+        }
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s%d", n > 1 ? "," : "",
+                              b < v->k ? "d" : "p", b < v->k ? b : b - v->k);
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "}");
+    return buf;
+}
+
+/* One erasure pattern on one chunk: rebuild and compare. */
+static void decode_one(struct gview *v, const struct codec *codec, struct bufs *b,
+                       const int *erased, uint64_t off, size_t len, struct problems *pr)
+{
+    char bname[32], sname[160];
+    for (int x = 0; x < v->k + v->m; x++)
+        memcpy(b->work[x], b->blk[x], len);
+    for (int e = 0; e < v->m; e++)
+        memset(b->work[erased[e]], 0xa5, len);
+    if (codec_decode(codec, erased, v->m, b->work, b->work + v->k, len) < 0) {
+        problem(pr, "survivors %s: codec_decode refused the erasure pattern",
+                survivors_text(v, erased, sname, sizeof sname));
+        return;
+    }
+    for (int e = 0; e < v->m; e++) {
+        struct diff d;
+        int x = erased[e];
+        if (compare_bytes(b->blk[x], b->work[x], len, &d))
+            continue;
+        problem(pr, "survivors %s: rebuilt %s differs in %" PRIu64 " bytes of [%" PRIu64
+                ", %" PRIu64 "); first at %" PRIu64, survivors_text(v, erased, sname, sizeof sname),
+                block_name(v, x, bname, sizeof bname), d.count, off + d.first,
+                off + d.last + 1, off + d.first);
+    }
+}
+
+/* Calls fn for every M-subset of the N blocks (at most MAX_COMBINATIONS);
+ * returns how many there were. */
+static int for_each_erasure(struct gview *v, void (*fn)(struct gview *v, const int *erased,
+                                                        void *ctx), void *ctx)
+{
+    int erased[GVIEW_MAX_BLOCKS];
+    for (int e = 0; e < v->m; e++)
+        erased[e] = e;
+    int count = 0;
+    do {
+        if (fn != NULL)
+            fn(v, erased, ctx);
+        count++;
+    } while (count < MAX_COMBINATIONS && next_combination(erased, v->m, v->k + v->m));
+    return count;
+}
+
+struct decode_ctx {
+    const struct codec *codec;
+    struct bufs *b;
+    uint64_t off;
+    size_t len;
+    struct problems *pr;
+};
+
+static void decode_pattern(struct gview *v, const int *erased, void *ctx)
+{
+    struct decode_ctx *d = ctx;
+    decode_one(v, d->codec, d->b, erased, d->off, d->len, d->pr);
+}
+
+static void decode_chunk(struct gview *v, const struct codec *codec, struct bufs *b,
+                         uint64_t off, size_t len, struct problems *pr)
+{
+    struct decode_ctx d = { codec, b, off, len, pr };
+    for_each_erasure(v, decode_pattern, &d);
+}
+
+static int decode_attempt(const struct proc_list *l, int g, const struct cli_opts *o, int *code)
+{
+    struct gview v;
+    struct problems pr = { 0 };
+    struct admin_ranges r = { 0 };
+    struct bufs b = { 0 };
+    struct codec *codec = NULL;
+    uint64_t bytes = 0;
+    char err[512];
+    int result = ATTEMPT_DONE;
+
+    *code = prepare_group(&v, l, g, o);
+    if (*code != CLI_OK)
+        goto out;
+    *code = CLI_UNREACHABLE;
+    if (check_ranges(&v, o, &r) < 0)
+        goto out;
+    codec = codec_new(v.k, v.k + v.m, CODEC_BACKEND_DEFAULT);
+    if (codec == NULL || bufs_alloc(&b, v.k + v.m, (size_t)o->chunk) < 0) {
+        printf("group %d: ERROR: cannot set up RS(%d,%d) (out of memory?)\n", g, v.k, v.k + v.m);
+        goto out;
+    }
+    if (for_each_chunk(&v, &r, o->chunk, codec, &b, decode_chunk, &pr, &bytes,
+                       err, sizeof err) < 0) {
+        printf("group %d: ERROR: %s\n", g, err);
+        goto out;
+    }
+    result = confirm_unchanged(&v, code);
+    if (result == ATTEMPT_RETRY || *code == CLI_UNREACHABLE)
+        goto out;
+    print_problems(&pr, g);
+    if (pr.n == 0) {
+        printf("group %d: OK (%d survivor sets of %d among %d, %" PRIu64
+               " bytes per region decoded and matched%s)\n",
+               g, for_each_erasure(&v, NULL, NULL), v.k, v.k + v.m, bytes, o->full ? ", full regions" : "");
+        *code = CLI_OK;
+    } else {
+        printf("group %d: FAILED (%d problems over %" PRIu64 " bytes per region)\n",
+               g, pr.n, bytes);
+        *code = CLI_MISMATCH;
+    }
+out:
+    bufs_free(&b);
+    codec_free(codec);
+    ranges_free(&r);
+    gview_close(&v);
+    return result;
+}
+
+/* ---- drivers ---- */
+
+typedef int (*attempt_fn)(const struct proc_list *l, int g, const struct cli_opts *o, int *code);
+
+static int run_group(const struct proc_list *l, int g, const struct cli_opts *o, attempt_fn fn)
+{
+    int code = CLI_UNREACHABLE;
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+        if (fn(l, g, o, &code) == ATTEMPT_DONE)
+            return code;
+    }
+    printf("group %d: NOT QUIESCENT: it changed during %d attempts; stop writes and retry\n",
+           g, MAX_ATTEMPTS);
+    return CLI_UNREACHABLE;
+}
+
+/* Worst code wins: unreachable > mismatch > ok. */
+static int worse(int a, int b)
+{
+    static const int rank[] = { [CLI_OK] = 0, [CLI_MISMATCH] = 1, [CLI_USAGE] = 3,
+                                [CLI_UNREACHABLE] = 2 };
+    return rank[b] > rank[a] ? b : a;
+}
+
+static int run_all_groups(const struct proc_list *l, const struct cli_opts *o, attempt_fn fn,
+                          const char *what)
+{
+    int code = CLI_OK, checked = 0;
+    int ngroups = procs_ngroups(l);
+    for (int g = 0; g < ngroups; g++) {
+        if ((o->group >= 0 && g != o->group) || procs_count(l, g, "data") == 0 ||
+            procs_count(l, g, "parity") == 0)
+            continue;
+        code = worse(code, run_group(l, g, o, fn));
+        checked++;
+    }
+    if (checked == 0) {
+        printf("%s: no coding group (data + parity processes) to check\n", what);
+        return CLI_USAGE;
+    }
+    printf("%s: %s\n", what, code == CLI_OK ? "all groups OK" : "FAILED");
+    return code;
+}
+
+int cmd_verify(const struct proc_list *l, const struct cli_opts *o)
+{
+    return run_all_groups(l, o, verify_attempt, "verify");
+}
+
+int cmd_decode_check(const struct proc_list *l, const struct cli_opts *o)
+{
+    return run_all_groups(l, o, decode_attempt, "decode-check");
+}

@@ -1,0 +1,33 @@
+/* cli.h - what cocytus-cli's commands share: options, exit codes and the
+ * command entry points (check.c: verify, decode-check; mem.c: mem, status). */
+#ifndef CLIENT_CLI_H
+#define CLIENT_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "procs.h"
+
+/* Exit codes (docs/cli.md). */
+enum cli_exit {
+    CLI_OK = 0,          /* every check passed */
+    CLI_MISMATCH = 1,    /* a check found a difference */
+    CLI_USAGE = 2,       /* bad command line, unreadable endpoints or cluster file */
+    CLI_UNREACHABLE = 3  /* a process did not answer, answered nonsense, or never became quiescent */
+};
+
+struct cli_opts {
+    bool full;              /* verify/decode-check: the whole region, not only used ranges */
+    uint64_t raw_bytes;     /* mem: raw value bytes for the ratio line (0: none) */
+    int timeout_ms;         /* bound for each socket wait */
+    int quiet_ms;           /* how long to wait for a quiescent group */
+    int group;              /* only this group (-1: all) */
+    uint64_t chunk;         /* bytes fetched per region request */
+};
+
+int cmd_verify(const struct proc_list *l, const struct cli_opts *o);
+int cmd_decode_check(const struct proc_list *l, const struct cli_opts *o);
+int cmd_mem(const struct proc_list *l, const struct cli_opts *o);
+int cmd_status(const struct proc_list *l, const struct cli_opts *o);
+
+#endif

@@ -1,0 +1,43 @@
+/* procs.h - the server processes cocytus-cli talks to, read from a cluster
+ * directory's endpoints file or derived from a cluster file, and grouped
+ * into coding groups. */
+#ifndef CLIENT_PROCS_H
+#define CLIENT_PROCS_H
+
+#include <stddef.h>
+
+#define PROC_ROLE_MAX 16
+#define PROC_HOST_MAX 64
+
+struct proc_info {
+    char role[PROC_ROLE_MAX];   /* data, parity, plain, primary, backup */
+    int group;
+    int index;                  /* within its role in the group */
+    int node;
+    char host[PROC_HOST_MAX];
+    int port;
+    long pid;                   /* 0 when unknown (cluster file) */
+};
+
+struct proc_list {
+    struct proc_info *v;
+    int n, cap;
+};
+
+/* DIR/endpoints: lines "<role> <group> <index> <node> <host>:<port> <pid>";
+ * other lines (e.g. "proxy <host>:<port>", comments) are skipped.
+ * 0, or -1 with a message in err. */
+int procs_from_endpoints(const char *dir, struct proc_list *out, char *err, size_t errlen);
+/* Every process a cluster file lays out (repl/cluster.h). */
+int procs_from_cluster(const char *path, struct proc_list *out, char *err, size_t errlen);
+void procs_free(struct proc_list *l);
+
+/* The process with this group, role and index, or NULL. */
+const struct proc_info *procs_find(const struct proc_list *l, int group,
+                                   const char *role, int index);
+/* Largest group number plus one (0 for an empty list). */
+int procs_ngroups(const struct proc_list *l);
+/* Number of processes of a role in a group. */
+int procs_count(const struct proc_list *l, int group, const char *role);
+
+#endif

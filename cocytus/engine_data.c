@@ -1,0 +1,1311 @@
+/* engine_data.c - the data process of a coding group (--role data).
+ *
+ * Keys and metadata live in a heap table (meta.c); value bytes live in one
+ * mmap-ed region managed by the deterministic allocator.  Every mutation
+ * becomes one record (repl/record.h): allocator ops, table ops and the delta
+ * of the new value against the bytes currently in its newly allocated range.
+ * The record goes to every parity process of the group; once all of them
+ * have acknowledged it (and everything before it) it is stable, and only
+ * then is the value XORed into the region, the table entry switched and the
+ * client answered (docs/coding-group.md, "piggybacked commit").
+ *
+ * Two rules let records pipeline without corrupting deltas: space released
+ * by a record is returned to the allocator only after that record is stable
+ * (deferred frees), and a key has at most one record in flight.  Mutations
+ * that must wait (key in flight, no usable space yet, flush in progress) sit
+ * in a FIFO write queue that is drained whenever the stable xid advances. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include <event2/event.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "cluster.h"
+#include "engine.h"
+#include "frame.h"
+#include "link.h"
+#include "meta.h"
+#include "reclog.h"
+#include "record.h"
+
+#define DP_MAX_PARITY 32
+#define DP_STABLE_IDLE_USEC 1000     /* idle time before a lone STABLE frame */
+#define DP_EVICT_TRIES 200
+#define DP_SWEEP_BUDGET 2000
+#define DP_SWEEP_MAX_DELS 256
+#define DP_ADMIN_REGION_MAX (16u << 20)
+
+enum meta_bits {
+    DP_NEW = 0x20                 /* placeholder of a key created by a record in flight */
+};
+
+/* Result of trying a mutation now. */
+enum try_result {
+    TRY_DONE,      /* final outcome in res, nothing sent */
+    TRY_SENT,      /* a record carries it; the outcome is reported at commit */
+    TRY_BLOCKED    /* cannot proceed yet; retry after the stable xid advances */
+};
+
+struct deferred_free {
+    uint64_t off;
+    uint64_t size;
+    uint64_t tag;                 /* xid of the record that released the space */
+};
+
+struct completion {
+    struct completion *next;
+    uint64_t xid;
+    eng_done_fn done;
+    void *cookie;
+    struct eng_result res;
+};
+
+struct queued {
+    struct queued *next;
+    struct eng_mutation m;        /* key/data point into buf */
+    eng_done_fn done;
+    void *cookie;
+    char buf[];
+};
+
+struct data_engine;
+
+struct parity_peer {
+    struct data_engine *dp;
+    int index;
+    struct link *link;
+    uint64_t acked;               /* cumulative ack from this parity process */
+};
+
+struct data_engine {
+    struct engine base;
+    struct event_base *evbase;
+    const struct cluster *cluster;
+    int group, index, k, m;
+    int verbose;
+
+    size_t region_size;
+    uint8_t *region;
+    struct dalloc *alloc;
+    struct meta_table meta;
+    size_t placeholders;          /* DP_NEW entries in the table */
+    struct mc_clock clock;
+    size_t item_size_max;
+    bool evict;
+    uint64_t headroom;            /* keep this much space free or on its way */
+
+    uint64_t cas_counter;
+    uint64_t xid;                 /* last xid assigned */
+    uint64_t stable;              /* every record <= stable is committed */
+    struct reclog sendlog;        /* records sent and not yet stable */
+    struct parity_peer peers[DP_MAX_PARITY];
+
+    struct completion *comp_head, *comp_tail;
+    struct queued *q_head, *q_tail;
+    size_t q_len;
+
+    struct deferred_free *df;     /* FIFO: df[df_head .. df_len) */
+    size_t df_head, df_len, df_cap;
+    uint64_t deferred_bytes;
+
+    bool flush_inflight;
+    uint64_t flush_xid;
+    time_t flush_at;              /* a delayed flush_all takes effect then (0: none) */
+
+    struct event *stable_timer;
+    bool stable_dirty;            /* the parity processes have not heard the stable xid */
+    size_t sweep_cursor;
+
+    /* record under construction */
+    struct rec_op *ops;
+    uint32_t nops, ops_cap;
+    uint8_t *enc;
+    size_t enc_cap;
+
+    /* counters */
+    uint64_t records_sent, evictions, expired_removed, total_items, blocked_waits;
+    char msg[256];
+};
+
+static struct data_engine *dp_of(struct engine *e)
+{
+    return (struct data_engine *)e;
+}
+
+static void dp_log(struct data_engine *dp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void dp_log(struct data_engine *dp, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "data g%d/%d: ", dp->group, dp->index);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static time_t dp_now(const struct data_engine *dp)
+{
+    return clock_wall(&dp->clock);
+}
+
+/* Client exptime -> absolute unix time (0 = never), memcached's rules. */
+static int64_t dp_abs_exptime(const struct data_engine *dp, int64_t exptime)
+{
+    rel_time_t rel = clock_exptime(&dp->clock, exptime);
+    return rel == 0 ? 0 : (int64_t)dp->clock.epoch + rel;
+}
+
+static bool entry_expired(const struct data_engine *dp, const struct item *e)
+{
+    return e->exptime != 0 && (time_t)e->exptime <= dp_now(dp);
+}
+
+/* Visible to readers: committed, not a placeholder, not expired. */
+static bool entry_visible(const struct data_engine *dp, const struct item *e)
+{
+    return e && !(e->iflags & DP_NEW) && !entry_expired(dp, e);
+}
+
+static bool entry_busy(const struct item *e)
+{
+    return e && (e->iflags & META_PENDING);
+}
+
+/* ---- the record under construction ---- */
+
+static struct rec_op *op_push(struct data_engine *dp, uint8_t type)
+{
+    if (dp->nops == dp->ops_cap) {
+        uint32_t ncap = dp->ops_cap ? dp->ops_cap * 2 : 16;
+        struct rec_op *n = realloc(dp->ops, ncap * sizeof(*n));
+        if (!n) {
+            dp_log(dp, "out of memory building a record");
+            abort();
+        }
+        dp->ops = n;
+        dp->ops_cap = ncap;
+    }
+    struct rec_op *op = &dp->ops[dp->nops++];
+    memset(op, 0, sizeof(*op));
+    op->type = type;
+    return op;
+}
+
+static uint64_t next_xid(const struct data_engine *dp)
+{
+    return dp->xid + 1;
+}
+
+static bool df_push(struct data_engine *dp, uint64_t off, uint64_t size, uint64_t tag)
+{
+    if (dp->df_len == dp->df_cap) {
+        if (dp->df_head > 0) {
+            memmove(dp->df, dp->df + dp->df_head, (dp->df_len - dp->df_head) * sizeof(*dp->df));
+            dp->df_len -= dp->df_head;
+            dp->df_head = 0;
+        }
+        if (dp->df_len == dp->df_cap) {
+            size_t ncap = dp->df_cap ? dp->df_cap * 2 : 64;
+            struct deferred_free *n = realloc(dp->df, ncap * sizeof(*n));
+            if (!n)
+                return false;
+            dp->df = n;
+            dp->df_cap = ncap;
+        }
+    }
+    dp->df[dp->df_len++] = (struct deferred_free){ off, size, tag };
+    dp->deferred_bytes += size;
+    return true;
+}
+
+/* Release space whose releasing record is stable: the allocator frees it
+ * now and the record under construction tells the parity processes. */
+static void emit_usable_frees(struct data_engine *dp)
+{
+    while (dp->df_head < dp->df_len && dp->df[dp->df_head].tag <= dp->stable) {
+        struct deferred_free *f = &dp->df[dp->df_head++];
+        uint64_t freed = 0;
+        if (dalloc_free(dp->alloc, f->off, &freed) < 0) {
+            dp_log(dp, "BUG: deferred free of offset %" PRIu64 " rejected by the allocator", f->off);
+            abort();
+        }
+        dp->deferred_bytes -= f->size;
+        struct rec_op *op = op_push(dp, ROP_FREE);
+        op->off = f->off;
+    }
+    if (dp->df_head == dp->df_len)
+        dp->df_head = dp->df_len = 0;
+}
+
+static void begin_record(struct data_engine *dp)
+{
+    dp->nops = 0;
+    emit_usable_frees(dp);
+}
+
+/* Give an entry's space back once this record is stable. */
+static void defer_entry_space(struct data_engine *dp, const struct item *e)
+{
+    uint64_t off = meta_off(e);
+    uint64_t size = dalloc_size_of(dp->alloc, off);
+    if (size == 0 || !df_push(dp, off, size, next_xid(dp))) {
+        dp_log(dp, "BUG: entry at offset %" PRIu64 " has no allocation", off);
+        abort();
+    }
+}
+
+static void op_del(struct data_engine *dp, struct item *e)
+{
+    struct rec_op *op = op_push(dp, ROP_DEL);
+    op->key = item_key(e);
+    op->nkey = e->nkey;
+    e->iflags |= META_PENDING;
+    defer_entry_space(dp, e);
+}
+
+static void send_to_peers(struct data_engine *dp, uint16_t type, const void *p, uint32_t len)
+{
+    for (int j = 0; j < dp->m; j++) {
+        if (dp->peers[j].link && link_is_up(dp->peers[j].link))
+            link_send(dp->peers[j].link, type, p, len);
+    }
+}
+
+static void push_completion(struct data_engine *dp, uint64_t xid, eng_done_fn done,
+                            void *cookie, const struct eng_result *res)
+{
+    struct completion *c = malloc(sizeof(*c));
+    if (!c) {
+        dp_log(dp, "out of memory queueing a completion");
+        abort();
+    }
+    c->next = NULL;
+    c->xid = xid;
+    c->done = done;
+    c->cookie = cookie;
+    c->res = *res;
+    if (dp->comp_tail)
+        dp->comp_tail->next = c;
+    else
+        dp->comp_head = c;
+    dp->comp_tail = c;
+}
+
+/* Assign the xid, encode, keep for resend, send.  done may be NULL
+ * (internal records: evictions, expiry, frees). */
+static uint64_t finish_record(struct data_engine *dp, uint64_t data_off, const uint8_t *delta,
+                              uint32_t data_len, eng_done_fn done, void *cookie,
+                              const struct eng_result *res)
+{
+    struct record r = {
+        .xid = ++dp->xid,
+        .stable_xid = dp->stable,
+        .nops = dp->nops,
+        .ops = dp->ops,
+        .data_off = data_off,
+        .data_len = data_len,
+        .data = delta,
+    };
+    size_t len = rec_encoded_size(&r);
+    if (len > dp->enc_cap) {
+        uint8_t *n = realloc(dp->enc, len);
+        if (!n) {
+            dp_log(dp, "out of memory encoding xid %" PRIu64, r.xid);
+            abort();
+        }
+        dp->enc = n;
+        dp->enc_cap = len;
+    }
+    rec_encode(&r, dp->enc);
+    if (reclog_push(&dp->sendlog, r.xid, dp->enc, len) < 0) {
+        dp_log(dp, "out of memory logging xid %" PRIu64, r.xid);
+        abort();
+    }
+    send_to_peers(dp, FT_RECORD, dp->enc, (uint32_t)len);
+    dp->stable_dirty = false;
+    dp->records_sent++;
+    if (done) {
+        push_completion(dp, r.xid, done, cookie, res);
+    } else {
+        struct eng_result none = { .status = ENG_SUCCESS };
+        push_completion(dp, r.xid, NULL, NULL, &none);
+    }
+    dp->nops = 0;
+    return r.xid;
+}
+
+/* Frees emitted by begin_record must reach the parity processes even when
+ * the mutation itself ends up not sending anything. */
+static void flush_stray_ops(struct data_engine *dp)
+{
+    if (dp->nops > 0)
+        finish_record(dp, 0, NULL, 0, NULL, NULL, NULL);
+}
+
+/* ---- space ---- */
+
+static bool in_flight(const struct data_engine *dp)
+{
+    return dp->xid > dp->stable;
+}
+
+/* Evict LRU entries (no record in flight) until free plus deferred space
+ * reaches want and at least at_least bytes were evicted (free space can be
+ * too fragmented for an allocation that fits in total).  Their DELs go into
+ * the record under construction. */
+static void evict_until(struct data_engine *dp, uint64_t want, uint64_t at_least)
+{
+    struct item *e = dp->meta.lru_tail;
+    int tries = 0;
+    uint64_t evicted = 0;
+    while (e && tries++ < DP_EVICT_TRIES &&
+           (dalloc_free_bytes(dp->alloc) + dp->deferred_bytes < want || evicted < at_least)) {
+        struct item *prev = e->prev;
+        if (!(e->iflags & (META_PENDING | DP_NEW))) {
+            if (entry_expired(dp, e))
+                dp->expired_removed++;
+            else
+                dp->evictions++;
+            evicted += e->nbytes ? e->nbytes : 1;
+            op_del(dp, e);
+        }
+        e = prev;
+    }
+}
+
+/* Allocate size bytes for a new value.  On failure the caller decides
+ * between waiting (space is on its way) and failing. */
+static int allocate(struct data_engine *dp, uint64_t size, uint64_t *off)
+{
+    if (dalloc_alloc(dp->alloc, size, off) == 0)
+        return 0;
+    if (dp->evict)
+        evict_until(dp, size + dp->headroom, size);
+    return -1;
+}
+
+static enum try_result no_space(struct data_engine *dp, struct eng_result *res)
+{
+    /* Space released by records in flight becomes usable once they are
+     * stable; so does what this call just evicted. */
+    bool coming = dp->deferred_bytes > 0 || in_flight(dp) || dp->nops > 0;
+    flush_stray_ops(dp);
+    if (coming) {
+        dp->blocked_waits++;
+        return TRY_BLOCKED;
+    }
+    res->status = ENG_NO_MEMORY;
+    return TRY_DONE;
+}
+
+/* ---- building new values ---- */
+
+static bool parse_decimal(const uint8_t *p, size_t n, uint64_t *out)
+{
+    if (n == 0 || n > 20)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        unsigned d = (unsigned)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* The bytes a store writes: the client's data, or old+data / data+old. */
+static uint8_t *compose_value(struct data_engine *dp, const struct eng_mutation *m,
+                              const struct item *old, size_t *len)
+{
+    size_t oldlen = (m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND) ? old->nbytes : 0;
+    *len = oldlen + m->nbytes;
+    uint8_t *v = malloc(*len ? *len : 1);
+    if (!v)
+        return NULL;
+    const uint8_t *oldbytes = oldlen ? dp->region + meta_off(old) : NULL;
+    if (m->op == ENG_OP_APPEND) {
+        memcpy(v, oldbytes, oldlen);
+        memcpy(v + oldlen, m->data, m->nbytes);
+    } else if (m->op == ENG_OP_PREPEND) {
+        memcpy(v, m->data, m->nbytes);
+        memcpy(v + m->nbytes, oldbytes, oldlen);
+    } else if (m->nbytes) {
+        memcpy(v, m->data, m->nbytes);
+    }
+    return v;
+}
+
+/* Write value into a fresh range and send the record.  old (may be NULL)
+ * is the entry being replaced; its space is deferred. */
+static enum try_result write_value(struct data_engine *dp, const char *key, size_t nkey,
+                                   struct item *old, const uint8_t *value, size_t len,
+                                   uint32_t flags, int64_t exptime, uint64_t cas,
+                                   eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    uint64_t size = len ? len : 1;
+    uint64_t off;
+    if (size > dp->region_size) {
+        flush_stray_ops(dp);
+        res->status = ENG_TOO_LARGE;
+        return TRY_DONE;
+    }
+    uint64_t value_out = res->value;
+    if (allocate(dp, size, &off) < 0)
+        return no_space(dp, res);
+    res->value = value_out;
+    struct rec_op *op = op_push(dp, ROP_ALLOC);
+    op->size = size;
+    op->off = off;
+
+    uint8_t *delta = malloc(len ? len : 1);
+    if (!delta) {
+        dp_log(dp, "out of memory building a delta");
+        abort();
+    }
+    const uint8_t *cur = dp->region + off;
+    for (size_t i = 0; i < len; i++)
+        delta[i] = value[i] ^ cur[i];
+
+    op = op_push(dp, ROP_PUT);
+    op->key = key;
+    op->nkey = (uint8_t)nkey;
+    op->off = off;
+    op->nbytes = (uint32_t)len;
+    op->flags = flags;
+    op->exptime = exptime;
+    op->cas = cas;
+    if (old) {
+        defer_entry_space(dp, old);
+        old->iflags |= META_PENDING;
+    } else {
+        struct item *ph = meta_put(&dp->meta, key, nkey, off, (uint32_t)len, flags, exptime, cas);
+        if (!ph) {
+            dp_log(dp, "out of memory adding a key");
+            abort();
+        }
+        ph->iflags |= META_PENDING | DP_NEW;
+        dp->placeholders++;
+    }
+    if (dp->evict && dalloc_free_bytes(dp->alloc) + dp->deferred_bytes < dp->headroom)
+        evict_until(dp, dp->headroom, 0);
+    res->status = ENG_SUCCESS;
+    res->cas = cas;
+    finish_record(dp, off, delta, (uint32_t)len, done, cookie, res);
+    free(delta);
+    return TRY_SENT;
+}
+
+/* ---- mutations ---- */
+
+static bool too_large(const struct data_engine *dp, size_t nkey, size_t nbytes)
+{
+    return sizeof(struct item) + nkey + nbytes + 2 > dp->item_size_max;
+}
+
+static enum try_result try_store(struct data_engine *dp, const struct eng_mutation *m,
+                                 struct item *e, eng_done_fn done, void *cookie,
+                                 struct eng_result *res)
+{
+    bool visible = entry_visible(dp, e);
+    bool cas_check = m->op == ENG_OP_CAS || (m->cas != 0 && m->op != ENG_OP_ADD);
+    res->status = ENG_SUCCESS;
+    switch (m->op) {
+    case ENG_OP_ADD:
+        if (visible)
+            res->status = ENG_NOT_STORED;
+        break;
+    case ENG_OP_REPLACE: case ENG_OP_APPEND: case ENG_OP_PREPEND:
+        if (!visible)
+            res->status = m->cas ? ENG_NOT_FOUND : ENG_NOT_STORED;
+        break;
+    case ENG_OP_CAS:
+        if (!visible)
+            res->status = ENG_NOT_FOUND;
+        break;
+    default:
+        break;
+    }
+    if (res->status == ENG_SUCCESS && cas_check) {
+        if (!visible)
+            res->status = ENG_NOT_FOUND;
+        else if (e->cas != m->cas)
+            res->status = ENG_EXISTS;
+    }
+    if (res->status != ENG_SUCCESS)
+        return TRY_DONE;
+
+    size_t len;
+    uint8_t *value = compose_value(dp, m, e, &len);
+    if (!value) {
+        res->status = ENG_NO_MEMORY;
+        return TRY_DONE;
+    }
+    if (too_large(dp, m->nkey, len)) {
+        free(value);
+        res->status = ENG_TOO_LARGE;
+        return TRY_DONE;
+    }
+    bool keep_meta = m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND;
+    uint32_t flags = keep_meta ? e->flags : m->flags;
+    int64_t exptime = keep_meta ? (int64_t)e->exptime : dp_abs_exptime(dp, m->exptime);
+    begin_record(dp);
+    enum try_result tr = write_value(dp, m->key, m->nkey, e, value, len, flags, exptime,
+                                     ++dp->cas_counter, done, cookie, res);
+    free(value);
+    return tr;
+}
+
+static enum try_result try_arith(struct data_engine *dp, const struct eng_mutation *m,
+                                 struct item *e, eng_done_fn done, void *cookie,
+                                 struct eng_result *res)
+{
+    uint64_t value;
+    uint32_t flags = 0;
+    int64_t exptime = 0;
+    if (!entry_visible(dp, e)) {
+        if (!m->create) {
+            res->status = ENG_NOT_FOUND;
+            return TRY_DONE;
+        }
+        value = m->initial;
+        flags = m->flags;
+        exptime = dp_abs_exptime(dp, m->exptime);
+    } else {
+        if (m->cas && e->cas != m->cas) {
+            res->status = ENG_EXISTS;
+            return TRY_DONE;
+        }
+        if (!parse_decimal(dp->region + meta_off(e), e->nbytes, &value)) {
+            res->status = ENG_NON_NUMERIC;
+            return TRY_DONE;
+        }
+        if (m->op == ENG_OP_INCR)
+            value += m->delta;
+        else
+            value = m->delta > value ? 0 : value - m->delta;
+        flags = e->flags;
+        exptime = e->exptime;
+    }
+    char digits[24];
+    int n = snprintf(digits, sizeof(digits), "%" PRIu64, value);
+    begin_record(dp);
+    res->value = value;
+    /* An expired entry still owns its space: it is replaced like a live one. */
+    return write_value(dp, m->key, m->nkey, e, (const uint8_t *)digits, (size_t)n, flags,
+                       exptime, ++dp->cas_counter, done, cookie, res);
+}
+
+static enum try_result try_delete(struct data_engine *dp, const struct eng_mutation *m,
+                                  struct item *e, eng_done_fn done, void *cookie,
+                                  struct eng_result *res)
+{
+    if (!entry_visible(dp, e)) {
+        res->status = ENG_NOT_FOUND;
+        return TRY_DONE;
+    }
+    if (m->cas && e->cas != m->cas) {
+        res->status = ENG_EXISTS;
+        return TRY_DONE;
+    }
+    begin_record(dp);
+    op_del(dp, e);
+    res->status = ENG_SUCCESS;
+    finish_record(dp, 0, NULL, 0, done, cookie, res);
+    return TRY_SENT;
+}
+
+static enum try_result try_touch(struct data_engine *dp, const struct eng_mutation *m,
+                                 struct item *e, eng_done_fn done, void *cookie,
+                                 struct eng_result *res)
+{
+    if (!entry_visible(dp, e)) {
+        res->status = ENG_NOT_FOUND;
+        return TRY_DONE;
+    }
+    begin_record(dp);
+    struct rec_op *op = op_push(dp, ROP_PUT);
+    op->key = item_key(e);
+    op->nkey = e->nkey;
+    op->off = meta_off(e);
+    op->nbytes = e->nbytes;
+    op->flags = e->flags;
+    op->exptime = dp_abs_exptime(dp, m->exptime);
+    op->cas = e->cas;
+    e->iflags |= META_PENDING;
+    res->status = ENG_SUCCESS;
+    res->cas = e->cas;
+    finish_record(dp, 0, NULL, 0, done, cookie, res);
+    return TRY_SENT;
+}
+
+/* flush_all: a barrier.  It waits for an empty pipeline, resets the
+ * allocator at once (later records may reuse all space: their writes land
+ * after the flush commits) and holds every other mutation until it commits. */
+static enum try_result try_flush(struct data_engine *dp, const struct eng_mutation *m,
+                                 eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    if (m->exptime > 0) {
+        dp->flush_at = dp_now(dp) + m->exptime;
+        res->status = ENG_SUCCESS;
+        return TRY_DONE;
+    }
+    if (in_flight(dp))
+        return TRY_BLOCKED;
+    dp->flush_at = 0;
+    dp->nops = 0;
+    dalloc_reset(dp->alloc);
+    dp->df_head = dp->df_len = 0;
+    dp->deferred_bytes = 0;
+    op_push(dp, ROP_FLUSH);
+    dp->flush_inflight = true;
+    res->status = ENG_SUCCESS;
+    dp->flush_xid = finish_record(dp, 0, NULL, 0, done, cookie, res);
+    return TRY_SENT;
+}
+
+static enum try_result try_mutation(struct data_engine *dp, const struct eng_mutation *m,
+                                    eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    if (dp->flush_inflight)
+        return TRY_BLOCKED;
+    if (m->op == ENG_OP_FLUSH)
+        return try_flush(dp, m, done, cookie, res);
+    if (m->nkey == 0 || m->nkey > ITEM_KEY_MAX) {
+        res->status = ENG_FAILED;
+        res->msg = "bad key length";
+        return TRY_DONE;
+    }
+    struct item *e = meta_find(&dp->meta, m->key, m->nkey);
+    if (entry_busy(e))
+        return TRY_BLOCKED;
+    switch (m->op) {
+    case ENG_OP_SET: case ENG_OP_ADD: case ENG_OP_REPLACE:
+    case ENG_OP_APPEND: case ENG_OP_PREPEND: case ENG_OP_CAS:
+        if (too_large(dp, m->nkey, m->nbytes)) {
+            res->status = ENG_TOO_LARGE;
+            return TRY_DONE;
+        }
+        return try_store(dp, m, e, done, cookie, res);
+    case ENG_OP_INCR: case ENG_OP_DECR:
+        return try_arith(dp, m, e, done, cookie, res);
+    case ENG_OP_DELETE:
+        return try_delete(dp, m, e, done, cookie, res);
+    case ENG_OP_TOUCH:
+        return try_touch(dp, m, e, done, cookie, res);
+    default:
+        res->status = ENG_FAILED;
+        res->msg = "unsupported operation";
+        return TRY_DONE;
+    }
+}
+
+/* ---- the write queue ---- */
+
+static bool enqueue(struct data_engine *dp, const struct eng_mutation *m, eng_done_fn done,
+                    void *cookie)
+{
+    struct queued *q = malloc(sizeof(*q) + m->nkey + m->nbytes);
+    if (!q)
+        return false;
+    q->next = NULL;
+    q->m = *m;
+    q->done = done;
+    q->cookie = cookie;
+    if (m->nkey)
+        memcpy(q->buf, m->key, m->nkey);
+    if (m->nbytes)
+        memcpy(q->buf + m->nkey, m->data, m->nbytes);
+    q->m.key = q->buf;
+    q->m.data = q->buf + m->nkey;
+    if (dp->q_tail)
+        dp->q_tail->next = q;
+    else
+        dp->q_head = q;
+    dp->q_tail = q;
+    dp->q_len++;
+    return true;
+}
+
+/* Retry queued mutations in order until one still has to wait. */
+static void drain_queue(struct data_engine *dp)
+{
+    while (dp->q_head) {
+        struct queued *q = dp->q_head;
+        struct eng_result res;
+        enum try_result tr = try_mutation(dp, &q->m, q->done, q->cookie, &res);
+        if (tr == TRY_BLOCKED)
+            return;
+        dp->q_head = q->next;
+        if (!dp->q_head)
+            dp->q_tail = NULL;
+        dp->q_len--;
+        if (tr == TRY_DONE && q->done)
+            q->done(q->cookie, &res);
+        free(q);
+    }
+}
+
+/* ---- commit ---- */
+
+/* A stable record takes effect here: its delta is XORed into the region
+ * (giving the new value, since the range held exactly the bytes the delta
+ * was computed against) and its table ops are applied.  Allocator ops were
+ * applied when the record was built. */
+static int apply_committed(void *ctx, const struct record *r)
+{
+    struct data_engine *dp = ctx;
+    uint8_t *dst = dp->region + r->data_off;
+    for (uint32_t i = 0; i < r->data_len; i++)
+        dst[i] ^= r->data[i];
+    for (uint32_t i = 0; i < r->nops; i++) {
+        const struct rec_op *op = &r->ops[i];
+        struct item *e;
+        switch (op->type) {
+        case ROP_PUT:
+            e = meta_find(&dp->meta, op->key, op->nkey);
+            if (e && (e->iflags & DP_NEW)) {
+                dp->placeholders--;
+                dp->total_items++;
+            } else if (e && e->cas != op->cas) {
+                dp->total_items++;
+            }
+            e = meta_put(&dp->meta, op->key, op->nkey, op->off, op->nbytes, op->flags,
+                         op->exptime, op->cas);
+            if (!e) {
+                dp_log(dp, "out of memory committing xid %" PRIu64, r->xid);
+                abort();
+            }
+            e->iflags &= (uint8_t)~(META_PENDING | DP_NEW);
+            break;
+        case ROP_DEL:
+            meta_del(&dp->meta, op->key, op->nkey);
+            break;
+        case ROP_FLUSH:
+            meta_clear(&dp->meta);
+            dp->placeholders = 0;
+            break;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+static void arm_stable_timer(struct data_engine *dp)
+{
+    struct timeval tv = { 0, DP_STABLE_IDLE_USEC };
+    dp->stable_dirty = true;
+    event_add(dp->stable_timer, &tv);
+}
+
+static uint64_t min_acked(const struct data_engine *dp)
+{
+    uint64_t s = UINT64_MAX;
+    for (int j = 0; j < dp->m; j++)
+        if (dp->peers[j].acked < s)
+            s = dp->peers[j].acked;
+    return s;
+}
+
+/* Every parity process has acknowledged up to min_acked(): commit, reply,
+ * then let waiting mutations try again. */
+static void advance_stable(struct data_engine *dp)
+{
+    uint64_t s = min_acked(dp);
+    if (s > dp->xid)
+        s = dp->xid;
+    if (s <= dp->stable)
+        return;
+    dp->stable = s;
+    reclog_apply(&dp->sendlog, s, apply_committed, dp);
+    if (dp->flush_inflight && dp->flush_xid <= s)
+        dp->flush_inflight = false;
+    arm_stable_timer(dp);
+
+    /* Detach the completed prefix first: callbacks may start new mutations. */
+    struct completion *done = dp->comp_head, *last = NULL;
+    for (struct completion *c = dp->comp_head; c && c->xid <= s; c = c->next)
+        last = c;
+    if (last) {
+        dp->comp_head = last->next;
+        if (!dp->comp_head)
+            dp->comp_tail = NULL;
+        last->next = NULL;
+    } else {
+        done = NULL;
+    }
+    while (done) {
+        struct completion *next = done->next;
+        if (done->done)
+            done->done(done->cookie, &done->res);
+        free(done);
+        done = next;
+    }
+    drain_queue(dp);
+}
+
+static void on_stable_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct data_engine *dp = arg;
+    if (!dp->stable_dirty)
+        return;
+    uint8_t buf[8];
+    uint64_t s = dp->stable;
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(s >> (8 * i));
+    send_to_peers(dp, FT_STABLE, buf, sizeof(buf));
+    dp->stable_dirty = false;
+}
+
+/* ---- links to the parity processes ---- */
+
+static uint64_t read_u64le(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+struct resend_ctx {
+    struct parity_peer *peer;
+};
+
+static void resend_one(void *ctx, const struct reclog_entry *e)
+{
+    struct resend_ctx *rc = ctx;
+    link_send(rc->peer->link, FT_RECORD, e->bytes, e->len);
+}
+
+static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
+{
+    struct parity_peer *p = ctx;
+    struct data_engine *dp = p->dp;
+    if (dp->verbose)
+        dp_log(dp, "link to parity %d up (it holds xid %" PRIu64 ")", p->index, peer_xid);
+    if (peer_xid < dp->stable) {
+        /* Records it lacks were already committed and dropped here: that
+         * process lost its state.  Rebuilding it is recovery's job. */
+        dp_log(dp, "parity %d restarted without state (holds xid %" PRIu64 ", stable %" PRIu64
+               "): it needs a rebuild", p->index, peer_xid, dp->stable);
+    }
+    if (peer_xid > p->acked)
+        p->acked = peer_xid;
+    struct resend_ctx rc = { p };
+    reclog_visit_after(&dp->sendlog, peer_xid, resend_one, &rc);
+    advance_stable(dp);
+}
+
+static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
+                       void *ctx)
+{
+    struct parity_peer *p = ctx;
+    struct data_engine *dp = p->dp;
+    if (type != FT_ACK || len < 8) {
+        if (dp->verbose)
+            dp_log(dp, "ignoring frame type %u from parity %d", type, p->index);
+        return;
+    }
+    uint64_t xid = read_u64le(payload);
+    if (xid > dp->xid) {
+        dp_log(dp, "parity %d acknowledged xid %" PRIu64 " beyond the last sent (%" PRIu64 ")",
+               p->index, xid, dp->xid);
+        return;
+    }
+    if (xid > p->acked) {
+        p->acked = xid;
+        advance_stable(dp);
+    }
+}
+
+static void peer_down(struct link *l, const char *why, void *ctx)
+{
+    struct parity_peer *p = ctx;
+    dp_log(p->dp, "link to parity %d down: %s", p->index, why);
+}
+
+static int connect_peers(struct data_engine *dp)
+{
+    static const struct link_callbacks cb = { peer_up, peer_frame, peer_down };
+    struct link_identity me;
+    memset(&me, 0, sizeof(me));
+    snprintf(me.cluster, sizeof(me.cluster), "%s", dp->cluster->name);
+    me.group = (uint32_t)dp->group;
+    me.role = LINK_ROLE_DATA;
+    me.index = (uint32_t)dp->index;
+    for (int j = 0; j < dp->m; j++) {
+        const struct cluster_proc *pp = cluster_find(dp->cluster, dp->group, ROLE_PARITY, j);
+        if (!pp) {
+            dp_log(dp, "the cluster file has no parity process %d in group %d", j, dp->group);
+            return -1;
+        }
+        dp->peers[j].dp = dp;
+        dp->peers[j].index = j;
+        dp->peers[j].link = link_connect(dp->evbase, pp->host, pp->link_port, &me,
+                                         dp->cluster->secret, &cb, &dp->peers[j]);
+        if (!dp->peers[j].link) {
+            dp_log(dp, "cannot start a link to parity %d at %s:%d", j, pp->host, pp->link_port);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- engine operations ---- */
+
+static eng_status dp_get(struct engine *eng, const char *key, size_t nkey,
+                         struct eng_value *out, struct eng_result *res)
+{
+    struct data_engine *dp = dp_of(eng);
+    struct item *e = meta_find(&dp->meta, key, nkey);
+    if (!entry_visible(dp, e))
+        return ENG_NOT_FOUND;
+    /* Copy out: once a later record is stable the range may be reused. */
+    char *copy = malloc((size_t)e->nbytes + 2);
+    if (!copy) {
+        res->msg = "out of memory";
+        return ENG_FAILED;
+    }
+    memcpy(copy, dp->region + meta_off(e), e->nbytes);
+    copy[e->nbytes] = '\r';
+    copy[e->nbytes + 1] = '\n';
+    meta_bump(&dp->meta, e);
+    out->key = item_key(e);
+    out->nkey = e->nkey;
+    out->data = copy;
+    out->nbytes = e->nbytes;
+    out->flags = e->flags;
+    out->cas = e->cas;
+    out->handle = copy;
+    return ENG_SUCCESS;
+}
+
+static void dp_release(struct engine *eng, void *handle)
+{
+    free(handle);
+}
+
+static eng_status dp_mutate(struct engine *eng, const struct eng_mutation *m,
+                            struct eng_result *res, eng_done_fn done, void *cookie)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (dp->q_head) {
+        if (!enqueue(dp, m, done, cookie)) {
+            res->status = ENG_NO_MEMORY;
+            return ENG_NO_MEMORY;
+        }
+        return ENG_PENDING;
+    }
+    enum try_result tr = try_mutation(dp, m, done, cookie, res);
+    if (tr == TRY_DONE)
+        return res->status;
+    if (tr == TRY_BLOCKED && !enqueue(dp, m, done, cookie)) {
+        res->status = ENG_NO_MEMORY;
+        return ENG_NO_MEMORY;
+    }
+    return ENG_PENDING;
+}
+
+static size_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static size_t dp_meta_bytes(const struct data_engine *dp)
+{
+    return dp->meta.heap_bytes + assoc_bytes(&dp->meta.table) + dalloc_meta_bytes(dp->alloc) +
+           dp->sendlog.bytes + dp->df_cap * sizeof(*dp->df);
+}
+
+static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, void *ctx)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (strcmp(group, "settings") == 0) {
+        emit(ctx, "region_size", "%zu", dp->region_size);
+        emit(ctx, "coding_group", "%d", dp->group);
+        emit(ctx, "scheme", "rs %d %d", dp->k, dp->k + dp->m);
+        return true;
+    }
+    if (group[0] != '\0')
+        return false;
+    emit(ctx, "curr_items", "%zu", dp->meta.count - dp->placeholders);
+    emit(ctx, "total_items", "%" PRIu64, dp->total_items);
+    emit(ctx, "bytes", "%" PRIu64, dalloc_used_bytes(dp->alloc));
+    emit(ctx, "limit_maxbytes", "%zu", dp->region_size);
+    emit(ctx, "evictions", "%" PRIu64, dp->evictions);
+    emit(ctx, "expired_removed", "%" PRIu64, dp->expired_removed);
+    emit(ctx, "xid", "%" PRIu64, dp->xid);
+    emit(ctx, "stable_xid", "%" PRIu64, dp->stable);
+    emit(ctx, "records_sent", "%" PRIu64, dp->records_sent);
+    emit(ctx, "write_queue", "%zu", dp->q_len);
+    emit(ctx, "blocked_waits", "%" PRIu64, dp->blocked_waits);
+    return true;
+}
+
+static void dp_stats_reset(struct engine *eng)
+{
+    struct data_engine *dp = dp_of(eng);
+    dp->evictions = 0;
+    dp->expired_removed = 0;
+    dp->total_items = 0;
+    dp->records_sent = 0;
+    dp->blocked_waits = 0;
+}
+
+struct sweep_ctx {
+    struct data_engine *dp;
+    struct item *found[DP_SWEEP_MAX_DELS];
+    int n;
+};
+
+static void sweep_visit(void *ctx, struct item *e)
+{
+    struct sweep_ctx *sc = ctx;
+    if (sc->n < DP_SWEEP_MAX_DELS && !(e->iflags & (META_PENDING | DP_NEW)) &&
+        entry_expired(sc->dp, e))
+        sc->found[sc->n++] = e;
+}
+
+/* Expired entries leave the table through a record like any other change
+ * (one record per sweep step, carrying every DEL found). */
+static void sweep_expired(struct data_engine *dp)
+{
+    if (dp->flush_inflight || dp->q_head)
+        return;
+    struct sweep_ctx sc = { .dp = dp, .n = 0 };
+    assoc_scan(&dp->meta.table, &dp->sweep_cursor, DP_SWEEP_BUDGET, sweep_visit, &sc);
+    if (sc.n == 0)
+        return;
+    begin_record(dp);
+    for (int i = 0; i < sc.n; i++) {
+        op_del(dp, sc.found[i]);
+        dp->expired_removed++;
+    }
+    finish_record(dp, 0, NULL, 0, NULL, NULL, NULL);
+}
+
+static void dp_tick(struct engine *eng, time_t now)
+{
+    struct data_engine *dp = dp_of(eng);
+    clock_set(&dp->clock, now);
+    assoc_migrate(&dp->meta.table, 64);
+    if (dp->flush_at && now >= dp->flush_at) {
+        struct eng_mutation m = { .op = ENG_OP_FLUSH };
+        struct eng_result res;
+        dp->flush_at = 0;
+        if (dp->q_head || try_mutation(dp, &m, NULL, NULL, &res) == TRY_BLOCKED)
+            enqueue(dp, &m, NULL, NULL);
+    }
+    sweep_expired(dp);
+}
+
+/* ---- admin commands (docs/coding-group.md) ---- */
+
+static void admin_printf(eng_write_fn write, void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void admin_printf(eng_write_fn write, void *ctx, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        write(ctx, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static bool parse_u64_arg(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+static void admin_info(struct data_engine *dp, eng_write_fn write, void *ctx)
+{
+    admin_printf(write, ctx, "STAT role data\r\nSTAT group %d\r\nSTAT index %d\r\n", dp->group, dp->index);
+    admin_printf(write, ctx, "STAT k %d\r\nSTAT m %d\r\nSTAT region_size %zu\r\n", dp->k, dp->m, dp->region_size);
+    admin_printf(write, ctx, "STAT xid %" PRIu64 "\r\nSTAT stable_xid %" PRIu64 "\r\n", dp->xid, dp->stable);
+    admin_printf(write, ctx, "STAT items %zu\r\n", dp->meta.count - dp->placeholders);
+    admin_printf(write, ctx, "STAT region_used %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
+    admin_printf(write, ctx, "STAT value_bytes %" PRIu64 "\r\n", dp->meta.value_bytes);
+    admin_printf(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %zu\r\n", dp_meta_bytes(dp), rss_bytes());
+    admin_printf(write, ctx, "STAT write_queue %zu\r\nSTAT deferred_frees %zu\r\n", dp->q_len, dp->df_len - dp->df_head);
+    for (int j = 0; j < dp->m; j++)
+        admin_printf(write, ctx, "STAT parity%d_acked %" PRIu64 "\r\nSTAT parity%d_link %s\r\n", j,
+                     dp->peers[j].acked, j,
+                     dp->peers[j].link && link_is_up(dp->peers[j].link) ? "up" : "down");
+    write(ctx, "END\r\n", 5);
+}
+
+static bool admin_region(struct data_engine *dp, int argc, char **argv, eng_write_fn write, void *ctx)
+{
+    uint64_t off, len;
+    if (argc != 3 || !parse_u64_arg(argv[1], &off) || !parse_u64_arg(argv[2], &len)) {
+        admin_printf(write, ctx, "CLIENT_ERROR usage: cocytus region <off> <len>\r\n");
+        return true;
+    }
+    if (len > DP_ADMIN_REGION_MAX || off > dp->region_size || len > dp->region_size - off) {
+        admin_printf(write, ctx, "CLIENT_ERROR range outside the region or longer than %u\r\n",
+                     DP_ADMIN_REGION_MAX);
+        return true;
+    }
+    admin_printf(write, ctx, "VALUE region 0 %" PRIu64 "\r\n", len);
+    write(ctx, dp->region + off, (size_t)len);
+    write(ctx, "\r\nEND\r\n", 7);
+    return true;
+}
+
+static void admin_meta(struct data_engine *dp, eng_write_fn write, void *ctx)
+{
+    admin_printf(write, ctx, "STAT count %zu\r\n", dp->meta.count);
+    admin_printf(write, ctx, "STAT digest %016" PRIx64 "\r\n", meta_digest(&dp->meta));
+    admin_printf(write, ctx, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(dp->alloc));
+    admin_printf(write, ctx, "STAT used_bytes %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
+    write(ctx, "END\r\n", 5);
+}
+
+static void admin_used(struct data_engine *dp, eng_write_fn write, void *ctx)
+{
+    struct dalloc_iter it;
+    uint64_t off, size;
+    dalloc_iter_init(dp->alloc, &it);
+    while (dalloc_iter_next_used(&it, &off, &size))
+        admin_printf(write, ctx, "USED %" PRIu64 " %" PRIu64 "\r\n", off, size);
+    write(ctx, "END\r\n", 5);
+}
+
+static bool dp_admin(struct engine *eng, int argc, char **argv, eng_write_fn write, void *ctx)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (strcmp(argv[0], "info") == 0) {
+        admin_info(dp, write, ctx);
+        return true;
+    }
+    if (strcmp(argv[0], "region") == 0)
+        return admin_region(dp, argc, argv, write, ctx);
+    if (strcmp(argv[0], "meta") == 0) {
+        admin_meta(dp, write, ctx);
+        return true;
+    }
+    if (strcmp(argv[0], "used") == 0) {
+        admin_used(dp, write, ctx);
+        return true;
+    }
+    return false;
+}
+
+/* ---- lifecycle ---- */
+
+static void dp_destroy(struct engine *eng)
+{
+    struct data_engine *dp = dp_of(eng);
+    for (int j = 0; j < dp->m; j++)
+        if (dp->peers[j].link)
+            link_close(dp->peers[j].link);
+    if (dp->stable_timer)
+        event_free(dp->stable_timer);
+    while (dp->comp_head) {
+        struct completion *c = dp->comp_head;
+        dp->comp_head = c->next;
+        free(c);
+    }
+    while (dp->q_head) {
+        struct queued *q = dp->q_head;
+        dp->q_head = q->next;
+        free(q);
+    }
+    reclog_destroy(&dp->sendlog);
+    meta_destroy(&dp->meta);
+    if (dp->alloc)
+        dalloc_destroy(dp->alloc);
+    if (dp->region && dp->region != MAP_FAILED)
+        munmap(dp->region, dp->region_size);
+    free(dp->df);
+    free(dp->ops);
+    free(dp->enc);
+    free(dp);
+}
+
+static const struct engine_ops data_ops = {
+    .name = "data",
+    .get = dp_get,
+    .release = dp_release,
+    .mutate = dp_mutate,
+    .stats = dp_stats,
+    .stats_reset = dp_stats_reset,
+    .tick = dp_tick,
+    .destroy = dp_destroy,
+    .admin = dp_admin,
+};
+
+struct engine *engine_data_new(const struct engine_config *cfg)
+{
+    const struct cluster *c = cfg->cluster;
+    if (!c || c->scheme != SCHEME_RS) {
+        fprintf(stderr, "cocytus-server: the data role needs an rs cluster file\n");
+        return NULL;
+    }
+    if (cfg->index < 0 || cfg->index >= c->k || c->n - c->k > DP_MAX_PARITY) {
+        fprintf(stderr, "cocytus-server: data index %d outside RS(%d,%d)\n", cfg->index, c->k, c->n);
+        return NULL;
+    }
+    struct data_engine *dp = calloc(1, sizeof(*dp));
+    if (!dp)
+        return NULL;
+    dp->base.ops = &data_ops;
+    dp->base.priv = dp;
+    dp->evbase = cfg->base;
+    dp->cluster = c;
+    dp->group = cfg->group;
+    dp->index = cfg->index;
+    dp->k = c->k;
+    dp->m = c->n - c->k;
+    dp->verbose = cfg->verbose;
+    dp->region_size = c->region_size;
+    dp->item_size_max = cfg->item_size_max;
+    dp->evict = cfg->evict;
+    dp->headroom = dp->region_size / 16;
+    clock_init(&dp->clock, cfg->started);
+    clock_set(&dp->clock, time(NULL));
+    reclog_init(&dp->sendlog);
+    dp->region = mmap(NULL, dp->region_size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    dp->alloc = dalloc_new(dp->region_size);
+    if (dp->region == MAP_FAILED || !dp->alloc || meta_init(&dp->meta, cfg->hashpower) < 0) {
+        fprintf(stderr, "cocytus-server: cannot set up a %zu-byte data region\n", dp->region_size);
+        dp_destroy(&dp->base);
+        return NULL;
+    }
+    dp->stable_timer = evtimer_new(dp->evbase, on_stable_timer, dp);
+    if (!dp->stable_timer || connect_peers(dp) < 0) {
+        dp_destroy(&dp->base);
+        return NULL;
+    }
+    return &dp->base;
+}

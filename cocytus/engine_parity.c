@@ -1,0 +1,646 @@
+/* engine_parity.c - the parity role of a coding group (`--role parity`).
+ *
+ * A parity process serves no keys.  It listens for links from the K data
+ * processes of its group, buffers every record a data process sends and
+ * acknowledges it at once, and applies buffered records up to the stable
+ * xid that the next record (or a STABLE frame) carries: the piggybacked
+ * commit of docs/coding-group.md.  The record logic itself is in parity.c;
+ * this file adds the links, logging, stats and the `cocytus` admin
+ * commands that tools and tests use to inspect the parity region and the
+ * backup tables.  A data process whose records disagree with our replica
+ * is logged loudly, its link is dropped and its HELLOs are rejected. */
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "cluster.h"
+#include "engine.h"
+#include "frame.h"
+#include "link.h"
+#include "parity.h"
+
+#define REGION_READ_MAX (16u << 20)
+#define REJECT_MAX (PARITY_WHY_MAX + 64)
+
+struct parity_engine;
+
+/* The link side of data process i. */
+struct peer {
+    struct parity_engine *pe;
+    int dp;
+    struct link *link;            /* current link, NULL when down */
+    struct event *close_ev;       /* drops the link outside its callbacks */
+    bool divergence_logged;
+    uint64_t records;             /* RECORD frames taken (incl. duplicates) */
+    uint64_t duplicates;
+    char reject[REJECT_MAX];
+};
+
+struct parity_engine {
+    struct engine engine;
+    struct event_base *base;
+    struct parity state;
+    struct peer *peers;           /* k of them */
+    struct link_listener *listener;
+    int group;
+    int index;
+    int verbose;
+};
+
+static const char NO_KEYS_MSG[] = "parity process: does not serve keys";
+
+static struct parity_engine *pe_of(struct engine *e)
+{
+    return e->priv;
+}
+
+/* ---- logging ---- */
+
+__attribute__((format(printf, 2, 3)))
+static void pe_log(const struct parity_engine *pe, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cocytus-server parity g%d/p%d: %s\n", pe->group, pe->index, msg);
+}
+
+static const char *peer_name(const struct peer *pr)
+{
+    return pr->link != NULL ? link_peer_name(pr->link) : "-";
+}
+
+/* ---- link life ---- */
+
+static void close_now(evutil_socket_t fd, short what, void *arg)
+{
+    struct peer *pr = arg;
+    if (pr->link == NULL)
+        return;
+    pe_log(pr->pe, "dp %d: closing the link to %s", pr->dp, peer_name(pr));
+    link_close(pr->link);
+    pr->link = NULL;
+}
+
+/* link_close may not run inside the link's own callback: defer it. */
+static void schedule_close(struct peer *pr)
+{
+    static const struct timeval now = { 0, 0 };
+    evtimer_add(pr->close_ev, &now);
+}
+
+static void report_divergence(struct peer *pr)
+{
+    const struct parity_dp *d = &pr->pe->state.dps[pr->dp];
+    if (!pr->divergence_logged) {
+        pe_log(pr->pe, "DIVERGED: dp %d (peer %s) %s; applied xid %" PRIu64
+               ", received xid %" PRIu64 "; refusing its records from now on",
+               pr->dp, peer_name(pr), d->why, d->applied_xid, d->received_xid);
+        pr->divergence_logged = true;
+    }
+    schedule_close(pr);
+}
+
+static void send_ack(struct peer *pr, uint64_t xid)
+{
+    uint8_t buf[8];
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(xid >> (8 * i));
+    if (link_send(pr->link, FT_ACK, buf, sizeof(buf)) != 0 && pr->pe->verbose)
+        pe_log(pr->pe, "dp %d: ack %" PRIu64 " not sent: link down", pr->dp, xid);
+}
+
+static void apply_upto(struct peer *pr, uint64_t stable)
+{
+    if (parity_apply(&pr->pe->state, pr->dp, stable) != 0)
+        report_divergence(pr);
+}
+
+static void on_record(struct peer *pr, const uint8_t *payload, uint32_t len)
+{
+    struct parity_dp *d = &pr->pe->state.dps[pr->dp];
+    uint64_t stable = 0;
+    pr->records++;
+    switch (parity_receive(&pr->pe->state, pr->dp, payload, len, &stable)) {
+    case PARITY_RX_BUFFERED:
+        send_ack(pr, d->received_xid);
+        apply_upto(pr, stable);
+        break;
+    case PARITY_RX_DUPLICATE:
+        pr->duplicates++;
+        send_ack(pr, d->received_xid);
+        break;
+    case PARITY_RX_REFUSED:
+        report_divergence(pr);
+        break;
+    case PARITY_RX_FAILED:
+        pe_log(pr->pe, "dp %d (peer %s): out of memory buffering a record after xid %"
+               PRIu64 "; dropping the link", pr->dp, peer_name(pr), d->received_xid);
+        schedule_close(pr);
+        break;
+    }
+}
+
+static bool read_u64(const uint8_t *p, uint32_t len, uint64_t *out)
+{
+    if (len != 8)
+        return false;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    *out = v;
+    return true;
+}
+
+static void on_stable(struct peer *pr, const uint8_t *payload, uint32_t len)
+{
+    uint64_t stable;
+    if (!read_u64(payload, len, &stable)) {
+        pe_log(pr->pe, "dp %d (peer %s): STABLE frame of %" PRIu32 " bytes; dropping the link",
+               pr->dp, peer_name(pr), len);
+        schedule_close(pr);
+        return;
+    }
+    apply_upto(pr, stable);
+}
+
+static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
+                     void *ctx)
+{
+    struct peer *pr = ctx;
+    if (l != pr->link || pr->pe->state.dps[pr->dp].diverged)
+        return;
+    switch (type) {
+    case FT_RECORD:
+        on_record(pr, payload, len);
+        break;
+    case FT_STABLE:
+        on_stable(pr, payload, len);
+        break;
+    case FT_PING:
+        break;
+    default:
+        if (pr->pe->verbose)
+            pe_log(pr->pe, "dp %d (peer %s): ignoring frame type %u", pr->dp, peer_name(pr),
+                   (unsigned)type);
+        break;
+    }
+}
+
+static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
+{
+    struct peer *pr = ctx;
+    const struct parity_dp *d = &pr->pe->state.dps[pr->dp];
+    pe_log(pr->pe, "dp %d: link up from %s, holding xid %" PRIu64 " (applied %" PRIu64 ")",
+           pr->dp, link_peer_name(l), d->received_xid, d->applied_xid);
+}
+
+static void on_down(struct link *l, const char *why, void *ctx)
+{
+    struct peer *pr = ctx;
+    if (l != pr->link)
+        return;
+    pe_log(pr->pe, "dp %d: link from %s down: %s", pr->dp, link_peer_name(l), why);
+    pr->link = NULL;
+    evtimer_del(pr->close_ev);
+}
+
+static const struct link_callbacks peer_callbacks = {
+    .on_up = on_up,
+    .on_frame = on_frame,
+    .on_down = on_down,
+};
+
+static bool reject(struct peer *pr, const char **reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool reject(struct peer *pr, const char **reason, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pr->reject, sizeof(pr->reject), fmt, ap);
+    va_end(ap);
+    *reason = pr->reject;
+    return false;
+}
+
+static bool accept_peer(void *owner, const struct link_identity *id, struct link *l,
+                        struct link_callbacks *cb, void **ctx, uint64_t *welcome_xid,
+                        const char **reason)
+{
+    struct parity_engine *pe = owner;
+    if (id->role != LINK_ROLE_DATA) {
+        *reason = "a parity process takes links from data processes only";
+        return false;
+    }
+    if (id->index >= (uint32_t)pe->state.k) {
+        *reason = "no such data process in this coding group";
+        return false;
+    }
+    struct peer *pr = &pe->peers[id->index];
+    const struct parity_dp *d = &pe->state.dps[id->index];
+    if (d->diverged) {
+        pe_log(pe, "dp %d: rejecting HELLO from %s: diverged", pr->dp, link_peer_name(l));
+        return reject(pr, reason, "data process %d diverged at %s", pr->dp, d->why);
+    }
+    if (pr->link != NULL) {
+        pe_log(pe, "dp %d: new link from %s replaces the one from %s", pr->dp,
+               link_peer_name(l), peer_name(pr));
+        evtimer_del(pr->close_ev);
+        link_close(pr->link);
+    }
+    pr->link = l;
+    *cb = peer_callbacks;
+    *ctx = pr;
+    *welcome_xid = d->received_xid;
+    return true;
+}
+
+/* ---- client requests: a parity process serves no keys ---- */
+
+static eng_status parity_get(struct engine *e, const char *key, size_t nkey,
+                             struct eng_value *out, struct eng_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->status = ENG_NOT_FOUND;
+    return ENG_NOT_FOUND;
+}
+
+static void parity_release(struct engine *e, void *handle)
+{
+}
+
+static eng_status parity_mutate(struct engine *e, const struct eng_mutation *m,
+                                struct eng_result *res, eng_done_fn done, void *cookie)
+{
+    memset(res, 0, sizeof(*res));
+    res->status = ENG_FAILED;
+    res->msg = NO_KEYS_MSG;
+    return ENG_FAILED;
+}
+
+/* ---- stats ---- */
+
+static uint64_t total_items(const struct parity *p)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < p->k; i++)
+        n += p->dps[i].meta.count;
+    return n;
+}
+
+static uint64_t total_buffered(const struct parity *p)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < p->k; i++)
+        n += p->dps[i].buffer.count;
+    return n;
+}
+
+static void stats_peer(const struct peer *pr, eng_stat_fn emit, void *ctx)
+{
+    char name[48];
+    snprintf(name, sizeof(name), "dp%d_link", pr->dp);
+    emit(ctx, name, "%s", pr->link != NULL && link_is_up(pr->link) ? "up" : "down");
+    snprintf(name, sizeof(name), "dp%d_records", pr->dp);
+    emit(ctx, name, "%" PRIu64, pr->records);
+    snprintf(name, sizeof(name), "dp%d_duplicates", pr->dp);
+    emit(ctx, name, "%" PRIu64, pr->duplicates);
+}
+
+static void stats_general(struct parity_engine *pe, eng_stat_fn emit, void *ctx)
+{
+    const struct parity *p = &pe->state;
+    emit(ctx, "group", "%d", pe->group);
+    emit(ctx, "index", "%d", pe->index);
+    emit(ctx, "curr_items", "0");
+    emit(ctx, "backup_items", "%" PRIu64, total_items(p));
+    emit(ctx, "buffered_records", "%" PRIu64, total_buffered(p));
+    emit(ctx, "region_size", "%" PRIu64, p->region_size);
+    emit(ctx, "region_touched", "%" PRIu64, p->touched_end);
+    for (int i = 0; i < p->k; i++) {
+        const struct parity_dp *d = &p->dps[i];
+        char name[48];
+        snprintf(name, sizeof(name), "dp%d_applied_xid", i);
+        emit(ctx, name, "%" PRIu64, d->applied_xid);
+        snprintf(name, sizeof(name), "dp%d_received_xid", i);
+        emit(ctx, name, "%" PRIu64, d->received_xid);
+        snprintf(name, sizeof(name), "dp%d_buffered", i);
+        emit(ctx, name, "%zu", d->buffer.count);
+        snprintf(name, sizeof(name), "dp%d_delta_bytes", i);
+        emit(ctx, name, "%" PRIu64, d->delta_bytes);
+        snprintf(name, sizeof(name), "dp%d_diverged", i);
+        emit(ctx, name, "%d", d->diverged ? 1 : 0);
+        stats_peer(&pe->peers[i], emit, ctx);
+    }
+}
+
+static bool parity_stats(struct engine *e, const char *group, eng_stat_fn emit, void *ctx)
+{
+    if (group[0] == '\0') {
+        stats_general(pe_of(e), emit, ctx);
+        return true;
+    }
+    /* No items, slabs or sizes on a parity process; settings are the server's. */
+    return strcmp(group, "items") == 0 || strcmp(group, "slabs") == 0 ||
+           strcmp(group, "sizes") == 0 || strcmp(group, "settings") == 0;
+}
+
+static void parity_stats_reset(struct engine *e)
+{
+    struct parity_engine *pe = pe_of(e);
+    for (int i = 0; i < pe->state.k; i++)
+        pe->peers[i].records = pe->peers[i].duplicates = 0;
+}
+
+static void parity_tick(struct engine *e, time_t now)
+{
+}
+
+/* ---- admin: cocytus info | region | meta | used ---- */
+
+struct reply {
+    eng_write_fn write;
+    void *ctx;
+};
+
+__attribute__((format(printf, 2, 3)))
+static void reply_printf(const struct reply *r, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    r->write(r->ctx, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static void reply_str(const struct reply *r, const char *s)
+{
+    r->write(r->ctx, s, strlen(s));
+}
+
+static bool client_error(const struct reply *r, const char *reason)
+{
+    reply_printf(r, "CLIENT_ERROR %s\r\n", reason);
+    return true;
+}
+
+/* Strict unsigned decimal. */
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    if (*s == '\0')
+        return false;
+    uint64_t v = 0;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        uint64_t d = (uint64_t)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* Resident set size in bytes, 0 if /proc is unavailable. */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
+}
+
+static void info_dp(const struct reply *r, const struct parity_dp *d)
+{
+    int i = d->index;
+    reply_printf(r, "STAT dp%d_applied_xid %" PRIu64 "\r\n", i, d->applied_xid);
+    reply_printf(r, "STAT dp%d_received_xid %" PRIu64 "\r\n", i, d->received_xid);
+    reply_printf(r, "STAT dp%d_stable_xid %" PRIu64 "\r\n", i, d->stable_xid);
+    reply_printf(r, "STAT dp%d_buffered %zu\r\n", i, d->buffer.count);
+    reply_printf(r, "STAT dp%d_buffered_bytes %zu\r\n", i, d->buffer.bytes);
+    reply_printf(r, "STAT dp%d_items %zu\r\n", i, d->meta.count);
+    reply_printf(r, "STAT dp%d_region_used %" PRIu64 "\r\n", i, dalloc_used_bytes(d->alloc));
+    reply_printf(r, "STAT dp%d_diverged %d\r\n", i, d->diverged ? 1 : 0);
+}
+
+static bool admin_info(struct parity_engine *pe, const struct reply *r)
+{
+    const struct parity *p = &pe->state;
+    reply_str(r, "STAT role parity\r\n");
+    reply_printf(r, "STAT group %d\r\n", pe->group);
+    reply_printf(r, "STAT index %d\r\n", pe->index);
+    reply_printf(r, "STAT k %d\r\n", p->k);
+    reply_printf(r, "STAT m %d\r\n", p->m);
+    reply_printf(r, "STAT region_size %" PRIu64 "\r\n", p->region_size);
+    reply_printf(r, "STAT region_touched %" PRIu64 "\r\n", p->touched_end);
+    reply_printf(r, "STAT items %" PRIu64 "\r\n", total_items(p));
+    for (int i = 0; i < p->k; i++)
+        info_dp(r, &p->dps[i]);
+    reply_printf(r, "STAT meta_bytes %zu\r\n", parity_meta_bytes(p));
+    reply_printf(r, "STAT rss %" PRIu64 "\r\n", rss_bytes());
+    reply_str(r, "END\r\n");
+    return true;
+}
+
+static bool admin_region(struct parity_engine *pe, int argc, char **argv, const struct reply *r)
+{
+    uint64_t off, len;
+    if (argc != 3 || !parse_u64(argv[1], &off) || !parse_u64(argv[2], &len))
+        return client_error(r, "usage: cocytus region <off> <len>");
+    if (len > REGION_READ_MAX)
+        return client_error(r, "region read larger than 16777216 bytes");
+    if (off > pe->state.region_size || len > pe->state.region_size - off)
+        return client_error(r, "range outside the region");
+    reply_printf(r, "VALUE region 0 %" PRIu64 "\r\n", len);
+    r->write(r->ctx, pe->state.region + off, (size_t)len);
+    reply_str(r, "\r\nEND\r\n");
+    return true;
+}
+
+/* The DP a meta/used command names, or NULL after a CLIENT_ERROR. */
+static const struct parity_dp *admin_dp(struct parity_engine *pe, int argc, char **argv,
+                                        const struct reply *r, const char *usage)
+{
+    uint64_t dp;
+    if (argc != 2 || !parse_u64(argv[1], &dp)) {
+        client_error(r, usage);
+        return NULL;
+    }
+    if (dp >= (uint64_t)pe->state.k) {
+        client_error(r, "no such data process in this coding group");
+        return NULL;
+    }
+    return &pe->state.dps[dp];
+}
+
+static bool admin_meta(struct parity_engine *pe, int argc, char **argv, const struct reply *r)
+{
+    const struct parity_dp *d = admin_dp(pe, argc, argv, r, "usage: cocytus meta <dp>");
+    if (d == NULL)
+        return true;
+    reply_printf(r, "STAT count %zu\r\n", d->meta.count);
+    reply_printf(r, "STAT digest %016" PRIx64 "\r\n", meta_digest(&d->meta));
+    reply_printf(r, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(d->alloc));
+    reply_printf(r, "STAT used_bytes %" PRIu64 "\r\n", dalloc_used_bytes(d->alloc));
+    reply_printf(r, "STAT applied_xid %" PRIu64 "\r\n", d->applied_xid);
+    reply_str(r, "END\r\n");
+    return true;
+}
+
+static bool admin_used(struct parity_engine *pe, int argc, char **argv, const struct reply *r)
+{
+    const struct parity_dp *d = admin_dp(pe, argc, argv, r, "usage: cocytus used <dp>");
+    if (d == NULL)
+        return true;
+    struct dalloc_iter it;
+    uint64_t off, size;
+    dalloc_iter_init(d->alloc, &it);
+    while (dalloc_iter_next_used(&it, &off, &size))
+        reply_printf(r, "USED %" PRIu64 " %" PRIu64 "\r\n", off, size);
+    reply_str(r, "END\r\n");
+    return true;
+}
+
+static bool parity_admin(struct engine *e, int argc, char **argv, eng_write_fn write, void *ctx)
+{
+    struct parity_engine *pe = pe_of(e);
+    struct reply r = { .write = write, .ctx = ctx };
+    if (argc < 1)
+        return false;
+    if (strcmp(argv[0], "info") == 0)
+        return argc == 1 ? admin_info(pe, &r) : client_error(&r, "usage: cocytus info");
+    if (strcmp(argv[0], "region") == 0)
+        return admin_region(pe, argc, argv, &r);
+    if (strcmp(argv[0], "meta") == 0)
+        return admin_meta(pe, argc, argv, &r);
+    if (strcmp(argv[0], "used") == 0)
+        return admin_used(pe, argc, argv, &r);
+    return false;
+}
+
+/* ---- lifetime ---- */
+
+static void peers_free(struct parity_engine *pe)
+{
+    for (int i = 0; pe->peers != NULL && i < pe->state.k; i++) {
+        struct peer *pr = &pe->peers[i];
+        if (pr->link != NULL)
+            link_close(pr->link);
+        if (pr->close_ev != NULL)
+            event_free(pr->close_ev);
+    }
+    free(pe->peers);
+    pe->peers = NULL;
+}
+
+static void parity_destroy_engine(struct engine *e)
+{
+    struct parity_engine *pe = pe_of(e);
+    if (pe->listener != NULL)
+        link_listener_free(pe->listener);
+    peers_free(pe);
+    parity_destroy(&pe->state);
+    free(pe);
+}
+
+static const struct engine_ops parity_ops = {
+    .name = "parity",
+    .get = parity_get,
+    .release = parity_release,
+    .mutate = parity_mutate,
+    .stats = parity_stats,
+    .stats_reset = parity_stats_reset,
+    .tick = parity_tick,
+    .destroy = parity_destroy_engine,
+    .admin = parity_admin,
+};
+
+static int peers_init(struct parity_engine *pe)
+{
+    pe->peers = calloc((size_t)pe->state.k, sizeof(*pe->peers));
+    if (pe->peers == NULL)
+        return -1;
+    for (int i = 0; i < pe->state.k; i++) {
+        struct peer *pr = &pe->peers[i];
+        pr->pe = pe;
+        pr->dp = i;
+        pr->close_ev = evtimer_new(pe->base, close_now, pr);
+        if (pr->close_ev == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* The cluster's view of this process, or NULL after a message. */
+static const struct cluster_proc *own_proc(const struct engine_config *cfg)
+{
+    const struct cluster *c = cfg->cluster;
+    if (c == NULL || c->scheme != SCHEME_RS) {
+        fprintf(stderr, "cocytus-server: the parity role needs a cluster file with scheme rs\n");
+        return NULL;
+    }
+    const struct cluster_proc *me = cluster_find(c, cfg->group, ROLE_PARITY, cfg->index);
+    if (me == NULL)
+        fprintf(stderr, "cocytus-server: the cluster has no parity process %d in group %d\n",
+                cfg->index, cfg->group);
+    return me;
+}
+
+static int start_listener(struct parity_engine *pe, const struct cluster *c,
+                          const struct cluster_proc *me)
+{
+    pe->listener = link_listen(pe->base, me->host, me->link_port, c->name,
+                               (uint32_t)pe->group, c->secret, accept_peer, pe);
+    if (pe->listener == NULL) {
+        pe_log(pe, "cannot listen for data processes on %s:%d", me->host, me->link_port);
+        return -1;
+    }
+    pe_log(pe, "RS(%d,%d), region %" PRIu64 " bytes, waiting for data processes on %s:%d",
+           c->k, c->n, pe->state.region_size, me->host, link_listener_port(pe->listener));
+    return 0;
+}
+
+struct engine *engine_parity_new(const struct engine_config *cfg)
+{
+    const struct cluster_proc *me = own_proc(cfg);
+    if (me == NULL)
+        return NULL;
+    const struct cluster *c = cfg->cluster;
+    struct parity_engine *pe = calloc(1, sizeof(*pe));
+    if (pe == NULL)
+        return NULL;
+    pe->base = cfg->base;
+    pe->group = cfg->group;
+    pe->index = cfg->index;
+    pe->verbose = cfg->verbose;
+    pe->engine.ops = &parity_ops;
+    pe->engine.priv = pe;
+    char err[256];
+    if (parity_init(&pe->state, c->k, c->n, cfg->index, c->region_size, cfg->hashpower,
+                    err, sizeof(err)) != 0) {
+        pe_log(pe, "%s", err);
+        free(pe);
+        return NULL;
+    }
+    if (peers_init(pe) != 0 || start_listener(pe, c, me) != 0) {
+        parity_destroy_engine(&pe->engine);
+        return NULL;
+    }
+    return &pe->engine;
+}

@@ -1,0 +1,72 @@
+/* meta.h - the metadata table of a coding group: key -> where its value
+ * lives in a region (offset, length) plus flags, exptime and cas.
+ *
+ * A data process keeps one for its own keys; a parity process keeps one per
+ * data process of its group as the backup that recovery uses.  Entries reuse
+ * the core's item header and hash table (memcached/items.h, assoc.h): an
+ * entry is a struct item whose data holds the key followed by the 8-byte
+ * region offset instead of the value, nbytes is the value length, exptime is
+ * an absolute unix time (0 = never) and iflags carries META_* bits.
+ * Replaying a record's operations (meta_replay_op) is the one definition of
+ * what an op means, shared by every replica. */
+#ifndef COCYTUS_META_H
+#define COCYTUS_META_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "assoc.h"
+#include "items.h"
+#include "record.h"
+
+struct dalloc;
+
+enum meta_flag {
+    META_PENDING = 0x10   /* data process: a record for this key is in flight */
+};
+
+struct meta_table {
+    struct assoc table;
+    struct item *lru_head;    /* most recently stored or read */
+    struct item *lru_tail;
+    size_t count;
+    size_t heap_bytes;        /* malloc_usable_size of all entries */
+    uint64_t value_bytes;     /* sum of nbytes */
+};
+
+int meta_init(struct meta_table *t, unsigned hashpower);
+void meta_destroy(struct meta_table *t);
+
+static inline uint64_t meta_off(const struct item *e)
+{
+    uint64_t off;
+    memcpy(&off, e->data + e->nkey, sizeof(off));
+    return off;
+}
+
+struct item *meta_find(struct meta_table *t, const char *key, size_t nkey);
+/* Insert or overwrite the key's entry (an overwrite keeps the entry's
+ * META_* bits) and move it to the LRU head.  NULL when out of memory. */
+struct item *meta_put(struct meta_table *t, const char *key, size_t nkey, uint64_t off,
+                      uint32_t nbytes, uint32_t flags, int64_t exptime, uint64_t cas);
+/* Remove and free the entry; false if absent. */
+bool meta_del(struct meta_table *t, const char *key, size_t nkey);
+void meta_clear(struct meta_table *t);
+void meta_bump(struct meta_table *t, struct item *e);
+
+/* Order-independent digest of every entry's (key, off, nbytes, flags,
+ * exptime, cas): equal tables have equal digests whatever their history. */
+uint64_t meta_digest(const struct meta_table *t);
+/* Visit every entry (no changes during the visit). */
+void meta_iterate(struct meta_table *t, assoc_visit_fn visit, void *ctx);
+
+/* Apply one record op to a replica table and allocator.  Returns 0, or -1
+ * with a message in err when the replica disagrees with the sender (ALLOC
+ * returned another offset, FREE of a non-allocated offset, DEL of a missing
+ * key): the caller must stop applying that sender's records. */
+int meta_replay_op(struct meta_table *t, struct dalloc *a, const struct rec_op *op,
+                   char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,404 @@
+/* node_main.c - cocytus-node, the node launcher: reads the cluster file,
+ * forks one cocytus-server for every process the layout places on this node,
+ * and supervises them.
+ *
+ * All children stay in the node's process group, so `kill -- -PGID` stops a
+ * whole node.  A child that dies is logged and left dead (recovery, not the
+ * launcher, decides what happens next).  SIGTERM/SIGINT stop every child
+ * (SIGTERM, then SIGKILL after a grace period) and end the node.
+ *
+ * stdout gets one line per started child, the format of the endpoints file:
+ *   <role> <group> <index> <node> <host>:<port> <pid> */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "cluster.h"
+
+#define STOP_GRACE_SECONDS 2
+
+struct child {
+    const struct cluster_proc *proc;
+    pid_t pid;                  /* 0 once it has died and been reaped */
+};
+
+struct node {
+    const char *cluster_file;
+    int node;
+    const char *server;         /* --server, or found next to our executable */
+    const char *log_dir;        /* --log-dir: one log file per child */
+    char server_buf[PATH_MAX + 64];
+    struct cluster cluster;
+    struct child *children;
+    int nchildren;
+    int alive;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "cocytus-node " PACKAGE_VERSION " - starts and supervises the processes of one node\n"
+        "usage: cocytus-node --cluster FILE --node I [--server PATH] [--log-dir DIR]\n"
+        "  --cluster FILE   the cluster file (see docs/operations.md)\n"
+        "  --node I         which node of the file this is\n"
+        "  --server PATH    the cocytus-server binary (default: next to cocytus-node)\n"
+        "  --log-dir DIR    write each process's output to DIR/<role>-<group>-<index>.log\n"
+        "                   (default: this program's stderr)\n");
+}
+
+static int parse_node_index(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < 0 || v >= CLUSTER_MAX_NODES)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct node *n)
+{
+    static const struct option longopts[] = {
+        { "cluster", required_argument, NULL, 'c' },
+        { "node", required_argument, NULL, 'n' },
+        { "server", required_argument, NULL, 's' },
+        { "log-dir", required_argument, NULL, 'l' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int ch;
+    n->node = -1;
+    while ((ch = getopt_long(argc, argv, "c:n:s:l:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': n->cluster_file = optarg; break;
+        case 's': n->server = optarg; break;
+        case 'l': n->log_dir = optarg; break;
+        case 'n':
+            if (parse_node_index(optarg, &n->node) < 0) {
+                fprintf(stderr, "cocytus-node: bad node index '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'h': usage(stdout); exit(EXIT_SUCCESS);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc || !n->cluster_file || n->node < 0) {
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* ../memcached/cocytus-server (build tree) or ./cocytus-server (installed),
+ * relative to the directory of our own executable. */
+static int find_server(struct node *n)
+{
+    static const char *const candidates[] = { "../memcached/cocytus-server", "cocytus-server" };
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len < 0) {
+        fprintf(stderr, "cocytus-node: cannot read /proc/self/exe (%s); use --server\n",
+                strerror(errno));
+        return -1;
+    }
+    self[len] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+        snprintf(n->server_buf, sizeof(n->server_buf), "%s/%s", self, candidates[i]);
+        if (access(n->server_buf, X_OK) == 0) {
+            n->server = n->server_buf;
+            return 0;
+        }
+    }
+    fprintf(stderr, "cocytus-node: no cocytus-server in %s/../memcached or %s; use --server\n",
+            self, self);
+    return -1;
+}
+
+/* "-m" value: whole megabytes when possible, else kilobytes. */
+static void format_memory(size_t bytes, char *buf, size_t len)
+{
+    if (bytes % ((size_t)1 << 20) == 0)
+        snprintf(buf, len, "%zu", bytes >> 20);
+    else
+        snprintf(buf, len, "%zuk", bytes >> 10);
+}
+
+static bool role_uses_memory(enum cluster_role r)
+{
+    return r == ROLE_PLAIN || r == ROLE_PRIMARY || r == ROLE_BACKUP;
+}
+
+/* Sends the child's stdout and stderr to its log file, or stdout to our
+ * stderr (our stdout carries the endpoint lines only). */
+static void redirect_child_output(const struct node *n, const struct cluster_proc *p)
+{
+    int fd = STDERR_FILENO;
+    if (n->log_dir) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/%s-%d-%d.log", n->log_dir,
+                 cluster_role_name(p->role), p->group, p->index);
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "cocytus-node: cannot open %s: %s\n", path, strerror(errno));
+            _exit(127);
+        }
+    }
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        close(devnull);
+    }
+}
+
+/* In the child: becomes cocytus-server for process p. */
+static void exec_server(const struct node *n, const struct cluster_proc *p,
+                        const sigset_t *orig_mask)
+{
+    char group[16], index[16], memory[32];
+    const char *argv[20];
+    int argc = 0;
+    snprintf(group, sizeof(group), "%d", p->group);
+    snprintf(index, sizeof(index), "%d", p->index);
+    argv[argc++] = n->server;
+    argv[argc++] = "--role";
+    argv[argc++] = cluster_role_name(p->role);
+    argv[argc++] = "--cluster";
+    argv[argc++] = n->cluster_file;
+    argv[argc++] = "--group";
+    argv[argc++] = group;
+    argv[argc++] = "--index";
+    argv[argc++] = index;
+    argv[argc++] = "-U";
+    argv[argc++] = "0";
+    if (role_uses_memory(p->role)) {
+        format_memory(n->cluster.memory, memory, sizeof(memory));
+        argv[argc++] = "-m";
+        argv[argc++] = memory;
+    }
+    if (geteuid() == 0) {
+        argv[argc++] = "-u";
+        argv[argc++] = "root";
+    }
+    argv[argc] = NULL;
+
+    redirect_child_output(n, p);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, orig_mask, NULL);
+    execv(n->server, (char *const *)argv);
+    fprintf(stderr, "cocytus-node: cannot run %s: %s\n", n->server, strerror(errno));
+    _exit(127);
+}
+
+static void print_child(const struct node *n, const struct child *c)
+{
+    const struct cluster_proc *p = c->proc;
+    printf("%s %d %d %d %s:%d %ld\n", cluster_role_name(p->role), p->group, p->index,
+           p->node, p->host, p->port, (long)c->pid);
+    fflush(stdout);
+}
+
+static int start_children(struct node *n, const sigset_t *orig_mask)
+{
+    const struct cluster *c = &n->cluster;
+    n->children = calloc((size_t)c->nprocs, sizeof(*n->children));
+    if (!n->children) {
+        fprintf(stderr, "cocytus-node: out of memory\n");
+        return -1;
+    }
+    for (int i = 0; i < c->nprocs; i++) {
+        if (c->procs[i].node != n->node)
+            continue;
+        struct child *ch = &n->children[n->nchildren];
+        ch->proc = &c->procs[i];
+        fflush(NULL);
+        ch->pid = fork();
+        if (ch->pid < 0) {
+            fprintf(stderr, "cocytus-node: fork: %s\n", strerror(errno));
+            return -1;
+        }
+        if (ch->pid == 0)
+            exec_server(n, ch->proc, orig_mask);
+        n->nchildren++;
+        n->alive++;
+        print_child(n, ch);
+    }
+    return 0;
+}
+
+static struct child *child_by_pid(struct node *n, pid_t pid)
+{
+    for (int i = 0; i < n->nchildren; i++)
+        if (n->children[i].pid == pid)
+            return &n->children[i];
+    return NULL;
+}
+
+static void log_death(const struct node *n, const struct child *c, int status)
+{
+    const struct cluster_proc *p = c->proc;
+    char how[64];
+    if (WIFEXITED(status))
+        snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(how, sizeof(how), "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(how, sizeof(how), "ended (wait status %d)", status);
+    fprintf(stderr, "cocytus-node %d: %s %d %d (pid %ld, %s:%d) %s; not restarted\n",
+            n->node, cluster_role_name(p->role), p->group, p->index, (long)c->pid,
+            p->host, p->port, how);
+}
+
+/* Reaps every child that has ended; logs each. */
+static void reap_children(struct node *n, bool quiet)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            return;
+        struct child *c = child_by_pid(n, pid);
+        if (!c)
+            continue;
+        if (!quiet)
+            log_death(n, c, status);
+        c->pid = 0;
+        n->alive--;
+    }
+}
+
+static void signal_children(const struct node *n, int sig)
+{
+    for (int i = 0; i < n->nchildren; i++)
+        if (n->children[i].pid > 0)
+            kill(n->children[i].pid, sig);
+}
+
+/* SIGTERM to every child; SIGKILL to those still there after the grace. */
+static void stop_children(struct node *n, const sigset_t *wait_set)
+{
+    signal_children(n, SIGTERM);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += STOP_GRACE_SECONDS;
+    while (n->alive > 0) {
+        reap_children(n, true);
+        if (n->alive == 0)
+            break;
+        struct timespec now, left;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ns = (deadline.tv_sec - now.tv_sec) * 1000000000L + (deadline.tv_nsec - now.tv_nsec);
+        if (ns <= 0)
+            break;
+        left.tv_sec = ns / 1000000000L;
+        left.tv_nsec = ns % 1000000000L;
+        sigtimedwait(wait_set, NULL, &left);
+    }
+    if (n->alive > 0) {
+        fprintf(stderr, "cocytus-node %d: %d process(es) ignored SIGTERM; sending SIGKILL\n",
+                n->node, n->alive);
+        signal_children(n, SIGKILL);
+        for (int i = 0; i < n->nchildren; i++) {
+            if (n->children[i].pid > 0) {
+                waitpid(n->children[i].pid, NULL, 0);
+                n->children[i].pid = 0;
+                n->alive--;
+            }
+        }
+    }
+}
+
+/* Waits for signals: logs deaths, stops on SIGTERM/SIGINT.  Returns the
+ * exit status of the node. */
+static int supervise(struct node *n, const sigset_t *wait_set)
+{
+    while (n->alive > 0) {
+        int sig = sigwaitinfo(wait_set, NULL);
+        if (sig == SIGCHLD) {
+            reap_children(n, false);
+        } else if (sig == SIGTERM || sig == SIGINT) {
+            fprintf(stderr, "cocytus-node %d: %s, stopping %d process(es)\n", n->node,
+                    strsignal(sig), n->alive);
+            stop_children(n, wait_set);
+            return EXIT_SUCCESS;
+        }
+    }
+    fprintf(stderr, "cocytus-node %d: no processes left, exiting\n", n->node);
+    return EXIT_FAILURE;
+}
+
+static int load_cluster(struct node *n)
+{
+    char err[320];
+    if (cluster_load(n->cluster_file, &n->cluster, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-node: %s: %s\n", n->cluster_file, err);
+        return -1;
+    }
+    if (n->node >= n->cluster.nnodes) {
+        fprintf(stderr, "cocytus-node: %s has %d node(s); there is no node %d\n",
+                n->cluster_file, n->cluster.nnodes, n->node);
+        cluster_free(&n->cluster);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static struct node n;
+    if (parse_args(argc, argv, &n) < 0)
+        return EXIT_FAILURE;
+    if (load_cluster(&n) < 0)
+        return EXIT_FAILURE;
+    if (!n.server && find_server(&n) < 0) {
+        cluster_free(&n.cluster);
+        return EXIT_FAILURE;
+    }
+    /* Lead our own process group (already so when started by setsid). */
+    if (getpgrp() != getpid() && setpgid(0, 0) < 0)
+        fprintf(stderr, "cocytus-node: setpgid: %s\n", strerror(errno));
+
+    signal(SIGPIPE, SIG_IGN);       /* a closed stdout must not kill the node */
+    sigset_t wait_set, orig_mask;
+    sigemptyset(&wait_set);
+    sigaddset(&wait_set, SIGCHLD);
+    sigaddset(&wait_set, SIGTERM);
+    sigaddset(&wait_set, SIGINT);
+    sigprocmask(SIG_BLOCK, &wait_set, &orig_mask);
+
+    int rc = EXIT_FAILURE;
+    if (start_children(&n, &orig_mask) < 0)
+        stop_children(&n, &wait_set);
+    else if (n.nchildren == 0)
+        fprintf(stderr, "cocytus-node: %s places no process on node %d\n", n.cluster_file, n.node);
+    else {
+        fprintf(stderr, "cocytus-node %d: started %d process(es) of %s\n", n.node, n.nchildren,
+                n.cluster_file);
+        rc = supervise(&n, &wait_set);
+    }
+    cluster_free(&n.cluster);
+    free(n.children);
+    return rc;
+}

@@ -1,0 +1,74 @@
+/* cluster.h - the cluster file: which processes exist, where they run and
+ * which group and role each has.
+ *
+ * One file describes the whole cluster; every process and tool reads the
+ * same file.  Format (one directive per line, '#' comments):
+ *
+ *   cluster   demo                  name, checked in every link handshake
+ *   secret    <text>                shared secret of the link handshake
+ *   scheme    rs 3 5 | pbr 2 | plain
+ *   sync      full | semi | async   (pbr only; default full)
+ *   region    64m                   value region per data/parity process
+ *   memory    64m                   item memory of plain/primary/backup processes
+ *   node      0 127.0.0.1           node index and the address its processes use
+ *   base_port 21000                 first port; ports are assigned in layout order
+ *   proc      <group> <role> <index> <node> <port> <link_port>   (optional, explicit)
+ *
+ * Without proc lines the layout is computed: with n nodes and N processes
+ * per group there are max(1, n >= N ? n : 1) groups; process p (data first,
+ * then parity/backup) of group g runs on node (g + p) mod n; ports are
+ * base_port + 2*q and base_port + 2*q + 1 for the q-th process of the
+ * layout. */
+#ifndef REPL_CLUSTER_H
+#define REPL_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLUSTER_NAME_MAX 64
+#define CLUSTER_SECRET_MAX 128
+#define CLUSTER_HOST_MAX 64
+#define CLUSTER_MAX_NODES 64
+
+enum cluster_scheme { SCHEME_PLAIN = 0, SCHEME_PBR = 1, SCHEME_RS = 2 };
+enum cluster_role { ROLE_PLAIN = 0, ROLE_DATA = 1, ROLE_PARITY = 2, ROLE_PRIMARY = 3, ROLE_BACKUP = 4 };
+enum cluster_sync { SYNC_FULL = 0, SYNC_SEMI = 1, SYNC_ASYNC = 2 };
+
+struct cluster_proc {
+    int group;
+    enum cluster_role role;
+    int index;          /* within its role in the group */
+    int node;
+    char host[CLUSTER_HOST_MAX];
+    int port;           /* client (memcached protocol) port */
+    int link_port;      /* parity/backup: where data processes/primaries connect */
+};
+
+struct cluster {
+    char name[CLUSTER_NAME_MAX];
+    char secret[CLUSTER_SECRET_MAX];
+    enum cluster_scheme scheme;
+    enum cluster_sync sync;
+    int k, n;           /* rs: K data + (n-k) parity; pbr: k=1, n=1+M; plain: 1,1 */
+    size_t region_size;
+    size_t memory;
+    int nnodes;
+    char hosts[CLUSTER_MAX_NODES][CLUSTER_HOST_MAX];
+    int base_port;
+    int ngroups;
+    struct cluster_proc *procs;
+    int nprocs;
+};
+
+/* Parse path.  0, or -1 with a clear message (line number and what is
+ * wrong) in err. */
+int cluster_load(const char *path, struct cluster *c, char *err, size_t errlen);
+void cluster_free(struct cluster *c);
+const struct cluster_proc *cluster_find(const struct cluster *c, int group,
+                                        enum cluster_role role, int index);
+const char *cluster_role_name(enum cluster_role r);
+int cluster_role_from_name(const char *name, enum cluster_role *out);
+/* "plain", "pbr", "rs". */
+const char *cluster_scheme_name(enum cluster_scheme s);
+
+#endif

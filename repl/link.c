@@ -1,0 +1,1254 @@
+/* link.c - authenticated, framed TCP links on a libevent loop (link.h).
+ *
+ * Each link owns one non-blocking socket at a time, a linear input buffer
+ * and a linear output buffer:
+ *   - reading: recv() into the free tail of the input buffer (as much as the
+ *     kernel has, not libevent's 4 KB steps), then every complete frame is
+ *     checked (header, CRC) and handed on in place, without copying;
+ *   - writing: link_send() appends header and payload to the output buffer
+ *     (the payload's only user-space copy) and marks a per-link "flush"
+ *     event active; the flush runs after the callbacks already queued in
+ *     this loop iteration, so a burst of frames leaves in one send().  Only
+ *     when the kernel pushes back is the socket's write event armed.
+ * No per-frame allocation: buffers grow by doubling and are reused.
+ *
+ * Handshake (docs/wire-format.md): acceptor sends CHALLENGE (16 random
+ * bytes), connector answers HELLO (identity + SipHash-2-4 proof over nonce
+ * and identity under a key derived from the secret), acceptor checks and
+ * answers WELCOME or REJECT.  A connector keeps redialing with back-off
+ * until link_close().
+ *
+ * Callbacks and freeing: every libevent callback of a link runs between
+ * link_enter() and link_leave().  link_close() and "this accepted link is
+ * finished" only mark the link LS_CLOSED (after closing its socket); the
+ * memory is freed by the outermost link_leave(), so user callbacks may close
+ * any link, including their own, at any point.
+ *
+ * No global mutable state. */
+#include "link.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "frame.h"
+#include "siphash.h"
+
+#define LINK_RETRY_MIN_MS 20
+#define LINK_RETRY_MAX_MS 1000
+#define LINK_HANDSHAKE_TIMEOUT_MS 3000     /* connect + CHALLENGE/HELLO/WELCOME */
+#define LINK_REJECT_LINGER_MS 1000         /* time to flush a REJECT */
+#define LINK_HANDSHAKE_MAX_PAYLOAD 1024    /* frames before WELCOME are small */
+#define LINK_NONCE_SIZE 16
+#define LINK_PROOF_SIZE 8
+#define LINK_REJECT_TEXT_MAX 200
+#define LINK_HOST_MAX 256
+#define LINK_ERROR_MAX 512
+#define LINK_BUF_INITIAL (64u * 1024)
+#define LINK_BUF_KEEP (1u * 1024 * 1024)   /* an idle buffer above this is released */
+#define LINK_READ_MIN (64u * 1024)
+#define LINK_READ_BUDGET (4u * 1024 * 1024) /* bytes read per readiness event */
+#define LINK_KEEPALIVE_IDLE_S 5
+#define LINK_KEEPALIVE_INTVL_S 1
+#define LINK_KEEPALIVE_CNT 5
+#define LINK_USER_TIMEOUT_MS 10000         /* unacknowledged data: peer is gone */
+
+/* HELLO identity part: u8 len, cluster, u32 group, u8 role, u32 index. */
+#define HELLO_IDENT_MAX (1 + (LINK_NAME_MAX - 1) + 4 + 1 + 4)
+
+/* Fixed SipHash keys that turn the secret into the 128-bit proof key. */
+static const uint8_t kdf_key0[SIPHASH_KEY_SIZE] = "cocytus-kv-key-0";
+static const uint8_t kdf_key1[SIPHASH_KEY_SIZE] = "cocytus-kv-key-1";
+
+enum link_state {
+    LS_IDLE,             /* connector: no socket; the timer redials */
+    LS_CONNECTING,       /* connector: non-blocking connect in progress */
+    LS_AWAIT_CHALLENGE,  /* connector: connected, waiting for CHALLENGE */
+    LS_AWAIT_WELCOME,    /* connector: HELLO sent */
+    LS_AWAIT_HELLO,      /* acceptor: CHALLENGE sent */
+    LS_REJECTING,        /* acceptor: REJECT queued; closes once flushed */
+    LS_UP,
+    LS_CLOSED            /* finished: freed when no callback of ours runs */
+};
+
+/* Bytes [start, end) of data[0, cap) are live. */
+struct link_buf {
+    uint8_t *data;
+    size_t cap;
+    size_t start;
+    size_t end;
+};
+
+struct link {
+    struct event_base *base;
+    enum link_state state;
+    bool is_connector;
+    bool user_closed;          /* link_close() was called */
+    int depth;                 /* link callbacks on the stack */
+
+    int fd;                    /* -1 without a connection */
+    unsigned gen;              /* bumped whenever a connection is torn down */
+    struct event *rd_ev;       /* per connection */
+    struct event *wr_ev;       /* per connection: connect completion, kernel back-pressure */
+    bool wr_armed;
+    struct event *flush_ev;    /* per link, no fd: activated to flush output */
+    bool flush_queued;
+    struct event *timer_ev;    /* per link: redial delay or handshake deadline */
+    const char *fail_pending;  /* drop the connection at the next flush (no memory) */
+
+    struct link_buf in;
+    struct link_buf out;
+
+    struct link_callbacks cb;
+    void *ctx;
+    uint8_t key[SIPHASH_KEY_SIZE];
+    uint8_t nonce[LINK_NONCE_SIZE];   /* acceptor: the challenge it sent */
+    struct link_identity me;          /* connector */
+    struct link_identity peer;
+    char host[LINK_HOST_MAX];         /* connector: where to dial */
+    int port;
+    char name[LINK_HOST_MAX + 16];    /* "host:port" */
+    unsigned backoff_ms;
+    char last_error[LINK_ERROR_MAX];
+    bool failing;                     /* connector: in a streak of failed attempts */
+
+    struct link_listener *listener;   /* acceptor, until accepted */
+    struct link *ll_prev;
+    struct link *ll_next;
+};
+
+struct link_listener {
+    struct event_base *base;
+    struct evconnlistener *evl;
+    char cluster[LINK_NAME_MAX];
+    size_t cluster_len;
+    uint32_t group;
+    uint8_t key[SIPHASH_KEY_SIZE];
+    link_accept_fn accept;
+    void *owner;
+    struct link *pending;             /* links still in the handshake */
+    int port;
+};
+
+static void link_fail(struct link *l, const char *why);
+static void dial(struct link *l);
+
+/* ---- small helpers ---- */
+
+static void store_u32le(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void store_u64le(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t load_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t load_u64le(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static struct timeval ms_to_timeval(unsigned ms)
+{
+    struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+    return tv;
+}
+
+static bool equal_const_time(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint8_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= a[i] ^ b[i];
+    return diff == 0;
+}
+
+/* A NUL-terminated name of 1..LINK_NAME_MAX-1 bytes. */
+static bool name_ok(const char *s)
+{
+    size_t n = strnlen(s, LINK_NAME_MAX);
+    return n > 0 && n < LINK_NAME_MAX;
+}
+
+static void log_line(const struct link *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void log_line(const struct link *l, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "link %s: %s\n", l->name, msg);
+}
+
+/* Record a failure.  Acceptor side: always logged.  Connector: logged unless
+ * it repeats the previous failure of the same streak of attempts, so a
+ * peer that stays down does not fill the log. */
+static void note_error(struct link *l, const char *msg)
+{
+    bool repeat = l->is_connector && l->failing && strcmp(l->last_error, msg) == 0;
+    if (!repeat)
+        log_line(l, "%s", msg);
+    snprintf(l->last_error, sizeof(l->last_error), "%s", msg);
+    if (l->is_connector)
+        l->failing = true;
+}
+
+static void derive_key(const char *secret, uint8_t key[SIPHASH_KEY_SIZE])
+{
+    const char *s = secret ? secret : "";
+    size_t n = strlen(s);
+    store_u64le(key, siphash24(kdf_key0, s, n));
+    store_u64le(key + 8, siphash24(kdf_key1, s, n));
+}
+
+/* The proof: SipHash-2-4 under key of nonce || identity bytes. */
+static void compute_proof(const uint8_t key[SIPHASH_KEY_SIZE], const uint8_t *nonce,
+                          const uint8_t *ident, size_t ident_len, uint8_t proof[LINK_PROOF_SIZE])
+{
+    uint8_t msg[LINK_NONCE_SIZE + HELLO_IDENT_MAX];
+    memcpy(msg, nonce, LINK_NONCE_SIZE);
+    memcpy(msg + LINK_NONCE_SIZE, ident, ident_len);
+    store_u64le(proof, siphash24(key, msg, LINK_NONCE_SIZE + ident_len));
+}
+
+static int fill_random(uint8_t *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(buf + got, n - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Low latency and prompt detection of a dead peer.  Failures only cost
+ * performance, so they are ignored. */
+static void set_socket_options(int fd)
+{
+    int one = 1;
+    int idle = LINK_KEEPALIVE_IDLE_S, intvl = LINK_KEEPALIVE_INTVL_S, cnt = LINK_KEEPALIVE_CNT;
+    unsigned user_timeout = LINK_USER_TIMEOUT_MS;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
+static void format_host_port(char *out, size_t outlen, const char *host, int port)
+{
+    if (strchr(host, ':') != NULL)
+        snprintf(out, outlen, "[%s]:%d", host, port);
+    else
+        snprintf(out, outlen, "%s:%d", host, port);
+}
+
+static void format_sockaddr(char *out, size_t outlen, const struct sockaddr *sa)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+    }
+    format_host_port(out, outlen, host, port);
+}
+
+/* Printable copy of a peer's REJECT text. */
+static void sanitize_text(char *out, size_t outlen, const uint8_t *text, size_t len)
+{
+    size_t n = len < outlen - 1 ? len : outlen - 1;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (text[i] >= 0x20 && text[i] < 0x7f) ? (char)text[i] : '?';
+    out[n] = '\0';
+}
+
+/* ---- buffers ---- */
+
+static size_t buf_len(const struct link_buf *b)
+{
+    return b->end - b->start;
+}
+
+static void buf_free(struct link_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+/* Make room for n more bytes after end.  Live bytes move to the front only
+ * when the gap before them is at least as large as they are (so moving is
+ * paid for by earlier consumption); otherwise the buffer doubles. */
+static int buf_make_room(struct link_buf *b, size_t n)
+{
+    size_t live = buf_len(b);
+    if (live == 0)
+        b->start = b->end = 0;
+    if (b->cap - b->end >= n)
+        return 0;
+    if (b->start > 0 && b->start >= live && b->cap - live >= n) {
+        memmove(b->data, b->data + b->start, live);
+        b->start = 0;
+        b->end = live;
+        return 0;
+    }
+    size_t cap = b->cap > 0 ? b->cap : LINK_BUF_INITIAL;
+    while (cap - b->end < n) {
+        if (cap > SIZE_MAX / 2)
+            return -1;
+        cap *= 2;
+    }
+    uint8_t *data = realloc(b->data, cap);
+    if (data == NULL)
+        return -1;
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+/* Forget the contents; keep the memory unless it is large.  Never called
+ * while a payload in b may still be in use by a callback. */
+static void buf_release_if_idle(struct link_buf *b)
+{
+    if (buf_len(b) != 0)
+        return;
+    b->start = b->end = 0;
+    if (b->cap > LINK_BUF_KEEP)
+        buf_free(b);
+}
+
+/* ---- life cycle ---- */
+
+static void listener_unlist(struct link *l)
+{
+    struct link_listener *ll = l->listener;
+    if (ll == NULL)
+        return;
+    if (l->ll_prev != NULL)
+        l->ll_prev->ll_next = l->ll_next;
+    else
+        ll->pending = l->ll_next;
+    if (l->ll_next != NULL)
+        l->ll_next->ll_prev = l->ll_prev;
+    l->ll_prev = l->ll_next = NULL;
+    l->listener = NULL;
+}
+
+static void listener_enlist(struct link_listener *ll, struct link *l)
+{
+    l->listener = ll;
+    l->ll_prev = NULL;
+    l->ll_next = ll->pending;
+    if (ll->pending != NULL)
+        ll->pending->ll_prev = l;
+    ll->pending = l;
+}
+
+/* Close the socket and forget buffered bytes.  Buffer memory stays: a
+ * callback running further up the stack may still look at a payload. */
+static void close_socket(struct link *l)
+{
+    if (l->rd_ev != NULL)
+        event_free(l->rd_ev);
+    if (l->wr_ev != NULL)
+        event_free(l->wr_ev);
+    l->rd_ev = l->wr_ev = NULL;
+    l->wr_armed = false;
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    l->in.start = l->in.end = 0;
+    l->out.start = l->out.end = 0;
+    l->fail_pending = NULL;
+    evtimer_del(l->timer_ev);
+    l->gen++;
+}
+
+static void link_destroy(struct link *l)
+{
+    close_socket(l);
+    listener_unlist(l);
+    event_free(l->timer_ev);
+    event_free(l->flush_ev);
+    buf_free(&l->in);
+    buf_free(&l->out);
+    free(l);
+}
+
+static void link_enter(struct link *l)
+{
+    l->depth++;
+}
+
+/* After this returns, l may be gone: callers return at once. */
+static void link_leave(struct link *l)
+{
+    l->depth--;
+    if (l->depth == 0 && l->state == LS_CLOSED)
+        link_destroy(l);
+}
+
+/* Mark finished; freed now or by the outermost link_leave(). */
+static void link_finish(struct link *l)
+{
+    close_socket(l);
+    listener_unlist(l);
+    l->state = LS_CLOSED;
+    if (l->depth == 0)
+        link_destroy(l);
+}
+
+static void arm_timer(struct link *l, unsigned ms)
+{
+    struct timeval tv = ms_to_timeval(ms);
+    evtimer_add(l->timer_ev, &tv);
+}
+
+static void schedule_redial(struct link *l)
+{
+    l->state = LS_IDLE;
+    arm_timer(l, l->backoff_ms);
+    l->backoff_ms *= 2;
+    if (l->backoff_ms > LINK_RETRY_MAX_MS)
+        l->backoff_ms = LINK_RETRY_MAX_MS;
+}
+
+/* A connector's attempt failed before the link was up. */
+static void attempt_failed(struct link *l, const char *why)
+{
+    note_error(l, why);
+    close_socket(l);
+    schedule_redial(l);
+}
+
+/* The connection is unusable: log, tear down, tell the owner if it had been
+ * up, then redial (connector) or finish (acceptor). */
+static void link_fail(struct link *l, const char *why)
+{
+    bool was_up = l->state == LS_UP;
+    char reason[LINK_ERROR_MAX];
+
+    snprintf(reason, sizeof(reason), "%s", why);   /* why may point into l */
+    if (!was_up && l->is_connector) {
+        attempt_failed(l, reason);
+        return;
+    }
+    if (was_up)
+        log_line(l, "down: %s", reason);
+    else
+        log_line(l, "dropped during the handshake: %s", reason);
+    snprintf(l->last_error, sizeof(l->last_error), "%s", reason);
+    close_socket(l);
+    listener_unlist(l);
+    if (was_up && l->cb.on_down != NULL) {
+        l->state = l->is_connector ? LS_IDLE : LS_CLOSED;
+        l->cb.on_down(l, reason, l->ctx);
+        if (l->user_closed)
+            return;
+    }
+    if (l->is_connector) {
+        l->backoff_ms = LINK_RETRY_MIN_MS;
+        schedule_redial(l);
+    } else {
+        link_finish(l);
+    }
+}
+
+/* ---- output ---- */
+
+static void schedule_flush(struct link *l)
+{
+    if (l->flush_queued || l->wr_armed)
+        return;
+    l->flush_queued = true;
+    event_active(l->flush_ev, EV_WRITE, 0);
+}
+
+/* Append one frame (header + payload pieces) to the output buffer.
+ * 0, or -1 if too large or out of memory (nothing appended). */
+static int queue_frame_iov(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+{
+    size_t total = 0;
+    uint32_t crc = 0;
+
+    for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len > FRAME_MAX_PAYLOAD - total)
+            return -1;
+        total += iov[i].iov_len;
+        crc = crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+    }
+    if (buf_make_room(&l->out, FRAME_HEADER_SIZE + total) < 0)
+        return -1;
+    uint8_t *p = l->out.data + l->out.end;
+    frame_header_encode_crc(p, type, 0, (uint32_t)total, crc);
+    p += FRAME_HEADER_SIZE;
+    for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len > 0)
+            memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+    l->out.end += FRAME_HEADER_SIZE + total;
+    schedule_flush(l);
+    return 0;
+}
+
+static int queue_frame(struct link *l, uint16_t type, const void *payload, size_t len)
+{
+    struct iovec iov = { .iov_base = (void *)payload, .iov_len = len };
+    return queue_frame_iov(l, type, &iov, 1);
+}
+
+static void arm_write(struct link *l)
+{
+    if (!l->wr_armed) {
+        event_add(l->wr_ev, NULL);
+        l->wr_armed = true;
+    }
+}
+
+static void disarm_write(struct link *l)
+{
+    if (l->wr_armed) {
+        event_del(l->wr_ev);
+        l->wr_armed = false;
+    }
+}
+
+/* Hand the output buffer to the kernel. */
+static void flush_output(struct link *l)
+{
+    while (l->out.start < l->out.end) {
+        ssize_t n = send(l->fd, l->out.data + l->out.start, l->out.end - l->out.start,
+                         MSG_NOSIGNAL);
+        if (n > 0) {
+            l->out.start += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            arm_write(l);
+            return;
+        }
+        char why[128];
+        snprintf(why, sizeof(why), "write: %s", n < 0 ? strerror(errno) : "no progress");
+        link_fail(l, why);
+        return;
+    }
+    buf_release_if_idle(&l->out);
+    disarm_write(l);
+    if (l->state == LS_REJECTING)
+        link_finish(l);
+}
+
+/* ---- the handshake ---- */
+
+/* HELLO identity bytes; returns their length. */
+static size_t hello_encode_identity(const struct link_identity *me, uint8_t *out)
+{
+    size_t clen = strnlen(me->cluster, LINK_NAME_MAX - 1);
+    uint8_t *p = out;
+    *p++ = (uint8_t)clen;
+    memcpy(p, me->cluster, clen);
+    p += clen;
+    store_u32le(p, me->group);
+    p += 4;
+    *p++ = me->role;
+    store_u32le(p, me->index);
+    p += 4;
+    return (size_t)(p - out);
+}
+
+/* Parse a HELLO payload; the proof is its last LINK_PROOF_SIZE bytes. */
+static bool hello_decode(const uint8_t *p, size_t len, struct link_identity *id)
+{
+    if (len < 1)
+        return false;
+    size_t clen = p[0];
+    if (clen == 0 || clen > LINK_NAME_MAX - 1)
+        return false;
+    if (len != 1 + clen + 4 + 1 + 4 + LINK_PROOF_SIZE)
+        return false;
+    if (memchr(p + 1, '\0', clen) != NULL)
+        return false;
+    memset(id, 0, sizeof(*id));
+    memcpy(id->cluster, p + 1, clen);
+    id->group = load_u32le(p + 1 + clen);
+    id->role = p[1 + clen + 4];
+    id->index = load_u32le(p + 1 + clen + 5);
+    return true;
+}
+
+static void send_reject(struct link *l, const char *reason)
+{
+    size_t n = strnlen(reason, LINK_REJECT_TEXT_MAX);
+    log_line(l, "rejecting %s (group %u role %u index %u): %s", l->peer.cluster,
+             (unsigned)l->peer.group, (unsigned)l->peer.role, (unsigned)l->peer.index, reason);
+    snprintf(l->last_error, sizeof(l->last_error), "rejected: %s", reason);
+    if (queue_frame(l, FT_REJECT, reason, n) < 0) {
+        link_finish(l);
+        return;
+    }
+    l->state = LS_REJECTING;
+    event_del(l->rd_ev);
+    arm_timer(l, LINK_REJECT_LINGER_MS);
+}
+
+/* Connector: CHALLENGE arrived, answer HELLO. */
+static void handle_challenge(struct link *l, const uint8_t *payload, uint32_t len)
+{
+    uint8_t hello[HELLO_IDENT_MAX + LINK_PROOF_SIZE];
+
+    if (len != LINK_NONCE_SIZE) {
+        link_fail(l, "malformed CHALLENGE");
+        return;
+    }
+    size_t n = hello_encode_identity(&l->me, hello);
+    compute_proof(l->key, payload, hello, n, hello + n);
+    if (queue_frame(l, FT_HELLO, hello, n + LINK_PROOF_SIZE) < 0) {
+        link_fail(l, "out of memory");
+        return;
+    }
+    l->state = LS_AWAIT_WELCOME;
+}
+
+static void handle_reject(struct link *l, const uint8_t *payload, uint32_t len)
+{
+    char text[LINK_REJECT_TEXT_MAX + 1];
+    char why[LINK_ERROR_MAX];
+    sanitize_text(text, sizeof(text), payload, len);
+    snprintf(why, sizeof(why), "rejected by the peer: %s", text);
+    link_fail(l, why);
+}
+
+/* Connector: WELCOME arrived, the link is up. */
+static void handle_welcome(struct link *l, const uint8_t *payload, uint32_t len)
+{
+    if (len != 8) {
+        link_fail(l, "malformed WELCOME");
+        return;
+    }
+    uint64_t xid = load_u64le(payload);
+    evtimer_del(l->timer_ev);
+    if (l->failing)
+        log_line(l, "up");
+    l->failing = false;
+    l->backoff_ms = LINK_RETRY_MIN_MS;
+    l->state = LS_UP;
+    if (l->cb.on_up != NULL)
+        l->cb.on_up(l, xid, l->ctx);
+}
+
+/* Acceptor: check HELLO, ask the owner, answer WELCOME or REJECT. */
+static void handle_hello(struct link *l, const uint8_t *payload, uint32_t len)
+{
+    struct link_listener *ll = l->listener;
+    uint8_t proof[LINK_PROOF_SIZE];
+    char why[LINK_ERROR_MAX];
+
+    if (!hello_decode(payload, len, &l->peer)) {
+        send_reject(l, "malformed HELLO");
+        return;
+    }
+    size_t clen = strlen(l->peer.cluster);
+    if (clen != ll->cluster_len || memcmp(l->peer.cluster, ll->cluster, clen) != 0) {
+        snprintf(why, sizeof(why), "wrong cluster name (this is cluster %s)", ll->cluster);
+        send_reject(l, why);
+        return;
+    }
+    if (l->peer.group != ll->group) {
+        snprintf(why, sizeof(why), "wrong group %u (this is group %u)",
+                 (unsigned)l->peer.group, (unsigned)ll->group);
+        send_reject(l, why);
+        return;
+    }
+    compute_proof(ll->key, l->nonce, payload, len - LINK_PROOF_SIZE, proof);
+    if (!equal_const_time(proof, payload + len - LINK_PROOF_SIZE, LINK_PROOF_SIZE)) {
+        send_reject(l, "bad proof (wrong secret?)");
+        return;
+    }
+
+    struct link_callbacks cb;
+    void *ctx = NULL;
+    uint64_t welcome_xid = 0;
+    const char *reason = NULL;
+    memset(&cb, 0, sizeof(cb));
+    bool take = ll->accept(ll->owner, &l->peer, l, &cb, &ctx, &welcome_xid, &reason);
+    if (l->state == LS_CLOSED)     /* closed from inside accept */
+        return;
+    if (!take) {
+        send_reject(l, reason != NULL ? reason : "refused by the acceptor");
+        return;
+    }
+    uint8_t xid_bytes[8];
+    store_u64le(xid_bytes, welcome_xid);
+    if (queue_frame(l, FT_WELCOME, xid_bytes, sizeof(xid_bytes)) < 0) {
+        link_fail(l, "out of memory");
+        return;
+    }
+    listener_unlist(l);
+    evtimer_del(l->timer_ev);
+    l->cb = cb;
+    l->ctx = ctx;
+    l->state = LS_UP;
+    if (l->cb.on_up != NULL)
+        l->cb.on_up(l, welcome_xid, l->ctx);
+}
+
+/* ---- input ---- */
+
+static void handshake_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len)
+{
+    char why[LINK_ERROR_MAX];
+    bool expected = false;
+
+    if (l->is_connector && type == FT_REJECT) {
+        handle_reject(l, payload, len);
+        return;
+    }
+    if (l->state == LS_AWAIT_CHALLENGE && type == FT_CHALLENGE)
+        expected = true;
+    else if (l->state == LS_AWAIT_WELCOME && type == FT_WELCOME)
+        expected = true;
+    else if (l->state == LS_AWAIT_HELLO && type == FT_HELLO)
+        expected = true;
+    if (!expected) {
+        snprintf(why, sizeof(why), "unexpected %s frame during the handshake",
+                 frame_type_name(type));
+        link_fail(l, why);
+        return;
+    }
+    if (type == FT_CHALLENGE)
+        handle_challenge(l, payload, len);
+    else if (type == FT_WELCOME)
+        handle_welcome(l, payload, len);
+    else
+        handle_hello(l, payload, len);
+}
+
+static void dispatch_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len)
+{
+    char why[LINK_ERROR_MAX];
+
+    if (l->state != LS_UP) {
+        handshake_frame(l, type, payload, len);
+        return;
+    }
+    if (type < FT_RECORD) {
+        snprintf(why, sizeof(why), "unexpected %s frame after the handshake",
+                 frame_type_name(type));
+        link_fail(l, why);
+        return;
+    }
+    if (l->cb.on_frame != NULL)
+        l->cb.on_frame(l, type, payload, len, l->ctx);
+}
+
+static void describe_bad_header(const struct frame_header *h, char *why, size_t len)
+{
+    if (h->magic != FRAME_MAGIC)
+        snprintf(why, len, "bad frame: magic 0x%08x", (unsigned)h->magic);
+    else if (h->length > FRAME_MAX_PAYLOAD)
+        snprintf(why, len, "bad frame: length %u over the limit", (unsigned)h->length);
+    else
+        snprintf(why, len, "bad frame: unknown type %u", (unsigned)h->type);
+}
+
+/* Handle every complete frame in the input buffer.  false if the
+ * connection went away (or the link was closed) meanwhile. */
+static bool parse_frames(struct link *l)
+{
+    unsigned gen = l->gen;
+    char why[LINK_ERROR_MAX];
+
+    while (buf_len(&l->in) >= FRAME_HEADER_SIZE) {
+        const uint8_t *p = l->in.data + l->in.start;
+        struct frame_header h;
+        if (frame_header_decode(p, &h) < 0) {
+            describe_bad_header(&h, why, sizeof(why));
+            link_fail(l, why);
+            return false;
+        }
+        if (l->state != LS_UP && h.length > LINK_HANDSHAKE_MAX_PAYLOAD) {
+            snprintf(why, sizeof(why), "bad frame: %u-byte %s frame during the handshake",
+                     (unsigned)h.length, frame_type_name(h.type));
+            link_fail(l, why);
+            return false;
+        }
+        if (buf_len(&l->in) - FRAME_HEADER_SIZE < h.length)
+            break;
+        if (!frame_payload_ok(&h, p + FRAME_HEADER_SIZE)) {
+            snprintf(why, sizeof(why), "bad frame: CRC mismatch on a %u-byte %s frame",
+                     (unsigned)h.length, frame_type_name(h.type));
+            link_fail(l, why);
+            return false;
+        }
+        l->in.start += FRAME_HEADER_SIZE + h.length;
+        dispatch_frame(l, h.type, p + FRAME_HEADER_SIZE, h.length);
+        if (l->gen != gen || l->state == LS_CLOSED || l->state == LS_REJECTING)
+            return false;
+    }
+    return true;
+}
+
+/* Free space wanted before the next recv(): at least LINK_READ_MIN, and
+ * all of the frame being received, so it ends up contiguous. */
+static size_t input_room_wanted(const struct link *l)
+{
+    size_t have = buf_len(&l->in);
+    size_t want = LINK_READ_MIN;
+    struct frame_header h;
+
+    if (have >= FRAME_HEADER_SIZE &&
+        frame_header_decode(l->in.data + l->in.start, &h) == 0) {
+        size_t rest = FRAME_HEADER_SIZE + (size_t)h.length - have;
+        if (rest > want)
+            want = rest;
+    }
+    return want;
+}
+
+static void read_input(struct link *l)
+{
+    unsigned gen = l->gen;
+    size_t budget = LINK_READ_BUDGET;
+    char why[LINK_ERROR_MAX];
+
+    for (;;) {
+        if (buf_make_room(&l->in, input_room_wanted(l)) < 0) {
+            link_fail(l, "out of memory for input");
+            return;
+        }
+        size_t room = l->in.cap - l->in.end;
+        ssize_t n = recv(l->fd, l->in.data + l->in.end, room, 0);
+        if (n == 0) {
+            link_fail(l, "connection closed by the peer");
+            return;
+        }
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            snprintf(why, sizeof(why), "read: %s", strerror(errno));
+            link_fail(l, why);
+            return;
+        }
+        l->in.end += (size_t)n;
+        if (!parse_frames(l) || l->gen != gen)
+            return;
+        if ((size_t)n < room || (size_t)n >= budget)
+            break;
+        budget -= (size_t)n;
+    }
+    buf_release_if_idle(&l->in);
+}
+
+/* ---- libevent callbacks ---- */
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct link *l = arg;
+    link_enter(l);
+    if (l->fd >= 0 && l->state != LS_CLOSED)
+        read_input(l);
+    link_leave(l);
+}
+
+static void finish_connect(struct link *l)
+{
+    int err = 0;
+    socklen_t errlen = sizeof(err);
+    char why[LINK_ERROR_MAX];
+
+    if (getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0)
+        err = errno;
+    if (err != 0) {
+        snprintf(why, sizeof(why), "connect: %s", strerror(err));
+        attempt_failed(l, why);
+        return;
+    }
+    disarm_write(l);
+    event_add(l->rd_ev, NULL);
+    l->state = LS_AWAIT_CHALLENGE;
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    struct link *l = arg;
+    link_enter(l);
+    if (l->state == LS_CONNECTING)
+        finish_connect(l);
+    else if (l->fd >= 0 && l->state != LS_CLOSED)
+        flush_output(l);
+    link_leave(l);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct link *l = arg;
+    link_enter(l);
+    l->flush_queued = false;
+    if (l->fail_pending != NULL)
+        link_fail(l, l->fail_pending);
+    else if (l->fd >= 0 && l->state != LS_CONNECTING && l->state != LS_CLOSED && !l->wr_armed)
+        flush_output(l);
+    link_leave(l);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct link *l = arg;
+    link_enter(l);
+    switch (l->state) {
+    case LS_IDLE:
+        dial(l);
+        break;
+    case LS_CONNECTING:
+        attempt_failed(l, "connect: timed out");
+        break;
+    case LS_AWAIT_CHALLENGE:
+    case LS_AWAIT_WELCOME:
+    case LS_AWAIT_HELLO:
+        link_fail(l, "handshake timed out");
+        break;
+    case LS_REJECTING:
+        link_finish(l);
+        break;
+    default:
+        break;
+    }
+    link_leave(l);
+}
+
+/* Give l the connected (or connecting) socket fd and its events. */
+static int attach_socket(struct link *l, int fd)
+{
+    l->fd = fd;
+    l->rd_ev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_readable, l);
+    l->wr_ev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_writable, l);
+    if (l->rd_ev == NULL || l->wr_ev == NULL)
+        return -1;
+    return 0;
+}
+
+/* ---- connector ---- */
+
+static int resolve(const char *host, int port, bool passive, struct addrinfo **res)
+{
+    struct addrinfo hints;
+    char portstr[16];
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    return getaddrinfo(host, portstr, &hints, res);
+}
+
+/* Start one connection attempt (state LS_IDLE). */
+static void dial(struct link *l)
+{
+    struct addrinfo *ai = NULL;
+    char why[LINK_ERROR_MAX];
+
+    int rc = resolve(l->host, l->port, false, &ai);
+    if (rc != 0) {
+        snprintf(why, sizeof(why), "cannot resolve %s: %s", l->host, gai_strerror(rc));
+        attempt_failed(l, why);
+        return;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, sizeof(why), "socket: %s", strerror(errno));
+        freeaddrinfo(ai);
+        attempt_failed(l, why);
+        return;
+    }
+    set_socket_options(fd);
+    rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    int err = errno;
+    freeaddrinfo(ai);
+    if (attach_socket(l, fd) < 0) {
+        attempt_failed(l, "out of memory");
+        return;
+    }
+    buf_release_if_idle(&l->in);
+    buf_release_if_idle(&l->out);
+    arm_timer(l, LINK_HANDSHAKE_TIMEOUT_MS);
+    if (rc == 0) {
+        event_add(l->rd_ev, NULL);
+        l->state = LS_AWAIT_CHALLENGE;
+        return;
+    }
+    if (err != EINPROGRESS) {
+        snprintf(why, sizeof(why), "connect: %s", strerror(err));
+        attempt_failed(l, why);
+        return;
+    }
+    l->state = LS_CONNECTING;
+    arm_write(l);
+}
+
+static struct link *link_alloc(struct event_base *base)
+{
+    struct link *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->base = base;
+    l->fd = -1;
+    l->backoff_ms = LINK_RETRY_MIN_MS;
+    l->timer_ev = evtimer_new(base, on_timer, l);
+    l->flush_ev = event_new(base, -1, 0, on_flush, l);
+    if (l->timer_ev == NULL || l->flush_ev == NULL) {
+        if (l->timer_ev != NULL)
+            event_free(l->timer_ev);
+        if (l->flush_ev != NULL)
+            event_free(l->flush_ev);
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+struct link *link_connect(struct event_base *base, const char *host, int port,
+                          const struct link_identity *me, const char *secret,
+                          const struct link_callbacks *cb, void *ctx)
+{
+    if (host == NULL || strlen(host) >= LINK_HOST_MAX || port <= 0 || port > 65535)
+        return NULL;
+    if (!name_ok(me->cluster))
+        return NULL;
+    struct link *l = link_alloc(base);
+    if (l == NULL)
+        return NULL;
+    l->is_connector = true;
+    l->me = *me;
+    l->peer.group = me->group;
+    memcpy(l->peer.cluster, me->cluster, sizeof(l->peer.cluster));
+    snprintf(l->host, sizeof(l->host), "%s", host);
+    l->port = port;
+    format_host_port(l->name, sizeof(l->name), host, port);
+    derive_key(secret, l->key);
+    if (cb != NULL)
+        l->cb = *cb;
+    l->ctx = ctx;
+    l->state = LS_IDLE;
+    arm_timer(l, 0);   /* first dial from the loop, never from here */
+    return l;
+}
+
+/* ---- acceptor ---- */
+
+static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    struct link_listener *ll = arg;
+    struct link *l = link_alloc(ll->base);
+    if (l == NULL) {
+        fprintf(stderr, "link listener port %d: out of memory accepting a peer\n", ll->port);
+        close(fd);
+        return;
+    }
+    set_socket_options(fd);
+    format_sockaddr(l->name, sizeof(l->name), sa);
+    listener_enlist(ll, l);
+    l->state = LS_AWAIT_HELLO;
+    if (attach_socket(l, fd) < 0 || fill_random(l->nonce, sizeof(l->nonce)) < 0 ||
+        queue_frame(l, FT_CHALLENGE, l->nonce, sizeof(l->nonce)) < 0) {
+        log_line(l, "cannot start the handshake: %s", strerror(errno));
+        link_finish(l);   /* closes fd */
+        return;
+    }
+    event_add(l->rd_ev, NULL);
+    arm_timer(l, LINK_HANDSHAKE_TIMEOUT_MS);
+}
+
+static void on_accept_error(struct evconnlistener *evl, void *arg)
+{
+    struct link_listener *ll = arg;
+    fprintf(stderr, "link listener port %d: accept: %s\n", ll->port, strerror(errno));
+}
+
+static int socket_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return -1;
+}
+
+struct link_listener *link_listen(struct event_base *base, const char *host, int port,
+                                  const char *cluster, uint32_t group, const char *secret,
+                                  link_accept_fn accept, void *owner)
+{
+    struct addrinfo *res = NULL;
+    const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+
+    if (cluster == NULL || !name_ok(cluster) || accept == NULL || port < 0 || port > 65535)
+        return NULL;
+    struct link_listener *ll = calloc(1, sizeof(*ll));
+    if (ll == NULL)
+        return NULL;
+    ll->base = base;
+    snprintf(ll->cluster, sizeof(ll->cluster), "%s", cluster);
+    ll->cluster_len = strlen(ll->cluster);
+    ll->group = group;
+    derive_key(secret, ll->key);
+    ll->accept = accept;
+    ll->owner = owner;
+
+    const char *h = (host != NULL && host[0] != '\0') ? host : NULL;
+    int rc = resolve(h, port, true, &res);
+    if (rc != 0) {
+        fprintf(stderr, "link: cannot resolve listen address %s: %s\n", h ? h : "*",
+                gai_strerror(rc));
+        free(ll);
+        return NULL;
+    }
+    int err = 0;
+    for (struct addrinfo *ai = res; ai != NULL && ll->evl == NULL; ai = ai->ai_next) {
+        ll->evl = evconnlistener_new_bind(base, on_accept, ll, flags, -1, ai->ai_addr,
+                                          (int)ai->ai_addrlen);
+        if (ll->evl == NULL)
+            err = errno;
+    }
+    freeaddrinfo(res);
+    if (ll->evl == NULL) {
+        fprintf(stderr, "link: cannot listen on %s port %d: %s\n", h ? h : "*", port,
+                strerror(err));
+        free(ll);
+        return NULL;
+    }
+    evconnlistener_set_error_cb(ll->evl, on_accept_error);
+    ll->port = socket_port(evconnlistener_get_fd(ll->evl));
+    return ll;
+}
+
+int link_listener_port(const struct link_listener *ll)
+{
+    return ll->port;
+}
+
+void link_listener_free(struct link_listener *ll)
+{
+    if (ll == NULL)
+        return;
+    evconnlistener_free(ll->evl);
+    while (ll->pending != NULL)
+        link_finish(ll->pending);   /* unlists it */
+    free(ll);
+}
+
+/* ---- the public operations ---- */
+
+int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+{
+    if (l->state != LS_UP || l->fail_pending != NULL)
+        return -1;
+    if (type < FT_RECORD || type > FT_REPLY || iovcnt < 0 || (iovcnt > 0 && iov == NULL))
+        return -1;
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len > FRAME_MAX_PAYLOAD - total) {
+            log_line(l, "refusing to send a %s frame over %u bytes", frame_type_name(type),
+                     (unsigned)FRAME_MAX_PAYLOAD);
+            return -1;
+        }
+        total += iov[i].iov_len;
+    }
+    if (queue_frame_iov(l, type, iov, iovcnt) < 0) {
+        /* Out of memory: the frame is lost and later ones must not overtake
+         * it, so the connection goes down (from the loop, not inside this
+         * call: the caller may be iterating over its links). */
+        l->fail_pending = "out of memory queuing a frame";
+        if (!l->flush_queued) {
+            l->flush_queued = true;
+            event_active(l->flush_ev, EV_WRITE, 0);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+int link_send(struct link *l, uint16_t type, const void *payload, uint32_t len)
+{
+    struct iovec iov = { .iov_base = (void *)payload, .iov_len = len };
+    return link_sendv(l, type, &iov, 1);
+}
+
+bool link_is_up(const struct link *l)
+{
+    return l->state == LS_UP && l->fail_pending == NULL;
+}
+
+size_t link_output_pending(const struct link *l)
+{
+    return buf_len(&l->out);
+}
+
+const struct link_identity *link_peer(const struct link *l)
+{
+    return &l->peer;
+}
+
+const char *link_peer_name(const struct link *l)
+{
+    return l->name;
+}
+
+const char *link_last_error(const struct link *l)
+{
+    return l->last_error;
+}
+
+void link_close(struct link *l)
+{
+    if (l == NULL || l->user_closed)
+        return;
+    l->user_closed = true;
+    memset(&l->cb, 0, sizeof(l->cb));
+    link_finish(l);
+}

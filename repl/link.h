@@ -1,0 +1,102 @@
+/* link.h - authenticated, framed TCP links between the processes of a group.
+ *
+ * A connector (data process, primary) dials an acceptor (parity process,
+ * backup).  The acceptor opens with CHALLENGE (a random nonce); the
+ * connector answers HELLO with its identity and a keyed hash of the nonce
+ * and identity under the cluster secret; the acceptor checks cluster name,
+ * group and proof, asks its owner whether it takes this peer, and answers
+ * WELCOME (with the last xid it holds from that peer) or REJECT.  After
+ * that both sides exchange frames (frame.h).  A connector whose link drops
+ * redials with a short back-off until link_close().  Everything runs on the
+ * caller's libevent loop; no threads. */
+#ifndef REPL_LINK_H
+#define REPL_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct event_base;
+struct link;
+struct link_listener;
+
+#define LINK_NAME_MAX 64
+
+enum link_role {
+    LINK_ROLE_DATA = 1,
+    LINK_ROLE_PARITY = 2,
+    LINK_ROLE_PRIMARY = 3,
+    LINK_ROLE_BACKUP = 4
+};
+
+struct link_identity {
+    char cluster[LINK_NAME_MAX];
+    uint32_t group;
+    uint8_t role;       /* enum link_role */
+    uint32_t index;     /* index of the process within its role in the group */
+};
+
+struct link_callbacks {
+    /* Handshake complete.  On the connector, peer_xid is the WELCOME's xid. */
+    void (*on_up)(struct link *l, uint64_t peer_xid, void *ctx);
+    /* A frame arrived (type >= FT_RECORD).  payload is valid during the call. */
+    void (*on_frame)(struct link *l, uint16_t type, const uint8_t *payload,
+                     uint32_t len, void *ctx);
+    /* The link went down (why: text for the log).  A connector redials.
+     * Only called for a link that was up (on_up was called).  An accepted
+     * link is freed right after on_down returns: forget the pointer there
+     * (calling link_close on it inside on_down is allowed, not needed). */
+    void (*on_down)(struct link *l, const char *why, void *ctx);
+};
+
+/* Callback rules.  Callbacks run on the event loop thread, never from inside
+ * a link_* call.  Inside any callback you may link_send on any link and
+ * link_close any link, including the one being called back (its memory is
+ * freed once the callback returns; no further callbacks on it).  Frames are
+ * delivered in order; on_frame's payload is only valid during the call.
+ * On the connector, link_peer() has the cluster and group but role and
+ * index 0 (WELCOME does not carry the acceptor's identity).
+ * Links send with MSG_NOSIGNAL: no SIGPIPE from a dead peer. */
+
+/* Called by a listener for each peer whose HELLO verified.  Return true to
+ * take it: fill *cb and *ctx, and *welcome_xid (last xid held from that
+ * peer); on_up follows at once with that xid.  Return false to reject
+ * (reason goes into the REJECT frame; l is freed soon after: do not keep
+ * it).  An accepted link belongs to the owner (link_close it, or drop it
+ * in on_down); freeing the listener does not affect accepted links.  Do not
+ * free the listener from inside accept. */
+typedef bool (*link_accept_fn)(void *owner, const struct link_identity *peer,
+                               struct link *l, struct link_callbacks *cb, void **ctx,
+                               uint64_t *welcome_xid, const char **reason);
+
+struct link *link_connect(struct event_base *base, const char *host, int port,
+                          const struct link_identity *me, const char *secret,
+                          const struct link_callbacks *cb, void *ctx);
+
+struct link_listener *link_listen(struct event_base *base, const char *host, int port,
+                                  const char *cluster, uint32_t group, const char *secret,
+                                  link_accept_fn accept, void *owner);
+int link_listener_port(const struct link_listener *ll);
+void link_listener_free(struct link_listener *ll);
+
+/* Queue a frame; the payload may be given in pieces.  Returns 0, or -1 when
+ * the link is not up (the frame is dropped: the sender resends after
+ * reconnecting).  type must be FT_RECORD..FT_REPLY and the payload at most
+ * FRAME_MAX_PAYLOAD bytes (else -1).  The payload is copied once into the
+ * link's output buffer; frames queued during one loop iteration leave
+ * in one send(). */
+int link_send(struct link *l, uint16_t type, const void *payload, uint32_t len);
+int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt);
+bool link_is_up(const struct link *l);
+/* Bytes queued but not yet handed to the kernel. */
+size_t link_output_pending(const struct link *l);
+const struct link_identity *link_peer(const struct link *l);
+const char *link_peer_name(const struct link *l);   /* "host:port" for logs */
+/* The last failure seen on this link ("" if none), e.g. "rejected by the
+ * peer: bad proof (wrong secret?)"; for status output and tests. */
+const char *link_last_error(const struct link *l);
+/* Close and free (no more callbacks). */
+void link_close(struct link *l);
+
+#endif

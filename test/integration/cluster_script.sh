@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# cluster_script.sh - make-check test of scripts/cluster: brings up a 2-node
+# plain cluster in a temporary directory, checks endpoints, stores and reads a
+# key through every process, kills one node's process group and checks that
+# status reports it dead, then brings the cluster down and checks that
+# nothing is left.  The trap always cleans up.
+set -u
+
+case "$0" in
+    */*) script_dir=$(cd "${0%/*}" && pwd) ;;
+    *) script_dir=$(pwd) ;;
+esac
+cluster_script=$script_dir/../../scripts/cluster
+server_bin=${COCYTUS_SERVER:-$script_dir/../../memcached/cocytus-server}
+
+if [ ! -x "$server_bin" ]; then
+    echo "FAIL: server binary $server_bin not found (set COCYTUS_SERVER)"
+    exit 1
+fi
+COCYTUS_BUILD_DIR=$(cd "$(dirname "$server_bin")/.." && pwd)
+export COCYTUS_BUILD_DIR
+if [ ! -x "$COCYTUS_BUILD_DIR/cocytus/cocytus-node" ]; then
+    echo "FAIL: $COCYTUS_BUILD_DIR/cocytus/cocytus-node not built"
+    exit 1
+fi
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cluster_script.XXXXXX")
+failures=0
+
+cleanup() {
+    bash "$cluster_script" down --dir "$dir" >/dev/null 2>&1
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+
+ok() {
+    echo "ok: $*"
+}
+
+cluster() {
+    bash "$cluster_script" "$@"
+}
+
+# A base port below the ephemeral range whose run of 8 ports looks free.
+pick_base_port() {
+    local base p busy
+    for _ in $(seq 50); do
+        base=$((22000 + 2 * (RANDOM % 4000)))
+        busy=0
+        for ((p = base; p < base + 8; p++)); do
+            if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null \
+                || ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then
+                busy=1
+                break
+            fi
+        done
+        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
+    done
+    return 1
+}
+
+# mc HOST:PORT REQUEST: sends one request (already \r\n-terminated), prints
+# the reply lines up to END/STORED/an error.
+mc() {
+    local addr=$1 request=$2 line
+    exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
+    printf '%b' "$request" >&3
+    while IFS= read -r -t 2 line <&3; do
+        line=${line%$'\r'}
+        echo "$line"
+        case $line in END | STORED | NOT_STORED | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;; esac
+    done
+    exec 3<&- 3>&-
+}
+
+alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
+# --- up (retried on a new port range if another test took ours) ---
+up_ok=0
+for attempt in 1 2 3; do
+    base_port=$(pick_base_port) || { fail "no free port range"; exit 1; }
+    if cluster up --nodes 2 --scheme plain --memory 16 --dir "$dir" --base-port "$base_port"; then
+        up_ok=1
+        break
+    fi
+    echo "up failed on base port $base_port (attempt $attempt)"
+done
+[ "$up_ok" -eq 1 ] || { fail "cluster up"; exit 1; }
+ok "cluster up on ports $base_port+"
+
+for f in cluster.conf endpoints node-0.pid node-1.pid; do
+    [ -s "$dir/$f" ] || fail "$dir/$f missing"
+done
+grep -q '^scheme plain$' "$dir/cluster.conf" || fail "cluster.conf has no 'scheme plain'"
+grep -Eq '^secret [0-9a-f]{32}$' "$dir/cluster.conf" || fail "cluster.conf has no random secret"
+
+# --- endpoints: 2 plain lines, one per node, live pids ---
+[ "$(wc -l <"$dir/endpoints")" -eq 2 ] || fail "endpoints has $(wc -l <"$dir/endpoints") lines, want 2"
+n=0
+while read -r role group index node addr pid; do
+    want="plain $n 0 $n 127.0.0.1:$((base_port + 2 * n)) "
+    [ "$role $group $index $node $addr " = "$want" ] || fail "endpoints line $n: '$role $group $index $node $addr', want '$want'"
+    alive "$pid" || fail "pid $pid of $addr is not alive"
+    n=$((n + 1))
+done <"$dir/endpoints"
+ok "endpoints: $(tr '\n' ';' <"$dir/endpoints")"
+
+# --- set/get through every endpoint ---
+while read -r role group _ _ addr _; do
+    key="k$group"
+    reply=$(mc "$addr" "set $key 5 0 6\r\nvalue$group\r\n")
+    [ "$reply" = STORED ] || fail "set via $addr: '$reply'"
+    reply=$(mc "$addr" "get $key\r\n" | tr '\n' '|')
+    [ "$reply" = "VALUE $key 5 6|value$group|END|" ] || fail "get via $addr: '$reply'"
+done <"$dir/endpoints"
+ok "set/get through each endpoint"
+
+status_out=$(cluster status --dir "$dir")
+status_rc=$?
+[ "$status_rc" -eq 0 ] || fail "status exit $status_rc with everything alive"
+[ "$(grep -c ' alive$' <<<"$status_out")" -eq 4 ] || fail "status: want 2 nodes + 2 processes alive, got: $status_out"
+
+# --- kill node 1's process group: status reports it dead ---
+node1=$(cat "$dir/node-1.pid")
+pid1=$(awk '$4 == 1 { print $6 }' "$dir/endpoints")
+kill -KILL -- "-$node1"
+for _ in $(seq 50); do
+    alive "$pid1" || alive "$node1" || break
+    sleep 0.1
+done
+status_out=$(cluster status --dir "$dir")
+status_rc=$?
+[ "$status_rc" -eq 1 ] || fail "status exit $status_rc with node 1 dead (want 1)"
+grep -q "^node 1 $node1 dead$" <<<"$status_out" || fail "status does not show node 1 dead: $status_out"
+grep -q "^plain 1 0 1 .* $pid1 dead$" <<<"$status_out" || fail "status does not show process $pid1 dead: $status_out"
+grep -q "^plain 0 0 0 .* alive$" <<<"$status_out" || fail "status does not show node 0's process alive: $status_out"
+ok "node 1 killed; status: $(tr '\n' ';' <<<"$status_out")"
+reply=$(mc "$(awk '$4 == 0 { print $5 }' "$dir/endpoints")" "get k0\r\n" | tr '\n' '|')
+[ "$reply" = "VALUE k0 5 6|value0|END|" ] || fail "node 0 stopped serving after node 1 died: '$reply'"
+
+# --- down: nothing left ---
+pids=$(cat "$dir"/node-*.pid; awk '{ print $6 }' "$dir/endpoints")
+cluster down --dir "$dir" || fail "cluster down exit $?"
+for pid in $pids; do
+    alive "$pid" && fail "pid $pid still alive after down"
+done
+ls "$dir"/node-*.pid >/dev/null 2>&1 && fail "pid files left after down"
+status_out=$(cluster status --dir "$dir")
+[ "$(grep -c ' dead$' <<<"$status_out")" -eq 2 ] || fail "status after down: $status_out"
+ok "cluster down"
+
+# --- bad arguments are refused with a message ---
+msg=$(cluster up --scheme rs:5:5 --dir "$dir" 2>&1) && fail "rs:5:5 accepted"
+grep -q "bad scheme 'rs:5:5'" <<<"$msg" || fail "rs:5:5 message: $msg"
+msg=$(cluster up --nodes 0 --dir "$dir" 2>&1) && fail "--nodes 0 accepted"
+grep -q "bad --nodes '0'" <<<"$msg" || fail "--nodes 0 message: $msg"
+msg=$(cluster up --bogus 1 --dir "$dir" 2>&1) && fail "--bogus accepted"
+grep -q "unknown option '--bogus'" <<<"$msg" || fail "--bogus message: $msg"
+ok "bad arguments refused"
+
+if [ "$failures" -ne 0 ]; then
+    echo "FAIL: $failures check(s) failed"
+    exit 1
+fi
+echo "PASS"
+exit 0
