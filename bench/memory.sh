@@ -180,10 +180,13 @@ measure_size() {
         || die "scripts/cluster up failed"
     CLUSTER_UP=1
     load "$size" "$n" || die "loading $n x $size B failed"
+    # Servers hand freed heap back every 5 s; measure the settled state,
+    # before verify (which pulls whole regions through admin replies).
+    sleep "${SETTLE_SECONDS:-6}"
+    "$CLI" --dir "$dir" mem --raw-bytes "$RAW_BYTES" >"$out" || die "cocytus-cli mem failed"
     if [ "$verify" -eq 1 ]; then
         "$CLI" --dir "$dir" verify >&2 || die "cocytus-cli verify failed after the load"
     fi
-    "$CLI" --dir "$dir" mem --raw-bytes "$RAW_BYTES" >"$out" || die "cocytus-cli mem failed"
     cat "$out" >&2
     local ratio data_rss parity_rss all_rss meta regions
     ratio=$(awk '$1 == "rss/raw" { print $2 }' "$out")

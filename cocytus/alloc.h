@@ -27,7 +27,8 @@
  *   -ENOSPC  no free piece is large enough (alloc) or the range is not free
  *            (reserve)
  *   -ENOENT  free/size_of of an offset that is not the start of a used piece
- *   -ENOMEM  the allocator could not grow its own metadata; state unchanged
+ *   -ENOMEM  the allocator could not grow its own metadata (or already
+ *            holds 2^32 - 1 pieces); state unchanged
  * A failed call never changes the state.
  *
  * Not thread safe: one instance belongs to one thread (one event loop).
@@ -43,11 +44,13 @@
 #define DALLOC_GRAIN 16
 
 struct dalloc;
-struct dalloc_piece;
+
+/* Largest region an allocator can manage: 2^44 bytes (16 TiB). */
+#define DALLOC_MAX_REGION ((uint64_t)1 << 44)
 
 /* Creates an allocator for a region of region_size bytes, all free.
- * region_size must be a positive multiple of DALLOC_GRAIN.
- * Returns NULL (errno EINVAL or ENOMEM) on failure. */
+ * region_size must be a positive multiple of DALLOC_GRAIN and at most
+ * DALLOC_MAX_REGION.  Returns NULL (errno EINVAL or ENOMEM) on failure. */
 struct dalloc *dalloc_new(uint64_t region_size);
 
 /* Releases all metadata.  NULL is accepted. */
@@ -87,7 +90,9 @@ uint64_t dalloc_free_pieces(const struct dalloc *a);
 /* Size of the largest free piece (0 when the region is full): any request
  * of at most this many bytes (after rounding) will succeed. */
 uint64_t dalloc_largest_free(const struct dalloc *a);
-/* Heap bytes held by the allocator's metadata. */
+/* Heap bytes held by the allocator's metadata, counting every node it has
+ * allocated (24 bytes each, one per piece, plus spares), not only those in
+ * use. */
 size_t dalloc_meta_bytes(const struct dalloc *a);
 
 /* 64-bit FNV-1a digest of the region size and the address-ordered list of
@@ -96,13 +101,14 @@ size_t dalloc_meta_bytes(const struct dalloc *a);
 uint64_t dalloc_digest(const struct dalloc *a);
 
 /* Validates every invariant: pieces tile [0, R) exactly in address order,
- * sizes and offsets aligned, list links consistent, no two adjacent free
- * pieces, both AVL trees ordered and balanced with correct heights, each
- * piece in exactly the tree matching its state, counters right.
+ * list links valid, no two adjacent free pieces, both AVL trees ordered and
+ * balanced with correct heights, each piece in exactly the tree matching its
+ * state, counters right (spare nodes included).  (Sizes and offsets are kept
+ * in grains, so DALLOC_CHECK_ALIGNMENT can no longer occur.)
  * Returns DALLOC_CHECK_OK (0) or the first violation found.  O(n log n). */
 enum dalloc_check_result {
     DALLOC_CHECK_OK = 0,
-    DALLOC_CHECK_LIST_LINKS,     /* prev/next pointers disagree */
+    DALLOC_CHECK_LIST_LINKS,     /* bad link in the address list */
     DALLOC_CHECK_TILING,         /* gap, overlap, or not ending at R */
     DALLOC_CHECK_ALIGNMENT,      /* offset or size not a grain multiple, or 0 */
     DALLOC_CHECK_UNMERGED,       /* two adjacent free pieces */
@@ -123,7 +129,9 @@ const char *dalloc_check_str(int result);
  *   while (dalloc_iter_next_used(&it, &off, &size)) ...
  */
 struct dalloc_iter {
-    const struct dalloc_piece *next;
+    /* Private. */
+    const struct dalloc *a;
+    uint32_t next;               /* node of the next piece, 0 at the end */
 };
 void dalloc_iter_init(const struct dalloc *a, struct dalloc_iter *it);
 /* Next piece, free or used; returns false at the end.  `used` may be NULL. */

@@ -43,6 +43,10 @@
 #define DP_SWEEP_BUDGET 2000
 #define DP_SWEEP_MAX_DELS 256
 #define DP_ADMIN_REGION_MAX (16u << 20)
+/* Backpressure: records in flight (sent, not yet stable) may hold at most
+ * this many bytes; further mutations wait in the write queue.  Bounds the
+ * memory a slow parity process can make us hold, and the heap churn. */
+#define DP_MAX_INFLIGHT_BYTES (2u << 20)
 
 enum meta_bits {
     DP_NEW = 0x20                 /* placeholder of a key created by a record in flight */
@@ -119,6 +123,7 @@ struct data_engine {
 
     bool flush_inflight;
     uint64_t flush_xid;
+    bool stateless_restart;       /* a parity process knows later xids than ours */
     time_t flush_at;              /* a delayed flush_all takes effect then (0: none) */
 
     struct event *stable_timer;
@@ -130,6 +135,11 @@ struct data_engine {
     uint32_t nops, ops_cap;
     uint8_t *enc;
     size_t enc_cap;
+    /* Scratch for the value being written and its delta: reused so the
+     * per-write buffers do not interleave with long-lived metadata on the
+     * heap (which would keep freed pages from being returned). */
+    uint8_t *value_buf, *delta_buf;
+    size_t value_cap, delta_cap;
 
     /* counters */
     uint64_t records_sent, evictions, expired_removed, total_items, blocked_waits;
@@ -409,6 +419,20 @@ static enum try_result no_space(struct data_engine *dp, struct eng_result *res)
 
 /* ---- building new values ---- */
 
+static uint8_t *scratch(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need == 0)
+        need = 1;
+    if (need > *cap) {
+        uint8_t *n = realloc(*buf, need);
+        if (!n)
+            return NULL;
+        *buf = n;
+        *cap = need;
+    }
+    return *buf;
+}
+
 static bool parse_decimal(const uint8_t *p, size_t n, uint64_t *out)
 {
     if (n == 0 || n > 20)
@@ -432,7 +456,7 @@ static uint8_t *compose_value(struct data_engine *dp, const struct eng_mutation 
 {
     size_t oldlen = (m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND) ? old->nbytes : 0;
     *len = oldlen + m->nbytes;
-    uint8_t *v = malloc(*len ? *len : 1);
+    uint8_t *v = scratch(&dp->value_buf, &dp->value_cap, *len);
     if (!v)
         return NULL;
     const uint8_t *oldbytes = oldlen ? dp->region + meta_off(old) : NULL;
@@ -470,7 +494,7 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
     op->size = size;
     op->off = off;
 
-    uint8_t *delta = malloc(len ? len : 1);
+    uint8_t *delta = scratch(&dp->delta_buf, &dp->delta_cap, len);
     if (!delta) {
         dp_log(dp, "out of memory building a delta");
         abort();
@@ -504,7 +528,6 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
     res->status = ENG_SUCCESS;
     res->cas = cas;
     finish_record(dp, off, delta, (uint32_t)len, done, cookie, res);
-    free(delta);
     return TRY_SENT;
 }
 
@@ -554,7 +577,6 @@ static enum try_result try_store(struct data_engine *dp, const struct eng_mutati
         return TRY_DONE;
     }
     if (too_large(dp, m->nkey, len)) {
-        free(value);
         res->status = ENG_TOO_LARGE;
         return TRY_DONE;
     }
@@ -562,10 +584,8 @@ static enum try_result try_store(struct data_engine *dp, const struct eng_mutati
     uint32_t flags = keep_meta ? e->flags : m->flags;
     int64_t exptime = keep_meta ? (int64_t)e->exptime : dp_abs_exptime(dp, m->exptime);
     begin_record(dp);
-    enum try_result tr = write_value(dp, m->key, m->nkey, e, value, len, flags, exptime,
-                                     ++dp->cas_counter, done, cookie, res);
-    free(value);
-    return tr;
+    return write_value(dp, m->key, m->nkey, e, value, len, flags, exptime,
+                       ++dp->cas_counter, done, cookie, res);
 }
 
 static enum try_result try_arith(struct data_engine *dp, const struct eng_mutation *m,
@@ -680,7 +700,12 @@ static enum try_result try_mutation(struct data_engine *dp, const struct eng_mut
                                     eng_done_fn done, void *cookie, struct eng_result *res)
 {
     memset(res, 0, sizeof(*res));
-    if (dp->flush_inflight)
+    if (dp->stateless_restart) {
+        res->status = ENG_FAILED;
+        res->msg = "data process restarted without its state; writes refused until recovery";
+        return TRY_DONE;
+    }
+    if (dp->flush_inflight || dp->sendlog.bytes > DP_MAX_INFLIGHT_BYTES)
         return TRY_BLOCKED;
     if (m->op == ENG_OP_FLUSH)
         return try_flush(dp, m, done, cookie, res);
@@ -881,6 +906,32 @@ static uint64_t read_u64le(const uint8_t *p)
     return v;
 }
 
+/* Answer every write waiting here with an error (they can never commit). */
+static void fail_everything_pending(struct data_engine *dp)
+{
+    struct eng_result res = { .status = ENG_FAILED,
+                              .msg = "data process restarted without its state" };
+    struct completion *c = dp->comp_head;
+    dp->comp_head = dp->comp_tail = NULL;
+    while (c) {
+        struct completion *next = c->next;
+        if (c->done)
+            c->done(c->cookie, &res);
+        free(c);
+        c = next;
+    }
+    struct queued *q = dp->q_head;
+    dp->q_head = dp->q_tail = NULL;
+    dp->q_len = 0;
+    while (q) {
+        struct queued *next = q->next;
+        if (q->done)
+            q->done(q->cookie, &res);
+        free(q);
+        q = next;
+    }
+}
+
 struct resend_ctx {
     struct parity_peer *peer;
 };
@@ -902,6 +953,19 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
          * process lost its state.  Rebuilding it is recovery's job. */
         dp_log(dp, "parity %d restarted without state (holds xid %" PRIu64 ", stable %" PRIu64
                "): it needs a rebuild", p->index, peer_xid, dp->stable);
+    }
+    if (peer_xid > dp->xid) {
+        /* We restarted and lost our state, but the group remembers later
+         * records: new records would reuse xids the parity processes take
+         * as duplicates, silently corrupting parity.  Refuse writes until
+         * recovery rebuilds this process. */
+        if (!dp->stateless_restart)
+            dp_log(dp, "parity %d holds xid %" PRIu64 " beyond our last (%" PRIu64 "): this data "
+                   "process restarted without its state; refusing writes until it is recovered",
+                   p->index, peer_xid, dp->xid);
+        dp->stateless_restart = true;
+        fail_everything_pending(dp);
+        return;
     }
     if (peer_xid > p->acked)
         p->acked = peer_xid;
@@ -1249,6 +1313,8 @@ static void dp_destroy(struct engine *eng)
     free(dp->df);
     free(dp->ops);
     free(dp->enc);
+    free(dp->value_buf);
+    free(dp->delta_buf);
     free(dp);
 }
 

@@ -218,9 +218,8 @@ static const struct link_callbacks peer_callbacks = {
     .on_down = on_down,
 };
 
-static bool reject(struct peer *pr, const char **reason, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
+/* Fill the REJECT reason (kept in pr until the next HELLO); returns false. */
+__attribute__((format(printf, 3, 4)))
 static bool reject(struct peer *pr, const char **reason, const char *fmt, ...)
 {
     va_list ap;
@@ -246,10 +245,8 @@ static bool accept_peer(void *owner, const struct link_identity *id, struct link
     }
     struct peer *pr = &pe->peers[id->index];
     const struct parity_dp *d = &pe->state.dps[id->index];
-    if (d->diverged) {
-        pe_log(pe, "dp %d: rejecting HELLO from %s: diverged", pr->dp, link_peer_name(l));
+    if (d->diverged)   /* link.c logs the rejection with this reason */
         return reject(pr, reason, "data process %d diverged at %s", pr->dp, d->why);
-    }
     if (pr->link != NULL) {
         pe_log(pe, "dp %d: new link from %s replaces the one from %s", pr->dp,
                link_peer_name(l), peer_name(pr));

@@ -28,6 +28,11 @@
 #define OUT_BACKLOG_MAX (4u << 20)   /* stop reading above this many unsent bytes */
 #define IOV_BATCH 128
 #define RESP_FREELIST_MAX 64
+/* A client pipelining faster than the engine completes (replicated writes
+ * wait for acknowledgements) is not parsed further beyond this many
+ * mutations in flight, and resumes at half of it: memory stays bounded
+ * instead of queueing every request the client sends. */
+#define CONN_MAX_INFLIGHT 128
 
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_process(struct conn *c);
@@ -297,6 +302,9 @@ static void mutation_done(void *cookie, const struct eng_result *res)
         return;
     if (c->inflight == 0 && c->blocked) {
         c->blocked = false;
+        conn_process(c);
+    } else if (c->throttled && c->inflight <= CONN_MAX_INFLIGHT / 2) {
+        c->throttled = false;
         conn_process(c);
     }
     conn_flush(c);
@@ -569,7 +577,7 @@ static void conn_flush(struct conn *c)
     if (c->out_blocked)
         want |= EV_WRITE;
     c->paused = c->out_blocked && conn_backlog(c) > OUT_BACKLOG_MAX;
-    if (!c->paused && !c->close_after_write && !c->blocked)
+    if (!c->paused && !c->close_after_write && !c->blocked && !c->throttled)
         want |= EV_READ;
     conn_set_events(c, want);
 }
@@ -609,6 +617,10 @@ static void conn_choose_protocol(struct conn *c)
 static void conn_process(struct conn *c)
 {
     while (!c->closing && !c->close_after_write && !c->blocked) {
+        if (c->inflight >= CONN_MAX_INFLIGHT) {
+            c->throttled = true;
+            break;
+        }
         size_t avail = c->rend - c->rstart;
         if (c->swallow > 0) {
             size_t n = avail < c->swallow ? avail : c->swallow;
@@ -662,7 +674,7 @@ static void conn_read(struct conn *c)
         c->srv->stats.bytes_read += (uint64_t)n;
         c->rend += (size_t)n;
         conn_process(c);
-        if (c->closing || c->close_after_write || c->blocked)
+        if (c->closing || c->close_after_write || c->blocked || c->throttled)
             return;
         /* A short read means the socket is drained. */
         if (c->rend < c->rcap)
@@ -675,7 +687,7 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     struct conn *c = arg;
     if (what & EV_WRITE) {
         conn_flush(c);
-        if (!c->closing && !c->paused && !c->blocked)
+        if (!c->closing && !c->paused && !c->blocked && !c->throttled)
             conn_process(c);
     }
     if ((what & EV_READ) && !c->closing && !c->paused)

@@ -30,6 +30,7 @@ struct conn {
 
     unsigned inflight;            /* mutations the engine has not completed */
     bool blocked;                 /* a read waits for inflight to reach 0 */
+    bool throttled;               /* too many mutations in flight: not parsing */
     bool out_blocked;             /* the socket would not take more */
     bool paused;                  /* not reading: too much unsent output */
     bool close_after_write;

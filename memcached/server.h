@@ -72,6 +72,7 @@ struct server {
     int bound_port;           /* actual port (when -p 0 asks for any) */
     struct conn *conns;       /* all open connections */
     bool accepting;
+    unsigned long ticks;      /* clock ticks since start */
     bool shutting_down;
 };
 

@@ -735,6 +735,70 @@ START_TEST(test_huge_region)
 }
 END_TEST
 
+START_TEST(test_region_limit)
+{
+    /* Offsets and sizes are kept in 40-bit grain counts: 16 TiB at most. */
+    const uint64_t region = DALLOC_MAX_REGION;
+    struct dalloc *a;
+    uint64_t off, size;
+
+    errno = 0;
+    ck_assert_ptr_null(dalloc_new(region + DALLOC_GRAIN));
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_null(dalloc_new(UINT64_MAX - 15));
+    a = dalloc_new(region);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_uint_eq(dalloc_largest_free(a), region);
+    ck_assert_int_eq(dalloc_reserve(a, region - 16, 16), 0);  /* last grain */
+    ck_assert_uint_eq(dalloc_size_of(a, region - 16), 16);
+    ck_assert_int_eq(dalloc_alloc(a, region - 32, &off), 0);  /* 2^40 - 2 */
+    ck_assert_uint_eq(off, 0);
+    ck_assert_uint_eq(dalloc_size_of(a, 0), region - 32);
+    ck_assert_uint_eq(dalloc_free_bytes(a), 16);
+    ck_assert_int_eq(dalloc_alloc(a, 16, &off), 0);
+    ck_assert_uint_eq(off, region - 32);
+    ck_assert_int_eq(dalloc_check(a), DALLOC_CHECK_OK);
+    ck_assert_int_eq(dalloc_free(a, 0, &size), 0);
+    ck_assert_uint_eq(size, region - 32);
+    ck_assert_int_eq(dalloc_free(a, region - 16, &size), 0);
+    ck_assert_int_eq(dalloc_free(a, region - 32, &size), 0);
+    ck_assert_uint_eq(dalloc_largest_free(a), region);
+    ck_assert_int_eq(dalloc_check(a), DALLOC_CHECK_OK);
+    dalloc_destroy(a);
+}
+END_TEST
+
+START_TEST(test_meta_per_piece)
+{
+    /* 24-byte nodes, one per piece, in chunks: the reported metadata,
+     * spare capacity included, stays close to 24 bytes a piece. */
+    const uint64_t n = 100000;
+    struct dalloc *a = dalloc_new(64ULL << 20);
+    uint64_t *offs = malloc(n * sizeof(*offs));
+    uint64_t i, meta;
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(offs);
+    ck_assert_uint_le(dalloc_meta_bytes(a), 16 * 1024);
+    for (i = 0; i < n; i++)
+        ck_assert_int_eq(dalloc_alloc(a, 16 + 16 * (i % 4), &offs[i]), 0);
+    meta = dalloc_meta_bytes(a);
+    ck_assert_uint_le(meta, n * 25);
+    /* Freeing every other piece leaves as many pieces, half of them free:
+     * no new metadata. */
+    for (i = 0; i < n; i += 2)
+        ck_assert_int_eq(dalloc_free(a, offs[i], NULL), 0);
+    ck_assert_uint_eq(dalloc_used_pieces(a) + dalloc_free_pieces(a), n + 1);
+    ck_assert_uint_eq(dalloc_meta_bytes(a), meta);
+    ck_assert_int_eq(dalloc_check(a), DALLOC_CHECK_OK);
+    free(offs);
+    dalloc_reset(a);
+    ck_assert_uint_le(dalloc_meta_bytes(a), n * 25);   /* kept for reuse */
+    ck_assert_int_eq(dalloc_check(a), DALLOC_CHECK_OK);
+    dalloc_destroy(a);
+}
+END_TEST
+
 /* ---- determinism --------------------------------------------------------- */
 
 /* Applies one random operation to each of the n allocators and asserts that
@@ -951,6 +1015,8 @@ static Suite *alloc_suite(void)
     tcase_add_test(basic, test_reset);
     tcase_add_test(basic, test_iter_used);
     tcase_add_test(basic, test_huge_region);
+    tcase_add_test(basic, test_region_limit);
+    tcase_add_test(basic, test_meta_per_piece);
     tcase_add_test(basic, test_digest_differs);
     suite_add_tcase(s, basic);
 

@@ -144,6 +144,7 @@ struct side {
     bool close_on_frame;    /* link_close from inside on_frame */
     bool close_on_down;     /* link_close from inside on_down */
     uint8_t last_byte;
+    int big;                /* frames over 1 MB seen with the right contents */
 };
 
 static void side_up(struct link *l, uint64_t peer_xid, void *ctx)
@@ -168,6 +169,17 @@ static void side_frame(struct link *l, uint16_t type, const uint8_t *p, uint32_t
     }
     if (s->bad[0] != '\0')
         return;
+    if (len > (1u << 20)) {
+        for (uint32_t j = 0; j < len; j++) {
+            if (p[j] != (uint8_t)(j * 13 + 1)) {
+                snprintf(s->bad, sizeof(s->bad), "big frame: byte %u differs", j);
+                return;
+            }
+        }
+        s->big++;
+        s->frames--;
+        return;
+    }
     uint32_t seq = s->next_seq++;
     if (len != frame_size(s->dir, seq)) {
         snprintf(s->bad, sizeof(s->bad), "frame %u: length %u, expected %u", seq, len,
@@ -217,6 +229,7 @@ struct fixture {
     struct side acc;            /* the accepted link */
     struct side con;            /* the connector */
     struct link *conn;
+    int want_frames;            /* for acc_has_frames */
 };
 
 static bool accept_cb(void *owner, const struct link_identity *peer, struct link *l,
@@ -294,6 +307,12 @@ static bool acc_down(void *arg)
     return f->acc.downs > 0;
 }
 
+static bool acc_has_frames(void *arg)
+{
+    struct fixture *f = arg;
+    return f->acc.frames >= f->want_frames || f->acc.bad[0] != '\0';
+}
+
 static bool con_down(void *arg)
 {
     struct fixture *f = arg;
@@ -342,13 +361,28 @@ struct reject_case {
     const char *want_error;
 };
 
+struct error_wait {
+    struct fixture *f;
+    const char *want;
+    int min_accepts;
+};
+
+static bool con_error_seen(void *arg)
+{
+    struct error_wait *w = arg;
+    return strstr(link_last_error(w->f->conn), w->want) != NULL &&
+           w->f->accepts >= w->min_accepts;
+}
+
 static void check_rejected(const struct reject_case *c)
 {
     struct fixture f;
     fixture_init(&f);
     f.refuse = c->refuse;
     fixture_connect(&f, c->cluster, c->group, c->secret);
-    run_for(f.base, 350);
+    struct error_wait w = { &f, c->want_error, c->refuse ? 2 : 0 };
+    run_until(f.base, con_error_seen, &w, 3000);
+    run_for(f.base, 50);
     ck_assert_int_eq(f.con.ups, 0);
     ck_assert_int_eq(f.acc.ups, 0);
     ck_assert(!link_is_up(f.conn));
@@ -458,6 +492,42 @@ START_TEST(test_frames_from_on_up)
 }
 END_TEST
 
+/* Frames larger than the buffers' initial and retained sizes, between small
+ * ones, both ways. */
+START_TEST(test_big_frames)
+{
+    struct fixture f;
+    const uint32_t big = 5u << 20;
+    uint8_t *buf = malloc(big);
+    for (uint32_t j = 0; j < big; j++)
+        buf[j] = (uint8_t)(j * 13 + 1);
+
+    fixture_init(&f);
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert(run_until(f.base, both_up, &f, 2000));
+    for (int round = 0; round < 2; round++) {
+        send_frames(f.conn, 0, 50);
+        ck_assert_int_eq(link_send(f.conn, FT_RECORD, buf, big - (uint32_t)round), 0);
+        ck_assert_int_eq(link_send(f.acc.link, FT_REPLY, buf, big), 0);
+        f.want_frames = 50;
+        ck_assert(run_until(f.base, acc_has_frames, &f, 5000));
+        f.acc.frames = 0;
+        f.acc.next_seq = 0;
+    }
+    for (double end = now_ms() + 5000; (f.acc.big < 2 || f.con.big < 2) && now_ms() < end;)
+        run_for(f.base, 5);
+    ck_assert_msg(f.acc.bad[0] == '\0', "acceptor: %s", f.acc.bad);
+    ck_assert_msg(f.con.bad[0] == '\0', "connector: %s", f.con.bad);
+    ck_assert_int_eq(f.acc.big, 2);
+    ck_assert_int_eq(f.con.big, 2);
+    /* over the limit: refused, the link stays up */
+    ck_assert_int_eq(link_send(f.conn, FT_RECORD, buf, FRAME_MAX_PAYLOAD + 1), -1);
+    ck_assert(link_is_up(f.conn));
+    free(buf);
+    fixture_destroy(&f);
+}
+END_TEST
+
 static bool con_up_twice(void *arg)
 {
     struct fixture *f = arg;
@@ -496,8 +566,9 @@ START_TEST(test_reconnect)
     /* frames flow on the new connection */
     f.acc.frames = 0;
     send_frames(f.conn, 0, 100);
-    f.acc.next_seq = 0;
-    run_for(f.base, 50);
+    f.want_frames = 100;
+    ck_assert(run_until(f.base, acc_has_frames, &f, 2000));
+    run_for(f.base, 10);
     ck_assert_int_eq(f.acc.frames, 100);
     ck_assert_msg(f.acc.bad[0] == '\0', "%s", f.acc.bad);
     fixture_destroy(&f);
@@ -547,12 +618,14 @@ START_TEST(test_listener_freed)
     f.ll = NULL;
     /* the accepted link lives on */
     send_frames(f.conn, 0, 10);
-    run_for(f.base, 50);
-    ck_assert_int_eq(f.acc.frames, 10);
+    f.want_frames = 10;
+    ck_assert(run_until(f.base, acc_has_frames, &f, 2000));
+    ck_assert_msg(f.acc.bad[0] == '\0', "%s", f.acc.bad);
     /* connector against a closed port: keeps trying, no crash */
     link_close(f.acc.link);
     f.acc.link = NULL;
-    run_for(f.base, 300);
+    struct error_wait w = { &f, "refused", 0 };
+    run_until(f.base, con_error_seen, &w, 3000);
     ck_assert_int_eq(f.con.downs, 1);
     ck_assert(!link_is_up(f.conn));
     ck_assert(strstr(link_last_error(f.conn), "refused") != NULL);
@@ -872,6 +945,7 @@ static Suite *link_suite(void)
     tcase_add_test(tc, test_owner_refuses);
     tcase_add_test(tc, test_frames_both_ways);
     tcase_add_test(tc, test_frames_from_on_up);
+    tcase_add_test(tc, test_big_frames);
     tcase_add_test(tc, test_reconnect);
     tcase_add_test(tc, test_close_in_on_down);
     tcase_add_test(tc, test_acceptor_down_on_peer_close);
