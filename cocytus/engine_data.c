@@ -883,15 +883,19 @@ static void advance_stable(struct data_engine *dp)
     drain_queue(dp);
 }
 
+static void put_u64le(uint8_t out[8], uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(v >> (8 * i));
+}
+
 static void on_stable_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct data_engine *dp = arg;
     if (!dp->stable_dirty)
         return;
     uint8_t buf[8];
-    uint64_t s = dp->stable;
-    for (int i = 0; i < 8; i++)
-        buf[i] = (uint8_t)(s >> (8 * i));
+    put_u64le(buf, dp->stable);
     send_to_peers(dp, FT_STABLE, buf, sizeof(buf));
     dp->stable_dirty = false;
 }
@@ -971,6 +975,10 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
         p->acked = peer_xid;
     struct resend_ctx rc = { p };
     reclog_visit_after(&dp->sendlog, peer_xid, resend_one, &rc);
+    /* Tell it how far it may apply without waiting for the next write. */
+    uint8_t buf[8];
+    put_u64le(buf, dp->stable);
+    link_send(l, FT_STABLE, buf, sizeof(buf));
     advance_stable(dp);
 }
 

@@ -421,24 +421,35 @@ static void reply_failure(struct resp *r, const struct eng_result *res)
     }
 }
 
-static void store_complete(struct resp *r, const struct eng_result *res)
+/* A mutation's reply: its success line, or the shared failure lines. */
+static void reply_outcome(struct resp *r, const struct eng_result *res, const char *ok)
 {
     if (r->noreply)
         return;
     if (res->status == ENG_SUCCESS)
-        resp_add(r, "STORED\r\n", 8);
+        resp_str(r, ok);
     else
         reply_failure(r, res);
 }
 
+static void store_complete(struct resp *r, const struct eng_result *res)
+{
+    reply_outcome(r, res, "STORED\r\n");
+}
+
 static void delete_complete(struct resp *r, const struct eng_result *res)
 {
-    if (r->noreply)
-        return;
-    if (res->status == ENG_SUCCESS)
-        resp_add(r, "DELETED\r\n", 9);
-    else
-        reply_failure(r, res);
+    reply_outcome(r, res, "DELETED\r\n");
+}
+
+static void touch_complete(struct resp *r, const struct eng_result *res)
+{
+    reply_outcome(r, res, "TOUCHED\r\n");
+}
+
+static void flush_complete(struct resp *r, const struct eng_result *res)
+{
+    reply_outcome(r, res, "OK\r\n");
 }
 
 static void arith_complete(struct resp *r, const struct eng_result *res)
@@ -447,26 +458,6 @@ static void arith_complete(struct resp *r, const struct eng_result *res)
         return;
     if (res->status == ENG_SUCCESS)
         resp_printf(r, "%llu\r\n", (unsigned long long)res->value);
-    else
-        reply_failure(r, res);
-}
-
-static void touch_complete(struct resp *r, const struct eng_result *res)
-{
-    if (r->noreply)
-        return;
-    if (res->status == ENG_SUCCESS)
-        resp_add(r, "TOUCHED\r\n", 9);
-    else
-        reply_failure(r, res);
-}
-
-static void flush_complete(struct resp *r, const struct eng_result *res)
-{
-    if (r->noreply)
-        return;
-    if (res->status == ENG_SUCCESS)
-        resp_add(r, "OK\r\n", 4);
     else
         reply_failure(r, res);
 }
