@@ -13,7 +13,10 @@
  * by a record is returned to the allocator only after that record is stable
  * (deferred frees), and a key has at most one record in flight.  Mutations
  * that must wait (key in flight, no usable space yet, flush in progress) sit
- * in a FIFO write queue that is drained whenever the stable xid advances. */
+ * in a FIFO write queue that is drained whenever the stable xid advances.
+ * Sending, acknowledgements, the stable xid and commit order are the shared
+ * replication sender's (repl/sender.c); this file decides what a record
+ * says and what committing it means here. */
 #include "config.h"
 
 #include <errno.h>
@@ -36,9 +39,8 @@
 #include "meta.h"
 #include "reclog.h"
 #include "record.h"
+#include "sender.h"
 
-#define DP_MAX_PARITY 32
-#define DP_STABLE_IDLE_USEC 1000     /* idle time before a lone STABLE frame */
 #define DP_EVICT_TRIES 200
 #define DP_SWEEP_BUDGET 2000
 #define DP_SWEEP_MAX_DELS 256
@@ -65,29 +67,12 @@ struct deferred_free {
     uint64_t tag;                 /* xid of the record that released the space */
 };
 
-struct completion {
-    struct completion *next;
-    uint64_t xid;
-    eng_done_fn done;
-    void *cookie;
-    struct eng_result res;
-};
-
 struct queued {
     struct queued *next;
     struct eng_mutation m;        /* key/data point into buf */
     eng_done_fn done;
     void *cookie;
     char buf[];
-};
-
-struct data_engine;
-
-struct parity_peer {
-    struct data_engine *dp;
-    int index;
-    struct link *link;
-    uint64_t acked;               /* cumulative ack from this parity process */
 };
 
 struct data_engine {
@@ -108,12 +93,8 @@ struct data_engine {
     uint64_t headroom;            /* keep this much space free or on its way */
 
     uint64_t cas_counter;
-    uint64_t xid;                 /* last xid assigned */
-    uint64_t stable;              /* every record <= stable is committed */
-    struct reclog sendlog;        /* records sent and not yet stable */
-    struct parity_peer peers[DP_MAX_PARITY];
+    struct sender tx;             /* records, acks, stable xid, commit order */
 
-    struct completion *comp_head, *comp_tail;
     struct queued *q_head, *q_tail;
     size_t q_len;
 
@@ -123,18 +104,13 @@ struct data_engine {
 
     bool flush_inflight;
     uint64_t flush_xid;
-    bool stateless_restart;       /* a parity process knows later xids than ours */
     time_t flush_at;              /* a delayed flush_all takes effect then (0: none) */
 
-    struct event *stable_timer;
-    bool stable_dirty;            /* the parity processes have not heard the stable xid */
     size_t sweep_cursor;
 
     /* record under construction */
     struct rec_op *ops;
     uint32_t nops, ops_cap;
-    uint8_t *enc;
-    size_t enc_cap;
     /* Scratch for the value being written and its delta: reused so the
      * per-write buffers do not interleave with long-lived metadata on the
      * heap (which would keep freed pages from being returned). */
@@ -142,7 +118,7 @@ struct data_engine {
     size_t value_cap, delta_cap;
 
     /* counters */
-    uint64_t records_sent, evictions, expired_removed, total_items, blocked_waits;
+    uint64_t evictions, expired_removed, total_items, blocked_waits;
     char msg[256];
 };
 
@@ -212,7 +188,7 @@ static struct rec_op *op_push(struct data_engine *dp, uint8_t type)
 
 static uint64_t next_xid(const struct data_engine *dp)
 {
-    return dp->xid + 1;
+    return sender_next_xid(&dp->tx);
 }
 
 static bool df_push(struct data_engine *dp, uint64_t off, uint64_t size, uint64_t tag)
@@ -241,7 +217,7 @@ static bool df_push(struct data_engine *dp, uint64_t off, uint64_t size, uint64_
  * now and the record under construction tells the parity processes. */
 static void emit_usable_frees(struct data_engine *dp)
 {
-    while (dp->df_head < dp->df_len && dp->df[dp->df_head].tag <= dp->stable) {
+    while (dp->df_head < dp->df_len && dp->df[dp->df_head].tag <= dp->tx.stable) {
         struct deferred_free *f = &dp->df[dp->df_head++];
         uint64_t freed = 0;
         if (dalloc_free(dp->alloc, f->off, &freed) < 0) {
@@ -282,75 +258,16 @@ static void op_del(struct data_engine *dp, struct item *e)
     defer_entry_space(dp, e);
 }
 
-static void send_to_peers(struct data_engine *dp, uint16_t type, const void *p, uint32_t len)
-{
-    for (int j = 0; j < dp->m; j++) {
-        if (dp->peers[j].link && link_is_up(dp->peers[j].link))
-            link_send(dp->peers[j].link, type, p, len);
-    }
-}
-
-static void push_completion(struct data_engine *dp, uint64_t xid, eng_done_fn done,
-                            void *cookie, const struct eng_result *res)
-{
-    struct completion *c = malloc(sizeof(*c));
-    if (!c) {
-        dp_log(dp, "out of memory queueing a completion");
-        abort();
-    }
-    c->next = NULL;
-    c->xid = xid;
-    c->done = done;
-    c->cookie = cookie;
-    c->res = *res;
-    if (dp->comp_tail)
-        dp->comp_tail->next = c;
-    else
-        dp->comp_head = c;
-    dp->comp_tail = c;
-}
-
-/* Assign the xid, encode, keep for resend, send.  done may be NULL
- * (internal records: evictions, expiry, frees). */
+/* Send the record under construction.  done may be NULL (internal records:
+ * evictions, expiry, frees). */
 static uint64_t finish_record(struct data_engine *dp, uint64_t data_off, const uint8_t *delta,
                               uint32_t data_len, eng_done_fn done, void *cookie,
                               const struct eng_result *res)
 {
-    struct record r = {
-        .xid = ++dp->xid,
-        .stable_xid = dp->stable,
-        .nops = dp->nops,
-        .ops = dp->ops,
-        .data_off = data_off,
-        .data_len = data_len,
-        .data = delta,
-    };
-    size_t len = rec_encoded_size(&r);
-    if (len > dp->enc_cap) {
-        uint8_t *n = realloc(dp->enc, len);
-        if (!n) {
-            dp_log(dp, "out of memory encoding xid %" PRIu64, r.xid);
-            abort();
-        }
-        dp->enc = n;
-        dp->enc_cap = len;
-    }
-    rec_encode(&r, dp->enc);
-    if (reclog_push(&dp->sendlog, r.xid, dp->enc, len) < 0) {
-        dp_log(dp, "out of memory logging xid %" PRIu64, r.xid);
-        abort();
-    }
-    send_to_peers(dp, FT_RECORD, dp->enc, (uint32_t)len);
-    dp->stable_dirty = false;
-    dp->records_sent++;
-    if (done) {
-        push_completion(dp, r.xid, done, cookie, res);
-    } else {
-        struct eng_result none = { .status = ENG_SUCCESS };
-        push_completion(dp, r.xid, NULL, NULL, &none);
-    }
+    uint64_t xid = sender_send(&dp->tx, dp->nops, dp->ops, data_off, delta, data_len, done,
+                               cookie, res);
     dp->nops = 0;
-    return r.xid;
+    return xid;
 }
 
 /* Frees emitted by begin_record must reach the parity processes even when
@@ -365,7 +282,7 @@ static void flush_stray_ops(struct data_engine *dp)
 
 static bool in_flight(const struct data_engine *dp)
 {
-    return dp->xid > dp->stable;
+    return sender_in_flight(&dp->tx);
 }
 
 /* Evict LRU entries (no record in flight) until free plus deferred space
@@ -700,12 +617,12 @@ static enum try_result try_mutation(struct data_engine *dp, const struct eng_mut
                                     eng_done_fn done, void *cookie, struct eng_result *res)
 {
     memset(res, 0, sizeof(*res));
-    if (dp->stateless_restart) {
+    if (dp->tx.refusing) {
         res->status = ENG_FAILED;
         res->msg = "data process restarted without its state; writes refused until recovery";
         return TRY_DONE;
     }
-    if (dp->flush_inflight || dp->sendlog.bytes > DP_MAX_INFLIGHT_BYTES)
+    if (dp->flush_inflight || sender_backlog(&dp->tx) > DP_MAX_INFLIGHT_BYTES)
         return TRY_BLOCKED;
     if (m->op == ENG_OP_FLUSH)
         return try_flush(dp, m, done, cookie, res);
@@ -790,7 +707,7 @@ static void drain_queue(struct data_engine *dp)
  * (giving the new value, since the range held exactly the bytes the delta
  * was computed against) and its table ops are applied.  Allocator ops were
  * applied when the record was built. */
-static int apply_committed(void *ctx, const struct record *r)
+static void apply_committed(void *ctx, const struct record *r)
 {
     struct data_engine *dp = ctx;
     uint8_t *dst = dp->region + r->data_off;
@@ -827,103 +744,14 @@ static int apply_committed(void *ctx, const struct record *r)
             break;
         }
     }
-    return 0;
 }
 
-static void arm_stable_timer(struct data_engine *dp)
+/* Writes waiting in the queue can never commit any more. */
+static void dp_refused(void *ctx)
 {
-    struct timeval tv = { 0, DP_STABLE_IDLE_USEC };
-    dp->stable_dirty = true;
-    event_add(dp->stable_timer, &tv);
-}
-
-static uint64_t min_acked(const struct data_engine *dp)
-{
-    uint64_t s = UINT64_MAX;
-    for (int j = 0; j < dp->m; j++)
-        if (dp->peers[j].acked < s)
-            s = dp->peers[j].acked;
-    return s;
-}
-
-/* Every parity process has acknowledged up to min_acked(): commit, reply,
- * then let waiting mutations try again. */
-static void advance_stable(struct data_engine *dp)
-{
-    uint64_t s = min_acked(dp);
-    if (s > dp->xid)
-        s = dp->xid;
-    if (s <= dp->stable)
-        return;
-    dp->stable = s;
-    reclog_apply(&dp->sendlog, s, apply_committed, dp);
-    if (dp->flush_inflight && dp->flush_xid <= s)
-        dp->flush_inflight = false;
-    arm_stable_timer(dp);
-
-    /* Detach the completed prefix first: callbacks may start new mutations. */
-    struct completion *done = dp->comp_head, *last = NULL;
-    for (struct completion *c = dp->comp_head; c && c->xid <= s; c = c->next)
-        last = c;
-    if (last) {
-        dp->comp_head = last->next;
-        if (!dp->comp_head)
-            dp->comp_tail = NULL;
-        last->next = NULL;
-    } else {
-        done = NULL;
-    }
-    while (done) {
-        struct completion *next = done->next;
-        if (done->done)
-            done->done(done->cookie, &done->res);
-        free(done);
-        done = next;
-    }
-    drain_queue(dp);
-}
-
-static void put_u64le(uint8_t out[8], uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        out[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void on_stable_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct data_engine *dp = arg;
-    if (!dp->stable_dirty)
-        return;
-    uint8_t buf[8];
-    put_u64le(buf, dp->stable);
-    send_to_peers(dp, FT_STABLE, buf, sizeof(buf));
-    dp->stable_dirty = false;
-}
-
-/* ---- links to the parity processes ---- */
-
-static uint64_t read_u64le(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* Answer every write waiting here with an error (they can never commit). */
-static void fail_everything_pending(struct data_engine *dp)
-{
+    struct data_engine *dp = ctx;
     struct eng_result res = { .status = ENG_FAILED,
                               .msg = "data process restarted without its state" };
-    struct completion *c = dp->comp_head;
-    dp->comp_head = dp->comp_tail = NULL;
-    while (c) {
-        struct completion *next = c->next;
-        if (c->done)
-            c->done(c->cookie, &res);
-        free(c);
-        c = next;
-    }
     struct queued *q = dp->q_head;
     dp->q_head = dp->q_tail = NULL;
     dp->q_len = 0;
@@ -936,106 +764,19 @@ static void fail_everything_pending(struct data_engine *dp)
     }
 }
 
-struct resend_ctx {
-    struct parity_peer *peer;
+static void dp_after_commit(void *ctx)
+{
+    struct data_engine *dp = ctx;
+    if (dp->flush_inflight && dp->flush_xid <= dp->tx.committed)
+        dp->flush_inflight = false;
+    drain_queue(dp);
+}
+
+static const struct sender_callbacks dp_sender_callbacks = {
+    .commit = apply_committed,
+    .after_commit = dp_after_commit,
+    .refused = dp_refused,
 };
-
-static void resend_one(void *ctx, const struct reclog_entry *e)
-{
-    struct resend_ctx *rc = ctx;
-    link_send(rc->peer->link, FT_RECORD, e->bytes, e->len);
-}
-
-static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
-{
-    struct parity_peer *p = ctx;
-    struct data_engine *dp = p->dp;
-    if (dp->verbose)
-        dp_log(dp, "link to parity %d up (it holds xid %" PRIu64 ")", p->index, peer_xid);
-    if (peer_xid < dp->stable) {
-        /* Records it lacks were already committed and dropped here: that
-         * process lost its state.  Rebuilding it is recovery's job. */
-        dp_log(dp, "parity %d restarted without state (holds xid %" PRIu64 ", stable %" PRIu64
-               "): it needs a rebuild", p->index, peer_xid, dp->stable);
-    }
-    if (peer_xid > dp->xid) {
-        /* We restarted and lost our state, but the group remembers later
-         * records: new records would reuse xids the parity processes take
-         * as duplicates, silently corrupting parity.  Refuse writes until
-         * recovery rebuilds this process. */
-        if (!dp->stateless_restart)
-            dp_log(dp, "parity %d holds xid %" PRIu64 " beyond our last (%" PRIu64 "): this data "
-                   "process restarted without its state; refusing writes until it is recovered",
-                   p->index, peer_xid, dp->xid);
-        dp->stateless_restart = true;
-        fail_everything_pending(dp);
-        return;
-    }
-    if (peer_xid > p->acked)
-        p->acked = peer_xid;
-    struct resend_ctx rc = { p };
-    reclog_visit_after(&dp->sendlog, peer_xid, resend_one, &rc);
-    /* Tell it how far it may apply without waiting for the next write. */
-    uint8_t buf[8];
-    put_u64le(buf, dp->stable);
-    link_send(l, FT_STABLE, buf, sizeof(buf));
-    advance_stable(dp);
-}
-
-static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
-                       void *ctx)
-{
-    struct parity_peer *p = ctx;
-    struct data_engine *dp = p->dp;
-    if (type != FT_ACK || len < 8) {
-        if (dp->verbose)
-            dp_log(dp, "ignoring frame type %u from parity %d", type, p->index);
-        return;
-    }
-    uint64_t xid = read_u64le(payload);
-    if (xid > dp->xid) {
-        dp_log(dp, "parity %d acknowledged xid %" PRIu64 " beyond the last sent (%" PRIu64 ")",
-               p->index, xid, dp->xid);
-        return;
-    }
-    if (xid > p->acked) {
-        p->acked = xid;
-        advance_stable(dp);
-    }
-}
-
-static void peer_down(struct link *l, const char *why, void *ctx)
-{
-    struct parity_peer *p = ctx;
-    dp_log(p->dp, "link to parity %d down: %s", p->index, why);
-}
-
-static int connect_peers(struct data_engine *dp)
-{
-    static const struct link_callbacks cb = { peer_up, peer_frame, peer_down };
-    struct link_identity me;
-    memset(&me, 0, sizeof(me));
-    snprintf(me.cluster, sizeof(me.cluster), "%s", dp->cluster->name);
-    me.group = (uint32_t)dp->group;
-    me.role = LINK_ROLE_DATA;
-    me.index = (uint32_t)dp->index;
-    for (int j = 0; j < dp->m; j++) {
-        const struct cluster_proc *pp = cluster_find(dp->cluster, dp->group, ROLE_PARITY, j);
-        if (!pp) {
-            dp_log(dp, "the cluster file has no parity process %d in group %d", j, dp->group);
-            return -1;
-        }
-        dp->peers[j].dp = dp;
-        dp->peers[j].index = j;
-        dp->peers[j].link = link_connect(dp->evbase, pp->host, pp->link_port, &me,
-                                         dp->cluster->secret, &cb, &dp->peers[j]);
-        if (!dp->peers[j].link) {
-            dp_log(dp, "cannot start a link to parity %d at %s:%d", j, pp->host, pp->link_port);
-            return -1;
-        }
-    }
-    return 0;
-}
 
 /* ---- engine operations ---- */
 
@@ -1107,7 +848,7 @@ static size_t rss_bytes(void)
 static size_t dp_meta_bytes(const struct data_engine *dp)
 {
     return dp->meta.heap_bytes + assoc_bytes(&dp->meta.table) + dalloc_meta_bytes(dp->alloc) +
-           dp->sendlog.bytes + dp->df_cap * sizeof(*dp->df);
+           sender_backlog(&dp->tx) + dp->df_cap * sizeof(*dp->df);
 }
 
 static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, void *ctx)
@@ -1127,9 +868,9 @@ static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, vo
     emit(ctx, "limit_maxbytes", "%zu", dp->region_size);
     emit(ctx, "evictions", "%" PRIu64, dp->evictions);
     emit(ctx, "expired_removed", "%" PRIu64, dp->expired_removed);
-    emit(ctx, "xid", "%" PRIu64, dp->xid);
-    emit(ctx, "stable_xid", "%" PRIu64, dp->stable);
-    emit(ctx, "records_sent", "%" PRIu64, dp->records_sent);
+    emit(ctx, "xid", "%" PRIu64, dp->tx.xid);
+    emit(ctx, "stable_xid", "%" PRIu64, dp->tx.stable);
+    emit(ctx, "records_sent", "%" PRIu64, dp->tx.records_sent);
     emit(ctx, "write_queue", "%zu", dp->q_len);
     emit(ctx, "blocked_waits", "%" PRIu64, dp->blocked_waits);
     return true;
@@ -1141,7 +882,6 @@ static void dp_stats_reset(struct engine *eng)
     dp->evictions = 0;
     dp->expired_removed = 0;
     dp->total_items = 0;
-    dp->records_sent = 0;
     dp->blocked_waits = 0;
 }
 
@@ -1222,16 +962,12 @@ static void admin_info(struct data_engine *dp, eng_write_fn write, void *ctx)
 {
     admin_printf(write, ctx, "STAT role data\r\nSTAT group %d\r\nSTAT index %d\r\n", dp->group, dp->index);
     admin_printf(write, ctx, "STAT k %d\r\nSTAT m %d\r\nSTAT region_size %zu\r\n", dp->k, dp->m, dp->region_size);
-    admin_printf(write, ctx, "STAT xid %" PRIu64 "\r\nSTAT stable_xid %" PRIu64 "\r\n", dp->xid, dp->stable);
+    sender_info(&dp->tx, write, ctx);
     admin_printf(write, ctx, "STAT items %zu\r\n", dp->meta.count - dp->placeholders);
     admin_printf(write, ctx, "STAT region_used %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
     admin_printf(write, ctx, "STAT value_bytes %" PRIu64 "\r\n", dp->meta.value_bytes);
     admin_printf(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %zu\r\n", dp_meta_bytes(dp), rss_bytes());
     admin_printf(write, ctx, "STAT write_queue %zu\r\nSTAT deferred_frees %zu\r\n", dp->q_len, dp->df_len - dp->df_head);
-    for (int j = 0; j < dp->m; j++)
-        admin_printf(write, ctx, "STAT parity%d_acked %" PRIu64 "\r\nSTAT parity%d_link %s\r\n", j,
-                     dp->peers[j].acked, j,
-                     dp->peers[j].link && link_is_up(dp->peers[j].link) ? "up" : "down");
     write(ctx, "END\r\n", 5);
 }
 
@@ -1297,22 +1033,12 @@ static bool dp_admin(struct engine *eng, int argc, char **argv, eng_write_fn wri
 static void dp_destroy(struct engine *eng)
 {
     struct data_engine *dp = dp_of(eng);
-    for (int j = 0; j < dp->m; j++)
-        if (dp->peers[j].link)
-            link_close(dp->peers[j].link);
-    if (dp->stable_timer)
-        event_free(dp->stable_timer);
-    while (dp->comp_head) {
-        struct completion *c = dp->comp_head;
-        dp->comp_head = c->next;
-        free(c);
-    }
+    sender_destroy(&dp->tx);
     while (dp->q_head) {
         struct queued *q = dp->q_head;
         dp->q_head = q->next;
         free(q);
     }
-    reclog_destroy(&dp->sendlog);
     meta_destroy(&dp->meta);
     if (dp->alloc)
         dalloc_destroy(dp->alloc);
@@ -1320,7 +1046,6 @@ static void dp_destroy(struct engine *eng)
         munmap(dp->region, dp->region_size);
     free(dp->df);
     free(dp->ops);
-    free(dp->enc);
     free(dp->value_buf);
     free(dp->delta_buf);
     free(dp);
@@ -1345,7 +1070,7 @@ struct engine *engine_data_new(const struct engine_config *cfg)
         fprintf(stderr, "cocytus-server: the data role needs an rs cluster file\n");
         return NULL;
     }
-    if (cfg->index < 0 || cfg->index >= c->k || c->n - c->k > DP_MAX_PARITY) {
+    if (cfg->index < 0 || cfg->index >= c->k || c->n - c->k > SENDER_MAX_PEERS) {
         fprintf(stderr, "cocytus-server: data index %d outside RS(%d,%d)\n", cfg->index, c->k, c->n);
         return NULL;
     }
@@ -1367,7 +1092,6 @@ struct engine *engine_data_new(const struct engine_config *cfg)
     dp->headroom = dp->region_size / 16;
     clock_init(&dp->clock, cfg->started);
     clock_set(&dp->clock, time(NULL));
-    reclog_init(&dp->sendlog);
     dp->region = mmap(NULL, dp->region_size, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     dp->alloc = dalloc_new(dp->region_size);
@@ -1376,8 +1100,10 @@ struct engine *engine_data_new(const struct engine_config *cfg)
         dp_destroy(&dp->base);
         return NULL;
     }
-    dp->stable_timer = evtimer_new(dp->evbase, on_stable_timer, dp);
-    if (!dp->stable_timer || connect_peers(dp) < 0) {
+    char who[64];
+    snprintf(who, sizeof(who), "data g%d/%d", dp->group, dp->index);
+    if (sender_init(&dp->tx, dp->evbase, c, dp->group, LINK_ROLE_DATA, dp->index, ROLE_PARITY,
+                    dp->m, SENDER_SYNC_FULL, &dp_sender_callbacks, dp, who, dp->verbose) < 0) {
         dp_destroy(&dp->base);
         return NULL;
     }

@@ -4,12 +4,13 @@
  * processes of its group, buffers every record a data process sends and
  * acknowledges it at once, and applies buffered records up to the stable
  * xid that the next record (or a STABLE frame) carries: the piggybacked
- * commit of docs/coding-group.md.  The record logic itself is in parity.c;
- * this file adds the links, logging, stats and the `cocytus` admin
- * commands that tools and tests use to inspect the parity region and the
- * backup tables.  A data process whose records disagree with our replica
- * is logged loudly, its link is dropped and its HELLOs are rejected. */
-#include <event2/event.h>
+ * commit of docs/coding-group.md.  The links, acknowledgements and
+ * divergence handling are repl/receiver.c's (shared with primary-backup),
+ * applying a record is parity.c's; this file ties them together and adds
+ * stats and the `cocytus` admin commands that tools and tests use to
+ * inspect the parity region and the backup tables.  A data process whose
+ * records disagree with our replica is logged loudly, its link is dropped
+ * and its HELLOs are rejected. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,32 +21,17 @@
 #include "alloc.h"
 #include "cluster.h"
 #include "engine.h"
-#include "frame.h"
 #include "link.h"
 #include "parity.h"
+#include "receiver.h"
 
 #define REGION_READ_MAX (16u << 20)
-#define REJECT_MAX (PARITY_WHY_MAX + 64)
-
-struct parity_engine;
-
-/* The link side of data process i. */
-struct peer {
-    struct parity_engine *pe;
-    int dp;
-    struct link *link;            /* current link, NULL when down */
-    struct event *close_ev;       /* drops the link outside its callbacks */
-    bool divergence_logged;
-    uint64_t records;             /* RECORD frames taken (incl. duplicates) */
-    uint64_t duplicates;
-    char reject[REJECT_MAX];
-};
 
 struct parity_engine {
     struct engine engine;
     struct event_base *base;
     struct parity state;
-    struct peer *peers;           /* k of them */
+    struct repl_receiver *receiver;   /* the links of the k data processes */
     struct link_listener *listener;
     int group;
     int index;
@@ -72,192 +58,17 @@ static void pe_log(const struct parity_engine *pe, const char *fmt, ...)
     fprintf(stderr, "cocytus-server parity g%d/p%d: %s\n", pe->group, pe->index, msg);
 }
 
-static const char *peer_name(const struct peer *pr)
-{
-    return pr->link != NULL ? link_peer_name(pr->link) : "-";
-}
+/* ---- the receiver's hooks ---- */
 
-/* ---- link life ---- */
-
-static void close_now(evutil_socket_t fd, short what, void *arg)
-{
-    struct peer *pr = arg;
-    if (pr->link == NULL)
-        return;
-    pe_log(pr->pe, "dp %d: closing the link to %s", pr->dp, peer_name(pr));
-    link_close(pr->link);
-    pr->link = NULL;
-}
-
-/* link_close may not run inside the link's own callback: defer it. */
-static void schedule_close(struct peer *pr)
-{
-    static const struct timeval now = { 0, 0 };
-    evtimer_add(pr->close_ev, &now);
-}
-
-static void report_divergence(struct peer *pr)
-{
-    const struct parity_dp *d = &pr->pe->state.dps[pr->dp];
-    if (!pr->divergence_logged) {
-        pe_log(pr->pe, "DIVERGED: dp %d (peer %s) %s; applied xid %" PRIu64
-               ", received xid %" PRIu64 "; refusing its records from now on",
-               pr->dp, peer_name(pr), d->why, d->applied_xid, d->received_xid);
-        pr->divergence_logged = true;
-    }
-    schedule_close(pr);
-}
-
-static void send_ack(struct peer *pr, uint64_t xid)
-{
-    uint8_t buf[8];
-    for (int i = 0; i < 8; i++)
-        buf[i] = (uint8_t)(xid >> (8 * i));
-    if (link_send(pr->link, FT_ACK, buf, sizeof(buf)) != 0 && pr->pe->verbose)
-        pe_log(pr->pe, "dp %d: ack %" PRIu64 " not sent: link down", pr->dp, xid);
-}
-
-static void apply_upto(struct peer *pr, uint64_t stable)
-{
-    if (parity_apply(&pr->pe->state, pr->dp, stable) != 0)
-        report_divergence(pr);
-}
-
-static void on_record(struct peer *pr, const uint8_t *payload, uint32_t len)
-{
-    struct parity_dp *d = &pr->pe->state.dps[pr->dp];
-    uint64_t stable = 0;
-    pr->records++;
-    switch (parity_receive(&pr->pe->state, pr->dp, payload, len, &stable)) {
-    case PARITY_RX_BUFFERED:
-        send_ack(pr, d->received_xid);
-        apply_upto(pr, stable);
-        break;
-    case PARITY_RX_DUPLICATE:
-        pr->duplicates++;
-        send_ack(pr, d->received_xid);
-        break;
-    case PARITY_RX_REFUSED:
-        report_divergence(pr);
-        break;
-    case PARITY_RX_FAILED:
-        pe_log(pr->pe, "dp %d (peer %s): out of memory buffering a record after xid %"
-               PRIu64 "; dropping the link", pr->dp, peer_name(pr), d->received_xid);
-        schedule_close(pr);
-        break;
-    }
-}
-
-static bool read_u64(const uint8_t *p, uint32_t len, uint64_t *out)
-{
-    if (len != 8)
-        return false;
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    *out = v;
-    return true;
-}
-
-static void on_stable(struct peer *pr, const uint8_t *payload, uint32_t len)
-{
-    uint64_t stable;
-    if (!read_u64(payload, len, &stable)) {
-        pe_log(pr->pe, "dp %d (peer %s): STABLE frame of %" PRIu32 " bytes; dropping the link",
-               pr->dp, peer_name(pr), len);
-        schedule_close(pr);
-        return;
-    }
-    apply_upto(pr, stable);
-}
-
-static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
-                     void *ctx)
-{
-    struct peer *pr = ctx;
-    if (l != pr->link || pr->pe->state.dps[pr->dp].diverged)
-        return;
-    switch (type) {
-    case FT_RECORD:
-        on_record(pr, payload, len);
-        break;
-    case FT_STABLE:
-        on_stable(pr, payload, len);
-        break;
-    case FT_PING:
-        break;
-    default:
-        if (pr->pe->verbose)
-            pe_log(pr->pe, "dp %d (peer %s): ignoring frame type %u", pr->dp, peer_name(pr),
-                   (unsigned)type);
-        break;
-    }
-}
-
-static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
-{
-    struct peer *pr = ctx;
-    const struct parity_dp *d = &pr->pe->state.dps[pr->dp];
-    pe_log(pr->pe, "dp %d: link up from %s, holding xid %" PRIu64 " (applied %" PRIu64 ")",
-           pr->dp, link_peer_name(l), d->received_xid, d->applied_xid);
-}
-
-static void on_down(struct link *l, const char *why, void *ctx)
-{
-    struct peer *pr = ctx;
-    if (l != pr->link)
-        return;
-    pe_log(pr->pe, "dp %d: link from %s down: %s", pr->dp, link_peer_name(l), why);
-    pr->link = NULL;
-    evtimer_del(pr->close_ev);
-}
-
-static const struct link_callbacks peer_callbacks = {
-    .on_up = on_up,
-    .on_frame = on_frame,
-    .on_down = on_down,
-};
-
-/* Fill the REJECT reason (kept in pr until the next HELLO); returns false. */
-__attribute__((format(printf, 3, 4)))
-static bool reject(struct peer *pr, const char **reason, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(pr->reject, sizeof(pr->reject), fmt, ap);
-    va_end(ap);
-    *reason = pr->reject;
-    return false;
-}
-
-static bool accept_peer(void *owner, const struct link_identity *id, struct link *l,
-                        struct link_callbacks *cb, void **ctx, uint64_t *welcome_xid,
-                        const char **reason)
+static int hook_apply(void *owner, int index, uint64_t stable)
 {
     struct parity_engine *pe = owner;
-    if (id->role != LINK_ROLE_DATA) {
-        *reason = "a parity process takes links from data processes only";
-        return false;
-    }
-    if (id->index >= (uint32_t)pe->state.k) {
-        *reason = "no such data process in this coding group";
-        return false;
-    }
-    struct peer *pr = &pe->peers[id->index];
-    const struct parity_dp *d = &pe->state.dps[id->index];
-    if (d->diverged)   /* link.c logs the rejection with this reason */
-        return reject(pr, reason, "data process %d diverged at %s", pr->dp, d->why);
-    if (pr->link != NULL) {
-        pe_log(pe, "dp %d: new link from %s replaces the one from %s", pr->dp,
-               link_peer_name(l), peer_name(pr));
-        evtimer_del(pr->close_ev);
-        link_close(pr->link);
-    }
-    pr->link = l;
-    *cb = peer_callbacks;
-    *ctx = pr;
-    *welcome_xid = d->received_xid;
-    return true;
+    return parity_apply(&pe->state, index, stable);
+}
+
+static void hook_log(void *owner, const char *line)
+{
+    pe_log(owner, "%s", line);
 }
 
 /* ---- client requests: a parity process serves no keys ---- */
@@ -297,19 +108,21 @@ static uint64_t total_buffered(const struct parity *p)
 {
     uint64_t n = 0;
     for (int i = 0; i < p->k; i++)
-        n += p->dps[i].buffer.count;
+        n += p->dps[i].src.buffer.count;
     return n;
 }
 
-static void stats_peer(const struct peer *pr, eng_stat_fn emit, void *ctx)
+static void stats_peer(const struct parity_engine *pe, int dp, eng_stat_fn emit, void *ctx)
 {
+    struct repl_peer_stats st;
     char name[48];
-    snprintf(name, sizeof(name), "dp%d_link", pr->dp);
-    emit(ctx, name, "%s", pr->link != NULL && link_is_up(pr->link) ? "up" : "down");
-    snprintf(name, sizeof(name), "dp%d_records", pr->dp);
-    emit(ctx, name, "%" PRIu64, pr->records);
-    snprintf(name, sizeof(name), "dp%d_duplicates", pr->dp);
-    emit(ctx, name, "%" PRIu64, pr->duplicates);
+    repl_receiver_peer_stats(pe->receiver, dp, &st);
+    snprintf(name, sizeof(name), "dp%d_link", dp);
+    emit(ctx, name, "%s", st.link_up ? "up" : "down");
+    snprintf(name, sizeof(name), "dp%d_records", dp);
+    emit(ctx, name, "%" PRIu64, st.records);
+    snprintf(name, sizeof(name), "dp%d_duplicates", dp);
+    emit(ctx, name, "%" PRIu64, st.duplicates);
 }
 
 static void stats_general(struct parity_engine *pe, eng_stat_fn emit, void *ctx)
@@ -326,16 +139,16 @@ static void stats_general(struct parity_engine *pe, eng_stat_fn emit, void *ctx)
         const struct parity_dp *d = &p->dps[i];
         char name[48];
         snprintf(name, sizeof(name), "dp%d_applied_xid", i);
-        emit(ctx, name, "%" PRIu64, d->applied_xid);
+        emit(ctx, name, "%" PRIu64, d->src.applied_xid);
         snprintf(name, sizeof(name), "dp%d_received_xid", i);
-        emit(ctx, name, "%" PRIu64, d->received_xid);
+        emit(ctx, name, "%" PRIu64, d->src.received_xid);
         snprintf(name, sizeof(name), "dp%d_buffered", i);
-        emit(ctx, name, "%zu", d->buffer.count);
+        emit(ctx, name, "%zu", d->src.buffer.count);
         snprintf(name, sizeof(name), "dp%d_delta_bytes", i);
         emit(ctx, name, "%" PRIu64, d->delta_bytes);
         snprintf(name, sizeof(name), "dp%d_diverged", i);
-        emit(ctx, name, "%d", d->diverged ? 1 : 0);
-        stats_peer(&pe->peers[i], emit, ctx);
+        emit(ctx, name, "%d", d->src.diverged ? 1 : 0);
+        stats_peer(pe, i, emit, ctx);
     }
 }
 
@@ -352,9 +165,7 @@ static bool parity_stats(struct engine *e, const char *group, eng_stat_fn emit, 
 
 static void parity_stats_reset(struct engine *e)
 {
-    struct parity_engine *pe = pe_of(e);
-    for (int i = 0; i < pe->state.k; i++)
-        pe->peers[i].records = pe->peers[i].duplicates = 0;
+    repl_receiver_stats_reset(pe_of(e)->receiver);
 }
 
 static void parity_tick(struct engine *e, time_t now)
@@ -426,14 +237,15 @@ static uint64_t rss_bytes(void)
 static void info_dp(const struct reply *r, const struct parity_dp *d)
 {
     int i = d->index;
-    reply_printf(r, "STAT dp%d_applied_xid %" PRIu64 "\r\n", i, d->applied_xid);
-    reply_printf(r, "STAT dp%d_received_xid %" PRIu64 "\r\n", i, d->received_xid);
-    reply_printf(r, "STAT dp%d_stable_xid %" PRIu64 "\r\n", i, d->stable_xid);
-    reply_printf(r, "STAT dp%d_buffered %zu\r\n", i, d->buffer.count);
-    reply_printf(r, "STAT dp%d_buffered_bytes %zu\r\n", i, d->buffer.bytes);
+    const struct repl_source *s = &d->src;
+    reply_printf(r, "STAT dp%d_applied_xid %" PRIu64 "\r\n", i, s->applied_xid);
+    reply_printf(r, "STAT dp%d_received_xid %" PRIu64 "\r\n", i, s->received_xid);
+    reply_printf(r, "STAT dp%d_stable_xid %" PRIu64 "\r\n", i, s->stable_xid);
+    reply_printf(r, "STAT dp%d_buffered %zu\r\n", i, s->buffer.count);
+    reply_printf(r, "STAT dp%d_buffered_bytes %zu\r\n", i, s->buffer.bytes);
     reply_printf(r, "STAT dp%d_items %zu\r\n", i, d->meta.count);
     reply_printf(r, "STAT dp%d_region_used %" PRIu64 "\r\n", i, dalloc_used_bytes(d->alloc));
-    reply_printf(r, "STAT dp%d_diverged %d\r\n", i, d->diverged ? 1 : 0);
+    reply_printf(r, "STAT dp%d_diverged %d\r\n", i, s->diverged ? 1 : 0);
 }
 
 static bool admin_info(struct parity_engine *pe, const struct reply *r)
@@ -495,7 +307,7 @@ static bool admin_meta(struct parity_engine *pe, int argc, char **argv, const st
     reply_printf(r, "STAT digest %016" PRIx64 "\r\n", meta_digest(&d->meta));
     reply_printf(r, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(d->alloc));
     reply_printf(r, "STAT used_bytes %" PRIu64 "\r\n", dalloc_used_bytes(d->alloc));
-    reply_printf(r, "STAT applied_xid %" PRIu64 "\r\n", d->applied_xid);
+    reply_printf(r, "STAT applied_xid %" PRIu64 "\r\n", d->src.applied_xid);
     reply_str(r, "END\r\n");
     return true;
 }
@@ -533,25 +345,12 @@ static bool parity_admin(struct engine *e, int argc, char **argv, eng_write_fn w
 
 /* ---- lifetime ---- */
 
-static void peers_free(struct parity_engine *pe)
-{
-    for (int i = 0; pe->peers != NULL && i < pe->state.k; i++) {
-        struct peer *pr = &pe->peers[i];
-        if (pr->link != NULL)
-            link_close(pr->link);
-        if (pr->close_ev != NULL)
-            event_free(pr->close_ev);
-    }
-    free(pe->peers);
-    pe->peers = NULL;
-}
-
 static void parity_destroy_engine(struct engine *e)
 {
     struct parity_engine *pe = pe_of(e);
     if (pe->listener != NULL)
         link_listener_free(pe->listener);
-    peers_free(pe);
+    repl_receiver_free(pe->receiver);
     parity_destroy(&pe->state);
     free(pe);
 }
@@ -568,20 +367,30 @@ static const struct engine_ops parity_ops = {
     .admin = parity_admin,
 };
 
-static int peers_init(struct parity_engine *pe)
+static int receiver_start(struct parity_engine *pe)
 {
-    pe->peers = calloc((size_t)pe->state.k, sizeof(*pe->peers));
-    if (pe->peers == NULL)
+    int k = pe->state.k;
+    struct repl_source **sources = calloc((size_t)k, sizeof(*sources));
+    if (sources == NULL)
         return -1;
-    for (int i = 0; i < pe->state.k; i++) {
-        struct peer *pr = &pe->peers[i];
-        pr->pe = pe;
-        pr->dp = i;
-        pr->close_ev = evtimer_new(pe->base, close_now, pr);
-        if (pr->close_ev == NULL)
-            return -1;
-    }
-    return 0;
+    for (int i = 0; i < k; i++)
+        sources[i] = &pe->state.dps[i].src;
+    struct repl_receiver_config cfg = {
+        .base = pe->base,
+        .sender_role = LINK_ROLE_DATA,
+        .nsources = k,
+        .sources = sources,
+        .tag = "dp",
+        .noun = "data process",
+        .wrong_role = "a parity process takes links from data processes only",
+        .no_such = "no such data process in this coding group",
+        .verbose = pe->verbose != 0,
+        .hooks = { .apply = hook_apply, .log = hook_log },
+        .owner = pe,
+    };
+    pe->receiver = repl_receiver_new(&cfg);
+    free(sources);
+    return pe->receiver != NULL ? 0 : -1;
 }
 
 /* The cluster's view of this process, or NULL after a message. */
@@ -603,7 +412,8 @@ static int start_listener(struct parity_engine *pe, const struct cluster *c,
                           const struct cluster_proc *me)
 {
     pe->listener = link_listen(pe->base, me->host, me->link_port, c->name,
-                               (uint32_t)pe->group, c->secret, accept_peer, pe);
+                               (uint32_t)pe->group, c->secret, repl_receiver_accept,
+                               pe->receiver);
     if (pe->listener == NULL) {
         pe_log(pe, "cannot listen for data processes on %s:%d", me->host, me->link_port);
         return -1;
@@ -635,7 +445,7 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
         free(pe);
         return NULL;
     }
-    if (peers_init(pe) != 0 || start_listener(pe, c, me) != 0) {
+    if (receiver_start(pe) != 0 || start_listener(pe, c, me) != 0) {
         parity_destroy_engine(&pe->engine);
         return NULL;
     }

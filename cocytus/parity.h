@@ -1,15 +1,15 @@
 /* parity.h - the state of a parity process without its sockets: the parity
- * region and, per data process of the group, the buffer of received records,
- * the backup metadata table and the replica allocator.
+ * region and, per data process of the group, its record stream, the backup
+ * metadata table and the replica allocator.
  *
  * engine_parity.c feeds it the frames its links receive; tests drive it
- * directly.  Records are buffered on receipt (parity_receive) and applied
- * only up to a stable xid (parity_apply), as the piggybacked commit of
- * docs/coding-group.md requires; parity_truncate_after drops records that
- * never became stable (recovery preparation, paper 4.1.1).  Once a data
- * process's records disagree with its replica the data process is marked
- * diverged and nothing more of it is accepted: parity is never corrupted to
- * keep going. */
+ * directly.  Receiving, buffering up to the piggybacked stable xid,
+ * truncation and divergence are repl/receiver.h's (struct repl_source),
+ * shared with primary-backup; this file adds what applying one record means
+ * for a parity process: replay its ops on the backup table and replica
+ * allocator and XOR the coded delta into the parity region.  Once a data
+ * process's records disagree with its replica it is marked diverged and
+ * nothing more of it is accepted: parity is never corrupted to keep going. */
 #ifndef COCYTUS_PARITY_H
 #define COCYTUS_PARITY_H
 
@@ -18,25 +18,22 @@
 #include <stdint.h>
 
 #include "meta.h"
-#include "reclog.h"
+#include "receiver.h"
 
 struct codec;
 struct dalloc;
 
-#define PARITY_WHY_MAX 256
+struct parity;
 
 /* What the parity process holds for data process i. */
 struct parity_dp {
+    struct parity *parity;       /* the owner, for applying records */
     int index;
+    struct repl_source src;      /* DP i's records: buffer, xids, divergence;
+                                  * parity includes them up to src.applied_xid */
     struct meta_table meta;      /* backup of DP i's table */
     struct dalloc *alloc;        /* replica of DP i's allocator */
-    struct reclog buffer;        /* received, not yet applied */
-    uint64_t applied_xid;        /* parity includes DP i's records up to this one */
-    uint64_t received_xid;       /* newest record buffered or applied */
-    uint64_t stable_xid;         /* newest stable xid DP i told us */
     uint64_t delta_bytes;        /* bytes XORed into the parity region */
-    bool diverged;
-    char why[PARITY_WHY_MAX];    /* what diverged, for logs and HELLO rejects */
 };
 
 struct parity {
@@ -47,8 +44,6 @@ struct parity {
     uint64_t region_size;
     uint64_t touched_end;        /* highest region offset a delta reached */
     struct parity_dp *dps;       /* k of them */
-    struct rec_op *ops;          /* decode scratch */
-    uint32_t ops_cap;
 };
 
 /* 0, or -1 with a message in err.  region_size must be a positive multiple
@@ -57,21 +52,14 @@ int parity_init(struct parity *p, int k, int n, int parity_index, uint64_t regio
                 unsigned hashpower, char *err, size_t errlen);
 void parity_destroy(struct parity *p);
 
-enum parity_rx {
-    PARITY_RX_BUFFERED = 0,      /* new record, buffered */
-    PARITY_RX_DUPLICATE = 1,     /* xid already held: ignore, ack again */
-    PARITY_RX_REFUSED = -1,      /* DP diverged (now or before): see dps[i].why */
-    PARITY_RX_FAILED = -2        /* out of memory: not buffered, not acked; drop
-                                  * the link and let the DP resend */
-};
-
-/* A RECORD frame from DP dp.  On BUFFERED or DUPLICATE, *stable gets the
- * record's piggybacked stable xid (0 for a duplicate). */
-enum parity_rx parity_receive(struct parity *p, int dp, const uint8_t *rec, size_t len,
-                              uint64_t *stable);
+/* A RECORD frame from DP dp: repl_source_receive on its stream.  On
+ * BUFFERED, *stable gets the record's piggybacked stable xid (else 0);
+ * REFUSED means the DP diverged (dps[dp].src.why says why). */
+enum repl_rx parity_receive(struct parity *p, int dp, const uint8_t *rec, size_t len,
+                            uint64_t *stable);
 
 /* Apply DP dp's buffered records with xid <= stable, in order.  0, or -1
- * when the DP diverged (dps[dp].why says why; nothing more is applied). */
+ * when the DP diverged (dps[dp].src.why says why; nothing more is applied). */
 int parity_apply(struct parity *p, int dp, uint64_t stable);
 
 /* Drop DP dp's buffered records above xid (they were never stable).

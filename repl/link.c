@@ -576,6 +576,8 @@ static void flush_output(struct link *l)
     disarm_write(l);
     if (l->state == LS_REJECTING)
         link_finish(l);
+    else if (l->state == LS_UP && l->cb.on_drained != NULL)
+        l->cb.on_drained(l, l->ctx);
 }
 
 /* ---- the handshake ---- */

@@ -48,6 +48,9 @@ struct link_callbacks {
      * link is freed right after on_down returns: forget the pointer there
      * (calling link_close on it inside on_down is allowed, not needed). */
     void (*on_down)(struct link *l, const char *why, void *ctx);
+    /* Optional: everything queued so far has been handed to the kernel
+     * (what semi-synchronous replication waits for). */
+    void (*on_drained)(struct link *l, void *ctx);
 };
 
 /* Callback rules.  Callbacks run on the event loop thread, never from inside

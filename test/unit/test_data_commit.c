@@ -142,10 +142,12 @@ static bool completions_arrived(void)
     return log_.n >= want_done;
 }
 
+/* A STABLE frame carrying xid 1 (a link that comes up first gets one with
+ * the stable xid of that moment, 0). */
 static bool stable_frames_arrived(void)
 {
     for (int j = 0; j < NPARITY; j++)
-        if (fakes[j].nstable_frames == 0)
+        if (fakes[j].nstable_frames == 0 || fakes[j].last_stable_frame != 1)
             return false;
     return true;
 }

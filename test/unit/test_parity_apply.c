@@ -2,12 +2,13 @@
  * how a parity process buffers and applies a data process's records.
  *
  * No sockets: the tests play the data processes, encode records with
- * rec_encode and hand them to parity_receive / parity_apply the way
- * engine_parity.c does with RECORD and STABLE frames.  They check the
- * piggybacked commit (nothing applied before it is stable), duplicates,
- * truncation for recovery, that parity and backup tables built from random
- * records equal what a reference model of the data processes says, and that
- * a replica disagreement stops that data process for good. */
+ * rec_encode and hand them to parity_receive / parity_apply the way the
+ * receiver (repl/receiver.c) does for engine_parity.c with RECORD and
+ * STABLE frames.  They check the piggybacked commit (nothing applied before
+ * it is stable), duplicates, truncation for recovery, that parity and
+ * backup tables built from random records equal what a reference model of
+ * the data processes says, and that a replica disagreement stops that data
+ * process for good. */
 #include "parity.h"
 
 #include <check.h>
@@ -120,12 +121,12 @@ static void rb_simple(struct rec_builder *b, uint64_t xid, uint64_t stable, uint
     rb_encode(b);
 }
 
-static enum parity_rx receive_simple(struct parity *p, int dp, uint64_t xid, uint64_t stable,
+static enum repl_rx receive_simple(struct parity *p, int dp, uint64_t xid, uint64_t stable,
                                      uint64_t *got_stable)
 {
     struct rec_builder b;
     rb_simple(&b, xid, stable, (uint8_t)(xid * 7 + 1));
-    enum parity_rx rx = parity_receive(p, dp, b.enc, b.len, got_stable);
+    enum repl_rx rx = parity_receive(p, dp, b.enc, b.len, got_stable);
     rb_free(&b);
     return rx;
 }
@@ -151,31 +152,31 @@ START_TEST(test_nothing_applied_before_stable)
     struct parity p;
     uint64_t stable;
     parity_setup(&p, 2, 4, 1, SMALL_REGION);
-    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), PARITY_RX_BUFFERED);
+    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), REPL_RX_BUFFERED);
     ck_assert_uint_eq(stable, 0);
     ck_assert_int_eq(parity_apply(&p, 0, stable), 0);
-    ck_assert_uint_eq(p.dps[0].received_xid, 1);
-    ck_assert_uint_eq(p.dps[0].applied_xid, 0);
-    ck_assert_uint_eq(p.dps[0].buffer.count, 1);
+    ck_assert_uint_eq(p.dps[0].src.received_xid, 1);
+    ck_assert_uint_eq(p.dps[0].src.applied_xid, 0);
+    ck_assert_uint_eq(p.dps[0].src.buffer.count, 1);
     ck_assert_uint_eq(p.dps[0].meta.count, 0);
     ck_assert(region_is_zero(&p));
 
     /* Record 2 piggybacks stable 1: record 1 is applied, 2 stays. */
-    ck_assert_int_eq(receive_simple(&p, 0, 2, 1, &stable), PARITY_RX_BUFFERED);
+    ck_assert_int_eq(receive_simple(&p, 0, 2, 1, &stable), REPL_RX_BUFFERED);
     ck_assert_uint_eq(stable, 1);
     ck_assert_int_eq(parity_apply(&p, 0, stable), 0);
-    ck_assert_uint_eq(p.dps[0].applied_xid, 1);
-    ck_assert_uint_eq(p.dps[0].buffer.count, 1);
+    ck_assert_uint_eq(p.dps[0].src.applied_xid, 1);
+    ck_assert_uint_eq(p.dps[0].src.buffer.count, 1);
     ck_assert_uint_eq(p.dps[0].meta.count, 1);
     ck_assert(!region_is_zero(&p));
 
     /* A STABLE frame for 2 (the idle flush). */
     ck_assert_int_eq(parity_apply(&p, 0, 2), 0);
-    ck_assert_uint_eq(p.dps[0].applied_xid, 2);
-    ck_assert_uint_eq(p.dps[0].buffer.count, 0);
+    ck_assert_uint_eq(p.dps[0].src.applied_xid, 2);
+    ck_assert_uint_eq(p.dps[0].src.buffer.count, 0);
     ck_assert_uint_eq(p.dps[0].meta.count, 2);
     /* The other DP is untouched. */
-    ck_assert_uint_eq(p.dps[1].received_xid, 0);
+    ck_assert_uint_eq(p.dps[1].src.received_xid, 0);
     ck_assert_uint_eq(p.dps[1].meta.count, 0);
     parity_destroy(&p);
 }
@@ -187,16 +188,16 @@ START_TEST(test_above_stable_stays_buffered)
     uint64_t stable;
     parity_setup(&p, 2, 3, 0, SMALL_REGION);
     for (uint64_t x = 1; x <= 5; x++)
-        ck_assert_int_eq(receive_simple(&p, 1, x, 0, &stable), PARITY_RX_BUFFERED);
+        ck_assert_int_eq(receive_simple(&p, 1, x, 0, &stable), REPL_RX_BUFFERED);
     ck_assert_int_eq(parity_apply(&p, 1, 3), 0);
-    ck_assert_uint_eq(p.dps[1].applied_xid, 3);
-    ck_assert_uint_eq(p.dps[1].received_xid, 5);
-    ck_assert_uint_eq(p.dps[1].buffer.count, 2);
+    ck_assert_uint_eq(p.dps[1].src.applied_xid, 3);
+    ck_assert_uint_eq(p.dps[1].src.received_xid, 5);
+    ck_assert_uint_eq(p.dps[1].src.buffer.count, 2);
     ck_assert_uint_eq(p.dps[1].meta.count, 3);
     /* An older stable xid (a resent record) changes nothing. */
     ck_assert_int_eq(parity_apply(&p, 1, 2), 0);
-    ck_assert_uint_eq(p.dps[1].applied_xid, 3);
-    ck_assert_uint_eq(p.dps[1].stable_xid, 3);
+    ck_assert_uint_eq(p.dps[1].src.applied_xid, 3);
+    ck_assert_uint_eq(p.dps[1].src.stable_xid, 3);
     parity_destroy(&p);
 }
 END_TEST
@@ -206,18 +207,18 @@ START_TEST(test_duplicates_ignored)
     struct parity p;
     uint64_t stable;
     parity_setup(&p, 1, 2, 0, SMALL_REGION);
-    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), PARITY_RX_BUFFERED);
-    ck_assert_int_eq(receive_simple(&p, 0, 2, 0, &stable), PARITY_RX_BUFFERED);
-    ck_assert_int_eq(receive_simple(&p, 0, 2, 0, &stable), PARITY_RX_DUPLICATE);
-    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), PARITY_RX_DUPLICATE);
-    ck_assert_uint_eq(p.dps[0].received_xid, 2);
-    ck_assert_uint_eq(p.dps[0].buffer.count, 2);
+    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), REPL_RX_BUFFERED);
+    ck_assert_int_eq(receive_simple(&p, 0, 2, 0, &stable), REPL_RX_BUFFERED);
+    ck_assert_int_eq(receive_simple(&p, 0, 2, 0, &stable), REPL_RX_DUPLICATE);
+    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), REPL_RX_DUPLICATE);
+    ck_assert_uint_eq(p.dps[0].src.received_xid, 2);
+    ck_assert_uint_eq(p.dps[0].src.buffer.count, 2);
     ck_assert_int_eq(parity_apply(&p, 0, 2), 0);
     /* After applying, a resent record is still a duplicate. */
-    ck_assert_int_eq(receive_simple(&p, 0, 2, 1, &stable), PARITY_RX_DUPLICATE);
-    ck_assert_uint_eq(p.dps[0].applied_xid, 2);
+    ck_assert_int_eq(receive_simple(&p, 0, 2, 1, &stable), REPL_RX_DUPLICATE);
+    ck_assert_uint_eq(p.dps[0].src.applied_xid, 2);
     ck_assert_uint_eq(p.dps[0].meta.count, 2);
-    ck_assert(!p.dps[0].diverged);
+    ck_assert(!p.dps[0].src.diverged);
     parity_destroy(&p);
 }
 END_TEST
@@ -227,11 +228,11 @@ START_TEST(test_gap_diverges)
     struct parity p;
     uint64_t stable;
     parity_setup(&p, 1, 2, 0, SMALL_REGION);
-    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), PARITY_RX_BUFFERED);
-    ck_assert_int_eq(receive_simple(&p, 0, 3, 0, &stable), PARITY_RX_REFUSED);
-    ck_assert(p.dps[0].diverged);
-    ck_assert_ptr_nonnull(strstr(p.dps[0].why, "missing"));
-    ck_assert_int_eq(receive_simple(&p, 0, 2, 0, &stable), PARITY_RX_REFUSED);
+    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), REPL_RX_BUFFERED);
+    ck_assert_int_eq(receive_simple(&p, 0, 3, 0, &stable), REPL_RX_REFUSED);
+    ck_assert(p.dps[0].src.diverged);
+    ck_assert_ptr_nonnull(strstr(p.dps[0].src.why, "missing"));
+    ck_assert_int_eq(receive_simple(&p, 0, 2, 0, &stable), REPL_RX_REFUSED);
     parity_destroy(&p);
 }
 END_TEST
@@ -241,10 +242,10 @@ START_TEST(test_stable_beyond_received_diverges)
     struct parity p;
     uint64_t stable;
     parity_setup(&p, 1, 2, 0, SMALL_REGION);
-    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), PARITY_RX_BUFFERED);
+    ck_assert_int_eq(receive_simple(&p, 0, 1, 0, &stable), REPL_RX_BUFFERED);
     ck_assert_int_eq(parity_apply(&p, 0, 2), -1);
-    ck_assert(p.dps[0].diverged);
-    ck_assert_uint_eq(p.dps[0].applied_xid, 0);
+    ck_assert(p.dps[0].src.diverged);
+    ck_assert_uint_eq(p.dps[0].src.applied_xid, 0);
     parity_destroy(&p);
 }
 END_TEST
@@ -256,9 +257,9 @@ START_TEST(test_malformed_record_refused)
     struct rec_builder b;
     parity_setup(&p, 1, 2, 0, SMALL_REGION);
     rb_simple(&b, 1, 0, 1);
-    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len - 1, &stable), PARITY_RX_REFUSED);
-    ck_assert(p.dps[0].diverged);
-    ck_assert_ptr_nonnull(strstr(p.dps[0].why, "malformed"));
+    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len - 1, &stable), REPL_RX_REFUSED);
+    ck_assert(p.dps[0].src.diverged);
+    ck_assert_ptr_nonnull(strstr(p.dps[0].src.why, "malformed"));
     rb_free(&b);
     parity_destroy(&p);
 }
@@ -272,19 +273,19 @@ START_TEST(test_truncate_after)
     uint64_t stable;
     parity_setup(&p, 1, 2, 0, SMALL_REGION);
     for (uint64_t x = 1; x <= 5; x++)
-        ck_assert_int_eq(receive_simple(&p, 0, x, 0, &stable), PARITY_RX_BUFFERED);
+        ck_assert_int_eq(receive_simple(&p, 0, x, 0, &stable), REPL_RX_BUFFERED);
     ck_assert_int_eq(parity_apply(&p, 0, 2), 0);
     ck_assert_int_eq(parity_truncate_after(&p, 0, 3), 0);
-    ck_assert_uint_eq(p.dps[0].received_xid, 3);
-    ck_assert_uint_eq(p.dps[0].buffer.count, 1);
+    ck_assert_uint_eq(p.dps[0].src.received_xid, 3);
+    ck_assert_uint_eq(p.dps[0].src.buffer.count, 1);
     ck_assert_int_eq(parity_truncate_after(&p, 0, 1), -1);   /* 2 is applied */
-    ck_assert_uint_eq(p.dps[0].received_xid, 3);
-    ck_assert_int_eq(receive_simple(&p, 0, 4, 3, &stable), PARITY_RX_BUFFERED);
+    ck_assert_uint_eq(p.dps[0].src.received_xid, 3);
+    ck_assert_int_eq(receive_simple(&p, 0, 4, 3, &stable), REPL_RX_BUFFERED);
     ck_assert_int_eq(parity_apply(&p, 0, stable), 0);
     ck_assert_int_eq(parity_apply(&p, 0, 4), 0);
-    ck_assert_uint_eq(p.dps[0].applied_xid, 4);
+    ck_assert_uint_eq(p.dps[0].src.applied_xid, 4);
     ck_assert_uint_eq(p.dps[0].meta.count, 4);
-    ck_assert(!p.dps[0].diverged);
+    ck_assert(!p.dps[0].src.diverged);
     parity_destroy(&p);
 }
 END_TEST
@@ -304,22 +305,22 @@ START_TEST(test_divergent_alloc_stops_dp)
     rb_op(&b, op_put("x", 16, 16, 1));
     rb_delta(&b, 16, delta, 16);
     rb_encode(&b);
-    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len, &stable), PARITY_RX_BUFFERED);
+    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len, &stable), REPL_RX_BUFFERED);
     rb_free(&b);
     ck_assert_int_eq(parity_apply(&p, 0, 1), -1);
-    ck_assert(p.dps[0].diverged);
-    ck_assert_ptr_nonnull(strstr(p.dps[0].why, "replica got 0, sender got 16"));
-    ck_assert_ptr_nonnull(strstr(p.dps[0].why, "xid 1"));
-    ck_assert_uint_eq(p.dps[0].applied_xid, 0);
+    ck_assert(p.dps[0].src.diverged);
+    ck_assert_ptr_nonnull(strstr(p.dps[0].src.why, "replica got 0, sender got 16"));
+    ck_assert_ptr_nonnull(strstr(p.dps[0].src.why, "xid 1"));
+    ck_assert_uint_eq(p.dps[0].src.applied_xid, 0);
     ck_assert_uint_eq(p.dps[0].meta.count, 0);
     ck_assert(region_is_zero(&p));
 
     /* Nothing more from DP 0; DP 1 goes on. */
-    ck_assert_int_eq(receive_simple(&p, 0, 2, 1, &stable), PARITY_RX_REFUSED);
+    ck_assert_int_eq(receive_simple(&p, 0, 2, 1, &stable), REPL_RX_REFUSED);
     ck_assert_int_eq(parity_apply(&p, 0, 1), -1);
-    ck_assert_int_eq(receive_simple(&p, 1, 1, 0, &stable), PARITY_RX_BUFFERED);
+    ck_assert_int_eq(receive_simple(&p, 1, 1, 0, &stable), REPL_RX_BUFFERED);
     ck_assert_int_eq(parity_apply(&p, 1, 1), 0);
-    ck_assert_uint_eq(p.dps[1].applied_xid, 1);
+    ck_assert_uint_eq(p.dps[1].src.applied_xid, 1);
     parity_destroy(&p);
 }
 END_TEST
@@ -334,11 +335,11 @@ START_TEST(test_delta_outside_region_diverges)
     rb_start(&b, 1, 0);
     rb_delta(&b, SMALL_REGION - 16, delta, 32);
     rb_encode(&b);
-    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len, &stable), PARITY_RX_BUFFERED);
+    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len, &stable), REPL_RX_BUFFERED);
     rb_free(&b);
     ck_assert_int_eq(parity_apply(&p, 0, 1), -1);
-    ck_assert(p.dps[0].diverged);
-    ck_assert_ptr_nonnull(strstr(p.dps[0].why, "outside the region"));
+    ck_assert(p.dps[0].src.diverged);
+    ck_assert_ptr_nonnull(strstr(p.dps[0].src.why, "outside the region"));
     ck_assert(region_is_zero(&p));
     parity_destroy(&p);
 }
@@ -353,10 +354,10 @@ START_TEST(test_delete_of_missing_key_diverges)
     rb_start(&b, 1, 0);
     rb_op(&b, op_del("nobody"));
     rb_encode(&b);
-    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len, &stable), PARITY_RX_BUFFERED);
+    ck_assert_int_eq(parity_receive(&p, 0, b.enc, b.len, &stable), REPL_RX_BUFFERED);
     rb_free(&b);
     ck_assert_int_eq(parity_apply(&p, 0, 1), -1);
-    ck_assert_ptr_nonnull(strstr(p.dps[0].why, "DEL key nobody"));
+    ck_assert_ptr_nonnull(strstr(p.dps[0].src.why, "DEL key nobody"));
     parity_destroy(&p);
 }
 END_TEST
@@ -425,8 +426,9 @@ static void model_send(struct model *m, int dp, struct rec_builder *b)
     for (int j = 0; j < MODEL_N - MODEL_K; j++) {
         uint64_t stable;
         ck_assert_int_eq(parity_receive(&m->pp[j], dp, b->enc, b->len, &stable),
-                         PARITY_RX_BUFFERED);
-        ck_assert_msg(parity_apply(&m->pp[j], dp, stable) == 0, "%s", m->pp[j].dps[dp].why);
+                         REPL_RX_BUFFERED);
+        ck_assert_msg(parity_apply(&m->pp[j], dp, stable) == 0, "%s",
+                      m->pp[j].dps[dp].src.why);
     }
     rb_free(b);
 }
@@ -531,8 +533,8 @@ static void model_check(struct model *m)
                       "parity %d differs from the encoded model", j);
         for (int i = 0; i < MODEL_K; i++) {
             struct parity_dp *pd = &p->dps[i];
-            ck_assert_uint_eq(pd->applied_xid, m->dps[i].xid);
-            ck_assert_uint_eq(pd->buffer.count, 0);
+            ck_assert_uint_eq(pd->src.applied_xid, m->dps[i].xid);
+            ck_assert_uint_eq(pd->src.buffer.count, 0);
             ck_assert_uint_eq(meta_digest(&pd->meta), meta_digest(&m->dps[i].meta));
             ck_assert_uint_eq(pd->meta.count, m->dps[i].meta.count);
             ck_assert_uint_eq(dalloc_digest(pd->alloc), dalloc_digest(m->dps[i].alloc));

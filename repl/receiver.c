@@ -1,0 +1,474 @@
+/* receiver.c - the receiving end of replication (receiver.h), for parity
+ * processes and backups alike.
+ *
+ * A repl_source is a record log plus three xids: received (newest record
+ * held), stable (newest the sender declared stable) and applied.  Receive
+ * only checks and buffers; apply walks the log up to the stable xid and
+ * hands each record to the role's function, so nothing reaches a replica
+ * before it is stable.  Every check that fails writes a reason into the
+ * source and makes it refuse everything after.
+ *
+ * A repl_receiver keeps one peer per source: its current link, a timer that
+ * closes the link outside the link's own callbacks, counters and the text of
+ * the last REJECT.  Records are acknowledged as soon as they are buffered;
+ * the stable xid a record carries, or a STABLE frame, triggers application
+ * through the owner's apply hook. */
+#include "receiver.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+
+#define REJECT_MAX (REPL_WHY_MAX + 64)
+#define LOG_LINE_MAX 512
+
+/* ==== one sender's stream ==== */
+
+void repl_source_init(struct repl_source *s)
+{
+    memset(s, 0, sizeof(*s));
+    reclog_init(&s->buffer);
+}
+
+void repl_source_destroy(struct repl_source *s)
+{
+    reclog_destroy(&s->buffer);
+    free(s->ops);
+    memset(s, 0, sizeof(*s));
+}
+
+int repl_source_mark_diverged(struct repl_source *s, uint64_t xid, const char *fmt, ...)
+{
+    int n = snprintf(s->why, sizeof(s->why), "xid %" PRIu64 ": ", xid);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->why + n, sizeof(s->why) - (size_t)n, fmt, ap);
+    va_end(ap);
+    s->diverged = true;
+    return -1;
+}
+
+/* ---- receive ---- */
+
+static bool ops_reserve(struct repl_source *s, uint32_t nops)
+{
+    if (nops <= s->ops_cap && s->ops != NULL)
+        return true;
+    uint32_t cap = nops > 16 ? nops : 16;
+    struct rec_op *ops = realloc(s->ops, (size_t)cap * sizeof(*ops));
+    if (ops == NULL)
+        return false;
+    s->ops = ops;
+    s->ops_cap = cap;
+    return true;
+}
+
+/* Decode into s's scratch ops.  0, -1 if malformed, -2 if out of memory. */
+static int record_decode(struct repl_source *s, const uint8_t *rec, size_t len,
+                         struct record *r)
+{
+    uint32_t nops = rec_peek_nops(rec, len);
+    if (nops > len)   /* every op takes at least one byte */
+        return -1;
+    if (!ops_reserve(s, nops))
+        return -2;
+    return rec_decode(rec, len, r, s->ops, s->ops_cap) == 0 ? 0 : -1;
+}
+
+/* Is r the record that comes next?  Marks s diverged if not. */
+static bool in_sequence(struct repl_source *s, const struct record *r)
+{
+    if (r->xid != s->received_xid + 1) {
+        repl_source_mark_diverged(s, r->xid, "records %" PRIu64 "..%" PRIu64 " are missing",
+                                  s->received_xid + 1, r->xid - 1);
+        return false;
+    }
+    if (r->stable_xid >= r->xid) {
+        repl_source_mark_diverged(s, r->xid, "claims stable xid %" PRIu64
+                                  ", not below its own", r->stable_xid);
+        return false;
+    }
+    return true;
+}
+
+enum repl_rx repl_source_receive(struct repl_source *s, const uint8_t *rec, size_t len,
+                                 uint64_t *stable)
+{
+    struct record r;
+    *stable = 0;
+    if (s->diverged)
+        return REPL_RX_REFUSED;
+    int rc = record_decode(s, rec, len, &r);
+    if (rc == -2)
+        return REPL_RX_FAILED;
+    if (rc != 0) {
+        repl_source_mark_diverged(s, s->received_xid + 1, "malformed record of %zu bytes", len);
+        return REPL_RX_REFUSED;
+    }
+    if (r.xid <= s->received_xid)
+        return REPL_RX_DUPLICATE;
+    if (!in_sequence(s, &r))
+        return REPL_RX_REFUSED;
+    if (reclog_push(&s->buffer, r.xid, rec, len) != 0)
+        return REPL_RX_FAILED;
+    s->received_xid = r.xid;
+    *stable = r.stable_xid;
+    return REPL_RX_BUFFERED;
+}
+
+/* ---- apply ---- */
+
+struct apply_walk {
+    struct repl_source *s;
+    repl_apply_fn fn;
+    void *ctx;
+};
+
+static int apply_one(void *arg, const struct record *r)
+{
+    struct apply_walk *w = arg;
+    struct repl_source *s = w->s;
+    if (r->xid != s->applied_xid + 1)
+        return repl_source_mark_diverged(s, r->xid, "applied out of order after %" PRIu64,
+                                         s->applied_xid);
+    if (w->fn(w->ctx, r) != 0) {
+        if (!s->diverged)
+            repl_source_mark_diverged(s, r->xid, "could not be applied");
+        return -1;
+    }
+    s->applied_xid = r->xid;
+    return 0;
+}
+
+int repl_source_apply(struct repl_source *s, uint64_t stable, repl_apply_fn fn, void *ctx)
+{
+    if (s->diverged)
+        return -1;
+    if (stable > s->received_xid)
+        return repl_source_mark_diverged(s, stable, "declared stable but only %" PRIu64
+                                         " was received", s->received_xid);
+    if (stable > s->stable_xid)
+        s->stable_xid = stable;
+    if (stable <= s->applied_xid)
+        return 0;
+    struct apply_walk w = { .s = s, .fn = fn, .ctx = ctx };
+    if (reclog_apply(&s->buffer, stable, apply_one, &w) == 0)
+        return 0;
+    if (!s->diverged)   /* apply_one diverges on its own failures: this one is reclog's */
+        repl_source_mark_diverged(s, s->applied_xid + 1, "buffered record could not be decoded");
+    return -1;
+}
+
+int repl_source_truncate_after(struct repl_source *s, uint64_t xid)
+{
+    if (xid < s->applied_xid)
+        return -1;
+    reclog_truncate_after(&s->buffer, xid);
+    if (s->received_xid > xid)
+        s->received_xid = xid;
+    if (s->stable_xid > xid)
+        s->stable_xid = xid;
+    return 0;
+}
+
+/* ==== sources on links ==== */
+
+/* The link side of one source. */
+struct peer {
+    struct repl_receiver *rx;
+    int index;
+    struct repl_source *src;
+    struct link *link;            /* current link, NULL when down */
+    struct event *close_ev;       /* drops the link outside its callbacks */
+    bool divergence_logged;
+    uint64_t records;
+    uint64_t duplicates;
+    char reject[REJECT_MAX];      /* the last REJECT reason, kept for link.c */
+};
+
+struct repl_receiver {
+    struct repl_receiver_config cfg;
+    struct peer *peers;           /* cfg.nsources of them */
+};
+
+__attribute__((format(printf, 2, 3)))
+static void rx_log(const struct repl_receiver *rx, const char *fmt, ...)
+{
+    char line[LOG_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    rx->cfg.hooks.log(rx->cfg.owner, line);
+}
+
+static const char *peer_name(const struct peer *pr)
+{
+    return pr->link != NULL ? link_peer_name(pr->link) : "-";
+}
+
+/* ---- link life ---- */
+
+static void close_now(evutil_socket_t fd, short what, void *arg)
+{
+    struct peer *pr = arg;
+    if (pr->link == NULL)
+        return;
+    rx_log(pr->rx, "%s %d: closing the link to %s", pr->rx->cfg.tag, pr->index,
+           peer_name(pr));
+    link_close(pr->link);
+    pr->link = NULL;
+}
+
+/* link_close may not run inside the link's own callback: defer it. */
+static void schedule_close(struct peer *pr)
+{
+    static const struct timeval now = { 0, 0 };
+    evtimer_add(pr->close_ev, &now);
+}
+
+static void report_divergence(struct peer *pr)
+{
+    const struct repl_source *s = pr->src;
+    if (!pr->divergence_logged) {
+        rx_log(pr->rx, "DIVERGED: %s %d (peer %s) %s; applied xid %" PRIu64
+               ", received xid %" PRIu64 "; refusing its records from now on",
+               pr->rx->cfg.tag, pr->index, peer_name(pr), s->why, s->applied_xid,
+               s->received_xid);
+        pr->divergence_logged = true;
+    }
+    schedule_close(pr);
+}
+
+/* ---- frames ---- */
+
+static void send_ack(struct peer *pr, uint64_t xid)
+{
+    uint8_t buf[8];
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(xid >> (8 * i));
+    if (link_send(pr->link, FT_ACK, buf, sizeof(buf)) != 0 && pr->rx->cfg.verbose)
+        rx_log(pr->rx, "%s %d: ack %" PRIu64 " not sent: link down", pr->rx->cfg.tag,
+               pr->index, xid);
+}
+
+static void apply_upto(struct peer *pr, uint64_t stable)
+{
+    const struct repl_receiver *rx = pr->rx;
+    if (rx->cfg.hooks.apply(rx->cfg.owner, pr->index, stable) != 0)
+        report_divergence(pr);
+}
+
+static void on_record(struct peer *pr, const uint8_t *payload, uint32_t len)
+{
+    uint64_t stable = 0;
+    pr->records++;
+    switch (repl_source_receive(pr->src, payload, len, &stable)) {
+    case REPL_RX_BUFFERED:
+        send_ack(pr, pr->src->received_xid);
+        apply_upto(pr, stable);
+        break;
+    case REPL_RX_DUPLICATE:
+        pr->duplicates++;
+        send_ack(pr, pr->src->received_xid);
+        break;
+    case REPL_RX_REFUSED:
+        report_divergence(pr);
+        break;
+    case REPL_RX_FAILED:
+        rx_log(pr->rx, "%s %d (peer %s): out of memory buffering a record after xid %"
+               PRIu64 "; dropping the link", pr->rx->cfg.tag, pr->index, peer_name(pr),
+               pr->src->received_xid);
+        schedule_close(pr);
+        break;
+    }
+}
+
+static bool read_u64(const uint8_t *p, uint32_t len, uint64_t *out)
+{
+    if (len != 8)
+        return false;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    *out = v;
+    return true;
+}
+
+static void on_stable(struct peer *pr, const uint8_t *payload, uint32_t len)
+{
+    uint64_t stable;
+    if (!read_u64(payload, len, &stable)) {
+        rx_log(pr->rx, "%s %d (peer %s): STABLE frame of %" PRIu32
+               " bytes; dropping the link", pr->rx->cfg.tag, pr->index, peer_name(pr), len);
+        schedule_close(pr);
+        return;
+    }
+    apply_upto(pr, stable);
+}
+
+static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
+                     void *ctx)
+{
+    struct peer *pr = ctx;
+    if (l != pr->link || pr->src->diverged)
+        return;
+    switch (type) {
+    case FT_RECORD:
+        on_record(pr, payload, len);
+        break;
+    case FT_STABLE:
+        on_stable(pr, payload, len);
+        break;
+    case FT_PING:
+        break;
+    default:
+        if (pr->rx->cfg.verbose)
+            rx_log(pr->rx, "%s %d (peer %s): ignoring frame type %u", pr->rx->cfg.tag,
+                   pr->index, peer_name(pr), (unsigned)type);
+        break;
+    }
+}
+
+static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
+{
+    struct peer *pr = ctx;
+    rx_log(pr->rx, "%s %d: link up from %s, holding xid %" PRIu64 " (applied %" PRIu64 ")",
+           pr->rx->cfg.tag, pr->index, link_peer_name(l), pr->src->received_xid,
+           pr->src->applied_xid);
+}
+
+static void on_down(struct link *l, const char *why, void *ctx)
+{
+    struct peer *pr = ctx;
+    if (l != pr->link)
+        return;
+    rx_log(pr->rx, "%s %d: link from %s down: %s", pr->rx->cfg.tag, pr->index,
+           link_peer_name(l), why);
+    pr->link = NULL;
+    evtimer_del(pr->close_ev);
+}
+
+static const struct link_callbacks peer_callbacks = {
+    .on_up = on_up,
+    .on_frame = on_frame,
+    .on_down = on_down,
+};
+
+/* ---- accepting senders ---- */
+
+/* Fill the REJECT reason (kept in pr until the next HELLO); returns false. */
+__attribute__((format(printf, 3, 4)))
+static bool reject(struct peer *pr, const char **reason, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pr->reject, sizeof(pr->reject), fmt, ap);
+    va_end(ap);
+    *reason = pr->reject;
+    return false;
+}
+
+/* Make l pr's link, closing the one it replaces. */
+static void take_link(struct peer *pr, struct link *l)
+{
+    if (pr->link != NULL) {
+        rx_log(pr->rx, "%s %d: new link from %s replaces the one from %s", pr->rx->cfg.tag,
+               pr->index, link_peer_name(l), peer_name(pr));
+        evtimer_del(pr->close_ev);
+        link_close(pr->link);
+    }
+    pr->link = l;
+}
+
+bool repl_receiver_accept(void *owner, const struct link_identity *id, struct link *l,
+                          struct link_callbacks *cb, void **ctx, uint64_t *welcome_xid,
+                          const char **reason)
+{
+    struct repl_receiver *rx = owner;
+    if (id->role != rx->cfg.sender_role) {
+        *reason = rx->cfg.wrong_role;
+        return false;
+    }
+    if (id->index >= (uint32_t)rx->cfg.nsources) {
+        *reason = rx->cfg.no_such;
+        return false;
+    }
+    struct peer *pr = &rx->peers[id->index];
+    if (pr->src->diverged)   /* link.c logs the rejection with this reason */
+        return reject(pr, reason, "%s %d diverged at %s", rx->cfg.noun, pr->index,
+                      pr->src->why);
+    take_link(pr, l);
+    *cb = peer_callbacks;
+    *ctx = pr;
+    *welcome_xid = pr->src->received_xid;
+    return true;
+}
+
+/* ---- lifetime and stats ---- */
+
+static int peers_init(struct repl_receiver *rx, const struct repl_receiver_config *cfg)
+{
+    rx->peers = calloc((size_t)rx->cfg.nsources, sizeof(*rx->peers));
+    if (rx->peers == NULL)
+        return -1;
+    for (int i = 0; i < rx->cfg.nsources; i++) {
+        struct peer *pr = &rx->peers[i];
+        pr->rx = rx;
+        pr->index = i;
+        pr->src = cfg->sources[i];
+        pr->close_ev = evtimer_new(rx->cfg.base, close_now, pr);
+        if (pr->close_ev == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+struct repl_receiver *repl_receiver_new(const struct repl_receiver_config *cfg)
+{
+    struct repl_receiver *rx = calloc(1, sizeof(*rx));
+    if (rx == NULL)
+        return NULL;
+    rx->cfg = *cfg;
+    rx->cfg.sources = NULL;   /* each peer keeps its own pointer */
+    if (peers_init(rx, cfg) != 0) {
+        repl_receiver_free(rx);
+        return NULL;
+    }
+    return rx;
+}
+
+void repl_receiver_free(struct repl_receiver *rx)
+{
+    if (rx == NULL)
+        return;
+    for (int i = 0; rx->peers != NULL && i < rx->cfg.nsources; i++) {
+        struct peer *pr = &rx->peers[i];
+        if (pr->link != NULL)
+            link_close(pr->link);
+        if (pr->close_ev != NULL)
+            event_free(pr->close_ev);
+    }
+    free(rx->peers);
+    free(rx);
+}
+
+void repl_receiver_peer_stats(const struct repl_receiver *rx, int index,
+                              struct repl_peer_stats *out)
+{
+    const struct peer *pr = &rx->peers[index];
+    out->link_up = pr->link != NULL && link_is_up(pr->link);
+    out->records = pr->records;
+    out->duplicates = pr->duplicates;
+}
+
+void repl_receiver_stats_reset(struct repl_receiver *rx)
+{
+    for (int i = 0; i < rx->cfg.nsources; i++)
+        rx->peers[i].records = rx->peers[i].duplicates = 0;
+}

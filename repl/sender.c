@@ -1,0 +1,435 @@
+/* sender.c - the sending side of replication (see sender.h).
+ *
+ * Records live in one xid-ordered log from the moment they are sent until
+ * they are both stable (every peer acknowledged: a reconnecting peer may
+ * still need them) and committed (taken effect locally).  Acks are
+ * cumulative per peer, since a link delivers in order; the stable xid is
+ * their minimum.  Committing walks the log from the last committed xid,
+ * decoding each record for the owner's commit callback, then answers the
+ * completions of those records in xid order. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "frame.h"
+#include "sender.h"
+
+#define SENDER_STABLE_IDLE_USEC 1000   /* idle time before a lone STABLE frame */
+
+struct sender_completion {
+    struct sender_completion *next;
+    uint64_t xid;
+    eng_done_fn done;
+    void *cookie;
+    struct eng_result res;
+};
+
+static void sender_log(const struct sender *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sender_log(const struct sender *s, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", s->who);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void put_u64le(uint8_t out[8], uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64le(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void fatal_oom(const struct sender *s, const char *what, uint64_t xid)
+{
+    sender_log(s, "out of memory %s (xid %" PRIu64 ")", what, xid);
+    abort();
+}
+
+static void send_all(struct sender *s, uint16_t type, const void *p, uint32_t len)
+{
+    for (int j = 0; j < s->npeers; j++) {
+        if (s->peers[j].link && link_is_up(s->peers[j].link))
+            link_send(s->peers[j].link, type, p, len);
+    }
+}
+
+static void send_stable(struct sender *s, struct link *only)
+{
+    uint8_t buf[8];
+    put_u64le(buf, s->stable);
+    if (only)
+        link_send(only, FT_STABLE, buf, sizeof(buf));
+    else
+        send_all(s, FT_STABLE, buf, sizeof(buf));
+    s->stable_dirty = false;
+}
+
+static void on_stable_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct sender *s = arg;
+    if (s->stable_dirty)
+        send_stable(s, NULL);
+}
+
+static void arm_stable_timer(struct sender *s)
+{
+    struct timeval tv = { 0, SENDER_STABLE_IDLE_USEC };
+    s->stable_dirty = true;
+    event_add(s->stable_timer, &tv);
+}
+
+/* ---- commit ---- */
+
+struct commit_walk {
+    struct sender *s;
+    uint64_t upto;
+};
+
+static void commit_one(void *ctx, const struct reclog_entry *e)
+{
+    struct commit_walk *w = ctx;
+    struct sender *s = w->s;
+    if (e->xid > w->upto)
+        return;
+    uint32_t nops = rec_peek_nops(e->bytes, e->len);
+    if (nops > s->ops_cap) {
+        struct rec_op *n = realloc(s->ops, nops * sizeof(*n));
+        if (!n)
+            fatal_oom(s, "decoding a record to commit", e->xid);
+        s->ops = n;
+        s->ops_cap = nops;
+    }
+    struct record r;
+    if (rec_decode(e->bytes, e->len, &r, s->ops, s->ops_cap) < 0) {
+        sender_log(s, "BUG: cannot decode our own record xid %" PRIu64, e->xid);
+        abort();
+    }
+    s->cb->commit(s->ctx, &r);
+}
+
+/* Answer the completions of records <= upto, oldest first.  The list is
+ * detached first: a completion may start new sends. */
+static void run_completions(struct sender *s, uint64_t upto)
+{
+    struct sender_completion *done = s->comp_head, *last = NULL;
+    for (struct sender_completion *c = s->comp_head; c && c->xid <= upto; c = c->next)
+        last = c;
+    if (!last)
+        return;
+    s->comp_head = last->next;
+    if (!s->comp_head)
+        s->comp_tail = NULL;
+    last->next = NULL;
+    while (done) {
+        struct sender_completion *next = done->next;
+        if (done->done)
+            done->done(done->cookie, &done->res);
+        free(done);
+        done = next;
+    }
+}
+
+static void drop_finished(struct sender *s)
+{
+    uint64_t keep_above = s->stable < s->committed ? s->stable : s->committed;
+    reclog_drop_upto(&s->log, keep_above);
+}
+
+/* Take effect locally up to xid, answer those clients, let the owner retry. */
+static void commit_upto(struct sender *s, uint64_t upto)
+{
+    if (upto > s->xid)
+        upto = s->xid;
+    if (upto <= s->committed)
+        return;
+    struct commit_walk w = { s, upto };
+    reclog_visit_after(&s->log, s->committed, commit_one, &w);
+    s->committed = upto;
+    drop_finished(s);
+    run_completions(s, upto);
+    if (s->cb->after_commit)
+        s->cb->after_commit(s->ctx);
+}
+
+static uint64_t min_over_peers(const struct sender *s, bool written)
+{
+    uint64_t m = UINT64_MAX;
+    for (int j = 0; j < s->npeers; j++) {
+        uint64_t v = written ? s->peers[j].written : s->peers[j].acked;
+        if (v < m)
+            m = v;
+    }
+    return m > s->xid ? s->xid : m;
+}
+
+static void advance_stable(struct sender *s)
+{
+    uint64_t st = min_over_peers(s, false);
+    if (st > s->stable) {
+        s->stable = st;
+        arm_stable_timer(s);
+        if (s->sync == SENDER_SYNC_FULL)
+            commit_upto(s, st);
+        else
+            drop_finished(s);
+    }
+}
+
+/* ---- peers ---- */
+
+static void fail_all(struct sender *s)
+{
+    struct eng_result res = { .status = ENG_FAILED,
+                              .msg = "process restarted without its state" };
+    struct sender_completion *c = s->comp_head;
+    s->comp_head = s->comp_tail = NULL;
+    while (c) {
+        struct sender_completion *next = c->next;
+        if (c->done)
+            c->done(c->cookie, &res);
+        free(c);
+        c = next;
+    }
+    if (s->cb->refused)
+        s->cb->refused(s->ctx);
+}
+
+struct resend_ctx {
+    struct sender_peer *peer;
+};
+
+static void resend_one(void *ctx, const struct reclog_entry *e)
+{
+    struct resend_ctx *rc = ctx;
+    link_send(rc->peer->link, FT_RECORD, e->bytes, e->len);
+}
+
+static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
+{
+    struct sender_peer *p = ctx;
+    struct sender *s = p->s;
+    if (s->verbose)
+        sender_log(s, "link to peer %d up (it holds xid %" PRIu64 ")", p->index, peer_xid);
+    if (peer_xid > s->xid) {
+        /* We lost our state but the group remembers later records: new
+         * records would reuse xids the peers take for duplicates. */
+        if (!s->refusing)
+            sender_log(s, "peer %d holds xid %" PRIu64 " beyond our last (%" PRIu64 "): this "
+                       "process restarted without its state; refusing writes until it is "
+                       "recovered", p->index, peer_xid, s->xid);
+        s->refusing = true;
+        fail_all(s);
+        return;
+    }
+    if (peer_xid < s->stable)
+        sender_log(s, "peer %d restarted without state (holds xid %" PRIu64 ", stable %" PRIu64
+                   "): it needs a rebuild", p->index, peer_xid, s->stable);
+    if (peer_xid > p->acked)
+        p->acked = peer_xid;
+    struct resend_ctx rc = { p };
+    reclog_visit_after(&s->log, peer_xid, resend_one, &rc);
+    /* Tell it how far it may apply without waiting for the next record. */
+    send_stable(s, l);
+    advance_stable(s);
+}
+
+static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
+                       void *ctx)
+{
+    struct sender_peer *p = ctx;
+    struct sender *s = p->s;
+    if (type != FT_ACK || len < 8) {
+        if (s->verbose)
+            sender_log(s, "ignoring frame type %u from peer %d", type, p->index);
+        return;
+    }
+    uint64_t xid = get_u64le(payload);
+    if (xid > s->xid) {
+        sender_log(s, "peer %d acknowledged xid %" PRIu64 " beyond the last sent (%" PRIu64 ")",
+                   p->index, xid, s->xid);
+        return;
+    }
+    if (xid > p->acked) {
+        p->acked = xid;
+        advance_stable(s);
+    }
+}
+
+/* SEMI: everything queued on this link so far reached the kernel. */
+static void peer_drained(struct link *l, void *ctx)
+{
+    struct sender_peer *p = ctx;
+    struct sender *s = p->s;
+    if (s->sync != SENDER_SYNC_SEMI || p->written >= s->xid)
+        return;
+    p->written = s->xid;
+    commit_upto(s, min_over_peers(s, true));
+}
+
+static void peer_down(struct link *l, const char *why, void *ctx)
+{
+    struct sender_peer *p = ctx;
+    sender_log(p->s, "link to peer %d down: %s", p->index, why);
+}
+
+/* ---- public ---- */
+
+int sender_init(struct sender *s, struct event_base *base, const struct cluster *c, int group,
+                enum link_role my_role, int my_index, enum cluster_role peer_role, int npeers,
+                enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
+                const char *who, int verbose)
+{
+    static const struct link_callbacks link_cb = {
+        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
+        .on_drained = peer_drained,
+    };
+    memset(s, 0, sizeof(*s));
+    s->base = base;
+    s->cb = cb;
+    s->ctx = ctx;
+    s->sync = sync;
+    s->npeers = npeers;
+    s->verbose = verbose;
+    snprintf(s->who, sizeof(s->who), "%s", who);
+    reclog_init(&s->log);
+    if (npeers < 1 || npeers > SENDER_MAX_PEERS) {
+        sender_log(s, "%d peers: must be 1..%d", npeers, SENDER_MAX_PEERS);
+        return -1;
+    }
+    s->stable_timer = evtimer_new(base, on_stable_timer, s);
+    if (!s->stable_timer)
+        return -1;
+    struct link_identity me;
+    memset(&me, 0, sizeof(me));
+    snprintf(me.cluster, sizeof(me.cluster), "%s", c->name);
+    me.group = (uint32_t)group;
+    me.role = (uint8_t)my_role;
+    me.index = (uint32_t)my_index;
+    for (int j = 0; j < npeers; j++) {
+        const struct cluster_proc *pp = cluster_find(c, group, peer_role, j);
+        if (!pp) {
+            sender_log(s, "the cluster file has no %s %d in group %d", cluster_role_name(peer_role),
+                       j, group);
+            return -1;
+        }
+        s->peers[j].s = s;
+        s->peers[j].index = j;
+        s->peers[j].link = link_connect(base, pp->host, pp->link_port, &me, c->secret, &link_cb,
+                                        &s->peers[j]);
+        if (!s->peers[j].link) {
+            sender_log(s, "cannot start a link to %s %d at %s:%d", cluster_role_name(peer_role), j,
+                       pp->host, pp->link_port);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void sender_destroy(struct sender *s)
+{
+    for (int j = 0; j < s->npeers; j++)
+        if (s->peers[j].link)
+            link_close(s->peers[j].link);
+    if (s->stable_timer)
+        event_free(s->stable_timer);
+    while (s->comp_head) {
+        struct sender_completion *c = s->comp_head;
+        s->comp_head = c->next;
+        free(c);
+    }
+    reclog_destroy(&s->log);
+    free(s->enc);
+    free(s->ops);
+    memset(s, 0, sizeof(*s));
+}
+
+static void push_completion(struct sender *s, uint64_t xid, eng_done_fn done, void *cookie,
+                            const struct eng_result *res)
+{
+    struct sender_completion *c = malloc(sizeof(*c));
+    if (!c)
+        fatal_oom(s, "queueing a completion", xid);
+    c->next = NULL;
+    c->xid = xid;
+    c->done = done;
+    c->cookie = cookie;
+    if (res)
+        c->res = *res;
+    else
+        memset(&c->res, 0, sizeof(c->res));
+    if (s->comp_tail)
+        s->comp_tail->next = c;
+    else
+        s->comp_head = c;
+    s->comp_tail = c;
+}
+
+uint64_t sender_send(struct sender *s, uint32_t nops, const struct rec_op *ops,
+                     uint64_t data_off, const uint8_t *data, uint32_t len,
+                     eng_done_fn done, void *cookie, const struct eng_result *res)
+{
+    struct record r = {
+        .xid = ++s->xid,
+        .stable_xid = s->stable,
+        .nops = nops,
+        .ops = (struct rec_op *)ops,
+        .data_off = data_off,
+        .data_len = len,
+        .data = data,
+    };
+    size_t size = rec_encoded_size(&r);
+    if (size > s->enc_cap) {
+        uint8_t *n = realloc(s->enc, size);
+        if (!n)
+            fatal_oom(s, "encoding a record", r.xid);
+        s->enc = n;
+        s->enc_cap = size;
+    }
+    rec_encode(&r, s->enc);
+    if (reclog_push(&s->log, r.xid, s->enc, size) < 0)
+        fatal_oom(s, "logging a record", r.xid);
+    send_all(s, FT_RECORD, s->enc, (uint32_t)size);
+    s->stable_dirty = false;
+    s->records_sent++;
+    if (s->sync == SENDER_SYNC_ASYNC) {
+        /* Reply first, replicate after: it takes effect now. */
+        s->cb->commit(s->ctx, &r);
+        s->committed = r.xid;
+        drop_finished(s);
+        return r.xid;
+    }
+    push_completion(s, r.xid, done, cookie, res);
+    return r.xid;
+}
+
+void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
+{
+    char line[256];
+    int n = snprintf(line, sizeof(line),
+                     "STAT xid %" PRIu64 "\r\nSTAT stable_xid %" PRIu64 "\r\nSTAT committed_xid %"
+                     PRIu64 "\r\nSTAT records_sent %" PRIu64 "\r\n",
+                     s->xid, s->stable, s->committed, s->records_sent);
+    write(ctx, line, (size_t)n);
+    for (int j = 0; j < s->npeers; j++) {
+        const struct sender_peer *p = &s->peers[j];
+        n = snprintf(line, sizeof(line), "STAT peer%d_acked %" PRIu64 "\r\nSTAT peer%d_link %s\r\n",
+                     j, p->acked, j, p->link && link_is_up(p->link) ? "up" : "down");
+        write(ctx, line, (size_t)n);
+    }
+}

@@ -1,0 +1,126 @@
+/* sender.h - the sending side of replication, shared by a coding group's
+ * data process and a primary.
+ *
+ * A sender replicates one process's updates to its M peers (parity processes
+ * or backups): it assigns xids, keeps every record until it is no longer
+ * needed, sends it on M authenticated links, collects cumulative
+ * acknowledgements, piggybacks the stable xid (acknowledged by every peer) on
+ * the next record or sends it after a short idle time, and resends after a
+ * reconnect.
+ *
+ * Two points per record:
+ *   stable    - every peer acknowledged it (and all before it); peers apply
+ *               records up to the stable xid they are told;
+ *   committed - the record takes effect locally (the owner's commit callback,
+ *               in xid order) and its client is answered.
+ * The sync mode places the commit point: FULL at stable (the guarantee of
+ * the coding group), SEMI once every link has handed the record to the
+ * kernel, ASYNC at once when it is sent. */
+#ifndef REPL_SENDER_H
+#define REPL_SENDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster.h"
+#include "engine.h"
+#include "link.h"
+#include "reclog.h"
+#include "record.h"
+
+#define SENDER_MAX_PEERS 32
+
+enum sender_sync {
+    SENDER_SYNC_FULL = 0,
+    SENDER_SYNC_SEMI = 1,
+    SENDER_SYNC_ASYNC = 2
+};
+
+struct sender;
+
+struct sender_callbacks {
+    /* A record takes effect locally; called in xid order. */
+    void (*commit)(void *ctx, const struct record *r);
+    /* After a batch of commits and their completions: retry waiting work. */
+    void (*after_commit)(void *ctx);
+    /* Writes can never commit any more (this process restarted without its
+     * state): the owner answers what it still holds with an error. */
+    void (*refused)(void *ctx);
+};
+
+struct sender_peer {
+    struct sender *s;
+    int index;
+    struct link *link;
+    uint64_t acked;            /* cumulative acknowledgement */
+    uint64_t written;          /* SEMI: newest xid handed to the kernel */
+};
+
+struct sender_completion;
+
+struct sender {
+    struct event_base *base;
+    const struct sender_callbacks *cb;
+    void *ctx;
+    enum sender_sync sync;
+    int npeers;
+    struct sender_peer peers[SENDER_MAX_PEERS];
+    char who[64];              /* "data g0/1" for logs */
+    int verbose;
+
+    uint64_t xid;              /* last assigned */
+    uint64_t stable;           /* acknowledged by every peer */
+    uint64_t committed;        /* taken effect locally */
+    struct reclog log;         /* records not yet both stable and committed */
+    bool refusing;             /* restarted without state: no more writes */
+
+    struct sender_completion *comp_head, *comp_tail;
+    struct event *stable_timer;
+    bool stable_dirty;         /* peers have not heard the latest stable xid */
+
+    uint8_t *enc;              /* encoding scratch */
+    size_t enc_cap;
+    struct rec_op *ops;        /* decoding scratch for commits */
+    uint32_t ops_cap;
+    uint64_t records_sent;
+};
+
+/* Start links to the M peers cluster_find(c, group, peer_role, 0..M-1) as
+ * identity (my_role, my_index).  0, or -1 with a message on stderr. */
+int sender_init(struct sender *s, struct event_base *base, const struct cluster *c, int group,
+                enum link_role my_role, int my_index, enum cluster_role peer_role, int npeers,
+                enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
+                const char *who, int verbose);
+void sender_destroy(struct sender *s);
+
+/* The xid the next sender_send() will assign. */
+static inline uint64_t sender_next_xid(const struct sender *s)
+{
+    return s->xid + 1;
+}
+
+/* Send a record made of ops and a payload (data_off/data/len).  When it is
+ * committed, done(cookie, res) is called with a copy of *res (done may be
+ * NULL).  Returns the xid.  In ASYNC mode the record is committed before
+ * this returns and done is NOT called: the caller answers at once. */
+uint64_t sender_send(struct sender *s, uint32_t nops, const struct rec_op *ops,
+                     uint64_t data_off, const uint8_t *data, uint32_t len,
+                     eng_done_fn done, void *cookie, const struct eng_result *res);
+
+/* Records sent and not yet committed. */
+static inline bool sender_in_flight(const struct sender *s)
+{
+    return s->xid > s->committed;
+}
+
+/* Bytes of records the sender still holds. */
+static inline size_t sender_backlog(const struct sender *s)
+{
+    return s->log.bytes;
+}
+
+/* Emit "STAT" lines about xids and peers through write(). */
+void sender_info(const struct sender *s, eng_write_fn write, void *ctx);
+
+#endif
