@@ -11,7 +11,11 @@
  * offline form of what recovery does).
  *
  * Both wait until the group is quiescent first and, if a data process's
- * stable xid moves during the check, start over (a few times at most). */
+ * stable xid moves during the check, start over (a few times at most).
+ *
+ * verify of a primary-backup group: once every backup has applied the
+ * primary's stable xid, each backup's count and digest of live items
+ * (`cocytus meta`) must equal the primary's. */
 #include "cli.h"
 
 #include <inttypes.h>
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "codec.h"
 #include "gview.h"
@@ -521,6 +526,246 @@ out:
     return result;
 }
 
+/* ---- verify of a primary-backup group ---- */
+
+#define PBR_POLL_MS 10
+#define PBR_MISMATCH_PAUSE_MS 1100   /* items expire by each process's own clock */
+
+/* Process 0 is the primary, 1..m backup 0..m-1. */
+struct pbr_view {
+    int group, m;
+    const struct proc_info *proc[GVIEW_MAX_BLOCKS];
+    struct admin_conn *conn[GVIEW_MAX_BLOCKS];
+    uint64_t stable;                  /* the primary's stable xid when quiescent */
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static const char *pbr_name(const struct pbr_view *v, int i, char *buf, size_t cap)
+{
+    const struct proc_info *p = v->proc[i];
+    if (i == 0)
+        snprintf(buf, cap, "primary (%s:%d)", p->host, p->port);
+    else
+        snprintf(buf, cap, "backup %d (%s:%d)", p->index, p->host, p->port);
+    return buf;
+}
+
+static void pbr_close(struct pbr_view *v)
+{
+    for (int i = 0; i <= v->m; i++) {
+        if (v->conn[i] != NULL) {
+            admin_close(v->conn[i]);
+            free(v->conn[i]);
+            v->conn[i] = NULL;
+        }
+    }
+}
+
+static int pbr_open(struct pbr_view *v, const struct proc_list *l, int g, int timeout_ms,
+                    char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
+    v->group = g;
+    v->m = procs_count(l, g, "backup");
+    if (v->m < 1 || v->m + 1 > GVIEW_MAX_BLOCKS) {
+        snprintf(err, errlen, "%d backups (1 to %d supported)", v->m, GVIEW_MAX_BLOCKS - 1);
+        return -1;
+    }
+    for (int i = 0; i <= v->m; i++) {
+        v->proc[i] = procs_find(l, g, i == 0 ? "primary" : "backup", i == 0 ? 0 : i - 1);
+        if (v->proc[i] == NULL) {
+            snprintf(err, errlen, "no %s %d in the process list", i == 0 ? "primary" : "backup",
+                     i == 0 ? 0 : i - 1);
+            return -1;
+        }
+        v->conn[i] = malloc(sizeof *v->conn[i]);
+        if (v->conn[i] == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        if (admin_open(v->conn[i], v->proc[i]->host, v->proc[i]->port, timeout_ms) < 0) {
+            char name[128];
+            snprintf(err, errlen, "%s: %s", pbr_name(v, i, name, sizeof name), v->conn[i]->err);
+            free(v->conn[i]);
+            v->conn[i] = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One numeric stat of `cocytus info` (or meta).  0, or -1 with err. */
+static int pbr_stat(struct pbr_view *v, int i, const char *cmd, const char *stat, uint64_t *out,
+                    char *err, size_t errlen)
+{
+    struct admin_stats st = { 0 };
+    char name[128];
+    int rc = admin_stats_cmd(v->conn[i], cmd, &st);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", pbr_name(v, i, name, sizeof name), v->conn[i]->err);
+    else if (!admin_stat_u64(&st, stat, out)) {
+        snprintf(err, errlen, "%s: no %s in `%s`", pbr_name(v, i, name, sizeof name), stat, cmd);
+        rc = -1;
+    }
+    admin_stats_free(&st);
+    return rc;
+}
+
+/* 0 when quiescent now, 1 when not yet (why in err), 2 when a backup is
+ * diverged or ahead of the primary, -1 on errors. */
+static int pbr_quiet_now(struct pbr_view *v, char *err, size_t errlen)
+{
+    uint64_t xid, stable, applied, diverged;
+    char name[128];
+    if (pbr_stat(v, 0, "cocytus info", "xid", &xid, err, errlen) < 0 ||
+        pbr_stat(v, 0, "cocytus info", "stable_xid", &stable, err, errlen) < 0)
+        return -1;
+    if (xid != stable) {
+        snprintf(err, errlen, "primary: xid %" PRIu64 ", stable xid %" PRIu64, xid, stable);
+        return 1;
+    }
+    for (int i = 1; i <= v->m; i++) {
+        if (pbr_stat(v, i, "cocytus info", "applied_xid", &applied, err, errlen) < 0 ||
+            pbr_stat(v, i, "cocytus info", "diverged", &diverged, err, errlen) < 0)
+            return -1;
+        pbr_name(v, i, name, sizeof name);
+        if (diverged != 0) {
+            snprintf(err, errlen, "%s stopped applying the primary's records (diverged; see "
+                     "its log)", name);
+            return 2;
+        }
+        if (applied > stable) {
+            snprintf(err, errlen, "%s applied xid %" PRIu64 ", beyond the primary's stable xid %"
+                     PRIu64, name, applied, stable);
+            return 2;
+        }
+        if (applied < stable) {
+            snprintf(err, errlen, "%s applied xid %" PRIu64 " of stable %" PRIu64, name, applied,
+                     stable);
+            return 1;
+        }
+    }
+    v->stable = stable;
+    return 0;
+}
+
+static int pbr_wait_quiet(struct pbr_view *v, int max_ms, char *err, size_t errlen)
+{
+    int64_t deadline = mono_ms() + max_ms;
+    for (;;) {
+        int rc = pbr_quiet_now(v, err, errlen);
+        if (rc != 1 || mono_ms() >= deadline)
+            return rc;
+        pause_ms(PBR_POLL_MS);
+    }
+}
+
+/* Each backup's count and digest against the primary's. */
+static int pbr_compare(struct pbr_view *v, struct problems *pr, uint64_t *items, char *err,
+                       size_t errlen)
+{
+    struct admin_stats want = { 0 }, have = { 0 };
+    char name[128];
+    int rc = 0;
+    if (admin_stats_cmd(v->conn[0], "cocytus meta", &want) < 0) {
+        snprintf(err, errlen, "%s: %s", pbr_name(v, 0, name, sizeof name), v->conn[0]->err);
+        admin_stats_free(&want);
+        return -1;
+    }
+    admin_stat_u64(&want, "count", items);
+    for (int i = 1; i <= v->m && rc == 0; i++) {
+        pbr_name(v, i, name, sizeof name);
+        if (admin_stats_cmd(v->conn[i], "cocytus meta", &have) < 0) {
+            snprintf(err, errlen, "%s: %s", name, v->conn[i]->err);
+            rc = -1;
+            break;
+        }
+        static const char *const fields[] = { "count", "digest", "value_bytes" };
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            if (!meta_field_equal(&want, &have, fields[f])) {
+                const char *x = admin_stat_str(&want, fields[f]);
+                const char *y = admin_stat_str(&have, fields[f]);
+                problem(pr, "%s: %s %s, primary has %s", name, fields[f], y ? y : "(missing)",
+                        x ? x : "(missing)");
+            }
+        }
+    }
+    admin_stats_free(&want);
+    admin_stats_free(&have);
+    return rc;
+}
+
+/* One try: wait, compare, confirm nothing moved.  ATTEMPT_RETRY when the
+ * primary's xid moved or the copies differed while retries remain (an item
+ * can be live on one process and expired on another for a second). */
+static int pbr_verify_attempt(const struct proc_list *l, int g, const struct cli_opts *o,
+                              bool last, int *code)
+{
+    struct pbr_view v;
+    struct problems pr = { 0 };
+    uint64_t items = 0, xid = 0;
+    char err[512];
+    int result = ATTEMPT_DONE;
+    *code = CLI_UNREACHABLE;
+    if (pbr_open(&v, l, g, o->timeout_ms, err, sizeof err) < 0) {
+        printf("group %d: ERROR: %s\n", g, err);
+        goto out;
+    }
+    int q = pbr_wait_quiet(&v, o->quiet_ms, err, sizeof err);
+    if (q != 0) {
+        if (q == 2)
+            *code = CLI_MISMATCH;
+        printf("group %d: %s: %s%s\n", g, q == 2 ? "FAILED" : q == 1 ? "NOT QUIESCENT" : "ERROR",
+               err, q == 1 ? "; stop writes and retry" : "");
+        goto out;
+    }
+    if (pbr_compare(&v, &pr, &items, err, sizeof err) < 0 ||
+        pbr_stat(&v, 0, "cocytus info", "xid", &xid, err, sizeof err) < 0) {
+        printf("group %d: ERROR: %s\n", g, err);
+        goto out;
+    }
+    if (xid != v.stable || (pr.n > 0 && !last)) {
+        printf("group %d: %s; starting over\n", g, xid != v.stable ?
+               "writes arrived during the check" : "copies differ (an item may have expired "
+               "between the reads)");
+        if (pr.n > 0)
+            pause_ms(PBR_MISMATCH_PAUSE_MS);
+        result = ATTEMPT_RETRY;
+        goto out;
+    }
+    print_problems(&pr, g);
+    *code = pr.n == 0 ? CLI_OK : CLI_MISMATCH;
+    printf("group %d: %s (pbr, 1 primary, %d backups, %" PRIu64 " items, stable xid %" PRIu64
+           ")\n", g, pr.n == 0 ? "OK" : "FAILED", v.m, items, v.stable);
+out:
+    pbr_close(&v);
+    return result;
+}
+
+static int run_pbr_group(const struct proc_list *l, int g, const struct cli_opts *o)
+{
+    int code = CLI_UNREACHABLE;
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+        if (pbr_verify_attempt(l, g, o, attempt == MAX_ATTEMPTS - 1, &code) == ATTEMPT_DONE)
+            return code;
+    }
+    printf("group %d: NOT QUIESCENT: it changed during %d attempts; stop writes and retry\n",
+           g, MAX_ATTEMPTS);
+    return CLI_UNREACHABLE;
+}
+
 /* ---- drivers ---- */
 
 typedef int (*attempt_fn)(const struct proc_list *l, int g, const struct cli_opts *o, int *code);
@@ -545,20 +790,37 @@ static int worse(int a, int b)
     return rank[b] > rank[a] ? b : a;
 }
 
+static bool is_coding_group(const struct proc_list *l, int g)
+{
+    return procs_count(l, g, "data") > 0 && procs_count(l, g, "parity") > 0;
+}
+
+static bool is_pbr_group(const struct proc_list *l, int g)
+{
+    return procs_count(l, g, "primary") > 0 && procs_count(l, g, "backup") > 0;
+}
+
+/* fn checks coding groups; with_pbr also verifies primary-backup groups. */
 static int run_all_groups(const struct proc_list *l, const struct cli_opts *o, attempt_fn fn,
-                          const char *what)
+                          bool with_pbr, const char *what)
 {
     int code = CLI_OK, checked = 0;
     int ngroups = procs_ngroups(l);
     for (int g = 0; g < ngroups; g++) {
-        if ((o->group >= 0 && g != o->group) || procs_count(l, g, "data") == 0 ||
-            procs_count(l, g, "parity") == 0)
+        if (o->group >= 0 && g != o->group)
             continue;
-        code = worse(code, run_group(l, g, o, fn));
+        if (is_coding_group(l, g))
+            code = worse(code, run_group(l, g, o, fn));
+        else if (with_pbr && is_pbr_group(l, g))
+            code = worse(code, run_pbr_group(l, g, o));
+        else
+            continue;
         checked++;
     }
     if (checked == 0) {
-        printf("%s: no coding group (data + parity processes) to check\n", what);
+        printf("%s: no %s to check\n", what, with_pbr ?
+               "coding group (data + parity) or primary-backup group" :
+               "coding group (data + parity processes)");
         return CLI_USAGE;
     }
     printf("%s: %s\n", what, code == CLI_OK ? "all groups OK" : "FAILED");
@@ -567,10 +829,10 @@ static int run_all_groups(const struct proc_list *l, const struct cli_opts *o, a
 
 int cmd_verify(const struct proc_list *l, const struct cli_opts *o)
 {
-    return run_all_groups(l, o, verify_attempt, "verify");
+    return run_all_groups(l, o, verify_attempt, true, "verify");
 }
 
 int cmd_decode_check(const struct proc_list *l, const struct cli_opts *o)
 {
-    return run_all_groups(l, o, decode_attempt, "decode-check");
+    return run_all_groups(l, o, decode_attempt, false, "decode-check");
 }

@@ -213,11 +213,12 @@ static bool df_push(struct data_engine *dp, uint64_t off, uint64_t size, uint64_
     return true;
 }
 
-/* Release space whose releasing record is stable: the allocator frees it
- * now and the record under construction tells the parity processes. */
+/* Release space whose releasing record is committed (stable, and written
+ * here): the allocator frees it now and the record under construction tells
+ * the parity processes. */
 static void emit_usable_frees(struct data_engine *dp)
 {
-    while (dp->df_head < dp->df_len && dp->df[dp->df_head].tag <= dp->tx.stable) {
+    while (dp->df_head < dp->df_len && dp->df[dp->df_head].tag <= dp->tx.committed) {
         struct deferred_free *f = &dp->df[dp->df_head++];
         uint64_t freed = 0;
         if (dalloc_free(dp->alloc, f->off, &freed) < 0) {

@@ -161,6 +161,9 @@ struct engine *engine_plain_new(const struct engine_config *cfg);
 /* Coding group roles (cocytus/). */
 struct engine *engine_data_new(const struct engine_config *cfg);
 struct engine *engine_parity_new(const struct engine_config *cfg);
+/* Primary-backup roles (pbr/). */
+struct engine *engine_primary_new(const struct engine_config *cfg);
+struct engine *engine_backup_new(const struct engine_config *cfg);
 
 /* Helpers shared by engines. */
 static inline eng_status engine_get(struct engine *e, const char *key, size_t nkey,

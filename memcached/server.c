@@ -206,6 +206,10 @@ static struct engine *engine_for_role(const struct server *s, struct event_base 
         return engine_data_new(&cfg);
     if (strcmp(st->role, "parity") == 0)
         return engine_parity_new(&cfg);
+    if (strcmp(st->role, "primary") == 0)
+        return engine_primary_new(&cfg);
+    if (strcmp(st->role, "backup") == 0)
+        return engine_backup_new(&cfg);
     fprintf(stderr, "cocytus-server: unknown role '%s'\n", st->role);
     return NULL;
 }

@@ -1,0 +1,950 @@
+/* engine_primary.c - the primary of a primary-backup group (--role primary).
+ *
+ * Items live in the plain engine's item store (memcached/items.c: same
+ * memory accounting, LRU and expiry).  Every mutation becomes one record
+ * (repl/record.h) carrying the full new value: PUT(key, flags, absolute
+ * exptime, cas, nbytes) with the value as payload, DEL(key) or FLUSH.  The
+ * shared sender (repl/sender.c) sends it to the M backups and calls our
+ * commit callback in xid order at the point the group's sync mode names:
+ * FULL once every backup acknowledged it, SEMI once every link handed it to
+ * the kernel, ASYNC at once.  Only then does the record change our store
+ * and is the client answered (docs/pbr.md).
+ *
+ * Outcomes are decided against the committed store.  A key has at most one
+ * record in flight (pending.h); a mutation of such a key, one that finds no
+ * room yet, and everything behind a flush_all wait in a FIFO write queue
+ * that is retried after each commit batch and on a short timer.  Room for a
+ * new item is made before it is allocated: items at the LRU tail without a
+ * record in flight or a reader are unlinked at once, each with a DEL op in
+ * the same record as the PUT that needed the room, so backups drop them in
+ * the same order.  Dead items are dropped silently: backups expire by their
+ * own clock. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "clock.h"
+#include "cluster.h"
+#include "engine.h"
+#include "hash.h"
+#include "items.h"
+#include "link.h"
+#include "pbr_store.h"
+#include "pending.h"
+#include "record.h"
+#include "sender.h"
+
+/* Backpressure: bytes of records the sender may hold (sent, not yet stable
+ * and committed) before new mutations wait in the queue.  FULL and SEMI use
+ * the coding group's bound; ASYNC lets the primary run as far ahead of a
+ * slow backup as Redis lets a master's replica output buffer grow (its soft
+ * limit) - the price of replying first, and what a kill of the primary
+ * loses (docs/pbr.md). */
+#define PRIMARY_MAX_BACKLOG (2u << 20)
+#define PRIMARY_MAX_BACKLOG_ASYNC (64u << 20)
+#define PRIMARY_EVICT_TRIES 200         /* LRU items looked at per allocation */
+#define PRIMARY_MAX_VICTIMS PRIMARY_EVICT_TRIES
+#define PRIMARY_MAX_OPS (PRIMARY_MAX_VICTIMS + 2)
+#define PRIMARY_ALLOC_SLACK 4096        /* malloc rounding beyond an item's size */
+#define PRIMARY_RETRY_USEC 1000         /* queue retry while something waits */
+#define U64_DIGITS_MAX 20
+
+/* Result of trying a mutation now. */
+enum try_result {
+    TRY_DONE,      /* final outcome in res (nothing sent, or ASYNC: sent and committed) */
+    TRY_SENT,      /* a record carries it; done() is called when it commits */
+    TRY_BLOCKED    /* cannot proceed yet; stays in (or goes to) the write queue */
+};
+
+struct queued {
+    struct queued *next;
+    struct eng_mutation m;        /* key/data point into buf */
+    eng_done_fn done;
+    void *cookie;
+    char buf[];
+};
+
+/* What committing a record does to our store (copied into its pending entry). */
+struct effect {
+    enum pending_kind kind;
+    struct item *it;              /* PUT */
+    uint64_t cas;                 /* PUT */
+    rel_time_t exptime;           /* TOUCH */
+};
+
+struct primary {
+    struct engine engine;
+    struct event_base *base;
+    int group, m, verbose;
+    enum sender_sync sync;
+    struct mc_clock clock;
+    struct item_store store;      /* committed items; eviction is ours, not the store's */
+    bool evict, cas_enabled;
+    struct sender tx;
+    size_t max_backlog;           /* PRIMARY_MAX_BACKLOG(_ASYNC) */
+    struct pending_list pending;  /* records sent, not committed */
+
+    struct queued *q_head, *q_tail;
+    size_t q_len;
+    struct event *retry_ev;
+
+    uint64_t flush_xid;           /* a FLUSH record in flight until committed */
+    bool flush_armed;             /* flush_all with a delay */
+    rel_time_t flush_at;
+
+    /* the record under construction */
+    struct rec_op *ops;
+    uint32_t nops;
+    char (*victims)[ITEM_KEY_MAX];  /* keys of items evicted for it */
+    uint32_t nvictims;
+
+    uint64_t evictions, reclaimed, blocked_waits;
+};
+
+static struct primary *pe_of(struct engine *e)
+{
+    return e->priv;
+}
+
+__attribute__((format(printf, 2, 3)))
+static void pe_log(const struct primary *pe, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cocytus-server primary g%d: %s\n", pe->group, msg);
+}
+
+static const char *sync_name(enum sender_sync s)
+{
+    return s == SENDER_SYNC_SEMI ? "semi" : s == SENDER_SYNC_ASYNC ? "async" : "full";
+}
+
+static uint64_t visible_cas(const struct primary *pe, uint64_t cas)
+{
+    return pe->cas_enabled ? cas : 0;
+}
+
+/* With cas disabled (-C) every comparison passes, as in memcached. */
+static bool cas_matches(const struct primary *pe, const struct item *it, uint64_t want)
+{
+    return !pe->cas_enabled || it->cas == want;
+}
+
+static bool cas_condition_ok(const struct primary *pe, const struct eng_mutation *m,
+                             const struct item *it)
+{
+    return m->cas == 0 || cas_matches(pe, it, m->cas);
+}
+
+static bool flush_in_flight(const struct primary *pe)
+{
+    return pe->flush_xid > pe->tx.committed;
+}
+
+/* ---- the record under construction ---- */
+
+static void begin_record(struct primary *pe)
+{
+    pe->nops = 0;
+    pe->nvictims = 0;
+}
+
+static struct rec_op *op_push(struct primary *pe, uint8_t type)
+{
+    struct rec_op *op = &pe->ops[pe->nops++];
+    memset(op, 0, sizeof(*op));
+    op->type = type;
+    return op;
+}
+
+static void op_del_key(struct primary *pe, const char *key, size_t nkey)
+{
+    struct rec_op *op = op_push(pe, ROP_DEL);
+    op->key = key;
+    op->nkey = (uint8_t)nkey;
+}
+
+/* PUT of it's key, flags, exptime and length; the value is the payload. */
+static void op_put(struct primary *pe, const struct item *it, rel_time_t exptime, uint64_t cas)
+{
+    struct rec_op *op = op_push(pe, ROP_PUT);
+    op->key = item_key(it);
+    op->nkey = it->nkey;
+    op->off = 0;
+    op->nbytes = it->nbytes;
+    op->flags = it->flags;
+    op->exptime = pbr_abs_exptime(&pe->clock, exptime);
+    op->cas = cas;
+}
+
+/* Send the record under construction; its pending entry says what commit
+ * does here.  In ASYNC mode it is committed before this returns. */
+static enum try_result send_record(struct primary *pe, const struct effect *ef, const char *key,
+                                   size_t nkey, uint64_t hv, const char *payload, uint32_t len,
+                                   eng_done_fn done, void *cookie, const struct eng_result *res)
+{
+    uint64_t xid = sender_next_xid(&pe->tx);
+    struct pending *p = pending_push(&pe->pending, xid, ef->kind, key, nkey, hv);
+    if (p == NULL) {
+        pe_log(pe, "out of memory recording xid %" PRIu64 " (key %.*s) in flight", xid,
+               (int)nkey, nkey > 0 ? key : "");
+        abort();
+    }
+    p->it = ef->it;
+    p->cas = ef->cas;
+    p->exptime = ef->exptime;
+    sender_send(&pe->tx, pe->nops, pe->ops, 0, (const uint8_t *)payload, len, done, cookie, res);
+    begin_record(pe);
+    return pe->sync == SENDER_SYNC_ASYNC ? TRY_DONE : TRY_SENT;
+}
+
+/* Evictions made for a mutation that then sent nothing still reach the
+ * backups, in a record of their own. */
+static void flush_stray_ops(struct primary *pe)
+{
+    static const struct effect none = { .kind = PENDING_NONE };
+    if (pe->nops > 0)
+        send_record(pe, &none, NULL, 0, 0, NULL, 0, NULL, NULL, NULL);
+}
+
+static enum try_result finish_now(struct primary *pe, struct eng_result *res, eng_status st)
+{
+    flush_stray_ops(pe);
+    res->status = st;
+    return TRY_DONE;
+}
+
+/* ---- room for new items ---- */
+
+static bool may_unlink(const struct primary *pe, const struct item *it)
+{
+    return it->refcount == 0 &&
+           pending_find(&pe->pending, item_key(it), it->nkey,
+                        hash_key(item_key(it), it->nkey)) == NULL;
+}
+
+/* Evicts a live item: its key goes into a DEL op of the record. */
+static void evict_item(struct primary *pe, struct item *it)
+{
+    char *key = pe->victims[pe->nvictims++];
+    memcpy(key, item_key(it), it->nkey);
+    op_del_key(pe, key, it->nkey);
+    pe->evictions++;
+    item_unlink(&pe->store, it, hash_key(item_key(it), it->nkey));
+}
+
+/* Unlinks LRU-tail items without a record in flight or a reader until need
+ * more bytes fit the limit: dead ones silently, live ones (when eviction is
+ * on) with a DEL op.  True when need fits. */
+static bool make_room(struct primary *pe, size_t need)
+{
+    struct item_store *s = &pe->store;
+    struct item *it = s->lru_tail;
+    int tries = 0;
+    while (s->mem_used + need > s->mem_limit) {
+        if (it == NULL || tries++ >= PRIMARY_EVICT_TRIES || pe->nvictims >= PRIMARY_MAX_VICTIMS)
+            return false;
+        struct item *prev = it->prev;
+        if (may_unlink(pe, it)) {
+            if (item_is_dead(s, it)) {
+                pe->reclaimed++;
+                item_unlink(s, it, hash_key(item_key(it), it->nkey));
+            } else if (pe->evict) {
+                evict_item(pe, it);
+            }
+        }
+        it = prev;
+    }
+    return true;
+}
+
+/* A new unlinked item, room made first.  NULL with *st = ENG_TOO_LARGE or
+ * ENG_NO_MEMORY. */
+static struct item *new_item(struct primary *pe, const char *key, size_t nkey, uint32_t flags,
+                             rel_time_t exptime, size_t len, eng_status *st)
+{
+    size_t total = sizeof(struct item) + nkey + len + 2;
+    if (total > pe->store.item_size_max) {
+        *st = ENG_TOO_LARGE;
+        return NULL;
+    }
+    make_room(pe, total + total / 64 + PRIMARY_ALLOC_SLACK);
+    return item_alloc(&pe->store, key, nkey, flags, exptime, len, st);
+}
+
+/* No room: wait if records in flight will free some (replaced items) or
+ * make keys evictable; otherwise out of memory. */
+static enum try_result no_space(struct primary *pe, struct eng_result *res)
+{
+    bool coming = sender_in_flight(&pe->tx);
+    flush_stray_ops(pe);
+    if (coming) {
+        pe->blocked_waits++;
+        return TRY_BLOCKED;
+    }
+    res->status = ENG_NO_MEMORY;
+    return TRY_DONE;
+}
+
+static enum try_result alloc_failed(struct primary *pe, eng_status st, struct eng_result *res)
+{
+    if (st == ENG_NO_MEMORY)
+        return no_space(pe, res);
+    return finish_now(pe, res, st);
+}
+
+/* Send a PUT of the new item it; it is linked when the record commits. */
+static enum try_result put_item(struct primary *pe, struct item *it, uint64_t hv, uint64_t cas,
+                                eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    struct effect ef = { .kind = PENDING_PUT, .it = it, .cas = cas };
+    op_put(pe, it, it->exptime, cas);
+    res->status = ENG_SUCCESS;
+    res->cas = visible_cas(pe, cas);
+    return send_record(pe, &ef, item_key(it), it->nkey, hv, item_value(it), it->nbytes, done,
+                       cookie, res);
+}
+
+/* ---- numbers for incr/decr ---- */
+
+static bool parse_u64(const char *s, size_t n, uint64_t *out)
+{
+    if (n == 0 || n > U64_DIGITS_MAX)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+static uint64_t arith_apply(eng_op op, uint64_t v, uint64_t delta)
+{
+    if (op == ENG_OP_INCR)
+        return v + delta;               /* wraps modulo 2^64 */
+    return delta > v ? 0 : v - delta;
+}
+
+/* ---- mutations ---- */
+
+static eng_status store_decision(const struct primary *pe, const struct eng_mutation *m,
+                                 const struct item *old)
+{
+    switch (m->op) {
+    case ENG_OP_ADD:
+        return old != NULL ? ENG_NOT_STORED : ENG_SUCCESS;
+    case ENG_OP_REPLACE:
+        if (old == NULL)
+            return m->cas != 0 ? ENG_NOT_FOUND : ENG_NOT_STORED;
+        return cas_condition_ok(pe, m, old) ? ENG_SUCCESS : ENG_EXISTS;
+    case ENG_OP_APPEND:
+    case ENG_OP_PREPEND:
+        if (old == NULL)
+            return ENG_NOT_STORED;
+        return cas_condition_ok(pe, m, old) ? ENG_SUCCESS : ENG_EXISTS;
+    case ENG_OP_CAS:
+        if (old == NULL)
+            return ENG_NOT_FOUND;
+        return cas_matches(pe, old, m->cas) ? ENG_SUCCESS : ENG_EXISTS;
+    default: /* SET */
+        if (m->cas == 0)
+            return ENG_SUCCESS;
+        if (old == NULL)
+            return ENG_NOT_FOUND;
+        return cas_matches(pe, old, m->cas) ? ENG_SUCCESS : ENG_EXISTS;
+    }
+}
+
+static void compose_value(const struct eng_mutation *m, const struct item *old, char *dst)
+{
+    if (m->op == ENG_OP_APPEND) {
+        memcpy(dst, item_value((struct item *)old), old->nbytes);
+        memcpy(dst + old->nbytes, m->data, m->nbytes);
+    } else if (m->op == ENG_OP_PREPEND) {
+        memcpy(dst, m->data, m->nbytes);
+        memcpy(dst + m->nbytes, item_value((struct item *)old), old->nbytes);
+    } else if (m->nbytes > 0) {
+        memcpy(dst, m->data, m->nbytes);
+    }
+}
+
+static enum try_result try_store(struct primary *pe, const struct eng_mutation *m, uint64_t hv,
+                                 struct item *old, eng_done_fn done, void *cookie,
+                                 struct eng_result *res)
+{
+    eng_status st = store_decision(pe, m, old);
+    if (st != ENG_SUCCESS)
+        return finish_now(pe, res, st);
+    bool concat = m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND;
+    size_t len = m->nbytes + (concat ? old->nbytes : 0);
+    uint32_t flags = concat ? old->flags : m->flags;
+    rel_time_t exptime = concat ? old->exptime : clock_exptime(&pe->clock, m->exptime);
+    /* A reader's reference keeps the old value from being evicted meanwhile. */
+    if (concat && !item_ref(old)) {
+        res->msg = "item busy";
+        return finish_now(pe, res, ENG_FAILED);
+    }
+    struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, len, &st);
+    if (it != NULL)
+        compose_value(m, old, item_value(it));
+    if (concat)
+        item_release(&pe->store, old);
+    if (it == NULL)
+        return alloc_failed(pe, st, res);
+    return put_item(pe, it, hv, item_next_cas(&pe->store), done, cookie, res);
+}
+
+static enum try_result try_arith(struct primary *pe, const struct eng_mutation *m, uint64_t hv,
+                                 struct item *old, eng_done_fn done, void *cookie,
+                                 struct eng_result *res)
+{
+    uint64_t v;
+    uint32_t flags;
+    rel_time_t exptime;
+    if (old == NULL) {
+        if (!m->create)
+            return finish_now(pe, res, ENG_NOT_FOUND);
+        v = m->initial;
+        flags = m->flags;
+        exptime = clock_exptime(&pe->clock, m->exptime);
+    } else {
+        if (!cas_condition_ok(pe, m, old))
+            return finish_now(pe, res, ENG_EXISTS);
+        if (!parse_u64(item_value(old), old->nbytes, &v))
+            return finish_now(pe, res, ENG_NON_NUMERIC);
+        v = arith_apply(m->op, v, m->delta);
+        flags = old->flags;
+        exptime = old->exptime;
+    }
+    char digits[U64_DIGITS_MAX + 1];
+    int n = snprintf(digits, sizeof(digits), "%" PRIu64, v);
+    eng_status st;
+    struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, (size_t)n, &st);
+    if (it == NULL)
+        return alloc_failed(pe, st, res);
+    memcpy(item_value(it), digits, (size_t)n);
+    res->value = v;
+    return put_item(pe, it, hv, item_next_cas(&pe->store), done, cookie, res);
+}
+
+static enum try_result try_delete(struct primary *pe, const struct eng_mutation *m, uint64_t hv,
+                                  struct item *old, eng_done_fn done, void *cookie,
+                                  struct eng_result *res)
+{
+    if (old == NULL)
+        return finish_now(pe, res, ENG_NOT_FOUND);
+    if (!cas_condition_ok(pe, m, old))
+        return finish_now(pe, res, ENG_EXISTS);
+    struct effect ef = { .kind = PENDING_DEL };
+    op_del_key(pe, m->key, m->nkey);
+    res->status = ENG_SUCCESS;
+    return send_record(pe, &ef, m->key, m->nkey, hv, NULL, 0, done, cookie, res);
+}
+
+/* A touch replicates as a PUT of the same value and cas with the new
+ * exptime; here it only changes the exptime when it commits. */
+static enum try_result try_touch(struct primary *pe, const struct eng_mutation *m, uint64_t hv,
+                                 struct item *old, eng_done_fn done, void *cookie,
+                                 struct eng_result *res)
+{
+    if (old == NULL)
+        return finish_now(pe, res, ENG_NOT_FOUND);
+    if (!cas_condition_ok(pe, m, old))
+        return finish_now(pe, res, ENG_EXISTS);
+    struct effect ef = { .kind = PENDING_TOUCH,
+                         .exptime = clock_exptime(&pe->clock, m->exptime) };
+    op_put(pe, old, ef.exptime, old->cas);
+    res->status = ENG_SUCCESS;
+    res->cas = visible_cas(pe, old->cas);
+    return send_record(pe, &ef, m->key, m->nkey, hv, item_value(old), old->nbytes, done,
+                       cookie, res);
+}
+
+/* flush_all: a barrier.  It waits for an empty pipeline and holds every
+ * later mutation until it commits.  With a delay it is armed for tick(). */
+static enum try_result try_flush(struct primary *pe, const struct eng_mutation *m,
+                                 eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    if (m->exptime > 0) {
+        rel_time_t at = clock_exptime(&pe->clock, m->exptime);
+        if (at > pe->clock.now) {
+            pe->flush_armed = true;
+            pe->flush_at = at;
+            return finish_now(pe, res, ENG_SUCCESS);
+        }
+    }
+    if (sender_in_flight(&pe->tx))
+        return TRY_BLOCKED;
+    pe->flush_armed = false;
+    struct effect ef = { .kind = PENDING_FLUSH };
+    op_push(pe, ROP_FLUSH);
+    pe->flush_xid = sender_next_xid(&pe->tx);
+    res->status = ENG_SUCCESS;
+    return send_record(pe, &ef, NULL, 0, 0, NULL, 0, done, cookie, res);
+}
+
+static enum try_result try_keyed(struct primary *pe, const struct eng_mutation *m,
+                                 eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    uint64_t hv = hash_key(m->key, m->nkey);
+    if (pending_find(&pe->pending, m->key, m->nkey, hv) != NULL)
+        return TRY_BLOCKED;
+    enum item_miss why;
+    struct item *old = item_lookup(&pe->store, m->key, m->nkey, hv, &why);
+    switch (m->op) {
+    case ENG_OP_SET: case ENG_OP_ADD: case ENG_OP_REPLACE:
+    case ENG_OP_APPEND: case ENG_OP_PREPEND: case ENG_OP_CAS:
+        return try_store(pe, m, hv, old, done, cookie, res);
+    case ENG_OP_INCR: case ENG_OP_DECR:
+        return try_arith(pe, m, hv, old, done, cookie, res);
+    case ENG_OP_DELETE:
+        return try_delete(pe, m, hv, old, done, cookie, res);
+    case ENG_OP_TOUCH:
+        return try_touch(pe, m, hv, old, done, cookie, res);
+    default:
+        res->msg = "unsupported operation";
+        return finish_now(pe, res, ENG_FAILED);
+    }
+}
+
+static bool too_large(const struct primary *pe, const struct eng_mutation *m)
+{
+    bool stores = m->op == ENG_OP_SET || m->op == ENG_OP_ADD || m->op == ENG_OP_REPLACE ||
+                  m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND || m->op == ENG_OP_CAS;
+    return stores && sizeof(struct item) + m->nkey + m->nbytes + 2 > pe->store.item_size_max;
+}
+
+static enum try_result try_mutation(struct primary *pe, const struct eng_mutation *m,
+                                    eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    begin_record(pe);
+    if (pe->tx.refusing) {
+        res->msg = "primary restarted without its state; writes refused until recovery";
+        return finish_now(pe, res, ENG_FAILED);
+    }
+    if (flush_in_flight(pe) || sender_backlog(&pe->tx) > pe->max_backlog)
+        return TRY_BLOCKED;
+    if (m->op == ENG_OP_FLUSH)
+        return try_flush(pe, m, done, cookie, res);
+    if (m->nkey == 0 || m->nkey > ITEM_KEY_MAX) {
+        res->msg = "bad key length";
+        return finish_now(pe, res, ENG_FAILED);
+    }
+    if (too_large(pe, m))
+        return finish_now(pe, res, ENG_TOO_LARGE);
+    return try_keyed(pe, m, done, cookie, res);
+}
+
+/* ---- the write queue ---- */
+
+static void arm_retry(struct primary *pe)
+{
+    struct timeval tv = { 0, PRIMARY_RETRY_USEC };
+    if (pe->q_head != NULL)
+        event_add(pe->retry_ev, &tv);
+}
+
+static bool enqueue(struct primary *pe, const struct eng_mutation *m, eng_done_fn done,
+                    void *cookie)
+{
+    struct queued *q = malloc(sizeof(*q) + m->nkey + m->nbytes);
+    if (q == NULL)
+        return false;
+    q->next = NULL;
+    q->m = *m;
+    q->done = done;
+    q->cookie = cookie;
+    if (m->nkey > 0)
+        memcpy(q->buf, m->key, m->nkey);
+    if (m->nbytes > 0)
+        memcpy(q->buf + m->nkey, m->data, m->nbytes);
+    q->m.key = q->buf;
+    q->m.data = q->buf + m->nkey;
+    if (pe->q_tail != NULL)
+        pe->q_tail->next = q;
+    else
+        pe->q_head = q;
+    pe->q_tail = q;
+    pe->q_len++;
+    arm_retry(pe);
+    return true;
+}
+
+/* Retry queued mutations in order until one still has to wait. */
+static void drain_queue(struct primary *pe)
+{
+    while (pe->q_head != NULL) {
+        struct queued *q = pe->q_head;
+        struct eng_result res;
+        enum try_result tr = try_mutation(pe, &q->m, q->done, q->cookie, &res);
+        if (tr == TRY_BLOCKED) {
+            arm_retry(pe);
+            return;
+        }
+        pe->q_head = q->next;
+        if (pe->q_head == NULL)
+            pe->q_tail = NULL;
+        pe->q_len--;
+        if (tr == TRY_DONE && q->done != NULL)
+            q->done(q->cookie, &res);
+        free(q);
+    }
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    drain_queue(arg);
+}
+
+/* ---- commit ---- */
+
+static void commit_put(struct primary *pe, struct pending *p)
+{
+    struct item_store *s = &pe->store;
+    struct item *old = assoc_find(&s->table, p->key, p->nkey, p->hv);
+    if (old != NULL)
+        item_replace(s, old, p->it, p->hv);
+    else
+        item_link(s, p->it, p->hv);
+    p->it->cas = p->cas;
+    p->it = NULL;
+}
+
+static void commit_del(struct primary *pe, const struct pending *p)
+{
+    struct item *it = assoc_find(&pe->store.table, p->key, p->nkey, p->hv);
+    if (it != NULL)
+        item_unlink(&pe->store, it, p->hv);
+}
+
+static void commit_touch(struct primary *pe, const struct pending *p)
+{
+    struct item *it = assoc_find(&pe->store.table, p->key, p->nkey, p->hv);
+    if (it == NULL)
+        return;
+    it->exptime = p->exptime;
+    item_bump(&pe->store, it);
+}
+
+/* The sender's commit callback: record r takes effect in our store. */
+static void primary_commit(void *ctx, const struct record *r)
+{
+    struct primary *pe = ctx;
+    struct pending *p = pending_pop(&pe->pending);
+    if (p == NULL || p->xid != r->xid) {
+        pe_log(pe, "BUG: committing xid %" PRIu64 " but the oldest record in flight is %" PRIu64,
+               r->xid, p != NULL ? p->xid : 0);
+        abort();
+    }
+    switch (p->kind) {
+    case PENDING_PUT:
+        commit_put(pe, p);
+        break;
+    case PENDING_DEL:
+        commit_del(pe, p);
+        break;
+    case PENDING_TOUCH:
+        commit_touch(pe, p);
+        break;
+    case PENDING_FLUSH:
+        pbr_unlink_all(&pe->store);
+        break;
+    case PENDING_NONE:
+        break;
+    }
+    free(p);
+}
+
+static void primary_after_commit(void *ctx)
+{
+    drain_queue(ctx);
+}
+
+/* Writes waiting in the queue can never commit any more. */
+static void primary_refused(void *ctx)
+{
+    struct primary *pe = ctx;
+    struct eng_result res = { .status = ENG_FAILED,
+                              .msg = "primary restarted without its state" };
+    struct queued *q = pe->q_head;
+    pe->q_head = pe->q_tail = NULL;
+    pe->q_len = 0;
+    while (q != NULL) {
+        struct queued *next = q->next;
+        if (q->done != NULL)
+            q->done(q->cookie, &res);
+        free(q);
+        q = next;
+    }
+}
+
+static const struct sender_callbacks primary_sender_callbacks = {
+    .commit = primary_commit,
+    .after_commit = primary_after_commit,
+    .refused = primary_refused,
+};
+
+/* ---- engine operations ---- */
+
+static eng_status primary_get(struct engine *e, const char *key, size_t nkey,
+                              struct eng_value *out, struct eng_result *res)
+{
+    struct primary *pe = pe_of(e);
+    return pbr_get(&pe->store, pe->cas_enabled, key, nkey, out, res);
+}
+
+static void primary_release(struct engine *e, void *handle)
+{
+    pbr_release(&pe_of(e)->store, handle);
+}
+
+static eng_status primary_mutate(struct engine *e, const struct eng_mutation *m,
+                                 struct eng_result *res, eng_done_fn done, void *cookie)
+{
+    struct primary *pe = pe_of(e);
+    enum try_result tr = TRY_BLOCKED;
+    if (pe->q_head == NULL)
+        tr = try_mutation(pe, m, done, cookie, res);
+    if (tr == TRY_DONE)
+        return res->status;
+    if (tr == TRY_BLOCKED && !enqueue(pe, m, done, cookie)) {
+        memset(res, 0, sizeof(*res));
+        res->status = ENG_NO_MEMORY;
+        return ENG_NO_MEMORY;
+    }
+    return ENG_PENDING;
+}
+
+static bool primary_stats(struct engine *e, const char *group, eng_stat_fn emit, void *ctx)
+{
+    struct primary *pe = pe_of(e);
+    if (strcmp(group, "settings") == 0) {
+        emit(ctx, "scheme", "pbr %d", pe->m);
+        emit(ctx, "sync", "%s", sync_name(pe->sync));
+        emit(ctx, "pbr_group", "%d", pe->group);
+        return true;
+    }
+    if (strcmp(group, "items") == 0 || strcmp(group, "slabs") == 0 ||
+        strcmp(group, "sizes") == 0)
+        return true;
+    if (group[0] != '\0')
+        return false;
+    pbr_store_stats(&pe->store, emit, ctx);
+    emit(ctx, "evictions", "%" PRIu64, pe->evictions);
+    emit(ctx, "xid", "%" PRIu64, pe->tx.xid);
+    emit(ctx, "stable_xid", "%" PRIu64, pe->tx.stable);
+    emit(ctx, "committed_xid", "%" PRIu64, pe->tx.committed);
+    emit(ctx, "records_sent", "%" PRIu64, pe->tx.records_sent);
+    emit(ctx, "write_queue", "%zu", pe->q_len);
+    emit(ctx, "blocked_waits", "%" PRIu64, pe->blocked_waits);
+    return true;
+}
+
+static void primary_stats_reset(struct engine *e)
+{
+    struct primary *pe = pe_of(e);
+    memset(&pe->store.stats, 0, sizeof(pe->store.stats));
+    pe->evictions = 0;
+    pe->reclaimed = 0;
+    pe->blocked_waits = 0;
+}
+
+/* A delayed flush_all that is due goes through the write queue like any
+ * client's. */
+static void fire_delayed_flush(struct primary *pe)
+{
+    struct eng_mutation m = { .op = ENG_OP_FLUSH };
+    struct eng_result res;
+    pe->flush_armed = false;
+    if (pe->q_head != NULL || try_mutation(pe, &m, NULL, NULL, &res) == TRY_BLOCKED)
+        enqueue(pe, &m, NULL, NULL);
+}
+
+static void primary_tick(struct engine *e, time_t now)
+{
+    struct primary *pe = pe_of(e);
+    clock_set(&pe->clock, now);
+    if (pe->flush_armed && pe->clock.now >= pe->flush_at)
+        fire_delayed_flush(pe);
+    item_store_tick(&pe->store);
+}
+
+/* ---- admin: cocytus info | meta ---- */
+
+static size_t primary_meta_bytes(const struct primary *pe)
+{
+    return pbr_store_meta_bytes(&pe->store) + pending_bytes(&pe->pending) +
+           sender_backlog(&pe->tx);
+}
+
+static void admin_info(struct primary *pe, const struct pbr_reply *r)
+{
+    const struct item_store *s = &pe->store;
+    pbr_reply_printf(r, "STAT role primary\r\nSTAT group %d\r\nSTAT index 0\r\n", pe->group);
+    pbr_reply_printf(r, "STAT m %d\r\nSTAT sync %s\r\n", pe->m, sync_name(pe->sync));
+    sender_info(&pe->tx, r->write, r->ctx);
+    pbr_reply_printf(r, "STAT items %" PRIu64 "\r\n", s->curr_items);
+    pbr_reply_printf(r, "STAT region_used %" PRIu64 "\r\n", s->bytes);
+    pbr_reply_printf(r, "STAT mem_used %zu\r\nSTAT mem_limit %zu\r\n", s->mem_used,
+                     s->mem_limit);
+    pbr_reply_printf(r, "STAT meta_bytes %zu\r\n", primary_meta_bytes(pe));
+    pbr_reply_printf(r, "STAT rss %" PRIu64 "\r\n", pbr_rss_bytes());
+    pbr_reply_printf(r, "STAT in_flight %zu\r\nSTAT write_queue %zu\r\n", pe->pending.count,
+                     pe->q_len);
+    pbr_reply_printf(r, "STAT evictions %" PRIu64 "\r\nSTAT reclaimed %" PRIu64 "\r\n",
+                     pe->evictions, pe->reclaimed);
+    pbr_reply_printf(r, "END\r\n");
+}
+
+static bool primary_admin(struct engine *e, int argc, char **argv, eng_write_fn write,
+                          void *ctx)
+{
+    struct primary *pe = pe_of(e);
+    struct pbr_reply r = { .write = write, .ctx = ctx };
+    if (argc < 1)
+        return false;
+    if (strcmp(argv[0], "info") == 0) {
+        admin_info(pe, &r);
+        return true;
+    }
+    if (strcmp(argv[0], "meta") == 0) {
+        struct pbr_digest d;
+        pbr_digest_store(&pe->store, &pe->clock, &d);
+        pbr_reply_meta(&r, &d);
+        return true;
+    }
+    return false;
+}
+
+/* ---- lifetime ---- */
+
+static void primary_destroy(struct engine *e)
+{
+    struct primary *pe = pe_of(e);
+    sender_destroy(&pe->tx);
+    while (pe->q_head != NULL) {
+        struct queued *q = pe->q_head;
+        pe->q_head = q->next;
+        free(q);
+    }
+    if (pe->pending.buckets != NULL)
+        pending_destroy(&pe->pending, &pe->store);
+    if (pe->store.table.buckets != NULL)
+        item_store_destroy(&pe->store);
+    if (pe->retry_ev != NULL)
+        event_free(pe->retry_ev);
+    free(pe->ops);
+    free(pe->victims);
+    free(pe);
+}
+
+static const struct engine_ops primary_ops = {
+    .name = "primary",
+    .get = primary_get,
+    .release = primary_release,
+    .mutate = primary_mutate,
+    .stats = primary_stats,
+    .stats_reset = primary_stats_reset,
+    .tick = primary_tick,
+    .destroy = primary_destroy,
+    .admin = primary_admin,
+};
+
+static enum sender_sync sender_sync_of(enum cluster_sync s)
+{
+    switch (s) {
+    case SYNC_SEMI: return SENDER_SYNC_SEMI;
+    case SYNC_ASYNC: return SENDER_SYNC_ASYNC;
+    default: return SENDER_SYNC_FULL;
+    }
+}
+
+/* The cluster must be pbr and name this primary.  0, or -1 after a message. */
+static int check_cluster(const struct engine_config *cfg)
+{
+    const struct cluster *c = cfg->cluster;
+    if (c == NULL || c->scheme != SCHEME_PBR) {
+        fprintf(stderr, "cocytus-server: the primary role needs a cluster file with scheme pbr\n");
+        return -1;
+    }
+    if (cfg->index != 0 || cluster_find(c, cfg->group, ROLE_PRIMARY, 0) == NULL) {
+        fprintf(stderr, "cocytus-server: the cluster has no primary %d in group %d\n",
+                cfg->index, cfg->group);
+        return -1;
+    }
+    if (c->n - 1 < 1 || c->n - 1 > SENDER_MAX_PEERS) {
+        fprintf(stderr, "cocytus-server: pbr %d: 1 to %d backups are supported\n", c->n - 1,
+                SENDER_MAX_PEERS);
+        return -1;
+    }
+    return 0;
+}
+
+/* Store, queue timer and record scratch.  0, or -1 when out of memory. */
+static int primary_setup(struct primary *pe, const struct engine_config *cfg)
+{
+    struct engine_config store_cfg = *cfg;
+    store_cfg.evict = false;      /* we evict, so that backups hear of it */
+    clock_init(&pe->clock, cfg->started);
+    clock_set(&pe->clock, time(NULL));
+    if (item_store_init(&pe->store, &store_cfg, &pe->clock) != 0)
+        return -1;
+    if (pending_init(&pe->pending) != 0)
+        return -1;
+    pe->retry_ev = evtimer_new(cfg->base, on_retry, pe);
+    pe->ops = calloc(PRIMARY_MAX_OPS, sizeof(*pe->ops));
+    pe->victims = calloc(PRIMARY_MAX_VICTIMS, sizeof(*pe->victims));
+    return pe->retry_ev != NULL && pe->ops != NULL && pe->victims != NULL ? 0 : -1;
+}
+
+struct engine *engine_primary_new(const struct engine_config *cfg)
+{
+    if (check_cluster(cfg) < 0)
+        return NULL;
+    const struct cluster *c = cfg->cluster;
+    struct primary *pe = calloc(1, sizeof(*pe));
+    if (pe == NULL)
+        return NULL;
+    pe->engine.ops = &primary_ops;
+    pe->engine.priv = pe;
+    pe->base = cfg->base;
+    pe->group = cfg->group;
+    pe->m = c->n - 1;
+    pe->verbose = cfg->verbose;
+    pe->sync = sender_sync_of(c->sync);
+    pe->max_backlog = pe->sync == SENDER_SYNC_ASYNC ? PRIMARY_MAX_BACKLOG_ASYNC
+                                                    : PRIMARY_MAX_BACKLOG;
+    pe->evict = cfg->evict;
+    pe->cas_enabled = cfg->cas_enabled;
+    if (primary_setup(pe, cfg) != 0) {
+        pe_log(pe, "out of memory setting up the store");
+        primary_destroy(&pe->engine);
+        return NULL;
+    }
+    char who[64];
+    snprintf(who, sizeof(who), "primary g%d", pe->group);
+    if (sender_init(&pe->tx, pe->base, c, pe->group, LINK_ROLE_PRIMARY, 0, ROLE_BACKUP, pe->m,
+                    pe->sync, &primary_sender_callbacks, pe, who, pe->verbose) < 0) {
+        primary_destroy(&pe->engine);
+        return NULL;
+    }
+    pe_log(pe, "PBR(%d), sync %s, memory %zu bytes", pe->m, sync_name(pe->sync),
+           pe->store.mem_limit);
+    return &pe->engine;
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# drill_pbr.sh - make-check run of the kill drill (scripts/drill pbr) in
+# full sync mode: two seconds of acknowledged sets against a PBR(2)
+# group's primary, SIGKILL to the primary half way, backup 0 promoted;
+# every acknowledged set must be found on it.  The drill stops the group
+# it started; the trap removes its directory.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+top_srcdir=$script_dir/../..
+server_bin=${COCYTUS_SERVER:-$top_srcdir/memcached/cocytus-server}
+build_dir=$(cd "$(dirname "$server_bin")/.." && pwd)
+export COCYTUS_BUILD_DIR=$build_dir
+if [ ! -x "$build_dir/bench/drill-writer" ] || [ ! -x "$build_dir/cocytus/cocytus-node" ]; then
+    echo "FAIL: bench/drill-writer or cocytus/cocytus-node not built in $build_dir"
+    exit 1
+fi
+dir=$(mktemp -d "${TMPDIR:-/tmp}/drill_pbr.XXXXXX")
+trap 'bash "$top_srcdir/scripts/cluster" down --dir "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
+
+out=$(bash "$top_srcdir/scripts/drill" pbr --sync full --seconds 2 --memory 128 --dir "$dir" 2>&1)
+rc=$?
+printf '%s\n' "$out"
+line=$(printf '%s\n' "$out" | grep '^drill pbr sync full: acknowledged')
+if [ $rc -ne 0 ] || [ -z "$line" ]; then
+    echo "FAIL: drill exited $rc"
+    exit 1
+fi
+case $line in
+    *"acknowledged 0,"*) echo "FAIL: no set was acknowledged before the kill"; exit 1 ;;
+    *", lost 0") echo "ok: full sync lost nothing to a SIGKILL of the primary" ;;
+    *) echo "FAIL: $line"; exit 1 ;;
+esac
