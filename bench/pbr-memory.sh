@@ -15,6 +15,8 @@
 #
 # usage: bench/pbr-memory.sh [--sizes "1024 4096 16384"] [--raw-mb 1024]
 #   --raw-mb  raw value bytes per size, in MiB (values = raw / size); default 1024
+# memory.sh starts the RS group with `routing off` (its loaders write to every
+# data process directly); the single PBR group's primary owns every slot.
 # Environment: COCYTUS_BUILD_DIR (as scripts/cluster), MC_LOAD (a built
 # bench/mc-load; default the in-tree build when up to date, else compiled
 # into a temp dir), SETTLE_SECONDS (default 6, as memory.sh).

@@ -1,6 +1,8 @@
 /* cli.c - cocytus-cli, the admin tool of a Cocytus-KV cluster: option
  * parsing, loading the process list, and dispatch to the commands
- * (status, mem, verify, decode-check).  See docs/cli.md. */
+ * (status, mem, verify, decode-check, map).  The map command is here: it
+ * fetches `config get cluster` from every process (docs/routing.md).  See
+ * docs/cli.md. */
 #include "config.h"
 
 #include <errno.h>
@@ -10,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "cli.h"
 #include "procs.h"
+#include "slotmap.h"
 
 #define DEFAULT_DIR "./run/cluster"
 #define DEFAULT_TIMEOUT_MS 5000
@@ -27,11 +31,13 @@ static void usage(FILE *out)
         "  mem            region, metadata and RSS bytes per process, totals per role\n"
         "  verify         backup metadata and parity of every coding group are right\n"
         "  decode-check   every K of N regions decode to the others (offline recovery)\n"
+        "  map            the slot map (config get cluster) and whether every process has it\n"
         "options:\n"
         "  --dir DIR        cluster directory with the endpoints file (default " DEFAULT_DIR ")\n"
         "  --cluster FILE   take the processes from a cluster file instead\n"
         "  --group G        only coding group G\n"
-        "  --full           verify/decode-check whole regions, not only used ranges\n"
+        "  --full           verify/decode-check whole regions, not only used ranges;\n"
+        "                   map: also every slot range\n"
         "  --raw-bytes N    mem: also print total RSS / N\n"
         "  --timeout MS     bound for each socket wait (default %d)\n"
         "  --quiet-wait MS  how long to wait for a quiescent group (default %d)\n"
@@ -149,6 +155,152 @@ static int parse_args(int argc, char **argv, struct args *a)
     return 0;
 }
 
+/* ---- map ---- */
+
+#define CONFIG_TRAILER_LEN 7    /* "\r\nEND\r\n" after the body */
+#define CONFIG_BODY_LIMIT (16u << 20)
+
+/* Read the rest of a `config get cluster` reply whose first line is
+ * header and decode it into *m.  0, or -1 with a message in err. */
+static int read_map_reply(struct admin_conn *c, const char *header, struct slotmap *m,
+                          char *err, size_t errlen)
+{
+    unsigned long long nbody;
+    char tail;
+    if (sscanf(header, "CONFIG cluster 0 %llu%c", &nbody, &tail) != 1 ||
+        nbody > CONFIG_BODY_LIMIT) {
+        snprintf(err, errlen, "answered '%.80s'", header);
+        return -1;
+    }
+    size_t nhead = strlen(header) + 2;
+    size_t total = nhead + (size_t)nbody + CONFIG_TRAILER_LEN;
+    char *text = malloc(total);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(text, nhead + 1, "%s\r\n", header);
+    int rc = -1;
+    size_t used;
+    if (admin_read_exact(c, text + nhead, total - nhead) < 0)
+        snprintf(err, errlen, "%s", c->err);
+    else
+        rc = slotmap_parse_config_reply(m, text, total, &used, err, errlen) == 0 ? 0 : -1;
+    free(text);
+    return rc;
+}
+
+/* The map process p answers.  0, or -1 with a message in err. */
+static int fetch_map(const struct proc_info *p, int timeout_ms, struct slotmap *m,
+                     char *err, size_t errlen)
+{
+    struct admin_conn *c = malloc(sizeof *c);
+    char header[128];
+    int rc = -1;
+    if (!c)
+        snprintf(err, errlen, "out of memory");
+    else if (admin_open(c, p->host, p->port, timeout_ms) < 0 ||
+             admin_send_line(c, "config get cluster") < 0 ||
+             admin_read_line(c, header, sizeof header) < 0)
+        snprintf(err, errlen, "%s", c->err);
+    else
+        rc = read_map_reply(c, header, m, err, errlen);
+    if (c)
+        admin_close(c);
+    free(c);
+    return rc;
+}
+
+static bool maps_equal(const struct slotmap *a, const struct slotmap *b)
+{
+    if (a->epoch != b->epoch || a->nendpoints != b->nendpoints ||
+        memcmp(a->slot, b->slot, sizeof(a->slot)) != 0)
+        return false;
+    for (int i = 0; i < a->nendpoints; i++)
+        if (!slotmap_endpoint_same(&a->endpoints[i], &b->endpoints[i]))
+            return false;
+    return true;
+}
+
+/* The process list's entry for an endpoint of the map, or NULL. */
+static const struct proc_info *proc_at(const struct proc_list *l, const char *host, int port)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i].port == port && strcmp(l->v[i].host, host) == 0)
+            return &l->v[i];
+    return NULL;
+}
+
+static void print_map(const struct slotmap *m, const struct proc_list *l, bool ranges)
+{
+    unsigned count[SLOTMAP_MAX_ENDPOINTS + 1];
+    memset(count, 0, sizeof(unsigned) * (size_t)(m->nendpoints + 1));
+    for (unsigned s = 0; s < SLOTMAP_SLOTS; s++)
+        count[m->slot[s]]++;
+    printf("epoch %llu, %d endpoints, %u slots\n", (unsigned long long)m->epoch,
+           m->nendpoints, SLOTMAP_SLOTS);
+    for (int i = 0; i < m->nendpoints; i++) {
+        const struct slotmap_endpoint *e = &m->endpoints[i];
+        const struct proc_info *p = proc_at(l, e->host, e->port);
+        printf("endpoint %d %s:%d", i, e->host, e->port);
+        if (p)
+            printf(" %s %d %d node %d", p->role, p->group, p->index, p->node);
+        printf(" slots %u (%.1f%%)\n", count[i], 100.0 * count[i] / SLOTMAP_SLOTS);
+    }
+    if (!ranges)
+        return;
+    unsigned first = 0;
+    for (unsigned s = 1; s <= SLOTMAP_SLOTS; s++) {
+        if (s < SLOTMAP_SLOTS && m->slot[s] == m->slot[first])
+            continue;
+        const struct slotmap_endpoint *e = &m->endpoints[m->slot[first]];
+        printf("slots %u-%u %s:%d\n", first, s - 1, e->host, e->port);
+        first = s;
+    }
+}
+
+/* Fetch the map from every process; print the first one answered and which
+ * processes answer another map or none. */
+static int cmd_map(const struct proc_list *l, const struct cli_opts *o)
+{
+    struct slotmap *first = calloc(1, sizeof *first), *other = calloc(1, sizeof *other);
+    int code = CLI_OK, answered = 0;
+    char err[ADMIN_ERR_MAX + 64];
+    for (int i = 0; first && other && i < l->n; i++) {
+        const struct proc_info *p = &l->v[i];
+        struct slotmap *m = answered ? other : first;
+        if (fetch_map(p, o->timeout_ms, m, err, sizeof err) < 0) {
+            printf("%s %d %d %s:%d: no map (%s)\n", p->role, p->group, p->index, p->host,
+                   p->port, err);
+            if (code == CLI_OK)
+                code = CLI_UNREACHABLE;
+            continue;
+        }
+        if (answered++ == 0) {
+            printf("map of %s:%d: ", p->host, p->port);
+            print_map(first, l, o->full);
+        } else if (!maps_equal(first, other)) {
+            printf("%s %d %d %s:%d: a different map (epoch %llu)\n", p->role, p->group,
+                   p->index, p->host, p->port, (unsigned long long)other->epoch);
+            code = CLI_MISMATCH;
+        }
+        if (m == other)
+            slotmap_free(other);
+    }
+    if (!first || !other) {
+        fprintf(stderr, "cocytus-cli: out of memory\n");
+        code = CLI_UNREACHABLE;
+    } else if (answered > 0) {
+        printf("%d of %d processes answer %s\n", answered, l->n,
+               code == CLI_MISMATCH ? "a map (they differ)" : "this map");
+    }
+    if (first)
+        slotmap_free(first);
+    free(first);
+    free(other);
+    return answered == 0 ? CLI_UNREACHABLE : code;
+}
+
 typedef int (*command_fn)(const struct proc_list *l, const struct cli_opts *o);
 
 static command_fn find_command(const char *name)
@@ -158,6 +310,7 @@ static command_fn find_command(const char *name)
         { "mem", cmd_mem },
         { "verify", cmd_verify },
         { "decode-check", cmd_decode_check },
+        { "map", cmd_map },
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(name, commands[i].name) == 0)

@@ -31,6 +31,7 @@
 #include <event2/event.h>
 
 #include "alloc.h"
+#include "arith.h"
 #include "clock.h"
 #include "cluster.h"
 #include "engine.h"
@@ -351,23 +352,6 @@ static uint8_t *scratch(uint8_t **buf, size_t *cap, size_t need)
     return *buf;
 }
 
-static bool parse_decimal(const uint8_t *p, size_t n, uint64_t *out)
-{
-    if (n == 0 || n > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return false;
-        unsigned d = (unsigned)(p[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* The bytes a store writes: the client's data, or old+data / data+old. */
 static uint8_t *compose_value(struct data_engine *dp, const struct eng_mutation *m,
                               const struct item *old, size_t *len)
@@ -526,14 +510,11 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
             res->status = ENG_EXISTS;
             return TRY_DONE;
         }
-        if (!parse_decimal(dp->region + meta_off(e), e->nbytes, &value)) {
+        if (!arith_parse_u64((const char *)dp->region + meta_off(e), e->nbytes, &value)) {
             res->status = ENG_NON_NUMERIC;
             return TRY_DONE;
         }
-        if (m->op == ENG_OP_INCR)
-            value += m->delta;
-        else
-            value = m->delta > value ? 0 : value - m->delta;
+        value = arith_apply(m->op, value, m->delta);
         flags = e->flags;
         exptime = e->exptime;
     }

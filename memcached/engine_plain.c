@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "arith.h"
 #include "engine.h"
 #include "hash.h"
 #include "items.h"
@@ -26,7 +27,6 @@ struct plain {
     rel_time_t flush_at;
 };
 
-#define U64_DIGITS_MAX 20
 
 static struct plain *plain_of(struct engine *e)
 {
@@ -66,37 +66,6 @@ static void result_clear(struct eng_result *res)
 }
 
 /* ---- numbers for incr/decr ---- */
-
-static bool parse_u64(const char *s, size_t n, uint64_t *out)
-{
-    if (n == 0 || n > U64_DIGITS_MAX)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
-/* Writes v in decimal (no terminator) and returns its length. */
-static size_t format_u64(char *buf, uint64_t v)
-{
-    char tmp[U64_DIGITS_MAX];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = tmp[n - 1 - i];
-    return n;
-}
 
 /* ---- get / release ---- */
 
@@ -253,8 +222,8 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
 static eng_status arith_create(struct plain *p, const struct eng_mutation *m,
                                uint64_t hv, struct eng_result *res)
 {
-    char buf[U64_DIGITS_MAX];
-    size_t len = format_u64(buf, m->initial);
+    char buf[ARITH_DIGITS_MAX];
+    size_t len = arith_format_u64(buf, m->initial);
     eng_status st;
     struct item *it = item_alloc(&p->store, m->key, m->nkey, m->flags,
                                  clock_exptime(&p->clock, m->exptime), len, &st);
@@ -265,13 +234,6 @@ static eng_status arith_create(struct plain *p, const struct eng_mutation *m,
     res->value = m->initial;
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
-}
-
-static uint64_t arith_apply(eng_op op, uint64_t v, uint64_t delta)
-{
-    if (op == ENG_OP_INCR)
-        return v + delta;               /* wraps modulo 2^64 */
-    return delta > v ? 0 : v - delta;
 }
 
 static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
@@ -287,11 +249,11 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
         return ENG_EXISTS;
 
     uint64_t v;
-    if (!parse_u64(item_value(old), old->nbytes, &v))
+    if (!arith_parse_u64(item_value(old), old->nbytes, &v))
         return ENG_NON_NUMERIC;
     v = arith_apply(m->op, v, m->delta);
-    char buf[U64_DIGITS_MAX];
-    size_t len = format_u64(buf, v);
+    char buf[ARITH_DIGITS_MAX];
+    size_t len = arith_format_u64(buf, v);
     res->value = v;
 
     if (len == old->nbytes && old->refcount == 0) {

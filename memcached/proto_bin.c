@@ -21,7 +21,12 @@
  * item first, formats the complete hit reply (header, flags, key, value by
  * reference) into its slot, and then issues the touch with that slot.  The
  * touch completion only has to fix the cas in the already written header;
- * the request's key is never needed after the request buffer is gone. */
+ * the request's key is never needed after the request buffer is gone.
+ *
+ * In a cluster, a request with a key (every keyed opcode; not stat) whose
+ * slot another process serves is answered with status 0x0007 (not my
+ * vbucket) and the body "SERVER_ERROR MOVED <slot> <epoch> <host>:<port>"
+ * without reaching the engine; quiet opcodes get it too, as every error. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -822,6 +827,24 @@ static void bin_dispatch(struct conn *c, const struct bin_request *rq)
     }
 }
 
+/* Routing: a keyed request for a slot this process does not serve gets
+ * not-my-vbucket with the MOVED text.  True if it did. */
+static bool bin_reply_if_moved(struct conn *c, const struct bin_request *rq)
+{
+    struct server *s = conn_server(c);
+    if (!s->routes || rq->nkey == 0 || rq->hdr.opcode == BIN_OP_STAT)
+        return false;
+    const char *moved = server_moved(s, rq->key, rq->nkey);
+    if (!moved)
+        return false;
+    char body[sizeof("SERVER_ERROR MOVED ") + SLOTMAP_MOVED_MAX];
+    snprintf(body, sizeof(body), "SERVER_ERROR MOVED %s", moved);
+    struct resp *r = bin_resp_new(c, rq);
+    bin_add_error(r, BIN_STATUS_NOT_MY_VBUCKET, body);
+    resp_done(r);
+    return true;
+}
+
 /* A body too long to accept: refuse it, drop what is buffered, and have the
  * connection skip the rest as it arrives. */
 static void bin_reject_too_large(struct conn *c, const struct bin_request *rq,
@@ -863,7 +886,8 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
     if (bin_opcode_is_read(rq.hdr.opcode) && conn_writes_inflight(c))
         return CONN_PARSE_BLOCKED;
 
-    bin_dispatch(c, &rq);
+    if (!bin_reply_if_moved(c, &rq))
+        bin_dispatch(c, &rq);
     *consumed = rq.total;
     return CONN_PARSE_OK;
 }

@@ -4,7 +4,13 @@
  * storage commands) and validates it into a struct text_req without side
  * effects, so it can be tested on any byte sequence; the handlers below turn
  * a parsed request into engine calls and reply lines.  Replies and error
- * strings are memcached's, so existing clients and tests see no difference. */
+ * strings are memcached's, so existing clients and tests see no difference.
+ *
+ * In a cluster (the server holds a slot map) two things are added:
+ * `config get cluster` answers the map, and a keyed request whose slot
+ * another process serves gets SERVER_ERROR MOVED without reaching the
+ * engine (a multi-get: for the first such key, with no values).  Without a
+ * map, `config` stays the unknown command it is in memcached (ERROR). */
 #include "config.h"
 
 #include <stdarg.h>
@@ -704,6 +710,77 @@ static void reply_line(struct conn *c, const char *line, bool noreply)
     resp_done(r);
 }
 
+/* ---- cluster: config get cluster, MOVED ---- */
+
+/* Is the request line buf[0..total) exactly "config get cluster"? */
+static bool is_config_get_cluster(const char *buf, size_t total)
+{
+    const char *end = buf + total;
+    if (end > buf && end[-1] == '\n')
+        end--;
+    if (end > buf && end[-1] == '\r')
+        end--;
+    struct tokens t;
+    tokenize(buf, end, TEXT_MAX_TOKENS, &t);
+    return t.count == 3 && !t.more && tok_is(&t, 0, "config") && tok_is(&t, 1, "get") &&
+           tok_is(&t, 2, "cluster");
+}
+
+static void handle_config_cluster(struct conn *c)
+{
+    struct server *s = conn_server(c);
+    struct resp *r = conn_resp_new(c);
+    if (s->config_reply)
+        resp_add(r, s->config_reply, s->config_reply_len);
+    else
+        resp_str(r, "SERVER_ERROR out of memory\r\n");
+    resp_done(r);
+}
+
+static bool is_keyed(enum text_cmd cmd)
+{
+    switch (cmd) {
+    case TC_GET: case TC_GETS: case TC_GAT: case TC_GATS:
+    case TC_SET: case TC_ADD: case TC_REPLACE: case TC_APPEND: case TC_PREPEND: case TC_CAS:
+    case TC_DELETE: case TC_INCR: case TC_DECR: case TC_TOUCH:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* MOVED text of the request's first key served elsewhere, or NULL. */
+static const char *request_moved(struct server *s, const struct text_req *req)
+{
+    if (!is_retrieval(req->cmd))
+        return server_moved(s, req->key, req->nkey);
+    const char *p = req->keys, *end = req->keys + req->nkeys_len, *key;
+    size_t nkey;
+    while (text_next_key(&p, end, &key, &nkey)) {
+        const char *moved = server_moved(s, key, nkey);
+        if (moved)
+            return moved;
+    }
+    return NULL;
+}
+
+/* Routing: answer MOVED (nothing under noreply) instead of running a keyed
+ * request for a slot this process does not serve.  True if it did. */
+static bool reply_if_moved(struct conn *c, const struct text_req *req)
+{
+    struct server *s = conn_server(c);
+    if (!s->routes || !is_keyed(req->cmd))
+        return false;
+    const char *moved = request_moved(s, req);
+    if (!moved)
+        return false;
+    struct resp *r = conn_resp_new(c);
+    if (!req->noreply)
+        resp_printf(r, "SERVER_ERROR MOVED %s\r\n", moved);
+    resp_done(r);
+    return true;
+}
+
 static bool needs_own_writes(enum text_cmd cmd)
 {
     return is_retrieval(cmd) || cmd == TC_STATS || cmd == TC_ADMIN;
@@ -724,8 +801,12 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
             fprintf(stderr, "closing connection: request line too long\n");
         return CONN_PARSE_CLOSE;
     case TP_ERROR:
-        reply_line(c, req.error, req.noreply);
         *consumed = req.total;
+        if (req.cmd == TC_NONE && s->slotmap && is_config_get_cluster(buf, req.total)) {
+            handle_config_cluster(c);
+            return CONN_PARSE_OK;
+        }
+        reply_line(c, req.error, req.noreply);
         conn_swallow(c, req.swallow);
         return CONN_PARSE_OK;
     case TP_OK:
@@ -734,6 +815,8 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
     if (needs_own_writes(req.cmd) && conn_writes_inflight(c))
         return CONN_PARSE_BLOCKED;
     *consumed = req.total;
+    if (reply_if_moved(c, &req))
+        return CONN_PARSE_OK;
     switch (req.cmd) {
     case TC_GET: case TC_GETS:
         handle_get(c, &req);

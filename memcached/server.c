@@ -2,7 +2,9 @@
  * connections within the -c limit, the once-a-second clock, signals.
  *
  * One libevent loop runs everything; the engine is created here from the
- * settings and is the only storage the connections see. */
+ * settings and is the only storage the connections see.  With a cluster
+ * file the server also holds the slot map (repl/slotmap.h) and checks the
+ * slot of every keyed request against it (server_moved). */
 #include "config.h"
 
 #include <errno.h>
@@ -23,6 +25,10 @@
 #include "conn_internal.h"
 #include "cluster.h"
 #include "server.h"
+#include "slotmap.h"
+
+/* Epoch of the map a server builds from the cluster file at start. */
+#define INITIAL_EPOCH 1
 
 void settings_defaults(struct settings *s)
 {
@@ -245,6 +251,65 @@ static int server_load_cluster(struct server *s)
     return 0;
 }
 
+/* This process's own entry in the cluster file. */
+static const struct cluster_proc *server_own_proc(const struct server *s)
+{
+    enum cluster_role role;
+    if (!s->cluster || cluster_role_from_name(s->settings.role, &role) < 0)
+        return NULL;
+    return cluster_find(s->cluster, s->settings.group, role, s->settings.index);
+}
+
+static void server_drop_slotmap(struct server *s)
+{
+    if (s->slotmap) {
+        slotmap_free(s->slotmap);
+        free(s->slotmap);
+    }
+    free(s->config_reply);
+    s->slotmap = NULL;
+    s->config_reply = NULL;
+    s->config_reply_len = 0;
+    s->slot_self = -1;
+    s->routes = false;
+}
+
+int server_set_slotmap(struct server *s, struct slotmap *m)
+{
+    server_drop_slotmap(s);
+    if (!m)
+        return 0;
+    s->slotmap = m;
+    const struct cluster_proc *p = server_own_proc(s);
+    s->slot_self = p ? slotmap_find(m, p->host, p->port) : -1;
+    s->routes = s->cluster && s->cluster->routing && s->slot_self >= 0;
+    s->config_reply = slotmap_config_reply(m, &s->config_reply_len);
+    return s->config_reply ? 0 : -1;
+}
+
+/* With a cluster file: the initial slot map over its serving processes. */
+static int server_load_slotmap(struct server *s)
+{
+    if (!s->cluster)
+        return 0;
+    char err[256];
+    struct slotmap *m = calloc(1, sizeof(*m));
+    if (!m || slotmap_build(m, s->cluster, INITIAL_EPOCH, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-server: slot map of %s: %s\n", s->settings.cluster_file,
+                m ? err : "out of memory");
+        free(m);
+        return -1;
+    }
+    if (server_set_slotmap(s, m) < 0) {
+        fprintf(stderr, "cocytus-server: out of memory encoding the slot map\n");
+        return -1;
+    }
+    if (s->settings.verbose)
+        fprintf(stderr, "slot map epoch %d: %d serving processes, this one is %d%s\n",
+                INITIAL_EPOCH, m->nendpoints, s->slot_self, s->routes ? "" : " (no slot check)");
+    return 0;
+}
+
 int server_init(struct server *s, const struct settings *settings, struct event_base *base)
 {
     memset(s, 0, sizeof(*s));
@@ -253,8 +318,9 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     s->started = time(NULL);
     clock_init(&s->clock, s->started);
     s->accepting = true;
+    s->slot_self = -1;
     signal(SIGPIPE, SIG_IGN);
-    if (server_load_cluster(s) < 0)
+    if (server_load_cluster(s) < 0 || server_load_slotmap(s) < 0)
         return -1;
     s->engine = engine_for_role(s, base);
     if (!s->engine)
@@ -298,6 +364,7 @@ void server_destroy(struct server *s)
     if (s->engine)
         s->engine->ops->destroy(s->engine);
     s->engine = NULL;
+    server_drop_slotmap(s);
     if (s->cluster) {
         cluster_free(s->cluster);
         free(s->cluster);

@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "slotmap.h"
 
 #define SERVER_MAX_LISTEN 8
 #define MC_VERSION_STRING "1.6.18-cocytus-" PACKAGE_VERSION
@@ -64,6 +65,12 @@ struct server {
     struct event_base *base;
     struct engine *engine;
     struct cluster *cluster;  /* loaded from settings.cluster_file, or NULL */
+    struct slotmap *slotmap;  /* with a cluster: the slot map, else NULL */
+    int slot_self;            /* own endpoint index in slotmap, -1 if none */
+    bool routes;              /* keys of other processes' slots get MOVED */
+    char *config_reply;       /* `config get cluster` reply of slotmap */
+    size_t config_reply_len;
+    char moved[SLOTMAP_MOVED_MAX]; /* text of the last MOVED */
     struct event *listen_ev[SERVER_MAX_LISTEN];
     int listen_fd[SERVER_MAX_LISTEN];
     int nlisten;
@@ -86,5 +93,27 @@ void server_destroy(struct server *s);
  * "conns".  Returns false for an unknown group. */
 bool server_stats(struct server *s, const char *group, eng_stat_fn emit, void *ctx);
 void server_stats_reset(struct server *s);
+
+/* Install slot map m (the server takes it; NULL removes the map): finds the
+ * process's own endpoint, turns the slot check on when it serves slots, and
+ * prepares the `config get cluster` reply.  0, or -1 when out of memory
+ * (the map is then installed without a reply). */
+int server_set_slotmap(struct server *s, struct slotmap *m);
+
+/* The slot check of a keyed request: NULL when the server does not route
+ * or serves the key's slot itself; otherwise "<slot> <epoch> <host>:<port>"
+ * naming the process that serves it (valid until the next call).  Inline:
+ * it runs for every key, and the protocol objects need no more of the
+ * server than its fields. */
+static inline const char *server_moved(struct server *s, const char *key, size_t nkey)
+{
+    if (!s->routes)
+        return NULL;
+    unsigned slot = slotmap_slot(key, nkey);
+    if (s->slotmap->slot[slot] == s->slot_self)
+        return NULL;
+    slotmap_moved_text(s->slotmap, slot, s->moved, sizeof(s->moved));
+    return s->moved;
+}
 
 #endif

@@ -31,6 +31,7 @@
 
 #include "clock.h"
 #include "cluster.h"
+#include "arith.h"
 #include "engine.h"
 #include "hash.h"
 #include "items.h"
@@ -53,7 +54,6 @@
 #define PRIMARY_MAX_OPS (PRIMARY_MAX_VICTIMS + 2)
 #define PRIMARY_ALLOC_SLACK 4096        /* malloc rounding beyond an item's size */
 #define PRIMARY_RETRY_USEC 1000         /* queue retry while something waits */
-#define U64_DIGITS_MAX 20
 
 /* Result of trying a mutation now. */
 enum try_result {
@@ -316,30 +316,6 @@ static enum try_result put_item(struct primary *pe, struct item *it, uint64_t hv
 
 /* ---- numbers for incr/decr ---- */
 
-static bool parse_u64(const char *s, size_t n, uint64_t *out)
-{
-    if (n == 0 || n > U64_DIGITS_MAX)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
-static uint64_t arith_apply(eng_op op, uint64_t v, uint64_t delta)
-{
-    if (op == ENG_OP_INCR)
-        return v + delta;               /* wraps modulo 2^64 */
-    return delta > v ? 0 : v - delta;
-}
-
 /* ---- mutations ---- */
 
 static eng_status store_decision(const struct primary *pe, const struct eng_mutation *m,
@@ -425,13 +401,13 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
     } else {
         if (!cas_condition_ok(pe, m, old))
             return finish_now(pe, res, ENG_EXISTS);
-        if (!parse_u64(item_value(old), old->nbytes, &v))
+        if (!arith_parse_u64(item_value(old), old->nbytes, &v))
             return finish_now(pe, res, ENG_NON_NUMERIC);
         v = arith_apply(m->op, v, m->delta);
         flags = old->flags;
         exptime = old->exptime;
     }
-    char digits[U64_DIGITS_MAX + 1];
+    char digits[ARITH_DIGITS_MAX + 1];
     int n = snprintf(digits, sizeof(digits), "%" PRIu64, v);
     eng_status st;
     struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, (size_t)n, &st);

@@ -35,7 +35,7 @@ struct parser {
     char *err;
     size_t errlen;
     int line;                       /* current line number (0: whole file) */
-    int name_line, secret_line, scheme_line, sync_line;
+    int name_line, secret_line, scheme_line, sync_line, routing_line;
     int region_line, memory_line, base_port_line;
     int node_line[CLUSTER_MAX_NODES];
     struct proc_line *procs;        /* explicit proc lines */
@@ -236,6 +236,19 @@ static int dir_sync(struct parser *p, int argc, char **argv)
     return 0;
 }
 
+static int dir_routing(struct parser *p, int argc, char **argv)
+{
+    if (want_fields(p, argc, 2, "routing on|off") < 0 || once(p, &p->routing_line, "routing") < 0)
+        return -1;
+    if (strcmp(argv[1], "on") == 0)
+        p->c->routing = true;
+    else if (strcmp(argv[1], "off") == 0)
+        p->c->routing = false;
+    else
+        return fail(p, "routing must be on or off, not '%s'", argv[1]);
+    return 0;
+}
+
 static int dir_region(struct parser *p, int argc, char **argv)
 {
     size_t v;
@@ -350,6 +363,7 @@ static int parse_line(struct parser *p, char *line)
         { "cluster", dir_cluster }, { "secret", dir_secret }, { "scheme", dir_scheme },
         { "sync", dir_sync }, { "region", dir_region }, { "memory", dir_memory },
         { "node", dir_node }, { "base_port", dir_base_port }, { "proc", dir_proc },
+        { "routing", dir_routing },
     };
     char *argv[MAX_FIELDS];
     int argc = split_fields(line, argv);
@@ -604,6 +618,7 @@ static void set_defaults(struct cluster *c)
 {
     memset(c, 0, sizeof(*c));
     c->sync = SYNC_FULL;
+    c->routing = true;
     c->region_size = DEFAULT_SIZE;
     c->memory = DEFAULT_SIZE;
     c->base_port = DEFAULT_BASE_PORT;

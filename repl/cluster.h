@@ -8,6 +8,10 @@
  *   secret    <text>                shared secret of the link handshake
  *   scheme    rs 3 5 | pbr 2 | plain
  *   sync      full | semi | async   (pbr only; default full)
+ *   routing   on | off              on (default): a process serves only the
+ *                                   slots the slot map gives it (MOVED for
+ *                                   others); off: it serves any key it gets
+ *                                   (a single group driven directly, tests)
  *   region    64m                   value region per data/parity process
  *   memory    64m                   item memory of plain/primary/backup processes
  *   node      0 127.0.0.1           node index and the address its processes use
@@ -22,6 +26,7 @@
 #ifndef REPL_CLUSTER_H
 #define REPL_CLUSTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +54,7 @@ struct cluster {
     char secret[CLUSTER_SECRET_MAX];
     enum cluster_scheme scheme;
     enum cluster_sync sync;
+    bool routing;       /* enforce the slot map (directive "routing") */
     int k, n;           /* rs: K data + (n-k) parity; pbr: k=1, n=1+M; plain: 1,1 */
     size_t region_size;
     size_t memory;

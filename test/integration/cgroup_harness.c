@@ -119,7 +119,9 @@ static bool write_conf(const struct cgroup *g)
     if (f == NULL)
         return false;
     fprintf(f, "# written by test/integration/cgroup_harness.c\n");
-    fprintf(f, "cluster cgtest\nsecret cgtest-%d\nscheme rs %d %d\n", (int)getpid(), g->k, g->n);
+    /* The test drives each data process directly: no slot routing. */
+    fprintf(f, "cluster cgtest\nsecret cgtest-%d\nscheme rs %d %d\nrouting off\n", (int)getpid(),
+            g->k, g->n);
     fprintf(f, "node 0 127.0.0.1\n");
     for (int i = 0; i < g->nprocs; i++) {
         const struct cg_proc *p = &g->procs[i];

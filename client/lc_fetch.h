@@ -1,0 +1,20 @@
+/* lc_fetch.h - libcocytus internals: fetch the slot map from one server
+ * with "config get cluster" over a short-lived TCP connection, within a
+ * deadline. */
+#ifndef LC_FETCH_H
+#define LC_FETCH_H
+
+#include "lc_map.h"
+
+enum lc_fetch {
+    LC_FETCH_MAP,          /* *out is the server's cluster map */
+    LC_FETCH_NO_CLUSTER,   /* the server has no cluster: *out makes it own every slot */
+    LC_FETCH_FAILED        /* unreachable, timed out or a bad reply; err says which */
+};
+
+/* Connects to a (connect and reply each within timeout_ms), asks for the map
+ * and parses it. */
+LC_HIDDEN enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms,
+                                     struct lc_map **out, char *err, size_t errlen);
+
+#endif

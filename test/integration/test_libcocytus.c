@@ -1,0 +1,1449 @@
+/* test_libcocytus.c - the libcocytus client library and cocytus-proxy.
+ *
+ * Three parts:
+ *  - parsers: the key -> slot hash (against libhashkit and the server's
+ *    slotmap), the "config get cluster" reply (also as the server's encoder
+ *    writes it), MOVED texts and seed lists;
+ *  - a plain cocytus-server without a cluster (its one process owns every
+ *    slot), every command in the ASCII and the binary protocol;
+ *  - a fake two-endpoint cluster run in a child process: it answers
+ *    "config get cluster", serves the keys of its own slots from a store
+ *    both endpoints share, answers MOVED for the others, and takes control
+ *    commands ("fake move/down/up/reset/stats") that change its map the way
+ *    a slot move or a failover would.  The library must route by the map,
+ *    follow MOVED with a refresh, survive an endpoint going down, and
+ *    cocytus-proxy in front of it must hide all of that from a plain
+ *    libmemcached client. */
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "libcocytus.h"
+#include "lc_map.h"
+#include "proto_text.h"
+#include "slotmap.h"
+
+#define NKEYS 400
+#define FAKE_EPS 2
+#define FAKE_CLIENTS 64
+#define FAKE_BUF_MAX (4u << 20)
+#define REPLY_TIMEOUT_MS 3000
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+static int key_text(char *buf, size_t cap, const char *prefix, int i)
+{
+    return snprintf(buf, cap, "%s:%d", prefix, i);
+}
+
+static cocytus_t *connect_opts(const char *seeds, bool binary, cocytus_route route)
+{
+    cocytus_options_t o;
+    char err[256];
+
+    cocytus_options_init(&o);
+    o.binary = binary;
+    o.route = route;
+    cocytus_t *c = cocytus_connect_with(seeds, &o, err, sizeof(err));
+    ck_assert_msg(c != NULL, "connect %s: %s", seeds, err);
+    return c;
+}
+
+static void set_keys(cocytus_t *c, const char *prefix, int n)
+{
+    char k[64];
+    for (int i = 0; i < n; i++) {
+        int nk = key_text(k, sizeof(k), prefix, i);
+        cocytus_rc r = cocytus_set(c, k, (size_t)nk, k, (size_t)nk, (uint32_t)i, 0);
+        ck_assert_msg(r == COCYTUS_OK, "set %s: %s (%s)", k, cocytus_strerror(r),
+                      cocytus_last_error(c));
+    }
+}
+
+static void check_keys(cocytus_t *c, const char *prefix, int n)
+{
+    char k[64];
+    for (int i = 0; i < n; i++) {
+        int nk = key_text(k, sizeof(k), prefix, i);
+        cocytus_item_t it;
+        cocytus_rc r = cocytus_get(c, k, (size_t)nk, &it);
+        ck_assert_msg(r == COCYTUS_OK, "get %s: %s (%s)", k, cocytus_strerror(r),
+                      cocytus_last_error(c));
+        ck_assert_str_eq(it.value, k);
+        ck_assert_uint_eq(it.flags, (uint32_t)i);
+        cocytus_item_free(&it);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Parsers                                                             */
+/* ------------------------------------------------------------------ */
+
+START_TEST(test_hash_matches_libhashkit_and_server)
+{
+    char key[COCYTUS_KEY_MAX];
+    uint64_t s = 88172645463325252ULL;
+
+    for (int i = 0; i < 2000; i++) {
+        size_t n = (size_t)(i % COCYTUS_KEY_MAX) + 1;
+        for (size_t j = 0; j < n; j++) {
+            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            key[j] = (char)(s & 0xff);        /* every byte value, >= 0x80 too */
+        }
+        uint32_t want = memcached_generate_hash_value(key, n, MEMCACHED_HASH_DEFAULT);
+        ck_assert_uint_eq(lc_one_at_a_time(key, n), want);
+        ck_assert_uint_eq(cocytus_key_slot(key, n), want & (COCYTUS_SLOTS - 1));
+        ck_assert_uint_eq(cocytus_key_slot(key, n), slotmap_slot(key, n));
+    }
+    /* Pinned vectors (docs/routing.md). */
+    ck_assert_uint_eq(cocytus_key_slot("fruit:1", 7), 14919);
+    ck_assert_uint_eq(cocytus_key_slot("fruit:2", 7), 2272);
+    ck_assert_uint_eq(cocytus_key_slot("key:2", 5), 13833);
+}
+END_TEST
+
+static const char two_ep_reply_fmt[] =
+    "CONFIG cluster 0 %zu\r\n%s\r\nEND\r\n";
+
+/* A whole reply around body. */
+static size_t make_reply(char *out, size_t cap, const char *body)
+{
+    return (size_t)snprintf(out, cap, two_ep_reply_fmt, strlen(body), body);
+}
+
+START_TEST(test_config_parse_map)
+{
+    char reply[512], err[128];
+    struct lc_map *m = NULL;
+    size_t n = make_reply(reply, sizeof(reply),
+                          "7\nh0|10.0.0.1|7000 h1||7001\n0-99:1 100-16382:0 16383:1\n");
+
+    ck_assert_uint_eq(lc_config_reply_length(reply, n), n);
+    for (size_t k = 0; k < n; k++)
+        ck_assert_uint_eq(lc_config_reply_length(reply, k), 0);
+    ck_assert_int_eq(lc_config_parse(reply, n, &m, err, sizeof(err)), LC_CONFIG_MAP);
+    ck_assert_uint_eq(m->epoch, 7);
+    ck_assert_uint_eq(m->n, 2);
+    ck_assert_str_eq(m->ep[0].host, "10.0.0.1");   /* the ip when given */
+    ck_assert_int_eq(m->ep[0].port, 7000);
+    ck_assert_str_eq(m->ep[1].host, "h1");         /* else the host name */
+    ck_assert_uint_eq(m->owner[0], 1);
+    ck_assert_uint_eq(m->owner[99], 1);
+    ck_assert_uint_eq(m->owner[100], 0);
+    ck_assert_uint_eq(m->owner[16382], 0);
+    ck_assert_uint_eq(m->owner[16383], 1);
+    lc_map_free(m);
+
+    /* One endpoint and no ranges (ElastiCache's shape): it owns everything. */
+    n = make_reply(reply, sizeof(reply), "3\nh|127.0.0.1|11211\n");
+    ck_assert_int_eq(lc_config_parse(reply, n, &m, err, sizeof(err)), LC_CONFIG_MAP);
+    ck_assert_uint_eq(m->owner[16383], 0);
+    lc_map_free(m);
+
+    ck_assert_int_eq(lc_config_parse("ERROR\r\n", 7, &m, err, sizeof(err)), LC_CONFIG_NO_CLUSTER);
+    ck_assert_uint_eq(lc_config_reply_length("ERROR\r\n", 7), 7);
+}
+END_TEST
+
+START_TEST(test_config_parse_rejects)
+{
+    static const char *const bodies[] = {
+        "x\nh|h|1\n0-16383:0\n",                     /* bad epoch */
+        "1\nh|h|1 g|g|2\n",                           /* two endpoints, no ranges */
+        "1\nh|h|1\n0-100:0 102-16383:0\n",            /* gap */
+        "1\nh|h|1\n0-100:0 100-16383:0\n",            /* overlap */
+        "1\nh|h|1\n0-16383:1\n",                      /* no such endpoint */
+        "1\nh|h|1\n0-16382:0\n",                      /* short */
+        "1\nh|h|0\n0-16383:0\n",                      /* port 0 */
+        "1\nhh1\n0-16383:0\n",                        /* not host|ip|port */
+        "1\n",                                        /* no endpoints */
+    };
+    char reply[512], err[128];
+    struct lc_map *m = NULL;
+
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        size_t n = make_reply(reply, sizeof(reply), bodies[i]);
+        err[0] = '\0';
+        ck_assert_msg(lc_config_parse(reply, n, &m, err, sizeof(err)) == LC_CONFIG_BAD,
+                      "accepted body %zu", i);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(err[0] != '\0', "no message for body %zu", i);
+    }
+    ck_assert_int_eq(lc_config_parse("SERVER_ERROR x\r\n", 16, &m, err, sizeof(err)),
+                     LC_CONFIG_BAD);
+}
+END_TEST
+
+/* The server's own encoder (repl/slotmap.c) and our parser agree. */
+START_TEST(test_config_parse_server_encoding)
+{
+    struct slotmap_endpoint eps[3];
+    struct slotmap sm;
+    struct lc_map *m = NULL;
+    char err[128];
+    size_t len;
+
+    memset(eps, 0, sizeof(eps));
+    memset(&sm, 0, sizeof(sm));
+    for (int i = 0; i < 3; i++) {
+        snprintf(eps[i].host, sizeof(eps[i].host), "127.0.0.%d", i + 1);
+        eps[i].port = 9000 + i;
+        eps[i].group = -1;
+        eps[i].index = -1;
+    }
+    sm.epoch = 42;
+    sm.nendpoints = 3;
+    sm.endpoints = eps;
+    for (unsigned s = 0; s < SLOTMAP_SLOTS; s++)
+        sm.slot[s] = (uint16_t)((s / 1000) % 3);
+    char *reply = slotmap_config_reply(&sm, &len);
+    ck_assert_ptr_nonnull(reply);
+    ck_assert_uint_eq(lc_config_reply_length(reply, len), len);
+    ck_assert_int_eq(lc_config_parse(reply, len, &m, err, sizeof(err)), LC_CONFIG_MAP);
+    ck_assert_uint_eq(m->epoch, 42);
+    ck_assert_uint_eq(m->n, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_str_eq(m->ep[i].host, eps[i].host);
+        ck_assert_int_eq(m->ep[i].port, eps[i].port);
+    }
+    for (unsigned s = 0; s < SLOTMAP_SLOTS; s++)
+        ck_assert_uint_eq(m->owner[s], sm.slot[s]);
+    lc_map_free(m);
+    free(reply);
+}
+END_TEST
+
+START_TEST(test_moved_and_seeds)
+{
+    struct lc_moved mv;
+    struct lc_addr *seeds = NULL;
+    char err[128];
+
+    ck_assert(lc_moved_parse("MOVED 12 3 127.0.0.1:5000", &mv));
+    ck_assert_uint_eq(mv.slot, 12);
+    ck_assert_uint_eq(mv.epoch, 3);
+    ck_assert_str_eq(mv.to.host, "127.0.0.1");
+    ck_assert_int_eq(mv.to.port, 5000);
+    /* As libmemcached reports a SERVER_ERROR line. */
+    ck_assert(lc_moved_parse("(0x55) SERVER ERROR, MOVED 16383 99 h.example:7,  host: x:1 -> a.cc:1",
+                             &mv));
+    ck_assert_uint_eq(mv.slot, 16383);
+    ck_assert_str_eq(mv.to.host, "h.example");
+    ck_assert_int_eq(mv.to.port, 7);
+    ck_assert(lc_moved_parse("MOVED 1 2 [::1]:11211", &mv));
+    ck_assert_str_eq(mv.to.host, "::1");
+    ck_assert(!lc_moved_parse("MOVED 16384 1 h:1", &mv));
+    ck_assert(!lc_moved_parse("MOVED 1 h:1", &mv));
+    ck_assert(!lc_moved_parse("SERVER_ERROR out of memory", &mv));
+
+    ck_assert_uint_eq(lc_seeds_parse(" a:1, b ,[::1]:3", &seeds, err, sizeof(err)), 3);
+    ck_assert_str_eq(seeds[0].host, "a");
+    ck_assert_int_eq(seeds[1].port, 11211);
+    ck_assert_str_eq(seeds[2].host, "::1");
+    free(seeds);
+    ck_assert_uint_eq(lc_seeds_parse("a:0", &seeds, err, sizeof(err)), 0);
+    ck_assert_uint_eq(lc_seeds_parse("a:x", &seeds, err, sizeof(err)), 0);
+    ck_assert_uint_eq(lc_seeds_parse(" , ", &seeds, err, sizeof(err)), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* A plain server                                                      */
+/* ------------------------------------------------------------------ */
+
+static harness_server plain;
+static char plain_seed[64];
+
+static void start_plain(void)
+{
+    if (harness_server_start(&plain, NULL))
+        snprintf(plain_seed, sizeof(plain_seed), "127.0.0.1:%d", plain.port);
+}
+
+static void stop_plain(void)
+{
+    harness_server_stop(&plain);
+}
+
+static cocytus_t *plain_client(bool binary)
+{
+    harness_assert_server_up(&plain);
+    cocytus_t *c = connect_opts(plain_seed, binary, COCYTUS_ROUTE_MAP);
+    ck_assert_uint_eq(cocytus_epoch(c), 0);
+    ck_assert_uint_eq(cocytus_endpoint_count(c), 1);
+    ck_assert_int_eq(cocytus_flush_all(c, 0), COCYTUS_OK);
+    return c;
+}
+
+static void check_value(cocytus_t *c, const char *key, const char *want)
+{
+    cocytus_item_t it;
+    cocytus_rc r = cocytus_get(c, key, strlen(key), &it);
+    ck_assert_msg(r == COCYTUS_OK, "get %s: %s", key, cocytus_strerror(r));
+    ck_assert_str_eq(it.value, want);
+    cocytus_item_free(&it);
+}
+
+START_TEST(test_plain_commands)
+{
+    bool binary = _i == 1;
+    cocytus_t *c = plain_client(binary);
+    cocytus_item_t it;
+    uint64_t v = 0, cas = 0;
+
+    ck_assert_int_eq(cocytus_get(c, "k", 1, &it), COCYTUS_NOT_FOUND);
+    ck_assert_ptr_null(it.value);
+    ck_assert_int_eq(cocytus_set(c, "k", 1, "v1", 2, 7, 0), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_get(c, "k", 1, &it), COCYTUS_OK);
+    ck_assert_str_eq(it.value, "v1");
+    ck_assert_uint_eq(it.nvalue, 2);
+    ck_assert_uint_eq(it.flags, 7);
+    ck_assert_uint_ne(it.cas, 0);
+    cas = it.cas;
+    cocytus_item_free(&it);
+
+    ck_assert_int_eq(cocytus_add(c, "k", 1, "x", 1, 0, 0), COCYTUS_NOT_STORED);
+    ck_assert_int_eq(cocytus_add(c, "k2", 2, "a", 1, 0, 0), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_replace(c, "nope", 4, "x", 1, 0, 0), COCYTUS_NOT_STORED);
+    ck_assert_int_eq(cocytus_append(c, "nope", 4, "x", 1), COCYTUS_NOT_STORED);
+    ck_assert_int_eq(cocytus_prepend(c, "nope", 4, "x", 1), COCYTUS_NOT_STORED);
+    ck_assert_int_eq(cocytus_append(c, "k2", 2, "b", 1), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_prepend(c, "k2", 2, "_", 1), COCYTUS_OK);
+    check_value(c, "k2", "_ab");
+
+    ck_assert_int_eq(cocytus_cas(c, "k", 1, "v2", 2, 0, 0, cas + 1000), COCYTUS_EXISTS);
+    ck_assert_int_eq(cocytus_cas(c, "k", 1, "v2", 2, 0, 0, UINT64_MAX), COCYTUS_EXISTS);
+    ck_assert_int_eq(cocytus_cas(c, "k", 1, "v2", 2, 0, 0, cas), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_cas(c, "gone", 4, "v", 1, 0, 0, cas), COCYTUS_NOT_FOUND);
+    ck_assert_int_eq(cocytus_replace(c, "k", 1, "v3", 2, 0, 0), COCYTUS_OK);
+    check_value(c, "k", "v3");
+
+    /* cas_out: the cas a following cas must use. */
+    ck_assert_int_eq(cocytus_store(c, COCYTUS_SET, "k", 1, "v4", 2, 0, 0, 0, &cas), COCYTUS_OK);
+    ck_assert_uint_ne(cas, 0);
+    ck_assert_int_eq(cocytus_store(c, COCYTUS_CAS, "k", 1, "v5", 2, 0, 0, cas, &cas), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_cas(c, "k", 1, "v6", 2, 0, 0, cas), COCYTUS_OK);
+
+    ck_assert_int_eq(cocytus_incr(c, "n", 1, 1, &v), COCYTUS_NOT_FOUND);
+    ck_assert_int_eq(cocytus_set(c, "n", 1, "10", 2, 0, 0), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_incr(c, "n", 1, 5, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 15);
+    ck_assert_int_eq(cocytus_decr(c, "n", 1, 100, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(cocytus_incr(c, "n", 1, 1ULL << 40, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 1ULL << 40);
+    ck_assert_int_eq(cocytus_arith_init(c, 0, "m", 1, 1, 42, 0, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 42);
+    ck_assert_int_eq(cocytus_arith_init(c, 0, "m", 1, 1, 42, 0, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 43);
+    ck_assert_int_eq(cocytus_arith_init(c, 1, "m2", 2, 1, 9, 0, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 9);
+    cocytus_rc r = cocytus_incr(c, "k", 1, 1, &v);
+    if (!binary)   /* the binary protocol's error text is lost in libmemcached */
+        ck_assert_int_eq(r, COCYTUS_NON_NUMERIC);
+    else
+        ck_assert_int_ne(r, COCYTUS_OK);
+
+    ck_assert_int_eq(cocytus_touch(c, "k", 1, 100), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_touch(c, "gone", 4, 100), COCYTUS_NOT_FOUND);
+    ck_assert_int_eq(cocytus_gat(c, "k", 1, 200, &it), COCYTUS_OK);
+    ck_assert_str_eq(it.value, "v6");
+    cocytus_item_free(&it);
+    ck_assert_int_eq(cocytus_gat(c, "gone", 4, 200, &it), COCYTUS_NOT_FOUND);
+
+    ck_assert_int_eq(cocytus_delete(c, "k", 1), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_delete(c, "k", 1), COCYTUS_NOT_FOUND);
+
+    /* Values with every byte, and an empty one. */
+    char bin[300];
+    for (int i = 0; i < 300; i++)
+        bin[i] = (char)i;
+    ck_assert_int_eq(cocytus_set(c, "b", 1, bin, sizeof(bin), 0, 0), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_get(c, "b", 1, &it), COCYTUS_OK);
+    ck_assert_uint_eq(it.nvalue, sizeof(bin));
+    ck_assert(memcmp(it.value, bin, sizeof(bin)) == 0);
+    cocytus_item_free(&it);
+    ck_assert_int_eq(cocytus_set(c, "e", 1, "", 0, 0, 0), COCYTUS_OK);
+    check_value(c, "e", "");
+
+    cocytus_stats_t st;
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_eq(st.redirects, 0);
+    ck_assert_uint_eq(st.conn_failures, 0);
+    cocytus_close(c);
+}
+END_TEST
+
+START_TEST(test_plain_limits)
+{
+    bool binary = _i == 1;
+    cocytus_t *c = plain_client(binary);
+    char key[COCYTUS_KEY_MAX + 2];
+    size_t big = 2u << 20;
+    char *value = malloc(big);
+    cocytus_item_t it;
+
+    memset(key, 'k', sizeof(key));
+    ck_assert_int_eq(cocytus_set(c, key, COCYTUS_KEY_MAX, "v", 1, 0, 0), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_set(c, key, COCYTUS_KEY_MAX + 1, "v", 1, 0, 0), COCYTUS_INVALID);
+    ck_assert_int_eq(cocytus_get(c, key, 0, &it), COCYTUS_INVALID);
+    if (!binary)
+        ck_assert_int_eq(cocytus_set(c, "a b", 3, "v", 1, 0, 0), COCYTUS_INVALID);
+    ck_assert_ptr_nonnull(value);
+    memset(value, 'x', big);
+    ck_assert_int_eq(cocytus_set(c, "big", 3, value, big, 0, 0), COCYTUS_TOO_LARGE);
+    ck_assert_int_eq(cocytus_set(c, "ok", 2, value, 500000, 0, 0), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_get(c, "ok", 2, &it), COCYTUS_OK);
+    ck_assert_uint_eq(it.nvalue, 500000);
+    cocytus_item_free(&it);
+    free(value);
+    cocytus_close(c);
+}
+END_TEST
+
+struct mget_seen {
+    int count;
+    int bad;
+    bool seen[NKEYS];
+};
+
+static void note_item(void *ctx, const char *key, size_t nkey, const cocytus_item_t *it)
+{
+    struct mget_seen *s = ctx;
+    int i = -1;
+
+    s->count++;
+    if (sscanf(key, "%*[^:]:%d", &i) != 1 || i < 0 || i >= NKEYS || s->seen[i] ||
+        it->nvalue != nkey || memcmp(it->value, key, nkey) != 0)
+        s->bad++;
+    else
+        s->seen[i] = true;
+}
+
+/* mget of NKEYS keys of which the odd ones exist. */
+static void mget_half(cocytus_t *c, const char *prefix)
+{
+    static char names[NKEYS][64];
+    const char *keys[NKEYS];
+    size_t lens[NKEYS];
+    struct mget_seen s;
+
+    memset(&s, 0, sizeof(s));
+    for (int i = 0; i < NKEYS; i++) {
+        lens[i] = (size_t)key_text(names[i], sizeof(names[i]), prefix, i);
+        keys[i] = names[i];
+        if (i % 2 == 1)
+            ck_assert_int_eq(cocytus_set(c, keys[i], lens[i], keys[i], lens[i], 0, 0), COCYTUS_OK);
+    }
+    cocytus_rc r = cocytus_mget(c, keys, lens, NKEYS, note_item, &s);
+    ck_assert_msg(r == COCYTUS_OK, "mget: %s (%s)", cocytus_strerror(r), cocytus_last_error(c));
+    ck_assert_int_eq(s.bad, 0);
+    ck_assert_int_eq(s.count, NKEYS / 2);
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert(s.seen[i] == (i % 2 == 1));
+}
+
+START_TEST(test_plain_mget)
+{
+    cocytus_t *c = plain_client(_i == 1);
+    mget_half(c, "mg");
+    cocytus_close(c);
+}
+END_TEST
+
+START_TEST(test_connect_failures)
+{
+    char err[256];
+    int port;
+
+    /* A port nobody listens on: bind one, read its number, close it. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof(a);
+    ck_assert(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    ck_assert(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+
+    char seeds[160];
+    snprintf(seeds, sizeof(seeds), "127.0.0.1:%d", port);
+    err[0] = '\0';
+    ck_assert_ptr_null(cocytus_connect(seeds, err, sizeof(err)));
+    ck_assert_msg(strstr(err, "connect") != NULL, "message: %s", err);
+    ck_assert_ptr_null(cocytus_connect("", err, sizeof(err)));
+    ck_assert_ptr_null(cocytus_connect("h:notaport", err, sizeof(err)));
+    ck_assert_ptr_null(cocytus_connect(NULL, NULL, 0));
+
+    /* A dead seed first, a live one after it. */
+    harness_assert_server_up(&plain);
+    snprintf(seeds, sizeof(seeds), "127.0.0.1:%d,%s", port, plain_seed);
+    cocytus_t *c = cocytus_connect(seeds, err, sizeof(err));
+    ck_assert_msg(c != NULL, "connect %s: %s", seeds, err);
+    ck_assert_int_eq(cocytus_set(c, "x", 1, "y", 1, 0, 0), COCYTUS_OK);
+    cocytus_close(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* The fake cluster (runs in a child process)                          */
+/* ------------------------------------------------------------------ */
+
+struct fake_item {
+    struct fake_item *next;
+    char key[COCYTUS_KEY_MAX];
+    size_t nkey;
+    char *value;
+    size_t nvalue;
+    uint32_t flags;
+    uint64_t cas;
+};
+
+struct fake_client {
+    int fd;                 /* -1: free */
+    int ep;
+    char *buf;
+    size_t len, cap;
+};
+
+/* A growing reply buffer. */
+struct fake_out {
+    char *p;
+    size_t len, cap;
+};
+
+struct fake {
+    int lfd[FAKE_EPS];
+    int port[FAKE_EPS];
+    bool down[FAKE_EPS];
+    uint64_t epoch;
+    uint8_t owner[COCYTUS_SLOTS];
+    struct fake_item *items[COCYTUS_SLOTS];   /* per slot */
+    uint64_t next_cas;
+    unsigned long served[FAKE_EPS], moved[FAKE_EPS], flushes[FAKE_EPS];
+    struct fake_client cl[FAKE_CLIENTS];
+    int control;            /* parent's pipe: EOF means exit */
+};
+
+static void out_add(struct fake_out *o, const void *p, size_t n)
+{
+    if (o->cap - o->len < n) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap - o->len < n)
+            cap *= 2;
+        o->p = realloc(o->p, cap);
+        if (o->p == NULL)
+            _exit(3);
+        o->cap = cap;
+    }
+    memcpy(o->p + o->len, p, n);
+    o->len += n;
+}
+
+static void out_printf(struct fake_out *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void out_printf(struct fake_out *o, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    out_add(o, line, (size_t)n);
+}
+
+static void fake_initial_map(struct fake *f)
+{
+    for (unsigned s = 0; s < COCYTUS_SLOTS; s++)
+        f->owner[s] = s < COCYTUS_SLOTS / 2 ? 0 : 1;
+    f->epoch = 1;
+}
+
+static void fake_clear(struct fake *f)
+{
+    for (unsigned s = 0; s < COCYTUS_SLOTS; s++) {
+        while (f->items[s]) {
+            struct fake_item *it = f->items[s];
+            f->items[s] = it->next;
+            free(it->value);
+            free(it);
+        }
+    }
+}
+
+static struct fake_item **fake_find(struct fake *f, const char *key, size_t nkey)
+{
+    struct fake_item **pp = &f->items[lc_key_slot(key, nkey)];
+    while (*pp && !((*pp)->nkey == nkey && memcmp((*pp)->key, key, nkey) == 0))
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static void fake_config(struct fake *f, struct fake_out *o)
+{
+    char body[4096];
+    size_t n = (size_t)snprintf(body, sizeof(body), "%" PRIu64 "\n127.0.0.1|127.0.0.1|%d "
+                                "127.0.0.1|127.0.0.1|%d\n", f->epoch, f->port[0], f->port[1]);
+    unsigned first = 0;
+    for (unsigned s = 1; s <= COCYTUS_SLOTS; s++) {
+        if (s == COCYTUS_SLOTS || f->owner[s] != f->owner[first]) {
+            n += (size_t)snprintf(body + n, sizeof(body) - n, "%s%u-%u:%u",
+                                  first ? " " : "", first, s - 1, f->owner[first]);
+            first = s;
+        }
+    }
+    n += (size_t)snprintf(body + n, sizeof(body) - n, "\n");
+    out_printf(o, "CONFIG cluster 0 %zu\r\n", n);
+    out_add(o, body, n);
+    out_printf(o, "\r\nEND\r\n");
+}
+
+/* MOVED for the first key of rq this endpoint does not serve. */
+static bool fake_moved(struct fake *f, int ep, const struct text_req *rq, struct fake_out *o)
+{
+    const char *p = rq->keys, *end = rq->keys + rq->nkeys_len, *key = rq->key;
+    size_t nkey = rq->nkey;
+    bool multi = rq->keys != NULL;
+
+    do {
+        if (multi && !text_next_key(&p, end, &key, &nkey))
+            return false;
+        unsigned slot = lc_key_slot(key, nkey);
+        int to = f->owner[slot];
+        if (to != ep) {
+            f->moved[ep]++;
+            if (!rq->noreply)
+                out_printf(o, "SERVER_ERROR MOVED %u %" PRIu64 " 127.0.0.1:%d\r\n", slot,
+                           f->epoch, f->port[to]);
+            return true;
+        }
+    } while (multi);
+    return false;
+}
+
+static void fake_get(struct fake *f, const struct text_req *rq, struct fake_out *o)
+{
+    const char *p = rq->keys, *end = rq->keys + rq->nkeys_len, *key;
+    size_t nkey;
+
+    while (text_next_key(&p, end, &key, &nkey)) {
+        struct fake_item *it = *fake_find(f, key, nkey);
+        if (it == NULL)
+            continue;
+        if (rq->cmd == TC_GETS)
+            out_printf(o, "VALUE %.*s %" PRIu32 " %zu %" PRIu64 "\r\n", (int)nkey, key,
+                       it->flags, it->nvalue, it->cas);
+        else
+            out_printf(o, "VALUE %.*s %" PRIu32 " %zu\r\n", (int)nkey, key, it->flags,
+                       it->nvalue);
+        out_add(o, it->value, it->nvalue);
+        out_add(o, "\r\n", 2);
+    }
+    out_printf(o, "END\r\n");
+}
+
+static void fake_put(struct fake *f, struct fake_item **pp, const struct text_req *rq,
+                     const char *data, size_t n)
+{
+    struct fake_item *it = *pp;
+    if (it == NULL) {
+        it = calloc(1, sizeof(*it));
+        memcpy(it->key, rq->key, rq->nkey);
+        it->nkey = rq->nkey;
+        it->next = NULL;
+        *pp = it;
+    }
+    char *v = malloc(n + 1);
+    memcpy(v, data, n);
+    free(it->value);
+    it->value = v;
+    it->nvalue = n;
+    it->cas = ++f->next_cas;
+}
+
+static const char *fake_store(struct fake *f, const struct text_req *rq)
+{
+    struct fake_item **pp = fake_find(f, rq->key, rq->nkey);
+    struct fake_item *it = *pp;
+    size_t n = (size_t)rq->vlen;
+
+    switch (rq->cmd) {
+    case TC_ADD:
+        if (it)
+            return "NOT_STORED";
+        break;
+    case TC_REPLACE:
+        if (!it)
+            return "NOT_STORED";
+        break;
+    case TC_CAS:
+        if (!it)
+            return "NOT_FOUND";
+        if (it->cas != rq->cas)
+            return "EXISTS";
+        break;
+    case TC_APPEND:
+    case TC_PREPEND: {
+        if (!it)
+            return "NOT_STORED";
+        char *joined = malloc(it->nvalue + n);
+        const char *a = rq->cmd == TC_APPEND ? it->value : rq->data;
+        const char *b = rq->cmd == TC_APPEND ? rq->data : it->value;
+        size_t na = rq->cmd == TC_APPEND ? it->nvalue : n;
+        memcpy(joined, a, na);
+        memcpy(joined + na, b, it->nvalue + n - na);
+        uint32_t flags = it->flags;
+        fake_put(f, pp, rq, joined, it->nvalue + n);
+        (*pp)->flags = flags;
+        free(joined);
+        return "STORED";
+    }
+    default:
+        break;
+    }
+    fake_put(f, pp, rq, rq->data, n);
+    (*pp)->flags = rq->flags;
+    return "STORED";
+}
+
+static void fake_arith(struct fake *f, const struct text_req *rq, struct fake_out *o)
+{
+    struct fake_item **pp = fake_find(f, rq->key, rq->nkey);
+    char text[24];
+
+    if (*pp == NULL) {
+        out_printf(o, "NOT_FOUND\r\n");
+        return;
+    }
+    uint64_t v = strtoull((*pp)->value, NULL, 10);
+    v = rq->cmd == TC_INCR ? v + rq->delta : (v > rq->delta ? v - rq->delta : 0);
+    int n = snprintf(text, sizeof(text), "%" PRIu64, v);
+    fake_put(f, pp, rq, text, (size_t)n);
+    out_printf(o, "%s\r\n", text);
+}
+
+static void fake_flush(struct fake *f, int ep)
+{
+    for (unsigned s = 0; s < COCYTUS_SLOTS; s++) {
+        if (f->owner[s] != ep)
+            continue;
+        while (f->items[s]) {
+            struct fake_item *it = f->items[s];
+            f->items[s] = it->next;
+            free(it->value);
+            free(it);
+        }
+    }
+    f->flushes[ep]++;
+}
+
+static void fake_dispatch(struct fake *f, int ep, const struct text_req *rq, struct fake_out *o)
+{
+    bool keyed = rq->cmd != TC_FLUSH_ALL && rq->cmd != TC_VERSION && rq->cmd != TC_NONE &&
+                 rq->cmd != TC_STATS && rq->cmd != TC_VERBOSITY && rq->cmd != TC_QUIT;
+
+    if (keyed) {
+        if (fake_moved(f, ep, rq, o))
+            return;
+        f->served[ep]++;
+    }
+    struct fake_out sink = { NULL, 0, 0 };
+    struct fake_out *w = rq->noreply ? &sink : o;
+    struct fake_item **pp;
+    switch (rq->cmd) {
+    case TC_GET: case TC_GETS:
+        fake_get(f, rq, w);
+        break;
+    case TC_SET: case TC_ADD: case TC_REPLACE: case TC_APPEND: case TC_PREPEND: case TC_CAS:
+        out_printf(w, "%s\r\n", fake_store(f, rq));
+        break;
+    case TC_DELETE:
+        pp = fake_find(f, rq->key, rq->nkey);
+        if (*pp) {
+            struct fake_item *it = *pp;
+            *pp = it->next;
+            free(it->value);
+            free(it);
+            out_printf(w, "DELETED\r\n");
+        } else {
+            out_printf(w, "NOT_FOUND\r\n");
+        }
+        break;
+    case TC_INCR: case TC_DECR:
+        fake_arith(f, rq, w);
+        break;
+    case TC_TOUCH:
+        out_printf(w, "%s\r\n", *fake_find(f, rq->key, rq->nkey) ? "TOUCHED" : "NOT_FOUND");
+        break;
+    case TC_FLUSH_ALL:
+        fake_flush(f, ep);
+        out_printf(w, "OK\r\n");
+        break;
+    case TC_VERSION:
+        out_printf(w, "VERSION 1.6.18-fake\r\n");
+        break;
+    default:
+        out_printf(w, "ERROR\r\n");
+        break;
+    }
+    free(sink.p);
+}
+
+static void fake_close_client(struct fake_client *cl)
+{
+    close(cl->fd);
+    cl->fd = -1;
+    free(cl->buf);
+    cl->buf = NULL;
+    cl->len = cl->cap = 0;
+}
+
+static void fake_set_down(struct fake *f, int ep, bool down)
+{
+    f->down[ep] = down;
+    if (!down)
+        return;
+    for (int i = 0; i < FAKE_CLIENTS; i++)
+        if (f->cl[i].fd >= 0 && f->cl[i].ep == ep)
+            fake_close_client(&f->cl[i]);
+    for (unsigned s = 0; s < COCYTUS_SLOTS; s++)
+        if (f->owner[s] == ep)
+            f->owner[s] = (uint8_t)(1 - ep);
+    f->epoch++;
+}
+
+/* "fake move FIRST LAST EP", "fake down EP", "fake up EP", "fake reset",
+ * "fake stats". */
+static void fake_control(struct fake *f, const char *line, struct fake_out *o)
+{
+    unsigned first, last;
+    int ep;
+
+    if (sscanf(line, "fake move %u %u %d", &first, &last, &ep) == 3 && first <= last &&
+        last < COCYTUS_SLOTS && ep >= 0 && ep < FAKE_EPS) {
+        for (unsigned s = first; s <= last; s++)
+            f->owner[s] = (uint8_t)ep;
+        f->epoch++;
+    } else if (sscanf(line, "fake down %d", &ep) == 1 && ep >= 0 && ep < FAKE_EPS) {
+        fake_set_down(f, ep, true);
+    } else if (sscanf(line, "fake up %d", &ep) == 1 && ep >= 0 && ep < FAKE_EPS) {
+        fake_set_down(f, ep, false);
+    } else if (strncmp(line, "fake reset", 10) == 0) {
+        fake_clear(f);
+        fake_initial_map(f);
+        memset(f->served, 0, sizeof(f->served));
+        memset(f->moved, 0, sizeof(f->moved));
+        memset(f->flushes, 0, sizeof(f->flushes));
+        f->down[0] = f->down[1] = false;
+    } else if (strncmp(line, "fake stats", 10) == 0) {
+        out_printf(o, "FAKE %" PRIu64 " %lu %lu %lu %lu %lu %lu\r\n", f->epoch, f->served[0],
+                   f->served[1], f->moved[0], f->moved[1], f->flushes[0], f->flushes[1]);
+        return;
+    } else {
+        out_printf(o, "CLIENT_ERROR bad fake command\r\n");
+        return;
+    }
+    out_printf(o, "OK\r\n");
+}
+
+static bool starts_with_line(const char *buf, size_t len, const char *word)
+{
+    size_t n = strlen(word);
+    return len >= n && memcmp(buf, word, n) == 0;
+}
+
+/* Serves every complete request of one client; false to close it. */
+static bool fake_serve(struct fake *f, struct fake_client *cl, struct fake_out *o)
+{
+    size_t off = 0;
+    bool keep = true;
+
+    while (keep && off < cl->len) {
+        const char *buf = cl->buf + off;
+        size_t len = cl->len - off;
+        const char *nl = memchr(buf, '\n', len);
+        if (nl == NULL)
+            break;
+        size_t line = (size_t)(nl - buf) + 1;
+        if (starts_with_line(buf, len, "config get cluster")) {
+            fake_config(f, o);
+            off += line;
+            continue;
+        }
+        if (starts_with_line(buf, len, "fake ")) {
+            char text[128];
+            snprintf(text, sizeof(text), "%.*s", (int)(line < 127 ? line : 127), buf);
+            fake_control(f, text, o);
+            off += line;
+            keep = !f->down[cl->ep];
+            continue;
+        }
+        struct text_req rq;
+        enum text_parse_result pr = text_parse(buf, len, FAKE_BUF_MAX, &rq);
+        if (pr == TP_NEED_MORE)
+            break;
+        if (pr == TP_CLOSE)
+            return false;
+        off += rq.total;
+        if (pr == TP_ERROR) {
+            out_printf(o, "%s\r\n", rq.error);
+            continue;
+        }
+        if (rq.cmd == TC_QUIT)
+            return false;
+        fake_dispatch(f, cl->ep, &rq, o);
+    }
+    memmove(cl->buf, cl->buf + off, cl->len - off);
+    cl->len -= off;
+    return keep;
+}
+
+static bool write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static void fake_read(struct fake *f, struct fake_client *cl)
+{
+    if (cl->cap - cl->len < 65536) {
+        cl->cap = cl->cap ? cl->cap * 2 : 131072;
+        cl->buf = realloc(cl->buf, cl->cap);
+        if (cl->buf == NULL)
+            _exit(3);
+    }
+    ssize_t r = recv(cl->fd, cl->buf + cl->len, cl->cap - cl->len, 0);
+    if (r <= 0 || cl->len + (size_t)r > FAKE_BUF_MAX) {
+        fake_close_client(cl);
+        return;
+    }
+    cl->len += (size_t)r;
+    struct fake_out o = { NULL, 0, 0 };
+    bool keep = fake_serve(f, cl, &o);
+    if (cl->fd >= 0 && o.len > 0 && !write_all(cl->fd, o.p, o.len))
+        keep = false;
+    free(o.p);
+    if (!keep && cl->fd >= 0)
+        fake_close_client(cl);
+}
+
+static void fake_accept(struct fake *f, int ep)
+{
+    int fd = accept(f->lfd[ep], NULL, NULL);
+    if (fd < 0)
+        return;
+    if (f->down[ep]) {
+        close(fd);                 /* a dead process: the connection goes nowhere */
+        return;
+    }
+    for (int i = 0; i < FAKE_CLIENTS; i++) {
+        if (f->cl[i].fd < 0) {
+            f->cl[i].fd = fd;
+            f->cl[i].ep = ep;
+            return;
+        }
+    }
+    close(fd);
+}
+
+static void fake_loop(struct fake *f)
+{
+    struct pollfd p[FAKE_EPS + 1 + FAKE_CLIENTS];
+    int who[FAKE_EPS + 1 + FAKE_CLIENTS];
+
+    for (;;) {
+        int n = 0;
+        p[n] = (struct pollfd){ .fd = f->control, .events = POLLIN };
+        who[n++] = -1;
+        for (int e = 0; e < FAKE_EPS; e++) {
+            p[n] = (struct pollfd){ .fd = f->lfd[e], .events = POLLIN };
+            who[n++] = -2 - e;
+        }
+        for (int i = 0; i < FAKE_CLIENTS; i++) {
+            if (f->cl[i].fd >= 0) {
+                p[n] = (struct pollfd){ .fd = f->cl[i].fd, .events = POLLIN };
+                who[n++] = i;
+            }
+        }
+        if (poll(p, (nfds_t)n, 1000) < 0 && errno != EINTR)
+            _exit(2);
+        for (int k = 0; k < n; k++) {
+            if (p[k].revents == 0)
+                continue;
+            if (who[k] == -1)
+                _exit(0);                      /* the test process is gone */
+            if (who[k] <= -2)
+                fake_accept(f, -2 - who[k]);
+            else if (f->cl[who[k]].fd == p[k].fd)
+                fake_read(f, &f->cl[who[k]]);
+        }
+    }
+}
+
+/* Parent side. */
+struct fake_handle {
+    pid_t pid;
+    int port[FAKE_EPS];
+    int control;            /* write end of the pipe the child watches */
+    char seed[64];
+};
+
+static struct fake_handle fake;
+
+static int listen_loopback(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof(a);
+
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 64) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void start_fake(void)
+{
+    int lfd[FAKE_EPS], pipefd[2];
+
+    for (int e = 0; e < FAKE_EPS; e++)
+        lfd[e] = listen_loopback(&fake.port[e]);
+    if (lfd[0] < 0 || lfd[1] < 0 || pipe(pipefd) != 0)
+        return;
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        close(pipefd[1]);
+        struct fake *f = calloc(1, sizeof(*f));
+        if (f == NULL)
+            _exit(3);
+        for (int e = 0; e < FAKE_EPS; e++) {
+            f->lfd[e] = lfd[e];
+            f->port[e] = fake.port[e];
+        }
+        for (int i = 0; i < FAKE_CLIENTS; i++)
+            f->cl[i].fd = -1;
+        f->control = pipefd[0];
+        fake_initial_map(f);
+        signal(SIGPIPE, SIG_IGN);
+        fake_loop(f);
+        _exit(0);
+    }
+    close(pipefd[0]);
+    for (int e = 0; e < FAKE_EPS; e++)
+        close(lfd[e]);
+    fake.pid = pid;
+    fake.control = pipefd[1];
+    snprintf(fake.seed, sizeof(fake.seed), "127.0.0.1:%d", fake.port[0]);
+}
+
+static void stop_fake(void)
+{
+    if (fake.pid <= 0)
+        return;
+    close(fake.control);
+    kill(fake.pid, SIGTERM);
+    waitpid(fake.pid, NULL, 0);
+    fake.pid = 0;
+}
+
+/* Sends a control line to endpoint ep; returns the reply line. */
+static void fake_cmd(int ep, const char *cmd, char *reply, size_t cap)
+{
+    raw_conn *rc = malloc(sizeof(*rc));
+    char line[512];
+
+    ck_assert_ptr_nonnull(rc);
+    ck_assert_msg(fake.pid > 0, "the fake cluster did not start");
+    ck_assert(raw_open(rc, fake.port[ep]));
+    snprintf(line, sizeof(line), "%s\r\n", cmd);
+    ck_assert(raw_send_str(rc, line));
+    ck_assert_int_gt(raw_read_line(rc, reply, cap, REPLY_TIMEOUT_MS), 0);
+    raw_close(rc);
+    free(rc);
+}
+
+static void fake_ok(int ep, const char *cmd)
+{
+    char reply[256];
+    fake_cmd(ep, cmd, reply, sizeof(reply));
+    ck_assert_msg(strcmp(reply, "OK\r\n") == 0, "%s -> %s", cmd, reply);
+}
+
+struct fake_stats {
+    uint64_t epoch;
+    unsigned long served[FAKE_EPS], moved[FAKE_EPS], flushes[FAKE_EPS];
+};
+
+static struct fake_stats fake_get_stats(int ep)
+{
+    char reply[256];
+    struct fake_stats s;
+
+    fake_cmd(ep, "fake stats", reply, sizeof(reply));
+    ck_assert_int_eq(sscanf(reply, "FAKE %" SCNu64 " %lu %lu %lu %lu %lu %lu", &s.epoch,
+                            &s.served[0], &s.served[1], &s.moved[0], &s.moved[1],
+                            &s.flushes[0], &s.flushes[1]), 7);
+    return s;
+}
+
+static void reset_fake(void)
+{
+    fake_ok(0, "fake reset");
+}
+
+/* ------------------------------------------------------------------ */
+/* Library against the fake cluster                                    */
+/* ------------------------------------------------------------------ */
+
+START_TEST(test_fake_routes_by_map)
+{
+    cocytus_t *c = connect_opts(fake.seed, false, COCYTUS_ROUTE_MAP);
+    char ep[64];
+
+    ck_assert_uint_eq(cocytus_epoch(c), 1);
+    ck_assert_uint_eq(cocytus_endpoint_count(c), 2);
+    ck_assert_int_eq(cocytus_endpoint(c, 1, ep, sizeof(ep)), 0);
+    ck_assert_int_eq(atoi(strchr(ep, ':') + 1), fake.port[1]);
+    ck_assert_int_eq(cocytus_endpoint(c, 2, ep, sizeof(ep)), -1);
+    ck_assert_uint_eq(cocytus_slot_owner(c, 0), 0);
+    ck_assert_uint_eq(cocytus_slot_owner(c, 16383), 1);
+
+    set_keys(c, "r", NKEYS);
+    check_keys(c, "r", NKEYS);
+    mget_half(c, "rm");
+    struct fake_stats s = fake_get_stats(0);
+    ck_assert_uint_eq(s.moved[0] + s.moved[1], 0);
+    ck_assert_uint_gt(s.served[0], NKEYS / 4);
+    ck_assert_uint_gt(s.served[1], NKEYS / 4);
+
+    ck_assert_int_eq(cocytus_flush_all(c, 0), COCYTUS_OK);
+    s = fake_get_stats(1);
+    ck_assert_uint_eq(s.flushes[0], 1);
+    ck_assert_uint_eq(s.flushes[1], 1);
+
+    cocytus_stats_t st;
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_eq(st.redirects, 0);
+    ck_assert_uint_eq(st.refreshes, 1);
+    cocytus_close(c);
+}
+END_TEST
+
+/* A slot range changes owner: the first request for it gets MOVED with a
+ * newer epoch, the client takes the whole new map, nothing fails. */
+START_TEST(test_fake_moved_refreshes_map)
+{
+    bool binary = false;
+    cocytus_t *c = connect_opts(fake.seed, binary, COCYTUS_ROUTE_MAP);
+    cocytus_stats_t st;
+
+    set_keys(c, "m", NKEYS);
+    fake_ok(0, "fake move 0 8191 1");          /* epoch 2: ep1 serves everything */
+    check_keys(c, "m", NKEYS);
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_eq(cocytus_epoch(c), 2);
+    ck_assert_uint_eq(st.redirects, 1);        /* one MOVED, then the new map */
+    ck_assert_uint_eq(st.refreshes, 2);
+    ck_assert_uint_eq(cocytus_slot_owner(c, 0), 1);
+
+    fake_ok(1, "fake move 4000 12000 0");      /* epoch 3 */
+    mget_half(c, "mh");
+    ck_assert_uint_eq(cocytus_epoch(c), 3);
+    set_keys(c, "m2", NKEYS);
+    check_keys(c, "m2", NKEYS);
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_le(st.redirects, 3);
+    struct fake_stats s = fake_get_stats(0);
+    ck_assert_uint_le(s.moved[0] + s.moved[1], 3);
+    cocytus_close(c);
+}
+END_TEST
+
+/* Every key command meets a MOVED once and still succeeds. */
+START_TEST(test_fake_moved_every_command)
+{
+    cocytus_t *c = connect_opts(fake.seed, false, COCYTUS_ROUTE_MAP);
+    const char *key = "cmd:key";
+    size_t nk = strlen(key);
+    unsigned slot = cocytus_key_slot(key, nk);
+    char move[64];
+    uint64_t v;
+    cocytus_item_t it;
+    int to = 1 - (int)cocytus_slot_owner(c, slot);
+
+#define MOVE_SLOT()                                                          \
+    do {                                                                     \
+        snprintf(move, sizeof(move), "fake move %u %u %d", slot, slot, to); \
+        fake_ok(0, move);                                                    \
+        to = 1 - to;                                                         \
+    } while (0)
+
+    MOVE_SLOT();
+    ck_assert_int_eq(cocytus_set(c, key, nk, "5", 1, 0, 0), COCYTUS_OK);
+    MOVE_SLOT();
+    ck_assert_int_eq(cocytus_add(c, key, nk, "5", 1, 0, 0), COCYTUS_NOT_STORED);
+    MOVE_SLOT();
+    ck_assert_int_eq(cocytus_incr(c, key, nk, 2, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 7);
+    MOVE_SLOT();
+    ck_assert_int_eq(cocytus_append(c, key, nk, "0", 1), COCYTUS_OK);
+    MOVE_SLOT();
+    ck_assert_int_eq(cocytus_get(c, key, nk, &it), COCYTUS_OK);
+    ck_assert_str_eq(it.value, "70");
+    MOVE_SLOT();
+    ck_assert_int_eq(cocytus_cas(c, key, nk, "x", 1, 0, 0, it.cas), COCYTUS_OK);
+    cocytus_item_free(&it);
+    MOVE_SLOT();
+    cocytus_rc tr = cocytus_touch(c, key, nk, 0);
+    ck_assert_msg(tr == COCYTUS_OK, "touch: %s", cocytus_last_error(c));
+    MOVE_SLOT();
+    ck_assert_int_eq(cocytus_delete(c, key, nk), COCYTUS_OK);
+#undef MOVE_SLOT
+
+    cocytus_stats_t st;
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_eq(st.redirects, 8);
+    ck_assert_uint_eq(cocytus_epoch(c), 9);
+    cocytus_close(c);
+}
+END_TEST
+
+/* An endpoint dies and its slots move to the other: requests to it fail
+ * to connect, the client fetches the map again and carries on. */
+START_TEST(test_fake_endpoint_down)
+{
+    cocytus_t *c = connect_opts(fake.seed, false, COCYTUS_ROUTE_MAP);
+    cocytus_stats_t st;
+
+    set_keys(c, "d", NKEYS);
+    fake_ok(0, "fake down 1");                 /* epoch 2: ep0 serves everything */
+    check_keys(c, "d", NKEYS);
+    set_keys(c, "d2", NKEYS);
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_ge(st.conn_failures, 1);
+    ck_assert_uint_eq(cocytus_epoch(c), 2);
+    ck_assert_uint_eq(cocytus_slot_owner(c, 16383), 0);
+    /* flush_all skips the endpoint that serves no slot any more. */
+    ck_assert_int_eq(cocytus_flush_all(c, 0), COCYTUS_OK);
+    struct fake_stats s = fake_get_stats(0);
+    ck_assert_uint_eq(s.flushes[0], 1);
+    cocytus_close(c);
+}
+END_TEST
+
+/* The uncached baseline: everything goes to the seed and follows MOVED. */
+START_TEST(test_fake_follow_mode)
+{
+    cocytus_t *c = connect_opts(fake.seed, false, COCYTUS_ROUTE_FOLLOW);
+    cocytus_stats_t st;
+
+    set_keys(c, "f", NKEYS);
+    check_keys(c, "f", NKEYS);
+    mget_half(c, "fm");
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_gt(st.redirects, NKEYS / 2);
+    ck_assert_uint_eq(st.refreshes, 1);
+    cocytus_close(c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* cocytus-proxy in front of the fake cluster                          */
+/* ------------------------------------------------------------------ */
+
+static char proxy_path[PATH_MAX + 64];
+
+static const char *find_proxy(void)
+{
+    char server[PATH_MAX];
+    const char *env = getenv("COCYTUS_PROXY");
+
+    if (env != NULL && env[0] != '\0')
+        return env;
+    snprintf(server, sizeof(server), "%s", harness_server_path());
+    snprintf(proxy_path, sizeof(proxy_path), "%s/../client/cocytus-proxy", dirname(server));
+    return proxy_path;
+}
+
+static pid_t start_proxy(int *port)
+{
+    char port_text[16];
+    int fd = listen_loopback(port);   /* a free port: take its number, then let go */
+
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    snprintf(port_text, sizeof(port_text), "%d", *port);
+    const char *path = find_proxy();
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        execl(path, path, "-p", port_text, "-l", "127.0.0.1", "--seeds", fake.seed,
+              "-W", "0", (char *)NULL);
+        fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+        _exit(127);
+    }
+    for (int i = 0; i < 100; i++) {
+        raw_conn *rc = malloc(sizeof(*rc));
+        bool up = raw_open(rc, *port);
+        if (up)
+            raw_close(rc);
+        free(rc);
+        if (up)
+            return pid;
+        ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "cocytus-proxy (%s) exited", path);
+        harness_sleep_ms(50);
+    }
+    ck_abort_msg("cocytus-proxy did not start");
+    return -1;
+}
+
+static void stop_proxy(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 50; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        harness_sleep_ms(20);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Moves a block of 3000 slots, alternately to each endpoint while both live. */
+static void move_some_slots(int n, bool ep1_down)
+{
+    char move[64];
+    unsigned first = (unsigned)(n * 3000) % COCYTUS_SLOTS;
+    unsigned last = first + 2999 > COCYTUS_SLOTS - 1 ? COCYTUS_SLOTS - 1 : first + 2999;
+
+    snprintf(move, sizeof(move), "fake move %u %u %d", first, last, ep1_down ? 0 : n % 2);
+    fake_ok(0, move);
+}
+
+/* A plain libmemcached client, ASCII and binary, through the proxy while
+ * slots move and an endpoint dies: it sees no error. */
+START_TEST(test_proxy_hides_moves)
+{
+    bool binary = _i == 1;
+    int port;
+    pid_t pid = start_proxy(&port);
+    memcached_st *mc = harness_client(port, binary);
+    char k[64];
+    int nmoves = 0;
+
+    bool down = false;
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < NKEYS; i++) {
+            int nk = key_text(k, sizeof(k), "p", i);
+            memcached_return_t rc = memcached_set(mc, k, (size_t)nk, k, (size_t)nk, 0, 0);
+            ck_assert_msg(rc == MEMCACHED_SUCCESS, "set %s: %s", k, memcached_strerror(mc, rc));
+            if (i % 100 == 50)
+                move_some_slots(nmoves++, down);
+        }
+        if (round == 2) {
+            fake_ok(0, "fake down 1");
+            down = true;
+        }
+        for (int i = 0; i < NKEYS; i++) {
+            int nk = key_text(k, sizeof(k), "p", i);
+            size_t n = 0;
+            uint32_t flags;
+            memcached_return_t rc;
+            char *v = memcached_get(mc, k, (size_t)nk, &n, &flags, &rc);
+            ck_assert_msg(rc == MEMCACHED_SUCCESS && v != NULL && n == (size_t)nk &&
+                          memcmp(v, k, n) == 0, "get %s: %s", k, memcached_strerror(mc, rc));
+            free(v);
+        }
+    }
+    struct fake_stats s = fake_get_stats(0);
+    ck_assert_uint_gt(s.moved[0] + s.moved[1], 0);   /* the proxy did meet MOVED */
+    memcached_free(mc);
+    stop_proxy(pid);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Suites                                                              */
+/* ------------------------------------------------------------------ */
+
+static Suite *libcocytus_suite(void)
+{
+    Suite *s = suite_create("libcocytus");
+
+    TCase *tc = tcase_create("parsers");
+    tcase_add_test(tc, test_hash_matches_libhashkit_and_server);
+    tcase_add_test(tc, test_config_parse_map);
+    tcase_add_test(tc, test_config_parse_rejects);
+    tcase_add_test(tc, test_config_parse_server_encoding);
+    tcase_add_test(tc, test_moved_and_seeds);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("plain");
+    tcase_add_unchecked_fixture(tc, start_plain, stop_plain);
+    tcase_add_loop_test(tc, test_plain_commands, 0, 2);
+    tcase_add_loop_test(tc, test_plain_limits, 0, 2);
+    tcase_add_loop_test(tc, test_plain_mget, 0, 2);
+    tcase_add_test(tc, test_connect_failures);
+    tcase_set_timeout(tc, 30);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fake-cluster");
+    tcase_add_unchecked_fixture(tc, start_fake, stop_fake);
+    tcase_add_checked_fixture(tc, reset_fake, NULL);
+    tcase_add_test(tc, test_fake_routes_by_map);
+    tcase_add_test(tc, test_fake_moved_refreshes_map);
+    tcase_add_test(tc, test_fake_moved_every_command);
+    tcase_add_test(tc, test_fake_endpoint_down);
+    tcase_add_test(tc, test_fake_follow_mode);
+    tcase_add_loop_test(tc, test_proxy_hides_moves, 0, 2);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(libcocytus_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
