@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arith.h"
 #include "proto_text.h"
 #include "server.h"
 
@@ -67,28 +68,10 @@ static bool tok_is(const struct tokens *t, int i, const char *word)
     return i < t->count && t->n[i] == n && memcmp(t->s[i], word, n) == 0;
 }
 
-/* Unsigned decimal of at most 20 digits that fits in 64 bits. */
-static bool parse_u64(const char *s, size_t n, uint64_t *out)
-{
-    if (n == 0 || n > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 static bool parse_u32(const char *s, size_t n, uint32_t *out)
 {
     uint64_t v;
-    if (!parse_u64(s, n, &v) || v > UINT32_MAX)
+    if (!arith_parse_u64(s, n, &v) || v > UINT32_MAX)
         return false;
     *out = (uint32_t)v;
     return true;
@@ -99,7 +82,7 @@ static bool parse_i32(const char *s, size_t n, int64_t *out)
 {
     bool neg = n > 0 && s[0] == '-';
     uint64_t v;
-    if (!parse_u64(s + neg, n - neg, &v) || v > (neg ? 2147483648ull : 2147483647ull))
+    if (!arith_parse_u64(s + neg, n - neg, &v) || v > (neg ? 2147483648ull : 2147483647ull))
         return false;
     *out = neg ? -(int64_t)v : (int64_t)v;
     return true;
@@ -220,7 +203,7 @@ static enum text_parse_result parse_storage(struct text_req *req, const struct t
               parse_i32(t->s[3], t->n[3], &req->exptime) &&
               parse_i32(t->s[4], t->n[4], &req->vlen) && req->vlen >= 0;
     if (ok && req->cmd == TC_CAS)
-        ok = parse_u64(t->s[5], t->n[5], &req->cas);
+        ok = arith_parse_u64(t->s[5], t->n[5], &req->cas);
     if (!ok)
         return parse_error(req, bad_format);
     if (req->nkey > TEXT_KEY_MAX) {
@@ -272,7 +255,7 @@ static enum text_parse_result parse_arith(struct text_req *req, const struct tok
     req->nkey = t->n[1];
     if (req->nkey > TEXT_KEY_MAX)
         return parse_error(req, bad_format);
-    if (!parse_u64(t->s[2], t->n[2], &req->delta))
+    if (!arith_parse_u64(t->s[2], t->n[2], &req->delta))
         return parse_error(req, "CLIENT_ERROR invalid numeric delta argument");
     return TP_OK;
 }
@@ -313,7 +296,7 @@ static enum text_parse_result parse_verbosity(struct text_req *req, const struct
     req->noreply = tok_is(t, t->count - 1, "noreply");
     /* memcached takes whatever number is there; anything else means 0. */
     uint64_t level = 0;
-    if (!parse_u64(t->s[1], t->n[1], &level))
+    if (!arith_parse_u64(t->s[1], t->n[1], &level))
         level = 0;
     req->delta = level;
     return TP_OK;
