@@ -177,7 +177,7 @@ measure_size() {
     region=$(region_mb "$per_dp" "$size")
     note "size $size: $n values, region ${region} MiB per process"
     # Loaders write to every data process directly: no slot routing.
-    "$CLUSTER" up --nodes 1 --scheme "$scheme" --routing off --region "$region" --dir "$dir" >&2 \
+    "$CLUSTER" up --nodes 1 --scheme "$scheme" --routing off --no-proxy --region "$region" --dir "$dir" >&2 \
         || die "scripts/cluster up failed"
     CLUSTER_UP=1
     load "$size" "$n" || die "loading $n x $size B failed"

@@ -139,7 +139,7 @@ measure_pbr() {
     PBR_DIR="$WORK/pbr-$size"
     mkdir -p "$PBR_DIR"
     PBR_UP=1
-    "$CLUSTER" up --nodes 1 --scheme pbr:2 --sync full --memory "$mem" --dir "$PBR_DIR" >&2 \
+    "$CLUSTER" up --nodes 1 --scheme pbr:2 --sync full --no-proxy --memory "$mem" --dir "$PBR_DIR" >&2 \
         || die "scripts/cluster up --scheme pbr:2 failed"
     port=$(awk '$1 == "primary" && $2 == 0 { n = split($5, a, ":"); print a[n] }' "$PBR_DIR/endpoints")
     [ -n "$port" ] || die "no primary in $PBR_DIR/endpoints"

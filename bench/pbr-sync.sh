@@ -180,7 +180,7 @@ group_up() {
     mkdir -p "$d"
     for try in 1 2 3; do
         UP_DIRS+=("$d")
-        if "$CLUSTER" up --nodes 1 --scheme pbr:2 --sync "$mode" --memory "$mem" \
+        if "$CLUSTER" up --nodes 1 --scheme pbr:2 --sync "$mode" --no-proxy --memory "$mem" \
                 --dir "$d" >"$d.up.log" 2>&1; then
             return 0
         fi

@@ -91,7 +91,7 @@ alive() {
 up_ok=0
 for attempt in 1 2 3; do
     base_port=$(pick_base_port) || { fail "no free port range"; exit 1; }
-    if cluster up --nodes 2 --scheme plain --memory 16 --dir "$dir" --base-port "$base_port"; then
+    if cluster up --nodes 2 --scheme plain --no-proxy --memory 16 --dir "$dir" --base-port "$base_port"; then
         up_ok=1
         break
     fi

@@ -36,7 +36,7 @@ done
 [ -n "$base" ] || { echo "FAIL: no free port range"; exit 1; }
 
 # memccapable uses its own keys on each data process: no slot routing.
-bash "$top_srcdir/scripts/cluster" up --nodes 1 --scheme rs:3:5 --routing off --dir "$dir" --base-port "$base" ||
+bash "$top_srcdir/scripts/cluster" up --nodes 1 --scheme rs:3:5 --routing off --no-proxy --dir "$dir" --base-port "$base" ||
     { echo "FAIL: cluster up"; exit 1; }
 
 failures=0

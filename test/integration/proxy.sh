@@ -165,7 +165,7 @@ cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/proxy-cluster.XXXXXX")
 up=0
 for _ in 1 2 3; do
     base=$((26000 + 2 * (RANDOM % 3000)))
-    if bash "$cluster_script" up --nodes "$NODES" --scheme plain --memory 16 \
+    if bash "$cluster_script" up --nodes "$NODES" --scheme plain --no-proxy --memory 16 \
         --dir "$cluster_dir" --base-port "$base" >/dev/null 2>&1; then
         up=1
         break

@@ -144,7 +144,7 @@ fi
 up_ok=0
 for attempt in 1 2 3; do
     base_port=$(pick_base_port $((2 * NODES))) || { fail "no free port range"; exit 1; }
-    if bash "$cluster_script" up --nodes "$NODES" --scheme plain --memory 8 --dir "$dir" \
+    if bash "$cluster_script" up --nodes "$NODES" --scheme plain --no-proxy --memory 8 --dir "$dir" \
         --base-port "$base_port"; then
         up_ok=1
         break
