@@ -815,18 +815,6 @@ static eng_status dp_mutate(struct engine *eng, const struct eng_mutation *m,
     return ENG_PENDING;
 }
 
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, resident = 0;
-    if (f) {
-        if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-            resident = 0;
-        fclose(f);
-    }
-    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static size_t dp_meta_bytes(const struct data_engine *dp)
 {
     return dp->meta.heap_bytes + assoc_bytes(&dp->meta.table) + dalloc_meta_bytes(dp->alloc) +
@@ -948,7 +936,8 @@ static void admin_info(struct data_engine *dp, eng_write_fn write, void *ctx)
     admin_printf(write, ctx, "STAT items %zu\r\n", dp->meta.count - dp->placeholders);
     admin_printf(write, ctx, "STAT region_used %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
     admin_printf(write, ctx, "STAT value_bytes %" PRIu64 "\r\n", dp->meta.value_bytes);
-    admin_printf(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %zu\r\n", dp_meta_bytes(dp), rss_bytes());
+    admin_printf(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %" PRIu64 "\r\n", dp_meta_bytes(dp),
+                 engine_process_rss());
     admin_printf(write, ctx, "STAT write_queue %zu\r\nSTAT deferred_frees %zu\r\n", dp->q_len, dp->df_len - dp->df_head);
     write(ctx, "END\r\n", 5);
 }

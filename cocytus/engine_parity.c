@@ -221,19 +221,6 @@ static bool parse_u64(const char *s, uint64_t *out)
     return true;
 }
 
-/* Resident set size in bytes, 0 if /proc is unavailable. */
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f == NULL)
-        return 0;
-    unsigned long long size = 0, resident = 0;
-    int n = fscanf(f, "%llu %llu", &size, &resident);
-    fclose(f);
-    long page = sysconf(_SC_PAGESIZE);
-    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
-}
-
 static void info_dp(const struct reply *r, const struct parity_dp *d)
 {
     int i = d->index;
@@ -262,7 +249,7 @@ static bool admin_info(struct parity_engine *pe, const struct reply *r)
     for (int i = 0; i < p->k; i++)
         info_dp(r, &p->dps[i]);
     reply_printf(r, "STAT meta_bytes %zu\r\n", parity_meta_bytes(p));
-    reply_printf(r, "STAT rss %" PRIu64 "\r\n", rss_bytes());
+    reply_printf(r, "STAT rss %" PRIu64 "\r\n", engine_process_rss());
     reply_str(r, "END\r\n");
     return true;
 }

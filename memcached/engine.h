@@ -166,6 +166,10 @@ struct engine *engine_primary_new(const struct engine_config *cfg);
 struct engine *engine_backup_new(const struct engine_config *cfg);
 
 /* Helpers shared by engines. */
+
+/* Resident set size of this process in bytes (0 if unknown), for the
+ * memory figures engines report. */
+uint64_t engine_process_rss(void);
 static inline eng_status engine_get(struct engine *e, const char *key, size_t nkey,
                                     struct eng_value *out, struct eng_result *res)
 {

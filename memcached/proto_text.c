@@ -451,20 +451,6 @@ static void arith_complete(struct resp *r, const struct eng_result *res)
         reply_failure(r, res);
 }
 
-/* Decimal digits of v into out (no NUL); returns the count. */
-static size_t format_u64(char *out, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
-}
-
 /* "VALUE <key> <flags> <bytes>[ <cas>]\r\n" then the value and its CRLF,
  * sent from engine memory. */
 static void reply_value(struct resp *r, const struct eng_value *v, bool with_cas)
@@ -476,12 +462,12 @@ static void reply_value(struct resp *r, const struct eng_value *v, bool with_cas
     memcpy(line + n, v->key, v->nkey);
     n += v->nkey;
     line[n++] = ' ';
-    n += format_u64(line + n, v->flags);
+    n += arith_format_u64(line + n, v->flags);
     line[n++] = ' ';
-    n += format_u64(line + n, v->nbytes);
+    n += arith_format_u64(line + n, v->nbytes);
     if (with_cas) {
         line[n++] = ' ';
-        n += format_u64(line + n, v->cas);
+        n += arith_format_u64(line + n, v->cas);
     }
     line[n++] = '\r';
     line[n++] = '\n';

@@ -77,6 +77,18 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "role", "%s", st->role);
 }
 
+uint64_t engine_process_rss(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
+}
+
 bool server_stats(struct server *s, const char *group, eng_stat_fn emit, void *ctx)
 {
     struct engine *e = s->engine;

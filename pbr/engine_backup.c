@@ -264,7 +264,7 @@ static void admin_info(struct backup *be, const struct pbr_reply *r)
     pbr_reply_printf(r, "STAT mem_used %zu\r\nSTAT mem_limit %zu\r\n", s->mem_used,
                      s->mem_limit);
     pbr_reply_printf(r, "STAT meta_bytes %zu\r\n", backup_meta_bytes(be));
-    pbr_reply_printf(r, "STAT rss %" PRIu64 "\r\n", pbr_rss_bytes());
+    pbr_reply_printf(r, "STAT rss %" PRIu64 "\r\n", engine_process_rss());
     pbr_reply_printf(r, "STAT reclaim_passes %" PRIu64 "\r\n", be->reclaim_passes);
     pbr_reply_printf(r, "END\r\n");
 }

@@ -780,7 +780,7 @@ static void admin_info(struct primary *pe, const struct pbr_reply *r)
     pbr_reply_printf(r, "STAT mem_used %zu\r\nSTAT mem_limit %zu\r\n", s->mem_used,
                      s->mem_limit);
     pbr_reply_printf(r, "STAT meta_bytes %zu\r\n", primary_meta_bytes(pe));
-    pbr_reply_printf(r, "STAT rss %" PRIu64 "\r\n", pbr_rss_bytes());
+    pbr_reply_printf(r, "STAT rss %" PRIu64 "\r\n", engine_process_rss());
     pbr_reply_printf(r, "STAT in_flight %zu\r\nSTAT write_queue %zu\r\n", pe->pending.count,
                      pe->q_len);
     pbr_reply_printf(r, "STAT evictions %" PRIu64 "\r\nSTAT reclaimed %" PRIu64 "\r\n",

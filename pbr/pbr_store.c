@@ -180,18 +180,6 @@ size_t pbr_store_meta_bytes(const struct item_store *s)
     return assoc_bytes(&s->table) + (size_t)s->curr_items * sizeof(struct item);
 }
 
-uint64_t pbr_rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f == NULL)
-        return 0;
-    unsigned long long size = 0, resident = 0;
-    int n = fscanf(f, "%llu %llu", &size, &resident);
-    fclose(f);
-    long page = sysconf(_SC_PAGESIZE);
-    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
-}
-
 /* ---- admin replies ---- */
 
 void pbr_reply_printf(const struct pbr_reply *r, const char *fmt, ...)

@@ -46,9 +46,6 @@ void pbr_store_stats(const struct item_store *s, eng_stat_fn emit, void *ctx);
 /* Heap bytes beside the values: hash table and item headers. */
 size_t pbr_store_meta_bytes(const struct item_store *s);
 
-/* Resident set size of this process in bytes (0 if unknown). */
-uint64_t pbr_rss_bytes(void);
-
 /* Admin replies. */
 struct pbr_reply {
     eng_write_fn write;
