@@ -671,6 +671,7 @@ static void fake_put(struct fake *f, struct fake_item **pp, const struct text_re
     }
     char *v = malloc(n + 1);
     memcpy(v, data, n);
+    v[n] = '\0';           /* fake_arith reads the value with strtoull */
     free(it->value);
     it->value = v;
     it->nvalue = n;
