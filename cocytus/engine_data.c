@@ -32,6 +32,7 @@
 
 #include "alloc.h"
 #include "arith.h"
+#include "store_rules.h"
 #include "clock.h"
 #include "cluster.h"
 #include "engine.h"
@@ -445,30 +446,7 @@ static enum try_result try_store(struct data_engine *dp, const struct eng_mutati
                                  struct eng_result *res)
 {
     bool visible = entry_visible(dp, e);
-    bool cas_check = m->op == ENG_OP_CAS || (m->cas != 0 && m->op != ENG_OP_ADD);
-    res->status = ENG_SUCCESS;
-    switch (m->op) {
-    case ENG_OP_ADD:
-        if (visible)
-            res->status = ENG_NOT_STORED;
-        break;
-    case ENG_OP_REPLACE: case ENG_OP_APPEND: case ENG_OP_PREPEND:
-        if (!visible)
-            res->status = m->cas ? ENG_NOT_FOUND : ENG_NOT_STORED;
-        break;
-    case ENG_OP_CAS:
-        if (!visible)
-            res->status = ENG_NOT_FOUND;
-        break;
-    default:
-        break;
-    }
-    if (res->status == ENG_SUCCESS && cas_check) {
-        if (!visible)
-            res->status = ENG_NOT_FOUND;
-        else if (e->cas != m->cas)
-            res->status = ENG_EXISTS;
-    }
+    res->status = store_outcome(m, visible, visible ? e->cas : 0, true);
     if (res->status != ENG_SUCCESS)
         return TRY_DONE;
 

@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "arith.h"
+#include "store_rules.h"
 #include "engine.h"
 #include "hash.h"
 #include "items.h"
@@ -47,7 +48,7 @@ static uint64_t visible_cas(const struct plain *p, const struct item *it)
 /* With cas disabled every comparison passes, as in memcached -C. */
 static bool cas_matches(const struct plain *p, const struct item *it, uint64_t want)
 {
-    return !p->cas_enabled || it->cas == want;
+    return store_cas_matches(p->cas_enabled, it->cas, want);
 }
 
 /* Ops other than CAS compare only when the request carries a cas. */
@@ -64,8 +65,6 @@ static void result_clear(struct eng_result *res)
     res->value = 0;
     res->msg = NULL;
 }
-
-/* ---- numbers for incr/decr ---- */
 
 /* ---- get / release ---- */
 
@@ -117,29 +116,6 @@ static void plain_release(struct engine *e, void *handle)
 
 /* ---- set / add / replace / cas ---- */
 
-static eng_status store_decision(const struct plain *p, const struct eng_mutation *m,
-                                 const struct item *old)
-{
-    switch (m->op) {
-    case ENG_OP_ADD:
-        return old != NULL ? ENG_NOT_STORED : ENG_SUCCESS;
-    case ENG_OP_REPLACE:
-        if (old == NULL)
-            return m->cas != 0 ? ENG_NOT_FOUND : ENG_NOT_STORED;
-        return cas_condition_ok(p, m, old) ? ENG_SUCCESS : ENG_EXISTS;
-    case ENG_OP_CAS:
-        if (old == NULL)
-            return ENG_NOT_FOUND;
-        return cas_matches(p, old, m->cas) ? ENG_SUCCESS : ENG_EXISTS;
-    default: /* SET */
-        if (m->cas == 0)
-            return ENG_SUCCESS;
-        if (old == NULL)
-            return ENG_NOT_FOUND;
-        return cas_matches(p, old, m->cas) ? ENG_SUCCESS : ENG_EXISTS;
-    }
-}
-
 static eng_status do_store(struct plain *p, const struct eng_mutation *m,
                            struct eng_result *res)
 {
@@ -154,7 +130,7 @@ static eng_status do_store(struct plain *p, const struct eng_mutation *m,
     uint64_t hv = hash_key(m->key, m->nkey);
     enum item_miss why;
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
-    st = store_decision(p, m, old);
+    st = store_outcome(m, old != NULL, old ? old->cas : 0, p->cas_enabled);
     if (st != ENG_SUCCESS) {
         item_discard(s, it);
         return st;
@@ -188,10 +164,9 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
     uint64_t hv = hash_key(m->key, m->nkey);
     enum item_miss why;
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
-    if (old == NULL)
-        return ENG_NOT_STORED;
-    if (!cas_condition_ok(p, m, old))
-        return ENG_EXISTS;
+    eng_status rule = store_outcome(m, old != NULL, old ? old->cas : 0, p->cas_enabled);
+    if (rule != ENG_SUCCESS)
+        return rule;
     if (!item_ref(old)) {
         res->msg = "item busy";
         return ENG_FAILED;

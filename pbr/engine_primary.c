@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "cluster.h"
 #include "arith.h"
+#include "store_rules.h"
 #include "engine.h"
 #include "hash.h"
 #include "items.h"
@@ -136,7 +137,7 @@ static uint64_t visible_cas(const struct primary *pe, uint64_t cas)
 /* With cas disabled (-C) every comparison passes, as in memcached. */
 static bool cas_matches(const struct primary *pe, const struct item *it, uint64_t want)
 {
-    return !pe->cas_enabled || it->cas == want;
+    return store_cas_matches(pe->cas_enabled, it->cas, want);
 }
 
 static bool cas_condition_ok(const struct primary *pe, const struct eng_mutation *m,
@@ -314,37 +315,7 @@ static enum try_result put_item(struct primary *pe, struct item *it, uint64_t hv
                        cookie, res);
 }
 
-/* ---- numbers for incr/decr ---- */
-
 /* ---- mutations ---- */
-
-static eng_status store_decision(const struct primary *pe, const struct eng_mutation *m,
-                                 const struct item *old)
-{
-    switch (m->op) {
-    case ENG_OP_ADD:
-        return old != NULL ? ENG_NOT_STORED : ENG_SUCCESS;
-    case ENG_OP_REPLACE:
-        if (old == NULL)
-            return m->cas != 0 ? ENG_NOT_FOUND : ENG_NOT_STORED;
-        return cas_condition_ok(pe, m, old) ? ENG_SUCCESS : ENG_EXISTS;
-    case ENG_OP_APPEND:
-    case ENG_OP_PREPEND:
-        if (old == NULL)
-            return ENG_NOT_STORED;
-        return cas_condition_ok(pe, m, old) ? ENG_SUCCESS : ENG_EXISTS;
-    case ENG_OP_CAS:
-        if (old == NULL)
-            return ENG_NOT_FOUND;
-        return cas_matches(pe, old, m->cas) ? ENG_SUCCESS : ENG_EXISTS;
-    default: /* SET */
-        if (m->cas == 0)
-            return ENG_SUCCESS;
-        if (old == NULL)
-            return ENG_NOT_FOUND;
-        return cas_matches(pe, old, m->cas) ? ENG_SUCCESS : ENG_EXISTS;
-    }
-}
 
 static void compose_value(const struct eng_mutation *m, const struct item *old, char *dst)
 {
@@ -363,7 +334,7 @@ static enum try_result try_store(struct primary *pe, const struct eng_mutation *
                                  struct item *old, eng_done_fn done, void *cookie,
                                  struct eng_result *res)
 {
-    eng_status st = store_decision(pe, m, old);
+    eng_status st = store_outcome(m, old != NULL, old ? old->cas : 0, pe->cas_enabled);
     if (st != ENG_SUCCESS)
         return finish_now(pe, res, st);
     bool concat = m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND;

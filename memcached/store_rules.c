@@ -1,0 +1,30 @@
+/* store_rules.c - whether a store applies (see store_rules.h). */
+#include "store_rules.h"
+
+static eng_status cas_outcome(const struct eng_mutation *m, uint64_t cas, bool cas_enabled)
+{
+    return store_cas_matches(cas_enabled, cas, m->cas) ? ENG_SUCCESS : ENG_EXISTS;
+}
+
+eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled)
+{
+    switch (m->op) {
+    case ENG_OP_ADD:
+        return found ? ENG_NOT_STORED : ENG_SUCCESS;
+    case ENG_OP_REPLACE:
+        if (!found)
+            return m->cas != 0 ? ENG_NOT_FOUND : ENG_NOT_STORED;
+        return m->cas == 0 ? ENG_SUCCESS : cas_outcome(m, cas, cas_enabled);
+    case ENG_OP_APPEND:
+    case ENG_OP_PREPEND:
+        if (!found)
+            return ENG_NOT_STORED;
+        return m->cas == 0 ? ENG_SUCCESS : cas_outcome(m, cas, cas_enabled);
+    case ENG_OP_CAS:
+        return found ? cas_outcome(m, cas, cas_enabled) : ENG_NOT_FOUND;
+    default: /* SET */
+        if (m->cas == 0)
+            return ENG_SUCCESS;
+        return found ? cas_outcome(m, cas, cas_enabled) : ENG_NOT_FOUND;
+    }
+}

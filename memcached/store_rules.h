@@ -1,0 +1,23 @@
+/* store_rules.h - memcached's rules for whether a store applies, shared by
+ * every engine: add needs the key absent, replace/append/prepend need it
+ * present, cas needs the item's cas to match, and any other store that
+ * carries a cas (the binary protocol) applies only if it matches. */
+#ifndef MC_STORE_RULES_H
+#define MC_STORE_RULES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+/* With cas disabled (-C) every comparison succeeds, as in memcached. */
+static inline bool store_cas_matches(bool cas_enabled, uint64_t have, uint64_t want)
+{
+    return !cas_enabled || have == want;
+}
+
+/* ENG_SUCCESS if store mutation m (SET..CAS) applies; otherwise the status
+ * to answer.  found: the key holds a live item, whose cas is cas. */
+eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled);
+
+#endif
