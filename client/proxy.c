@@ -502,33 +502,36 @@ static bool is_quiet(const struct bin_request *rq)
     return bin_opcode_is_quiet(rq->hdr.opcode);
 }
 
-/* The status for a library outcome of a request with this opcode. */
-static uint16_t bin_status_for(cocytus_rc r, uint8_t opcode)
+/* The engine outcome a library result stands for, so the server's own
+ * status rules (bin_status_from_engine) answer binary clients. */
+static eng_status engine_status_of(cocytus_rc r)
 {
     switch (r) {
     case COCYTUS_OK:
-        return BIN_STATUS_OK;
+        return ENG_SUCCESS;
     case COCYTUS_NOT_FOUND:
-        return BIN_STATUS_KEY_ENOENT;
+        return ENG_NOT_FOUND;
     case COCYTUS_NOT_STORED:
-        if (opcode == BIN_OP_ADD || opcode == BIN_OP_ADDQ)
-            return BIN_STATUS_KEY_EEXISTS;
-        if (opcode == BIN_OP_REPLACE || opcode == BIN_OP_REPLACEQ)
-            return BIN_STATUS_KEY_ENOENT;
-        return BIN_STATUS_NOT_STORED;
+        return ENG_NOT_STORED;
     case COCYTUS_EXISTS:
-        return BIN_STATUS_KEY_EEXISTS;
+        return ENG_EXISTS;
     case COCYTUS_TOO_LARGE:
-        return BIN_STATUS_E2BIG;
+        return ENG_TOO_LARGE;
     case COCYTUS_NON_NUMERIC:
-        return BIN_STATUS_DELTA_BADVAL;
+        return ENG_NON_NUMERIC;
     case COCYTUS_NO_MEMORY:
-        return BIN_STATUS_ENOMEM;
-    case COCYTUS_INVALID:
-        return BIN_STATUS_EINVAL;
+        return ENG_NO_MEMORY;
     default:
-        return BIN_STATUS_INTERNAL_ERROR;
+        return ENG_FAILED;
     }
+}
+
+/* The status for a library outcome of a request with this opcode. */
+static uint16_t bin_status_for(cocytus_rc r, uint8_t opcode)
+{
+    if (r == COCYTUS_INVALID)
+        return BIN_STATUS_EINVAL;
+    return bin_status_from_engine(engine_status_of(r), opcode);
 }
 
 /* An error reply for a library outcome; internal errors carry the text. */
