@@ -42,6 +42,7 @@
 #include "reclog.h"
 #include "record.h"
 #include "sender.h"
+#include "writeq.h"
 
 #define DP_EVICT_TRIES 200
 #define DP_SWEEP_BUDGET 2000
@@ -69,14 +70,6 @@ struct deferred_free {
     uint64_t tag;                 /* xid of the record that released the space */
 };
 
-struct queued {
-    struct queued *next;
-    struct eng_mutation m;        /* key/data point into buf */
-    eng_done_fn done;
-    void *cookie;
-    char buf[];
-};
-
 struct data_engine {
     struct engine base;
     struct event_base *evbase;
@@ -97,8 +90,7 @@ struct data_engine {
     uint64_t cas_counter;
     struct sender tx;             /* records, acks, stable xid, commit order */
 
-    struct queued *q_head, *q_tail;
-    size_t q_len;
+    struct writeq queue;          /* mutations waiting to be tried again */
 
     struct deferred_free *df;     /* FIFO: df[df_head .. df_len) */
     size_t df_head, df_len, df_cap;
@@ -620,45 +612,26 @@ static enum try_result try_mutation(struct data_engine *dp, const struct eng_mut
 static bool enqueue(struct data_engine *dp, const struct eng_mutation *m, eng_done_fn done,
                     void *cookie)
 {
-    struct queued *q = malloc(sizeof(*q) + m->nkey + m->nbytes);
-    if (!q)
-        return false;
-    q->next = NULL;
-    q->m = *m;
-    q->done = done;
-    q->cookie = cookie;
-    if (m->nkey)
-        memcpy(q->buf, m->key, m->nkey);
-    if (m->nbytes)
-        memcpy(q->buf + m->nkey, m->data, m->nbytes);
-    q->m.key = q->buf;
-    q->m.data = q->buf + m->nkey;
-    if (dp->q_tail)
-        dp->q_tail->next = q;
-    else
-        dp->q_head = q;
-    dp->q_tail = q;
-    dp->q_len++;
-    return true;
+    return writeq_push(&dp->queue, m, done, cookie);
+}
+
+static enum writeq_retry retry_queued(void *ctx, const struct writeq_entry *e,
+                                      struct eng_result *res)
+{
+    switch (try_mutation(ctx, &e->m, e->done, e->cookie, res)) {
+    case TRY_BLOCKED:
+        return WQ_WAIT;
+    case TRY_DONE:
+        return WQ_ANSWER;
+    default:
+        return WQ_SENT;
+    }
 }
 
 /* Retry queued mutations in order until one still has to wait. */
 static void drain_queue(struct data_engine *dp)
 {
-    while (dp->q_head) {
-        struct queued *q = dp->q_head;
-        struct eng_result res;
-        enum try_result tr = try_mutation(dp, &q->m, q->done, q->cookie, &res);
-        if (tr == TRY_BLOCKED)
-            return;
-        dp->q_head = q->next;
-        if (!dp->q_head)
-            dp->q_tail = NULL;
-        dp->q_len--;
-        if (tr == TRY_DONE && q->done)
-            q->done(q->cookie, &res);
-        free(q);
-    }
+    writeq_drain(&dp->queue, retry_queued, dp);
 }
 
 /* ---- commit ---- */
@@ -712,16 +685,7 @@ static void dp_refused(void *ctx)
     struct data_engine *dp = ctx;
     struct eng_result res = { .status = ENG_FAILED,
                               .msg = "data process restarted without its state" };
-    struct queued *q = dp->q_head;
-    dp->q_head = dp->q_tail = NULL;
-    dp->q_len = 0;
-    while (q) {
-        struct queued *next = q->next;
-        if (q->done)
-            q->done(q->cookie, &res);
-        free(q);
-        q = next;
-    }
+    writeq_fail_all(&dp->queue, &res);
 }
 
 static void dp_after_commit(void *ctx)
@@ -776,7 +740,7 @@ static eng_status dp_mutate(struct engine *eng, const struct eng_mutation *m,
                             struct eng_result *res, eng_done_fn done, void *cookie)
 {
     struct data_engine *dp = dp_of(eng);
-    if (dp->q_head) {
+    if (!writeq_empty(&dp->queue)) {
         if (!enqueue(dp, m, done, cookie)) {
             res->status = ENG_NO_MEMORY;
             return ENG_NO_MEMORY;
@@ -819,7 +783,7 @@ static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, vo
     emit(ctx, "xid", "%" PRIu64, dp->tx.xid);
     emit(ctx, "stable_xid", "%" PRIu64, dp->tx.stable);
     emit(ctx, "records_sent", "%" PRIu64, dp->tx.records_sent);
-    emit(ctx, "write_queue", "%zu", dp->q_len);
+    emit(ctx, "write_queue", "%zu", dp->queue.len);
     emit(ctx, "blocked_waits", "%" PRIu64, dp->blocked_waits);
     return true;
 }
@@ -851,7 +815,7 @@ static void sweep_visit(void *ctx, struct item *e)
  * (one record per sweep step, carrying every DEL found). */
 static void sweep_expired(struct data_engine *dp)
 {
-    if (dp->flush_inflight || dp->q_head)
+    if (dp->flush_inflight || !writeq_empty(&dp->queue))
         return;
     struct sweep_ctx sc = { .dp = dp, .n = 0 };
     assoc_scan(&dp->meta.table, &dp->sweep_cursor, DP_SWEEP_BUDGET, sweep_visit, &sc);
@@ -874,7 +838,7 @@ static void dp_tick(struct engine *eng, time_t now)
         struct eng_mutation m = { .op = ENG_OP_FLUSH };
         struct eng_result res;
         dp->flush_at = 0;
-        if (dp->q_head || try_mutation(dp, &m, NULL, NULL, &res) == TRY_BLOCKED)
+        if (!writeq_empty(&dp->queue) || try_mutation(dp, &m, NULL, NULL, &res) == TRY_BLOCKED)
             enqueue(dp, &m, NULL, NULL);
     }
     sweep_expired(dp);
@@ -916,7 +880,7 @@ static void admin_info(struct data_engine *dp, eng_write_fn write, void *ctx)
     admin_printf(write, ctx, "STAT value_bytes %" PRIu64 "\r\n", dp->meta.value_bytes);
     admin_printf(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %" PRIu64 "\r\n", dp_meta_bytes(dp),
                  engine_process_rss());
-    admin_printf(write, ctx, "STAT write_queue %zu\r\nSTAT deferred_frees %zu\r\n", dp->q_len, dp->df_len - dp->df_head);
+    admin_printf(write, ctx, "STAT write_queue %zu\r\nSTAT deferred_frees %zu\r\n", dp->queue.len, dp->df_len - dp->df_head);
     write(ctx, "END\r\n", 5);
 }
 
@@ -983,11 +947,7 @@ static void dp_destroy(struct engine *eng)
 {
     struct data_engine *dp = dp_of(eng);
     sender_destroy(&dp->tx);
-    while (dp->q_head) {
-        struct queued *q = dp->q_head;
-        dp->q_head = q->next;
-        free(q);
-    }
+    writeq_destroy(&dp->queue);
     meta_destroy(&dp->meta);
     if (dp->alloc)
         dalloc_destroy(dp->alloc);

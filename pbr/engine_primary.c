@@ -41,6 +41,7 @@
 #include "pending.h"
 #include "record.h"
 #include "sender.h"
+#include "writeq.h"
 
 /* Backpressure: bytes of records the sender may hold (sent, not yet stable
  * and committed) before new mutations wait in the queue.  FULL and SEMI use
@@ -63,14 +64,6 @@ enum try_result {
     TRY_BLOCKED    /* cannot proceed yet; stays in (or goes to) the write queue */
 };
 
-struct queued {
-    struct queued *next;
-    struct eng_mutation m;        /* key/data point into buf */
-    eng_done_fn done;
-    void *cookie;
-    char buf[];
-};
-
 /* What committing a record does to our store (copied into its pending entry). */
 struct effect {
     enum pending_kind kind;
@@ -91,8 +84,7 @@ struct primary {
     size_t max_backlog;           /* PRIMARY_MAX_BACKLOG(_ASYNC) */
     struct pending_list pending;  /* records sent, not committed */
 
-    struct queued *q_head, *q_tail;
-    size_t q_len;
+    struct writeq queue;          /* mutations waiting to be tried again */
     struct event *retry_ev;
 
     uint64_t flush_xid;           /* a FLUSH record in flight until committed */
@@ -503,55 +495,37 @@ static enum try_result try_mutation(struct primary *pe, const struct eng_mutatio
 static void arm_retry(struct primary *pe)
 {
     struct timeval tv = { 0, PRIMARY_RETRY_USEC };
-    if (pe->q_head != NULL)
+    if (!writeq_empty(&pe->queue))
         event_add(pe->retry_ev, &tv);
 }
 
 static bool enqueue(struct primary *pe, const struct eng_mutation *m, eng_done_fn done,
                     void *cookie)
 {
-    struct queued *q = malloc(sizeof(*q) + m->nkey + m->nbytes);
-    if (q == NULL)
+    if (!writeq_push(&pe->queue, m, done, cookie))
         return false;
-    q->next = NULL;
-    q->m = *m;
-    q->done = done;
-    q->cookie = cookie;
-    if (m->nkey > 0)
-        memcpy(q->buf, m->key, m->nkey);
-    if (m->nbytes > 0)
-        memcpy(q->buf + m->nkey, m->data, m->nbytes);
-    q->m.key = q->buf;
-    q->m.data = q->buf + m->nkey;
-    if (pe->q_tail != NULL)
-        pe->q_tail->next = q;
-    else
-        pe->q_head = q;
-    pe->q_tail = q;
-    pe->q_len++;
     arm_retry(pe);
     return true;
+}
+
+static enum writeq_retry retry_queued(void *ctx, const struct writeq_entry *e,
+                                      struct eng_result *res)
+{
+    switch (try_mutation(ctx, &e->m, e->done, e->cookie, res)) {
+    case TRY_BLOCKED:
+        return WQ_WAIT;
+    case TRY_DONE:
+        return WQ_ANSWER;
+    default:
+        return WQ_SENT;
+    }
 }
 
 /* Retry queued mutations in order until one still has to wait. */
 static void drain_queue(struct primary *pe)
 {
-    while (pe->q_head != NULL) {
-        struct queued *q = pe->q_head;
-        struct eng_result res;
-        enum try_result tr = try_mutation(pe, &q->m, q->done, q->cookie, &res);
-        if (tr == TRY_BLOCKED) {
-            arm_retry(pe);
-            return;
-        }
-        pe->q_head = q->next;
-        if (pe->q_head == NULL)
-            pe->q_tail = NULL;
-        pe->q_len--;
-        if (tr == TRY_DONE && q->done != NULL)
-            q->done(q->cookie, &res);
-        free(q);
-    }
+    if (!writeq_drain(&pe->queue, retry_queued, pe))
+        arm_retry(pe);
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -629,16 +603,7 @@ static void primary_refused(void *ctx)
     struct primary *pe = ctx;
     struct eng_result res = { .status = ENG_FAILED,
                               .msg = "primary restarted without its state" };
-    struct queued *q = pe->q_head;
-    pe->q_head = pe->q_tail = NULL;
-    pe->q_len = 0;
-    while (q != NULL) {
-        struct queued *next = q->next;
-        if (q->done != NULL)
-            q->done(q->cookie, &res);
-        free(q);
-        q = next;
-    }
+    writeq_fail_all(&pe->queue, &res);
 }
 
 static const struct sender_callbacks primary_sender_callbacks = {
@@ -666,7 +631,7 @@ static eng_status primary_mutate(struct engine *e, const struct eng_mutation *m,
 {
     struct primary *pe = pe_of(e);
     enum try_result tr = TRY_BLOCKED;
-    if (pe->q_head == NULL)
+    if (writeq_empty(&pe->queue))
         tr = try_mutation(pe, m, done, cookie, res);
     if (tr == TRY_DONE)
         return res->status;
@@ -698,7 +663,7 @@ static bool primary_stats(struct engine *e, const char *group, eng_stat_fn emit,
     emit(ctx, "stable_xid", "%" PRIu64, pe->tx.stable);
     emit(ctx, "committed_xid", "%" PRIu64, pe->tx.committed);
     emit(ctx, "records_sent", "%" PRIu64, pe->tx.records_sent);
-    emit(ctx, "write_queue", "%zu", pe->q_len);
+    emit(ctx, "write_queue", "%zu", pe->queue.len);
     emit(ctx, "blocked_waits", "%" PRIu64, pe->blocked_waits);
     return true;
 }
@@ -719,7 +684,7 @@ static void fire_delayed_flush(struct primary *pe)
     struct eng_mutation m = { .op = ENG_OP_FLUSH };
     struct eng_result res;
     pe->flush_armed = false;
-    if (pe->q_head != NULL || try_mutation(pe, &m, NULL, NULL, &res) == TRY_BLOCKED)
+    if (!writeq_empty(&pe->queue) || try_mutation(pe, &m, NULL, NULL, &res) == TRY_BLOCKED)
         enqueue(pe, &m, NULL, NULL);
 }
 
@@ -753,7 +718,7 @@ static void admin_info(struct primary *pe, const struct pbr_reply *r)
     pbr_reply_printf(r, "STAT meta_bytes %zu\r\n", primary_meta_bytes(pe));
     pbr_reply_printf(r, "STAT rss %" PRIu64 "\r\n", engine_process_rss());
     pbr_reply_printf(r, "STAT in_flight %zu\r\nSTAT write_queue %zu\r\n", pe->pending.count,
-                     pe->q_len);
+                     pe->queue.len);
     pbr_reply_printf(r, "STAT evictions %" PRIu64 "\r\nSTAT reclaimed %" PRIu64 "\r\n",
                      pe->evictions, pe->reclaimed);
     pbr_reply_printf(r, "END\r\n");
@@ -785,11 +750,7 @@ static void primary_destroy(struct engine *e)
 {
     struct primary *pe = pe_of(e);
     sender_destroy(&pe->tx);
-    while (pe->q_head != NULL) {
-        struct queued *q = pe->q_head;
-        pe->q_head = q->next;
-        free(q);
-    }
+    writeq_destroy(&pe->queue);
     if (pe->pending.buckets != NULL)
         pending_destroy(&pe->pending, &pe->store);
     if (pe->store.table.buckets != NULL)
