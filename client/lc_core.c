@@ -330,14 +330,16 @@ static size_t reroute_after_failure(cocytus_t *c, unsigned slot, int attempt)
 }
 
 /* An error whose text libmemcached dropped may be a MOVED: go to the slot's
- * owner in the map (fetched again if it names the server that failed).
- * False if the map still names that server: then it was a real error. */
+ * owner in the map (fetched again if it names the server that failed; that
+ * server is asked first, since it knows the map by which it refused: while
+ * a slot moves, the source holds the new map before anyone else).  False if
+ * the map still names that server: then it was a real error. */
 static bool follow_map_owner(cocytus_t *c, unsigned slot, size_t *target)
 {
     struct lc_addr failed = c->conns[*target].addr;
 
     if (lc_addr_equal(&c->conns[c->map->owner[slot]].addr, &failed))
-        lc_refresh(c, NULL, 0);
+        lc_refresh(c, &failed, 0);
     *target = c->map->owner[slot];
     return !lc_addr_equal(&c->conns[*target].addr, &failed);
 }

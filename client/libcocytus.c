@@ -87,7 +87,11 @@ void cocytus_close(cocytus_t *c)
     free(c);
 }
 
-/* Keys the servers accept: 1..250 bytes, and in ASCII no spaces or controls. */
+/* Keys: 1..250 bytes, and in ASCII no spaces or control characters.  The
+ * servers, like memcached, take control characters in text keys, but
+ * libmemcached 1.1's ASCII reply parser does not: a VALUE line whose key
+ * holds one comes back as an empty value (or a timeout in a multi-get).
+ * The binary protocol carries any key bytes; cocytus-proxy uses it. */
 static bool key_ok(cocytus_t *c, const char *key, size_t nkey)
 {
     if (key == NULL || nkey == 0 || nkey > COCYTUS_KEY_MAX) {
@@ -99,7 +103,7 @@ static bool key_ok(cocytus_t *c, const char *key, size_t nkey)
     for (size_t i = 0; i < nkey; i++) {
         unsigned char ch = (unsigned char)key[i];
         if (ch <= ' ' || ch == 0x7f) {
-            lc_set_error(c, "key contains a space or control character");
+            lc_set_error(c, "key contains a space or control character (use the binary protocol)");
             return false;
         }
     }

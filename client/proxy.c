@@ -3,10 +3,16 @@
  * request through libcocytus, so any memcached client can use a Cocytus-KV
  * cluster.
  *
- * Single-threaded libevent loop.  Requests are parsed with the server's own
- * pure parsers (text_parse(), bin_parse_request()) and served one at a time
- * with blocking library calls; replies keep request order.  A connection
- * whose unsent output passes OUT_HIGH stops being read until it drains. */
+ * Worker threads, as memcached has: the main thread accepts connections and
+ * hands each to a worker in turn; a worker runs its own libevent loop with
+ * its own libcocytus client (a client is not thread-safe) and serves its
+ * connections' requests one at a time with blocking library calls, so a
+ * slow request (a retry while a slot moves) holds up only that worker's
+ * connections.  Requests are parsed with the server's own pure parsers
+ * (text_parse(), bin_parse_request()); replies keep request order.  A
+ * connection whose unsent output passes OUT_HIGH stops being read until it
+ * drains.  Counters are per worker, updated with relaxed atomics so that
+ * `stats` on any connection can sum them. */
 #include "config.h"
 
 #include <errno.h>
@@ -18,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -38,6 +45,8 @@
 #define DEFAULT_PORT 11211
 #define DEFAULT_ITEM_MAX (1u << 20)
 #define DEFAULT_CONNECT_WAIT_S 10
+#define DEFAULT_THREADS 4
+#define MAX_THREADS 64
 #define OUT_HIGH (4u << 20)           /* stop reading a connection above this much output */
 #define ERR_TEXT_MAX 200
 
@@ -48,20 +57,43 @@ struct proxy_stats {
     uint64_t errors;
 };
 
+/* The library's counters of a worker's client, copied after every batch of
+ * requests so that other threads can read them. */
+struct lib_snapshot {
+    uint64_t requests, redirects, refreshes, retries, conn_failures;
+};
+
+struct worker;
+
 struct proxy {
-    struct event_base *base;
+    struct event_base *base;            /* the accepting thread's loop */
     struct evconnlistener *listener;
-    cocytus_t *client;
+    struct worker *workers;
+    int nworkers;
+    int next_worker;                    /* round-robin hand-off */
     size_t item_max;
     time_t started;
     int verbose;
+};
+
+/* One serving thread: its loop, its client, its connections' counters. */
+struct worker {
+    struct proxy *px;
+    int id;
+    struct event_base *base;
+    cocytus_t *client;
+    int notify[2];                      /* main -> worker: accepted fds, -1 = stop */
+    struct event *notify_ev;
+    pthread_t thread;
+    bool started;
     struct proxy_stats st;
+    struct lib_snapshot lib;
 };
 
 enum proto { PROTO_UNKNOWN, PROTO_TEXT, PROTO_BINARY };
 
 struct pconn {
-    struct proxy *px;
+    struct worker *w;
     struct bufferevent *bev;
     enum proto proto;
     size_t swallow;       /* input bytes still to discard (refused data blocks) */
@@ -79,16 +111,27 @@ struct options {
     size_t item_max;
     int wait_s;
     int verbose;
+    int threads;
 };
 
 /* ------------------------------------------------------------------ */
 /* Shared helpers                                                      */
 /* ------------------------------------------------------------------ */
 
-/* The library's last error as one safe line (no CR/LF), for replies. */
-static void error_text(const struct proxy *px, char *buf, size_t cap)
+static void stat_add(uint64_t *counter, uint64_t n)
 {
-    snprintf(buf, cap, "%s", cocytus_last_error(px->client));
+    __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
+static uint64_t stat_read(const uint64_t *counter)
+{
+    return __atomic_load_n(counter, __ATOMIC_RELAXED);
+}
+
+/* The library's last error as one safe line (no CR/LF), for replies. */
+static void error_text(const struct worker *w, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", cocytus_last_error(w->client));
     for (char *p = buf; *p; p++)
         if (*p == '\r' || *p == '\n')
             *p = ' ';
@@ -111,7 +154,7 @@ static void text_failure(struct pconn *pc, struct evbuffer *out, cocytus_rc r, b
 {
     char msg[ERR_TEXT_MAX];
 
-    pc->px->st.errors++;
+    stat_add(&pc->w->st.errors, 1);
     if (noreply)
         return;
     switch (r) {
@@ -137,7 +180,7 @@ static void text_failure(struct pconn *pc, struct evbuffer *out, cocytus_rc r, b
         text_line(out, "CLIENT_ERROR bad command line format", false);
         return;
     default:
-        error_text(pc->px, msg, sizeof(msg));
+        error_text(pc->w, msg, sizeof(msg));
         evbuffer_add_printf(out, "SERVER_ERROR %s: %s\r\n", cocytus_strerror(r), msg);
         return;
     }
@@ -191,7 +234,7 @@ static cocytus_rc text_mget(struct pconn *pc, const struct text_req *rq, struct 
         const char *p = rq->keys, *end = rq->keys + rq->nkeys_len;
         for (size_t i = 0; i < n; i++)
             text_next_key(&p, end, &keys[i], &lens[i]);
-        r = cocytus_mget(pc->px->client, keys, lens, n, sink_value, s);
+        r = cocytus_mget(pc->w->client, keys, lens, n, sink_value, s);
     }
     free(keys);
     free(lens);
@@ -206,7 +249,7 @@ static void text_get(struct pconn *pc, const struct text_req *rq, struct evbuffe
 
     if (n == 1) {
         cocytus_item_t it;
-        r = cocytus_get(pc->px->client, rq->key, rq->nkey, &it);
+        r = cocytus_get(pc->w->client, rq->key, rq->nkey, &it);
         if (r == COCYTUS_OK)
             sink_value(&s, rq->key, rq->nkey, &it);
         cocytus_item_free(&it);
@@ -215,9 +258,9 @@ static void text_get(struct pconn *pc, const struct text_req *rq, struct evbuffe
     } else {
         r = text_mget(pc, rq, &s, n);
     }
-    pc->px->st.cmd_get += n;
-    pc->px->st.get_hits += s.hits;
-    pc->px->st.get_misses += n - s.hits;
+    stat_add(&pc->w->st.cmd_get, n);
+    stat_add(&pc->w->st.get_hits, s.hits);
+    stat_add(&pc->w->st.get_misses, n - s.hits);
     if (r == COCYTUS_OK)
         text_line(out, "END", false);
     else
@@ -231,14 +274,14 @@ static void text_gat(struct pconn *pc, const struct text_req *rq, struct evbuffe
 
     while (text_next_key(&p, end, &key, &nkey)) {
         cocytus_item_t it;
-        cocytus_rc r = cocytus_gat(pc->px->client, key, nkey, rq->exptime, &it);
-        pc->px->st.cmd_get++;
-        pc->px->st.cmd_touch++;
+        cocytus_rc r = cocytus_gat(pc->w->client, key, nkey, rq->exptime, &it);
+        stat_add(&pc->w->st.cmd_get, 1);
+        stat_add(&pc->w->st.cmd_touch, 1);
         if (r == COCYTUS_OK) {
             text_value(out, key, nkey, &it, rq->cmd == TC_GATS);
-            pc->px->st.get_hits++;
+            stat_add(&pc->w->st.get_hits, 1);
         } else {
-            pc->px->st.get_misses++;
+            stat_add(&pc->w->st.get_misses, 1);
         }
         cocytus_item_free(&it);
         if (r != COCYTUS_OK && r != COCYTUS_NOT_FOUND) {
@@ -263,10 +306,10 @@ static cocytus_store_op text_store_op(enum text_cmd cmd)
 
 static void text_store(struct pconn *pc, const struct text_req *rq, struct evbuffer *out)
 {
-    cocytus_rc r = cocytus_store(pc->px->client, text_store_op(rq->cmd), rq->key, rq->nkey,
+    cocytus_rc r = cocytus_store(pc->w->client, text_store_op(rq->cmd), rq->key, rq->nkey,
                                  rq->data, (size_t)rq->vlen, rq->flags, rq->exptime, rq->cas,
                                  NULL);
-    pc->px->st.cmd_set++;
+    stat_add(&pc->w->st.cmd_set, 1);
     if (r == COCYTUS_OK)
         text_line(out, "STORED", rq->noreply);
     else
@@ -275,9 +318,9 @@ static void text_store(struct pconn *pc, const struct text_req *rq, struct evbuf
 
 static void text_delete(struct pconn *pc, const struct text_req *rq, struct evbuffer *out)
 {
-    cocytus_rc r = cocytus_delete(pc->px->client, rq->key, rq->nkey);
+    cocytus_rc r = cocytus_delete(pc->w->client, rq->key, rq->nkey);
 
-    pc->px->st.cmd_delete++;
+    stat_add(&pc->w->st.cmd_delete, 1);
     if (r == COCYTUS_OK)
         text_line(out, "DELETED", rq->noreply);
     else
@@ -288,10 +331,10 @@ static void text_arith(struct pconn *pc, const struct text_req *rq, struct evbuf
 {
     uint64_t value = 0;
     cocytus_rc r = rq->cmd == TC_INCR
-        ? cocytus_incr(pc->px->client, rq->key, rq->nkey, rq->delta, &value)
-        : cocytus_decr(pc->px->client, rq->key, rq->nkey, rq->delta, &value);
+        ? cocytus_incr(pc->w->client, rq->key, rq->nkey, rq->delta, &value)
+        : cocytus_decr(pc->w->client, rq->key, rq->nkey, rq->delta, &value);
 
-    pc->px->st.cmd_incr_decr++;
+    stat_add(&pc->w->st.cmd_incr_decr, 1);
     if (r != COCYTUS_OK)
         text_failure(pc, out, r, rq->noreply);
     else if (!rq->noreply)
@@ -300,9 +343,9 @@ static void text_arith(struct pconn *pc, const struct text_req *rq, struct evbuf
 
 static void text_touch(struct pconn *pc, const struct text_req *rq, struct evbuffer *out)
 {
-    cocytus_rc r = cocytus_touch(pc->px->client, rq->key, rq->nkey, rq->exptime);
+    cocytus_rc r = cocytus_touch(pc->w->client, rq->key, rq->nkey, rq->exptime);
 
-    pc->px->st.cmd_touch++;
+    stat_add(&pc->w->st.cmd_touch, 1);
     if (r == COCYTUS_OK)
         text_line(out, "TOUCHED", rq->noreply);
     else
@@ -311,9 +354,9 @@ static void text_touch(struct pconn *pc, const struct text_req *rq, struct evbuf
 
 static void text_flush(struct pconn *pc, const struct text_req *rq, struct evbuffer *out)
 {
-    cocytus_rc r = cocytus_flush_all(pc->px->client, rq->exptime);
+    cocytus_rc r = cocytus_flush_all(pc->w->client, rq->exptime);
 
-    pc->px->st.cmd_flush++;
+    stat_add(&pc->w->st.cmd_flush, 1);
     if (r == COCYTUS_OK)
         text_line(out, "OK", rq->noreply);
     else
@@ -330,34 +373,79 @@ static void emit_u64(stat_fn emit, void *ctx, const char *name, uint64_t v)
     emit(ctx, name, text);
 }
 
-static void proxy_stats(const struct proxy *px, stat_fn emit, void *ctx)
+/* Sums the counters of every worker (they keep changing meanwhile: the sum is
+ * a close snapshot, as memcached's stats are). */
+static void sum_stats(const struct proxy *px, struct proxy_stats *st, struct lib_snapshot *lib)
+{
+    memset(st, 0, sizeof(*st));
+    memset(lib, 0, sizeof(*lib));
+    for (int i = 0; i < px->nworkers; i++) {
+        const struct worker *w = &px->workers[i];
+        st->curr_conns += stat_read(&w->st.curr_conns);
+        st->total_conns += stat_read(&w->st.total_conns);
+        st->cmd_get += stat_read(&w->st.cmd_get);
+        st->get_hits += stat_read(&w->st.get_hits);
+        st->get_misses += stat_read(&w->st.get_misses);
+        st->cmd_set += stat_read(&w->st.cmd_set);
+        st->cmd_delete += stat_read(&w->st.cmd_delete);
+        st->cmd_incr_decr += stat_read(&w->st.cmd_incr_decr);
+        st->cmd_touch += stat_read(&w->st.cmd_touch);
+        st->cmd_flush += stat_read(&w->st.cmd_flush);
+        st->errors += stat_read(&w->st.errors);
+        lib->requests += stat_read(&w->lib.requests);
+        lib->redirects += stat_read(&w->lib.redirects);
+        lib->refreshes += stat_read(&w->lib.refreshes);
+        lib->retries += stat_read(&w->lib.retries);
+        lib->conn_failures += stat_read(&w->lib.conn_failures);
+    }
+}
+
+/* Publishes the worker's library counters for sum_stats(). */
+static void snapshot_lib(struct worker *w)
 {
     cocytus_stats_t ls;
+
+    cocytus_get_stats(w->client, &ls);
+    __atomic_store_n(&w->lib.requests, ls.requests, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->lib.redirects, ls.redirects, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->lib.refreshes, ls.refreshes, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->lib.retries, ls.retries, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->lib.conn_failures, ls.conn_failures, __ATOMIC_RELAXED);
+}
+
+/* The statistics, as seen from worker w (the map is w's client's). */
+static void proxy_stats(struct worker *w, stat_fn emit, void *ctx)
+{
+    const struct proxy *px = w->px;
+    struct proxy_stats st;
+    struct lib_snapshot lib;
     time_t now = time(NULL);
 
-    cocytus_get_stats(px->client, &ls);
+    snapshot_lib(w);
+    sum_stats(px, &st, &lib);
     emit_u64(emit, ctx, "pid", (uint64_t)getpid());
     emit_u64(emit, ctx, "uptime", (uint64_t)(now - px->started));
     emit_u64(emit, ctx, "time", (uint64_t)now);
     emit(ctx, "version", PROXY_VERSION);
-    emit_u64(emit, ctx, "curr_connections", px->st.curr_conns);
-    emit_u64(emit, ctx, "total_connections", px->st.total_conns);
-    emit_u64(emit, ctx, "cmd_get", px->st.cmd_get);
-    emit_u64(emit, ctx, "get_hits", px->st.get_hits);
-    emit_u64(emit, ctx, "get_misses", px->st.get_misses);
-    emit_u64(emit, ctx, "cmd_set", px->st.cmd_set);
-    emit_u64(emit, ctx, "cmd_delete", px->st.cmd_delete);
-    emit_u64(emit, ctx, "cmd_incr_decr", px->st.cmd_incr_decr);
-    emit_u64(emit, ctx, "cmd_touch", px->st.cmd_touch);
-    emit_u64(emit, ctx, "cmd_flush", px->st.cmd_flush);
-    emit_u64(emit, ctx, "errors", px->st.errors);
-    emit_u64(emit, ctx, "cluster_epoch", cocytus_epoch(px->client));
-    emit_u64(emit, ctx, "cluster_endpoints", cocytus_endpoint_count(px->client));
-    emit_u64(emit, ctx, "routed_requests", ls.requests);
-    emit_u64(emit, ctx, "moved_redirects", ls.redirects);
-    emit_u64(emit, ctx, "map_refreshes", ls.refreshes);
-    emit_u64(emit, ctx, "retries", ls.retries);
-    emit_u64(emit, ctx, "backend_conn_failures", ls.conn_failures);
+    emit_u64(emit, ctx, "threads", (uint64_t)px->nworkers);
+    emit_u64(emit, ctx, "curr_connections", st.curr_conns);
+    emit_u64(emit, ctx, "total_connections", st.total_conns);
+    emit_u64(emit, ctx, "cmd_get", st.cmd_get);
+    emit_u64(emit, ctx, "get_hits", st.get_hits);
+    emit_u64(emit, ctx, "get_misses", st.get_misses);
+    emit_u64(emit, ctx, "cmd_set", st.cmd_set);
+    emit_u64(emit, ctx, "cmd_delete", st.cmd_delete);
+    emit_u64(emit, ctx, "cmd_incr_decr", st.cmd_incr_decr);
+    emit_u64(emit, ctx, "cmd_touch", st.cmd_touch);
+    emit_u64(emit, ctx, "cmd_flush", st.cmd_flush);
+    emit_u64(emit, ctx, "errors", st.errors);
+    emit_u64(emit, ctx, "cluster_epoch", cocytus_epoch(w->client));
+    emit_u64(emit, ctx, "cluster_endpoints", cocytus_endpoint_count(w->client));
+    emit_u64(emit, ctx, "routed_requests", lib.requests);
+    emit_u64(emit, ctx, "moved_redirects", lib.redirects);
+    emit_u64(emit, ctx, "map_refreshes", lib.refreshes);
+    emit_u64(emit, ctx, "retries", lib.retries);
+    emit_u64(emit, ctx, "backend_conn_failures", lib.conn_failures);
 }
 
 static void text_stat_line(void *ctx, const char *name, const char *value)
@@ -371,7 +459,7 @@ static void text_stats(struct pconn *pc, const struct text_req *rq, struct evbuf
         text_line(out, "ERROR", false);     /* no stats groups behind a proxy */
         return;
     }
-    proxy_stats(pc->px, text_stat_line, out);
+    proxy_stats(pc->w, text_stat_line, out);
     text_line(out, "END", false);
 }
 
@@ -426,7 +514,7 @@ static enum step text_step(struct pconn *pc, const char *buf, size_t len, struct
 {
     struct text_req rq;
 
-    switch (text_parse(buf, len, pc->px->item_max, &rq)) {
+    switch (text_parse(buf, len, pc->w->px->item_max, &rq)) {
     case TP_NEED_MORE:
         return STEP_NEED_MORE;
     case TP_CLOSE:
@@ -541,12 +629,12 @@ static void bin_failure(struct pconn *pc, struct evbuffer *out, const struct bin
     uint16_t status = bin_status_for(r, rq->hdr.opcode);
     char msg[ERR_TEXT_MAX];
 
-    pc->px->st.errors++;
+    stat_add(&pc->w->st.errors, 1);
     if (status != BIN_STATUS_INTERNAL_ERROR) {
         bin_status(out, rq, status);
         return;
     }
-    error_text(pc->px, msg, sizeof(msg));
+    error_text(pc->w, msg, sizeof(msg));
     bin_error(out, rq, status, msg);
 }
 
@@ -556,7 +644,7 @@ static uint64_t current_cas(struct pconn *pc, const struct bin_request *rq)
     cocytus_item_t it;
     uint64_t cas = 0;
 
-    if (cocytus_get(pc->px->client, rq->key, rq->nkey, &it) == COCYTUS_OK)
+    if (cocytus_get(pc->w->client, rq->key, rq->nkey, &it) == COCYTUS_OK)
         cas = it.cas;
     cocytus_item_free(&it);
     return cas;
@@ -597,15 +685,15 @@ static void bin_get(struct pconn *pc, const struct bin_request *rq, struct evbuf
     cocytus_rc r;
 
     if (gat)
-        r = cocytus_gat(pc->px->client, rq->key, rq->nkey, bin_load32(rq->extras), &it);
+        r = cocytus_gat(pc->w->client, rq->key, rq->nkey, bin_load32(rq->extras), &it);
     else
-        r = cocytus_get(pc->px->client, rq->key, rq->nkey, &it);
-    pc->px->st.cmd_get++;
+        r = cocytus_get(pc->w->client, rq->key, rq->nkey, &it);
+    stat_add(&pc->w->st.cmd_get, 1);
     if (r == COCYTUS_OK) {
-        pc->px->st.get_hits++;
+        stat_add(&pc->w->st.get_hits, 1);
         bin_value(out, rq, with_key, &it);
     } else if (r == COCYTUS_NOT_FOUND) {
-        pc->px->st.get_misses++;
+        stat_add(&pc->w->st.get_misses, 1);
         if (!is_quiet(rq))
             bin_miss(out, rq, with_key);
     } else {
@@ -641,10 +729,10 @@ static void bin_store(struct pconn *pc, const struct bin_request *rq, struct evb
         flags = bin_load32(rq->extras);
         exptime = bin_load32(rq->extras + 4);
     }
-    cocytus_rc r = cocytus_store(pc->px->client, bin_store_op(rq), rq->key, rq->nkey,
+    cocytus_rc r = cocytus_store(pc->w->client, bin_store_op(rq), rq->key, rq->nkey,
                                  rq->value, rq->nvalue, flags, (int32_t)exptime, rq->hdr.cas,
                                  quiet ? NULL : &cas);
-    pc->px->st.cmd_set++;
+    stat_add(&pc->w->st.cmd_set, 1);
     if (r != COCYTUS_OK)
         bin_failure(pc, out, rq, r);
     else if (!quiet)
@@ -653,9 +741,9 @@ static void bin_store(struct pconn *pc, const struct bin_request *rq, struct evb
 
 static void bin_delete(struct pconn *pc, const struct bin_request *rq, struct evbuffer *out)
 {
-    cocytus_rc r = cocytus_delete(pc->px->client, rq->key, rq->nkey);
+    cocytus_rc r = cocytus_delete(pc->w->client, rq->key, rq->nkey);
 
-    pc->px->st.cmd_delete++;
+    stat_add(&pc->w->st.cmd_delete, 1);
     if (r != COCYTUS_OK)
         bin_failure(pc, out, rq, r);
     else if (!is_quiet(rq))
@@ -673,12 +761,12 @@ static void bin_arith(struct pconn *pc, const struct bin_request *rq, struct evb
     cocytus_rc r;
 
     if (exptime == BIN_ARITH_NO_CREATE)
-        r = decr ? cocytus_decr(pc->px->client, rq->key, rq->nkey, delta, &value)
-                 : cocytus_incr(pc->px->client, rq->key, rq->nkey, delta, &value);
+        r = decr ? cocytus_decr(pc->w->client, rq->key, rq->nkey, delta, &value)
+                 : cocytus_incr(pc->w->client, rq->key, rq->nkey, delta, &value);
     else
-        r = cocytus_arith_init(pc->px->client, decr, rq->key, rq->nkey, delta, initial,
+        r = cocytus_arith_init(pc->w->client, decr, rq->key, rq->nkey, delta, initial,
                                (int32_t)exptime, &value);
-    pc->px->st.cmd_incr_decr++;
+    stat_add(&pc->w->st.cmd_incr_decr, 1);
     if (r != COCYTUS_OK) {
         bin_failure(pc, out, rq, r);
         return;
@@ -693,10 +781,10 @@ static void bin_arith(struct pconn *pc, const struct bin_request *rq, struct evb
 
 static void bin_touch(struct pconn *pc, const struct bin_request *rq, struct evbuffer *out)
 {
-    cocytus_rc r = cocytus_touch(pc->px->client, rq->key, rq->nkey,
+    cocytus_rc r = cocytus_touch(pc->w->client, rq->key, rq->nkey,
                                  (int32_t)bin_load32(rq->extras));
 
-    pc->px->st.cmd_touch++;
+    stat_add(&pc->w->st.cmd_touch, 1);
     if (r != COCYTUS_OK)
         bin_failure(pc, out, rq, r);
     else
@@ -706,9 +794,9 @@ static void bin_touch(struct pconn *pc, const struct bin_request *rq, struct evb
 static void bin_flush(struct pconn *pc, const struct bin_request *rq, struct evbuffer *out)
 {
     int64_t delay = rq->hdr.extlen == BIN_EXTRAS_TOUCH ? (int32_t)bin_load32(rq->extras) : 0;
-    cocytus_rc r = cocytus_flush_all(pc->px->client, delay);
+    cocytus_rc r = cocytus_flush_all(pc->w->client, delay);
 
-    pc->px->st.cmd_flush++;
+    stat_add(&pc->w->st.cmd_flush, 1);
     if (r != COCYTUS_OK)
         bin_failure(pc, out, rq, r);
     else if (!is_quiet(rq))
@@ -738,7 +826,7 @@ static void bin_stat(struct pconn *pc, const struct bin_request *rq, struct evbu
         bin_status(out, rq, BIN_STATUS_KEY_ENOENT);   /* no stats groups behind a proxy */
         return;
     }
-    proxy_stats(pc->px, bin_stat_packet, &s);
+    proxy_stats(pc->w, bin_stat_packet, &s);
     bin_ok(out, rq, 0);
 }
 
@@ -802,7 +890,7 @@ static enum step bin_step(struct pconn *pc, const char *buf, size_t len, struct 
 {
     struct bin_request rq;
 
-    switch (bin_parse_request(buf, len, bin_max_body(pc->px->item_max), &rq)) {
+    switch (bin_parse_request(buf, len, bin_max_body(pc->w->px->item_max), &rq)) {
     case BIN_PARSE_NEED_MORE:
         return STEP_NEED_MORE;
     case BIN_PARSE_BAD_MAGIC:
@@ -833,7 +921,7 @@ static enum step bin_step(struct pconn *pc, const char *buf, size_t len, struct 
 
 static void pconn_free(struct pconn *pc)
 {
-    pc->px->st.curr_conns--;
+    __atomic_fetch_sub(&pc->w->st.curr_conns, 1, __ATOMIC_RELAXED);
     bufferevent_free(pc->bev);
     free(pc);
 }
@@ -878,6 +966,7 @@ static void process_input(struct pconn *pc)
         if (st == STEP_CLOSE)
             pc->closing = true;
     }
+    snapshot_lib(pc->w);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -911,32 +1000,83 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         pconn_free(pc);
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg)
+/* A worker takes over an accepted socket. */
+static void worker_adopt(struct worker *w, evutil_socket_t fd)
 {
-    struct proxy *px = arg;
     struct pconn *pc = calloc(1, sizeof(*pc));
     int one = 1;
 
-    (void)l;
-    (void)sa;
-    (void)salen;
     if (pc == NULL) {
         evutil_closesocket(fd);
         return;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    pc->px = px;
-    pc->bev = bufferevent_socket_new(px->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    evutil_make_socket_nonblocking(fd);
+    pc->w = w;
+    pc->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (pc->bev == NULL) {
         evutil_closesocket(fd);
         free(pc);
         return;
     }
-    px->st.curr_conns++;
-    px->st.total_conns++;
+    stat_add(&w->st.curr_conns, 1);
+    stat_add(&w->st.total_conns, 1);
     bufferevent_setcb(pc->bev, on_read, on_write, on_event, pc);
     bufferevent_enable(pc->bev, EV_READ | EV_WRITE);
+}
+
+/* The worker's notify pipe: accepted sockets, or -1 to stop. */
+static void on_notify(evutil_socket_t pfd, short what, void *arg)
+{
+    struct worker *w = arg;
+    int fds[64];
+
+    (void)what;
+    ssize_t n = read(pfd, fds, sizeof(fds));
+    if (n <= 0)
+        return;
+    for (ssize_t i = 0; i < n / (ssize_t)sizeof(int); i++) {
+        if (fds[i] < 0)
+            event_base_loopexit(w->base, NULL);
+        else
+            worker_adopt(w, fds[i]);
+    }
+}
+
+/* Hands fd (or -1: stop) to worker w.  A pipe write of one int is atomic. */
+static bool worker_notify(struct worker *w, int fd)
+{
+    ssize_t n;
+
+    do
+        n = write(w->notify[1], &fd, sizeof(fd));
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof(fd);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    struct proxy *px = arg;
+    struct worker *w = &px->workers[px->next_worker];
+
+    (void)l;
+    (void)sa;
+    (void)salen;
+    px->next_worker = (px->next_worker + 1) % px->nworkers;
+    if (!worker_notify(w, fd)) {
+        fprintf(stderr, "cocytus-proxy: cannot hand a connection to worker %d: %s\n", w->id,
+                strerror(errno));
+        evutil_closesocket(fd);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+
+    event_base_dispatch(w->base);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -950,14 +1090,17 @@ static void usage(FILE *f)
             "  -s, --seeds LIST      cluster servers to fetch the slot map from (required)\n"
             "  -p, --port PORT       port to listen on (default %d)\n"
             "  -l, --listen ADDR     address to listen on (default 127.0.0.1)\n"
-            "  -B, --binary-backend  speak the binary protocol to the servers (default ASCII)\n"
+            "  -B, --binary-backend  speak the binary protocol to the servers (the default)\n"
+            "  -A, --ascii-backend   speak the ASCII protocol to the servers instead (keys\n"
+            "                        with control characters are then refused)\n"
             "  -t, --timeout MS      per-request server timeout (default 1000)\n"
             "  -r, --attempts N      tries per request before an error (default 8)\n"
             "  -I, --max-item BYTES  largest value accepted (default %u)\n"
             "  -W, --wait SECONDS    keep trying the seeds this long at start (default %d)\n"
+            "  -T, --threads N       worker threads, each with its own cluster client (default %d)\n"
             "  -v, --verbose         log connections and map changes\n"
             "  -h, --help\n",
-            DEFAULT_PORT, DEFAULT_ITEM_MAX, DEFAULT_CONNECT_WAIT_S);
+            DEFAULT_PORT, DEFAULT_ITEM_MAX, DEFAULT_CONNECT_WAIT_S, DEFAULT_THREADS);
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out)
@@ -979,10 +1122,12 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "port", required_argument, NULL, 'p' },
         { "listen", required_argument, NULL, 'l' },
         { "binary-backend", no_argument, NULL, 'B' },
+        { "ascii-backend", no_argument, NULL, 'A' },
         { "timeout", required_argument, NULL, 't' },
         { "attempts", required_argument, NULL, 'r' },
         { "max-item", required_argument, NULL, 'I' },
         { "wait", required_argument, NULL, 'W' },
+        { "threads", required_argument, NULL, 'T' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -990,11 +1135,12 @@ static int parse_args(int argc, char **argv, struct options *o)
     int ch;
     long v;
 
-    while ((ch = getopt_long(argc, argv, "s:p:l:Bt:r:I:W:vh", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:p:l:BAt:r:I:W:T:vh", longopts, NULL)) != -1) {
         switch (ch) {
         case 's': o->seeds = optarg; break;
         case 'l': o->addr = optarg; break;
         case 'B': o->lib.binary = 1; break;
+        case 'A': o->lib.binary = 0; break;
         case 'v': o->verbose++; break;
         case 'h': usage(stdout); return 2;
         case 'p':
@@ -1021,6 +1167,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (!parse_int(optarg, 0, 3600, &v))
                 return 1;
             o->wait_s = (int)v;
+            break;
+        case 'T':
+            if (!parse_int(optarg, 1, MAX_THREADS, &v))
+                return 1;
+            o->threads = (int)v;
             break;
         default:
             return 1;
@@ -1077,13 +1228,79 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 static void log_map(const struct proxy *px)
 {
     char ep[300];
-    size_t n = cocytus_endpoint_count(px->client);
+    const cocytus_t *c = px->workers[0].client;
+    size_t n = cocytus_endpoint_count(c);
 
     fprintf(stderr, "cocytus-proxy: map epoch %" PRIu64 ", %zu endpoint(s)\n",
-            cocytus_epoch(px->client), n);
+            cocytus_epoch(c), n);
     for (size_t i = 0; i < n && px->verbose; i++)
-        if (cocytus_endpoint(px->client, i, ep, sizeof(ep)) == 0)
+        if (cocytus_endpoint(c, i, ep, sizeof(ep)) == 0)
             fprintf(stderr, "  %zu %s\n", i, ep);
+}
+
+/* Creates worker i: its client (the first one waits for the cluster up to
+ * wait_s; the others find it up), loop and notify pipe. */
+static bool worker_init(struct proxy *px, int i, const struct options *o)
+{
+    struct worker *w = &px->workers[i];
+    struct options once = *o;
+
+    w->px = px;
+    w->id = i;
+    w->notify[0] = w->notify[1] = -1;
+    if (i > 0)
+        once.wait_s = 0;
+    w->client = connect_cluster(&once);
+    if (w->client == NULL)
+        return false;
+    w->base = event_base_new();
+    if (w->base == NULL || pipe(w->notify) < 0) {
+        fprintf(stderr, "cocytus-proxy: cannot set up worker %d: %s\n", i, strerror(errno));
+        return false;
+    }
+    w->notify_ev = event_new(w->base, w->notify[0], EV_READ | EV_PERSIST, on_notify, w);
+    return w->notify_ev != NULL && event_add(w->notify_ev, NULL) == 0;
+}
+
+static void worker_free(struct worker *w)
+{
+    if (w->notify_ev)
+        event_free(w->notify_ev);
+    if (w->base)
+        event_base_free(w->base);
+    if (w->notify[0] >= 0)
+        close(w->notify[0]);
+    if (w->notify[1] >= 0)
+        close(w->notify[1]);
+    cocytus_close(w->client);
+}
+
+/* Starts the worker threads; false (with those started stopped) on failure. */
+static bool workers_start(struct proxy *px)
+{
+    for (int i = 0; i < px->nworkers; i++) {
+        int rc = pthread_create(&px->workers[i].thread, NULL, worker_main, &px->workers[i]);
+        if (rc != 0) {
+            fprintf(stderr, "cocytus-proxy: cannot start worker %d: %s\n", i, strerror(rc));
+            return false;
+        }
+        px->workers[i].started = true;
+    }
+    return true;
+}
+
+/* Tells every running worker to stop and waits for it.  Connections still
+ * open are dropped with the worker's loop. */
+static void workers_stop(struct proxy *px)
+{
+    for (int i = 0; i < px->nworkers; i++)
+        if (px->workers[i].started)
+            worker_notify(&px->workers[i], -1);
+    for (int i = 0; i < px->nworkers; i++)
+        if (px->workers[i].started) {
+            pthread_join(px->workers[i].thread, NULL);
+            px->workers[i].started = false;
+        }
 }
 
 static int run(struct proxy *px, const struct options *o)
@@ -1099,8 +1316,11 @@ static int run(struct proxy *px, const struct options *o)
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
     log_map(px);
-    fprintf(stderr, "cocytus-proxy: listening on %s:%d\n", o->addr, o->port);
-    event_base_dispatch(px->base);
+    fprintf(stderr, "cocytus-proxy: listening on %s:%d with %d worker thread(s)\n", o->addr,
+            o->port, px->nworkers);
+    if (workers_start(px))
+        event_base_dispatch(px->base);
+    workers_stop(px);
     event_free(sigint);
     event_free(sigterm);
     evconnlistener_free(px->listener);
@@ -1110,11 +1330,15 @@ static int run(struct proxy *px, const struct options *o)
 int main(int argc, char **argv)
 {
     struct options o = { "127.0.0.1", DEFAULT_PORT, NULL, { 0 }, DEFAULT_ITEM_MAX,
-                         DEFAULT_CONNECT_WAIT_S, 0 };
+                         DEFAULT_CONNECT_WAIT_S, 0, DEFAULT_THREADS };
     struct proxy px;
-    int rc;
+    int rc = 1;
 
     cocytus_options_init(&o.lib);
+    /* Binary to the servers by default: it carries every key a memcached
+     * client may send (libmemcached's ASCII reply parser mangles keys with
+     * control characters). */
+    o.lib.binary = 1;
     rc = parse_args(argc, argv, &o);
     if (rc != 0) {
         if (rc == 1)
@@ -1126,13 +1350,23 @@ int main(int argc, char **argv)
     px.item_max = o.item_max;
     px.verbose = o.verbose;
     px.started = time(NULL);
-    px.client = connect_cluster(&o);
-    if (px.client == NULL)
+    px.workers = calloc((size_t)o.threads, sizeof(*px.workers));
+    if (px.workers == NULL)
         return 1;
-    px.base = event_base_new();
-    rc = px.base ? run(&px, &o) : 1;
+    rc = 0;
+    for (int i = 0; i < o.threads && rc == 0; i++) {
+        px.nworkers = i + 1;
+        if (!worker_init(&px, i, &o))
+            rc = 1;
+    }
+    if (rc == 0) {
+        px.base = event_base_new();
+        rc = px.base ? run(&px, &o) : 1;
+    }
     if (px.base)
         event_base_free(px.base);
-    cocytus_close(px.client);
+    for (int i = 0; i < px.nworkers; i++)
+        worker_free(&px.workers[i]);
+    free(px.workers);
     return rc;
 }

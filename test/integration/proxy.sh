@@ -146,6 +146,32 @@ run_mode() {
     echo "ok: memccapable $mode to $what: $passes/$EXPECTED_PASSES passed"
 }
 
+# concurrent_load WHAT: memcaslap with 8 connections on the proxy's worker
+# threads for 3 s, every value read checked (its keys hold control
+# characters: the proxy must carry them).  Misses are allowed (small memory,
+# values up to 1 MB evict); a wrong value is not.
+concurrent_load() {
+    local what=$1 output failed gets
+    local slap_bin
+    slap_bin=$(command -v memcaslap || command -v memcslap || true)
+    if [ -z "$slap_bin" ]; then
+        echo "note: memcaslap not installed; concurrent load skipped"
+        return 0
+    fi
+    echo "== memcaslap, 8 connections, through cocytus-proxy to $what"
+    output=$(timeout 30 "$slap_bin" -s "127.0.0.1:$proxy_port" -c 8 -T 2 -t 3s -v 1 2>&1)
+    failed=$(printf '%s\n' "$output" | awk '/^verify_failed:/ { print $2 }')
+    gets=$(printf '%s\n' "$output" | awk '/^cmd_get:/ { print $2 }')
+    printf '%s\n' "$output" | grep -E '^(cmd_get|cmd_set|verify_misses|verify_failed|Run time)' 
+    if [ -z "$gets" ] || [ "$gets" -eq 0 ] || [ "${failed:-1}" -ne 0 ] \
+        || printf '%s\n' "$output" | grep -q 'CLIENT_ERROR\|SERVER_ERROR'; then
+        echo "FAIL: memcaslap through the proxy to $what: gets=${gets:-?} verify_failed=${failed:-?}"
+        failures=$((failures + 1))
+        return 1
+    fi
+    echo "ok: memcaslap through the proxy to $what: $gets gets, none wrong"
+}
+
 # --- 1. a plain server -------------------------------------------------------
 if start_server && start_proxy "127.0.0.1:$server_port"; then
     run_mode "a plain server" -a
@@ -177,6 +203,7 @@ if [ "$up" -eq 1 ]; then
     if start_proxy "$seeds"; then
         run_mode "a $NODES-node plain cluster" -a
         run_mode "a $NODES-node plain cluster" -b
+        concurrent_load "a $NODES-node plain cluster"
     else
         failures=$((failures + 1))
     fi

@@ -1316,8 +1316,9 @@ static pid_t start_proxy(int *port)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
+        /* -A: the fake cluster speaks only the text protocol. */
         execl(path, path, "-p", port_text, "-l", "127.0.0.1", "--seeds", fake.seed,
-              "-W", "0", (char *)NULL);
+              "-W", "0", "-A", (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
         _exit(127);
     }
