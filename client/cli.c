@@ -1,8 +1,10 @@
 /* cli.c - cocytus-cli, the admin tool of a Cocytus-KV cluster: option
  * parsing, loading the process list, and dispatch to the commands
- * (status, mem, verify, decode-check, map).  The map command is here: it
- * fetches `config get cluster` from every process (docs/routing.md).  See
- * docs/cli.md. */
+ * (status, mem, verify, decode-check, map, move).  The map command is
+ * here: it fetches `config get cluster` from every process
+ * (docs/routing.md); so are the coordinator's parts: `move` and the
+ * membership half of `status` (`cocytus move`, `cocytus moves`, `cocytus
+ * status` on the coordinator).  See docs/cli.md. */
 #include "config.h"
 
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "admin.h"
 #include "cli.h"
@@ -21,6 +24,9 @@
 #define DEFAULT_TIMEOUT_MS 5000
 #define DEFAULT_QUIET_MS 2000
 #define DEFAULT_CHUNK (1u << 20)
+#define MOVE_POLL_MS 100
+#define MOVE_WAIT_TIMEOUTS 12       /* move waits up to 12 x --timeout for the outcome */
+#define COORD_LINE_MAX 512
 
 static void usage(FILE *out)
 {
@@ -32,6 +38,8 @@ static void usage(FILE *out)
         "  verify         backup metadata and parity of every coding group are right\n"
         "  decode-check   every K of N regions decode to the others (offline recovery)\n"
         "  map            the slot map (config get cluster) and whether every process has it\n"
+        "  move SLOT GROUP [INDEX]\n"
+        "                 move a slot to a group's serving process (through the coordinator)\n"
         "options:\n"
         "  --dir DIR        cluster directory with the endpoints file (default " DEFAULT_DIR ")\n"
         "  --cluster FILE   take the processes from a cluster file instead\n"
@@ -142,11 +150,20 @@ static int parse_args(int argc, char **argv, struct args *a)
             return -1;
         }
     }
-    if (optind != argc - 1) {
-        fprintf(stderr, "cocytus-cli: %s\n", optind >= argc ? "no command given"
-                                                             : "one command at a time");
+    if (optind >= argc) {
+        fprintf(stderr, "cocytus-cli: no command given\n");
         return -1;
     }
+    /* Only move takes arguments. */
+    bool is_move = strcmp(argv[optind], "move") == 0;
+    int nargs = argc - optind - 1;
+    if (is_move ? (nargs < 2 || nargs > 3) : nargs != 0) {
+        fprintf(stderr, "cocytus-cli: %s\n", is_move ? "usage: move SLOT GROUP [INDEX]"
+                                                     : "one command at a time");
+        return -1;
+    }
+    a->o.args = argv + optind + 1;
+    a->o.nargs = nargs;
     if (a->dir != NULL && a->cluster != NULL) {
         fprintf(stderr, "cocytus-cli: give --dir or --cluster, not both\n");
         return -1;
@@ -301,6 +318,201 @@ static int cmd_map(const struct proc_list *l, const struct cli_opts *o)
     return answered == 0 ? CLI_UNREACHABLE : code;
 }
 
+/* ---- the coordinator: status, move ---- */
+
+/* Without a coordinator: the epoch of the first process that answers
+ * `config get cluster`. */
+static int print_map_epoch(const struct proc_list *l, const struct cli_opts *o)
+{
+    struct slotmap *m = calloc(1, sizeof *m);
+    char err[ADMIN_ERR_MAX + 64];
+    for (int i = 0; m && i < l->n; i++) {
+        const struct proc_info *p = &l->v[i];
+        if (fetch_map(p, o->timeout_ms, m, err, sizeof err) < 0)
+            continue;
+        printf("epoch %llu (map of %s:%d; no coordinator)\n", (unsigned long long)m->epoch,
+               p->host, p->port);
+        slotmap_free(m);
+        free(m);
+        return CLI_OK;
+    }
+    free(m);
+    printf("epoch unknown: no process answers config get cluster\n");
+    return CLI_UNREACHABLE;
+}
+
+/* Counts "alive", "dead", "unknown" in a `proc ...` status line. */
+static void count_state(const char *line, int *alive, int *dead, int *unknown)
+{
+    if (strstr(line, " alive pid="))
+        (*alive)++;
+    else if (strstr(line, " dead pid="))
+        (*dead)++;
+    else
+        (*unknown)++;
+}
+
+#define COORD_PROCS_MAX 4096
+
+/* `cocytus status` of the coordinator: a summary line, then its proc lines. */
+static int print_coordinator_status(const struct cli_opts *o)
+{
+    struct admin_conn *c = malloc(sizeof *c);
+    char line[COORD_LINE_MAX];
+    unsigned long long epoch;
+    if (!c)
+        return CLI_UNREACHABLE;
+    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms) < 0 ||
+        admin_send_line(c, "cocytus status") < 0 || admin_read_line(c, line, sizeof line) < 0) {
+        printf("coordinator %s:%d: NOT ANSWERING (%s)\n", o->coord_host, o->coord_port, c->err);
+        admin_close(c);
+        free(c);
+        return CLI_UNREACHABLE;
+    }
+    if (sscanf(line, "epoch %llu", &epoch) != 1) {
+        printf("coordinator %s:%d: answered '%.80s'\n", o->coord_host, o->coord_port, line);
+        admin_close(c);
+        free(c);
+        return CLI_UNREACHABLE;
+    }
+    char (*procs)[COORD_LINE_MAX] = malloc(sizeof(*procs) * COORD_PROCS_MAX);
+    int n = 0, alive = 0, dead = 0, unknown = 0, code = CLI_OK;
+    while (procs && admin_read_line(c, line, sizeof line) == 0 && strcmp(line, "END") != 0) {
+        if (strncmp(line, "proc ", 5) != 0 || n == COORD_PROCS_MAX)
+            continue;
+        snprintf(procs[n++], COORD_LINE_MAX, "%s", line);
+        count_state(line, &alive, &dead, &unknown);
+    }
+    if (!procs || strcmp(line, "END") != 0) {
+        printf("coordinator %s:%d: incomplete status (%s)\n", o->coord_host, o->coord_port,
+               procs ? c->err : "out of memory");
+        code = CLI_UNREACHABLE;
+    } else {
+        printf("coordinator %s:%d: epoch %llu, %d alive, %d dead, %d unknown\n", o->coord_host,
+               o->coord_port, epoch, alive, dead, unknown);
+        for (int i = 0; i < n; i++)
+            printf("%s\n", procs[i]);
+        if (dead || unknown)
+            code = CLI_UNREACHABLE;
+    }
+    free(procs);
+    admin_close(c);
+    free(c);
+    return code;
+}
+
+int cli_cluster_status(const struct proc_list *l, const struct cli_opts *o)
+{
+    if (o->coord_port <= 0)
+        return print_map_epoch(l, o);
+    return print_coordinator_status(o);
+}
+
+static bool all_digits(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+/* Our move's line in `cocytus moves` ("move <slot> <from> <to> <epoch>
+ * <state> [why]"), the last one that matches.  0 found, 1 not listed, -1
+ * no answer. */
+static int find_move(struct admin_conn *c, unsigned long slot, unsigned long long epoch,
+                     char *out, size_t cap)
+{
+    char line[COORD_LINE_MAX];
+    int rc = 1;
+    if (admin_send_line(c, "cocytus moves") < 0)
+        return -1;
+    for (;;) {
+        if (admin_read_line(c, line, sizeof line) < 0)
+            return -1;
+        if (strcmp(line, "END") == 0)
+            return rc;
+        unsigned long s;
+        unsigned long long e;
+        char from[128], to[128];
+        if (sscanf(line, "move %lu %127s %127s %llu", &s, from, to, &e) == 4 && s == slot &&
+            e == epoch) {
+            snprintf(out, cap, "%s", line);
+            rc = 0;
+        }
+    }
+}
+
+/* Wait for the outcome of the move of slot to epoch. */
+static int wait_for_move(struct admin_conn *c, unsigned long slot, unsigned long long epoch,
+                         const struct cli_opts *o)
+{
+    char line[COORD_LINE_MAX] = "";
+    long waited = 0, limit = (long)o->timeout_ms * MOVE_WAIT_TIMEOUTS;
+    for (;;) {
+        int rc = find_move(c, slot, epoch, line, sizeof line);
+        if (rc < 0) {
+            printf("move: lost the coordinator (%s)\n", c->err);
+            return CLI_UNREACHABLE;
+        }
+        if (rc == 0 && !strstr(line, " running")) {
+            printf("%s\n", line);
+            return strstr(line, " done") ? CLI_OK : CLI_MISMATCH;
+        }
+        if (waited >= limit) {
+            printf("move: still running after %ld ms: %s\n", waited, line);
+            return CLI_UNREACHABLE;
+        }
+        struct timespec ts = { .tv_sec = 0, .tv_nsec = MOVE_POLL_MS * 1000000L };
+        nanosleep(&ts, NULL);
+        waited += MOVE_POLL_MS;
+    }
+}
+
+/* move SLOT GROUP [INDEX]: ask the coordinator, then wait for the outcome. */
+int cmd_move(const struct proc_list *l, const struct cli_opts *o)
+{
+    char request[128], line[COORD_LINE_MAX];
+    (void)l;
+    for (int i = 0; i < o->nargs; i++) {
+        if (!all_digits(o->args[i]) || strlen(o->args[i]) > 10) {
+            fprintf(stderr, "cocytus-cli: move: '%s' is not a number\n", o->args[i]);
+            return CLI_USAGE;
+        }
+    }
+    if (o->coord_port <= 0) {
+        fprintf(stderr, "cocytus-cli: move needs the coordinator, and this cluster has none "
+                "(no DIR/coordinator file or coordinator line)\n");
+        return CLI_USAGE;
+    }
+    snprintf(request, sizeof request, "cocytus move %s %s%s%s", o->args[0], o->args[1],
+             o->nargs == 3 ? " " : "", o->nargs == 3 ? o->args[2] : "");
+    struct admin_conn *c = malloc(sizeof *c);
+    if (!c)
+        return CLI_UNREACHABLE;
+    int code;
+    unsigned long slot;
+    unsigned long long epoch;
+    const char *ep;
+    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms) < 0 ||
+        admin_send_line(c, request) < 0 || admin_read_line(c, line, sizeof line) < 0) {
+        printf("move: coordinator %s:%d not answering (%s)\n", o->coord_host, o->coord_port,
+               c->err);
+        code = CLI_UNREACHABLE;
+    } else if (strncmp(line, "OK moving ", 10) != 0 || sscanf(line + 10, "%lu", &slot) != 1 ||
+               (ep = strstr(line, " epoch ")) == NULL || sscanf(ep, " epoch %llu", &epoch) != 1) {
+        printf("move refused: %s\n", line);
+        code = CLI_MISMATCH;
+    } else {
+        printf("%s\n", line);
+        code = wait_for_move(c, slot, epoch, o);
+    }
+    admin_close(c);
+    free(c);
+    return code;
+}
+
 typedef int (*command_fn)(const struct proc_list *l, const struct cli_opts *o);
 
 static command_fn find_command(const char *name)
@@ -311,6 +523,7 @@ static command_fn find_command(const char *name)
         { "verify", cmd_verify },
         { "decode-check", cmd_decode_check },
         { "map", cmd_map },
+        { "move", cmd_move },
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(name, commands[i].name) == 0)
@@ -343,6 +556,12 @@ int main(int argc, char **argv)
         procs_free(&procs);
         return CLI_USAGE;
     }
+    rc = procs_coordinator(a.dir ? a.dir : DEFAULT_DIR, a.cluster, a.o.coord_host,
+                           sizeof a.o.coord_host, &a.o.coord_port, err, sizeof err);
+    if (rc < 0)
+        fprintf(stderr, "cocytus-cli: %s; going on without the coordinator\n", err);
+    if (rc <= 0)
+        a.o.coord_port = 0;
     int code = fn(&procs, &a.o);
     procs_free(&procs);
     return code;

@@ -23,11 +23,22 @@ struct cli_opts {
     int quiet_ms;           /* how long to wait for a quiescent group */
     int group;              /* only this group (-1: all) */
     uint64_t chunk;         /* bytes fetched per region request */
+    char coord_host[PROC_HOST_MAX]; /* the coordinator, when coord_port > 0 */
+    int coord_port;
+    char *const *args;      /* words after the command (move) */
+    int nargs;
 };
 
 int cmd_verify(const struct proc_list *l, const struct cli_opts *o);
 int cmd_decode_check(const struct proc_list *l, const struct cli_opts *o);
 int cmd_mem(const struct proc_list *l, const struct cli_opts *o);
 int cmd_status(const struct proc_list *l, const struct cli_opts *o);
+int cmd_move(const struct proc_list *l, const struct cli_opts *o);
+
+/* status, cluster part (cli.c): the epoch, and with a coordinator each
+ * process's liveness as the coordinator sees it.  Returns CLI_OK, or
+ * CLI_UNREACHABLE when the coordinator does not answer or a process is
+ * not alive. */
+int cli_cluster_status(const struct proc_list *l, const struct cli_opts *o);
 
 #endif

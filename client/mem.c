@@ -4,7 +4,8 @@
  * `cocytus info`; RSS falls back to VmRSS of the endpoints pid in /proc),
  * then totals per role and overall, and with --raw-bytes N the ratio of
  * total RSS to N raw value bytes.
- * status: whether each process answers, with its xids and item count. */
+ * status: whether each process answers, with its xids and item count,
+ * then the epoch and the coordinator's view of membership (cli.c). */
 #include "cli.h"
 
 #include <inttypes.h>
@@ -203,5 +204,6 @@ int cmd_status(const struct proc_list *l, const struct cli_opts *o)
         admin_close(c);
     }
     free(c);
-    return code;
+    int cluster_code = cli_cluster_status(l, o);
+    return code != CLI_OK ? code : cluster_code;
 }

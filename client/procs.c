@@ -138,6 +138,49 @@ int procs_from_cluster(const char *path, struct proc_list *out, char *err, size_
     return rc;
 }
 
+static int coordinator_from_dir(const char *dir, char *host, size_t hostcap, int *port,
+                                char *err, size_t errlen)
+{
+    char path[4096], line[ENDPOINT_LINE_MAX];
+    snprintf(path, sizeof path, "%s/coordinator", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (!got || !split_hostport(line, host, hostcap, port)) {
+        snprintf(err, errlen, "%s does not hold <host>:<port>", path);
+        return -1;
+    }
+    return 1;
+}
+
+static int coordinator_from_cluster(const char *path, char *host, size_t hostcap, int *port,
+                                    char *err, size_t errlen)
+{
+    struct cluster c;
+    memset(&c, 0, sizeof c);
+    if (cluster_load(path, &c, err, errlen) < 0)
+        return -1;
+    int rc = 0;
+    if (c.has_coordinator) {
+        snprintf(host, hostcap, "%s", c.coord_host);
+        *port = c.coord_port;
+        rc = 1;
+    }
+    cluster_free(&c);
+    return rc;
+}
+
+int procs_coordinator(const char *dir, const char *cluster_file, char *host, size_t hostcap,
+                      int *port, char *err, size_t errlen)
+{
+    if (cluster_file != NULL)
+        return coordinator_from_cluster(cluster_file, host, hostcap, port, err, errlen);
+    return coordinator_from_dir(dir, host, hostcap, port, err, errlen);
+}
+
 void procs_free(struct proc_list *l)
 {
     free(l->v);

@@ -32,6 +32,12 @@ int procs_from_endpoints(const char *dir, struct proc_list *out, char *err, size
 int procs_from_cluster(const char *path, struct proc_list *out, char *err, size_t errlen);
 void procs_free(struct proc_list *l);
 
+/* Where the coordinator answers: DIR/coordinator ("<host>:<port>", written
+ * by scripts/cluster up) when dir is given, else the cluster file's
+ * coordinator line.  1 found, 0 the cluster has none, -1 with err. */
+int procs_coordinator(const char *dir, const char *cluster_file, char *host, size_t hostcap,
+                      int *port, char *err, size_t errlen);
+
 /* The process with this group, role and index, or NULL. */
 const struct proc_info *procs_find(const struct proc_list *l, int group,
                                    const char *role, int index);

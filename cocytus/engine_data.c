@@ -42,6 +42,7 @@
 #include "reclog.h"
 #include "record.h"
 #include "sender.h"
+#include "slotmap.h"
 #include "writeq.h"
 
 #define DP_EVICT_TRIES 200
@@ -728,7 +729,35 @@ static eng_status dp_get(struct engine *eng, const char *key, size_t nkey,
     out->flags = e->flags;
     out->cas = e->cas;
     out->handle = copy;
+    out->exptime = (int64_t)e->exptime;
     return ENG_SUCCESS;
+}
+
+/* Keys of one slot (slot migration): committed, visible entries only. */
+struct slot_walk {
+    struct data_engine *dp;
+    unsigned slot;
+    void (*fn)(void *ctx, const char *key, size_t nkey);
+    void *ctx;
+    size_t n;
+};
+
+static void slot_visit(void *ctx, struct item *e)
+{
+    struct slot_walk *w = ctx;
+    if (!entry_visible(w->dp, e) || slotmap_slot(item_key(e), e->nkey) != w->slot)
+        return;
+    w->fn(w->ctx, item_key(e), e->nkey);
+    w->n++;
+}
+
+static size_t dp_slot_keys(struct engine *eng, unsigned slot,
+                           void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+{
+    struct data_engine *dp = dp_of(eng);
+    struct slot_walk w = { dp, slot, fn, ctx, 0 };
+    meta_iterate(&dp->meta, slot_visit, &w);
+    return w.n;
 }
 
 static void dp_release(struct engine *eng, void *handle)
@@ -970,6 +999,7 @@ static const struct engine_ops data_ops = {
     .tick = dp_tick,
     .destroy = dp_destroy,
     .admin = dp_admin,
+    .slot_keys = dp_slot_keys,
 };
 
 struct engine *engine_data_new(const struct engine_config *cfg)

@@ -7,8 +7,15 @@
  * launcher, decides what happens next).  SIGTERM/SIGINT stop every child
  * (SIGTERM, then SIGKILL after a grace period) and end the node.
  *
- * stdout gets one line per started child, the format of the endpoints file:
- *   <role> <group> <index> <node> <host>:<port> <pid> */
+ * When the cluster file names a coordinator whose host is this node's
+ * address (the first such node), the node also starts and supervises the
+ * coordinator (cocytus-server --role coordinator).
+ *
+ * stdout gets one line per started server process, the format of the
+ * endpoints file:
+ *   <role> <group> <index> <node> <host>:<port> <pid>
+ * The coordinator is not a line there (readers of endpoints expect server
+ * processes only); it is logged on stderr. */
 #include "config.h"
 
 #include <errno.h>
@@ -30,7 +37,7 @@
 #define STOP_GRACE_SECONDS 2
 
 struct child {
-    const struct cluster_proc *proc;
+    const struct cluster_proc *proc;   /* NULL for the coordinator */
     pid_t pid;                  /* 0 once it has died and been reaped */
 };
 
@@ -152,8 +159,11 @@ static void redirect_child_output(const struct node *n, const struct cluster_pro
     int fd = STDERR_FILENO;
     if (n->log_dir) {
         char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s/%s-%d-%d.log", n->log_dir,
-                 cluster_role_name(p->role), p->group, p->index);
+        if (p)
+            snprintf(path, sizeof(path), "%s/%s-%d-%d.log", n->log_dir,
+                     cluster_role_name(p->role), p->group, p->index);
+        else
+            snprintf(path, sizeof(path), "%s/coordinator.log", n->log_dir);
         fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd < 0) {
             fprintf(stderr, "cocytus-node: cannot open %s: %s\n", path, strerror(errno));
@@ -169,27 +179,30 @@ static void redirect_child_output(const struct node *n, const struct cluster_pro
     }
 }
 
-/* In the child: becomes cocytus-server for process p. */
+/* In the child: becomes cocytus-server for process p (NULL: the
+ * coordinator). */
 static void exec_server(const struct node *n, const struct cluster_proc *p,
                         const sigset_t *orig_mask)
 {
     char group[16], index[16], memory[32];
     const char *argv[20];
     int argc = 0;
-    snprintf(group, sizeof(group), "%d", p->group);
-    snprintf(index, sizeof(index), "%d", p->index);
     argv[argc++] = n->server;
     argv[argc++] = "--role";
-    argv[argc++] = cluster_role_name(p->role);
+    argv[argc++] = p ? cluster_role_name(p->role) : "coordinator";
     argv[argc++] = "--cluster";
     argv[argc++] = n->cluster_file;
-    argv[argc++] = "--group";
-    argv[argc++] = group;
-    argv[argc++] = "--index";
-    argv[argc++] = index;
+    if (p) {
+        snprintf(group, sizeof(group), "%d", p->group);
+        snprintf(index, sizeof(index), "%d", p->index);
+        argv[argc++] = "--group";
+        argv[argc++] = group;
+        argv[argc++] = "--index";
+        argv[argc++] = index;
+    }
     argv[argc++] = "-U";
     argv[argc++] = "0";
-    if (role_uses_memory(p->role)) {
+    if (p && role_uses_memory(p->role)) {
         format_memory(n->cluster.memory, memory, sizeof(memory));
         argv[argc++] = "-m";
         argv[argc++] = memory;
@@ -214,35 +227,53 @@ static void exec_server(const struct node *n, const struct cluster_proc *p,
 static void print_child(const struct node *n, const struct child *c)
 {
     const struct cluster_proc *p = c->proc;
+    if (!p) {
+        fprintf(stderr, "cocytus-node %d: coordinator %s:%d (control links on port %d) pid %ld\n",
+                n->node, n->cluster.coord_host, n->cluster.coord_port,
+                n->cluster.coord_link_port, (long)c->pid);
+        return;
+    }
     printf("%s %d %d %d %s:%d %ld\n", cluster_role_name(p->role), p->group, p->index,
            p->node, p->host, p->port, (long)c->pid);
     fflush(stdout);
 }
 
+/* Fork one child for process p (NULL: the coordinator). */
+static int start_child(struct node *n, const struct cluster_proc *p, const sigset_t *orig_mask)
+{
+    struct child *ch = &n->children[n->nchildren];
+    ch->proc = p;
+    fflush(NULL);
+    ch->pid = fork();
+    if (ch->pid < 0) {
+        fprintf(stderr, "cocytus-node: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (ch->pid == 0)
+        exec_server(n, p, orig_mask);
+    n->nchildren++;
+    n->alive++;
+    print_child(n, ch);
+    return 0;
+}
+
 static int start_children(struct node *n, const sigset_t *orig_mask)
 {
     const struct cluster *c = &n->cluster;
-    n->children = calloc((size_t)c->nprocs, sizeof(*n->children));
+    /* One more slot for the coordinator. */
+    n->children = calloc((size_t)c->nprocs + 1, sizeof(*n->children));
     if (!n->children) {
         fprintf(stderr, "cocytus-node: out of memory\n");
         return -1;
     }
+    /* The coordinator first: the servers' control links find it sooner. */
+    if (cluster_coordinator_node(c) == n->node && start_child(n, NULL, orig_mask) < 0)
+        return -1;
     for (int i = 0; i < c->nprocs; i++) {
         if (c->procs[i].node != n->node)
             continue;
-        struct child *ch = &n->children[n->nchildren];
-        ch->proc = &c->procs[i];
-        fflush(NULL);
-        ch->pid = fork();
-        if (ch->pid < 0) {
-            fprintf(stderr, "cocytus-node: fork: %s\n", strerror(errno));
+        if (start_child(n, &c->procs[i], orig_mask) < 0)
             return -1;
-        }
-        if (ch->pid == 0)
-            exec_server(n, ch->proc, orig_mask);
-        n->nchildren++;
-        n->alive++;
-        print_child(n, ch);
     }
     return 0;
 }
@@ -259,6 +290,13 @@ static void log_death(const struct node *n, const struct child *c, int status)
 {
     const struct cluster_proc *p = c->proc;
     char how[64];
+    char what[CLUSTER_HOST_MAX + 64];
+    if (p)
+        snprintf(what, sizeof(what), "%s %d %d (pid %ld, %s:%d)", cluster_role_name(p->role),
+                 p->group, p->index, (long)c->pid, p->host, p->port);
+    else
+        snprintf(what, sizeof(what), "coordinator (pid %ld, %s:%d)", (long)c->pid,
+                 n->cluster.coord_host, n->cluster.coord_port);
     if (WIFEXITED(status))
         snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status))
@@ -266,9 +304,7 @@ static void log_death(const struct node *n, const struct child *c, int status)
                  strsignal(WTERMSIG(status)));
     else
         snprintf(how, sizeof(how), "ended (wait status %d)", status);
-    fprintf(stderr, "cocytus-node %d: %s %d %d (pid %ld, %s:%d) %s; not restarted\n",
-            n->node, cluster_role_name(p->role), p->group, p->index, (long)c->pid,
-            p->host, p->port, how);
+    fprintf(stderr, "cocytus-node %d: %s %s; not restarted\n", n->node, what, how);
 }
 
 /* Reaps every child that has ended; logs each. */

@@ -57,6 +57,7 @@ static struct resp *resp_alloc(struct conn *c)
     r->c = c;
     r->done = false;
     r->pending = false;
+    r->marked = false;
     r->buf = r->ibuf;
     r->buflen = 0;
     r->bufcap = sizeof(r->ibuf);
@@ -379,6 +380,41 @@ void conn_request_shutdown(struct conn *c)
 void conn_swallow(struct conn *c, size_t n)
 {
     c->swallow += n;
+}
+
+/* ---- slot migration ---- */
+
+void conn_set_import(struct conn *c)
+{
+    c->import = true;
+}
+
+bool conn_is_import(const struct conn *c)
+{
+    return c->import;
+}
+
+size_t conn_mark_inflight(struct server *s)
+{
+    size_t n = 0;
+    for (struct conn *c = s->conns; c; c = c->next) {
+        for (struct resp *r = c->head; r; r = r->next) {
+            if (r->pending) {
+                r->marked = true;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+size_t conn_marked_inflight(const struct server *s)
+{
+    size_t n = 0;
+    for (const struct conn *c = s->conns; c; c = c->next)
+        for (const struct resp *r = c->head; r; r = r->next)
+            n += r->pending && r->marked;
+    return n;
 }
 
 /* ---- lifecycle ---- */

@@ -43,6 +43,7 @@ struct resp {
     struct conn *c;
     bool done;              /* reply complete; may be sent once all earlier slots are */
     bool pending;           /* waiting for an engine completion */
+    bool marked;            /* pending when a slot move began (conn_mark_inflight) */
 
     /* Copied reply bytes. */
     char *buf;
@@ -106,6 +107,19 @@ void conn_request_shutdown(struct conn *c);
 /* Set the connection to skip the next n input bytes (the data block of a
  * rejected oversized request) without buffering them. */
 void conn_swallow(struct conn *c, size_t n);
+
+/* ---- Slot migration (migrate.c) ---- */
+
+/* Mark the connection as an import connection: its keyed requests skip the
+ * slot check (the source of a slot move sends the slot's items on it). */
+void conn_set_import(struct conn *c);
+bool conn_is_import(const struct conn *c);
+/* Mark every mutation now in flight on any connection of s; returns how
+ * many.  conn_marked_inflight() counts the marked ones still in flight: a
+ * move starts copying once they completed, so no write older than the
+ * move can land behind its copy. */
+size_t conn_mark_inflight(struct server *s);
+size_t conn_marked_inflight(const struct server *s);
 
 /* ---- Implemented by each protocol ---- */
 

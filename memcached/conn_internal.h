@@ -35,6 +35,7 @@ struct conn {
     bool paused;                  /* not reading: too much unsent output */
     bool close_after_write;
     bool closing;
+    bool import;                  /* "cocytus import begin": no slot check */
 };
 
 struct conn *conn_new(struct server *s, int fd);

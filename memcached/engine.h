@@ -87,6 +87,10 @@ struct eng_value {
     uint32_t flags;
     uint64_t cas;
     void *handle;
+    /* Absolute unix time the item expires at, 0 = never.  Filled by the
+     * engines that support slot migration (those with slot_keys), which
+     * must send it on; callers that need it zero *out before get(). */
+    int64_t exptime;
 };
 
 /* Stats are emitted one name/value pair at a time. */
@@ -133,6 +137,14 @@ struct engine_ops {
      * reply (CRLF-terminated lines) through write().  Returns false for an
      * unknown command (the caller then replies ERROR). */
     bool (*admin)(struct engine *e, int argc, char **argv, eng_write_fn write, void *ctx);
+
+    /* Optional (may be NULL; serving engines have it): call fn for every
+     * live key whose slotmap_slot() is slot (a key with a mutation still
+     * in flight may or may not be among them).  fn must not call the
+     * engine.  Returns how many keys were visited.  Slot migration
+     * (migrate.c) collects a slot's keys with it. */
+    size_t (*slot_keys)(struct engine *e, unsigned slot,
+                        void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
 };
 
 struct engine {

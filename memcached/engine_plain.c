@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "hash.h"
 #include "items.h"
+#include "slotmap.h"
 
 struct plain {
     struct engine engine;
@@ -104,6 +105,7 @@ static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
     out->flags = it->flags;
     out->cas = visible_cas(p, it);
     out->handle = it;
+    out->exptime = it->exptime == 0 ? 0 : (int64_t)p->clock.epoch + (int64_t)it->exptime;
     res->status = ENG_SUCCESS;
     res->cas = out->cas;
     return ENG_SUCCESS;
@@ -465,6 +467,34 @@ static void plain_stats_reset(struct engine *e)
     memset(&plain_of(e)->store.stats, 0, sizeof(struct item_counters));
 }
 
+/* ---- keys of one slot (slot migration) ---- */
+
+struct slot_walk {
+    const struct item_store *s;
+    unsigned slot;
+    void (*fn)(void *ctx, const char *key, size_t nkey);
+    void *ctx;
+    size_t n;
+};
+
+static void slot_visit(void *ctx, struct item *it)
+{
+    struct slot_walk *w = ctx;
+    if (item_is_dead(w->s, it) || slotmap_slot(item_key(it), it->nkey) != w->slot)
+        return;
+    w->fn(w->ctx, item_key(it), it->nkey);
+    w->n++;
+}
+
+static size_t plain_slot_keys(struct engine *e, unsigned slot,
+                              void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+{
+    struct plain *p = plain_of(e);
+    struct slot_walk w = { &p->store, slot, fn, ctx, 0 };
+    assoc_iterate(&p->store.table, slot_visit, &w);
+    return w.n;
+}
+
 /* ---- clock, lifetime ---- */
 
 static void plain_tick(struct engine *e, time_t now)
@@ -492,6 +522,7 @@ static const struct engine_ops plain_ops = {
     .stats_reset = plain_stats_reset,
     .tick = plain_tick,
     .destroy = plain_destroy,
+    .slot_keys = plain_slot_keys,
 };
 
 struct engine *engine_plain_new(const struct engine_config *cfg)

@@ -40,7 +40,7 @@ static void usage(FILE *out)
         "  -b, --listen-backlog=<n>  listen backlog (default 1024)\n"
         "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
         "  -o, --extended=<opts>     hashpower=N (others ignored)\n"
-        "      --role=<role>         plain (default), data, parity\n"
+        "      --role=<role>         plain (default), data, parity, primary, backup, coordinator\n"
         "      --cluster=<file>      cluster file (replicated roles)\n"
         "      --group=<g> --index=<i>  this process's group and index within its role\n"
         "  -V, --version             print the version\n"

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "arith.h"
+#include "migrate.h"
 #include "proto_text.h"
 #include "server.h"
 
@@ -560,6 +561,8 @@ static void handle_store(struct conn *c, const struct text_req *req)
     };
     struct resp *r = conn_resp_new(c);
     r->noreply = req->noreply;
+    if (conn_is_import(c))
+        conn_server(c)->stats.import_keys++;
     conn_mutate(c, r, &m, store_complete);
 }
 
@@ -568,6 +571,8 @@ static void handle_delete(struct conn *c, const struct text_req *req)
     struct eng_mutation m = { .op = ENG_OP_DELETE, .key = req->key, .nkey = req->nkey };
     struct resp *r = conn_resp_new(c);
     r->noreply = req->noreply;
+    if (conn_is_import(c))
+        conn_server(c)->stats.import_keys++;
     conn_mutate(c, r, &m, delete_complete);
 }
 
@@ -661,6 +666,11 @@ static void handle_admin(struct conn *c, const struct text_req *req)
              w = strtok_r(NULL, " ", &save))
             argv[argc++] = w;
     }
+    /* Slot migration's words are the server's, whatever the engine. */
+    if (argc > 0 && migrate_admin(conn_server(c), c, argc, argv, admin_write, r)) {
+        resp_done(r);
+        return;
+    }
     if (argc == 0 || !e->ops->admin || !e->ops->admin(e, argc, argv, admin_write, r)) {
         r->buflen = 0;
         r->nsegs = 0;
@@ -739,6 +749,10 @@ static bool reply_if_moved(struct conn *c, const struct text_req *req)
 {
     struct server *s = conn_server(c);
     if (!s->routes || !is_keyed(req->cmd))
+        return false;
+    /* The source of a slot move sends the slot's items before (and just
+     * after) this process takes the slot. */
+    if (conn_is_import(c))
         return false;
     const char *moved = request_moved(s, req);
     if (!moved)

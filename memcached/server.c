@@ -24,6 +24,7 @@
 
 #include "conn_internal.h"
 #include "cluster.h"
+#include "coord.h"
 #include "server.h"
 #include "slotmap.h"
 
@@ -233,6 +234,8 @@ static int server_load_cluster(struct server *s)
         fprintf(stderr, "cocytus-server: %s: %s\n", st->cluster_file, s->cluster ? err : "out of memory");
         return -1;
     }
+    if (strcmp(st->role, COORD_ROLE) == 0)
+        return coord_settings(s->cluster, st);
     enum cluster_role role;
     if (cluster_role_from_name(st->role, &role) < 0) {
         fprintf(stderr, "cocytus-server: unknown role '%s'\n", st->role);
@@ -322,11 +325,17 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     signal(SIGPIPE, SIG_IGN);
     if (server_load_cluster(s) < 0 || server_load_slotmap(s) < 0)
         return -1;
-    s->engine = engine_for_role(s, base);
+    if (strcmp(settings->role, COORD_ROLE) == 0)
+        s->engine = coord_engine_new(s);
+    else
+        s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
     if (server_listen(s) < 0)
         return -1;
+    /* Every other process of a cluster with a coordinator reports to it. */
+    if (s->cluster && s->cluster->has_coordinator && strcmp(settings->role, COORD_ROLE) != 0)
+        s->coord = coord_client_start(s);
     struct timeval one_second = { 1, 0 };
     s->clock_ev = event_new(base, -1, EV_PERSIST, on_clock, s);
     event_add(s->clock_ev, &one_second);
@@ -351,6 +360,8 @@ void server_shutdown(struct server *s)
 void server_destroy(struct server *s)
 {
     conn_close_all(s);
+    coord_client_stop(s->coord);
+    s->coord = NULL;
     for (int i = 0; i < s->nlisten; i++) {
         event_free(s->listen_ev[i]);
         close(s->listen_fd[i]);

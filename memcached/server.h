@@ -19,6 +19,7 @@
 struct event_base;
 struct event;
 struct conn;
+struct coord_client;
 
 struct settings {
     int port;                 /* -p */
@@ -55,6 +56,10 @@ struct server_stats {
     uint64_t touch_hits, touch_misses;
     uint64_t bytes_read, bytes_written;
     uint64_t auth_cmds, auth_errors;
+    /* Slot migration (migrate.c): moves finished here as the source, keys
+     * copied, client writes forwarded; set/delete taken on import
+     * connections as the destination. */
+    uint64_t migrate_moves, migrate_keys_sent, migrate_forwards, import_keys;
 };
 
 struct server {
@@ -81,6 +86,8 @@ struct server {
     bool accepting;
     unsigned long ticks;      /* clock ticks since start */
     bool shutting_down;
+    struct migration *migration; /* slot moves (migrate.c), NULL until the first */
+    struct coord_client *coord; /* control link to the coordinator (coord_client.c), or NULL */
 };
 
 void settings_defaults(struct settings *s);

@@ -55,6 +55,10 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "accepting_conns", "%d", s->accepting ? 1 : 0);
     emit(ctx, "threads", "%d", 1);
     emit(ctx, "role", "%s", s->settings.role);
+    emit(ctx, "migrate_moves", "%llu", (unsigned long long)st->migrate_moves);
+    emit(ctx, "migrate_keys_sent", "%llu", (unsigned long long)st->migrate_keys_sent);
+    emit(ctx, "migrate_forwards", "%llu", (unsigned long long)st->migrate_forwards);
+    emit(ctx, "import_keys", "%llu", (unsigned long long)st->import_keys);
 }
 
 static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)

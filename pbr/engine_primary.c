@@ -41,6 +41,7 @@
 #include "pending.h"
 #include "record.h"
 #include "sender.h"
+#include "slotmap.h"
 #include "writeq.h"
 
 /* Backpressure: bytes of records the sender may hold (sent, not yet stable
@@ -618,7 +619,39 @@ static eng_status primary_get(struct engine *e, const char *key, size_t nkey,
                               struct eng_value *out, struct eng_result *res)
 {
     struct primary *pe = pe_of(e);
-    return pbr_get(&pe->store, pe->cas_enabled, key, nkey, out, res);
+    eng_status st = pbr_get(&pe->store, pe->cas_enabled, key, nkey, out, res);
+    if (st == ENG_SUCCESS) {
+        const struct item *it = out->handle;
+        out->exptime = pbr_abs_exptime(&pe->clock, it->exptime);
+    }
+    return st;
+}
+
+/* Keys of one slot (slot migration): live items of the committed store. */
+struct slot_walk {
+    const struct item_store *s;
+    unsigned slot;
+    void (*fn)(void *ctx, const char *key, size_t nkey);
+    void *ctx;
+    size_t n;
+};
+
+static void slot_visit(void *ctx, struct item *it)
+{
+    struct slot_walk *w = ctx;
+    if (item_is_dead(w->s, it) || slotmap_slot(item_key(it), it->nkey) != w->slot)
+        return;
+    w->fn(w->ctx, item_key(it), it->nkey);
+    w->n++;
+}
+
+static size_t primary_slot_keys(struct engine *e, unsigned slot,
+                                void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+{
+    struct primary *pe = pe_of(e);
+    struct slot_walk w = { &pe->store, slot, fn, ctx, 0 };
+    assoc_iterate(&pe->store.table, slot_visit, &w);
+    return w.n;
 }
 
 static void primary_release(struct engine *e, void *handle)
@@ -772,6 +805,7 @@ static const struct engine_ops primary_ops = {
     .tick = primary_tick,
     .destroy = primary_destroy,
     .admin = primary_admin,
+    .slot_keys = primary_slot_keys,
 };
 
 static enum sender_sync sender_sync_of(enum cluster_sync s)

@@ -37,6 +37,8 @@ struct parser {
     int line;                       /* current line number (0: whole file) */
     int name_line, secret_line, scheme_line, sync_line, routing_line;
     int region_line, memory_line, base_port_line;
+    int coordinator_line, coord_state_line;
+    char coord_state[CLUSTER_PATH_MAX];     /* as written; resolved at the end */
     int node_line[CLUSTER_MAX_NODES];
     struct proc_line *procs;        /* explicit proc lines */
     int nprocs, cap;
@@ -338,6 +340,33 @@ static int dir_proc(struct parser *p, int argc, char **argv)
     return 0;
 }
 
+static int dir_coordinator(struct parser *p, int argc, char **argv)
+{
+    struct cluster *c = p->c;
+    if (want_fields(p, argc, 4, "coordinator <host> <port> <link_port>") < 0 ||
+        once(p, &p->coordinator_line, "coordinator") < 0)
+        return -1;
+    if (copy_text(p, c->coord_host, sizeof(c->coord_host), argv[1], "the coordinator host") < 0)
+        return -1;
+    if (!parse_int(argv[2], 1, MAX_PORT, &c->coord_port))
+        return fail(p, "bad coordinator port '%s' (1 to 65535)", argv[2]);
+    if (!parse_int(argv[3], 1, MAX_PORT, &c->coord_link_port))
+        return fail(p, "bad coordinator link port '%s' (1 to 65535)", argv[3]);
+    if (c->coord_port == c->coord_link_port)
+        return fail(p, "coordinator port and link port are both %d", c->coord_port);
+    c->has_coordinator = true;
+    return 0;
+}
+
+static int dir_coord_state(struct parser *p, int argc, char **argv)
+{
+    if (want_fields(p, argc, 2, "coord_state <path>") < 0 ||
+        once(p, &p->coord_state_line, "coord_state") < 0)
+        return -1;
+    return copy_text(p, p->coord_state, sizeof(p->coord_state), argv[1],
+                     "the coordinator state path");
+}
+
 /* Splits line into whitespace-separated fields; a field starting with '#'
  * begins a comment.  Returns the number of fields, or -1 if too many. */
 static int split_fields(char *line, char **argv)
@@ -363,7 +392,8 @@ static int parse_line(struct parser *p, char *line)
         { "cluster", dir_cluster }, { "secret", dir_secret }, { "scheme", dir_scheme },
         { "sync", dir_sync }, { "region", dir_region }, { "memory", dir_memory },
         { "node", dir_node }, { "base_port", dir_base_port }, { "proc", dir_proc },
-        { "routing", dir_routing },
+        { "routing", dir_routing }, { "coordinator", dir_coordinator },
+        { "coord_state", dir_coord_state },
     };
     char *argv[MAX_FIELDS];
     int argc = split_fields(line, argv);
@@ -614,6 +644,70 @@ static int use_explicit_procs(struct parser *p)
     return 0;
 }
 
+/* The coordinator's ports must not clash with a process on the same host. */
+static int check_coordinator_ports(struct parser *p)
+{
+    const struct cluster *c = p->c;
+    for (int i = 0; i < c->nprocs; i++) {
+        const struct cluster_proc *q = &c->procs[i];
+        if (strcmp(q->host, c->coord_host) != 0)
+            continue;
+        int clash = 0;
+        if (c->coord_port == q->port || c->coord_port == q->link_port)
+            clash = c->coord_port;
+        else if (c->coord_link_port == q->port || c->coord_link_port == q->link_port)
+            clash = c->coord_link_port;
+        if (clash) {
+            p->line = p->coordinator_line;
+            return fail(p, "coordinator port %d on %s is already used by %s process %d of group %d",
+                        clash, c->coord_host, cluster_role_name(q->role), q->index, q->group);
+        }
+    }
+    return 0;
+}
+
+/* The state file: as given when absolute, else relative to the directory
+ * of the cluster file (default "coordinator.state" there). */
+static int resolve_coord_state(struct parser *p, const char *path)
+{
+    const char *name = p->coord_state_line ? p->coord_state : "coordinator.state";
+    char *out = p->c->coord_state;
+    size_t cap = sizeof(p->c->coord_state);
+    int n;
+    const char *slash = strrchr(path, '/');
+    if (name[0] == '/' || slash == NULL)
+        n = snprintf(out, cap, "%s", name);
+    else
+        n = snprintf(out, cap, "%.*s/%s", (int)(slash - path), path, name);
+    if (n < 0 || (size_t)n >= cap)
+        return fail(p, "the coordinator state path is too long (at most %zu characters)", cap - 1);
+    return 0;
+}
+
+static int finish_coordinator(struct parser *p, const char *path)
+{
+    if (!p->c->has_coordinator) {
+        if (p->coord_state_line) {
+            p->line = p->coord_state_line;
+            return fail(p, "'coord_state' without a 'coordinator' line");
+        }
+        return 0;
+    }
+    if (check_coordinator_ports(p) < 0)
+        return -1;
+    return resolve_coord_state(p, path);
+}
+
+int cluster_coordinator_node(const struct cluster *c)
+{
+    if (!c->has_coordinator)
+        return -1;
+    for (int i = 0; i < c->nnodes; i++)
+        if (strcmp(c->hosts[i], c->coord_host) == 0)
+            return i;
+    return -1;
+}
+
 static void set_defaults(struct cluster *c)
 {
     memset(c, 0, sizeof(*c));
@@ -639,6 +733,8 @@ int cluster_load(const char *path, struct cluster *c, char *err, size_t errlen)
         rc = check_nodes(&p);
     if (rc == 0)
         rc = p.nprocs ? use_explicit_procs(&p) : compute_layout(&p);
+    if (rc == 0)
+        rc = finish_coordinator(&p, path);
     free(p.procs);
     if (rc < 0)
         cluster_free(c);

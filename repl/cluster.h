@@ -17,6 +17,12 @@
  *   node      0 127.0.0.1           node index and the address its processes use
  *   base_port 21000                 first port; ports are assigned in layout order
  *   proc      <group> <role> <index> <node> <port> <link_port>   (optional, explicit)
+ *   coordinator <host> <port> <link_port>   (optional) the coordinator process:
+ *                                   memcached-protocol port and control-link port
+ *   coord_state <path>              (optional) the coordinator's state file; a
+ *                                   relative path is taken from the cluster
+ *                                   file's directory (default coordinator.state
+ *                                   there)
  *
  * Without proc lines the layout is computed: with n nodes and N processes
  * per group there are max(1, n >= N ? n : 1) groups; process p (data first,
@@ -34,6 +40,7 @@
 #define CLUSTER_SECRET_MAX 128
 #define CLUSTER_HOST_MAX 64
 #define CLUSTER_MAX_NODES 64
+#define CLUSTER_PATH_MAX 1024
 
 enum cluster_scheme { SCHEME_PLAIN = 0, SCHEME_PBR = 1, SCHEME_RS = 2 };
 enum cluster_role { ROLE_PLAIN = 0, ROLE_DATA = 1, ROLE_PARITY = 2, ROLE_PRIMARY = 3, ROLE_BACKUP = 4 };
@@ -64,6 +71,12 @@ struct cluster {
     int ngroups;
     struct cluster_proc *procs;
     int nprocs;
+    /* The coordinator (directive "coordinator"), when there is one. */
+    bool has_coordinator;
+    char coord_host[CLUSTER_HOST_MAX];
+    int coord_port;                 /* memcached text protocol (admin words) */
+    int coord_link_port;            /* control links from every server process */
+    char coord_state[CLUSTER_PATH_MAX]; /* state file, resolved against the file's directory */
 };
 
 /* Parse path.  0, or -1 with a clear message (line number and what is
@@ -74,6 +87,9 @@ const struct cluster_proc *cluster_find(const struct cluster *c, int group,
                                         enum cluster_role role, int index);
 const char *cluster_role_name(enum cluster_role r);
 int cluster_role_from_name(const char *name, enum cluster_role *out);
+/* Node index of the coordinator: the first node whose host is the
+ * coordinator's host, or -1 (no coordinator, or on no node's host). */
+int cluster_coordinator_node(const struct cluster *c);
 /* "plain", "pbr", "rs". */
 const char *cluster_scheme_name(enum cluster_scheme s);
 

@@ -51,7 +51,7 @@ void frame_header_encode(uint8_t out[FRAME_HEADER_SIZE], uint16_t type, uint16_t
 
 static bool frame_type_known(uint16_t type)
 {
-    return type >= FT_CHALLENGE && type <= FT_REPLY;
+    return type >= FT_CHALLENGE && type <= FT_LAST;
 }
 
 int frame_header_decode(const uint8_t in[FRAME_HEADER_SIZE], struct frame_header *h)
@@ -88,6 +88,7 @@ const char *frame_type_name(uint16_t type)
     case FT_PING: return "PING";
     case FT_REQUEST: return "REQUEST";
     case FT_REPLY: return "REPLY";
+    case FT_CONTROL: return "CONTROL";
     default: return "?";
     }
 }

@@ -26,8 +26,12 @@ enum frame_type {
     FT_STABLE = 7,     /* sender -> replica: u64 stable xid (idle flush) */
     FT_PING = 8,       /* either way: keepalive, empty */
     FT_REQUEST = 9,    /* either way: u64 request id + opaque body (recovery, later) */
-    FT_REPLY = 10      /* either way: u64 request id + opaque body */
+    FT_REPLY = 10,     /* either way: u64 request id + opaque body */
+    FT_CONTROL = 11    /* server <-> coordinator: one text message (docs/wire-format.md) */
 };
+
+/* The highest frame type; links carry FT_RECORD..FT_LAST after the handshake. */
+#define FT_LAST FT_CONTROL
 
 struct frame_header {
     uint32_t magic;

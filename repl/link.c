@@ -695,7 +695,7 @@ static void handle_hello(struct link *l, const uint8_t *payload, uint32_t len)
         send_reject(l, why);
         return;
     }
-    if (l->peer.group != ll->group) {
+    if (ll->group != LINK_GROUP_ANY && l->peer.group != ll->group) {
         snprintf(why, sizeof(why), "wrong group %u (this is group %u)",
                  (unsigned)l->peer.group, (unsigned)ll->group);
         send_reject(l, why);
@@ -1190,7 +1190,7 @@ int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcn
 {
     if (l->state != LS_UP || l->fail_pending != NULL)
         return -1;
-    if (type < FT_RECORD || type > FT_REPLY || iovcnt < 0 || (iovcnt > 0 && iov == NULL))
+    if (type < FT_RECORD || type > FT_LAST || iovcnt < 0 || (iovcnt > 0 && iov == NULL))
         return -1;
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++) {

@@ -27,8 +27,14 @@ enum link_role {
     LINK_ROLE_DATA = 1,
     LINK_ROLE_PARITY = 2,
     LINK_ROLE_PRIMARY = 3,
-    LINK_ROLE_BACKUP = 4
+    LINK_ROLE_BACKUP = 4,
+    LINK_ROLE_PLAIN = 5,        /* a plain process of a cluster (control link) */
+    LINK_ROLE_COORDINATOR = 6   /* reserved: the coordinator never dials */
 };
+
+/* link_listen's group for a listener that takes peers of every group (the
+ * coordinator's control links); the accept callback sees the peer's group. */
+#define LINK_GROUP_ANY UINT32_MAX
 
 struct link_identity {
     char cluster[LINK_NAME_MAX];
@@ -85,7 +91,7 @@ void link_listener_free(struct link_listener *ll);
 
 /* Queue a frame; the payload may be given in pieces.  Returns 0, or -1 when
  * the link is not up (the frame is dropped: the sender resends after
- * reconnecting).  type must be FT_RECORD..FT_REPLY and the payload at most
+ * reconnecting).  type must be FT_RECORD..FT_LAST and the payload at most
  * FRAME_MAX_PAYLOAD bytes (else -1).  The payload is copied once into the
  * link's output buffer; frames queued during one loop iteration leave
  * in one send(). */

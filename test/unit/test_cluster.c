@@ -332,6 +332,59 @@ START_TEST(test_errors_procs)
 }
 END_TEST
 
+START_TEST(test_coordinator)
+{
+    struct cluster c;
+    load_ok(HEAD "scheme plain\nbase_port 30000\nnode 0 10.0.0.1\nnode 1 10.0.0.2\n", &c);
+    ck_assert(!c.has_coordinator);
+    ck_assert_int_eq(cluster_coordinator_node(&c), -1);
+    cluster_free(&c);
+
+    /* Default state file: coordinator.state beside the cluster file (in /tmp). */
+    load_ok(HEAD "scheme plain\nbase_port 30000\nnode 0 10.0.0.1\nnode 1 10.0.0.2\n"
+            "coordinator 10.0.0.2 30004 30005\n", &c);
+    ck_assert(c.has_coordinator);
+    ck_assert_str_eq(c.coord_host, "10.0.0.2");
+    ck_assert_int_eq(c.coord_port, 30004);
+    ck_assert_int_eq(c.coord_link_port, 30005);
+    ck_assert_str_eq(c.coord_state, "/tmp/coordinator.state");
+    ck_assert_int_eq(cluster_coordinator_node(&c), 1);
+    cluster_free(&c);
+
+    /* A relative coord_state is taken from the file's directory; absolute as is. */
+    load_ok(HEAD "scheme plain\nnode 0 10.0.0.1\ncoordinator 10.0.0.9 30004 30005\n"
+            "coord_state sub/coord.st\n", &c);
+    ck_assert_str_eq(c.coord_state, "/tmp/sub/coord.st");
+    ck_assert_int_eq(cluster_coordinator_node(&c), -1);   /* on no node's host */
+    cluster_free(&c);
+    load_ok(HEAD "scheme plain\nnode 0 10.0.0.1\ncoordinator 10.0.0.1 9 10\n"
+            "coord_state /var/lib/c.state\n", &c);
+    ck_assert_str_eq(c.coord_state, "/var/lib/c.state");
+    cluster_free(&c);
+}
+END_TEST
+
+START_TEST(test_errors_coordinator)
+{
+    const char *plain = HEAD "scheme plain\nbase_port 30000\nnode 0 a\nnode 1 b\n";
+    char buf[1024];
+#define WITH(extra) (snprintf(buf, sizeof(buf), "%s%s", plain, extra), buf)
+    load_fails(WITH("coordinator a 30100\n"), "line 7: expected 'coordinator <host> <port> <link_port>'");
+    load_fails(WITH("coordinator a 0 30101\n"), "line 7: bad coordinator port '0'");
+    load_fails(WITH("coordinator a 30100 65536\n"), "line 7: bad coordinator link port '65536'");
+    load_fails(WITH("coordinator a 30100 30100\n"), "line 7: coordinator port and link port are both 30100");
+    load_fails(WITH("coordinator a 30100 30101\ncoordinator a 30102 30103\n"),
+               "line 8: 'coordinator' given twice (first on line 7)");
+    load_fails(WITH("coordinator b 30100 30002\n"),
+               "line 7: coordinator port 30002 on b is already used by plain process 0 of group 1");
+    load_fails(WITH("coordinator a 30001 30101\n"),
+               "line 7: coordinator port 30001 on a is already used by plain process 0 of group 0");
+    load_fails(WITH("coord_state x\n"), "line 7: 'coord_state' without a 'coordinator' line");
+    load_fails(WITH("coordinator a 30100 30101\ncoord_state\n"), "line 8: expected 'coord_state <path>'");
+#undef WITH
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("cluster");
@@ -348,6 +401,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(layout, test_pbr_layout);
     tcase_add_test(layout, test_plain_layout);
     tcase_add_test(layout, test_explicit_procs);
+    tcase_add_test(layout, test_coordinator);
     suite_add_tcase(s, layout);
     TCase *errors = tcase_create("errors");
     tcase_add_test(errors, test_errors_header);
@@ -355,6 +409,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(errors, test_errors_numbers);
     tcase_add_test(errors, test_errors_nodes);
     tcase_add_test(errors, test_errors_procs);
+    tcase_add_test(errors, test_errors_coordinator);
     suite_add_tcase(s, errors);
     return s;
 }

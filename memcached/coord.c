@@ -1,0 +1,824 @@
+/* coord.c - the coordinator: an engine that stores nothing, holds the
+ * cluster's membership and authoritative slot map, and moves slots.
+ *
+ * Every server process of the cluster dials the coordinator's link port
+ * (repl/link.c, one listener for every group) and sends FT_CONTROL text
+ * messages (coord.h).  A member is alive from its hello while its link is
+ * up and heartbeats arrive; it is dead when the link drops or nothing came
+ * for COORD_DEAD_AFTER_MS.  A member whose epoch is older than ours gets
+ * the map.  The map lives in the state file (coord_state.c), which is
+ * rewritten before a new map is shown to anyone, so the epoch never goes
+ * back, not even across a restart.
+ *
+ * A move ("cocytus move <slot> <group> [<index>]") is started by telling
+ * the slot's current serving process "migrate <slot> <dest> <epoch+1>"; it
+ * copies the items (memcached/migrate.c), switches itself and the
+ * destination to the new map and answers "migrated ... ok".  Only then does
+ * the coordinator adopt that map, persist it and push it to everyone else.
+ * One move at a time. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "cluster.h"
+#include "coord.h"
+#include "engine.h"
+#include "frame.h"
+#include "link.h"
+#include "server.h"
+
+#define CHECK_EVERY_MS 250          /* membership check period */
+#define STARTUP_GRACE_MS 3000       /* never heard of after this: dead */
+#define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
+#define MEMBER_NAME_MAX (CLUSTER_HOST_MAX + 64)
+#define ADDR_MAX (SLOTMAP_HOST_MAX + 8)
+#define REPLY_LINE_MAX 512
+
+static const char not_a_server[] = "this is the coordinator; use a server";
+
+enum member_state { MEMBER_UNKNOWN, MEMBER_ALIVE, MEMBER_DEAD };
+
+struct coord;
+
+/* One server process of the cluster file, as the coordinator sees it. */
+struct member {
+    struct coord *co;
+    const struct cluster_proc *proc;
+    struct link *link;              /* the control link, NULL while down */
+    enum member_state state;
+    long pid;
+    uint64_t epoch;                 /* last reported */
+    uint64_t rss;
+    uint64_t last_heard_ms;         /* monotonic; 0: never */
+    uint64_t pushed_epoch;          /* the last map sent to it, and when */
+    uint64_t pushed_at_ms;
+    uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
+};
+
+enum move_state { MOVE_RUNNING, MOVE_DONE, MOVE_FAILED };
+
+struct move {
+    unsigned slot;
+    char from[ADDR_MAX], to[ADDR_MAX];
+    int to_endpoint;                /* index in the map */
+    uint64_t epoch;                 /* the map's epoch once it is done */
+    enum move_state state;
+    char why[COORD_WHY_MAX];
+    struct member *source, *dest;
+};
+
+struct coord {
+    struct server *s;
+    const struct cluster *c;
+    struct slotmap map;             /* authoritative */
+    char *body;                     /* slotmap_encode(map), sent as "map <body>" */
+    size_t nbody;
+    struct member *members;
+    int nmembers;
+    struct link_listener *listener;
+    struct event *timer;
+    uint64_t started_ms;
+    struct move *moves;             /* every move of this run, oldest first */
+    int nmoves, cap_moves;
+    int running;                    /* index in moves, -1 if none */
+    char msg[REPLY_LINE_MAX];       /* engine result text */
+};
+
+/* ---- small helpers ---- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void member_name(const struct member *m, char *buf, size_t len)
+{
+    const struct cluster_proc *p = m->proc;
+    snprintf(buf, len, "group %d %s %d %s:%d", p->group, cluster_role_name(p->role), p->index,
+             p->host, p->port);
+}
+
+static void log_member(const struct member *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void log_member(const struct member *m, const char *fmt, ...)
+{
+    char name[MEMBER_NAME_MAX], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    member_name(m, name, sizeof(name));
+    fprintf(stderr, "coordinator: %s %s\n", name, msg);
+}
+
+static void endpoint_addr(const struct slotmap_endpoint *e, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s:%d", e->host, e->port);
+}
+
+static const char *state_name(enum member_state st)
+{
+    switch (st) {
+    case MEMBER_ALIVE: return "alive";
+    case MEMBER_DEAD: return "dead";
+    default: return "unknown";
+    }
+}
+
+static struct member *member_of(struct coord *co, const struct link_identity *id)
+{
+    for (int i = 0; i < co->nmembers; i++) {
+        const struct cluster_proc *p = co->members[i].proc;
+        if ((uint32_t)p->group == id->group && coord_link_role(p->role) == id->role &&
+            (uint32_t)p->index == id->index)
+            return &co->members[i];
+    }
+    return NULL;
+}
+
+/* The member serving endpoint e of the map, or NULL. */
+static struct member *member_at(struct coord *co, const struct slotmap_endpoint *e)
+{
+    for (int i = 0; i < co->nmembers; i++) {
+        const struct cluster_proc *p = co->members[i].proc;
+        if (p->port == e->port && strcmp(p->host, e->host) == 0)
+            return &co->members[i];
+    }
+    return NULL;
+}
+
+/* ---- the map ---- */
+
+/* A new authoritative map (co takes m's contents): re-encode it and show it
+ * on the coordinator's own `config get cluster`.  The caller has persisted
+ * it already. */
+static int adopt_map(struct coord *co, struct slotmap *m)
+{
+    size_t nbody;
+    char *body = slotmap_encode(m, &nbody);
+    struct slotmap *own = calloc(1, sizeof(*own));
+    if (!body || !own || coord_map_copy(own, m) < 0) {
+        free(body);
+        free(own);
+        return -1;
+    }
+    slotmap_free(&co->map);
+    co->map = *m;
+    free(co->body);
+    co->body = body;
+    co->nbody = nbody;
+    if (server_set_slotmap(co->s, own) < 0)
+        fprintf(stderr, "coordinator: out of memory preparing the config reply\n");
+    return 0;
+}
+
+static void send_map(struct member *m, uint64_t now)
+{
+    struct coord *co = m->co;
+    struct iovec iov[2] = {
+        { .iov_base = "map ", .iov_len = 4 },
+        { .iov_base = co->body, .iov_len = co->nbody },
+    };
+    if (!m->link || !co->body || link_sendv(m->link, FT_CONTROL, iov, 2) < 0)
+        return;
+    m->pushed_epoch = co->map.epoch;
+    m->pushed_at_ms = now;
+}
+
+/* Send the map to a member that reports an older epoch, unless it was
+ * sent very recently (the member may not have taken it yet). */
+static void push_if_behind(struct member *m, uint64_t now)
+{
+    struct coord *co = m->co;
+    if (m->epoch >= co->map.epoch)
+        return;
+    if (m->pushed_epoch == co->map.epoch && now - m->pushed_at_ms < REPUSH_AFTER_MS)
+        return;
+    send_map(m, now);
+}
+
+static void push_to_all(struct coord *co)
+{
+    uint64_t now = now_ms();
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].link && co->members[i].state == MEMBER_ALIVE)
+            push_if_behind(&co->members[i], now);
+}
+
+/* ---- moves ---- */
+
+static void move_finish(struct coord *co, struct move *mv, enum move_state st, const char *why)
+{
+    mv->state = st;
+    snprintf(mv->why, sizeof(mv->why), "%s", why ? why : "");
+    if (co->running >= 0 && &co->moves[co->running] == mv)
+        co->running = -1;
+    fprintf(stderr, "coordinator: move of slot %u %s -> %s epoch %llu %s%s%s\n", mv->slot,
+            mv->from, mv->to, (unsigned long long)mv->epoch,
+            st == MOVE_DONE ? "done" : "failed", why && *why ? ": " : "", why ? why : "");
+}
+
+/* The source reported the move done: the destination serves the slot at
+ * mv->epoch.  Persist that map, then push it. */
+static void move_commit(struct coord *co, struct move *mv)
+{
+    struct slotmap next;
+    char err[512];
+    if (coord_map_copy(&next, &co->map) < 0) {
+        move_finish(co, mv, MOVE_FAILED, "coordinator out of memory adopting the new map");
+        return;
+    }
+    next.slot[mv->slot] = (uint16_t)mv->to_endpoint;
+    next.epoch = mv->epoch;
+    const char *note = NULL;
+    if (coord_state_save(co->c->coord_state, &next, err, sizeof(err)) < 0) {
+        /* Source and destination already serve the new map: adopt it anyway
+         * so the cluster converges, and say loudly that a restart would
+         * start from the older state. */
+        fprintf(stderr, "coordinator: cannot persist epoch %llu: %s\n",
+                (unsigned long long)next.epoch, err);
+        note = "state file not written";
+    }
+    if (adopt_map(co, &next) < 0) {
+        slotmap_free(&next);
+        move_finish(co, mv, MOVE_FAILED, "coordinator out of memory adopting the new map");
+        return;
+    }
+    /* Source and destination switched themselves before reporting. */
+    if (mv->source)
+        mv->source->epoch = mv->epoch;
+    if (mv->dest)
+        mv->dest->epoch = mv->epoch;
+    move_finish(co, mv, MOVE_DONE, note);
+    push_to_all(co);
+}
+
+static void on_migrated(struct member *m, const struct ctl_msg *msg)
+{
+    struct coord *co = m->co;
+    struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
+    if (!mv || mv->source != m || mv->slot != msg->slot || mv->epoch != msg->epoch) {
+        log_member(m, "reports slot %u epoch %llu migrated (%s), but no such move is running; "
+                   "ignored", msg->slot, (unsigned long long)msg->epoch, msg->ok ? "ok" : "failed");
+        return;
+    }
+    if (msg->ok)
+        move_commit(co, mv);
+    else
+        move_finish(co, mv, MOVE_FAILED, msg->why);
+}
+
+/* ---- membership ---- */
+
+/* Hook for the recovery issue: a process died.  Who serves a dead serving
+ * process's slots is a map change (promote a backup, decode from parity,
+ * hand the slots to another group); it would be decided and committed here,
+ * through the same persist-then-push path as a move.  For now the death is
+ * only recorded. */
+static void coord_on_dead(struct coord *co, struct member *m)
+{
+    (void)co;
+    (void)m;
+}
+
+static void member_dead(struct member *m, const char *why)
+{
+    struct coord *co = m->co;
+    struct link *l = m->link;
+    m->link = NULL;
+    if (l)
+        link_close(l);
+    if (m->state == MEMBER_DEAD)
+        return;
+    m->state = MEMBER_DEAD;
+    log_member(m, "dead: %s", why);
+    struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
+    if (mv && (mv->source == m || mv->dest == m)) {
+        char reason[COORD_WHY_MAX];
+        snprintf(reason, sizeof(reason), "%s %s died during the move (outcome not known here)",
+                 mv->source == m ? "source" : "destination", mv->source == m ? mv->from : mv->to);
+        move_finish(co, mv, MOVE_FAILED, reason);
+    }
+    coord_on_dead(co, m);
+}
+
+static void member_heard(struct member *m, const struct ctl_msg *msg)
+{
+    struct coord *co = m->co;
+    uint64_t now = now_ms();
+    bool was_alive = m->state == MEMBER_ALIVE;
+    m->pid = msg->pid;
+    m->epoch = msg->epoch;
+    if (msg->kind == CTL_HB)
+        m->rss = msg->rss;
+    m->last_heard_ms = now;
+    m->state = MEMBER_ALIVE;
+    if (!was_alive)
+        log_member(m, "alive (pid %ld, epoch %llu)", m->pid, (unsigned long long)m->epoch);
+    if (m->epoch > co->map.epoch && m->warned_epoch != m->epoch) {
+        m->warned_epoch = m->epoch;
+        log_member(m, "reports epoch %llu, newer than the coordinator's %llu (a move whose "
+                   "outcome was lost?)", (unsigned long long)m->epoch,
+                   (unsigned long long)co->map.epoch);
+    }
+    push_if_behind(m, now);
+}
+
+static void on_control(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
+                       void *ctx)
+{
+    struct member *m = ctx;
+    struct ctl_msg msg;
+    char err[256];
+    if (type != FT_CONTROL) {
+        log_member(m, "sent a %s frame on its control link; ignored", frame_type_name(type));
+        return;
+    }
+    if (ctl_parse((const char *)payload, len, &msg, err, sizeof(err)) < 0) {
+        log_member(m, "%s; ignored", err);
+        return;
+    }
+    switch (msg.kind) {
+    case CTL_HELLO:
+        m->pushed_epoch = 0;    /* a new process, or a new link: it has no pushed map */
+        member_heard(m, &msg);
+        break;
+    case CTL_HB:
+        member_heard(m, &msg);
+        break;
+    case CTL_MIGRATED:
+        on_migrated(m, &msg);
+        break;
+    default:
+        log_member(m, "sent a coordinator's message; ignored");
+        break;
+    }
+}
+
+static void on_link_down(struct link *l, const char *why, void *ctx)
+{
+    struct member *m = ctx;
+    char reason[300];
+    if (m->link != l)
+        return;
+    m->link = NULL;   /* an accepted link is freed by link.c after this */
+    snprintf(reason, sizeof(reason), "control link down (%s)", why);
+    member_dead(m, reason);
+}
+
+static bool on_accept(void *owner, const struct link_identity *peer, struct link *l,
+                      struct link_callbacks *cb, void **ctx, uint64_t *welcome_xid,
+                      const char **reason)
+{
+    struct coord *co = owner;
+    struct member *m = member_of(co, peer);
+    if (!m) {
+        fprintf(stderr, "coordinator: control link from %s: group %u role %u index %u is not "
+                "in the cluster file; rejected\n", link_peer_name(l), (unsigned)peer->group,
+                (unsigned)peer->role, (unsigned)peer->index);
+        *reason = "no such process in the coordinator's cluster file";
+        return false;
+    }
+    if (m->link) {
+        /* The process restarted or redialed: the new link replaces the old. */
+        struct link *old = m->link;
+        m->link = NULL;
+        link_close(old);
+    }
+    m->link = l;
+    cb->on_frame = on_control;
+    cb->on_down = on_link_down;
+    *ctx = m;
+    *welcome_xid = 0;
+    return true;
+}
+
+/* Every CHECK_EVERY_MS: who has gone quiet. */
+static void on_check(evutil_socket_t fd, short what, void *arg)
+{
+    struct coord *co = arg;
+    uint64_t now = now_ms();
+    char why[128];
+    for (int i = 0; i < co->nmembers; i++) {
+        struct member *m = &co->members[i];
+        if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > COORD_DEAD_AFTER_MS) {
+            snprintf(why, sizeof(why), "no heartbeat for %d ms", COORD_DEAD_AFTER_MS);
+            member_dead(m, why);
+        } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > STARTUP_GRACE_MS) {
+            snprintf(why, sizeof(why), "not heard from in the %d ms after the coordinator started",
+                     STARTUP_GRACE_MS);
+            member_dead(m, why);
+        }
+    }
+}
+
+/* ---- admin words ---- */
+
+static void reply(eng_write_fn write, void *wctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void reply(eng_write_fn write, void *wctx, const char *fmt, ...)
+{
+    char line[REPLY_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line) - 2, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n > sizeof(line) - 3)
+        n = (int)sizeof(line) - 3;
+    line[n++] = '\r';
+    line[n++] = '\n';
+    write(wctx, line, (size_t)n);
+}
+
+static void admin_status(struct coord *co, eng_write_fn write, void *wctx)
+{
+    uint64_t now = now_ms();
+    reply(write, wctx, "epoch %llu", (unsigned long long)co->map.epoch);
+    for (int i = 0; i < co->nmembers; i++) {
+        const struct member *m = &co->members[i];
+        const struct cluster_proc *p = m->proc;
+        long long age = m->last_heard_ms ? (long long)(now - m->last_heard_ms) : -1;
+        reply(write, wctx, "proc %d %s %d %d %s:%d %s pid=%ld rss=%llu epoch=%llu hb_age_ms=%lld",
+              p->group, cluster_role_name(p->role), p->index, p->node, p->host, p->port,
+              state_name(m->state), m->pid, (unsigned long long)m->rss,
+              (unsigned long long)m->epoch, age);
+    }
+    reply(write, wctx, "END");
+}
+
+static void admin_moves(struct coord *co, eng_write_fn write, void *wctx)
+{
+    static const char *const names[] = { "running", "done", "failed" };
+    for (int i = 0; i < co->nmoves; i++) {
+        const struct move *mv = &co->moves[i];
+        reply(write, wctx, "move %u %s %s %llu %s%s%s", mv->slot, mv->from, mv->to,
+              (unsigned long long)mv->epoch, names[mv->state], mv->why[0] ? " " : "", mv->why);
+    }
+    reply(write, wctx, "END");
+}
+
+static bool parse_number(const char *s, unsigned long max, unsigned long *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end != '\0' || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* The destination endpoint in group g: index idx (>= 0) or the one of the
+ * group's serving processes with the fewest slots.  -1 if none (or out of
+ * memory). */
+static int pick_destination(const struct coord *co, long g, long idx)
+{
+    const struct slotmap *m = &co->map;
+    unsigned *count = calloc((size_t)m->nendpoints + 1, sizeof(*count));
+    if (!count)
+        return -1;
+    for (unsigned s = 0; s < SLOTMAP_SLOTS; s++)
+        count[m->slot[s]]++;
+    int best = -1;
+    for (int i = 0; i < m->nendpoints; i++) {
+        const struct slotmap_endpoint *e = &m->endpoints[i];
+        if (e->group != g || (idx >= 0 && e->index != idx))
+            continue;
+        if (best < 0 || count[i] < count[best])
+            best = i;
+    }
+    free(count);
+    return best;
+}
+
+static int grow_moves(struct coord *co)
+{
+    if (co->nmoves < co->cap_moves)
+        return 0;
+    int cap = co->cap_moves ? co->cap_moves * 2 : 16;
+    struct move *mv = realloc(co->moves, (size_t)cap * sizeof(*mv));
+    if (!mv)
+        return -1;
+    co->moves = mv;
+    co->cap_moves = cap;
+    return 0;
+}
+
+/* A live process holding a map newer than ours (a move whose outcome the
+ * coordinator lost), or NULL. */
+static const struct member *ahead_of_us(const struct coord *co)
+{
+    for (int i = 0; i < co->nmembers; i++) {
+        const struct member *m = &co->members[i];
+        if (m->state == MEMBER_ALIVE && m->epoch > co->map.epoch)
+            return m;
+    }
+    return NULL;
+}
+
+/* Everything that can refuse a move; NULL when it may start. */
+static const char *move_refusal(struct coord *co, unsigned slot, int to, char *why, size_t len)
+{
+    const struct slotmap *m = &co->map;
+    char from_addr[ADDR_MAX], to_addr[ADDR_MAX];
+    endpoint_addr(&m->endpoints[m->slot[slot]], from_addr, sizeof(from_addr));
+    endpoint_addr(&m->endpoints[to], to_addr, sizeof(to_addr));
+    struct member *src = member_at(co, &m->endpoints[m->slot[slot]]);
+    struct member *dst = member_at(co, &m->endpoints[to]);
+    const struct member *ahead = ahead_of_us(co);
+    if (co->running >= 0) {
+        const struct move *r = &co->moves[co->running];
+        snprintf(why, len, "a move is already running (slot %u %s -> %s)", r->slot, r->from, r->to);
+    } else if (ahead) {
+        /* A new move would hand out that epoch again, with another map. */
+        snprintf(why, len, "%s:%d holds epoch %llu, newer than the coordinator's %llu "
+                 "(a move's outcome was lost); no moves until that is resolved",
+                 ahead->proc->host, ahead->proc->port, (unsigned long long)ahead->epoch,
+                 (unsigned long long)m->epoch);
+    } else if (m->slot[slot] == to) {
+        snprintf(why, len, "slot %u is already served by %s", slot, to_addr);
+    } else if (!src || src->state != MEMBER_ALIVE || !src->link || !link_is_up(src->link)) {
+        snprintf(why, len, "source %s is not connected to the coordinator (%s)", from_addr,
+                 src ? state_name(src->state) : "unknown");
+    } else if (!dst || dst->state != MEMBER_ALIVE) {
+        snprintf(why, len, "destination %s is %s", to_addr, dst ? state_name(dst->state) : "unknown");
+    } else if (src->epoch != m->epoch) {
+        snprintf(why, len, "source %s is at epoch %llu, not the coordinator's %llu yet", from_addr,
+                 (unsigned long long)src->epoch, (unsigned long long)m->epoch);
+    } else {
+        return NULL;
+    }
+    return why;
+}
+
+/* cocytus move <slot> <group> [<index>] */
+static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn write, void *wctx)
+{
+    unsigned long slot, group, index = 0;
+    char why[COORD_WHY_MAX];
+    if (argc < 3 || argc > 4) {
+        reply(write, wctx, "SERVER_ERROR usage: cocytus move <slot> <group> [<index>]");
+        return;
+    }
+    if (!parse_number(argv[1], SLOTMAP_SLOTS - 1, &slot)) {
+        reply(write, wctx, "SERVER_ERROR bad slot '%.40s' (0 to %u)", argv[1], SLOTMAP_SLOTS - 1);
+        return;
+    }
+    if (!parse_number(argv[2], 1u << 20, &group) || (argc == 4 && !parse_number(argv[3], 254, &index))) {
+        reply(write, wctx, "SERVER_ERROR bad group or index");
+        return;
+    }
+    int to = pick_destination(co, (long)group, argc == 4 ? (long)index : -1);
+    if (to < 0) {
+        if (argc == 4)
+            reply(write, wctx, "SERVER_ERROR group %lu has no serving process %lu", group, index);
+        else
+            reply(write, wctx, "SERVER_ERROR no group %lu serves slots (groups 0 to %d)", group,
+                  co->c->ngroups - 1);
+        return;
+    }
+    if (move_refusal(co, (unsigned)slot, to, why, sizeof(why))) {
+        reply(write, wctx, "SERVER_ERROR %s", why);
+        return;
+    }
+    if (grow_moves(co) < 0) {
+        reply(write, wctx, "SERVER_ERROR out of memory");
+        return;
+    }
+    const struct slotmap_endpoint *dest = &co->map.endpoints[to];
+    struct move *mv = &co->moves[co->nmoves];
+    memset(mv, 0, sizeof(*mv));
+    mv->slot = (unsigned)slot;
+    endpoint_addr(&co->map.endpoints[co->map.slot[slot]], mv->from, sizeof(mv->from));
+    endpoint_addr(dest, mv->to, sizeof(mv->to));
+    mv->to_endpoint = to;
+    mv->epoch = co->map.epoch + 1;
+    mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
+    mv->dest = member_at(co, dest);
+    char text[64 + ADDR_MAX];
+    int n = snprintf(text, sizeof(text), "migrate %u %s %llu", mv->slot, mv->to,
+                     (unsigned long long)mv->epoch);
+    if (link_send(mv->source->link, FT_CONTROL, text, (uint32_t)n) < 0) {
+        reply(write, wctx, "SERVER_ERROR cannot reach the source %s", mv->from);
+        return;
+    }
+    mv->state = MOVE_RUNNING;
+    co->running = co->nmoves++;
+    fprintf(stderr, "coordinator: moving slot %u %s -> %s at epoch %llu\n", mv->slot, mv->from,
+            mv->to, (unsigned long long)mv->epoch);
+    reply(write, wctx, "OK moving %u %s -> %s epoch %llu", mv->slot, mv->from, mv->to,
+          (unsigned long long)mv->epoch);
+}
+
+static bool coord_admin(struct engine *e, int argc, char **argv, eng_write_fn write, void *wctx)
+{
+    struct coord *co = e->priv;
+    if (strcmp(argv[0], "status") == 0 && argc == 1)
+        admin_status(co, write, wctx);
+    else if (strcmp(argv[0], "moves") == 0 && argc == 1)
+        admin_moves(co, write, wctx);
+    else if (strcmp(argv[0], "move") == 0)
+        admin_move(co, argc, argv, write, wctx);
+    else
+        return false;
+    return true;
+}
+
+/* ---- the engine: no keys here ---- */
+
+static eng_status coord_get(struct engine *e, const char *key, size_t nkey,
+                            struct eng_value *out, struct eng_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->status = ENG_FAILED;
+    res->msg = not_a_server;
+    return ENG_FAILED;
+}
+
+static void coord_release(struct engine *e, void *handle)
+{
+}
+
+static eng_status coord_mutate(struct engine *e, const struct eng_mutation *m,
+                               struct eng_result *res, eng_done_fn done, void *cookie)
+{
+    memset(res, 0, sizeof(*res));
+    res->status = ENG_FAILED;
+    res->msg = not_a_server;
+    return ENG_FAILED;
+}
+
+static bool coord_stats(struct engine *e, const char *group, eng_stat_fn emit, void *ctx)
+{
+    struct coord *co = e->priv;
+    if (group[0] != '\0')
+        return strcmp(group, "settings") == 0;
+    int alive = 0;
+    for (int i = 0; i < co->nmembers; i++)
+        alive += co->members[i].state == MEMBER_ALIVE;
+    emit(ctx, "coord_epoch", "%llu", (unsigned long long)co->map.epoch);
+    emit(ctx, "coord_processes", "%d", co->nmembers);
+    emit(ctx, "coord_alive", "%d", alive);
+    emit(ctx, "coord_moves", "%d", co->nmoves);
+    return true;
+}
+
+static void coord_stats_reset(struct engine *e)
+{
+}
+
+static void coord_tick(struct engine *e, time_t now)
+{
+}
+
+static void coord_destroy(struct engine *e)
+{
+    struct coord *co = e->priv;
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].link)
+            link_close(co->members[i].link);
+    link_listener_free(co->listener);
+    if (co->timer)
+        event_free(co->timer);
+    slotmap_free(&co->map);
+    free(co->body);
+    free(co->members);
+    free(co->moves);
+    free(co);
+    free(e);
+}
+
+static const struct engine_ops coord_ops = {
+    .name = "coordinator",
+    .get = coord_get,
+    .release = coord_release,
+    .mutate = coord_mutate,
+    .stats = coord_stats,
+    .stats_reset = coord_stats_reset,
+    .tick = coord_tick,
+    .destroy = coord_destroy,
+    .admin = coord_admin,
+};
+
+/* ---- start ---- */
+
+int coord_settings(const struct cluster *c, struct settings *st)
+{
+    if (!c->has_coordinator) {
+        fprintf(stderr, "cocytus-server: %s has no 'coordinator <host> <port> <link_port>' line\n",
+                st->cluster_file);
+        return -1;
+    }
+    if (!st->port_given)
+        st->port = c->coord_port;
+    if (!st->listen_addr)
+        st->listen_addr = c->coord_host;
+    return 0;
+}
+
+/* The state file's map, or at a first start the server's initial map
+ * (saved at once, so the file exists from the first moment). */
+static int load_map(struct coord *co)
+{
+    char err[768];
+    struct slotmap m;
+    int rc = coord_state_load(co->c->coord_state, co->c, &m, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "cocytus-server: coordinator refuses to start: %s\n", err);
+        return -1;
+    }
+    if (rc == 1) {
+        if (coord_map_copy(&m, co->s->slotmap) < 0) {
+            fprintf(stderr, "cocytus-server: out of memory\n");
+            return -1;
+        }
+        if (coord_state_save(co->c->coord_state, &m, err, sizeof(err)) < 0) {
+            fprintf(stderr, "cocytus-server: coordinator cannot write its state file: %s\n", err);
+            slotmap_free(&m);
+            return -1;
+        }
+        fprintf(stderr, "coordinator: no state file; starting at epoch %llu (%s written)\n",
+                (unsigned long long)m.epoch, co->c->coord_state);
+    } else {
+        fprintf(stderr, "coordinator: state file %s: epoch %llu\n", co->c->coord_state,
+                (unsigned long long)m.epoch);
+    }
+    if (adopt_map(co, &m) < 0) {
+        fprintf(stderr, "cocytus-server: out of memory\n");
+        slotmap_free(&m);
+        return -1;
+    }
+    return 0;
+}
+
+static int make_members(struct coord *co)
+{
+    co->members = calloc((size_t)co->c->nprocs + 1, sizeof(*co->members));
+    if (!co->members)
+        return -1;
+    for (int i = 0; i < co->c->nprocs; i++) {
+        co->members[i].co = co;
+        co->members[i].proc = &co->c->procs[i];
+    }
+    co->nmembers = co->c->nprocs;
+    return 0;
+}
+
+static int start_listening(struct coord *co)
+{
+    const struct cluster *c = co->c;
+    co->listener = link_listen(co->s->base, c->coord_host, c->coord_link_port, c->name,
+                               LINK_GROUP_ANY, c->secret, on_accept, co);
+    if (!co->listener) {
+        fprintf(stderr, "cocytus-server: coordinator cannot listen for control links on %s port %d\n",
+                c->coord_host, c->coord_link_port);
+        return -1;
+    }
+    struct timeval tv = { .tv_sec = 0, .tv_usec = CHECK_EVERY_MS * 1000 };
+    co->timer = event_new(co->s->base, -1, EV_PERSIST, on_check, co);
+    if (!co->timer || event_add(co->timer, &tv) < 0)
+        return -1;
+    return 0;
+}
+
+struct engine *coord_engine_new(struct server *s)
+{
+    struct engine *e = calloc(1, sizeof(*e));
+    struct coord *co = calloc(1, sizeof(*co));
+    if (!e || !co || !s->cluster || !s->slotmap) {
+        fprintf(stderr, "cocytus-server: cannot start the coordinator%s\n",
+                e && co ? " without a cluster file" : ": out of memory");
+        free(e);
+        free(co);
+        return NULL;
+    }
+    co->s = s;
+    co->c = s->cluster;
+    co->running = -1;
+    co->started_ms = now_ms();
+    e->ops = &coord_ops;
+    e->priv = co;
+    if (load_map(co) < 0 || make_members(co) < 0 || start_listening(co) < 0) {
+        coord_destroy(e);
+        return NULL;
+    }
+    fprintf(stderr, "coordinator: %d processes in %s, epoch %llu, control links on %s:%d\n",
+            co->nmembers, s->settings.cluster_file, (unsigned long long)co->map.epoch,
+            co->c->coord_host, link_listener_port(co->listener));
+    return e;
+}

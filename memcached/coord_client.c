@@ -1,0 +1,218 @@
+/* coord_client.c - a server process's side of the coordinator: the control
+ * link, hello and heartbeats, pushed maps, and the moves it is told to run.
+ *
+ * The link (repl/link.c) redials by itself, so a coordinator that is down
+ * or restarting costs nothing: the process keeps serving with the map it
+ * has.  Once up, the process says "hello <pid> <epoch>" and then "hb <pid>
+ * <epoch> <rss>" every COORD_HEARTBEAT_MS.  A pushed map is installed only
+ * when its epoch is newer than the process's own (a move's source and
+ * destination already hold the new map when the coordinator publishes it).
+ * "migrate" starts migrate_start(); its outcome goes back as "migrated";
+ * an outcome that finds the link down is kept and sent after the next
+ * hello. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cluster.h"
+#include "coord.h"
+#include "engine.h"
+#include "frame.h"
+#include "link.h"
+#include "migrate.h"
+#include "server.h"
+
+#define RESULT_MAX (COORD_WHY_MAX + 64)
+
+struct coord_client {
+    struct server *s;
+    struct link *link;
+    struct event *hb_timer;
+    char pending[RESULT_MAX];       /* a "migrated" not yet delivered ("" if none) */
+};
+
+static uint64_t current_epoch(const struct coord_client *cc)
+{
+    return cc->s->slotmap ? cc->s->slotmap->epoch : 0;
+}
+
+static int send_text(struct coord_client *cc, const char *text)
+{
+    if (!cc->link || !link_is_up(cc->link))
+        return -1;
+    return link_send(cc->link, FT_CONTROL, text, (uint32_t)strlen(text));
+}
+
+static void send_hello(struct coord_client *cc)
+{
+    char text[64];
+    snprintf(text, sizeof(text), "hello %ld %llu", (long)getpid(),
+             (unsigned long long)current_epoch(cc));
+    send_text(cc, text);
+}
+
+static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    struct coord_client *cc = arg;
+    char text[96];
+    snprintf(text, sizeof(text), "hb %ld %llu %llu", (long)getpid(),
+             (unsigned long long)current_epoch(cc), (unsigned long long)engine_process_rss());
+    send_text(cc, text);
+}
+
+static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
+{
+    struct coord_client *cc = ctx;
+    fprintf(stderr, "coordinator link to %s up (epoch %llu)\n", link_peer_name(l),
+            (unsigned long long)current_epoch(cc));
+    send_hello(cc);
+    if (cc->pending[0] && send_text(cc, cc->pending) == 0)
+        cc->pending[0] = '\0';
+}
+
+/* A pushed map: installed when newer than ours.  Decoded maps know only
+ * host and port; group, role and index are carried over from our map. */
+static void take_map(struct coord_client *cc, const char *body, size_t len)
+{
+    struct server *s = cc->s;
+    char err[256];
+    struct slotmap *m = calloc(1, sizeof(*m));
+    if (!m) {
+        fprintf(stderr, "coordinator map: out of memory\n");
+        return;
+    }
+    if (slotmap_decode(m, body, len, err, sizeof(err)) < 0) {
+        fprintf(stderr, "coordinator sent a bad map: %s; ignored\n", err);
+        free(m);
+        return;
+    }
+    if (m->epoch <= current_epoch(cc)) {
+        slotmap_free(m);
+        free(m);
+        return;
+    }
+    for (int i = 0; s->slotmap && i < m->nendpoints; i++) {
+        int j = slotmap_find(s->slotmap, m->endpoints[i].host, m->endpoints[i].port);
+        if (j >= 0) {
+            m->endpoints[i].group = s->slotmap->endpoints[j].group;
+            m->endpoints[i].role = s->slotmap->endpoints[j].role;
+            m->endpoints[i].index = s->slotmap->endpoints[j].index;
+        }
+    }
+    uint64_t old = current_epoch(cc);
+    unsigned moved = s->slotmap ? slotmap_moved(s->slotmap, m) : SLOTMAP_SLOTS;
+    if (server_set_slotmap(s, m) < 0)
+        fprintf(stderr, "coordinator map: out of memory preparing the config reply\n");
+    fprintf(stderr, "slot map epoch %llu -> %llu from the coordinator (%u slots changed owner)\n",
+            (unsigned long long)old, (unsigned long long)m->epoch, moved);
+}
+
+static void on_migrate_done(void *ctx, unsigned slot, uint64_t epoch, bool ok, const char *why)
+{
+    struct coord_client *cc = ctx;
+    char text[RESULT_MAX];
+    if (ok)
+        snprintf(text, sizeof(text), "migrated %u %llu ok", slot, (unsigned long long)epoch);
+    else
+        snprintf(text, sizeof(text), "migrated %u %llu failed %.*s", slot,
+                 (unsigned long long)epoch, COORD_WHY_MAX - 1,
+                 why && *why ? why : "unknown reason");
+    /* A reason must stay one line. */
+    for (char *p = text; *p; p++)
+        if (*p == '\r' || *p == '\n')
+            *p = ' ';
+    if (send_text(cc, text) < 0)
+        snprintf(cc->pending, sizeof(cc->pending), "%s", text);
+}
+
+static void start_migration(struct coord_client *cc, const struct ctl_msg *msg)
+{
+    char err[COORD_WHY_MAX];
+    fprintf(stderr, "coordinator asks to move slot %u to %s:%d at epoch %llu\n", msg->slot,
+            msg->host, msg->port, (unsigned long long)msg->epoch);
+    if (migrate_start(cc->s, msg->slot, msg->host, msg->port, msg->epoch, on_migrate_done, cc,
+                      err, sizeof(err)) < 0) {
+        fprintf(stderr, "move of slot %u not started: %s\n", msg->slot, err);
+        on_migrate_done(cc, msg->slot, msg->epoch, false, err);
+    }
+}
+
+static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
+                     void *ctx)
+{
+    struct coord_client *cc = ctx;
+    struct ctl_msg msg;
+    char err[256];
+    if (type != FT_CONTROL)
+        return;
+    if (ctl_parse((const char *)payload, len, &msg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "coordinator link: %s; ignored\n", err);
+        return;
+    }
+    if (msg.kind == CTL_MAP)
+        take_map(cc, msg.body, msg.body_len);
+    else if (msg.kind == CTL_MIGRATE)
+        start_migration(cc, &msg);
+    else
+        fprintf(stderr, "coordinator link: unexpected message from the coordinator; ignored\n");
+}
+
+static void on_down(struct link *l, const char *why, void *ctx)
+{
+    /* link.c logs it and redials; the map stays as it is. */
+}
+
+/* Our link role: the cluster role of --role (plain when it is not one). */
+static uint8_t own_link_role(const char *role)
+{
+    enum cluster_role r;
+    if (cluster_role_from_name(role, &r) < 0)
+        r = ROLE_PLAIN;
+    return coord_link_role(r);
+}
+
+struct coord_client *coord_client_start(struct server *s)
+{
+    const struct cluster *c = s->cluster;
+    struct coord_client *cc = calloc(1, sizeof(*cc));
+    if (!cc) {
+        fprintf(stderr, "cocytus-server: out of memory; running without the coordinator\n");
+        return NULL;
+    }
+    cc->s = s;
+    struct link_identity me;
+    memset(&me, 0, sizeof(me));
+    snprintf(me.cluster, sizeof(me.cluster), "%s", c->name);
+    me.group = (uint32_t)s->settings.group;
+    me.role = own_link_role(s->settings.role);
+    me.index = (uint32_t)s->settings.index;
+    struct link_callbacks cb = { .on_up = on_up, .on_frame = on_frame, .on_down = on_down };
+    struct timeval period = { .tv_sec = 0, .tv_usec = COORD_HEARTBEAT_MS * 1000 };
+    cc->link = link_connect(s->base, c->coord_host, c->coord_link_port, &me, c->secret, &cb, cc);
+    cc->hb_timer = event_new(s->base, -1, EV_PERSIST, on_heartbeat, cc);
+    if (!cc->link || !cc->hb_timer || event_add(cc->hb_timer, &period) < 0) {
+        fprintf(stderr, "cocytus-server: cannot start the coordinator link to %s:%d; "
+                "running without the coordinator\n", c->coord_host, c->coord_link_port);
+        coord_client_stop(cc);
+        return NULL;
+    }
+    if (s->settings.verbose)
+        fprintf(stderr, "dialing the coordinator at %s:%d\n", c->coord_host, c->coord_link_port);
+    return cc;
+}
+
+void coord_client_stop(struct coord_client *cc)
+{
+    if (!cc)
+        return;
+    if (cc->link)
+        link_close(cc->link);
+    if (cc->hb_timer)
+        event_free(cc->hb_timer);
+    free(cc);
+}

@@ -1,0 +1,224 @@
+/* coord_msg.c - the parser of control messages between a server process and
+ * the coordinator (coord.h lists them), and the link role a process
+ * announces on its control link (both ends must agree on it).
+ *
+ * A message is one line of text: a verb, single-space separated fields, no
+ * line terminator.  Numbers are plain decimals; anything else (a missing or
+ * extra field, a sign, an out-of-range slot or port) is refused with a
+ * message, so a confused peer is logged rather than obeyed.  A map body and
+ * a failure reason are the rest of the line and are taken as they are. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+#include "link.h"
+
+#define CTL_FIELDS_MAX 5
+#define CTL_NUMBER_MAX 24       /* digits of a u64 plus room */
+
+/* The message's words, as views into the payload. */
+struct words {
+    const char *p[CTL_FIELDS_MAX];
+    size_t n[CTL_FIELDS_MAX];
+    int count;
+    const char *rest;           /* after the last word taken */
+    size_t nrest;
+};
+
+/* Split up to max words off the front of text; the remainder (after one
+ * space) stays in w->rest.  False when a word is empty (two spaces, a
+ * leading or trailing space). */
+static bool split_words(const char *text, size_t len, int max, struct words *w)
+{
+    const char *p = text, *end = text + len;
+    memset(w, 0, sizeof(*w));
+    while (p < end && w->count < max) {
+        const char *sp = memchr(p, ' ', (size_t)(end - p));
+        const char *word_end = sp ? sp : end;
+        if (word_end == p)
+            return false;
+        w->p[w->count] = p;
+        w->n[w->count] = (size_t)(word_end - p);
+        w->count++;
+        if (!sp) {
+            p = end;
+            break;
+        }
+        p = sp + 1;
+        if (p == end)
+            return false;   /* trailing space */
+    }
+    w->rest = p;
+    w->nrest = (size_t)(end - p);
+    return true;
+}
+
+static bool word_is(const struct words *w, int i, const char *s)
+{
+    return i < w->count && strlen(s) == w->n[i] && memcmp(w->p[i], s, w->n[i]) == 0;
+}
+
+/* A decimal u64 of only digits. */
+static bool parse_u64(const char *p, size_t n, uint64_t *out)
+{
+    char buf[CTL_NUMBER_MAX];
+    if (n == 0 || n >= sizeof(buf))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    errno = 0;
+    unsigned long long v = strtoull(buf, NULL, 10);
+    if (errno)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_word_u64(const struct words *w, int i, uint64_t *out)
+{
+    return i < w->count && parse_u64(w->p[i], w->n[i], out);
+}
+
+static bool parse_slot(const struct words *w, int i, unsigned *out)
+{
+    uint64_t v;
+    if (!parse_word_u64(w, i, &v) || v >= SLOTMAP_SLOTS)
+        return false;
+    *out = (unsigned)v;
+    return true;
+}
+
+/* "<host>:<port>", the last colon separating (hosts with a colon are IPv6). */
+static bool parse_host_port(const struct words *w, int i, struct ctl_msg *m)
+{
+    if (i >= w->count)
+        return false;
+    const char *p = w->p[i];
+    size_t n = w->n[i];
+    const char *colon = NULL;
+    for (size_t k = 0; k < n; k++)
+        if (p[k] == ':')
+            colon = p + k;
+    if (!colon || colon == p)
+        return false;
+    size_t hl = (size_t)(colon - p);
+    uint64_t port;
+    if (hl >= sizeof(m->host) || !parse_u64(colon + 1, n - hl - 1, &port) ||
+        port < 1 || port > 65535)
+        return false;
+    memcpy(m->host, p, hl);
+    m->host[hl] = '\0';
+    m->port = (int)port;
+    return true;
+}
+
+static int refuse(char *err, size_t errlen, const char *what, const char *payload, size_t len)
+{
+    snprintf(err, errlen, "malformed %s message '%.*s'", what, (int)(len > 80 ? 80 : len),
+             payload);
+    return -1;
+}
+
+static int parse_hello(const struct words *w, struct ctl_msg *m)
+{
+    uint64_t pid;
+    if (w->count != 3 || w->nrest != 0 || !parse_word_u64(w, 1, &pid) || pid > 0x7fffffff ||
+        !parse_word_u64(w, 2, &m->epoch))
+        return -1;
+    m->kind = CTL_HELLO;
+    m->pid = (long)pid;
+    return 0;
+}
+
+static int parse_hb(const struct words *w, struct ctl_msg *m)
+{
+    uint64_t pid;
+    if (w->count != 4 || w->nrest != 0 || !parse_word_u64(w, 1, &pid) || pid > 0x7fffffff ||
+        !parse_word_u64(w, 2, &m->epoch) || !parse_word_u64(w, 3, &m->rss))
+        return -1;
+    m->kind = CTL_HB;
+    m->pid = (long)pid;
+    return 0;
+}
+
+/* migrated <slot> <epoch> ok | migrated <slot> <epoch> failed <why> */
+static int parse_migrated(const struct words *w, struct ctl_msg *m)
+{
+    if (w->count != 4 || !parse_slot(w, 1, &m->slot) || !parse_word_u64(w, 2, &m->epoch))
+        return -1;
+    m->kind = CTL_MIGRATED;
+    if (word_is(w, 3, "ok") && w->nrest == 0) {
+        m->ok = true;
+        return 0;
+    }
+    if (!word_is(w, 3, "failed") || w->nrest == 0)
+        return -1;
+    m->ok = false;
+    size_t n = w->nrest < sizeof(m->why) - 1 ? w->nrest : sizeof(m->why) - 1;
+    for (size_t i = 0; i < n; i++)
+        m->why[i] = (w->rest[i] >= 0x20 && w->rest[i] < 0x7f) ? w->rest[i] : '?';
+    m->why[n] = '\0';
+    return 0;
+}
+
+static int parse_migrate(const struct words *w, struct ctl_msg *m)
+{
+    if (w->count != 4 || w->nrest != 0 || !parse_slot(w, 1, &m->slot) ||
+        !parse_host_port(w, 2, m) || !parse_word_u64(w, 3, &m->epoch))
+        return -1;
+    m->kind = CTL_MIGRATE;
+    return 0;
+}
+
+int ctl_parse(const char *payload, size_t len, struct ctl_msg *m, char *err, size_t errlen)
+{
+    struct words w;
+    memset(m, 0, sizeof(*m));
+    /* "map" first: its body holds spaces and newlines, so only the verb is split. */
+    if (len >= 4 && memcmp(payload, "map ", 4) == 0) {
+        m->kind = CTL_MAP;
+        m->body = payload + 4;
+        m->body_len = len - 4;
+        if (m->body_len == 0)
+            return refuse(err, errlen, "map", payload, len);
+        return 0;
+    }
+    if (memchr(payload, '\n', len) || memchr(payload, '\r', len) || memchr(payload, '\0', len) ||
+        !split_words(payload, len, 4, &w) || w.count == 0) {
+        return refuse(err, errlen, "control", payload, len);
+    }
+    static const struct {
+        const char *verb;
+        int (*parse)(const struct words *, struct ctl_msg *);
+    } verbs[] = {
+        { "hello", parse_hello }, { "hb", parse_hb },
+        { "migrated", parse_migrated }, { "migrate", parse_migrate },
+    };
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+        if (!word_is(&w, 0, verbs[i].verb))
+            continue;
+        if (verbs[i].parse(&w, m) < 0)
+            return refuse(err, errlen, verbs[i].verb, payload, len);
+        return 0;
+    }
+    snprintf(err, errlen, "unknown control message '%.*s'", (int)(len > 80 ? 80 : len), payload);
+    return -1;
+}
+
+uint8_t coord_link_role(enum cluster_role r)
+{
+    switch (r) {
+    case ROLE_DATA: return LINK_ROLE_DATA;
+    case ROLE_PARITY: return LINK_ROLE_PARITY;
+    case ROLE_PRIMARY: return LINK_ROLE_PRIMARY;
+    case ROLE_BACKUP: return LINK_ROLE_BACKUP;
+    default: return LINK_ROLE_PLAIN;
+    }
+}

@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# coordinator.sh - make-check test of the coordinator: brings up a 3-node
+# plain cluster with scripts/cluster (node 0 starts the coordinator), then
+# checks that every process has epoch 1 and is alive in `cocytus status`,
+# that the coordinator refuses keys, that a slot move through `cocytus-cli
+# move` lands everywhere at epoch 2 (the third process gets the map by
+# push) with the key readable at its new owner, that a killed server is
+# reported dead within 3 s, that a restarted coordinator keeps epoch 2 from
+# its state file and sees the live processes again, that a coordinator
+# restarted on an older state file (a lost move) refuses moves while
+# processes are ahead of it, and that a corrupt state file is refused with
+# a clear message.  The trap always cleans up.
+set -u
+
+case "$0" in
+    */*) script_dir=$(cd "${0%/*}" && pwd) ;;
+    *) script_dir=$(pwd) ;;
+esac
+cluster_script=$script_dir/../../scripts/cluster
+server_bin=${COCYTUS_SERVER:-$script_dir/../../memcached/cocytus-server}
+
+if [ ! -x "$server_bin" ]; then
+    echo "FAIL: server binary $server_bin not found (set COCYTUS_SERVER)"
+    exit 1
+fi
+COCYTUS_BUILD_DIR=$(cd "$(dirname "$server_bin")/.." && pwd)
+export COCYTUS_BUILD_DIR
+cli=$COCYTUS_BUILD_DIR/client/cocytus-cli
+for b in "$COCYTUS_BUILD_DIR/cocytus/cocytus-node" "$cli"; do
+    [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
+done
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/coordinator.XXXXXX")
+failures=0
+coord_pid=""        # a coordinator this test started by hand
+
+cleanup() {
+    [ -n "$coord_pid" ] && kill -KILL "$coord_pid" 2>/dev/null
+    bash "$cluster_script" down --dir "$dir" >/dev/null 2>&1
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+
+ok() {
+    echo "ok: $*"
+}
+
+# A base port below the ephemeral range whose run of 10 ports looks free.
+pick_base_port() {
+    local base p busy
+    for _ in $(seq 50); do
+        base=$((32000 + 2 * (RANDOM % 4000)))
+        busy=0
+        for ((p = base; p < base + 10; p++)); do
+            if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null \
+                || ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then
+                busy=1
+                break
+            fi
+        done
+        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
+    done
+    return 1
+}
+
+# mc HOST:PORT REQUEST: sends one request (already \r\n-terminated), prints
+# the reply lines up to END/STORED/OK/an error.
+mc() {
+    local addr=$1 request=$2 line
+    exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
+    printf '%b' "$request" >&3
+    while IFS= read -r -t 2 line <&3; do
+        line=${line%$'\r'}
+        echo "$line"
+        case $line in END | STORED | OK* | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;; esac
+    done
+    exec 3<&- 3>&-
+}
+
+# epoch_of HOST:PORT: the epoch line of `config get cluster`.
+epoch_of() {
+    mc "$1" "config get cluster\r\n" 2>/dev/null | sed -n 2p
+}
+
+# state_of ADDR: the coordinator's liveness word for server ADDR.
+state_of() {
+    mc "$coord" "cocytus status\r\n" 2>/dev/null | awk -v a="$1" '$1 == "proc" && $6 == a { print $7 }'
+}
+
+# wait_for TENTHS COMMAND...: until the command succeeds.
+wait_for() {
+    local tenths=$1
+    shift
+    for _ in $(seq "$tenths"); do
+        "$@" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+all_alive() {
+    [ "$(mc "$coord" "cocytus status\r\n" 2>/dev/null | grep -c '^proc .* alive pid=')" -eq 3 ]
+}
+
+all_at_epoch() {
+    local want=$1 a
+    for a in "${addrs[@]}" "$coord"; do
+        [ "$(epoch_of "$a")" = "$want" ] || return 1
+    done
+}
+
+# --- up (retried on a new port range if another test took ours) ---
+up_ok=0
+for attempt in 1 2 3; do
+    base_port=$(pick_base_port) || { fail "no free port range"; exit 1; }
+    if bash "$cluster_script" up --nodes 3 --scheme plain --no-proxy --memory 16 --dir "$dir" \
+        --base-port "$base_port" >/dev/null; then
+        up_ok=1
+        break
+    fi
+    echo "up failed on base port $base_port (attempt $attempt)"
+done
+[ "$up_ok" -eq 1 ] || { fail "cluster up"; exit 1; }
+coord=$(cat "$dir/coordinator" 2>/dev/null)
+[ "$coord" = "127.0.0.1:$((base_port + 6))" ] || fail "coordinator file holds '$coord', want 127.0.0.1:$((base_port + 6))"
+grep -q "^coordinator 127.0.0.1 $((base_port + 6)) $((base_port + 7))\$" "$dir/cluster.conf" \
+    || fail "cluster.conf has no coordinator line"
+[ "$(wc -l <"$dir/endpoints")" -eq 3 ] || fail "endpoints has $(wc -l <"$dir/endpoints") lines, want 3"
+mapfile -t addrs < <(awk '{ print $5 }' "$dir/endpoints")
+ok "cluster up on ports $base_port+, coordinator $coord"
+
+# --- epoch 1 everywhere, everyone alive ---
+all_at_epoch 1 || fail "not every process answers epoch 1"
+wait_for 30 all_alive || fail "coordinator does not see 3 live processes: $(mc "$coord" "cocytus status\r\n")"
+status=$(mc "$coord" "cocytus status\r\n")
+[ "$(head -1 <<<"$status")" = "epoch 1" ] || fail "cocytus status starts with '$(head -1 <<<"$status")'"
+grep -Eq "^proc 1 plain 0 1 ${addrs[1]} alive pid=[0-9]+ rss=[0-9]+ epoch=1 hb_age_ms=[0-9]+\$" <<<"$status" \
+    || fail "status line of group 1: $status"
+ok "epoch 1 everywhere; coordinator sees 3 live processes"
+cp "$dir/coordinator.state" "$dir/epoch1.state"
+
+reply=$(mc "$coord" "get foo\r\n")
+[ "$reply" = "SERVER_ERROR this is the coordinator; use a server" ] || fail "get on the coordinator: '$reply'"
+reply=$(mc "$coord" "set foo 0 0 1\r\nx\r\n")
+[ "$reply" = "SERVER_ERROR this is the coordinator; use a server" ] || fail "set on the coordinator: '$reply'"
+ok "the coordinator refuses keys"
+
+cli_out=$("$cli" --dir "$dir" status 2>&1)
+cli_rc=$?
+[ "$cli_rc" -eq 0 ] || fail "cocytus-cli status exit $cli_rc: $cli_out"
+grep -q "^coordinator $coord: epoch 1, 3 alive, 0 dead, 0 unknown\$" <<<"$cli_out" \
+    || fail "cocytus-cli status: $cli_out"
+ok "cocytus-cli status shows the epoch and membership"
+
+# --- a move: a key of endpoint 0 moves to group 1 ---
+key=""
+for i in $(seq 200); do
+    if [ "$(mc "${addrs[0]}" "set key$i 0 0 6\r\nvalue$i\r\n")" = STORED ]; then
+        key=key$i
+        break
+    fi
+done
+[ -n "$key" ] || fail "no key of endpoint 0 found"
+moved=$(mc "${addrs[1]}" "get $key\r\n")
+slot=$(awk '{ print $3 }' <<<"$moved")
+[[ $moved == "SERVER_ERROR MOVED $slot 1 ${addrs[0]}" ]] || fail "endpoint 1 on $key: '$moved'"
+
+reply=$(mc "$coord" "cocytus move 16384 1\r\n")
+[[ $reply == "SERVER_ERROR bad slot"* ]] || fail "move of slot 16384: '$reply'"
+reply=$(mc "$coord" "cocytus move $slot 0\r\n")
+[[ $reply == "SERVER_ERROR slot $slot is already served by ${addrs[0]}" ]] || fail "move to its owner: '$reply'"
+reply=$(mc "$coord" "cocytus move $slot 9\r\n")
+[[ $reply == "SERVER_ERROR no group 9"* ]] || fail "move to group 9: '$reply'"
+
+move_out=$("$cli" --dir "$dir" --timeout 2000 move "$slot" 1 2>&1)
+move_rc=$?
+[ "$move_rc" -eq 0 ] || fail "cocytus-cli move exit $move_rc: $move_out"
+grep -q "^OK moving $slot ${addrs[0]} -> ${addrs[1]} epoch 2\$" <<<"$move_out" || fail "move: $move_out"
+grep -q "^move $slot ${addrs[0]} ${addrs[1]} 2 done\$" <<<"$move_out" || fail "move outcome: $move_out"
+wait_for 30 all_at_epoch 2 || fail "not every process reached epoch 2 (the third gets it by push): \
+$(for a in "${addrs[@]}" "$coord"; do echo "$a $(epoch_of "$a")"; done | tr '\n' ';')"
+value=value${key#key}
+reply=$(mc "${addrs[1]}" "get $key\r\n" | tr '\n' '|')
+[ "$reply" = "VALUE $key 0 ${#value}|$value|END|" ] || fail "get $key at its new owner: '$reply'"
+reply=$(mc "${addrs[0]}" "get $key\r\n")
+[ "$reply" = "SERVER_ERROR MOVED $slot 2 ${addrs[1]}" ] || fail "old owner on $key: '$reply'"
+reply=$(mc "$coord" "cocytus moves\r\n" | tr '\n' '|')
+[ "$reply" = "move $slot ${addrs[0]} ${addrs[1]} 2 done|END|" ] || fail "cocytus moves: '$reply'"
+grep -qx "epoch 2" <(sed -n 2p "$dir/coordinator.state") || fail "state file does not hold epoch 2"
+ok "slot $slot moved to group 1 at epoch 2; every process has the new map"
+
+# --- kill group 2's process: dead within 3 s ---
+pid2=$(awk '$2 == 2 { print $6 }' "$dir/endpoints")
+kill -KILL "$pid2"
+start=$SECONDS
+wait_for 30 eval '[ "$(state_of "${addrs[2]}")" = dead ]' \
+    || fail "group 2 not reported dead within 3 s: $(mc "$coord" "cocytus status\r\n" | tr '\n' ';')"
+ok "killed group 2 (pid $pid2); reported dead after ~$((SECONDS - start)) s"
+grep -q "group 2 plain 0 ${addrs[2]} dead: control link down" "$dir/coordinator.log" \
+    || fail "coordinator.log does not say group 2 is dead"
+reply=$(mc "$coord" "cocytus move $slot 2\r\n")
+[ "$reply" = "SERVER_ERROR destination ${addrs[2]} is dead" ] || fail "move to a dead process: '$reply'"
+"$cli" --dir "$dir" status >/dev/null 2>&1
+cli_rc=$?
+[ "$cli_rc" -eq 3 ] || fail "cocytus-cli status exit $cli_rc with a dead process (want 3)"
+
+# --- restart the coordinator: epoch 2 is kept ---
+old_pid=$(mc "$coord" "stats\r\n" | awk '$2 == "pid" { print $3 }')
+[ -n "$old_pid" ] || fail "no pid in the coordinator's stats"
+kill -TERM "$old_pid"
+wait_for 30 eval '! (exec 3<>"/dev/tcp/${coord%:*}/${coord##*:}") 2>/dev/null' \
+    || fail "the coordinator did not stop"
+"$server_bin" --cluster "$dir/cluster.conf" --role coordinator </dev/null >>"$dir/coordinator-2.log" 2>&1 &
+coord_pid=$!
+wait_for 50 eval '[ -n "$(epoch_of "$coord")" ]' || fail "the restarted coordinator does not answer"
+[ "$(mc "$coord" "cocytus status\r\n" | head -1)" = "epoch 2" ] || fail "restarted coordinator is not at epoch 2"
+wait_for 40 eval '[ "$(state_of "${addrs[0]}")" = alive ] && [ "$(state_of "${addrs[1]}")" = alive ]' \
+    || fail "live processes did not report to the restarted coordinator"
+wait_for 50 eval '[ "$(state_of "${addrs[2]}")" = dead ]' \
+    || fail "the killed process is not dead for the restarted coordinator: $(state_of "${addrs[2]}")"
+ok "restarted coordinator: epoch 2 from the state file, live processes back"
+
+# --- an older state file (a lost move): no moves while processes are ahead ---
+kill -TERM "$coord_pid"
+wait "$coord_pid" 2>/dev/null
+cp "$dir/epoch1.state" "$dir/coordinator.state"
+"$server_bin" --cluster "$dir/cluster.conf" --role coordinator </dev/null >>"$dir/coordinator-3.log" 2>&1 &
+coord_pid=$!
+wait_for 50 eval '[ "$(state_of "${addrs[0]}")" = alive ] && [ "$(state_of "${addrs[1]}")" = alive ]' \
+    || fail "live processes did not report to the coordinator on the old state"
+reply=$(mc "$coord" "cocytus move $slot 0\r\n")
+[[ $reply == "SERVER_ERROR 127.0.0.1:"*" holds epoch 2, newer than the coordinator's 1"* ]] \
+    || fail "move with processes ahead of the coordinator: '$reply'"
+grep -q "reports epoch 2, newer than the coordinator's 1" "$dir/coordinator-3.log" \
+    || fail "coordinator-3.log does not report processes ahead of it"
+ok "coordinator on an older state refuses moves: ${reply#SERVER_ERROR }"
+
+# --- a corrupt state file is refused ---
+kill -TERM "$coord_pid"
+wait "$coord_pid" 2>/dev/null
+coord_pid=""
+head -c 200 "$dir/coordinator.state" >"$dir/coordinator.state.cut"
+mv "$dir/coordinator.state.cut" "$dir/coordinator.state"
+msg=$(timeout 10 "$server_bin" --cluster "$dir/cluster.conf" --role coordinator 2>&1 </dev/null)
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a coordinator started on a truncated state file (exit $rc)"
+grep -q "coordinator refuses to start: .*coordinator.state is corrupt" <<<"$msg" \
+    || fail "message for a truncated state file: $msg"
+echo garbage >"$dir/coordinator.state"
+msg=$(timeout 10 "$server_bin" --cluster "$dir/cluster.conf" --role coordinator 2>&1 </dev/null)
+grep -q "is not a coordinator state file" <<<"$msg" || fail "message for a garbage state file: $msg"
+ok "corrupt state files refused: $(tail -1 <<<"$msg")"
+
+if [ "$failures" -ne 0 ]; then
+    echo "FAIL: $failures check(s) failed"
+    for f in "$dir"/coordinator*.log; do
+        echo "==> $f <=="
+        tail -n 30 "$f"
+    done
+    exit 1
+fi
+echo "PASS"
+exit 0
