@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,8 +83,10 @@ struct config {
     const char *csv_path;
     const char *json_path;
     int verify;
+    int verify_latest;             /* sets only to own records; reads of them must be the last write */
     uint64_t seed;
     int quiet;
+    int print_keys;                /* --print-keys: list "<slot> <key>" and exit */
 };
 
 /* Counters of one operation type in one worker (single writer). */
@@ -106,6 +109,8 @@ struct worker {
     char *value;                   /* the value being written */
     char *expect;                  /* the value a read should have returned */
     uint64_t seq;                  /* sets issued in the run phase */
+    uint64_t *latest;              /* --verify-latest: last acknowledged version of each
+                                    * own record (index rec / C), VERSION_UNKNOWN if not known */
     int logged;
     pthread_t thread;
     struct op_stats load, get, set;
@@ -212,14 +217,17 @@ static void make_value(char *buf, size_t size, const char *key, size_t nkey, uin
     }
 }
 
+#define VERSION_UNKNOWN UINT64_MAX
+
 /* Checks a value read for record rec (key): 0 when it is exactly what the
  * bench writes for that key at the version its header names, -1 if not.
  * A value shorter than its header (tiny sizes) is checked on the bytes it
  * has: the key, '#', digits. */
 static int check_value(struct worker *w, uint64_t rec, const char *key, size_t nkey,
-                       const char *val, size_t nval)
+                       const char *val, size_t nval, uint64_t *version_out)
 {
     size_t i = 0;
+    *version_out = VERSION_UNKNOWN;
     for (; i < nkey; i++) {
         if (i == nval)
             return 0;
@@ -244,6 +252,7 @@ static int check_value(struct worker *w, uint64_t rec, const char *key, size_t n
         return 0;               /* cut inside the header: nothing more to compare */
     if (digits == 0)
         return -1;
+    *version_out = version;
     uint32_t want = value_size(w->b, rec, version);
     if (nval != want)
         return -1;
@@ -342,6 +351,23 @@ static enum outcome client_get(struct worker *w, const char *key, size_t nkey,
     return OUT_FAILED;
 }
 
+/* --verify-latest: whether this worker is the only writer of record rec. */
+static bool owns_record(const struct worker *w, uint64_t rec)
+{
+    return w->latest != NULL && rec % (uint64_t)w->b->nworkers == (uint64_t)w->id;
+}
+
+/* --verify-latest: the worker's own record nearest to rec (the records
+ * i, i + C, i + 2C, ... belong to worker i). */
+static uint64_t own_record(const struct worker *w, uint64_t rec)
+{
+    uint64_t c = (uint64_t)w->b->nworkers;
+    uint64_t r = rec - rec % c + (uint64_t)w->id;
+    if (r >= w->b->cfg.records)
+        r = r >= c ? r - c : (uint64_t)w->id;
+    return r;
+}
+
 /* Sets record rec to its value at version; t0 is when the request was due
  * (its start, or its slot in the schedule under --rate). */
 static void do_set(struct worker *w, struct op_stats *st, uint64_t rec, uint64_t version,
@@ -357,6 +383,8 @@ static void do_set(struct worker *w, struct op_stats *st, uint64_t rec, uint64_t
     enum outcome oc = client_set(w, key, nkey, w->value, size, why, sizeof(why));
     uint64_t t1 = now_ns();
     bump(&st->ops);
+    if (owns_record(w, rec))     /* a failed set may or may not have been applied */
+        w->latest[rec / (uint64_t)w->b->nworkers] = oc == OUT_OK ? version : VERSION_UNKNOWN;
     if (oc == OUT_OK) {
         lh_record(&st->lat, t1 - t0);
         return;
@@ -394,11 +422,18 @@ static void do_get(struct worker *w, uint64_t rec, uint64_t t0)
         log_failure(w, "get %s: %s", key, why);
         return;
     }
-    if (w->b->cfg.verify && check_value(w, rec, key, nkey, val, nval) != 0) {
+    uint64_t version = VERSION_UNKNOWN;
+    if (w->b->cfg.verify && check_value(w, rec, key, nkey, val, nval, &version) != 0) {
         char excerpt[48];
         value_excerpt(val, nval, excerpt, sizeof(excerpt));
         bump(&st->wrong);
         log_failure(w, "get %s: wrong value (%zu bytes): '%s'", key, nval, excerpt);
+    } else if (owns_record(w, rec) && version != VERSION_UNKNOWN
+               && w->latest[rec / (uint64_t)w->b->nworkers] != VERSION_UNKNOWN
+               && version != w->latest[rec / (uint64_t)w->b->nworkers]) {
+        bump(&st->wrong);
+        log_failure(w, "get %s: stale value: version %" PRIu64 ", last written %" PRIu64, key,
+                    version, w->latest[rec / (uint64_t)w->b->nworkers]);
     }
     if (it.value != NULL)
         cocytus_item_free(&it);
@@ -466,6 +501,8 @@ static void *run_main(void *arg)
         } else {
             /* Versions unique over workers: 1 + seq * C + id (0 is the load's). */
             uint64_t version = 1 + w->seq++ * (uint64_t)b->nworkers + (uint64_t)w->id;
+            if (w->latest != NULL)
+                rec = own_record(w, rec);
             do_set(w, &w->set, rec, version, t0);
         }
     }
@@ -852,8 +889,12 @@ static void usage(FILE *f)
         "      --csv FILE         per-interval time series\n"
         "      --json FILE        summary as JSON\n"
         "      --verify           check every value read; a miss is an error\n"
+        "      --verify-latest    --verify, and each connection writes only its own\n"
+        "                         records, whose reads must return its last write\n"
         "      --seed N           random seed (default 1)\n"
         "  -q, --quiet            no progress lines on stderr\n"
+        "      --print-keys       print \"<slot> <key>\" for every record and exit (to\n"
+        "                         pick slots to move in tests and drills)\n"
         "Exit: 0 run completed, 1 --verify found errors or wrong values,\n"
         "      2 bad arguments or no server reachable.  See docs/bench.md.\n");
 }
@@ -918,7 +959,7 @@ static int parse_value_size(const char *s, struct value_spec *vs)
 
 enum long_only {
     OPT_ROUTE = 256, OPT_BINARY, OPT_LOAD, OPT_NO_LOAD, OPT_RUN, OPT_NO_RUN, OPT_RATE,
-    OPT_CSV, OPT_JSON, OPT_VERIFY, OPT_SEED, OPT_HELP
+    OPT_CSV, OPT_JSON, OPT_VERIFY, OPT_VERIFY_LATEST, OPT_SEED, OPT_HELP, OPT_PRINT_KEYS
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -941,9 +982,11 @@ static const struct option LONG_OPTIONS[] = {
     { "csv", required_argument, NULL, OPT_CSV },
     { "json", required_argument, NULL, OPT_JSON },
     { "verify", no_argument, NULL, OPT_VERIFY },
+    { "verify-latest", no_argument, NULL, OPT_VERIFY_LATEST },
     { "seed", required_argument, NULL, OPT_SEED },
     { "quiet", no_argument, NULL, 'q' },
     { "help", no_argument, NULL, OPT_HELP },
+    { "print-keys", no_argument, NULL, OPT_PRINT_KEYS },
     { NULL, 0, NULL, 0 }
 };
 
@@ -1048,12 +1091,19 @@ static int apply_option(struct config *c, int opt, const char *arg)
     case OPT_VERIFY:
         c->verify = 1;
         return 0;
+    case OPT_VERIFY_LATEST:
+        c->verify = 1;
+        c->verify_latest = 1;
+        return 0;
     case OPT_SEED:
         if (parse_u64(arg, 0, UINT64_MAX, &c->seed) != 0)
             return bad_arg("--seed", arg, "want a non-negative integer");
         return 0;
     case 'q':
         c->quiet = 1;
+        return 0;
+    case OPT_PRINT_KEYS:
+        c->print_keys = 1;
         return 0;
     default:
         return -1;
@@ -1112,6 +1162,7 @@ static void free_workers(struct bench *b)
         }
         free(w->value);
         free(w->expect);
+        free(w->latest);
         free(w);
     }
     free(b->workers);
@@ -1126,6 +1177,19 @@ static void init_op_stats(struct op_stats *st)
     atomic_init(&st->misses, 0);
     atomic_init(&st->wrong, 0);
     lh_init(&st->lat);
+}
+
+/* --verify-latest: the versions of the worker's own records: 0 (the load's)
+ * when this run loads them, unknown until its first write otherwise. */
+static int init_latest(struct worker *w)
+{
+    uint64_t n = w->b->cfg.records / (uint64_t)w->b->cfg.connections + 1;
+    w->latest = malloc(n * sizeof(*w->latest));
+    if (w->latest == NULL)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        w->latest[i] = w->b->cfg.load ? 0 : VERSION_UNKNOWN;
+    return 0;
 }
 
 /* follow-raw: the worker's raw client, connected to the first seed. */
@@ -1178,6 +1242,10 @@ static int make_workers(struct bench *b)
             fprintf(stderr, "cocytus-bench: out of memory for %zu-byte values\n", vbuf);
             return -1;
         }
+        if (cfg->verify_latest && init_latest(w) != 0) {
+            fprintf(stderr, "cocytus-bench: out of memory for --verify-latest\n");
+            return -1;
+        }
         char err[320] = "";
         if (cfg->route == ROUTE_FOLLOW_RAW) {
             if (connect_raw(w, cfg->servers, err, sizeof(err)) != 0) {
@@ -1216,6 +1284,17 @@ static int prepare_generators(struct bench *b)
     return 0;
 }
 
+/* --print-keys: the key of every record with its slot, one per line. */
+static int print_keys(const struct config *c)
+{
+    char key[YCSB_KEY_LEN + 1];
+    for (uint64_t rec = 0; rec < c->records; rec++) {
+        size_t nkey = ycsb_key_name(rec, key);
+        printf("%u %.*s\n", cocytus_key_slot(key, nkey), (int)nkey, key);
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     struct bench b;
@@ -1229,6 +1308,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: cocytus-bench [options]; cocytus-bench --help lists them\n");
         return EXIT_USAGE;
     }
+    if (b.cfg.print_keys)
+        return print_keys(&b.cfg);
     /* A server that closes on us must give an error, not kill the bench. */
     signal(SIGPIPE, SIG_IGN);
     if (prepare_generators(&b) != 0)

@@ -174,6 +174,19 @@ if start_plain; then
         || fail "--verify on mismatched values: exit $bench_rc, wrong=$wrong, want 1 and 300"
     grep -q 'wrong value' "$dir/err" || fail "no 'wrong value' line on stderr"
     ok "CSV ($rows rows), JSON, and --verify catches mismatched values"
+    # --verify-latest alone: every read of its own records is its last write.
+    bench -s "127.0.0.1:$plain_port" -n 300 -v 64 -c 2 -t 1 -r 0.5 --verify-latest -q
+    [ "$bench_rc" -eq 0 ] && [ "$(field total_errors total_errors)" = 0 ] \
+        || fail "--verify-latest alone: exit $bench_rc, stdout: $(tr '\n' ';' <"$dir/out")"
+    # ... and with another writer on the same keys it sees stale values.
+    "$bench_bin" -s "127.0.0.1:$plain_port" -n 30 -v 64 -c 2 -t 2 -r 0.2 --no-load --seed 9 -q \
+        >/dev/null 2>&1 &
+    other=$!
+    bench -s "127.0.0.1:$plain_port" -n 30 -v 64 -c 1 -t 1 -r 0.5 --verify-latest -q
+    wait "$other"
+    [ "$bench_rc" -eq 1 ] && grep -q 'stale value' "$dir/err" \
+        || fail "--verify-latest with another writer: exit $bench_rc, want 1 and 'stale value'"
+    ok "--verify-latest: clean alone, catches another writer's versions"
     kill -TERM "$plain_pid" 2>/dev/null
     wait "$plain_pid" 2>/dev/null
     plain_pid=""
