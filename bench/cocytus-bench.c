@@ -1,7 +1,7 @@
 /* cocytus-bench.c - YCSB-style load generator on libcocytus.
  *
  * One thread per connection, each with its own cocytus_t and one request in
- * flight (libcocytus is synchronous).  A load phase sets every record once;
+ * flight (libcocytus is synchronous), or a batch of --depth requests.  A load phase sets every record once;
  * a run phase mixes gets and sets of records chosen uniformly or by a
  * scrambled zipfian (see ycsb_gen.h), for a duration or an operation count,
  * closed-loop or paced to a target rate.  Every worker counts into its own
@@ -18,7 +18,12 @@
  *
  * --route follow-raw replaces libcocytus by raw_client.h (text protocol over
  * kept sockets, every request to the first seed, MOVED followed each time):
- * the follow baseline without libmemcached's reconnect after each MOVED. */
+ * the follow baseline without libmemcached's reconnect after each MOVED.
+ *
+ * --depth D > 1 keeps D requests in flight per connection: the worker still
+ * opens its cocytus_t for the slot map, but sends batches of D pipelined
+ * text requests over raw sockets routed by that map (raw_pipe.h), and
+ * accounts for each reply as it is read, exactly as for one request. */
 #define _GNU_SOURCE
 
 #include <errno.h>
@@ -39,6 +44,7 @@
 #include "latency_hist.h"
 #include "libcocytus.h"
 #include "raw_client.h"
+#include "raw_pipe.h"
 #include "ycsb_gen.h"
 
 #define MAX_CONNECTIONS 1024
@@ -76,6 +82,7 @@ struct config {
     struct value_spec vsize;
     const char *vsize_text;
     int connections;
+    unsigned depth;                /* requests in flight per connection (raw_pipe.h when > 1) */
     double duration_s;
     uint64_t operations;      /* 0: run for duration_s */
     double rate;              /* total ops/s, 0: closed loop */
@@ -99,12 +106,16 @@ struct op_stats {
 };
 
 struct bench;
+struct batch_op;
 
 struct worker {
     int id;
     struct bench *b;
     cocytus_t *client;             /* map, follow */
     struct raw_client *raw;        /* follow-raw */
+    struct raw_pipe *pipe;         /* --depth > 1: batches routed by client's map */
+    struct batch_op *batch;        /* the batch being built or read, depth entries */
+    unsigned nbatch;
     struct ycsb_rng rng;
     char *value;                   /* the value being written */
     char *expect;                  /* the value a read should have returned */
@@ -368,6 +379,23 @@ static uint64_t own_record(const struct worker *w, uint64_t rec)
     return r;
 }
 
+/* Accounts a finished set of record rec at version: its latency (lat_ns,
+ * answered requests only), --verify-latest's memory, a failure. */
+static void finish_set(struct worker *w, struct op_stats *st, uint64_t rec, uint64_t version,
+                       const char *key, uint32_t size, enum outcome oc, const char *why,
+                       uint64_t lat_ns)
+{
+    bump(&st->ops);
+    if (owns_record(w, rec))     /* a failed set may or may not have been applied */
+        w->latest[rec / (uint64_t)w->b->nworkers] = oc == OUT_OK ? version : VERSION_UNKNOWN;
+    if (oc == OUT_OK) {
+        lh_record(&st->lat, lat_ns);
+        return;
+    }
+    bump(&st->errors);
+    log_failure(w, "set %s (%" PRIu32 " bytes): %s", key, size, why);
+}
+
 /* Sets record rec to its value at version; t0 is when the request was due
  * (its start, or its slot in the schedule under --rate). */
 static void do_set(struct worker *w, struct op_stats *st, uint64_t rec, uint64_t version,
@@ -381,34 +409,19 @@ static void do_set(struct worker *w, struct op_stats *st, uint64_t rec, uint64_t
         t0 = now_ns();
     char why[320];
     enum outcome oc = client_set(w, key, nkey, w->value, size, why, sizeof(why));
-    uint64_t t1 = now_ns();
-    bump(&st->ops);
-    if (owns_record(w, rec))     /* a failed set may or may not have been applied */
-        w->latest[rec / (uint64_t)w->b->nworkers] = oc == OUT_OK ? version : VERSION_UNKNOWN;
-    if (oc == OUT_OK) {
-        lh_record(&st->lat, t1 - t0);
-        return;
-    }
-    bump(&st->errors);
-    log_failure(w, "set %s (%" PRIu32 " bytes): %s", key, size, why);
+    finish_set(w, st, rec, version, key, size, oc, why, now_ns() - t0);
 }
 
-static void do_get(struct worker *w, uint64_t rec, uint64_t t0)
+/* Accounts a finished get of record rec: latency, miss, failure, and with
+ * --verify the value's check (val[0..nval) on OUT_OK). */
+static void finish_get(struct worker *w, uint64_t rec, const char *key, size_t nkey,
+                       enum outcome oc, const char *val, size_t nval, const char *why,
+                       uint64_t lat_ns)
 {
     struct op_stats *st = &w->get;
-    char key[YCSB_KEY_LEN + 1];
-    size_t nkey = ycsb_key_name(rec, key);
-    cocytus_item_t it;
-    const char *val = NULL;
-    size_t nval = 0;
-    char why[320];
-    if (t0 == 0)
-        t0 = now_ns();
-    enum outcome oc = client_get(w, key, nkey, &it, &val, &nval, why, sizeof(why));
-    uint64_t t1 = now_ns();
     bump(&st->ops);
     if (oc != OUT_FAILED)
-        lh_record(&st->lat, t1 - t0);
+        lh_record(&st->lat, lat_ns);
     if (oc == OUT_MISS) {
         bump(&st->misses);
         if (w->b->cfg.verify) {
@@ -423,18 +436,32 @@ static void do_get(struct worker *w, uint64_t rec, uint64_t t0)
         return;
     }
     uint64_t version = VERSION_UNKNOWN;
+    uint64_t *last = owns_record(w, rec) ? &w->latest[rec / (uint64_t)w->b->nworkers] : NULL;
     if (w->b->cfg.verify && check_value(w, rec, key, nkey, val, nval, &version) != 0) {
         char excerpt[48];
         value_excerpt(val, nval, excerpt, sizeof(excerpt));
         bump(&st->wrong);
         log_failure(w, "get %s: wrong value (%zu bytes): '%s'", key, nval, excerpt);
-    } else if (owns_record(w, rec) && version != VERSION_UNKNOWN
-               && w->latest[rec / (uint64_t)w->b->nworkers] != VERSION_UNKNOWN
-               && version != w->latest[rec / (uint64_t)w->b->nworkers]) {
+    } else if (last != NULL && version != VERSION_UNKNOWN && *last != VERSION_UNKNOWN
+               && version != *last) {
         bump(&st->wrong);
         log_failure(w, "get %s: stale value: version %" PRIu64 ", last written %" PRIu64, key,
-                    version, w->latest[rec / (uint64_t)w->b->nworkers]);
+                    version, *last);
     }
+}
+
+static void do_get(struct worker *w, uint64_t rec, uint64_t t0)
+{
+    char key[YCSB_KEY_LEN + 1];
+    size_t nkey = ycsb_key_name(rec, key);
+    cocytus_item_t it;
+    const char *val = NULL;
+    size_t nval = 0;
+    char why[320];
+    if (t0 == 0)
+        t0 = now_ns();
+    enum outcome oc = client_get(w, key, nkey, &it, &val, &nval, why, sizeof(why));
+    finish_get(w, rec, key, nkey, oc, val, nval, why, now_ns() - t0);
     if (it.value != NULL)
         cocytus_item_free(&it);
 }
@@ -448,12 +475,89 @@ static uint64_t choose_record(struct worker *w)
     return ycsb_zipf_scrambled_at(&b->key_zipf, ycsb_rng_unit(&w->rng), b->cfg.records);
 }
 
+/* ---- batches (--depth D > 1, raw_pipe.h) ---- */
+
+/* What a request of a batch was, to account for it when its reply is read. */
+struct batch_op {
+    int is_get;
+    uint64_t rec, version;
+    struct op_stats *st;           /* a set's: load or set */
+    uint32_t size;                 /* a set's value bytes */
+    char key[YCSB_KEY_LEN + 1];
+    size_t nkey;
+};
+
+/* Adds "get rec" to the worker's batch. */
+static void batch_get(struct worker *w, uint64_t rec)
+{
+    struct batch_op *op = &w->batch[w->nbatch++];
+    op->is_get = 1;
+    op->rec = rec;
+    op->nkey = ycsb_key_name(rec, op->key);
+    raw_pipe_add_get(w->pipe, op->key, op->nkey);
+}
+
+/* Adds "set rec to its value at version" to the worker's batch (the pipe
+ * copies the value, so w->value serves the next one). */
+static void batch_set(struct worker *w, struct op_stats *st, uint64_t rec, uint64_t version)
+{
+    struct batch_op *op = &w->batch[w->nbatch++];
+    op->is_get = 0;
+    op->rec = rec;
+    op->version = version;
+    op->st = st;
+    op->nkey = ycsb_key_name(rec, op->key);
+    op->size = value_size(w->b, rec, version);
+    make_value(w->value, op->size, op->key, op->nkey, version);
+    raw_pipe_add_set(w->pipe, op->key, op->nkey, w->value, op->size);
+}
+
+/* raw_pipe's report of request i: the same accounting as one request at a
+ * time, with the latency counted from when the batch was sent. */
+static void batch_done(void *ctx, size_t i, enum raw_rc rc, const char *val, size_t nval,
+                       const char *why)
+{
+    struct worker *w = ctx;
+    const struct batch_op *op = &w->batch[i];
+    uint64_t lat = now_ns() - raw_pipe_sent_ns(w->pipe);
+    enum outcome oc = rc == RAW_OK ? OUT_OK : rc == RAW_MISS ? OUT_MISS : OUT_FAILED;
+    char text[320];
+    snprintf(text, sizeof(text), "%s: %s", raw_strerror(rc), why);
+    if (op->is_get)
+        finish_get(w, op->rec, op->key, op->nkey, oc, val, nval, text, lat);
+    else
+        finish_set(w, op->st, op->rec, op->version, op->key, op->size, oc, text, lat);
+}
+
+/* Sends the worker's batch, accounts for every reply, empties it. */
+static void batch_run(struct worker *w)
+{
+    raw_pipe_finish(w->pipe, batch_done, w);     /* leaves the pipe's batch empty */
+    w->nbatch = 0;
+}
+
 /* ---- workers ---- */
+
+/* The load phase in batches of --depth sets. */
+static void load_batches(struct worker *w)
+{
+    const struct bench *b = w->b;
+    uint64_t rec = (uint64_t)w->id;
+    while (rec < b->cfg.records) {
+        for (; rec < b->cfg.records && w->nbatch < b->cfg.depth; rec += (uint64_t)b->nworkers)
+            batch_set(w, &w->load, rec, 0);
+        batch_run(w);
+    }
+}
 
 static void *load_main(void *arg)
 {
     struct worker *w = arg;
     const struct bench *b = w->b;
+    if (w->pipe != NULL) {
+        load_batches(w);
+        return NULL;
+    }
     /* Worker i loads records i, i + C, i + 2C, ...: disjoint, all covered. */
     for (uint64_t rec = (uint64_t)w->id; rec < b->cfg.records; rec += (uint64_t)b->nworkers)
         do_set(w, &w->load, rec, 0, 0);
@@ -467,11 +571,44 @@ static uint64_t op_share(const struct bench *b, int id)
     return n / c + ((uint64_t)id < n % c ? 1 : 0);
 }
 
+/* Versions unique over workers: 1 + seq * C + id (0 is the load's). */
+static uint64_t next_version(struct worker *w)
+{
+    return 1 + w->seq++ * (uint64_t)w->b->nworkers + (uint64_t)w->id;
+}
+
+/* The run phase in batches of --depth requests (closed loop): the next
+ * batch is drawn once every reply of the last one is in. */
+static void run_batches(struct worker *w, uint64_t budget)
+{
+    const struct bench *b = w->b;
+    uint64_t done = 0;
+    while (done < budget) {
+        if (b->deadline_ns && now_ns() >= b->deadline_ns)
+            break;
+        while (w->nbatch < b->cfg.depth && done + w->nbatch < budget) {
+            uint64_t rec = choose_record(w);
+            if (ycsb_rng_unit(&w->rng) < b->cfg.read_ratio) {
+                batch_get(w, rec);
+            } else {
+                uint64_t version = next_version(w);
+                batch_set(w, &w->set, w->latest != NULL ? own_record(w, rec) : rec, version);
+            }
+        }
+        done += w->nbatch;
+        batch_run(w);
+    }
+}
+
 static void *run_main(void *arg)
 {
     struct worker *w = arg;
     const struct bench *b = w->b;
     uint64_t budget = b->cfg.operations ? op_share(b, w->id) : UINT64_MAX;
+    if (w->pipe != NULL) {
+        run_batches(w, budget);
+        return NULL;
+    }
     uint64_t period = 0, due = b->start_ns;
     if (b->cfg.rate > 0) {
         /* Linux lets a sleep overrun by 50 us by default; a paced worker
@@ -499,8 +636,7 @@ static void *run_main(void *arg)
         if (ycsb_rng_unit(&w->rng) < b->cfg.read_ratio) {
             do_get(w, rec, t0);
         } else {
-            /* Versions unique over workers: 1 + seq * C + id (0 is the load's). */
-            uint64_t version = 1 + w->seq++ * (uint64_t)b->nworkers + (uint64_t)w->id;
+            uint64_t version = next_version(w);
             if (w->latest != NULL)
                 rec = own_record(w, rec);
             do_set(w, &w->set, rec, version, t0);
@@ -581,16 +717,17 @@ static void report_interval(struct reporter *r, uint64_t now, int final)
     double rate = secs > 0 ? (double)ops / secs : 0;
     if (b->phase == PHASE_LOAD) {
         if (!b->cfg.quiet)
-            fprintf(stderr, "load %6.1fs %10.0f sets/s  p50 %8.1f us  p99 %8.1f us  errors %" PRIu64 "\n",
+            fprintf(stderr, "load %6.1fs %10.0f sets/s  p50 %8.1f us  p99 %8.1f us  errors %" PRIu64
+                            "  depth %u\n",
                     t, rate, lh_percentile_us(&r->iv_a, 0.5), lh_percentile_us(&r->iv_a, 0.99),
-                    iv_errors);
+                    iv_errors, b->cfg.depth);
         return;
     }
     double gp50 = lh_percentile_us(&r->iv_a, 0.5), gp99 = lh_percentile_us(&r->iv_a, 0.99);
     double sp50 = lh_percentile_us(&r->iv_b, 0.5), sp99 = lh_percentile_us(&r->iv_b, 0.99);
     if (!b->cfg.quiet)
-        fprintf(stderr, "run  %6.1fs %10.0f ops/s  get p50 %8.1f p99 %8.1f us  set p50 %8.1f p99 %8.1f us  errors %" PRIu64 "\n",
-                t, rate, gp50, gp99, sp50, sp99, iv_errors);
+        fprintf(stderr, "run  %6.1fs %10.0f ops/s  get p50 %8.1f p99 %8.1f us  set p50 %8.1f p99 %8.1f us  errors %" PRIu64 "  depth %u\n",
+                t, rate, gp50, gp99, sp50, sp99, iv_errors, b->cfg.depth);
     if (b->csv != NULL) {
         fprintf(b->csv, "%.3f,%" PRIu64 ",%.1f,%.1f,%.1f,%.1f,%.1f,%" PRIu64 "\n", t, ops, rate,
                 gp50, gp99, sp50, sp99, iv_errors);
@@ -804,9 +941,9 @@ static int write_json(const char *path, const struct config *cfg, const struct s
             cfg->load ? "true" : "false", cfg->run ? "true" : "false", cfg->read_ratio,
             cfg->dist == DIST_ZIPFIAN ? "zipfian" : "uniform");
     json_string(f, cfg->vsize_text);
-    fprintf(f, ", \"connections\": %d, \"duration_s\": %g, \"operations\": %" PRIu64
+    fprintf(f, ", \"connections\": %d, \"depth\": %u, \"duration_s\": %g, \"operations\": %" PRIu64
                ", \"rate\": %g, \"interval_ms\": %u, \"verify\": %s, \"seed\": %" PRIu64 "},\n",
-            cfg->connections, cfg->duration_s, cfg->operations, cfg->rate, cfg->interval_ms,
+            cfg->connections, cfg->depth, cfg->duration_s, cfg->operations, cfg->rate, cfg->interval_ms,
             cfg->verify ? "true" : "false", cfg->seed);
     fprintf(f, "  \"load\": {\"ran\": %s, \"ops\": %" PRIu64 ", \"seconds\": %.3f, "
                "\"ops_per_s\": %.1f, \"errors\": %" PRIu64 ", \"p50_us\": %.1f, \"p99_us\": %.1f},\n",
@@ -834,6 +971,17 @@ static int write_json(const char *path, const struct config *cfg, const struct s
  * names (it fetches no map, so no refreshes). */
 static void worker_stats(struct worker *w, cocytus_stats_t *st)
 {
+    if (w->pipe != NULL) {
+        /* The map's fetches are libcocytus's; the requests went by the pipe. */
+        struct raw_pipe_stats ps;
+        cocytus_get_stats(w->client, st);
+        raw_pipe_get_stats(w->pipe, &ps);
+        st->requests = ps.requests;
+        st->redirects = ps.redirects;
+        st->retries = ps.retries;
+        st->conn_failures = ps.conn_failures;
+        return;
+    }
     if (w->raw == NULL) {
         cocytus_get_stats(w->client, st);
         return;
@@ -882,6 +1030,9 @@ static void usage(FILE *f)
         "  -d, --distribution D   uniform | zipfian (default zipfian, theta 0.99, scrambled)\n"
         "  -v, --value-size V     bytes, or zipf:MIN:MAX (default 1024)\n"
         "  -c, --connections C    connections, one thread each (default 4)\n"
+        "      --depth D          requests in flight per connection, 1..256 (default 1);\n"
+        "                         D > 1: batches of D pipelined text requests, routed by\n"
+        "                         the cached slot map (not with --rate, follow, --binary)\n"
         "  -t, --duration S       run phase seconds (default 10)\n"
         "  -o, --operations N     run phase operations instead of a duration\n"
         "      --rate OPS         total target ops/s, open loop (default 0: closed loop)\n"
@@ -959,7 +1110,8 @@ static int parse_value_size(const char *s, struct value_spec *vs)
 
 enum long_only {
     OPT_ROUTE = 256, OPT_BINARY, OPT_LOAD, OPT_NO_LOAD, OPT_RUN, OPT_NO_RUN, OPT_RATE,
-    OPT_CSV, OPT_JSON, OPT_VERIFY, OPT_VERIFY_LATEST, OPT_SEED, OPT_HELP, OPT_PRINT_KEYS
+    OPT_CSV, OPT_JSON, OPT_VERIFY, OPT_VERIFY_LATEST, OPT_SEED, OPT_HELP, OPT_PRINT_KEYS,
+    OPT_DEPTH
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -975,6 +1127,7 @@ static const struct option LONG_OPTIONS[] = {
     { "distribution", required_argument, NULL, 'd' },
     { "value-size", required_argument, NULL, 'v' },
     { "connections", required_argument, NULL, 'c' },
+    { "depth", required_argument, NULL, OPT_DEPTH },
     { "duration", required_argument, NULL, 't' },
     { "operations", required_argument, NULL, 'o' },
     { "rate", required_argument, NULL, OPT_RATE },
@@ -1002,6 +1155,7 @@ static void config_defaults(struct config *c)
     c->vsize.min = c->vsize.max = 1024;
     c->vsize_text = "1024";
     c->connections = 4;
+    c->depth = 1;
     c->duration_s = 10;
     c->interval_ms = 1000;
     c->seed = 1;
@@ -1065,6 +1219,11 @@ static int apply_option(struct config *c, int opt, const char *arg)
             return bad_arg("--connections", arg, "want an integer from 1 to 1024");
         c->connections = (int)u;
         return 0;
+    case OPT_DEPTH:
+        if (parse_u64(arg, 1, RAW_PIPE_MAX_DEPTH, &u) != 0)
+            return bad_arg("--depth", arg, "want an integer from 1 to 256");
+        c->depth = (unsigned)u;
+        return 0;
     case 't':
         if (parse_double(arg, 0.001, 1e6, &c->duration_s) != 0)
             return bad_arg("--duration", arg, "want seconds, from 0.001 to 1000000");
@@ -1110,6 +1269,27 @@ static int apply_option(struct config *c, int opt, const char *arg)
     }
 }
 
+/* --depth D > 1 pipelines raw text requests routed by the cached map, in
+ * closed-loop batches: it combines with none of the options that need
+ * another route, another protocol or one request at a time. */
+static int check_depth(const struct config *c)
+{
+    if (c->depth <= 1)
+        return 0;
+    const char *clash = NULL;
+    if (c->rate > 0)
+        clash = "--rate (open-loop pacing is per request)";
+    else if (c->route != ROUTE_MAP)
+        clash = c->route == ROUTE_FOLLOW ? "--route follow" : "--route follow-raw";
+    else if (c->binary)
+        clash = "--binary (pipelined requests are text)";
+    if (clash == NULL)
+        return 0;
+    fprintf(stderr, "cocytus-bench: --depth %u cannot be combined with %s: use --depth 1\n",
+            c->depth, clash);
+    return -1;
+}
+
 /* Returns 0, 1 for --help, -1 on a bad argument (message printed). */
 static int parse_args(int argc, char **argv, struct config *c)
 {
@@ -1145,7 +1325,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         fprintf(stderr, "cocytus-bench: --route follow-raw speaks the text protocol: drop --binary\n");
         return -1;
     }
-    return 0;
+    return check_depth(c);
 }
 
 /* ---- setup ---- */
@@ -1154,6 +1334,8 @@ static void free_workers(struct bench *b)
 {
     for (int i = 0; i < b->nworkers; i++) {
         struct worker *w = b->workers[i];
+        raw_pipe_free(w->pipe);     /* before the cocytus_t whose map it borrows */
+        free(w->batch);
         if (w->client != NULL)
             cocytus_close(w->client);
         if (w->raw != NULL) {
@@ -1208,6 +1390,15 @@ static int connect_raw(struct worker *w, const char *servers, char *err, size_t 
     return 0;
 }
 
+/* --depth > 1: the worker's pipe, routed by its client's slot map. */
+static int make_pipe(struct worker *w)
+{
+    unsigned depth = w->b->cfg.depth;
+    w->batch = calloc(depth, sizeof(*w->batch));
+    w->pipe = raw_pipe_new(w->client, RAW_TIMEOUT_MS, depth);
+    return w->batch != NULL && w->pipe != NULL ? 0 : -1;
+}
+
 /* Connects every worker's client; -1 (message printed) on failure. */
 static int make_workers(struct bench *b)
 {
@@ -1259,6 +1450,10 @@ static int make_workers(struct bench *b)
         if (w->client == NULL) {
             fprintf(stderr, "cocytus-bench: connection %d: cannot reach a server of '%s': %s\n", i,
                     cfg->servers, err);
+            return -1;
+        }
+        if (cfg->depth > 1 && make_pipe(w) != 0) {
+            fprintf(stderr, "cocytus-bench: out of memory for --depth %u\n", cfg->depth);
             return -1;
         }
     }

@@ -6,7 +6,10 @@
  * blocking socket (send/receive timeouts, TCP_NODELAY) and one read buffer;
  * a reply is read line by line from the buffer, and a value is read as one
  * block of the announced length, so the value handed back is a pointer into
- * the buffer (valid until the next call).  See raw_client.h for the rules. */
+ * the buffer (valid until the next call).  See raw_client.h for the rules.
+ * The same connections and reply parser are also offered one call at a
+ * time (the connection layer at the end) to raw_pipe.c, which sends many
+ * requests before it reads their replies. */
 #define _GNU_SOURCE
 
 #include "raw_client.h"
@@ -42,15 +45,6 @@ struct request {
     int niov;
 };
 
-/* The result of one exchange with one endpoint. */
-struct reply {
-    enum raw_rc rc;
-    int moved;                        /* MOVED: the endpoint is in host/port */
-    char host[RAW_HOST_MAX];
-    char port[8];
-    const char *val;
-    size_t nval;
-};
 
 static void set_error(struct raw_client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -423,7 +417,7 @@ static int split_tokens(const char *line, size_t len, const char **tok, size_t *
 }
 
 /* "SERVER_ERROR MOVED <slot> <epoch> <host>:<port>" -> out->host/port. */
-static int parse_moved(const char *line, size_t len, struct reply *out)
+static int parse_moved(const char *line, size_t len, struct raw_reply *out)
 {
     static const char prefix[] = "SERVER_ERROR MOVED ";
     size_t np = sizeof(prefix) - 1;
@@ -437,6 +431,8 @@ static int parse_moved(const char *line, size_t len, struct reply *out)
         || parse_decimal(tok[1], tlen[1], UINT64_MAX, &epoch) != 0
         || parse_endpoint(tok[2], tlen[2], out->host, out->port) != 0)
         return -1;
+    out->slot = (unsigned)slot;
+    out->epoch = epoch;
     /* The port is not optional in a MOVED. */
     if (memchr(tok[2], ':', tlen[2]) == NULL || tok[2][tlen[2] - 1] == ']')
         return -1;
@@ -458,7 +454,7 @@ static int is_error_line(const char *line, size_t len)
 
 /* The rest of a get's reply after "VALUE ...": the data block, "\r\n", "END\r\n". */
 static enum raw_rc read_value(struct raw_client *c, struct raw_conn *k, const struct request *req,
-                              const char *line, size_t len, struct reply *out)
+                              const char *line, size_t len, struct raw_reply *out)
 {
     const char *tok[5];
     size_t tlen[5];
@@ -495,7 +491,7 @@ static enum raw_rc read_value(struct raw_client *c, struct raw_conn *k, const st
 
 /* Reads and classifies the reply to req on k. */
 static enum raw_rc read_reply(struct raw_client *c, struct raw_conn *k, const struct request *req,
-                              struct reply *out)
+                              struct raw_reply *out)
 {
     char *line;
     size_t len;
@@ -538,7 +534,7 @@ static enum raw_rc read_reply(struct raw_client *c, struct raw_conn *k, const st
  * on anything that may leave the stream out of step (a failure, a protocol
  * violation, an error reply); it stays open after a result or a MOVED. */
 static enum raw_rc exchange(struct raw_client *c, int idx, const struct request *req,
-                            struct reply *out)
+                            struct raw_reply *out)
 {
     struct raw_conn *k = &c->conns[idx];
     memset(out, 0, sizeof(*out));
@@ -565,7 +561,8 @@ static enum raw_rc exchange(struct raw_client *c, int idx, const struct request 
 
 /* Sends req to the first seed and follows up to RAW_MAX_HOPS MOVED replies;
  * an I/O failure on one endpoint is tried once more on a new connection. */
-static enum raw_rc run_request(struct raw_client *c, const struct request *req, struct reply *out)
+static enum raw_rc run_request(struct raw_client *c, const struct request *req,
+                               struct raw_reply *out)
 {
     c->err[0] = '\0';
     c->stats.requests++;
@@ -623,7 +620,7 @@ enum raw_rc raw_get(struct raw_client *c, const char *key, size_t nkey, const ch
     req.iov[0] = (struct iovec){ (void *)"get ", 4 };
     req.iov[1] = (struct iovec){ (void *)key, nkey };
     req.iov[2] = (struct iovec){ (void *)"\r\n", 2 };
-    struct reply rep;
+    struct raw_reply rep;
     enum raw_rc rc = run_request(c, &req, &rep);
     if (rc == RAW_OK) {
         *val = rep.val;
@@ -644,8 +641,126 @@ enum raw_rc raw_set(struct raw_client *c, const char *key, size_t nkey, const ch
     req.iov[0] = (struct iovec){ head, (size_t)nh };
     req.iov[1] = (struct iovec){ (void *)val, nval };
     req.iov[2] = (struct iovec){ (void *)"\r\n", 2 };
-    struct reply rep;
+    struct raw_reply rep;
     return run_request(c, &req, &rep);
+}
+
+/* ---- the connection layer (raw_pipe.c) ---- */
+
+void raw_client_init(struct raw_client *c, int timeout_ms)
+{
+    memset(c, 0, sizeof(*c));
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
+}
+
+int raw_parse_endpoint(const char *s, size_t n, char *host, char *port)
+{
+    return parse_endpoint(s, n, host, port);
+}
+
+int raw_client_endpoint(struct raw_client *c, const char *host, const char *port)
+{
+    int idx = conn_find_or_add(c, host, port);
+    if (idx < 0)
+        set_error(c, "%s:%s: already %d endpoints", host, port, RAW_MAX_SERVERS);
+    return idx;
+}
+
+enum raw_rc raw_conn_ready(struct raw_client *c, int idx)
+{
+    struct raw_conn *k = &c->conns[idx];
+    if (k->fd >= 0 && k->start != k->end) {
+        /* Not expected (every request's reply is read); start afresh. */
+        conn_fail(c, k);
+    }
+    if (k->fd >= 0)
+        return RAW_OK;
+    return conn_open(c, k);
+}
+
+/* Reads what has arrived on k without waiting; RAW_OK also when nothing has. */
+static enum raw_rc drain_ready(struct raw_client *c, struct raw_conn *k)
+{
+    enum raw_rc rc = make_room(c, k, 4096);
+    if (rc != RAW_OK)
+        return rc;
+    ssize_t r = recv(k->fd, k->buf + k->end, k->cap - k->end, MSG_DONTWAIT);
+    if (r > 0) {
+        k->end += (size_t)r;
+        return RAW_OK;
+    }
+    if (r == 0) {
+        set_error(c, "%s:%s closed the connection", k->host, k->port);
+        return RAW_IO;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return RAW_OK;
+    set_error(c, "receive from %s:%s: %s", k->host, k->port, strerror(errno));
+    return RAW_IO;
+}
+
+/* Waits up to the timeout until k can take more bytes, reading replies
+ * that arrive meanwhile. */
+static enum raw_rc wait_writable(struct raw_client *c, struct raw_conn *k)
+{
+    struct pollfd pfd = { .fd = k->fd, .events = POLLIN | POLLOUT };
+    int n;
+    do {
+        n = poll(&pfd, 1, c->timeout_ms);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        set_error(c, "send to %s:%s: poll: %s", k->host, k->port, strerror(errno));
+        return RAW_IO;
+    }
+    if (n == 0) {
+        set_error(c, "send to %s:%s: timed out", k->host, k->port);
+        return RAW_IO;
+    }
+    if (pfd.revents & (POLLIN | POLLHUP | POLLERR))
+        return drain_ready(c, k);
+    return RAW_OK;
+}
+
+enum raw_rc raw_conn_send(struct raw_client *c, int idx, const char *buf, size_t n)
+{
+    struct raw_conn *k = &c->conns[idx];
+    while (n > 0) {
+        ssize_t w = send(k->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) {
+            buf += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            set_error(c, "send to %s:%s: %s", k->host, k->port, strerror(errno));
+            return RAW_IO;
+        }
+        enum raw_rc rc = wait_writable(c, k);
+        if (rc != RAW_OK)
+            return rc;
+    }
+    return RAW_OK;
+}
+
+enum raw_rc raw_conn_read(struct raw_client *c, int idx, int is_get, const char *key,
+                          size_t nkey, struct raw_reply *out)
+{
+    struct request req = { .kind = is_get ? REQ_GET : REQ_SET, .key = key, .nkey = nkey };
+    memset(out, 0, sizeof(*out));
+    c->err[0] = '\0';
+    struct raw_conn *k = &c->conns[idx];
+    if (k->fd < 0) {
+        set_error(c, "%s:%s is not connected", k->host, k->port);
+        return RAW_IO;
+    }
+    return read_reply(c, k, &req, out);
+}
+
+void raw_conn_fail(struct raw_client *c, int idx)
+{
+    conn_fail(c, &c->conns[idx]);
 }
 
 /* ---- open and close ---- */
@@ -653,8 +768,7 @@ enum raw_rc raw_set(struct raw_client *c, const char *key, size_t nkey, const ch
 int raw_client_open(struct raw_client *c, const char *seeds, int timeout_ms, char *err,
                     size_t errcap)
 {
-    memset(c, 0, sizeof(*c));
-    c->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
+    raw_client_init(c, timeout_ms);
     const char *comma = strchr(seeds, ',');
     size_t n = comma ? (size_t)(comma - seeds) : strlen(seeds);
     char host[RAW_HOST_MAX], port[8];

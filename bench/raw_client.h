@@ -89,4 +89,50 @@ const char *raw_client_error(const struct raw_client *c);
 /* A short name of rc ("ok", "miss", "io error", ...). */
 const char *raw_strerror(enum raw_rc rc);
 
+/* ---- the connection layer, for raw_pipe.c ----
+ *
+ * raw_pipe.c (cocytus-bench --depth) sends many requests on one connection
+ * before it reads their replies.  It uses a raw_client as a set of kept
+ * connections, one per endpoint, and these calls on one of them (idx). */
+
+/* One reply, as read_reply classifies it. */
+struct raw_reply {
+    int moved;                    /* MOVED: slot, epoch and the new owner host/port */
+    unsigned slot;
+    uint64_t epoch;
+    char host[RAW_HOST_MAX];
+    char port[8];
+    const char *val;              /* get hit: the value, inside the connection's buffer */
+    size_t nval;
+};
+
+/* An empty client (no endpoint, nothing connected). */
+void raw_client_init(struct raw_client *c, int timeout_ms);
+
+/* "host:port" or "[v6]:port" (or "host", port 11211) in s[0..n) -> host
+ * (RAW_HOST_MAX bytes), port (8 bytes); -1 if malformed. */
+int raw_parse_endpoint(const char *s, size_t n, char *host, char *port);
+
+/* Index of the connection to host:port, added unconnected when new; -1
+ * (with the reason in the client's error) when RAW_MAX_SERVERS are known. */
+int raw_client_endpoint(struct raw_client *c, const char *host, const char *port);
+
+/* Connects idx if it is not.  A connection holding bytes nobody asked for
+ * is out of step: it is closed (a failure) and connected again. */
+enum raw_rc raw_conn_ready(struct raw_client *c, int idx);
+
+/* Sends buf[0..n) on idx.  While the socket is full, replies already due are
+ * read into the connection's buffer, so a long pipeline cannot deadlock with
+ * a server blocked on writing to us. */
+enum raw_rc raw_conn_send(struct raw_client *c, int idx, const char *buf, size_t n);
+
+/* Reads the next reply on idx, to a get (is_get) or a set of key: RAW_OK
+ * (out->moved for a MOVED; out->val for a hit, valid until the next call on
+ * idx), RAW_MISS, RAW_NOT_STORED, or a failure.  Nothing is closed here. */
+enum raw_rc raw_conn_read(struct raw_client *c, int idx, int is_get, const char *key,
+                          size_t nkey, struct raw_reply *out);
+
+/* Closes idx after a failure (counted in conn_failures if it was open). */
+void raw_conn_fail(struct raw_client *c, int idx);
+
 #endif

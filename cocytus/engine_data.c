@@ -875,19 +875,6 @@ static void dp_tick(struct engine *eng, time_t now)
 
 /* ---- admin commands (docs/coding-group.md) ---- */
 
-static void admin_printf(eng_write_fn write, void *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void admin_printf(eng_write_fn write, void *ctx, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        write(ctx, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
-}
-
 static bool parse_u64_arg(const char *s, uint64_t *out)
 {
     char *end;
@@ -901,15 +888,15 @@ static bool parse_u64_arg(const char *s, uint64_t *out)
 
 static void admin_info(struct data_engine *dp, eng_write_fn write, void *ctx)
 {
-    admin_printf(write, ctx, "STAT role data\r\nSTAT group %d\r\nSTAT index %d\r\n", dp->group, dp->index);
-    admin_printf(write, ctx, "STAT k %d\r\nSTAT m %d\r\nSTAT region_size %zu\r\n", dp->k, dp->m, dp->region_size);
+    engine_reply(write, ctx, "STAT role data\r\nSTAT group %d\r\nSTAT index %d\r\n", dp->group, dp->index);
+    engine_reply(write, ctx, "STAT k %d\r\nSTAT m %d\r\nSTAT region_size %zu\r\n", dp->k, dp->m, dp->region_size);
     sender_info(&dp->tx, write, ctx);
-    admin_printf(write, ctx, "STAT items %zu\r\n", dp->meta.count - dp->placeholders);
-    admin_printf(write, ctx, "STAT region_used %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
-    admin_printf(write, ctx, "STAT value_bytes %" PRIu64 "\r\n", dp->meta.value_bytes);
-    admin_printf(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %" PRIu64 "\r\n", dp_meta_bytes(dp),
+    engine_reply(write, ctx, "STAT items %zu\r\n", dp->meta.count - dp->placeholders);
+    engine_reply(write, ctx, "STAT region_used %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
+    engine_reply(write, ctx, "STAT value_bytes %" PRIu64 "\r\n", dp->meta.value_bytes);
+    engine_reply(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %" PRIu64 "\r\n", dp_meta_bytes(dp),
                  engine_process_rss());
-    admin_printf(write, ctx, "STAT write_queue %zu\r\nSTAT deferred_frees %zu\r\n", dp->queue.len, dp->df_len - dp->df_head);
+    engine_reply(write, ctx, "STAT write_queue %zu\r\nSTAT deferred_frees %zu\r\n", dp->queue.len, dp->df_len - dp->df_head);
     write(ctx, "END\r\n", 5);
 }
 
@@ -917,15 +904,15 @@ static bool admin_region(struct data_engine *dp, int argc, char **argv, eng_writ
 {
     uint64_t off, len;
     if (argc != 3 || !parse_u64_arg(argv[1], &off) || !parse_u64_arg(argv[2], &len)) {
-        admin_printf(write, ctx, "CLIENT_ERROR usage: cocytus region <off> <len>\r\n");
+        engine_reply(write, ctx, "CLIENT_ERROR usage: cocytus region <off> <len>\r\n");
         return true;
     }
     if (len > DP_ADMIN_REGION_MAX || off > dp->region_size || len > dp->region_size - off) {
-        admin_printf(write, ctx, "CLIENT_ERROR range outside the region or longer than %u\r\n",
+        engine_reply(write, ctx, "CLIENT_ERROR range outside the region or longer than %u\r\n",
                      DP_ADMIN_REGION_MAX);
         return true;
     }
-    admin_printf(write, ctx, "VALUE region 0 %" PRIu64 "\r\n", len);
+    engine_reply(write, ctx, "VALUE region 0 %" PRIu64 "\r\n", len);
     write(ctx, dp->region + off, (size_t)len);
     write(ctx, "\r\nEND\r\n", 7);
     return true;
@@ -933,10 +920,10 @@ static bool admin_region(struct data_engine *dp, int argc, char **argv, eng_writ
 
 static void admin_meta(struct data_engine *dp, eng_write_fn write, void *ctx)
 {
-    admin_printf(write, ctx, "STAT count %zu\r\n", dp->meta.count);
-    admin_printf(write, ctx, "STAT digest %016" PRIx64 "\r\n", meta_digest(&dp->meta));
-    admin_printf(write, ctx, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(dp->alloc));
-    admin_printf(write, ctx, "STAT used_bytes %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
+    engine_reply(write, ctx, "STAT count %zu\r\n", dp->meta.count);
+    engine_reply(write, ctx, "STAT digest %016" PRIx64 "\r\n", meta_digest(&dp->meta));
+    engine_reply(write, ctx, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(dp->alloc));
+    engine_reply(write, ctx, "STAT used_bytes %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
     write(ctx, "END\r\n", 5);
 }
 
@@ -946,7 +933,7 @@ static void admin_used(struct data_engine *dp, eng_write_fn write, void *ctx)
     uint64_t off, size;
     dalloc_iter_init(dp->alloc, &it);
     while (dalloc_iter_next_used(&it, &off, &size))
-        admin_printf(write, ctx, "USED %" PRIu64 " %" PRIu64 "\r\n", off, size);
+        engine_reply(write, ctx, "USED %" PRIu64 " %" PRIu64 "\r\n", off, size);
     write(ctx, "END\r\n", 5);
 }
 

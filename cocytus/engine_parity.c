@@ -182,14 +182,10 @@ struct reply {
 __attribute__((format(printf, 2, 3)))
 static void reply_printf(const struct reply *r, const char *fmt, ...)
 {
-    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    engine_vreply(r->write, r->ctx, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    r->write(r->ctx, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
 static void reply_str(const struct reply *r, const char *s)

@@ -13,6 +13,7 @@
 #ifndef MC_ENGINE_H
 #define MC_ENGINE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -182,6 +183,13 @@ struct engine *engine_backup_new(const struct engine_config *cfg);
 /* Resident set size of this process in bytes (0 if unknown), for the
  * memory figures engines report. */
 uint64_t engine_process_rss(void);
+
+/* Formats one reply line of an admin command (at most 511 bytes; longer
+ * text is cut) and writes it through write(ctx, ...). */
+void engine_reply(eng_write_fn write, void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void engine_vreply(eng_write_fn write, void *ctx, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 static inline eng_status engine_get(struct engine *e, const char *key, size_t nkey,
                                     struct eng_value *out, struct eng_result *res)
 {

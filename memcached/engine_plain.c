@@ -18,7 +18,6 @@
 #include "engine.h"
 #include "hash.h"
 #include "items.h"
-#include "slotmap.h"
 
 struct plain {
     struct engine engine;
@@ -469,30 +468,10 @@ static void plain_stats_reset(struct engine *e)
 
 /* ---- keys of one slot (slot migration) ---- */
 
-struct slot_walk {
-    const struct item_store *s;
-    unsigned slot;
-    void (*fn)(void *ctx, const char *key, size_t nkey);
-    void *ctx;
-    size_t n;
-};
-
-static void slot_visit(void *ctx, struct item *it)
-{
-    struct slot_walk *w = ctx;
-    if (item_is_dead(w->s, it) || slotmap_slot(item_key(it), it->nkey) != w->slot)
-        return;
-    w->fn(w->ctx, item_key(it), it->nkey);
-    w->n++;
-}
-
 static size_t plain_slot_keys(struct engine *e, unsigned slot,
                               void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
 {
-    struct plain *p = plain_of(e);
-    struct slot_walk w = { &p->store, slot, fn, ctx, 0 };
-    assoc_iterate(&p->store.table, slot_visit, &w);
-    return w.n;
+    return items_slot_keys(&plain_of(e)->store, slot, fn, ctx);
 }
 
 /* ---- clock, lifetime ---- */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "hash.h"
+#include "slotmap.h"
 
 #define DEFAULT_HASHPOWER 16
 #define EVICT_SEARCH_DEPTH 50
@@ -360,4 +361,31 @@ rel_time_t item_tail_age(const struct item_store *s)
         return 0;
     rel_time_t since = stored_since(s, s->lru_tail->cas);
     return s->clock->now > since ? s->clock->now - since : 0;
+}
+
+/* ---- keys of one slot ---- */
+
+struct slot_walk {
+    const struct item_store *s;
+    unsigned slot;
+    void (*fn)(void *ctx, const char *key, size_t nkey);
+    void *ctx;
+    size_t n;
+};
+
+static void slot_visit(void *ctx, struct item *it)
+{
+    struct slot_walk *w = ctx;
+    if (item_is_dead(w->s, it) || slotmap_slot(item_key(it), it->nkey) != w->slot)
+        return;
+    w->fn(w->ctx, item_key(it), it->nkey);
+    w->n++;
+}
+
+size_t items_slot_keys(struct item_store *s, unsigned slot,
+                       void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+{
+    struct slot_walk w = { s, slot, fn, ctx, 0 };
+    assoc_iterate(&s->table, slot_visit, &w);
+    return w.n;
 }

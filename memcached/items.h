@@ -172,4 +172,9 @@ size_t item_sweep(struct item_store *s, size_t budget);
 /* Seconds since the LRU tail item was stored (0 when empty). */
 rel_time_t item_tail_age(const struct item_store *s);
 
+/* Calls fn for the key of every live item whose slot is `slot` (slot
+ * migration: the keys to move), in table order.  Returns how many. */
+size_t items_slot_keys(struct item_store *s, unsigned slot,
+                       void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
+
 #endif

@@ -1102,23 +1102,6 @@ bool migrate_active(const struct server *s, unsigned slot)
 
 /* ---- admin words ---- */
 
-static void reply(eng_write_fn write, void *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void reply(eng_write_fn write, void *ctx, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n >= sizeof(line))
-        n = (int)sizeof(line) - 1;
-    write(ctx, line, (size_t)n);
-}
-
 static bool parse_u64(const char *s, uint64_t *out)
 {
     if (!s || *s < '0' || *s > '9')
@@ -1159,12 +1142,12 @@ static void admin_status(struct server *s, eng_write_fn write, void *ctx)
 {
     const struct migration *mg = s->migration;
     if (mg && mg->phase != MG_IDLE)
-        reply(write, ctx, "MIGRATE %u %s:%d %" PRIu64 " %s keys %zu sent %" PRIu64
+        engine_reply(write, ctx, "MIGRATE %u %s:%d %" PRIu64 " %s keys %zu sent %" PRIu64
               " forwards %" PRIu64 "\r\n", mg->slot, mg->host, mg->port, mg->epoch,
               phase_names[mg->phase], mg->keys_total, mg->keys_sent, mg->forwards);
     if (mg && mg->last[0])
-        reply(write, ctx, "LAST %s\r\n", mg->last);
-    reply(write, ctx, "END\r\n");
+        engine_reply(write, ctx, "LAST %s\r\n", mg->last);
+    engine_reply(write, ctx, "END\r\n");
 }
 
 static void admin_migrate(struct server *s, int argc, char **argv, eng_write_fn write,
@@ -1179,17 +1162,17 @@ static void admin_migrate(struct server *s, int argc, char **argv, eng_write_fn 
     int port;
     if (argc != 4 || !parse_u64(argv[1], &slot) || slot >= SLOTMAP_SLOTS ||
         !parse_endpoint(argv[2], host, sizeof(host), &port) || !parse_u64(argv[3], &epoch)) {
-        reply(write, ctx, "CLIENT_ERROR usage: cocytus migrate <slot 0-16383> <host>:<port> "
+        engine_reply(write, ctx, "CLIENT_ERROR usage: cocytus migrate <slot 0-16383> <host>:<port> "
               "<epoch> | cocytus migrate status\r\n");
         return;
     }
     char err[200];
     if (migrate_start(s, (unsigned)slot, host, port, epoch, admin_done, NULL, err,
                       sizeof(err)) < 0) {
-        reply(write, ctx, "SERVER_ERROR %s\r\n", err);
+        engine_reply(write, ctx, "SERVER_ERROR %s\r\n", err);
         return;
     }
-    reply(write, ctx, "OK\r\n");
+    engine_reply(write, ctx, "OK\r\n");
 }
 
 /* Destination: take the slot (idempotent: the source may ask again). */
@@ -1197,28 +1180,28 @@ static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint6
                           eng_write_fn write, void *ctx)
 {
     if (!conn_is_import(c)) {
-        reply(write, ctx, "CLIENT_ERROR not an import connection (cocytus import begin)\r\n");
+        engine_reply(write, ctx, "CLIENT_ERROR not an import connection (cocytus import begin)\r\n");
         return;
     }
     if (!s->slotmap || s->slot_self < 0) {
-        reply(write, ctx, "SERVER_ERROR this process serves no slots\r\n");
+        engine_reply(write, ctx, "SERVER_ERROR this process serves no slots\r\n");
         return;
     }
     if (epoch <= s->slotmap->epoch) {
         if (s->slotmap->slot[slot] == s->slot_self) {
-            reply(write, ctx, "OK\r\n");
+            engine_reply(write, ctx, "OK\r\n");
             return;
         }
-        reply(write, ctx, "SERVER_ERROR epoch %" PRIu64 " is not newer than %" PRIu64 "\r\n",
+        engine_reply(write, ctx, "SERVER_ERROR epoch %" PRIu64 " is not newer than %" PRIu64 "\r\n",
               epoch, s->slotmap->epoch);
         return;
     }
     if (install_owner(s, (unsigned)slot, s->slot_self, epoch) < 0) {
-        reply(write, ctx, "SERVER_ERROR out of memory\r\n");
+        engine_reply(write, ctx, "SERVER_ERROR out of memory\r\n");
         return;
     }
     fprintf(stderr, "import: took slot %" PRIu64 " at epoch %" PRIu64 "\n", slot, epoch);
-    reply(write, ctx, "OK\r\n");
+    engine_reply(write, ctx, "OK\r\n");
 }
 
 /* Destination, before an import of slot: drop what an earlier, abandoned
@@ -1263,17 +1246,17 @@ static void admin_import(struct server *s, struct conn *c, int argc, char **argv
     uint64_t slot, epoch;
     if (argc == 2 && strcmp(argv[1], "begin") == 0) {
         conn_set_import(c);
-        reply(write, ctx, "OK\r\n");
+        engine_reply(write, ctx, "OK\r\n");
         return;
     }
     if (argc == 3 && strcmp(argv[1], "begin") == 0 && parse_u64(argv[2], &slot) &&
         slot < SLOTMAP_SLOTS) {
         if (purge_slot(s, c, (unsigned)slot) < 0) {
-            reply(write, ctx, "SERVER_ERROR out of memory\r\n");
+            engine_reply(write, ctx, "SERVER_ERROR out of memory\r\n");
             return;
         }
         conn_set_import(c);
-        reply(write, ctx, "OK\r\n");
+        engine_reply(write, ctx, "OK\r\n");
         return;
     }
     if (argc == 4 && strcmp(argv[1], "commit") == 0 && parse_u64(argv[2], &slot) &&
@@ -1281,7 +1264,7 @@ static void admin_import(struct server *s, struct conn *c, int argc, char **argv
         import_commit(s, c, slot, epoch, write, ctx);
         return;
     }
-    reply(write, ctx, "CLIENT_ERROR usage: cocytus import begin [<slot 0-16383>] | "
+    engine_reply(write, ctx, "CLIENT_ERROR usage: cocytus import begin [<slot 0-16383>] | "
           "cocytus import commit <slot 0-16383> <epoch>\r\n");
 }
 

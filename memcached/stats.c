@@ -3,6 +3,7 @@
  * Names follow memcached's so monitoring tools keep working. */
 #include "config.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -79,6 +80,22 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "hashpower_init", "%u", st->hashpower);
     emit(ctx, "shutdown_command", "%s", st->shutdown_enabled ? "yes" : "no");
     emit(ctx, "role", "%s", st->role);
+}
+
+void engine_vreply(eng_write_fn write, void *ctx, const char *fmt, va_list ap)
+{
+    char line[512];
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    if (n > 0)
+        write(ctx, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+void engine_reply(eng_write_fn write, void *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    engine_vreply(write, ctx, fmt, ap);
+    va_end(ap);
 }
 
 uint64_t engine_process_rss(void)

@@ -41,7 +41,6 @@
 #include "pending.h"
 #include "record.h"
 #include "sender.h"
-#include "slotmap.h"
 #include "writeq.h"
 
 /* Backpressure: bytes of records the sender may hold (sent, not yet stable
@@ -628,30 +627,10 @@ static eng_status primary_get(struct engine *e, const char *key, size_t nkey,
 }
 
 /* Keys of one slot (slot migration): live items of the committed store. */
-struct slot_walk {
-    const struct item_store *s;
-    unsigned slot;
-    void (*fn)(void *ctx, const char *key, size_t nkey);
-    void *ctx;
-    size_t n;
-};
-
-static void slot_visit(void *ctx, struct item *it)
-{
-    struct slot_walk *w = ctx;
-    if (item_is_dead(w->s, it) || slotmap_slot(item_key(it), it->nkey) != w->slot)
-        return;
-    w->fn(w->ctx, item_key(it), it->nkey);
-    w->n++;
-}
-
 static size_t primary_slot_keys(struct engine *e, unsigned slot,
                                 void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
 {
-    struct primary *pe = pe_of(e);
-    struct slot_walk w = { &pe->store, slot, fn, ctx, 0 };
-    assoc_iterate(&pe->store.table, slot_visit, &w);
-    return w.n;
+    return items_slot_keys(&pe_of(e)->store, slot, fn, ctx);
 }
 
 static void primary_release(struct engine *e, void *handle)

@@ -184,13 +184,10 @@ size_t pbr_store_meta_bytes(const struct item_store *s)
 
 void pbr_reply_printf(const struct pbr_reply *r, const char *fmt, ...)
 {
-    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    engine_vreply(r->write, r->ctx, fmt, ap);
     va_end(ap);
-    if (n > 0)
-        r->write(r->ctx, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
 void pbr_reply_meta(const struct pbr_reply *r, const struct pbr_digest *d)

@@ -37,81 +37,7 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- every pid this process started, killed at exit or on a signal ---- */
-
-static pid_t started[CG_MAX_PROCS * 4];
-static pid_t started_by;            /* the process that may reap them */
-static bool cleanup_installed;
-
-static void remember(pid_t pid)
-{
-    for (size_t i = 0; i < sizeof started / sizeof started[0]; i++) {
-        if (started[i] == 0) {
-            started[i] = pid;
-            return;
-        }
-    }
-}
-
-static void forget(pid_t pid)
-{
-    for (size_t i = 0; i < sizeof started / sizeof started[0]; i++)
-        if (started[i] == pid)
-            started[i] = 0;
-}
-
-/* Async-signal-safe. */
-static void kill_started(void)
-{
-    if (getpid() != started_by)
-        return;
-    for (size_t i = 0; i < sizeof started / sizeof started[0]; i++)
-        if (started[i] > 0)
-            kill(started[i], SIGKILL);
-}
-
-static void on_fatal_signal(int sig)
-{
-    kill_started();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void install_cleanup(void)
-{
-    started_by = getpid();
-    if (cleanup_installed)
-        return;
-    cleanup_installed = true;
-    atexit(kill_started);
-    signal(SIGINT, on_fatal_signal);
-    signal(SIGTERM, on_fatal_signal);
-    signal(SIGHUP, on_fatal_signal);
-    signal(SIGPIPE, SIG_IGN);
-}
-
 /* ---- ports and files ---- */
-
-/* Picks count distinct free loopback ports (all held open while picking). */
-static bool pick_ports(int *ports, int count)
-{
-    int fds[CG_MAX_PROCS * 2];
-    bool ok = true;
-    int opened = 0;
-    for (; opened < count && ok; opened++) {
-        fds[opened] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in a = { .sin_family = AF_INET };
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof a;
-        ok = fds[opened] >= 0 && bind(fds[opened], (struct sockaddr *)&a, sizeof a) == 0 &&
-             getsockname(fds[opened], (struct sockaddr *)&a, &len) == 0;
-        ports[opened] = ok ? ntohs(a.sin_port) : -1;
-    }
-    for (int i = 0; i < opened; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    return ok;
-}
 
 static bool write_conf(const struct cgroup *g)
 {
@@ -179,65 +105,13 @@ static void print_logs(const struct cgroup *g)
 
 /* ---- processes ---- */
 
-static void close_inherited_fds(void)
-{
-    for (int fd = 3; fd < 1024; fd++)
-        close(fd);
-}
-
-static pid_t spawn(const char *const *argv, const char *log_path, int out_fd)
-{
-    fflush(NULL);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(127);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0)
-        dup2(devnull, STDIN_FILENO);
-    int out = out_fd >= 0 ? out_fd : open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (out >= 0) {
-        dup2(out, STDOUT_FILENO);
-        dup2(out, STDERR_FILENO);
-    }
-    close_inherited_fds();
-    signal(SIGPIPE, SIG_DFL);
-    execv(argv[0], (char *const *)argv);
-    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-}
-
 static bool start_proc(const struct cgroup *g, struct cg_proc *p)
 {
-    char index[16];
-    snprintf(index, sizeof index, "%d", p->index);
-    const char *argv[16];
-    int n = 0;
-    argv[n++] = harness_server_path();
-    argv[n++] = "--role";
-    argv[n++] = p->role;
-    argv[n++] = "--cluster";
-    argv[n++] = g->conf;
-    argv[n++] = "--group";
-    argv[n++] = "0";
-    argv[n++] = "--index";
-    argv[n++] = index;
-    argv[n++] = "-U";
-    argv[n++] = "0";
-    if (geteuid() == 0) {
-        argv[n++] = "-u";
-        argv[n++] = "root";
-    }
-    argv[n] = NULL;
-    p->pid = spawn(argv, p->log, -1);
+    p->pid = harness_spawn_role(g->conf, p->role, 0, p->index, p->log);
     if (p->pid < 0) {
         p->pid = 0;
         return false;
     }
-    remember(p->pid);
     return true;
 }
 
@@ -248,7 +122,7 @@ static bool proc_exited(struct cg_proc *p)
     int status;
     pid_t r = waitpid(p->pid, &status, WNOHANG);
     if (r == p->pid || (r < 0 && errno == ECHILD)) {
-        forget(p->pid);
+        harness_forget_pid(p->pid);
         p->pid = 0;
         return true;
     }
@@ -269,7 +143,7 @@ static void stop_procs(struct cgroup *g)
             fprintf(stderr, "cgroup: %s %d ignored SIGTERM, killing it\n", p->role, p->index);
             kill(p->pid, SIGKILL);
             waitpid(p->pid, NULL, 0);
-            forget(p->pid);
+            harness_forget_pid(p->pid);
             p->pid = 0;
         }
     }
@@ -356,7 +230,7 @@ static void layout(struct cgroup *g, const int *ports)
 static bool start_once(struct cgroup *g, const char *region)
 {
     int ports[CG_MAX_PROCS * 2];
-    if (!pick_ports(ports, 2 * g->n))
+    if (!harness_pick_ports(ports, 2 * g->n))
         return false;
     layout(g, ports);
     if (!write_conf(g) || !write_region(g, region))
@@ -375,7 +249,7 @@ static bool start_once(struct cgroup *g, const char *region)
 
 bool cgroup_start(struct cgroup *g, int k, int n, const char *region)
 {
-    install_cleanup();
+    harness_install_cleanup();
     memset(g, 0, sizeof *g);
     if (k < 1 || n <= k || n > CG_MAX_PROCS)
         return false;
@@ -497,20 +371,20 @@ int cgroup_cli(const struct cgroup *g, const char *const *args, char *out, size_
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) < 0)
         return -1;
-    pid_t pid = spawn(argv, NULL, pipefd[1]);
+    pid_t pid = harness_spawn(argv, NULL, pipefd[1]);
     close(pipefd[1]);
     if (pid < 0) {
         close(pipefd[0]);
         return -1;
     }
-    remember(pid);
+    harness_track_pid(pid);
     bool finished = collect_output(pipefd[0], out, cap, now_ms() + timeout_ms);
     close(pipefd[0]);
     if (!finished)
         kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    forget(pid);
+    harness_forget_pid(pid);
     if (!finished) {
         fprintf(stderr, "cgroup: %s timed out after %d ms\n", argv[0], timeout_ms);
         return -1;

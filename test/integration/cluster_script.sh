@@ -6,78 +6,21 @@
 # nothing is left.  The trap always cleans up.
 set -u
 
-case "$0" in
-    */*) script_dir=$(cd "${0%/*}" && pwd) ;;
-    *) script_dir=$(pwd) ;;
-esac
-cluster_script=$script_dir/../../scripts/cluster
-server_bin=${COCYTUS_SERVER:-$script_dir/../../memcached/cocytus-server}
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
 
-if [ ! -x "$server_bin" ]; then
-    echo "FAIL: server binary $server_bin not found (set COCYTUS_SERVER)"
-    exit 1
-fi
-COCYTUS_BUILD_DIR=$(cd "$(dirname "$server_bin")/.." && pwd)
-export COCYTUS_BUILD_DIR
-if [ ! -x "$COCYTUS_BUILD_DIR/cocytus/cocytus-node" ]; then
-    echo "FAIL: $COCYTUS_BUILD_DIR/cocytus/cocytus-node not built"
-    exit 1
-fi
+need_built "$server_bin" "$build_dir/cocytus/cocytus-node"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cluster_script.XXXXXX")
-failures=0
 
 cleanup() {
-    bash "$cluster_script" down --dir "$dir" >/dev/null 2>&1
-    rm -rf "$dir"
+    cluster_remove "$dir"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
-
-ok() {
-    echo "ok: $*"
-}
+on_exit cleanup
 
 cluster() {
     bash "$cluster_script" "$@"
-}
-
-# A base port below the ephemeral range whose run of 8 ports looks free.
-pick_base_port() {
-    local base p busy
-    for _ in $(seq 50); do
-        base=$((22000 + 2 * (RANDOM % 4000)))
-        busy=0
-        for ((p = base; p < base + 8; p++)); do
-            if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null \
-                || ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then
-                busy=1
-                break
-            fi
-        done
-        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
-    done
-    return 1
-}
-
-# mc HOST:PORT REQUEST: sends one request (already \r\n-terminated), prints
-# the reply lines up to END/STORED/an error.
-mc() {
-    local addr=$1 request=$2 line
-    exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
-    printf '%b' "$request" >&3
-    while IFS= read -r -t 2 line <&3; do
-        line=${line%$'\r'}
-        echo "$line"
-        case $line in END | STORED | NOT_STORED | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;; esac
-    done
-    exec 3<&- 3>&-
 }
 
 alive() {
@@ -88,16 +31,9 @@ alive() {
 }
 
 # --- up (retried on a new port range if another test took ours) ---
-up_ok=0
-for attempt in 1 2 3; do
-    base_port=$(pick_base_port) || { fail "no free port range"; exit 1; }
-    if cluster up --nodes 2 --scheme plain --no-proxy --memory 16 --dir "$dir" --base-port "$base_port"; then
-        up_ok=1
-        break
-    fi
-    echo "up failed on base port $base_port (attempt $attempt)"
-done
-[ "$up_ok" -eq 1 ] || { fail "cluster up"; exit 1; }
+# 2 servers and the coordinator: 2 ports each
+cluster_up "$dir" 6 22000 30000 --nodes 2 --scheme plain --no-proxy --memory 16 \
+    || { fail "cluster up"; exit 1; }
 ok "cluster up on ports $base_port+"
 
 for f in cluster.conf endpoints node-0.pid node-1.pid; do
@@ -170,9 +106,4 @@ msg=$(cluster up --bogus 1 --dir "$dir" 2>&1) && fail "--bogus accepted"
 grep -q "unknown option '--bogus'" <<<"$msg" || fail "--bogus message: $msg"
 ok "bad arguments refused"
 
-if [ "$failures" -ne 0 ]; then
-    echo "FAIL: $failures check(s) failed"
-    exit 1
-fi
-echo "PASS"
-exit 0
+finish

@@ -12,77 +12,20 @@
 # a clear message.  The trap always cleans up.
 set -u
 
-case "$0" in
-    */*) script_dir=$(cd "${0%/*}" && pwd) ;;
-    *) script_dir=$(pwd) ;;
-esac
-cluster_script=$script_dir/../../scripts/cluster
-server_bin=${COCYTUS_SERVER:-$script_dir/../../memcached/cocytus-server}
-
-if [ ! -x "$server_bin" ]; then
-    echo "FAIL: server binary $server_bin not found (set COCYTUS_SERVER)"
-    exit 1
-fi
-COCYTUS_BUILD_DIR=$(cd "$(dirname "$server_bin")/.." && pwd)
-export COCYTUS_BUILD_DIR
-cli=$COCYTUS_BUILD_DIR/client/cocytus-cli
-for b in "$COCYTUS_BUILD_DIR/cocytus/cocytus-node" "$cli"; do
-    [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
-done
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+cli=$build_dir/client/cocytus-cli
+need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$cli"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/coordinator.XXXXXX")
-failures=0
 coord_pid=""        # a coordinator this test started by hand
 
 cleanup() {
     [ -n "$coord_pid" ] && kill -KILL "$coord_pid" 2>/dev/null
-    bash "$cluster_script" down --dir "$dir" >/dev/null 2>&1
-    rm -rf "$dir"
+    cluster_remove "$dir"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
-
-ok() {
-    echo "ok: $*"
-}
-
-# A base port below the ephemeral range whose run of 10 ports looks free.
-pick_base_port() {
-    local base p busy
-    for _ in $(seq 50); do
-        base=$((32000 + 2 * (RANDOM % 4000)))
-        busy=0
-        for ((p = base; p < base + 10; p++)); do
-            if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null \
-                || ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then
-                busy=1
-                break
-            fi
-        done
-        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
-    done
-    return 1
-}
-
-# mc HOST:PORT REQUEST: sends one request (already \r\n-terminated), prints
-# the reply lines up to END/STORED/OK/an error.
-mc() {
-    local addr=$1 request=$2 line
-    exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
-    printf '%b' "$request" >&3
-    while IFS= read -r -t 2 line <&3; do
-        line=${line%$'\r'}
-        echo "$line"
-        case $line in END | STORED | OK* | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;; esac
-    done
-    exec 3<&- 3>&-
-}
+on_exit cleanup
 
 # epoch_of HOST:PORT: the epoch line of `config get cluster`.
 epoch_of() {
@@ -92,17 +35,6 @@ epoch_of() {
 # state_of ADDR: the coordinator's liveness word for server ADDR.
 state_of() {
     mc "$coord" "cocytus status\r\n" 2>/dev/null | awk -v a="$1" '$1 == "proc" && $6 == a { print $7 }'
-}
-
-# wait_for TENTHS COMMAND...: until the command succeeds.
-wait_for() {
-    local tenths=$1
-    shift
-    for _ in $(seq "$tenths"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
 }
 
 all_alive() {
@@ -117,17 +49,9 @@ all_at_epoch() {
 }
 
 # --- up (retried on a new port range if another test took ours) ---
-up_ok=0
-for attempt in 1 2 3; do
-    base_port=$(pick_base_port) || { fail "no free port range"; exit 1; }
-    if bash "$cluster_script" up --nodes 3 --scheme plain --no-proxy --memory 16 --dir "$dir" \
-        --base-port "$base_port" >/dev/null; then
-        up_ok=1
-        break
-    fi
-    echo "up failed on base port $base_port (attempt $attempt)"
-done
-[ "$up_ok" -eq 1 ] || { fail "cluster up"; exit 1; }
+# 3 servers and the coordinator: 2 ports each (base_port + 6 is the coordinator's)
+cluster_up "$dir" 8 32000 40000 --nodes 3 --scheme plain --no-proxy --memory 16 \
+    || { fail "cluster up"; exit 1; }
 coord=$(cat "$dir/coordinator" 2>/dev/null)
 [ "$coord" = "127.0.0.1:$((base_port + 6))" ] || fail "coordinator file holds '$coord', want 127.0.0.1:$((base_port + 6))"
 grep -q "^coordinator 127.0.0.1 $((base_port + 6)) $((base_port + 7))\$" "$dir/cluster.conf" \
@@ -259,12 +183,9 @@ grep -q "is not a coordinator state file" <<<"$msg" || fail "message for a garba
 ok "corrupt state files refused: $(tail -1 <<<"$msg")"
 
 if [ "$failures" -ne 0 ]; then
-    echo "FAIL: $failures check(s) failed"
     for f in "$dir"/coordinator*.log; do
         echo "==> $f <=="
         tail -n 30 "$f"
     done
-    exit 1
 fi
-echo "PASS"
-exit 0
+finish

@@ -7,16 +7,14 @@
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
-top_srcdir=$script_dir/../..
-server_bin=${COCYTUS_SERVER:-$top_srcdir/memcached/cocytus-server}
-build_dir=$(cd "$(dirname "$server_bin")/.." && pwd)
-export COCYTUS_BUILD_DIR=$build_dir
-if [ ! -x "$build_dir/bench/drill-writer" ] || [ ! -x "$build_dir/cocytus/cocytus-node" ]; then
-    echo "FAIL: bench/drill-writer or cocytus/cocytus-node not built in $build_dir"
-    exit 1
-fi
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$build_dir/bench/drill-writer" "$build_dir/cocytus/cocytus-node"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/drill_pbr.XXXXXX")
-trap 'bash "$top_srcdir/scripts/cluster" down --dir "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
+cleanup() {
+    cluster_remove "$dir"
+}
+on_exit cleanup
 
 out=$(bash "$top_srcdir/scripts/drill" pbr --sync full --seconds 2 --memory 128 --dir "$dir" 2>&1)
 rc=$?

@@ -25,6 +25,7 @@
 #define READY_TIMEOUT_MS 5000
 #define STOP_GRACE_MS 3000
 #define MAX_SERVERS 32
+#define MAX_TRACKED 128
 #define MAX_ARGS 64
 
 /* ---- time ---- */
@@ -105,19 +106,65 @@ static void stop_owned_servers_at_exit(void)
     }
 }
 
+/* Other child processes a test tracks (harness_track_pid), each with the
+ * process that started it: only that one may kill it. */
+struct tracked_pid {
+    pid_t pid;            /* 0: free slot */
+    pid_t owner;
+};
+
+static struct tracked_pid tracked[MAX_TRACKED];
+
+void harness_track_pid(pid_t pid)
+{
+    harness_install_cleanup();
+    for (int i = 0; i < MAX_TRACKED; i++) {
+        if (tracked[i].pid == 0) {
+            tracked[i].pid = pid;
+            tracked[i].owner = getpid();
+            return;
+        }
+    }
+    fprintf(stderr, "harness: more than %d processes to track; pid %d is not\n",
+            MAX_TRACKED, (int)pid);
+}
+
+void harness_forget_pid(pid_t pid)
+{
+    for (int i = 0; i < MAX_TRACKED; i++)
+        if (tracked[i].pid == pid)
+            tracked[i].pid = 0;
+}
+
+/* Async-signal-safe: SIGKILL every tracked process this process started. */
+static void kill_tracked(void)
+{
+    pid_t self = getpid();
+    for (int i = 0; i < MAX_TRACKED; i++)
+        if (tracked[i].pid > 0 && tracked[i].owner == self)
+            kill(tracked[i].pid, SIGKILL);
+}
+
+static void cleanup_at_exit(void)
+{
+    kill_tracked();
+    stop_owned_servers_at_exit();
+}
+
 static void on_fatal_signal(int sig)
 {
+    kill_tracked();
     kill_owned_servers();
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
-static void install_cleanup(void)
+void harness_install_cleanup(void)
 {
     if (cleanup_installed)
         return;
     cleanup_installed = true;
-    atexit(stop_owned_servers_at_exit);
+    atexit(cleanup_at_exit);
     signal(SIGINT, on_fatal_signal);
     signal(SIGTERM, on_fatal_signal);
     signal(SIGHUP, on_fatal_signal);
@@ -169,20 +216,35 @@ bool harness_target_is_memcached(void)
 
 /* ---- ports ---- */
 
-static int pick_free_port(void)
+bool harness_pick_ports(int *ports, int count)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in addr = { .sin_family = AF_INET };
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0
-        && getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-        port = ntohs(addr.sin_port);
-    close(fd);
-    return port;
+    /* All sockets stay bound until every port is picked, so the kernel
+     * cannot hand out the same port twice. */
+    int *fds = calloc((size_t)(count > 0 ? count : 1), sizeof *fds);
+    if (fds == NULL)
+        return false;
+    bool ok = true;
+    int opened = 0;
+    for (; opened < count && ok; opened++) {
+        fds[opened] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        ok = fds[opened] >= 0 && bind(fds[opened], (struct sockaddr *)&a, sizeof a) == 0 &&
+             getsockname(fds[opened], (struct sockaddr *)&a, &len) == 0;
+        ports[opened] = ok ? ntohs(a.sin_port) : -1;
+    }
+    for (int i = 0; i < opened; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(fds);
+    return ok;
+}
+
+int harness_free_port(void)
+{
+    int port;
+    return harness_pick_ports(&port, 1) ? port : -1;
 }
 
 static int connect_loopback(int port)
@@ -235,7 +297,8 @@ static void close_inherited_fds(void)
 }
 
 /* In the forked child: die with the test process, quiet I/O, exec. */
-static void exec_server(const char **argv, const char *log_path, pid_t parent)
+static void exec_child(const char *const *argv, const char *log_path, int out_fd,
+                       pid_t parent)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
@@ -243,16 +306,56 @@ static void exec_server(const char **argv, const char *log_path, pid_t parent)
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)
         dup2(devnull, STDIN_FILENO);
-    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (log >= 0) {
-        dup2(log, STDOUT_FILENO);
-        dup2(log, STDERR_FILENO);
+    int out = out_fd >= 0 ? out_fd : open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (out >= 0) {
+        dup2(out, STDOUT_FILENO);
+        dup2(out, STDERR_FILENO);
     }
     close_inherited_fds();
     signal(SIGPIPE, SIG_DFL);
     execv(argv[0], (char *const *)argv);
     fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
+}
+
+pid_t harness_spawn(const char *const *argv, const char *log_path, int out_fd)
+{
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0)
+        exec_child(argv, log_path, out_fd, parent);
+    return pid;
+}
+
+pid_t harness_spawn_role(const char *conf, const char *role, int group, int index,
+                         const char *log_path)
+{
+    char group_text[16], index_text[16];
+    snprintf(group_text, sizeof group_text, "%d", group);
+    snprintf(index_text, sizeof index_text, "%d", index);
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = harness_server_path();
+    argv[n++] = "--cluster";
+    argv[n++] = conf;
+    argv[n++] = "--role";
+    argv[n++] = role;
+    argv[n++] = "--group";
+    argv[n++] = group_text;
+    argv[n++] = "--index";
+    argv[n++] = index_text;
+    argv[n++] = "-U";
+    argv[n++] = "0";
+    if (geteuid() == 0) {
+        argv[n++] = "-u";
+        argv[n++] = "root";
+    }
+    argv[n] = NULL;
+    pid_t pid = harness_spawn(argv, log_path, -1);
+    if (pid > 0)
+        harness_track_pid(pid);
+    return pid;
 }
 
 #define LOG_TAIL_LINES 30
@@ -302,7 +405,7 @@ static bool wait_until_ready(pid_t pid, int port)
 static bool start_once(harness_server *srv, const char *path,
                        const char *const *extra_args)
 {
-    int port = pick_free_port();
+    int port = harness_free_port();
     if (port <= 0)
         return false;
     char port_text[16];
@@ -314,14 +417,9 @@ static bool start_once(harness_server *srv, const char *path,
              (int)getpid(), port);
     unlink(srv->log_path);
 
-    fflush(NULL);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = harness_spawn(argv, srv->log_path, -1);
     if (pid < 0)
         return false;
-    if (pid == 0)
-        exec_server(argv, srv->log_path, parent);
-
     srv->pid = pid;
     srv->port = port;
     registry_add(srv);
@@ -335,7 +433,7 @@ static bool start_once(harness_server *srv, const char *path,
 
 bool harness_server_start(harness_server *srv, const char *const *extra_args)
 {
-    install_cleanup();
+    harness_install_cleanup();
     memset(srv, 0, sizeof *srv);
     const char *path = harness_server_path();
     if (!is_executable(path)) {
@@ -444,7 +542,7 @@ memcached_st *harness_client(int port, bool binary)
 
 bool raw_open(raw_conn *c, int port)
 {
-    install_cleanup();
+    harness_install_cleanup();
     c->len = 0;
     c->fd = connect_loopback(port);
     if (c->fd < 0)

@@ -52,6 +52,36 @@ bool harness_server_wait_exit(harness_server *srv, int timeout_ms);
 /* A libmemcached client for 127.0.0.1:port with bounded timeouts. */
 memcached_st *harness_client(int port, bool binary);
 
+/* Makes sure nothing a test started outlives it: at exit, and on SIGINT,
+ * SIGTERM or SIGHUP, the servers of harness_server_start and the tracked
+ * pids are killed; SIGPIPE is ignored.  Called by the functions below;
+ * idempotent. */
+void harness_install_cleanup(void);
+
+/* Tracks a child process (not started by harness_server_start) to be
+ * SIGKILLed if the test exits or dies before harness_forget_pid(pid).
+ * Only the process that tracked a pid kills it (forked tests are safe). */
+void harness_track_pid(pid_t pid);
+void harness_forget_pid(pid_t pid);
+
+/* Forks and execs argv (argv[0] a path; NULL-terminated): stdin from
+ * /dev/null, stdout and stderr appended to log_path, or to out_fd when it
+ * is >= 0; no other descriptors inherited; the child is killed if the test
+ * process dies.  Returns the pid, or -1 if fork failed.  Not tracked. */
+pid_t harness_spawn(const char *const *argv, const char *log_path, int out_fd);
+
+/* Starts one cluster process of the server under test: --cluster conf
+ * --role role --group group --index index -U 0 (+ -u root as root), output
+ * to log_path, tracked with harness_track_pid.  Returns the pid or -1. */
+pid_t harness_spawn_role(const char *conf, const char *role, int group, int index,
+                         const char *log_path);
+
+/* Picks count distinct free loopback ports into ports[] (all held open while
+ * picking, so no two are the same).  False if a socket could not be bound. */
+bool harness_pick_ports(int *ports, int count);
+/* One free loopback port, or -1. */
+int harness_free_port(void);
+
 /* Milliseconds sleep. */
 void harness_sleep_ms(int ms);
 

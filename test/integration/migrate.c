@@ -95,61 +95,6 @@ struct cluster {
     struct proc p[MAX_PROCS];
 };
 
-static pid_t started[MAX_PROCS];
-static pid_t started_by;
-
-static void kill_started(void)
-{
-    if (getpid() != started_by)
-        return;
-    for (int i = 0; i < MAX_PROCS; i++)
-        if (started[i] > 0)
-            kill(started[i], SIGKILL);
-}
-
-static void on_fatal_signal(int sig)
-{
-    kill_started();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void remember(pid_t pid)
-{
-    for (int i = 0; i < MAX_PROCS; i++)
-        if (started[i] == 0) {
-            started[i] = pid;
-            return;
-        }
-}
-
-static void forget(pid_t pid)
-{
-    for (int i = 0; i < MAX_PROCS; i++)
-        if (started[i] == pid)
-            started[i] = 0;
-}
-
-static bool pick_ports(int *ports, int count)
-{
-    int fds[MAX_PROCS * 2];
-    bool ok = true;
-    int opened = 0;
-    for (; opened < count && ok; opened++) {
-        fds[opened] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in a = { .sin_family = AF_INET };
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof a;
-        ok = fds[opened] >= 0 && bind(fds[opened], (struct sockaddr *)&a, sizeof a) == 0 &&
-             getsockname(fds[opened], (struct sockaddr *)&a, &len) == 0;
-        ports[opened] = ok ? ntohs(a.sin_port) : -1;
-    }
-    for (int i = 0; i < opened; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    return ok;
-}
-
 static void add_proc(struct cluster *c, int group, const char *role, int index)
 {
     struct proc *p = &c->p[c->nprocs++];
@@ -181,43 +126,9 @@ static bool write_conf(struct cluster *c, const char *scheme)
 
 static pid_t spawn(struct cluster *c, struct proc *p)
 {
-    char group[16], index[16];
-    snprintf(group, sizeof group, "%d", p->group);
-    snprintf(index, sizeof index, "%d", p->index);
     snprintf(p->log, sizeof p->log, "%s/%s-%d-%d.log", c->dir, p->role, p->group, p->index);
-    const char *argv[20];
-    int n = 0;
-    argv[n++] = harness_server_path();
-    argv[n++] = "--cluster";
-    argv[n++] = c->conf;
-    argv[n++] = "--role";
-    argv[n++] = p->role;
-    argv[n++] = "--group";
-    argv[n++] = group;
-    argv[n++] = "--index";
-    argv[n++] = index;
-    argv[n++] = "-U";
-    argv[n++] = "0";
-    if (geteuid() == 0) {
-        argv[n++] = "-u";
-        argv[n++] = "root";
-    }
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    if (pid > 0)
-        remember(pid);
-    return pid;
+    unlink(p->log);     /* the log is appended to: start it empty */
+    return harness_spawn_role(c->conf, p->role, p->group, p->index, p->log);
 }
 
 static void print_log(const struct proc *p)
@@ -245,7 +156,7 @@ static void stop_proc(struct proc *p)
         kill(p->pid, SIGKILL);
         waitpid(p->pid, NULL, 0);
     }
-    forget(p->pid);
+    harness_forget_pid(p->pid);
     p->pid = 0;
 }
 
@@ -255,7 +166,7 @@ static void kill_proc(struct proc *p)
         return;
     kill(p->pid, SIGKILL);
     waitpid(p->pid, NULL, 0);
-    forget(p->pid);
+    harness_forget_pid(p->pid);
     p->pid = 0;
 }
 
@@ -289,7 +200,7 @@ static bool cluster_start(struct cluster *c, const char *scheme)
         return false;
     snprintf(c->conf, sizeof c->conf, "%s/cluster.conf", c->dir);
     int ports[MAX_PROCS * 2];
-    if (!pick_ports(ports, 2 * c->nprocs))
+    if (!harness_pick_ports(ports, 2 * c->nprocs))
         return false;
     for (int i = 0; i < c->nprocs; i++) {
         c->p[i].port = ports[2 * i];
@@ -801,12 +712,7 @@ static void run_scheme(const char *name, const char *scheme, struct cluster *c, 
 
 int main(void)
 {
-    started_by = getpid();
-    atexit(kill_started);
-    signal(SIGINT, on_fatal_signal);
-    signal(SIGTERM, on_fatal_signal);
-    signal(SIGHUP, on_fatal_signal);
-    signal(SIGPIPE, SIG_IGN);
+    harness_install_cleanup();
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     struct cluster c;

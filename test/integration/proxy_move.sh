@@ -14,83 +14,29 @@
 # Every process started is stopped by the trap.
 set -u
 
-case "$0" in
-    */*) script_dir=$(cd "${0%/*}" && pwd) ;;
-    *) script_dir=$(pwd) ;;
-esac
-cluster_script=$script_dir/../../scripts/cluster
-server_bin=${COCYTUS_SERVER:-$script_dir/../../memcached/cocytus-server}
-build_dir=$(cd "$(dirname "$server_bin")/.." && pwd)
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
 bench_bin=${COCYTUS_BENCH:-$build_dir/bench/cocytus-bench}
 cli=$build_dir/client/cocytus-cli
-export COCYTUS_BUILD_DIR=$build_dir
 
 RECORDS=400           # keys in the bench's key space: few, so the moved slots are busy
 MOVES=4               # slot moves during the run
 RUN_SECONDS=8         # verified load while the slots move
 
-for b in "$server_bin" "$bench_bin" "$cli" "$build_dir/cocytus/cocytus-node" \
-         "$build_dir/client/cocytus-proxy"; do
-    [ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
-done
+need_built "$server_bin" "$bench_bin" "$cli" "$build_dir/cocytus/cocytus-node" \
+    "$build_dir/client/cocytus-proxy"
 
 dir=""
 bench_pid=""
-failures=0
 
 cleanup() {
     [ -n "$bench_pid" ] && kill -KILL "$bench_pid" 2>/dev/null
     bench_pid=""
-    if [ -n "$dir" ]; then
-        bash "$cluster_script" down --dir "$dir" >/dev/null 2>&1
-        rm -rf "$dir"
-        dir=""
-    fi
+    cluster_remove "$dir"
+    dir=""
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
-
-port_busy() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null \
-        || ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"
-}
-
-# A base port whose run of N ports (servers, coordinator) and the proxy
-# port after them look free.
-pick_base_port() {
-    local n=$1 base p busy
-    for _ in $(seq 50); do
-        base=$((34000 + 2 * (RANDOM % 4000)))
-        busy=0
-        for ((p = base; p <= base + n; p++)); do
-            if port_busy "$p"; then
-                busy=1
-                break
-            fi
-        done
-        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
-    done
-    return 1
-}
-
-# mc HOST:PORT REQUEST: one request, prints the reply lines up to END.
-mc() {
-    local addr=$1 request=$2 line
-    exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
-    printf '%b' "$request" >&3
-    while IFS= read -r -t 2 line <&3; do
-        line=${line%$'\r'}
-        echo "$line"
-        case "$line" in END | ERROR* | SERVER_ERROR*) break ;; esac
-    done
-    exec 3>&-
-}
+on_exit cleanup
 
 # epoch_at HOST:PORT: the epoch of that process's map.
 epoch_at() {
@@ -99,22 +45,15 @@ epoch_at() {
 
 # run_scheme SCHEME NODES NPROCS
 run_scheme() {
-    local scheme=$1 nodes=$2 nprocs=$3 base proxy_port up=0
+    local scheme=$1 nodes=$2 nprocs=$3 proxy_port
     echo "== $scheme, $nodes nodes: slot moves under a verified load through the proxy"
     dir=$(mktemp -d "${TMPDIR:-/tmp}/proxy-move.XXXXXX")
-    for _ in 1 2 3; do
-        base=$(pick_base_port $((2 * nprocs + 2))) || continue
-        proxy_port=$((base + 2 * nprocs + 2))
-        if bash "$cluster_script" up --nodes "$nodes" --scheme "$scheme" --memory 32 --region 32 \
-            --dir "$dir" --base-port "$base" --proxy-port "$proxy_port" >"$dir/up.log" 2>&1; then
-            up=1
-            break
-        fi
-        bash "$cluster_script" down --dir "$dir" >/dev/null 2>&1
-    done
-    if [ "$up" -ne 1 ]; then
+    # servers and coordinator: 2 ports a process, 2 more; the proxy's port
+    # is the kernel's choice.
+    proxy_port=$(pick_port)
+    if ! cluster_up "$dir" $((2 * nprocs + 2)) 34000 42000 --nodes "$nodes" --scheme "$scheme" \
+        --memory 32 --region 32 --proxy-port "$proxy_port"; then
         fail "scripts/cluster up --scheme $scheme --nodes $nodes"
-        cat "$dir/up.log"
         cleanup
         return
     fi
@@ -173,7 +112,7 @@ run_scheme() {
         || [ "${sets:-0}" -eq 0 ]; then
         fail "$scheme: callers of the proxy saw errors=${errors:-?} wrong=${wrong:-?} (gets=${gets:-?} sets=${sets:-?})"
     else
-        echo "ok: $scheme: $moved slot moves under load, $gets gets and $sets sets through the proxy, no error, no wrong value"
+        ok "$scheme: $moved slot moves under load, $gets gets and $sets sets through the proxy, no error, no wrong value"
     fi
     # The proxy did meet the moves (and hid them).
     local redirects
@@ -181,17 +120,13 @@ run_scheme() {
     if [ "${redirects:-0}" -eq 0 ]; then
         fail "$scheme: the proxy met no MOVED: the moves did not touch the load"
     else
-        echo "ok: $scheme: the proxy followed $redirects MOVED replies"
+        ok "$scheme: the proxy followed $redirects MOVED replies"
     fi
     # Every serving process has the last epoch (pushed by the coordinator).
     local want=$((epoch0 + moved)) ep e
     for ep in $(awk '{ print $5 }' "$dir/endpoints"); do
-        for _ in $(seq 30); do
-            e=$(epoch_at "$ep")
-            [ "$e" = "$want" ] && break
-            sleep 0.1
-        done
-        [ "$e" = "$want" ] || fail "$scheme: $ep has epoch ${e:-?}, want $want"
+        wait_for 30 eval 'e=$(epoch_at "$ep"); [ "$e" = "$want" ]' \
+            || fail "$scheme: $ep has epoch ${e:-?}, want $want"
     done
     cleanup
 }
@@ -199,4 +134,4 @@ run_scheme() {
 run_scheme plain 3 3
 run_scheme rs:2:3 3 9
 
-[ "$failures" -eq 0 ]
+finish

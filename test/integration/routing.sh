@@ -10,82 +10,22 @@
 # one-at-a-time hash.  The trap always cleans up.
 set -u
 
-case "$0" in
-    */*) script_dir=$(cd "${0%/*}" && pwd) ;;
-    *) script_dir=$(pwd) ;;
-esac
-cluster_script=$script_dir/../../scripts/cluster
-server_bin=${COCYTUS_SERVER:-$script_dir/../../memcached/cocytus-server}
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
 NODES=3
 NKEYS=40
 
-if [ ! -x "$server_bin" ]; then
-    echo "FAIL: server binary $server_bin not found (set COCYTUS_SERVER)"
-    exit 1
-fi
-COCYTUS_BUILD_DIR=$(cd "$(dirname "$server_bin")/.." && pwd)
-export COCYTUS_BUILD_DIR
-if [ ! -x "$COCYTUS_BUILD_DIR/cocytus/cocytus-node" ]; then
-    echo "FAIL: $COCYTUS_BUILD_DIR/cocytus/cocytus-node not built"
-    exit 1
-fi
+need_built "$server_bin" "$build_dir/cocytus/cocytus-node"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/routing.XXXXXX")
-plain_pid=""
-failures=0
+server_pid=""
 
 cleanup() {
-    [ -n "$plain_pid" ] && kill -TERM "$plain_pid" 2>/dev/null && wait "$plain_pid" 2>/dev/null
-    bash "$cluster_script" down --dir "$dir" >/dev/null 2>&1
-    rm -rf "$dir"
+    stop_pid "$server_pid"
+    cluster_remove "$dir"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
-
-ok() {
-    echo "ok: $*"
-}
-
-port_free() {
-    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null &&
-        ! ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"
-}
-
-# A base port below the ephemeral range whose run of COUNT ports looks free.
-pick_base_port() {
-    local count=$1 base p busy
-    for _ in $(seq 50); do
-        base=$((26000 + 2 * (RANDOM % 3000)))
-        busy=0
-        for ((p = base; p < base + count; p++)); do
-            port_free "$p" || { busy=1; break; }
-        done
-        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
-    done
-    return 1
-}
-
-# mc HOST:PORT REQUEST: sends one request (printf %b escapes), prints the
-# reply lines (without \r) up to a final line or a 2 s silence.
-mc() {
-    local addr=$1 request=$2 line
-    exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
-    printf '%b' "$request" >&3
-    while IFS= read -r -t 2 line <&3; do
-        line=${line%$'\r'}
-        echo "$line"
-        case $line in
-            END | VERSION* | STORED | DELETED | TOUCHED | NOT_FOUND | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;;
-        esac
-    done
-    exec 3<&- 3>&-
-}
+on_exit cleanup
 
 # slot_of KEY: one-at-a-time hash & 16383 (ASCII keys).
 slot_of() {
@@ -103,55 +43,22 @@ slot_of() {
 }
 
 # --- a plain server without --cluster: config get cluster is ERROR ---
-# Sets plain_port and plain_pid (no command substitution: the server
-# would hold its output pipe open).
-start_plain() {
-    local port
-    for _ in $(seq 20); do
-        port=$((30000 + RANDOM % 20000))
-        port_free "$port" || continue
-        "$server_bin" -p "$port" -l 127.0.0.1 -U 0 </dev/null >"$dir/plain.log" 2>&1 &
-        plain_pid=$!
-        for _ in $(seq 30); do
-            if [ -n "$(mc "127.0.0.1:$port" 'version\r\n' 2>/dev/null)" ]; then
-                plain_port=$port
-                return 0
-            fi
-            kill -0 "$plain_pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -TERM "$plain_pid" 2>/dev/null
-        wait "$plain_pid" 2>/dev/null
-        plain_pid=""
-    done
-    return 1
-}
-
-if start_plain; then
-    reply=$(mc "127.0.0.1:$plain_port" 'config get cluster\r\n')
+if start_server "$dir/plain.log"; then
+    reply=$(mc "127.0.0.1:$server_port" 'config get cluster\r\n')
     [ "$reply" = ERROR ] || fail "plain server: config get cluster -> '$reply', want ERROR"
-    reply=$(mc "127.0.0.1:$plain_port" 'set a 0 0 1\r\nx\r\n')
+    reply=$(mc "127.0.0.1:$server_port" 'set a 0 0 1\r\nx\r\n')
     [ "$reply" = STORED ] || fail "plain server: set -> '$reply'"
-    kill -TERM "$plain_pid" 2>/dev/null
-    wait "$plain_pid" 2>/dev/null
-    plain_pid=""
+    stop_pid "$server_pid"
+    server_pid=""
     ok "plain server without --cluster: config get cluster is ERROR, keys served"
 else
     fail "could not start a plain server"
 fi
 
 # --- a 3-node plain cluster ---
-up_ok=0
-for attempt in 1 2 3; do
-    base_port=$(pick_base_port $((2 * NODES))) || { fail "no free port range"; exit 1; }
-    if bash "$cluster_script" up --nodes "$NODES" --scheme plain --no-proxy --memory 8 --dir "$dir" \
-        --base-port "$base_port"; then
-        up_ok=1
-        break
-    fi
-    echo "up failed on base port $base_port (attempt $attempt)"
-done
-[ "$up_ok" -eq 1 ] || { fail "cluster up"; exit 1; }
+# servers and the coordinator: 2 ports each
+cluster_up "$dir" $((2 * NODES + 2)) 26000 32000 --nodes "$NODES" --scheme plain --no-proxy \
+    --memory 8 || { fail "cluster up"; exit 1; }
 mapfile -t addrs < <(awk '{ print $5 }' "$dir/endpoints")
 [ "${#addrs[@]}" -eq "$NODES" ] || { fail "endpoints has ${#addrs[@]} lines"; exit 1; }
 ok "cluster up: ${addrs[*]}"
@@ -197,7 +104,7 @@ done
 [ "$next" -eq 16384 ] || fail "ranges end at slot $((next - 1)), want 16383"
 ok "every process answers the same map (${#first_map} bytes)"
 
-cli_out=$("$COCYTUS_BUILD_DIR/client/cocytus-cli" --dir "$dir" map 2>&1)
+cli_out=$("$build_dir/client/cocytus-cli" --dir "$dir" map 2>&1)
 cli_rc=$?
 [ "$cli_rc" -eq 0 ] && grep -q "^$NODES of $NODES processes answer this map\$" <<<"$cli_out" \
     && grep -q "^map of ${addrs[0]}: epoch 1, $NODES endpoints, 16384 slots\$" <<<"$cli_out" \
@@ -266,9 +173,4 @@ want_hex=$(printf '8100000000000007%08x12345678%016x%s' "${#text}" 0 "$body_hex"
 [ "$hex" = "$want_hex" ] || fail "binary get of $foreign at ${addrs[0]}: $hex, want $want_hex"
 ok "binary get of a foreign key: not my vbucket, '$text'"
 
-if [ "$failures" -ne 0 ]; then
-    echo "FAIL: $failures check(s) failed"
-    exit 1
-fi
-echo "PASS"
-exit 0
+finish

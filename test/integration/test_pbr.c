@@ -70,20 +70,6 @@ static int64_t now_ms(void)
 
 /* ---- the group ---- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 /* Client ports in the file are placeholders: the harness gives each
  * server its own -p, and the endpoints file tells cocytus-cli. */
 static bool write_cluster(struct group *g, const char *sync)
@@ -94,9 +80,9 @@ static bool write_cluster(struct group *g, const char *sync)
     fprintf(f, "cluster pbrtest\nsecret test-%d-%ld\nscheme pbr %d\nsync %s\n"
             "memory " MEMORY_MB "m\nnode 0 127.0.0.1\n", (int)getpid(), (long)time(NULL),
             NBACKUPS, sync);
-    fprintf(f, "proc 0 primary 0 0 %d %d\n", free_port(), free_port());
+    fprintf(f, "proc 0 primary 0 0 %d %d\n", harness_free_port(), harness_free_port());
     for (int i = 0; i < NBACKUPS; i++)
-        fprintf(f, "proc 0 backup %d 0 %d %d\n", i, free_port(), free_port());
+        fprintf(f, "proc 0 backup %d 0 %d %d\n", i, harness_free_port(), harness_free_port());
     return fclose(f) == 0;
 }
 

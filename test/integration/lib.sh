@@ -1,0 +1,261 @@
+# lib.sh - helpers shared by the shell integration tests (sourced, not run).
+#
+# A test sets script_dir to its own directory and sources this file from
+# there, so it works from the source tree, an out-of-tree build and the
+# distcheck tree alike.  Sourcing sets the paths every test uses:
+#   top_srcdir      the source tree (scripts/cluster lives there)
+#   cluster_script  scripts/cluster
+#   server_bin      $COCYTUS_SERVER (set by make check), else the in-tree binary
+#   build_dir       the build tree holding server_bin; exported as
+#                   COCYTUS_BUILD_DIR for scripts/cluster
+#   failures        0; fail counts, finish reports
+# and defines small functions: checks (fail, ok, finish), binaries
+# (need_built), clean-up (on_exit), ports (port_is_open, port_busy,
+# port_free, pick_port, pick_base_port, wait_port, wait_for), processes
+# (stop_pid, start_server) and a one-request memcached text client (mc).
+
+top_srcdir=$script_dir/../..
+cluster_script=$top_srcdir/scripts/cluster
+server_bin=${COCYTUS_SERVER:-$top_srcdir/memcached/cocytus-server}
+build_dir=$(cd "$(dirname "$server_bin")/.." 2>/dev/null && pwd)
+COCYTUS_BUILD_DIR=$build_dir
+export COCYTUS_BUILD_DIR
+failures=0
+
+# --- checks ---
+
+# fail MESSAGE: reports a failed check and counts it.
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+
+# ok MESSAGE: reports a passed check.
+ok() {
+    echo "ok: $*"
+}
+
+# finish: exits 1 with a summary if any check failed, else prints PASS and
+# exits 0.
+finish() {
+    if [ "$failures" -ne 0 ]; then
+        echo "FAIL: $failures check(s) failed"
+        exit 1
+    fi
+    echo "PASS"
+    exit 0
+}
+
+# need_built FILE...: exits 1 unless every FILE is an executable (run by
+# hand, set COCYTUS_SERVER / COCYTUS_BENCH to the built binaries).
+need_built() {
+    local b
+    for b in "$@"; do
+        if [ ! -x "$b" ]; then
+            echo "FAIL: $b not built (set COCYTUS_SERVER, COCYTUS_BENCH)"
+            exit 1
+        fi
+    done
+}
+
+# on_exit FUNCTION: runs FUNCTION when the test exits, also on INT and TERM
+# (which exit 130 and 143).
+on_exit() {
+    trap "$1" EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+# --- ports ---
+
+# port_is_open PORT: something accepts connections on 127.0.0.1:PORT.
+port_is_open() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# port_busy PORT: PORT accepts, or ss lists a socket on it (a listener not
+# yet accepting, a connection in TIME_WAIT) that would make a bind fail.
+port_busy() {
+    port_is_open "$1" || ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"
+}
+
+port_free() {
+    ! port_busy "$1"
+}
+
+# pick_port: one free port (the kernel's choice when python3 is there).
+pick_port() {
+    if command -v python3 >/dev/null 2>&1; then
+        python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+        return
+    fi
+    local port
+    for _ in $(seq 50); do
+        port=$((20000 + RANDOM % 40000))
+        if port_free "$port"; then
+            echo "$port"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# pick_base_port COUNT [LOW HIGH]: prints an even base port in [LOW, HIGH)
+# (default 22000-32000, below the ephemeral range) such that the COUNT
+# ports from it look free.  Tests use different ranges to meet less when
+# make check runs them in parallel.
+pick_base_port() {
+    local count=$1 low=${2:-22000} high=${3:-32000} base p busy
+    for _ in $(seq 50); do
+        base=$((low + 2 * (RANDOM % ((high - low) / 2))))
+        busy=0
+        for ((p = base; p < base + count; p++)); do
+            port_free "$p" || { busy=1; break; }
+        done
+        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
+    done
+    return 1
+}
+
+# wait_for TENTHS COMMAND...: true once COMMAND succeeds, polled every
+# 0.1 s for at most TENTHS tenths of a second.
+wait_for() {
+    local tenths=$1
+    shift
+    for _ in $(seq "$tenths"); do
+        "$@" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# wait_port PID PORT [TENTHS]: true once PORT accepts while PID lives
+# (default: 5 s).
+wait_port() {
+    local pid=$1 port=$2 tenths=${3:-50}
+    for _ in $(seq "$tenths"); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        port_is_open "$port" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# --- processes ---
+
+# stop_pid PID: SIGTERM, up to 3 s to exit, then SIGKILL; reaps it.  An
+# empty PID does nothing.
+stop_pid() {
+    local pid=$1
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 30); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+}
+
+# start_server LOG [ARGS...]: starts $server_bin on a free loopback port
+# (-l 127.0.0.1 -U 0, -u root when run as root, then ARGS), output to LOG;
+# sets server_pid and server_port once it accepts.  Retries on another
+# port; false if it never came up.  Not for $(...): the server would hold
+# the output pipe open.
+start_server() {
+    local log=$1 user_args=()
+    shift
+    [ "$(id -u)" -eq 0 ] && user_args=(-u root)
+    for _ in 1 2 3 4 5; do
+        server_port=$(pick_port) || continue
+        "$server_bin" -p "$server_port" -l 127.0.0.1 -U 0 "${user_args[@]}" "$@" </dev/null >"$log" 2>&1 &
+        server_pid=$!
+        wait_port "$server_pid" "$server_port" && return 0
+        stop_pid "$server_pid"
+        server_pid=""
+    done
+    return 1
+}
+
+# cluster_up DIR NPORTS LOW HIGH [UP-ARGS...]: `scripts/cluster up --dir DIR
+# --base-port B UP-ARGS...` with B from pick_base_port NPORTS LOW HIGH; up
+# to 3 tries on new ports, as another test may take ours meanwhile (a failed
+# try is brought down first).  Output in DIR/up.log, its tail shown if every
+# try failed.  Sets base_port.
+cluster_up() {
+    local cdir=$1 nports=$2 low=$3 high=$4 attempt
+    shift 4
+    mkdir -p "$cdir" || return 1
+    for attempt in 1 2 3; do
+        base_port=$(pick_base_port "$nports" "$low" "$high") || continue
+        bash "$cluster_script" up --dir "$cdir" --base-port "$base_port" "$@" >"$cdir/up.log" 2>&1 \
+            && return 0
+        echo "cluster up failed on base port $base_port (attempt $attempt)"
+        bash "$cluster_script" down --dir "$cdir" >/dev/null 2>&1
+    done
+    tail -n 20 "$cdir/up.log" 2>/dev/null
+    return 1
+}
+
+# cluster_remove DIR: brings down quietly whatever scripts/cluster runs in
+# DIR, then removes DIR.  An empty DIR does nothing.
+cluster_remove() {
+    [ -n "$1" ] || return 0
+    bash "$cluster_script" down --dir "$1" >/dev/null 2>&1
+    rm -rf "$1"
+}
+
+# --- libmemcached's memccapable ---
+
+MEMCCAPABLE_PASSES=27   # tests memccapable 1.1.x runs per mode (memcached passes all)
+
+# need_memccapable: sets memccapable_bin ($MEMCCAPABLE, else from PATH), or
+# exits 77 (automake's skip) when it is not installed.
+need_memccapable() {
+    memccapable_bin=${MEMCCAPABLE:-}
+    [ -x "$memccapable_bin" ] || memccapable_bin=$(command -v memccapable || command -v memcapable || true)
+    if [ -z "$memccapable_bin" ]; then
+        echo "SKIP: memccapable not installed (apt-get install libmemcached-tools)"
+        exit 77
+    fi
+}
+
+# memccapable_check LABEL MODE HOST:PORT [SECONDS [IO_TIMEOUT]]: one
+# memccapable run in MODE (-a ASCII, -b binary) with its output shown; ok
+# if every test passed (exit 0, "All tests passed", MEMCCAPABLE_PASSES
+# passes), else fail.  SECONDS bounds the run (default 90), IO_TIMEOUT is
+# memccapable's -t (default 5).
+memccapable_check() {
+    local label=$1 mode=$2 addr=$3 limit=${4:-90} io=${5:-5} output status passes
+    echo "== memccapable $mode: $label ($addr)"
+    output=$(timeout "$limit" "$memccapable_bin" "$mode" -t "$io" -h "${addr%:*}" -p "${addr##*:}" 2>&1)
+    status=$?
+    echo "$output"
+    passes=$(printf '%s\n' "$output" | grep -c '\[pass\]$')
+    if [ "$status" -ne 0 ] || ! printf '%s\n' "$output" | grep -qx 'All tests passed' \
+        || [ "$passes" -ne "$MEMCCAPABLE_PASSES" ]; then
+        fail "memccapable $mode: $label: exit $status, $passes/$MEMCCAPABLE_PASSES passed"
+        return 1
+    fi
+    ok "memccapable $mode: $label: $passes/$MEMCCAPABLE_PASSES passed"
+}
+
+# --- a memcached text client ---
+
+# mc HOST:PORT REQUEST: sends one request (printf %b escapes, so \r\n may be
+# written as such) on a new connection and prints the reply lines without
+# their \r, up to the line that ends a reply or a 2 s silence.
+mc() {
+    local addr=$1 request=$2 line
+    exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
+    printf '%b' "$request" >&3
+    while IFS= read -r -t 2 line <&3; do
+        line=${line%$'\r'}
+        echo "$line"
+        case $line in
+            END | VERSION* | STORED | NOT_STORED | EXISTS | DELETED | TOUCHED | NOT_FOUND | OK* | \
+                ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;;
+        esac
+    done
+    exec 3<&- 3>&-
+}
