@@ -519,13 +519,17 @@ static int grow_moves(struct coord *co)
     return 0;
 }
 
-/* A live process holding a map newer than ours (a move whose outcome the
- * coordinator lost), or NULL. */
+/* A process that reported a map newer than ours (a move whose outcome the
+ * coordinator lost), or NULL.  Dead processes count too, with the epoch
+ * they last reported: a source that committed and then died still holds
+ * that epoch, and a new move must not hand it out again with another map.
+ * (Processes not heard from since this coordinator started are unknown
+ * here; see docs/routing.md.) */
 static const struct member *ahead_of_us(const struct coord *co)
 {
     for (int i = 0; i < co->nmembers; i++) {
         const struct member *m = &co->members[i];
-        if (m->state == MEMBER_ALIVE && m->epoch > co->map.epoch)
+        if (m->epoch > co->map.epoch)
             return m;
     }
     return NULL;
@@ -560,6 +564,10 @@ static const char *move_refusal(struct coord *co, unsigned slot, int to, char *w
     } else if (src->epoch != m->epoch) {
         snprintf(why, len, "source %s is at epoch %llu, not the coordinator's %llu yet", from_addr,
                  (unsigned long long)src->epoch, (unsigned long long)m->epoch);
+    } else if (dst->epoch != m->epoch) {
+        /* The destination builds the new map from its own: it must be ours. */
+        snprintf(why, len, "destination %s is at epoch %llu, not the coordinator's %llu yet",
+                 to_addr, (unsigned long long)dst->epoch, (unsigned long long)m->epoch);
     } else {
         return NULL;
     }

@@ -337,14 +337,15 @@ static void fwd_keep_result(struct mg_fwd *f, const struct eng_result *res, eng_
 
 /* Whether the key fits in a text request line to our servers: their parser
  * splits on spaces and ends lines at LF, and takes every other byte
- * (control bytes too, as memcached does; memcaslap's keys hold them). */
+ * (control bytes too, as memcached does; memcaslap's keys hold them) but
+ * NUL, which the "%.*s" formatting below would cut the key at. */
 static bool key_is_text(const char *key, size_t nkey)
 {
     if (nkey == 0 || nkey > MG_KEY_MAX)
         return false;
     for (size_t i = 0; i < nkey; i++) {
         unsigned char ch = (unsigned char)key[i];
-        if (ch == ' ' || ch == '\r' || ch == '\n')
+        if (ch == ' ' || ch == '\r' || ch == '\n' || ch == '\0')
             return false;
     }
     return true;
@@ -362,7 +363,7 @@ static enum send_result send_state(struct migration *mg, const char *key, size_t
          * would lose it: the move fails instead and the source keeps the
          * slot. */
         mg->skipped++;
-        mg_log(mg, "a key of %zu bytes holds a space, CR or LF: the text import cannot carry it",
+        mg_log(mg, "a key of %zu bytes holds a space, CR, LF or NUL: the text import cannot carry it",
                nkey);
         return NOT_TEXT;
     }
@@ -415,7 +416,7 @@ static void fwd_forward(struct mg_fwd *f)
     if (sr == SEND_FAILED)
         mg_fail(mg, "out of memory forwarding a write");
     else if (sr == NOT_TEXT)
-        mg_fail(mg, "the slot holds a key with a space, CR or LF (binary protocol only)");
+        mg_fail(mg, "the slot holds a key with a space, CR, LF or NUL (binary protocol only)");
 }
 
 static void ready_push(struct migration *mg, struct mg_fwd *f)
@@ -777,7 +778,7 @@ static void on_import_event(struct bufferevent *bev, short what, void *arg)
 }
 
 /* Open the import connection and send "cocytus import begin". */
-static int open_import(struct migration *mg, char *err, size_t errlen)
+static int open_import(struct migration *mg, bool purge, char *err, size_t errlen)
 {
     char port[16];
     snprintf(port, sizeof(port), "%d", mg->port);
@@ -806,8 +807,12 @@ static int open_import(struct migration *mg, char *err, size_t errlen)
     bufferevent_setcb(bev, on_import_read, NULL, on_import_event, mg);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     mg->bev = bev;
+    /* Only the first dial of a move asks the destination to drop stale
+     * copies of the slot: a redial for the commit must not wipe what this
+     * move has just copied (the first commit may not have been applied). */
     char begin[64];
-    int n = snprintf(begin, sizeof(begin), "cocytus import begin %u\r\n", mg->slot);
+    int n = purge ? snprintf(begin, sizeof(begin), "cocytus import begin %u\r\n", mg->slot)
+                  : snprintf(begin, sizeof(begin), "cocytus import begin\r\n");
     if (bufferevent_write(bev, begin, (size_t)n) < 0 || !fifo_push(mg, CMD_BEGIN, NULL, (size_t)n)) {
         snprintf(err, errlen, "out of memory");
         close_import(mg);
@@ -830,7 +835,7 @@ static void send_commit(struct migration *mg)
 static void mg_dial_commit(struct migration *mg)
 {
     char err[160];
-    if (open_import(mg, err, sizeof(err)) < 0) {
+    if (open_import(mg, false, err, sizeof(err)) < 0) {
         mg_fail(mg, err);
         return;
     }
@@ -877,7 +882,7 @@ static void copy_some(struct migration *mg)
             return;
         }
         if (sr == NOT_TEXT) {
-            mg_fail(mg, "the slot holds a key with a space, CR or LF (binary protocol only)");
+            mg_fail(mg, "the slot holds a key with a space, CR, LF or NUL (binary protocol only)");
             return;
         }
         if (sr == SENT) {
@@ -1084,7 +1089,7 @@ int migrate_start(struct server *s, unsigned slot, const char *host, int port,
     mg->switched = false;
     mg->commit_tries = 0;
     keylist_clear(&mg->keys);
-    if (open_import(mg, err, errlen) < 0)
+    if (open_import(mg, true, err, errlen) < 0)
         return -1;
     mg->phase = MG_DRAIN;
     size_t older = conn_mark_inflight(s);
@@ -1194,6 +1199,18 @@ static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint6
         }
         engine_reply(write, ctx, "SERVER_ERROR epoch %" PRIu64 " is not newer than %" PRIu64 "\r\n",
               epoch, s->slotmap->epoch);
+        return;
+    }
+    /* The new map is this process's map with one slot changed: that is
+     * only the source's map too when this one is the epoch just before.
+     * A process that missed a map would otherwise hold, at the new epoch,
+     * a map nobody else has, and never be corrected (equal epochs are not
+     * pushed again). */
+    if (epoch != s->slotmap->epoch + 1) {
+        engine_reply(write, ctx,
+                     "SERVER_ERROR this process's map is at epoch %" PRIu64 ", the commit is for "
+                     "%" PRIu64 ": it missed a map\r\n",
+                     s->slotmap->epoch, epoch);
         return;
     }
     if (install_owner(s, (unsigned)slot, s->slot_self, epoch) < 0) {

@@ -120,6 +120,18 @@ reply=$(mc "$coord" "cocytus moves\r\n" | tr '\n' '|')
 grep -qx "epoch 2" <(sed -n 2p "$dir/coordinator.state") || fail "state file does not hold epoch 2"
 ok "slot $slot moved to group 1 at epoch 2; every process has the new map"
 
+# A destination takes a commit only for the epoch after its own: one that
+# missed a map must not build a map nobody else has.
+exec 3<>"/dev/tcp/${addrs[2]%:*}/${addrs[2]##*:}"
+printf 'cocytus import begin\r\ncocytus import commit 7 4\r\n' >&3
+IFS= read -r -t 2 r1 <&3
+IFS= read -r -t 2 r2 <&3
+exec 3<&- 3>&-
+[[ ${r1%$'\r'} == OK && ${r2%$'\r'} == "SERVER_ERROR this process's map is at epoch 2, the commit is for 4: it missed a map" ]] \
+    || fail "commit two epochs ahead: '$r1' '$r2'"
+[ "$(epoch_of "${addrs[2]}")" = 2 ] || fail "a refused commit changed the epoch"
+ok "a commit for an epoch other than the next one is refused"
+
 # --- kill group 2's process: dead within 3 s ---
 pid2=$(awk '$2 == 2 { print $6 }' "$dir/endpoints")
 kill -KILL "$pid2"
