@@ -516,6 +516,41 @@ static void dead_destination(struct cluster *c, cocytus_t *cl, int src, int dead
     printf("  move to a dead process: %s\n", outcome);
 }
 
+/* A slot holding a key with a NUL byte (possible only in the binary
+ * protocol) cannot go through the text import: the move must fail and the
+ * source keep the slot and the key, rather than send it as another key. */
+static void nul_key_refused(struct cluster *c, cocytus_t *cl, int src, int dst)
+{
+    char key[16];
+    size_t nkey = 0;
+    unsigned slot = 0;
+    for (int i = 0; i < 100000; i++) {
+        nkey = (size_t)snprintf(key, sizeof key, "nul%c%d", '\0', i);
+        slot = cocytus_key_slot(key, nkey);
+        if (endpoint_proc(c, cl, cocytus_slot_owner(cl, slot)) == src)
+            break;
+    }
+    memcached_st *mc = harness_client(c->p[src].port, true);
+    memcached_return_t rc = memcached_set(mc, key, nkey, "zero", 4, 0, 0);
+    CHECK(rc == MEMCACHED_SUCCESS, "binary set of a key with a NUL: %s", memcached_strerror(mc, rc));
+    uint64_t before = epoch_of(c->p[src].port);
+    uint64_t e2 = epoch_of(c->p[dst].port);
+    char outcome[600];
+    move_slot(c->p[src].port, slot, c->p[dst].port, (before > e2 ? before : e2) + 1, outcome,
+              sizeof outcome);
+    CHECK(strstr(outcome, " failed ") != NULL && strstr(outcome, "NUL") != NULL,
+          "move of a slot holding a NUL key: %s", outcome);
+    CHECK(epoch_of(c->p[src].port) == before, "the source's epoch changed after a refused move");
+    size_t nvalue = 0;
+    uint32_t flags;
+    char *v = memcached_get(mc, key, nkey, &nvalue, &flags, &rc);
+    CHECK(v != NULL && nvalue == 4 && memcmp(v, "zero", 4) == 0,
+          "the NUL key at the source after the refused move: %s", memcached_strerror(mc, rc));
+    free(v);
+    memcached_free(mc);
+    printf("  slot with a NUL key: %s\n", outcome);
+}
+
 static void run_scheme(const char *name, const char *scheme, struct cluster *c, bool verify)
 {
     int64_t t0 = now_ms();
@@ -695,6 +730,7 @@ static void run_scheme(const char *name, const char *scheme, struct cluster *c, 
         for (int i = 0; i < c->nprocs; i++)
             if (i != src && i != dst && serving(&c->p[i]))
                 dead = i;
+        nul_key_refused(c, fresh ? fresh : cl, dst, src);
         if (dead >= 0)
             dead_destination(c, fresh ? fresh : cl, dst, dead, keys);
     }
