@@ -10,6 +10,7 @@
  * Run with DALLOC_BENCH=1 in the environment for a small timing run instead.
  */
 #include "cocytus/alloc.h"
+#include "test_rng.h"
 
 #include <check.h>
 #include <errno.h>
@@ -20,24 +21,6 @@
 #include <time.h>
 
 /* ---- random numbers (splitmix64, explicit state) ------------------------- */
-
-struct rng {
-    uint64_t state;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n), n > 0 (the slight modulo bias does not matter here). */
-static uint64_t rng_below(struct rng *r, uint64_t n)
-{
-    return rng_next(r) % n;
-}
 
 /* ---- cheap assertions ----------------------------------------------------
  * Check's ck_assert_* record a checkpoint on every success, which costs a

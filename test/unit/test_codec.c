@@ -9,6 +9,7 @@
  * compiled in) byte-identical output from the two backends.
  */
 #include "codec.h"
+#include "test_rng.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -19,10 +20,6 @@
 #define ALIGN_SLACK 16
 #define GUARD_BYTE 0xa5
 #define MAX_SMALL_LEN 100   /* every length up to this, every misalignment */
-
-struct rng {
-    uint64_t state;
-};
 
 struct rs_config {
     int k;
@@ -38,26 +35,6 @@ static const enum codec_backend backends[] = {
     CODEC_BACKEND_JERASURE, CODEC_BACKEND_ISAL,
 };
 #define N_BACKENDS ((int)(sizeof(backends) / sizeof(backends[0])))
-
-static uint64_t rng_next(struct rng *rng)
-{
-    /* xorshift64 */
-    rng->state ^= rng->state << 13;
-    rng->state ^= rng->state >> 7;
-    rng->state ^= rng->state << 17;
-    return rng->state;
-}
-
-static size_t rng_below(struct rng *rng, size_t bound)
-{
-    return (size_t)(rng_next(rng) % bound);
-}
-
-static void rng_fill(struct rng *rng, uint8_t *buf, size_t len)
-{
-    for (size_t x = 0; x < len; x++)
-        buf[x] = (uint8_t)rng_next(rng);
-}
 
 static uint8_t gf_mul_ref(uint8_t a, uint8_t b)
 {

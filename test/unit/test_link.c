@@ -11,6 +11,7 @@
 #include "repl/frame.h"
 #include "repl/link.h"
 #include "repl/siphash.h"
+#include "test_loop.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -31,33 +32,6 @@
 #define WELCOME_XID 4242
 
 /* ---- running the loop with a deadline ---- */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
-}
-
-static void tick_cb(evutil_socket_t fd, short what, void *arg)
-{
-}
-
-typedef bool (*pred_fn)(void *arg);
-
-/* Run the loop until pred(arg) holds or ms pass; returns pred(arg).  A 2 ms
- * tick keeps the loop from blocking longer than that. */
-static bool run_until(struct event_base *base, pred_fn pred, void *arg, int ms)
-{
-    struct event *tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
-    struct timeval tv = { 0, 2000 };
-    double deadline = now_ms() + ms;
-    event_add(tick, &tv);
-    while (!pred(arg) && now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
-    event_free(tick);
-    return pred(arg);
-}
 
 static bool never(void *arg)
 {

@@ -14,25 +14,9 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "test_rng.h"
 
 #define REGION (1u << 20)
-
-struct rng {
-    uint64_t state;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-    r->state ^= r->state << 13;
-    r->state ^= r->state >> 7;
-    r->state ^= r->state << 17;
-    return r->state;
-}
-
-static uint64_t rng_below(struct rng *r, uint64_t n)
-{
-    return rng_next(r) % n;
-}
 
 static void key_name(char *buf, size_t len, int n)
 {

@@ -18,26 +18,10 @@
 
 #include "alloc.h"
 #include "codec.h"
+#include "test_rng.h"
 
 #define SMALL_REGION 4096
 #define MAX_OPS 8
-
-struct rng {
-    uint64_t state;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-    r->state ^= r->state << 13;
-    r->state ^= r->state >> 7;
-    r->state ^= r->state << 17;
-    return r->state;
-}
-
-static uint64_t rng_below(struct rng *r, uint64_t n)
-{
-    return rng_next(r) % n;
-}
 
 /* ---- building records ---- */
 

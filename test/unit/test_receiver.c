@@ -20,6 +20,7 @@
 
 #include "frame.h"
 #include "link.h"
+#include "test_loop.h"
 
 #define MAX_STORED 64
 #define VALUE_MAX 32
@@ -343,32 +344,6 @@ END_TEST
 #define GROUP 3
 #define SECRET "rxsecret"
 #define NSOURCES 2
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
-}
-
-static void tick_cb(evutil_socket_t fd, short what, void *arg)
-{
-}
-
-typedef bool (*pred_fn)(void *arg);
-
-/* Run the loop until pred(arg) holds or ms pass; returns pred(arg). */
-static bool run_until(struct event_base *base, pred_fn pred, void *arg, int ms)
-{
-    struct event *tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
-    struct timeval tv = { 0, 2000 };
-    double deadline = now_ms() + ms;
-    event_add(tick, &tv);
-    while (!pred(arg) && now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
-    event_free(tick);
-    return pred(arg);
-}
 
 /* The receiving process: sources, their stores, the receiver, a listener. */
 struct rx_side {

@@ -14,6 +14,7 @@
 #include "repl/reclog.h"
 #include "repl/record.h"
 #include "repl/siphash.h"
+#include "test_rng.h"
 
 #include <check.h>
 #include <inttypes.h>
@@ -22,29 +23,6 @@
 #include <string.h>
 
 /* ---- random numbers (splitmix64, explicit state) ---- */
-
-struct rng {
-    uint64_t state;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(struct rng *r, uint64_t n)
-{
-    return rng_next(r) % n;
-}
-
-static void rng_fill(struct rng *r, uint8_t *buf, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (uint8_t)rng_next(r);
-}
 
 /* ---- CRC-32C ---- */
 
