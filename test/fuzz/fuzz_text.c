@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "proto_text.h"
+#include "fuzz_util.h"
 
 #define FULL_PREFIX_SWEEP 512   /* inputs up to this long: parse every prefix */
 #define SAMPLED_PREFIXES 24     /* longer inputs: this many extra prefixes */
@@ -202,23 +203,6 @@ static void check_prefix(const uint8_t *data, size_t p, size_t max_item,
      * the one exception is a line already too long without its newline. */
     bool long_line = memchr(data, '\n', p) == NULL && p > TEXT_LINE_MAX;
     CHECK(o.r == TP_NEED_MORE || (o.r == TP_CLOSE && long_line));
-}
-
-/* Small deterministic generator for split points, seeded from the input. */
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t hash_input(const uint8_t *data, size_t len)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ data[i]) * 1099511628211ull;
-    return h;
 }
 
 /* Feeds data to the parser as a connection would: received in chunks of
