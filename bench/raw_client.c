@@ -15,6 +15,7 @@
 #include "raw_client.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -311,14 +312,16 @@ static enum raw_rc make_room(struct raw_client *c, struct raw_conn *k, size_t wa
     return RAW_OK;
 }
 
-/* Receives what the socket has (at least one byte, or a failure). */
-static enum raw_rc fill(struct raw_client *c, struct raw_conn *k, size_t want)
+/* Receives into k's buffer (room for want bytes, at least 4096).  With
+ * wait, blocks (up to the socket's timeout) for at least one byte; without,
+ * takes only what has already arrived, and RAW_OK also when nothing has. */
+static enum raw_rc receive(struct raw_client *c, struct raw_conn *k, size_t want, bool wait)
 {
     enum raw_rc rc = make_room(c, k, want > 4096 ? want : 4096);
     if (rc != RAW_OK)
         return rc;
     for (;;) {
-        ssize_t r = recv(k->fd, k->buf + k->end, k->cap - k->end, 0);
+        ssize_t r = recv(k->fd, k->buf + k->end, k->cap - k->end, wait ? 0 : MSG_DONTWAIT);
         if (r > 0) {
             k->end += (size_t)r;
             return RAW_OK;
@@ -330,10 +333,19 @@ static enum raw_rc fill(struct raw_client *c, struct raw_conn *k, size_t want)
         if (errno == EINTR)
             continue;
         int e = errno;
+        bool nothing = e == EAGAIN || e == EWOULDBLOCK;
+        if (nothing && !wait)
+            return RAW_OK;
         set_error(c, "receive from %s:%s: %s", k->host, k->port,
-                  (e == EAGAIN || e == EWOULDBLOCK) ? "timed out" : strerror(e));
+                  nothing ? "timed out" : strerror(e));
         return RAW_IO;
     }
+}
+
+/* Receives what the socket has (at least one byte, or a failure). */
+static enum raw_rc fill(struct raw_client *c, struct raw_conn *k, size_t want)
+{
+    return receive(c, k, want, true);
 }
 
 /* The next reply line, without its "\r\n", NUL-terminated in the buffer. */
@@ -681,22 +693,7 @@ enum raw_rc raw_conn_ready(struct raw_client *c, int idx)
 /* Reads what has arrived on k without waiting; RAW_OK also when nothing has. */
 static enum raw_rc drain_ready(struct raw_client *c, struct raw_conn *k)
 {
-    enum raw_rc rc = make_room(c, k, 4096);
-    if (rc != RAW_OK)
-        return rc;
-    ssize_t r = recv(k->fd, k->buf + k->end, k->cap - k->end, MSG_DONTWAIT);
-    if (r > 0) {
-        k->end += (size_t)r;
-        return RAW_OK;
-    }
-    if (r == 0) {
-        set_error(c, "%s:%s closed the connection", k->host, k->port);
-        return RAW_IO;
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-        return RAW_OK;
-    set_error(c, "receive from %s:%s: %s", k->host, k->port, strerror(errno));
-    return RAW_IO;
+    return receive(c, k, 0, false);
 }
 
 /* Waits up to the timeout until k can take more bytes, reading replies
