@@ -187,7 +187,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     server_shutdown(s);
 }
 
-static struct engine *engine_for_role(const struct server *s, struct event_base *base)
+static struct engine *engine_for_role(struct server *s, struct event_base *base)
 {
     const struct settings *st = &s->settings;
     struct engine_config cfg = {
@@ -217,6 +217,8 @@ static struct engine *engine_for_role(const struct server *s, struct event_base 
         return engine_primary_new(&cfg);
     if (strcmp(st->role, "backup") == 0)
         return engine_backup_new(&cfg);
+    if (strcmp(st->role, COORD_ROLE) == 0)
+        return coord_engine_new(s);
     fprintf(stderr, "cocytus-server: unknown role '%s'\n", st->role);
     return NULL;
 }
@@ -325,10 +327,7 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     signal(SIGPIPE, SIG_IGN);
     if (server_load_cluster(s) < 0 || server_load_slotmap(s) < 0)
         return -1;
-    if (strcmp(settings->role, COORD_ROLE) == 0)
-        s->engine = coord_engine_new(s);
-    else
-        s->engine = engine_for_role(s, base);
+    s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
     if (server_listen(s) < 0)
