@@ -10,7 +10,7 @@
  * Run with DALLOC_BENCH=1 in the environment for a small timing run instead.
  */
 #include "cocytus/alloc.h"
-#include "test_rng.h"
+#include "unit_rng.h"
 
 #include <check.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  * compiled in) byte-identical output from the two backends.
  */
 #include "codec.h"
-#include "test_rng.h"
+#include "unit_rng.h"
 
 #include <check.h>
 #include <stdint.h>

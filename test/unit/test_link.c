@@ -11,7 +11,7 @@
 #include "repl/frame.h"
 #include "repl/link.h"
 #include "repl/siphash.h"
-#include "test_loop.h"
+#include "unit_loop.h"
 
 #include <arpa/inet.h>
 #include <check.h>

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "test_rng.h"
+#include "unit_rng.h"
 
 #define REGION (1u << 20)
 

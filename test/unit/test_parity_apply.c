@@ -18,7 +18,7 @@
 
 #include "alloc.h"
 #include "codec.h"
-#include "test_rng.h"
+#include "unit_rng.h"
 
 #define SMALL_REGION 4096
 #define MAX_OPS 8

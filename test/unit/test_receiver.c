@@ -20,7 +20,7 @@
 
 #include "frame.h"
 #include "link.h"
-#include "test_loop.h"
+#include "unit_loop.h"
 
 #define MAX_STORED 64
 #define VALUE_MAX 32

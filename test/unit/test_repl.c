@@ -14,7 +14,7 @@
 #include "repl/reclog.h"
 #include "repl/record.h"
 #include "repl/siphash.h"
-#include "test_rng.h"
+#include "unit_rng.h"
 
 #include <check.h>
 #include <inttypes.h>
