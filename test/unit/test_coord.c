@@ -1,5 +1,5 @@
 /* test_coord.c - the coordinator's pure parts: the control message parser
- * (memcached/coord_msg.c) and the state file (memcached/coord_state.c):
+ * (cluster/coord_msg.c) and the state file (cluster/coord_state.c):
  * round trip, atomic replacement, and refusal of corrupt files and of files
  * of another layout. */
 #include <check.h>

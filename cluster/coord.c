@@ -12,7 +12,7 @@
  *
  * A move ("cocytus move <slot> <group> [<index>]") is started by telling
  * the slot's current serving process "migrate <slot> <dest> <epoch+1>"; it
- * copies the items (memcached/migrate.c), switches itself and the
+ * copies the items (cluster/migrate.c), switches itself and the
  * destination to the new map and answers "migrated ... ok".  Only then does
  * the coordinator adopt that map, persist it and push it to everyone else.
  * One move at a time. */
