@@ -33,67 +33,17 @@
 #include "frame.h"
 #include "link.h"
 #include "server.h"
+#include "coord_internal.h"
 
 #define CHECK_EVERY_MS 250          /* membership check period */
 #define STARTUP_GRACE_MS 3000       /* never heard of after this: dead */
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
-#define MEMBER_NAME_MAX (CLUSTER_HOST_MAX + 64)
-#define ADDR_MAX (SLOTMAP_HOST_MAX + 8)
-#define REPLY_LINE_MAX 512
 
 static const char not_a_server[] = "this is the coordinator; use a server";
 
-enum member_state { MEMBER_UNKNOWN, MEMBER_ALIVE, MEMBER_DEAD };
-
-struct coord;
-
-/* One server process of the cluster file, as the coordinator sees it. */
-struct member {
-    struct coord *co;
-    const struct cluster_proc *proc;
-    struct link *link;              /* the control link, NULL while down */
-    enum member_state state;
-    long pid;
-    uint64_t epoch;                 /* last reported */
-    uint64_t rss;
-    uint64_t last_heard_ms;         /* monotonic; 0: never */
-    uint64_t pushed_epoch;          /* the last map sent to it, and when */
-    uint64_t pushed_at_ms;
-    uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
-};
-
-enum move_state { MOVE_RUNNING, MOVE_DONE, MOVE_FAILED };
-
-struct move {
-    unsigned slot;
-    char from[ADDR_MAX], to[ADDR_MAX];
-    int to_endpoint;                /* index in the map */
-    uint64_t epoch;                 /* the map's epoch once it is done */
-    enum move_state state;
-    char why[COORD_WHY_MAX];
-    struct member *source, *dest;
-};
-
-struct coord {
-    struct server *s;
-    const struct cluster *c;
-    struct slotmap map;             /* authoritative */
-    char *body;                     /* slotmap_encode(map), sent as "map <body>" */
-    size_t nbody;
-    struct member *members;
-    int nmembers;
-    struct link_listener *listener;
-    struct event *timer;
-    uint64_t started_ms;
-    struct move *moves;             /* every move of this run, oldest first */
-    int nmoves, cap_moves;
-    int running;                    /* index in moves, -1 if none */
-    char msg[REPLY_LINE_MAX];       /* engine result text */
-};
-
 /* ---- small helpers ---- */
 
-static uint64_t now_ms(void)
+uint64_t coord_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -107,10 +57,7 @@ static void member_name(const struct member *m, char *buf, size_t len)
              p->host, p->port);
 }
 
-static void log_member(const struct member *m, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void log_member(const struct member *m, const char *fmt, ...)
+void coord_log_member(const struct member *m, const char *fmt, ...)
 {
     char name[MEMBER_NAME_MAX], msg[512];
     va_list ap;
@@ -155,6 +102,23 @@ static struct member *member_at(struct coord *co, const struct slotmap_endpoint 
             return &co->members[i];
     }
     return NULL;
+}
+
+struct member *coord_member(struct coord *co, int group, enum cluster_role role, int index)
+{
+    for (int i = 0; i < co->nmembers; i++) {
+        const struct cluster_proc *p = co->members[i].proc;
+        if (p->group == group && p->role == role && p->index == index)
+            return &co->members[i];
+    }
+    return NULL;
+}
+
+int coord_send(struct member *m, const char *text)
+{
+    if (!m->link || !link_is_up(m->link))
+        return -1;
+    return link_send(m->link, FT_CONTROL, text, (uint32_t)strlen(text));
 }
 
 /* ---- the map ---- */
@@ -209,10 +173,24 @@ static void push_if_behind(struct member *m, uint64_t now)
 
 static void push_to_all(struct coord *co)
 {
-    uint64_t now = now_ms();
+    uint64_t now = coord_now_ms();
     for (int i = 0; i < co->nmembers; i++)
         if (co->members[i].link && co->members[i].state == MEMBER_ALIVE)
             push_if_behind(&co->members[i], now);
+}
+
+int coord_publish_map(struct coord *co, struct slotmap *next)
+{
+    char err[512];
+    if (coord_state_save(co->c->coord_state, next, err, sizeof(err)) < 0)
+        fprintf(stderr, "coordinator: cannot persist epoch %llu: %s (publishing it anyway)\n",
+                (unsigned long long)next->epoch, err);
+    if (adopt_map(co, next) < 0) {
+        slotmap_free(next);
+        return -1;
+    }
+    push_to_all(co);
+    return 0;
 }
 
 /* ---- moves ---- */
@@ -268,7 +246,7 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
     struct coord *co = m->co;
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
     if (!mv || mv->source != m || mv->slot != msg->slot || mv->epoch != msg->epoch) {
-        log_member(m, "reports slot %u epoch %llu migrated (%s), but no such move is running; "
+        coord_log_member(m, "reports slot %u epoch %llu migrated (%s), but no such move is running; "
                    "ignored", msg->slot, (unsigned long long)msg->epoch, msg->ok ? "ok" : "failed");
         return;
     }
@@ -280,16 +258,6 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
 
 /* ---- membership ---- */
 
-/* Hook for the recovery issue: a process died.  Who serves a dead serving
- * process's slots is a map change (promote a backup, decode from parity,
- * hand the slots to another group); it would be decided and committed here,
- * through the same persist-then-push path as a move.  For now the death is
- * only recorded. */
-static void coord_on_dead(struct coord *co, struct member *m)
-{
-    (void)co;
-    (void)m;
-}
 
 static void member_dead(struct member *m, const char *why)
 {
@@ -301,7 +269,7 @@ static void member_dead(struct member *m, const char *why)
     if (m->state == MEMBER_DEAD)
         return;
     m->state = MEMBER_DEAD;
-    log_member(m, "dead: %s", why);
+    coord_log_member(m, "dead: %s", why);
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
     if (mv && (mv->source == m || mv->dest == m)) {
         char reason[COORD_WHY_MAX];
@@ -309,13 +277,13 @@ static void member_dead(struct member *m, const char *why)
                  mv->source == m ? "source" : "destination", mv->source == m ? mv->from : mv->to);
         move_finish(co, mv, MOVE_FAILED, reason);
     }
-    coord_on_dead(co, m);
+    coord_recovery_on_dead(co, m);
 }
 
 static void member_heard(struct member *m, const struct ctl_msg *msg)
 {
     struct coord *co = m->co;
-    uint64_t now = now_ms();
+    uint64_t now = coord_now_ms();
     bool was_alive = m->state == MEMBER_ALIVE;
     m->pid = msg->pid;
     m->epoch = msg->epoch;
@@ -324,14 +292,19 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
     m->last_heard_ms = now;
     m->state = MEMBER_ALIVE;
     if (!was_alive)
-        log_member(m, "alive (pid %ld, epoch %llu)", m->pid, (unsigned long long)m->epoch);
+        coord_log_member(m, "alive (pid %ld, epoch %llu)", m->pid, (unsigned long long)m->epoch);
     if (m->epoch > co->map.epoch && m->warned_epoch != m->epoch) {
         m->warned_epoch = m->epoch;
-        log_member(m, "reports epoch %llu, newer than the coordinator's %llu (a move whose "
+        coord_log_member(m, "reports epoch %llu, newer than the coordinator's %llu (a move whose "
                    "outcome was lost?)", (unsigned long long)m->epoch,
                    (unsigned long long)co->map.epoch);
     }
     push_if_behind(m, now);
+}
+
+static struct coord *co_of(struct member *m)
+{
+    return m->co;
 }
 
 static void on_control(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
@@ -341,26 +314,34 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     struct ctl_msg msg;
     char err[256];
     if (type != FT_CONTROL) {
-        log_member(m, "sent a %s frame on its control link; ignored", frame_type_name(type));
+        coord_log_member(m, "sent a %s frame on its control link; ignored", frame_type_name(type));
+        return;
+    }
+    if (coord_is_recovery_answer((const char *)payload, len)) {
+        if (m->state == MEMBER_ALIVE)
+            coord_recovery_on_answer(co_of(m), m, (const char *)payload, len);
         return;
     }
     if (ctl_parse((const char *)payload, len, &msg, err, sizeof(err)) < 0) {
-        log_member(m, "%s; ignored", err);
+        coord_log_member(m, "%s; ignored", err);
         return;
     }
     switch (msg.kind) {
     case CTL_HELLO:
         m->pushed_epoch = 0;    /* a new process, or a new link: it has no pushed map */
         member_heard(m, &msg);
+        coord_recovery_on_hello(co_of(m), m);
         break;
     case CTL_HB:
         member_heard(m, &msg);
+        if (msg.body)
+            coord_recovery_on_progress(co_of(m), m, msg.body, msg.body_len);
         break;
     case CTL_MIGRATED:
         on_migrated(m, &msg);
         break;
     default:
-        log_member(m, "sent a coordinator's message; ignored");
+        coord_log_member(m, "sent a coordinator's message; ignored");
         break;
     }
 }
@@ -407,7 +388,7 @@ static bool on_accept(void *owner, const struct link_identity *peer, struct link
 static void on_check(evutil_socket_t fd, short what, void *arg)
 {
     struct coord *co = arg;
-    uint64_t now = now_ms();
+    uint64_t now = coord_now_ms();
     char why[128];
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
@@ -420,6 +401,7 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
             member_dead(m, why);
         }
     }
+    coord_recovery_check(co);
 }
 
 /* ---- admin words ---- */
@@ -445,7 +427,7 @@ static void reply(eng_write_fn write, void *wctx, const char *fmt, ...)
 
 static void admin_status(struct coord *co, eng_write_fn write, void *wctx)
 {
-    uint64_t now = now_ms();
+    uint64_t now = coord_now_ms();
     reply(write, wctx, "epoch %llu", (unsigned long long)co->map.epoch);
     for (int i = 0; i < co->nmembers; i++) {
         const struct member *m = &co->members[i];
@@ -453,7 +435,7 @@ static void admin_status(struct coord *co, eng_write_fn write, void *wctx)
         long long age = m->last_heard_ms ? (long long)(now - m->last_heard_ms) : -1;
         reply(write, wctx, "proc %d %s %d %d %s:%d %s pid=%ld rss=%llu epoch=%llu hb_age_ms=%lld",
               p->group, cluster_role_name(p->role), p->index, p->node, p->host, p->port,
-              state_name(m->state), m->pid, (unsigned long long)m->rss,
+              coord_recovery_joining(co, m) ? "joining" : state_name(m->state), m->pid, (unsigned long long)m->rss,
               (unsigned long long)m->epoch, age);
     }
     reply(write, wctx, "END");
@@ -640,6 +622,8 @@ static bool coord_admin(struct engine *e, int argc, char **argv, eng_write_fn wr
         admin_status(co, write, wctx);
     else if (strcmp(argv[0], "moves") == 0 && argc == 1)
         admin_moves(co, write, wctx);
+    else if (strcmp(argv[0], "groups") == 0 && argc == 1)
+        coord_recovery_admin(co, write, wctx);
     else if (strcmp(argv[0], "move") == 0)
         admin_move(co, argc, argv, write, wctx);
     else
@@ -703,6 +687,7 @@ static void coord_destroy(struct engine *e)
     link_listener_free(co->listener);
     if (co->timer)
         event_free(co->timer);
+    coord_recovery_free(co);
     slotmap_free(&co->map);
     free(co->body);
     free(co->members);
@@ -818,10 +803,11 @@ struct engine *coord_engine_new(struct server *s)
     co->s = s;
     co->c = s->cluster;
     co->running = -1;
-    co->started_ms = now_ms();
+    co->started_ms = coord_now_ms();
     e->ops = &coord_ops;
     e->priv = co;
-    if (load_map(co) < 0 || make_members(co) < 0 || start_listening(co) < 0) {
+    if (load_map(co) < 0 || make_members(co) < 0 || coord_recovery_init(co) < 0 ||
+        start_listening(co) < 0) {
         coord_destroy(e);
         return NULL;
     }

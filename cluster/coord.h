@@ -43,7 +43,7 @@ struct engine;
 
 enum ctl_kind {
     CTL_HELLO,      /* hello <pid> <epoch> */
-    CTL_HB,         /* hb <pid> <epoch> <rss> */
+    CTL_HB,         /* hb <pid> <epoch> <rss> [<recovery progress words>] */
     CTL_MIGRATED,   /* migrated <slot> <epoch> ok | failed <why> */
     CTL_MAP,        /* map <body> */
     CTL_MIGRATE     /* migrate <slot> <host>:<port> <epoch> */
@@ -59,7 +59,8 @@ struct ctl_msg {
     char why[COORD_WHY_MAX];        /* migrated failed: the reason */
     char host[SLOTMAP_HOST_MAX];    /* migrate: destination */
     int port;
-    const char *body;               /* map: points into the parsed payload */
+    const char *body;               /* map: points into the parsed payload;
+                                     * hb: the words after <rss> (or NULL) */
     size_t body_len;
 };
 
@@ -108,5 +109,14 @@ struct coord_client;
  * runs on without a coordinator). */
 struct coord_client *coord_client_start(struct server *s);
 void coord_client_stop(struct coord_client *cc);
+/* Send one control message (text, no terminator).  0, or -1 when the link
+ * is down (the message is dropped: recovery messages are answered again
+ * when the coordinator asks again). */
+int coord_client_send(struct coord_client *cc, const char *text);
+/* Is this control message one for the engine (recovery: prepare,
+ * truncate, takeover, group)? */
+bool coord_is_engine_message(const char *payload, size_t len);
+/* Is it a server's answer to one (prepared, truncated, serving)? */
+bool coord_is_recovery_answer(const char *payload, size_t len);
 
 #endif

@@ -48,6 +48,11 @@ static int send_text(struct coord_client *cc, const char *text)
     return link_send(cc->link, FT_CONTROL, text, (uint32_t)strlen(text));
 }
 
+int coord_client_send(struct coord_client *cc, const char *text)
+{
+    return send_text(cc, text);
+}
+
 static void send_hello(struct coord_client *cc)
 {
     char text[64];
@@ -59,9 +64,16 @@ static void send_hello(struct coord_client *cc)
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
 {
     struct coord_client *cc = arg;
-    char text[96];
-    snprintf(text, sizeof(text), "hb %ld %llu %llu", (long)getpid(),
-             (unsigned long long)current_epoch(cc), (unsigned long long)engine_process_rss());
+    struct engine *e = cc->s->engine;
+    char text[256];
+    int n = snprintf(text, sizeof(text), "hb %ld %llu %llu", (long)getpid(),
+                     (unsigned long long)current_epoch(cc),
+                     (unsigned long long)engine_process_rss());
+    if (e && e->ops->heartbeat_extra && n > 0 && (size_t)n + 2 < sizeof(text)) {
+        size_t extra = e->ops->heartbeat_extra(e, text + n + 1, sizeof(text) - (size_t)n - 1);
+        if (extra > 0)
+            text[n] = ' ';
+    }
     send_text(cc, text);
 }
 
@@ -150,6 +162,12 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
     char err[256];
     if (type != FT_CONTROL)
         return;
+    struct engine *e = cc->s->engine;
+    if (coord_is_engine_message((const char *)payload, len)) {
+        if (e && e->ops->control)
+            e->ops->control(e, (const char *)payload, len);
+        return;
+    }
     if (ctl_parse((const char *)payload, len, &msg, err, sizeof(err)) < 0) {
         fprintf(stderr, "coordinator link: %s; ignored\n", err);
         return;

@@ -140,11 +140,14 @@ static int parse_hello(const struct words *w, struct ctl_msg *m)
 static int parse_hb(const struct words *w, struct ctl_msg *m)
 {
     uint64_t pid;
-    if (w->count != 4 || w->nrest != 0 || !parse_word_u64(w, 1, &pid) || pid > 0x7fffffff ||
+    if (w->count != 4 || !parse_word_u64(w, 1, &pid) || pid > 0x7fffffff ||
         !parse_word_u64(w, 2, &m->epoch) || !parse_word_u64(w, 3, &m->rss))
         return -1;
     m->kind = CTL_HB;
     m->pid = (long)pid;
+    /* Recovery progress words, if any (coord_recovery.c reads them). */
+    m->body = w->nrest ? w->rest : NULL;
+    m->body_len = w->nrest;
     return 0;
 }
 
@@ -221,4 +224,27 @@ uint8_t coord_link_role(enum cluster_role r)
     case ROLE_BACKUP: return LINK_ROLE_BACKUP;
     default: return LINK_ROLE_PLAIN;
     }
+}
+
+bool coord_is_engine_message(const char *payload, size_t len)
+{
+    static const char *const words[] = { "prepare ", "truncate ", "takeover ", "group ",
+                                         "fence " };
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        size_t n = strlen(words[i]);
+        if (len >= n && memcmp(payload, words[i], n) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool coord_is_recovery_answer(const char *payload, size_t len)
+{
+    static const char *const words[] = { "prepared ", "truncated ", "serving " };
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        size_t n = strlen(words[i]);
+        if (len >= n && memcmp(payload, words[i], n) == 0)
+            return true;
+    }
+    return false;
 }

@@ -211,8 +211,24 @@ static bool header_crc(const char **p, const char *end, uint32_t *out)
     return true;
 }
 
-/* The saved endpoints must be the cluster's serving processes in order;
- * their group, role and index are copied from the cluster's map. */
+/* A parity process of the endpoint's group: it took over a dead data
+ * process (coord_recovery.c), so the map names its client port. */
+static bool is_takeover(const struct cluster *c, const struct slotmap_endpoint *e,
+                        const struct slotmap_endpoint *w)
+{
+    if (c->scheme != SCHEME_RS || w->role != ROLE_DATA)
+        return false;
+    for (int j = 0; j < c->n - c->k; j++) {
+        const struct cluster_proc *p = cluster_find(c, w->group, ROLE_PARITY, j);
+        if (p && p->port == e->port && strcmp(p->host, e->host) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The saved endpoints must be the cluster's serving processes in order
+ * (or a parity process of the group that took one over); their group,
+ * role and index are copied from the cluster's map. */
 static int check_endpoints(const char *path, const struct cluster *c, struct slotmap *m,
                            char *err, size_t errlen)
 {
@@ -232,7 +248,7 @@ static int check_endpoints(const char *path, const struct cluster *c, struct slo
     for (int i = 0; rc == 0 && i < m->nendpoints; i++) {
         struct slotmap_endpoint *e = &m->endpoints[i];
         const struct slotmap_endpoint *w = &want.endpoints[i];
-        if (e->port != w->port || strcmp(e->host, w->host) != 0) {
+        if ((e->port != w->port || strcmp(e->host, w->host) != 0) && !is_takeover(c, e, w)) {
             snprintf(err, errlen, "%s: endpoint %d is %s:%d, the cluster file says %s:%d "
                      "(a state file of another cluster? move it away to start from epoch 1)",
                      path, i, e->host, e->port, w->host, w->port);

@@ -41,6 +41,8 @@
 #include "meta.h"
 #include "reclog.h"
 #include "record.h"
+#include "engine_data.h"
+#include "recovery.h"
 #include "sender.h"
 #include "slotmap.h"
 #include "writeq.h"
@@ -93,6 +95,17 @@ struct data_engine {
 
     struct writeq queue;          /* mutations waiting to be tried again */
 
+    /* A recovery process serving a dead DP (engine_data_recovery_new): the
+     * region and its unit map are the parity engine's; units not rebuilt
+     * yet must be asked for before their bytes are read or overwritten. */
+    bool recovering;
+    bool region_borrowed;
+    int serving_pp;               /* own parity index (recovery process), else -1 */
+    struct data_unit_hooks units;
+    struct read_waiter *waiters;  /* reads waiting for units */
+    size_t nwaiters, waiters_cap;
+    uint64_t unit_waits;          /* mutations and reads that waited for units */
+
     struct deferred_free *df;     /* FIFO: df[df_head .. df_len) */
     size_t df_head, df_len, df_cap;
     uint64_t deferred_bytes;
@@ -117,9 +130,28 @@ struct data_engine {
     char msg[256];
 };
 
+struct read_waiter {
+    eng_done_fn done;
+    void *cookie;
+};
+
 static struct data_engine *dp_of(struct engine *e)
 {
     return (struct data_engine *)e;
+}
+
+/* ---- units (recovery process only) ---- */
+
+/* Are the bytes [off, off+len) of the region data we can read or take a
+ * delta against?  Always, on an ordinary data process.  Otherwise the
+ * missing units are asked for and the caller waits. */
+static bool units_ready(struct data_engine *dp, uint64_t off, uint64_t len)
+{
+    if (!dp->recovering || dp->units.ready(dp->units.ctx, off, len))
+        return true;
+    dp->units.need(dp->units.ctx, off, len);
+    dp->unit_waits++;
+    return false;
 }
 
 static void dp_log(struct data_engine *dp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -383,8 +415,28 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
         return TRY_DONE;
     }
     uint64_t value_out = res->value;
-    if (allocate(dp, size, &off) < 0)
+    /* The key's own entry must not be evicted to make room for its new
+     * value (its space is released below, once). */
+    bool old_was_busy = old && (old->iflags & META_PENDING);
+    if (old)
+        old->iflags |= META_PENDING;
+    int got = allocate(dp, size, &off);
+    if (old && !old_was_busy)
+        old->iflags &= (uint8_t)~META_PENDING;
+    if (got < 0)
         return no_space(dp, res);
+    if (!units_ready(dp, off, len)) {
+        /* The delta needs the range's current bytes, which a recovery
+         * process has not rebuilt yet.  Undo the allocation: the
+         * allocator's state is a function of its used pieces, so freeing
+         * restores it exactly and the parity processes never hear of it.
+         * The write waits at the head of the FIFO write queue, so no later
+         * write can allocate first: the order of allocations stays the
+         * same on every replica (the role of the paper's pre-allocation). */
+        dalloc_free(dp->alloc, off, NULL);
+        flush_stray_ops(dp);
+        return TRY_BLOCKED;
+    }
     res->value = value_out;
     struct rec_op *op = op_push(dp, ROP_ALLOC);
     op->size = size;
@@ -444,6 +496,9 @@ static enum try_result try_store(struct data_engine *dp, const struct eng_mutati
         return TRY_DONE;
 
     size_t len;
+    if ((m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND) &&
+        !units_ready(dp, meta_off(e), e->nbytes))
+        return TRY_BLOCKED;
     uint8_t *value = compose_value(dp, m, e, &len);
     if (!value) {
         res->status = ENG_NO_MEMORY;
@@ -481,6 +536,8 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
             res->status = ENG_EXISTS;
             return TRY_DONE;
         }
+        if (!units_ready(dp, meta_off(e), e->nbytes))
+            return TRY_BLOCKED;
         if (!arith_parse_u64((const char *)dp->region + meta_off(e), e->nbytes, &value)) {
             res->status = ENG_NON_NUMERIC;
             return TRY_DONE;
@@ -697,10 +754,14 @@ static void dp_after_commit(void *ctx)
     drain_queue(dp);
 }
 
+static void dp_message(void *ctx, int peer, uint16_t type, const uint8_t *payload,
+                       uint32_t len);
+
 static const struct sender_callbacks dp_sender_callbacks = {
     .commit = apply_committed,
     .after_commit = dp_after_commit,
     .refused = dp_refused,
+    .message = dp_message,
 };
 
 /* ---- engine operations ---- */
@@ -731,6 +792,141 @@ static eng_status dp_get(struct engine *eng, const char *key, size_t nkey,
     out->handle = copy;
     out->exptime = (int64_t)e->exptime;
     return ENG_SUCCESS;
+}
+
+/* A recovery process cannot read a value whose units are not rebuilt: the
+ * read waits (the connection re-parses it once the units arrived). */
+static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_done_fn done,
+                         void *cookie)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (!dp->recovering)
+        return false;
+    struct item *e = meta_find(&dp->meta, key, nkey);
+    if (!entry_visible(dp, e) || units_ready(dp, meta_off(e), e->nbytes))
+        return false;
+    if (dp->nwaiters == dp->waiters_cap) {
+        size_t ncap = dp->waiters_cap ? dp->waiters_cap * 2 : 16;
+        struct read_waiter *n = realloc(dp->waiters, ncap * sizeof(*n));
+        if (!n)
+            return false;   /* cannot wait: the read is served as a miss below */
+        dp->waiters = n;
+        dp->waiters_cap = ncap;
+    }
+    dp->waiters[dp->nwaiters++] = (struct read_waiter){ done, cookie };
+    return true;
+}
+
+void engine_data_units_arrived(struct engine *eng)
+{
+    struct data_engine *dp = dp_of(eng);
+    /* Detach first: a woken read may wait again and register anew. */
+    size_t n = dp->nwaiters;
+    struct read_waiter *w = dp->waiters;
+    dp->waiters = NULL;
+    dp->nwaiters = dp->waiters_cap = 0;
+    struct eng_result res = { .status = ENG_SUCCESS };
+    for (size_t i = 0; i < n; i++)
+        w[i].done(w[i].cookie, &res);
+    free(w);
+    drain_queue(dp);
+}
+
+void engine_data_set_view(struct engine *eng, const struct group_view *v)
+{
+    struct data_engine *dp = dp_of(eng);
+    for (int j = 0; j < v->m; j++)
+        if (v->pp_state[j] == GV_PP_DEAD && sender_has_peer(&dp->tx, j))
+            sender_drop_peer(&dp->tx, j);
+}
+
+/* "group <g> <view>" from the coordinator: the only recovery message for a
+ * data process (it learns which parity processes are dead). */
+static void dp_control(struct engine *eng, const char *text, size_t len)
+{
+    struct data_engine *dp = dp_of(eng);
+    char prefix[32];
+    int n = snprintf(prefix, sizeof(prefix), "group %d ", dp->group);
+    struct group_view v;
+    if (n <= 0 || len <= (size_t)n || memcmp(text, prefix, (size_t)n) != 0 ||
+        group_view_parse(&v, dp->k, dp->m, text + n, len - (size_t)n) < 0) {
+        dp_log(dp, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+        return;
+    }
+    engine_data_set_view(eng, &v);
+}
+
+uint64_t engine_data_committed(struct engine *eng)
+{
+    return dp_of(eng)->tx.committed;
+}
+
+int engine_data_sendv_to(struct engine *eng, int pp, uint16_t type, const struct iovec *iov,
+                         int n)
+{
+    return sender_sendv_to(&dp_of(eng)->tx, pp, type, iov, n);
+}
+
+size_t engine_data_items(struct engine *eng)
+{
+    struct data_engine *dp = dp_of(eng);
+    return dp->meta.count - dp->placeholders;
+}
+
+/* ---- data source of unit recovery (docs/recovery.md) ---- */
+
+void engine_data_fetch(struct engine *eng, const struct recov_msg *m)
+{
+    struct data_engine *dp = dp_of(eng);
+    struct recov_msg out;
+    memset(&out, 0, sizeof(out));
+    out.id = m->id;
+    out.kind = RK_DATA;
+    out.who = (uint32_t)dp->index;
+    /* The region holds exactly the records up to the committed xid, and
+     * every record sent before this message travels ahead of it. */
+    out.t = dp->tx.committed;
+    out.nranges = m->nranges;
+    for (int i = 0; i < m->nranges; i++) {
+        out.ranges[i] = m->ranges[i];
+        if (out.ranges[i].off > dp->region_size ||
+            out.ranges[i].len > dp->region_size - out.ranges[i].off) {
+            dp_log(dp, "unit fetch %" PRIu64 ": range %" PRIu64 "+%" PRIu32
+                   " outside the region; ignored", m->id, m->ranges[i].off, m->ranges[i].len);
+            return;
+        }
+    }
+    uint8_t hdr[1024];
+    if (recov_header_max() > sizeof(hdr))
+        abort();
+    size_t nh = recov_encode_header(&out, hdr);
+    struct iovec iov[1 + RECOV_MAX_RANGES];
+    iov[0].iov_base = hdr;
+    iov[0].iov_len = nh;
+    for (int i = 0; i < out.nranges; i++) {
+        iov[1 + i].iov_base = dp->region + out.ranges[i].off;
+        iov[1 + i].iov_len = out.ranges[i].len;
+    }
+    for (int c = 0; c < m->nlist; c++) {
+        if (sender_sendv_to(&dp->tx, m->list[c], FT_REPLY, iov, 1 + out.nranges) < 0 &&
+            dp->verbose)
+            dp_log(dp, "unit fetch %" PRIu64 ": link to parity %d down", m->id, m->list[c]);
+    }
+}
+
+static void dp_message(void *ctx, int peer, uint16_t type, const uint8_t *payload,
+                       uint32_t len)
+{
+    struct data_engine *dp = ctx;
+    struct recov_msg m;
+    if (type == FT_REQUEST && recov_decode(payload, len, &m) == 0 && m.kind == RK_FETCH) {
+        engine_data_fetch(&dp->base, &m);
+        return;
+    }
+    if (dp->units.message)
+        dp->units.message(dp->units.ctx, peer, type, payload, len);
+    else if (dp->verbose)
+        dp_log(dp, "ignoring a recovery message of %" PRIu32 " bytes from parity %d", len, peer);
 }
 
 /* Keys of one slot (slot migration): committed, visible entries only. */
@@ -814,6 +1010,8 @@ static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, vo
     emit(ctx, "records_sent", "%" PRIu64, dp->tx.records_sent);
     emit(ctx, "write_queue", "%zu", dp->queue.len);
     emit(ctx, "blocked_waits", "%" PRIu64, dp->blocked_waits);
+    if (dp->recovering)
+        emit(ctx, "unit_waits", "%" PRIu64, dp->unit_waits);
     return true;
 }
 
@@ -888,7 +1086,8 @@ static bool parse_u64_arg(const char *s, uint64_t *out)
 
 static void admin_info(struct data_engine *dp, eng_write_fn write, void *ctx)
 {
-    engine_reply(write, ctx, "STAT role data\r\nSTAT group %d\r\nSTAT index %d\r\n", dp->group, dp->index);
+    engine_reply(write, ctx, "STAT role %s\r\nSTAT group %d\r\nSTAT index %d\r\n",
+                 dp->recovering ? "recovery" : "data", dp->group, dp->index);
     engine_reply(write, ctx, "STAT k %d\r\nSTAT m %d\r\nSTAT region_size %zu\r\n", dp->k, dp->m, dp->region_size);
     sender_info(&dp->tx, write, ctx);
     engine_reply(write, ctx, "STAT items %zu\r\n", dp->meta.count - dp->placeholders);
@@ -967,8 +1166,9 @@ static void dp_destroy(struct engine *eng)
     meta_destroy(&dp->meta);
     if (dp->alloc)
         dalloc_destroy(dp->alloc);
-    if (dp->region && dp->region != MAP_FAILED)
+    if (dp->region && dp->region != MAP_FAILED && !dp->region_borrowed)
         munmap(dp->region, dp->region_size);
+    free(dp->waiters);
     free(dp->df);
     free(dp->ops);
     free(dp->value_buf);
@@ -987,7 +1187,70 @@ static const struct engine_ops data_ops = {
     .destroy = dp_destroy,
     .admin = dp_admin,
     .slot_keys = dp_slot_keys,
+    .read_wait = dp_read_wait,
+    .control = dp_control,
 };
+
+/* The fields every data engine sets from its configuration. */
+static struct data_engine *dp_alloc(const struct engine_config *cfg)
+{
+    const struct cluster *c = cfg->cluster;
+    struct data_engine *dp = calloc(1, sizeof(*dp));
+    if (!dp)
+        return NULL;
+    dp->base.ops = &data_ops;
+    dp->base.priv = dp;
+    dp->evbase = cfg->base;
+    dp->cluster = c;
+    dp->group = cfg->group;
+    dp->index = cfg->index;
+    dp->serving_pp = -1;
+    dp->k = c->k;
+    dp->m = c->n - c->k;
+    dp->verbose = cfg->verbose;
+    dp->region_size = c->region_size;
+    dp->item_size_max = cfg->item_size_max;
+    dp->evict = cfg->evict;
+    dp->headroom = dp->region_size / 16;
+    clock_init(&dp->clock, cfg->started);
+    clock_set(&dp->clock, time(NULL));
+    return dp;
+}
+
+struct engine *engine_data_recovery_new(const struct engine_config *cfg,
+                                        const struct data_recovery_config *rc)
+{
+    struct data_engine *dp = dp_alloc(cfg);
+    if (!dp)
+        return NULL;
+    dp->index = rc->dp;
+    dp->serving_pp = rc->self_pp;
+    dp->recovering = true;
+    dp->region_borrowed = true;
+    dp->region = rc->region;
+    dp->alloc = rc->alloc;
+    dp->units = rc->units;
+    /* Take the backup table as it is: entries, LRU and counters. */
+    dp->meta = *rc->meta;
+    memset(rc->meta, 0, sizeof(*rc->meta));
+    if (meta_init(rc->meta, 0) < 0) {
+        dp_log(dp, "out of memory");
+        abort();
+    }
+    dp->cas_counter = rc->cas_start;
+    dp->total_items = dp->meta.count;
+    char who[64];
+    snprintf(who, sizeof(who), "recovery g%d/dp%d@pp%d", dp->group, dp->index, rc->self_pp);
+    if (sender_init_peers(&dp->tx, dp->evbase, cfg->cluster, dp->group, LINK_ROLE_PARITY,
+                          rc->self_pp, ROLE_PARITY, rc->peers, rc->npeers, SENDER_SYNC_FULL,
+                          &dp_sender_callbacks, dp, who, dp->verbose) < 0) {
+        dp->alloc = NULL;   /* still the caller's on failure */
+        dp_destroy(&dp->base);
+        return NULL;
+    }
+    sender_start_at(&dp->tx, rc->start_xid);
+    return &dp->base;
+}
 
 struct engine *engine_data_new(const struct engine_config *cfg)
 {
@@ -1000,24 +1263,9 @@ struct engine *engine_data_new(const struct engine_config *cfg)
         fprintf(stderr, "cocytus-server: data index %d outside RS(%d,%d)\n", cfg->index, c->k, c->n);
         return NULL;
     }
-    struct data_engine *dp = calloc(1, sizeof(*dp));
+    struct data_engine *dp = dp_alloc(cfg);
     if (!dp)
         return NULL;
-    dp->base.ops = &data_ops;
-    dp->base.priv = dp;
-    dp->evbase = cfg->base;
-    dp->cluster = c;
-    dp->group = cfg->group;
-    dp->index = cfg->index;
-    dp->k = c->k;
-    dp->m = c->n - c->k;
-    dp->verbose = cfg->verbose;
-    dp->region_size = c->region_size;
-    dp->item_size_max = cfg->item_size_max;
-    dp->evict = cfg->evict;
-    dp->headroom = dp->region_size / 16;
-    clock_init(&dp->clock, cfg->started);
-    clock_set(&dp->clock, time(NULL));
     dp->region = mmap(NULL, dp->region_size, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     dp->alloc = dalloc_new(dp->region_size);

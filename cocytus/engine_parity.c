@@ -10,7 +10,19 @@
  * stats and the `cocytus` admin commands that tools and tests use to
  * inspect the parity region and the backup tables.  A data process whose
  * records disagree with our replica is logged loudly, its link is dropped
- * and its HELLOs are rejected. */
+ * and its HELLOs are rejected.
+ *
+ * Recovery (docs/recovery.md): the coordinator's messages prepare a dead
+ * data process's stream here (fence it, report the last xid received),
+ * truncate it at the stable xid, and may make this process the recovery
+ * process that serves the dead process's keys.  It then runs a data engine
+ * (engine_data.h) over the backup table, the replica allocator and this
+ * very region, and client requests go to it; recovery.c rebuilds the
+ * region's units from the other processes of the group. */
+#include "config.h"
+
+#include <errno.h>
+#include <sys/mman.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,21 +33,34 @@
 #include "alloc.h"
 #include "cluster.h"
 #include "engine.h"
+#include "engine_data.h"
+#include "frame.h"
 #include "link.h"
 #include "parity.h"
 #include "receiver.h"
+#include "recovery.h"
+#include "recovery_int.h"
 
 #define REGION_READ_MAX (16u << 20)
 
 struct parity_engine {
     struct engine engine;
     struct event_base *base;
+    struct engine_config cfg;         /* for the data engine of a takeover */
     struct parity state;
     struct repl_receiver *receiver;   /* the links of the k data processes */
     struct link_listener *listener;
     int group;
     int index;
     int verbose;
+    /* Recovery. */
+    struct group_view view;           /* as the coordinator last said (or provisional) */
+    uint64_t declared[RECOV_MAX_K];   /* newest stable xid each source declared */
+    uint64_t hold_at[RECOV_MAX_K];    /* apply no further (unit recovery); UINT64_MAX: none */
+    bool prepared[RECOV_MAX_K];       /* stream fenced by a "prepare" */
+    struct recovery rec;
+    struct engine *serving;           /* the data engine of the DP we serve, or NULL */
+    int serving_dp;
 };
 
 static const char NO_KEYS_MSG[] = "parity process: does not serve keys";
@@ -63,7 +88,47 @@ static void pe_log(const struct parity_engine *pe, const char *fmt, ...)
 static int hook_apply(void *owner, int index, uint64_t stable)
 {
     struct parity_engine *pe = owner;
-    return parity_apply(&pe->state, index, stable);
+    if (stable > pe->declared[index])
+        pe->declared[index] = stable;
+    uint64_t upto = pe->declared[index] < pe->hold_at[index] ? pe->declared[index]
+                                                             : pe->hold_at[index];
+    return parity_apply(&pe->state, index, upto);
+}
+
+static void hook_message(void *owner, int index, uint16_t type, const uint8_t *payload,
+                         uint32_t len)
+{
+    struct parity_engine *pe = owner;
+    recovery_on_message(&pe->rec, type, payload, len);
+}
+
+/* Who a verified peer is: a data process (unless it was replaced), or a
+ * parity process that serves a dead data process's keys and sends us that
+ * process's stream (docs/recovery.md). */
+static int hook_resolve(void *owner, const struct link_identity *id, const char **reason)
+{
+    struct parity_engine *pe = owner;
+    const struct group_view *v = &pe->view;
+    if (id->role == LINK_ROLE_DATA) {
+        if (id->index >= (uint32_t)pe->state.k) {
+            *reason = "no such data process in this coding group";
+            return -1;
+        }
+        if (pe->prepared[id->index] || v->dp_server[id->index] != -1) {
+            *reason = "this data process was declared dead and is being recovered; it must "
+                      "rejoin empty";
+            return -1;
+        }
+        return (int)id->index;
+    }
+    if (id->role == LINK_ROLE_PARITY && id->index < (uint32_t)v->m &&
+        v->pp_state[id->index] == GV_PP_SERVING) {
+        int f = v->pp_serves[id->index];
+        repl_receiver_unfence(pe->receiver, f);
+        return f;
+    }
+    *reason = "a parity process takes links from data processes and recovery processes only";
+    return -1;
 }
 
 static void hook_log(void *owner, const char *line)
@@ -76,6 +141,9 @@ static void hook_log(void *owner, const char *line)
 static eng_status parity_get(struct engine *e, const char *key, size_t nkey,
                              struct eng_value *out, struct eng_result *res)
 {
+    struct parity_engine *pe = pe_of(e);
+    if (pe->serving)
+        return pe->serving->ops->get(pe->serving, key, nkey, out, res);
     memset(res, 0, sizeof(*res));
     res->status = ENG_NOT_FOUND;
     return ENG_NOT_FOUND;
@@ -83,11 +151,31 @@ static eng_status parity_get(struct engine *e, const char *key, size_t nkey,
 
 static void parity_release(struct engine *e, void *handle)
 {
+    struct parity_engine *pe = pe_of(e);
+    if (pe->serving)
+        pe->serving->ops->release(pe->serving, handle);
+}
+
+static bool parity_read_wait(struct engine *e, const char *key, size_t nkey, eng_done_fn done,
+                             void *cookie)
+{
+    struct parity_engine *pe = pe_of(e);
+    return pe->serving && pe->serving->ops->read_wait(pe->serving, key, nkey, done, cookie);
+}
+
+static size_t parity_slot_keys(struct engine *e, unsigned slot,
+                               void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+{
+    struct parity_engine *pe = pe_of(e);
+    return pe->serving ? pe->serving->ops->slot_keys(pe->serving, slot, fn, ctx) : 0;
 }
 
 static eng_status parity_mutate(struct engine *e, const struct eng_mutation *m,
                                 struct eng_result *res, eng_done_fn done, void *cookie)
 {
+    struct parity_engine *pe = pe_of(e);
+    if (pe->serving)
+        return pe->serving->ops->mutate(pe->serving, m, res, done, cookie);
     memset(res, 0, sizeof(*res));
     res->status = ENG_FAILED;
     res->msg = NO_KEYS_MSG;
@@ -152,12 +240,37 @@ static void stats_general(struct parity_engine *pe, eng_stat_fn emit, void *ctx)
     }
 }
 
+static void stats_recovery(struct parity_engine *pe, eng_stat_fn emit, void *ctx)
+{
+    size_t done, total;
+    uint64_t bytes;
+    recovery_progress(&pe->rec, &done, &total, &bytes);
+    emit(ctx, "recovery_serving_dp", "%d", pe->serving_dp);
+    emit(ctx, "recovery_units_done", "%zu", done);
+    emit(ctx, "recovery_units_total", "%zu", total);
+    emit(ctx, "recovery_bytes", "%" PRIu64, bytes);
+    emit(ctx, "recovery_leader", "%d", pe->rec.view_leader == pe->index ? 1 : 0);
+    emit(ctx, "recovery_batches", "%" PRIu64, pe->rec.batches_done);
+    emit(ctx, "recovery_batches_dropped", "%" PRIu64, pe->rec.batches_dropped);
+    emit(ctx, "recovery_units_requested", "%" PRIu64, pe->rec.units_requested);
+    emit(ctx, "recovery_bytes_decoded", "%" PRIu64, pe->rec.bytes_decoded);
+}
+
 static bool parity_stats(struct engine *e, const char *group, eng_stat_fn emit, void *ctx)
 {
+    struct parity_engine *pe = pe_of(e);
     if (group[0] == '\0') {
-        stats_general(pe_of(e), emit, ctx);
+        if (pe->serving) {
+            /* The keys we serve come first: clients read curr_items etc. */
+            pe->serving->ops->stats(pe->serving, group, emit, ctx);
+            stats_recovery(pe, emit, ctx);
+            return true;
+        }
+        stats_general(pe, emit, ctx);
         return true;
     }
+    if (pe->serving && strcmp(group, "settings") != 0)
+        return pe->serving->ops->stats(pe->serving, group, emit, ctx);
     /* No items, slabs or sizes on a parity process; settings are the server's. */
     return strcmp(group, "items") == 0 || strcmp(group, "slabs") == 0 ||
            strcmp(group, "sizes") == 0 || strcmp(group, "settings") == 0;
@@ -165,11 +278,18 @@ static bool parity_stats(struct engine *e, const char *group, eng_stat_fn emit, 
 
 static void parity_stats_reset(struct engine *e)
 {
-    repl_receiver_stats_reset(pe_of(e)->receiver);
+    struct parity_engine *pe = pe_of(e);
+    repl_receiver_stats_reset(pe->receiver);
+    if (pe->serving)
+        pe->serving->ops->stats_reset(pe->serving);
 }
 
 static void parity_tick(struct engine *e, time_t now)
 {
+    struct parity_engine *pe = pe_of(e);
+    recovery_tick(&pe->rec);
+    if (pe->serving)
+        pe->serving->ops->tick(pe->serving, now);
 }
 
 /* ---- admin: cocytus info | region | meta | used ---- */
@@ -246,6 +366,20 @@ static bool admin_info(struct parity_engine *pe, const struct reply *r)
         info_dp(r, &p->dps[i]);
     reply_printf(r, "STAT meta_bytes %zu\r\n", parity_meta_bytes(p));
     reply_printf(r, "STAT rss %" PRIu64 "\r\n", engine_process_rss());
+    char view[256];
+    group_view_format(&pe->view, view, sizeof(view));
+    reply_printf(r, "STAT group_view %s\r\n", view);
+    if (pe->serving) {
+        size_t done, total;
+        uint64_t bytes;
+        recovery_progress(&pe->rec, &done, &total, &bytes);
+        reply_printf(r, "STAT serving_dp %d\r\n", pe->serving_dp);
+        reply_printf(r, "STAT serving_xid %" PRIu64 "\r\n", engine_data_committed(pe->serving));
+        reply_printf(r, "STAT serving_items %zu\r\n", engine_data_items(pe->serving));
+        reply_printf(r, "STAT recovery_units_done %zu\r\n", done);
+        reply_printf(r, "STAT recovery_units_total %zu\r\n", total);
+        reply_printf(r, "STAT recovery_bytes %" PRIu64 "\r\n", bytes);
+    }
     reply_str(r, "END\r\n");
     return true;
 }
@@ -281,8 +415,20 @@ static const struct parity_dp *admin_dp(struct parity_engine *pe, int argc, char
     return &pe->state.dps[dp];
 }
 
+/* The DP we serve keeps its table in its data engine now. */
+static bool served_admin(struct parity_engine *pe, int argc, char **argv, const struct reply *r)
+{
+    uint64_t dp;
+    if (!pe->serving || argc != 2 || !parse_u64(argv[1], &dp) || (int64_t)dp != pe->serving_dp)
+        return false;
+    char *words[1] = { argv[0] };
+    return pe->serving->ops->admin(pe->serving, 1, words, r->write, r->ctx);
+}
+
 static bool admin_meta(struct parity_engine *pe, int argc, char **argv, const struct reply *r)
 {
+    if (served_admin(pe, argc, argv, r))
+        return true;
     const struct parity_dp *d = admin_dp(pe, argc, argv, r, "usage: cocytus meta <dp>");
     if (d == NULL)
         return true;
@@ -297,6 +443,8 @@ static bool admin_meta(struct parity_engine *pe, int argc, char **argv, const st
 
 static bool admin_used(struct parity_engine *pe, int argc, char **argv, const struct reply *r)
 {
+    if (served_admin(pe, argc, argv, r))
+        return true;
     const struct parity_dp *d = admin_dp(pe, argc, argv, r, "usage: cocytus used <dp>");
     if (d == NULL)
         return true;
@@ -317,6 +465,13 @@ static bool parity_admin(struct engine *e, int argc, char **argv, eng_write_fn w
         return false;
     if (strcmp(argv[0], "info") == 0)
         return argc == 1 ? admin_info(pe, &r) : client_error(&r, "usage: cocytus info");
+    if (strcmp(argv[0], "dpinfo") == 0) {
+        /* The data engine of the DP we serve: its xids, items, queue. */
+        if (!pe->serving)
+            return client_error(&r, "this parity process serves no data process");
+        char *words[1] = { "info" };
+        return pe->serving->ops->admin(pe->serving, 1, words, write, ctx);
+    }
     if (strcmp(argv[0], "region") == 0)
         return admin_region(pe, argc, argv, &r);
     if (strcmp(argv[0], "meta") == 0)
@@ -331,12 +486,19 @@ static bool parity_admin(struct engine *e, int argc, char **argv, eng_write_fn w
 static void parity_destroy_engine(struct engine *e)
 {
     struct parity_engine *pe = pe_of(e);
+    if (pe->serving)
+        pe->serving->ops->destroy(pe->serving);
     if (pe->listener != NULL)
         link_listener_free(pe->listener);
     repl_receiver_free(pe->receiver);
+    recovery_destroy(&pe->rec);
+    pe->state.data_units = NULL;
     parity_destroy(&pe->state);
     free(pe);
 }
+
+static void parity_control(struct engine *e, const char *text, size_t len);
+static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len);
 
 static const struct engine_ops parity_ops = {
     .name = "parity",
@@ -348,7 +510,307 @@ static const struct engine_ops parity_ops = {
     .tick = parity_tick,
     .destroy = parity_destroy_engine,
     .admin = parity_admin,
+    .slot_keys = parity_slot_keys,
+    .read_wait = parity_read_wait,
+    .control = parity_control,
+    .heartbeat_extra = parity_heartbeat_extra,
 };
+
+/* ---- recovery: what recovery.c needs from us ---- */
+
+static int env_to_source(void *ctx, int dp, uint16_t type, const struct iovec *iov, int n)
+{
+    struct parity_engine *pe = ctx;
+    return repl_receiver_sendv(pe->receiver, dp, type, iov, n);
+}
+
+static int env_to_pp(void *ctx, int pp, uint16_t type, const struct iovec *iov, int n)
+{
+    struct parity_engine *pe = ctx;
+    return pe->serving ? engine_data_sendv_to(pe->serving, pp, type, iov, n) : -1;
+}
+
+static void env_local_fetch(void *ctx, const struct recov_msg *m)
+{
+    struct parity_engine *pe = ctx;
+    if (pe->serving)
+        engine_data_fetch(pe->serving, m);
+}
+
+static int env_hold(void *ctx, int dp, uint64_t xid)
+{
+    struct parity_engine *pe = ctx;
+    const struct repl_source *src = &pe->state.dps[dp].src;
+    if (xid > src->received_xid || xid < src->applied_xid)
+        return -1;
+    if (parity_apply(&pe->state, dp, xid) != 0)
+        return -1;
+    pe->hold_at[dp] = xid;
+    return 0;
+}
+
+static void env_release(void *ctx, int dp)
+{
+    struct parity_engine *pe = ctx;
+    pe->hold_at[dp] = UINT64_MAX;
+    if (parity_apply(&pe->state, dp, pe->declared[dp]) != 0)
+        pe_log(pe, "dp %d: %s", dp, pe->state.dps[dp].src.why);
+}
+
+static void env_arrived(void *ctx)
+{
+    struct parity_engine *pe = ctx;
+    if (pe->serving)
+        engine_data_units_arrived(pe->serving);
+}
+
+static void env_zero(void *ctx, uint64_t off, uint64_t len)
+{
+    struct parity_engine *pe = ctx;
+    uint8_t *p = pe->state.region + off;
+    if (madvise(p, (size_t)len, MADV_DONTNEED) != 0)
+        memset(p, 0, (size_t)len);
+}
+
+static void env_log(void *ctx, const char *line)
+{
+    pe_log(ctx, "recovery: %s", line);
+}
+
+/* The data engine of a takeover asks for units and hands over the
+ * recovery traffic that reaches it on its links. */
+static bool units_ready(void *ctx, uint64_t off, uint64_t len)
+{
+    return recovery_units_ready(ctx, off, len);
+}
+
+static void units_need(void *ctx, uint64_t off, uint64_t len)
+{
+    recovery_need(ctx, off, len);
+}
+
+static void units_message(void *ctx, int peer, uint16_t type, const uint8_t *payload,
+                          uint32_t len)
+{
+    recovery_on_message(ctx, type, payload, len);
+}
+
+static int recovery_start(struct parity_engine *pe)
+{
+    struct recovery_env env = {
+        .ctx = pe,
+        .base = pe->base,
+        .p = &pe->state,
+        .to_source = env_to_source,
+        .to_pp = env_to_pp,
+        .local_fetch = env_local_fetch,
+        .hold = env_hold,
+        .release = env_release,
+        .arrived = env_arrived,
+        .zero = env_zero,
+        .log = env_log,
+    };
+    return recovery_init(&pe->rec, &env, pe->index, pe->state.k, pe->state.m);
+}
+
+/* ---- recovery: the coordinator's messages ---- */
+
+static void ctl_reply(struct parity_engine *pe, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void ctl_reply(struct parity_engine *pe, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (!pe->cfg.ctl_send || pe->cfg.ctl_send(pe->cfg.ctl_arg, text) < 0)
+        pe_log(pe, "cannot answer the coordinator (%s): its link is down", text);
+}
+
+/* "prepare <g> <dp>": the DP is dead.  Take nothing more of it and say how
+ * far its stream reached here (paper 4.1.1: the minimum over the group's
+ * parity processes is the stable xid). */
+static void ctl_prepare(struct parity_engine *pe, int dp)
+{
+    const struct repl_source *src = &pe->state.dps[dp].src;
+    if (!pe->prepared[dp]) {
+        pe->prepared[dp] = true;
+        repl_receiver_fence(pe->receiver, dp, "this data process was declared dead");
+    }
+    pe_log(pe, "prepare dp %d: fenced; received xid %" PRIu64 ", applied %" PRIu64, dp,
+           src->received_xid, src->applied_xid);
+    ctl_reply(pe, "prepared %d %d %" PRIu64, pe->group, dp, src->received_xid);
+}
+
+/* Records of dp up to stable are applied, the rest dropped: they never
+ * reached every parity process, so no client saw them acknowledged. */
+static int settle_stream(struct parity_engine *pe, int dp, uint64_t stable)
+{
+    struct repl_source *src = &pe->state.dps[dp].src;
+    if (stable > src->received_xid || stable < src->applied_xid) {
+        pe_log(pe, "dp %d: stable xid %" PRIu64 " outside what we hold (applied %" PRIu64
+               ", received %" PRIu64 ")", dp, stable, src->applied_xid, src->received_xid);
+        return -1;
+    }
+    size_t dropped = src->buffer.count;
+    if (parity_apply(&pe->state, dp, stable) != 0 ||
+        parity_truncate_after(&pe->state, dp, stable) != 0) {
+        pe_log(pe, "dp %d: cannot settle at xid %" PRIu64 ": %s", dp, stable, src->why);
+        return -1;
+    }
+    pe->declared[dp] = stable;
+    pe->hold_at[dp] = UINT64_MAX;
+    dropped -= src->buffer.count;
+    pe_log(pe, "dp %d settled at stable xid %" PRIu64 " (%zu buffered records applied or "
+           "dropped)", dp, stable, dropped);
+    return 0;
+}
+
+/* "truncate <g> <dp> <stable> <pp>": settle dp's stream; pp serves it now. */
+static void ctl_truncate(struct parity_engine *pe, int dp, uint64_t stable, int pp)
+{
+    if (settle_stream(pe, dp, stable) != 0)
+        return;
+    pe->view.dp_server[dp] = pp;
+    pe->view.pp_state[pp] = GV_PP_SERVING;
+    pe->view.pp_serves[pp] = dp;
+    ctl_reply(pe, "truncated %d %d", pe->group, dp);
+}
+
+/* "takeover <g> <dp> <stable>": we serve dp from now on. */
+static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
+{
+    if (pe->serving) {
+        if (pe->serving_dp == dp)
+            ctl_reply(pe, "serving %d %d", pe->group, dp);
+        else
+            pe_log(pe, "takeover of dp %d refused: already serving dp %d", dp, pe->serving_dp);
+        return;
+    }
+    if (settle_stream(pe, dp, stable) != 0)
+        return;
+    struct parity_dp *d = &pe->state.dps[dp];
+    int peers[RECOV_MAX_M], npeers = 0;
+    for (int j = 0; j < pe->state.m; j++)
+        if (j != pe->index && pe->view.pp_state[j] != GV_PP_DEAD)
+            peers[npeers++] = j;
+    if (recovery_serve(&pe->rec, dp) != 0) {
+        pe_log(pe, "out of memory starting the recovery of dp %d", dp);
+        return;
+    }
+    pe->state.data_units = &pe->rec.own;
+    struct dalloc *fresh = dalloc_new(pe->state.region_size);
+    struct data_recovery_config rc = {
+        .dp = dp,
+        .self_pp = pe->index,
+        .meta = &d->meta,
+        .alloc = d->alloc,
+        .region = pe->state.region,
+        .peers = peers,
+        .npeers = npeers,
+        .start_xid = stable,
+        .cas_start = d->max_cas + 1,
+        .units = { .ctx = &pe->rec, .ready = units_ready, .need = units_need,
+                   .message = units_message },
+    };
+    struct engine_config cfg = pe->cfg;
+    cfg.index = dp;
+    pe->serving = fresh ? engine_data_recovery_new(&cfg, &rc) : NULL;
+    if (!pe->serving) {
+        dalloc_destroy(fresh);
+        pe_log(pe, "cannot start serving dp %d", dp);
+        return;
+    }
+    d->alloc = fresh;    /* the old one is the data engine's now */
+    pe->serving_dp = dp;
+    pe->view.dp_server[dp] = pe->index;
+    pe->view.pp_state[pe->index] = GV_PP_SERVING;
+    pe->view.pp_serves[pe->index] = dp;
+    pe_log(pe, "now the recovery process of dp %d: %zu keys, xid %" PRIu64 ", replicating to "
+           "%d parity process(es)", dp, engine_data_items(pe->serving), stable, npeers);
+    ctl_reply(pe, "serving %d %d", pe->group, dp);
+}
+
+static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
+{
+    struct group_view v;
+    if (group_view_parse(&v, pe->state.k, pe->state.m, text, len) < 0) {
+        pe_log(pe, "malformed group view '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+        return;
+    }
+    if (v.version < pe->view.version)
+        return;
+    pe->view = v;
+    if (pe->serving)
+        engine_data_set_view(pe->serving, &v);
+    recovery_set_view(&pe->rec, &v);
+}
+
+/* Split "<verb> <g> <a> [<b> [<c>]]" into numbers; the view's text is the
+ * rest after "<g> ". */
+static int ctl_numbers(const char *text, size_t len, uint64_t *num, int max, size_t *rest)
+{
+    size_t i = 0;
+    while (i < len && text[i] != ' ')
+        i++;
+    int n = 0;
+    while (i < len && n < max) {
+        i++;   /* the space */
+        if (i >= len || text[i] < '0' || text[i] > '9')
+            return -1;
+        uint64_t v = 0;
+        while (i < len && text[i] >= '0' && text[i] <= '9') {
+            v = v * 10 + (uint64_t)(text[i] - '0');
+            i++;
+        }
+        if (i < len && text[i] != ' ')
+            return -1;
+        num[n++] = v;
+    }
+    *rest = i < len ? i + 1 : len;
+    return n;
+}
+
+static void parity_control(struct engine *e, const char *text, size_t len)
+{
+    struct parity_engine *pe = pe_of(e);
+    uint64_t num[4];
+    size_t rest;
+    int k = pe->state.k, m = pe->state.m;
+    if (len > 6 && memcmp(text, "group ", 6) == 0) {
+        if (ctl_numbers(text, len, num, 1, &rest) == 1 && num[0] == (uint64_t)pe->group)
+            ctl_group(pe, text + rest, len - rest);
+        return;
+    }
+    int n = ctl_numbers(text, len, num, 4, &rest);
+    if (n < 2 || num[0] != (uint64_t)pe->group || num[1] >= (uint64_t)k) {
+        pe_log(pe, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+        return;
+    }
+    int dp = (int)num[1];
+    if (len > 8 && memcmp(text, "prepare ", 8) == 0 && n == 2)
+        ctl_prepare(pe, dp);
+    else if (len > 9 && memcmp(text, "truncate ", 9) == 0 && n == 4 && num[3] < (uint64_t)m)
+        ctl_truncate(pe, dp, num[2], (int)num[3]);
+    else if (len > 9 && memcmp(text, "takeover ", 9) == 0 && n == 3)
+        ctl_takeover(pe, dp, num[2]);
+    else
+        pe_log(pe, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+}
+
+static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len)
+{
+    struct parity_engine *pe = pe_of(e);
+    if (!pe->serving)
+        return 0;
+    size_t done, total;
+    uint64_t bytes;
+    recovery_progress(&pe->rec, &done, &total, &bytes);
+    int n = snprintf(buf, len, "rec %d %zu %zu %" PRIu64, pe->serving_dp, done, total, bytes);
+    return n > 0 && (size_t)n < len ? (size_t)n : 0;
+}
 
 static int receiver_start(struct parity_engine *pe)
 {
@@ -368,7 +830,8 @@ static int receiver_start(struct parity_engine *pe)
         .wrong_role = "a parity process takes links from data processes only",
         .no_such = "no such data process in this coding group",
         .verbose = pe->verbose != 0,
-        .hooks = { .apply = hook_apply, .log = hook_log },
+        .hooks = { .apply = hook_apply, .log = hook_log, .message = hook_message,
+                   .resolve = hook_resolve },
         .owner = pe,
     };
     pe->receiver = repl_receiver_new(&cfg);
@@ -416,11 +879,22 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
     if (pe == NULL)
         return NULL;
     pe->base = cfg->base;
+    pe->cfg = *cfg;
     pe->group = cfg->group;
     pe->index = cfg->index;
     pe->verbose = cfg->verbose;
     pe->engine.ops = &parity_ops;
     pe->engine.priv = pe;
+    pe->serving_dp = -1;
+    if (c->k > RECOV_MAX_K || c->n - c->k > RECOV_MAX_M) {
+        pe_log(pe, "RS(%d,%d) is larger than recovery supports (%d data, %d parity)", c->k, c->n,
+               RECOV_MAX_K, RECOV_MAX_M);
+        free(pe);
+        return NULL;
+    }
+    group_view_init(&pe->view, c->k, c->n - c->k);
+    for (int i = 0; i < RECOV_MAX_K; i++)
+        pe->hold_at[i] = UINT64_MAX;
     char err[256];
     if (parity_init(&pe->state, c->k, c->n, cfg->index, c->region_size, cfg->hashpower,
                     err, sizeof(err)) != 0) {
@@ -428,7 +902,7 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
         free(pe);
         return NULL;
     }
-    if (receiver_start(pe) != 0 || start_listener(pe, c, me) != 0) {
+    if (recovery_start(pe) != 0 || receiver_start(pe) != 0 || start_listener(pe, c, me) != 0) {
         parity_destroy_engine(&pe->engine);
         return NULL;
     }

@@ -17,6 +17,7 @@
 
 #include "alloc.h"
 #include "codec.h"
+#include "recovery.h"
 
 /* ---- setup ---- */
 
@@ -132,15 +133,44 @@ static int replay_ops(struct parity_dp *d, const struct record *r)
     return 0;
 }
 
+/* On a recovery process only the units that are still parity take the
+ * delta: the others hold the served DP's data now. */
+static void xor_parity_units(struct parity *p, struct parity_dp *d, const struct record *r)
+{
+    const struct unit_map *u = p->data_units;
+    uint64_t off = r->data_off, end = r->data_off + r->data_len;
+    while (off < end) {
+        uint64_t unit_end = (off / RECOV_UNIT + 1) * RECOV_UNIT;
+        uint64_t run_end = unit_end < end ? unit_end : end;
+        bool parity = !unit_map_has(u, (size_t)(off / RECOV_UNIT));
+        /* Extend the run over following units of the same kind. */
+        while (run_end < end &&
+               !unit_map_has(u, (size_t)(run_end / RECOV_UNIT)) == parity) {
+            run_end += RECOV_UNIT;
+            if (run_end > end)
+                run_end = end;
+        }
+        if (parity)
+            codec_delta_apply(p->codec, p->parity_index, d->index, p->region + off,
+                              r->data + (off - r->data_off), (size_t)(run_end - off));
+        off = run_end;
+    }
+}
+
 static void xor_delta(struct parity *p, struct parity_dp *d, const struct record *r)
 {
     if (r->data_len == 0)
         return;
-    codec_delta_apply(p->codec, p->parity_index, d->index, p->region + r->data_off,
-                      r->data, r->data_len);
+    if (p->data_units)
+        xor_parity_units(p, d, r);
+    else
+        codec_delta_apply(p->codec, p->parity_index, d->index, p->region + r->data_off,
+                          r->data, r->data_len);
     d->delta_bytes += r->data_len;
     if (r->data_off + r->data_len > p->touched_end)
         p->touched_end = r->data_off + r->data_len;
+    if (r->data_off + r->data_len > d->touched_end)
+        d->touched_end = r->data_off + r->data_len;
 }
 
 /* The repl_apply_fn of a parity process: ctx is the DP's parity_dp. */
@@ -154,6 +184,9 @@ static int apply_record(void *ctx, const struct record *r)
                                          r->data_off, r->data_len, p->region_size);
     if (replay_ops(d, r) != 0)
         return -1;
+    for (uint32_t i = 0; i < r->nops; i++)
+        if (r->ops[i].type == ROP_PUT && r->ops[i].cas > d->max_cas)
+            d->max_cas = r->ops[i].cas;
     xor_delta(p, d, r);
     return 0;
 }

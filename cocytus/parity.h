@@ -22,6 +22,7 @@
 
 struct codec;
 struct dalloc;
+struct unit_map;
 
 struct parity;
 
@@ -34,6 +35,9 @@ struct parity_dp {
     struct meta_table meta;      /* backup of DP i's table */
     struct dalloc *alloc;        /* replica of DP i's allocator */
     uint64_t delta_bytes;        /* bytes XORed into the parity region */
+    uint64_t touched_end;        /* furthest byte its deltas reached: beyond it
+                                  * its region is known to be zero */
+    uint64_t max_cas;            /* largest cas of its applied PUTs */
 };
 
 struct parity {
@@ -44,6 +48,10 @@ struct parity {
     uint64_t region_size;
     uint64_t touched_end;        /* highest region offset a delta reached */
     struct parity_dp *dps;       /* k of them */
+    /* A recovery process: units of the region that hold the served DP's
+     * data instead of parity (recovery.h); deltas skip them.  NULL on a
+     * plain parity process. */
+    const struct unit_map *data_units;
 };
 
 /* 0, or -1 with a message in err.  region_size must be a positive multiple

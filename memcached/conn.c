@@ -312,6 +312,33 @@ static void mutation_done(void *cookie, const struct eng_result *res)
     conn_release(c);
 }
 
+/* The engine can serve the read a connection waits for: counted like a
+ * mutation in flight, so the connection stays blocked (and alive) until
+ * then. */
+static void read_ready(void *cookie, const struct eng_result *res)
+{
+    struct conn *c = cookie;
+    (void)res;
+    c->inflight--;
+    if (conn_release(c))
+        return;
+    if (c->inflight == 0 && c->blocked) {
+        c->blocked = false;
+        conn_process(c);
+    }
+    conn_flush(c);
+    conn_release(c);
+}
+
+bool conn_read_waits(struct conn *c, const char *key, size_t nkey)
+{
+    struct engine *e = c->srv->engine;
+    if (!e->ops->read_wait || !e->ops->read_wait(e, key, nkey, read_ready, c))
+        return false;
+    c->inflight++;
+    return true;
+}
+
 void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
                  resp_complete_fn complete)
 {

@@ -93,6 +93,11 @@ eng_status conn_get(struct conn *c, const char *key, size_t nkey,
 /* True when a mutation of this connection is still in flight: a protocol
  * must not start a read now (return CONN_PARSE_BLOCKED instead). */
 bool conn_writes_inflight(const struct conn *c);
+/* Before a read of key is served: true when the engine cannot serve it yet
+ * (a recovery process rebuilding the value's units).  The protocol then
+ * returns CONN_PARSE_BLOCKED without consuming the request; the connection
+ * parses it again once the engine is ready. */
+bool conn_read_waits(struct conn *c, const char *key, size_t nkey);
 
 struct engine *conn_engine(const struct conn *c);
 struct server *conn_server(const struct conn *c);

@@ -146,6 +146,19 @@ struct engine_ops {
      * (migrate.c) collects a slot's keys with it. */
     size_t (*slot_keys)(struct engine *e, unsigned slot,
                         void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
+    /* Optional: called before a read of key is served.  Returns false when
+     * the read can be served now; true when it must wait (a recovery
+     * process rebuilding the value's units): done(cookie, NULL-free result)
+     * is then called later from the event loop and the read is retried. */
+    bool (*read_wait)(struct engine *e, const char *key, size_t nkey, eng_done_fn done,
+                      void *cookie);
+    /* Optional: a recovery message from the coordinator (one line of text,
+     * not NUL-terminated; docs/recovery.md).  Answers go back through the
+     * config's ctl_send. */
+    void (*control)(struct engine *e, const char *text, size_t len);
+    /* Optional: words appended to the heartbeat (recovery progress);
+     * returns their length (0: none). */
+    size_t (*heartbeat_extra)(struct engine *e, char *buf, size_t len);
 };
 
 struct engine {
@@ -167,6 +180,10 @@ struct engine_config {
     const struct cluster *cluster;
     int group;
     int index;
+    /* Sends one control message to the coordinator (0, or -1 when its link
+     * is down); NULL without a coordinator. */
+    int (*ctl_send)(void *arg, const char *text);
+    void *ctl_arg;
 };
 
 /* The plain engine: an ordinary memcached cache. */

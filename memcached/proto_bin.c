@@ -885,6 +885,8 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
 
     if (bin_opcode_is_read(rq.hdr.opcode) && conn_writes_inflight(c))
         return CONN_PARSE_BLOCKED;
+    if (bin_opcode_is_read(rq.hdr.opcode) && rq.nkey > 0 && conn_read_waits(c, rq.key, rq.nkey))
+        return CONN_PARSE_BLOCKED;
 
     if (!bin_reply_if_moved(c, &rq))
         bin_dispatch(c, &rq);

@@ -764,6 +764,17 @@ static bool reply_if_moved(struct conn *c, const struct text_req *req)
     return true;
 }
 
+/* A key of the request whose value the engine cannot serve yet. */
+static bool retrieval_waits(struct conn *c, const struct text_req *req)
+{
+    const char *p = req->keys, *end = req->keys + req->nkeys_len, *key;
+    size_t nkey;
+    while (text_next_key(&p, end, &key, &nkey))
+        if (conn_read_waits(c, key, nkey))
+            return true;
+    return false;
+}
+
 static bool needs_own_writes(enum text_cmd cmd)
 {
     return is_retrieval(cmd) || cmd == TC_STATS || cmd == TC_ADMIN;
@@ -796,6 +807,8 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
         break;
     }
     if (needs_own_writes(req.cmd) && conn_writes_inflight(c))
+        return CONN_PARSE_BLOCKED;
+    if (is_retrieval(req.cmd) && retrieval_waits(c, &req))
         return CONN_PARSE_BLOCKED;
     *consumed = req.total;
     if (reply_if_moved(c, &req))

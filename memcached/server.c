@@ -187,6 +187,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     server_shutdown(s);
 }
 
+/* The engines' way to the coordinator (recovery answers). */
+static int server_ctl_send(void *arg, const char *text)
+{
+    struct server *s = arg;
+    return s->coord ? coord_client_send(s->coord, text) : -1;
+}
+
 static struct engine *engine_for_role(struct server *s, struct event_base *base)
 {
     const struct settings *st = &s->settings;
@@ -202,6 +209,8 @@ static struct engine *engine_for_role(struct server *s, struct event_base *base)
         .cluster = s->cluster,
         .group = st->group,
         .index = st->index,
+        .ctl_send = server_ctl_send,
+        .ctl_arg = s,
     };
     if (strcmp(st->role, "plain") == 0)
         return engine_plain_new(&cfg);
@@ -287,7 +296,13 @@ int server_set_slotmap(struct server *s, struct slotmap *m)
     s->slotmap = m;
     const struct cluster_proc *p = server_own_proc(s);
     s->slot_self = p ? slotmap_find(m, p->host, p->port) : -1;
-    s->routes = s->cluster && s->cluster->routing && s->slot_self >= 0;
+    /* A serving process that is no longer in the map (a data process whose
+     * keys another process took over while it was dead) serves no slot:
+     * every key gets MOVED to its owner, never an answer from its empty
+     * table. */
+    bool serving_role = p && (p->role == ROLE_DATA || p->role == ROLE_PRIMARY ||
+                              p->role == ROLE_PLAIN);
+    s->routes = s->cluster && s->cluster->routing && (s->slot_self >= 0 || serving_role);
     s->config_reply = slotmap_config_reply(m, &s->config_reply_len);
     return s->config_reply ? 0 : -1;
 }

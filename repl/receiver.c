@@ -186,6 +186,8 @@ struct peer {
     struct link *link;            /* current link, NULL when down */
     struct event *close_ev;       /* drops the link outside its callbacks */
     bool divergence_logged;
+    bool fenced;                  /* refused: closed and rejected (recovery) */
+    char fence_why[REJECT_MAX];
     uint64_t records;
     uint64_t duplicates;
     char reject[REJECT_MAX];      /* the last REJECT reason, kept for link.c */
@@ -316,9 +318,14 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
                      void *ctx)
 {
     struct peer *pr = ctx;
-    if (l != pr->link || pr->src->diverged)
+    if (l != pr->link || pr->src->diverged || pr->fenced)
         return;
     switch (type) {
+    case FT_REQUEST:
+    case FT_REPLY:
+        if (pr->rx->cfg.hooks.message)
+            pr->rx->cfg.hooks.message(pr->rx->cfg.owner, pr->index, type, payload, len);
+        break;
     case FT_RECORD:
         on_record(pr, payload, len);
         break;
@@ -391,15 +398,27 @@ bool repl_receiver_accept(void *owner, const struct link_identity *id, struct li
                           const char **reason)
 {
     struct repl_receiver *rx = owner;
-    if (id->role != rx->cfg.sender_role) {
-        *reason = rx->cfg.wrong_role;
+    int index;
+    if (rx->cfg.hooks.resolve) {
+        index = rx->cfg.hooks.resolve(rx->cfg.owner, id, reason);
+        if (index < 0 || index >= rx->cfg.nsources)
+            return false;
+    } else {
+        if (id->role != rx->cfg.sender_role) {
+            *reason = rx->cfg.wrong_role;
+            return false;
+        }
+        if (id->index >= (uint32_t)rx->cfg.nsources) {
+            *reason = rx->cfg.no_such;
+            return false;
+        }
+        index = (int)id->index;
+    }
+    struct peer *pr = &rx->peers[index];
+    if (pr->fenced) {
+        *reason = pr->fence_why;
         return false;
     }
-    if (id->index >= (uint32_t)rx->cfg.nsources) {
-        *reason = rx->cfg.no_such;
-        return false;
-    }
-    struct peer *pr = &rx->peers[id->index];
     if (pr->src->diverged)   /* link.c logs the rejection with this reason */
         return reject(pr, reason, "%s %d diverged at %s", rx->cfg.noun, pr->index,
                       pr->src->why);
@@ -465,6 +484,43 @@ void repl_receiver_peer_stats(const struct repl_receiver *rx, int index,
     out->link_up = pr->link != NULL && link_is_up(pr->link);
     out->records = pr->records;
     out->duplicates = pr->duplicates;
+}
+
+void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason)
+{
+    struct peer *pr = &rx->peers[index];
+    pr->fenced = true;
+    snprintf(pr->fence_why, sizeof(pr->fence_why), "%s", reason);
+    if (pr->link != NULL) {
+        evtimer_del(pr->close_ev);
+        link_close(pr->link);
+        pr->link = NULL;
+    }
+}
+
+void repl_receiver_unfence(struct repl_receiver *rx, int index)
+{
+    rx->peers[index].fenced = false;
+}
+
+bool repl_receiver_fenced(const struct repl_receiver *rx, int index)
+{
+    return rx->peers[index].fenced;
+}
+
+int repl_receiver_sendv(struct repl_receiver *rx, int index, uint16_t type,
+                        const struct iovec *iov, int iovcnt)
+{
+    struct peer *pr = &rx->peers[index];
+    if (pr->link == NULL || pr->fenced || !link_is_up(pr->link))
+        return -1;
+    return link_sendv(pr->link, type, iov, iovcnt);
+}
+
+bool repl_receiver_link_up(const struct repl_receiver *rx, int index)
+{
+    const struct peer *pr = &rx->peers[index];
+    return pr->link != NULL && !pr->fenced && link_is_up(pr->link);
 }
 
 void repl_receiver_stats_reset(struct repl_receiver *rx)

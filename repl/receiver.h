@@ -89,6 +89,14 @@ struct repl_receiver_hooks {
     int (*apply)(void *owner, int index, uint64_t stable);
     /* One log line, without a newline; the owner adds its own prefix. */
     void (*log)(void *owner, const char *line);
+    /* Optional: a REQUEST or REPLY frame on source index's link (recovery
+     * traffic), in order with that source's records. */
+    void (*message)(void *owner, int index, uint16_t type, const uint8_t *payload,
+                    uint32_t len);
+    /* Optional: which source a verified peer is.  Returns the source index,
+     * or -1 with *reason set to refuse it.  Without it a peer must have the
+     * configured sender role, and its index is the source index. */
+    int (*resolve)(void *owner, const struct link_identity *id, const char **reason);
 };
 
 struct repl_receiver_config {
@@ -129,5 +137,19 @@ struct repl_peer_stats {
 void repl_receiver_peer_stats(const struct repl_receiver *rx, int index,
                               struct repl_peer_stats *out);
 void repl_receiver_stats_reset(struct repl_receiver *rx);
+
+/* Refuse source index from now on (recovery: a data process declared dead
+ * is fenced so that, were it only hung, nothing more of it is taken): its
+ * link is closed and its HELLOs are rejected with reason.  unfence takes
+ * it again (its new server, a recovery process, is resolved to it). */
+void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason);
+void repl_receiver_unfence(struct repl_receiver *rx, int index);
+bool repl_receiver_fenced(const struct repl_receiver *rx, int index);
+
+/* Send a REQUEST/REPLY frame on source index's link.  0, or -1 when the
+ * link is down. */
+int repl_receiver_sendv(struct repl_receiver *rx, int index, uint16_t type,
+                        const struct iovec *iov, int iovcnt);
+bool repl_receiver_link_up(const struct repl_receiver *rx, int index);
 
 #endif

@@ -64,7 +64,7 @@ static void fatal_oom(const struct sender *s, const char *what, uint64_t xid)
 static void send_all(struct sender *s, uint16_t type, const void *p, uint32_t len)
 {
     for (int j = 0; j < s->npeers; j++) {
-        if (s->peers[j].link && link_is_up(s->peers[j].link))
+        if (!s->peers[j].dropped && s->peers[j].link && link_is_up(s->peers[j].link))
             link_send(s->peers[j].link, type, p, len);
     }
 }
@@ -171,6 +171,8 @@ static uint64_t min_over_peers(const struct sender *s, bool written)
 {
     uint64_t m = UINT64_MAX;
     for (int j = 0; j < s->npeers; j++) {
+        if (s->peers[j].dropped)
+            continue;
         uint64_t v = written ? s->peers[j].written : s->peers[j].acked;
         if (v < m)
             m = v;
@@ -254,6 +256,10 @@ static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, ui
 {
     struct sender_peer *p = ctx;
     struct sender *s = p->s;
+    if ((type == FT_REQUEST || type == FT_REPLY) && s->cb->message) {
+        s->cb->message(s->ctx, p->index, type, payload, len);
+        return;
+    }
     if (type != FT_ACK || len < 8) {
         if (s->verbose)
             sender_log(s, "ignoring frame type %u from peer %d", type, p->index);
@@ -295,6 +301,19 @@ int sender_init(struct sender *s, struct event_base *base, const struct cluster 
                 enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
                 const char *who, int verbose)
 {
+    int peers[SENDER_MAX_PEERS];
+    for (int j = 0; j < npeers && j < SENDER_MAX_PEERS; j++)
+        peers[j] = j;
+    return sender_init_peers(s, base, c, group, my_role, my_index, peer_role, peers, npeers,
+                             sync, cb, ctx, who, verbose);
+}
+
+int sender_init_peers(struct sender *s, struct event_base *base, const struct cluster *c,
+                      int group, enum link_role my_role, int my_index,
+                      enum cluster_role peer_role, const int *peer_index, int npeers,
+                      enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
+                      const char *who, int verbose)
+{
     static const struct link_callbacks link_cb = {
         .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
         .on_drained = peer_drained,
@@ -322,19 +341,19 @@ int sender_init(struct sender *s, struct event_base *base, const struct cluster 
     me.role = (uint8_t)my_role;
     me.index = (uint32_t)my_index;
     for (int j = 0; j < npeers; j++) {
-        const struct cluster_proc *pp = cluster_find(c, group, peer_role, j);
+        const struct cluster_proc *pp = cluster_find(c, group, peer_role, peer_index[j]);
         if (!pp) {
             sender_log(s, "the cluster file has no %s %d in group %d", cluster_role_name(peer_role),
-                       j, group);
+                       peer_index[j], group);
             return -1;
         }
         s->peers[j].s = s;
-        s->peers[j].index = j;
+        s->peers[j].index = peer_index[j];
         s->peers[j].link = link_connect(base, pp->host, pp->link_port, &me, c->secret, &link_cb,
                                         &s->peers[j]);
         if (!s->peers[j].link) {
-            sender_log(s, "cannot start a link to %s %d at %s:%d", cluster_role_name(peer_role), j,
-                       pp->host, pp->link_port);
+            sender_log(s, "cannot start a link to %s %d at %s:%d", cluster_role_name(peer_role),
+                       peer_index[j], pp->host, pp->link_port);
             return -1;
         }
     }
@@ -418,6 +437,67 @@ uint64_t sender_send(struct sender *s, uint32_t nops, const struct rec_op *ops,
     return r.xid;
 }
 
+void sender_start_at(struct sender *s, uint64_t xid)
+{
+    s->xid = s->stable = s->committed = xid;
+    for (int j = 0; j < s->npeers; j++)
+        s->peers[j].acked = s->peers[j].written = xid;
+}
+
+static struct sender_peer *peer_by_index(struct sender *s, int index)
+{
+    for (int j = 0; j < s->npeers; j++)
+        if (s->peers[j].index == index)
+            return &s->peers[j];
+    return NULL;
+}
+
+bool sender_has_peer(const struct sender *s, int index)
+{
+    struct sender_peer *p = peer_by_index((struct sender *)s, index);
+    return p && !p->dropped;
+}
+
+int sender_live_peers(const struct sender *s)
+{
+    int n = 0;
+    for (int j = 0; j < s->npeers; j++)
+        n += !s->peers[j].dropped;
+    return n;
+}
+
+void sender_drop_peer(struct sender *s, int index)
+{
+    struct sender_peer *p = peer_by_index(s, index);
+    if (!p || p->dropped)
+        return;
+    p->dropped = true;
+    if (p->link) {
+        link_close(p->link);
+        p->link = NULL;
+    }
+    sender_log(s, "peer %d declared dead: left out of the ack set (%d of %d peers remain)",
+               index, sender_live_peers(s), s->npeers);
+    if (s->sync == SENDER_SYNC_SEMI)
+        commit_upto(s, min_over_peers(s, true));
+    advance_stable(s);
+}
+
+bool sender_peer_up(const struct sender *s, int index)
+{
+    struct sender_peer *p = peer_by_index((struct sender *)s, index);
+    return p && !p->dropped && p->link && link_is_up(p->link);
+}
+
+int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iovec *iov,
+                    int iovcnt)
+{
+    struct sender_peer *p = peer_by_index(s, index);
+    if (!p || p->dropped || !p->link || !link_is_up(p->link))
+        return -1;
+    return link_sendv(p->link, type, iov, iovcnt);
+}
+
 void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
 {
     char line[256];
@@ -429,7 +509,8 @@ void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
     for (int j = 0; j < s->npeers; j++) {
         const struct sender_peer *p = &s->peers[j];
         n = snprintf(line, sizeof(line), "STAT peer%d_acked %" PRIu64 "\r\nSTAT peer%d_link %s\r\n",
-                     j, p->acked, j, p->link && link_is_up(p->link) ? "up" : "down");
+                     p->index, p->acked, p->index,
+                     p->dropped ? "dead" : p->link && link_is_up(p->link) ? "up" : "down");
         write(ctx, line, (size_t)n);
     }
 }

@@ -47,11 +47,15 @@ struct sender_callbacks {
     /* Writes can never commit any more (this process restarted without its
      * state): the owner answers what it still holds with an error. */
     void (*refused)(void *ctx);
+    /* Optional: a REQUEST or REPLY frame from a peer (recovery traffic);
+     * peer is the peer's index in the cluster (not its slot here). */
+    void (*message)(void *ctx, int peer, uint16_t type, const uint8_t *payload, uint32_t len);
 };
 
 struct sender_peer {
     struct sender *s;
-    int index;
+    int index;                 /* the peer's index in the cluster file */
+    bool dropped;              /* declared dead: no longer in the ack set */
     struct link *link;
     uint64_t acked;            /* cumulative acknowledgement */
     uint64_t written;          /* SEMI: newest xid handed to the kernel */
@@ -92,7 +96,37 @@ int sender_init(struct sender *s, struct event_base *base, const struct cluster 
                 enum link_role my_role, int my_index, enum cluster_role peer_role, int npeers,
                 enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
                 const char *who, int verbose);
+/* The same with an explicit list of peer indexes (cluster_find(c, group,
+ * peer_role, peers[j])): a recovery process replicates to every parity
+ * process of its group but itself. */
+int sender_init_peers(struct sender *s, struct event_base *base, const struct cluster *c,
+                      int group, enum link_role my_role, int my_index,
+                      enum cluster_role peer_role, const int *peers, int npeers,
+                      enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
+                      const char *who, int verbose);
 void sender_destroy(struct sender *s);
+
+/* Continue a stream that another process began: the last xid assigned,
+ * stable and committed are all xid (a recovery process takes over a dead
+ * data process's stream at the stable xid the preparation found).  Only
+ * before the first sender_send(). */
+void sender_start_at(struct sender *s, uint64_t xid);
+
+/* Peer `index` (cluster index) was declared dead: close its link and leave
+ * it out of the ack set from now on (records become stable without it;
+ * the group runs with reduced redundancy).  Records waiting only for it
+ * commit now.  No-op for an unknown or already dropped peer. */
+void sender_drop_peer(struct sender *s, int index);
+bool sender_has_peer(const struct sender *s, int index);
+/* Peers still in the ack set. */
+int sender_live_peers(const struct sender *s);
+
+/* Send a REQUEST/REPLY frame to peer `index` (cluster index) on its link,
+ * in order with the records sent so far.  0, or -1 if that link is down or
+ * the peer is unknown or dropped. */
+int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iovec *iov,
+                    int iovcnt);
+bool sender_peer_up(const struct sender *s, int index);
 
 /* The xid the next sender_send() will assign. */
 static inline uint64_t sender_next_xid(const struct sender *s)

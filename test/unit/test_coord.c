@@ -33,6 +33,14 @@ START_TEST(test_parse_server_messages)
     ck_assert_int_eq(m.pid, 99);
     ck_assert_uint_eq(m.epoch, UINT64_MAX);
     ck_assert_uint_eq(m.rss, 4096000);
+    ck_assert_ptr_null(m.body);
+
+    /* Recovery progress rides on the heartbeat after <rss>. */
+    ck_assert_int_eq(parse("hb 1 2 3 rec 0 10 20 5", &m), 0);
+    ck_assert_int_eq(m.kind, CTL_HB);
+    ck_assert_uint_eq(m.rss, 3);
+    ck_assert_uint_eq(m.body_len, 13);
+    ck_assert_int_eq(memcmp(m.body, "rec 0 10 20 5", 13), 0);
 
     ck_assert_int_eq(parse("migrated 16383 8 ok", &m), 0);
     ck_assert_int_eq(m.kind, CTL_MIGRATED);
@@ -72,7 +80,7 @@ START_TEST(test_parse_refuses)
 {
     static const char *const bad[] = {
         "", "hello", "hello 1", "hello 1 2 3", "hello -1 2", "hello 1 x", "hello  1 2",
-        "hello 1 2 ", " hello 1 2", "hb 1 2", "hb 1 2 3 4", "hb 1 2 +3",
+        "hello 1 2 ", " hello 1 2", "hb 1 2", "hb 1 2 3 ", "hb 1 2 +3",
         "hello 1 99999999999999999999", "hello 99999999999 1",
         "migrated 16384 1 ok", "migrated 1 1", "migrated 1 1 ok extra", "migrated 1 1 maybe",
         "migrated 1 1 failed", "migrate 1 127.0.0.1 2", "migrate 1 127.0.0.1:0 2",

@@ -1,0 +1,107 @@
+/* coord_internal.h - the coordinator's state, shared by its files:
+ * coord.c (membership, the map, moves, admin words) and coord_recovery.c
+ * (failure handling: preparation, takeover, group views).  Not for use
+ * outside cluster/. */
+#ifndef CLUSTER_COORD_INTERNAL_H
+#define CLUSTER_COORD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cluster.h"
+#include "coord.h"
+#include "engine.h"
+#include "recovery.h"
+#include "slotmap.h"
+
+struct link;
+struct link_listener;
+struct event;
+struct server;
+struct coord_groups;
+
+#define MEMBER_NAME_MAX (CLUSTER_HOST_MAX + 64)
+#define ADDR_MAX (SLOTMAP_HOST_MAX + 8)
+#define REPLY_LINE_MAX 512
+
+enum member_state { MEMBER_UNKNOWN, MEMBER_ALIVE, MEMBER_DEAD };
+
+struct coord;
+
+/* One server process of the cluster file, as the coordinator sees it. */
+struct member {
+    struct coord *co;
+    const struct cluster_proc *proc;
+    struct link *link;              /* the control link, NULL while down */
+    enum member_state state;
+    long pid;
+    uint64_t epoch;                 /* last reported */
+    uint64_t rss;
+    uint64_t last_heard_ms;         /* monotonic; 0: never */
+    uint64_t pushed_epoch;          /* the last map sent to it, and when */
+    uint64_t pushed_at_ms;
+    uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
+};
+
+enum move_state { MOVE_RUNNING, MOVE_DONE, MOVE_FAILED };
+
+struct move {
+    unsigned slot;
+    char from[ADDR_MAX], to[ADDR_MAX];
+    int to_endpoint;                /* index in the map */
+    uint64_t epoch;                 /* the map's epoch once it is done */
+    enum move_state state;
+    char why[COORD_WHY_MAX];
+    struct member *source, *dest;
+};
+
+struct coord {
+    struct server *s;
+    const struct cluster *c;
+    struct slotmap map;             /* authoritative */
+    char *body;                     /* slotmap_encode(map), sent as "map <body>" */
+    size_t nbody;
+    struct member *members;
+    int nmembers;
+    struct link_listener *listener;
+    struct event *timer;
+    uint64_t started_ms;
+    struct move *moves;             /* every move of this run, oldest first */
+    int nmoves, cap_moves;
+    int running;                    /* index in moves, -1 if none */
+    char msg[REPLY_LINE_MAX];       /* engine result text */
+    struct coord_groups *groups;    /* coding groups' failure state (coord_recovery.c) */
+};
+
+/* ---- coord.c, for coord_recovery.c ---- */
+
+uint64_t coord_now_ms(void);
+void coord_log_member(const struct member *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Send one control message to a member; -1 when its link is down. */
+int coord_send(struct member *m, const char *text);
+/* Make next (co takes its contents) the authoritative map: persist, adopt,
+ * push to everyone.  0, or -1 (out of memory; next is freed). */
+int coord_publish_map(struct coord *co, struct slotmap *next);
+struct member *coord_member(struct coord *co, int group, enum cluster_role role, int index);
+
+/* ---- coord_recovery.c ---- */
+
+int coord_recovery_init(struct coord *co);
+void coord_recovery_free(struct coord *co);
+/* A member died / said hello. */
+void coord_recovery_on_dead(struct coord *co, struct member *m);
+void coord_recovery_on_hello(struct coord *co, struct member *m);
+/* A recovery answer (prepared, truncated, serving) from m. */
+void coord_recovery_on_answer(struct coord *co, struct member *m, const char *text, size_t len);
+/* Heartbeat progress words of m ("rec <dp> <done> <total> <bytes>"). */
+void coord_recovery_on_progress(struct coord *co, struct member *m, const char *text,
+                                size_t len);
+/* Every CHECK_EVERY_MS: resend what was not answered. */
+void coord_recovery_check(struct coord *co);
+/* "cocytus groups": one line per group. */
+void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx);
+/* The processes that restarted empty in a place another process serves. */
+bool coord_recovery_joining(const struct coord *co, const struct member *m);
+
+#endif

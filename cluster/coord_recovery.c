@@ -1,0 +1,585 @@
+/* coord_recovery.c - what the coordinator does when a process of a coding
+ * group dies (docs/recovery.md).
+ *
+ * Each group has a view: who serves each logical data process (its own
+ * process, or a parity process that took it over) and the state of each
+ * parity process (parity, serving a dead DP, dead).  Every member of the
+ * group gets the view after each change ("group <g> <view>"), and again
+ * after each hello.
+ *
+ * A dead parity process only changes the view: the group's data processes
+ * leave it out of their ack set and writes go on with one parity less.
+ *
+ * A dead DP (or a dead recovery process, which is a dead DP too) is taken
+ * over in three steps, each answered by the group's parity processes:
+ *   prepare <g> <f>            -> prepared <g> <f> <received xid>
+ *       the stable xid is the minimum over every parity process that still
+ *       holds parity (paper 4.1.1); then one of them, r, is chosen;
+ *   truncate <g> <f> <xid> <r> -> truncated <g> <f>      (all but r)
+ *       they apply f's records up to the stable xid, drop the rest, and
+ *       learn that r will send f's stream from now on;
+ *   takeover <g> <f> <xid>     -> serving <g> <f>        (r)
+ *       r serves f's keys.
+ * Then the slot map gets a new epoch in which f's endpoint is r's client
+ * port, and it is persisted and pushed like a move.  A step that stays
+ * unanswered for a second is sent again; a participant that dies drops out
+ * of it; the recovery process dying before it serves restarts the
+ * takeover.  When no parity process is left to take over, the group has
+ * lost data: that is logged and shown, and other groups go on. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coord_internal.h"
+#include "link.h"
+
+#define RESEND_AFTER_MS 1000
+
+enum dp_phase { PH_NONE, PH_PREPARE, PH_TRUNCATE, PH_TAKEOVER };
+
+struct takeover {
+    enum dp_phase phase;
+    uint32_t waiting;               /* parity processes yet to answer (bits) */
+    uint32_t participants;
+    uint64_t stable;
+    int r;                          /* the chosen recovery process */
+    uint64_t dead_at_us;            /* when the death was seen */
+    uint64_t step_at_ms;            /* the last step was sent then */
+    uint64_t prepare_us;            /* preparation time (prepare sent -> all answered) */
+    uint64_t prepare_started_us;
+};
+
+struct progress {
+    uint64_t done, total, bytes;
+    uint64_t rate;                  /* bytes/s, from the last two heartbeats */
+    uint64_t at_ms;
+};
+
+struct cgroup {
+    int g;
+    struct group_view view;
+    struct takeover tk[RECOV_MAX_K];
+    struct progress prog[RECOV_MAX_M];
+    bool lost;
+    char lost_why[160];
+    /* Figures of the last takeover, for `cocytus groups` and drills. */
+    uint64_t last_serve_ms;         /* death -> recovery process serving */
+    uint64_t last_prepare_us;
+};
+
+struct coord_groups {
+    int n;
+    struct cgroup *g;
+};
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static bool rs_cluster(const struct coord *co)
+{
+    return co->c->scheme == SCHEME_RS && co->groups;
+}
+
+static struct cgroup *group_of(struct coord *co, int g)
+{
+    return rs_cluster(co) && g >= 0 && g < co->groups->n ? &co->groups->g[g] : NULL;
+}
+
+static bool alive(const struct member *m)
+{
+    return m && m->state == MEMBER_ALIVE && m->link;
+}
+
+static struct member *pp_member(struct coord *co, int g, int j)
+{
+    return coord_member(co, g, ROLE_PARITY, j);
+}
+
+/* ---- views ---- */
+
+static void send_view_to(struct coord *co, struct cgroup *cg, struct member *m)
+{
+    char text[320], view[256];
+    group_view_format(&cg->view, view, sizeof(view));
+    snprintf(text, sizeof(text), "group %d %s", cg->g, view);
+    coord_send(m, text);
+}
+
+static void broadcast_view(struct coord *co, struct cgroup *cg)
+{
+    cg->view.version++;
+    char view[256];
+    group_view_format(&cg->view, view, sizeof(view));
+    fprintf(stderr, "coordinator: group %d view %s\n", cg->g, view);
+    for (int i = 0; i < co->nmembers; i++) {
+        struct member *m = &co->members[i];
+        if (m->proc->group == cg->g && alive(m))
+            send_view_to(co, cg, m);
+    }
+}
+
+/* ---- the map ---- */
+
+/* f's endpoint now points at r's client port. */
+static void publish_takeover(struct coord *co, struct cgroup *cg, int f, int r)
+{
+    const struct cluster_proc *rp = pp_member(co, cg->g, r)->proc;
+    struct slotmap next;
+    if (coord_map_copy(&next, &co->map) < 0) {
+        fprintf(stderr, "coordinator: out of memory publishing group %d dp %d's takeover\n",
+                cg->g, f);
+        return;
+    }
+    int e = -1;
+    for (int i = 0; i < next.nendpoints; i++)
+        if (next.endpoints[i].group == cg->g && next.endpoints[i].role == ROLE_DATA &&
+            next.endpoints[i].index == f)
+            e = i;
+    if (e < 0) {
+        fprintf(stderr, "coordinator: group %d dp %d is not in the slot map\n", cg->g, f);
+        slotmap_free(&next);
+        return;
+    }
+    snprintf(next.endpoints[e].host, sizeof(next.endpoints[e].host), "%s", rp->host);
+    next.endpoints[e].port = rp->port;
+    next.epoch = co->map.epoch + 1;
+    if (coord_publish_map(co, &next) < 0)
+        fprintf(stderr, "coordinator: out of memory publishing epoch %llu\n",
+                (unsigned long long)co->map.epoch + 1);
+}
+
+/* ---- the takeover of a dead DP ---- */
+
+static void mark_lost(struct coord *co, struct cgroup *cg, int f, const char *why)
+{
+    struct takeover *tk = &cg->tk[f];
+    tk->phase = PH_NONE;
+    cg->view.dp_server[f] = -2;
+    if (!cg->lost)
+        snprintf(cg->lost_why, sizeof(cg->lost_why), "dp %d: %s", f, why);
+    cg->lost = true;
+    fprintf(stderr, "coordinator: DATA LOSS in group %d: data process %d cannot be recovered "
+            "(%s); the group's other keys are still served, other groups are not affected\n",
+            cg->g, f, why);
+    broadcast_view(co, cg);
+}
+
+static void send_step(struct coord *co, struct cgroup *cg, int f)
+{
+    struct takeover *tk = &cg->tk[f];
+    char text[128];
+    tk->step_at_ms = coord_now_ms();
+    for (int j = 0; j < cg->view.m; j++) {
+        if (!(tk->waiting & (1u << j)))
+            continue;
+        if (tk->phase == PH_PREPARE)
+            snprintf(text, sizeof(text), "prepare %d %d", cg->g, f);
+        else if (tk->phase == PH_TRUNCATE)
+            snprintf(text, sizeof(text), "truncate %d %d %" PRIu64 " %d", cg->g, f, tk->stable,
+                     tk->r);
+        else
+            snprintf(text, sizeof(text), "takeover %d %d %" PRIu64, cg->g, f, tk->stable);
+        coord_send(pp_member(co, cg->g, j), text);
+    }
+}
+
+/* The parity processes that still hold parity and are alive. */
+static uint32_t holders(struct coord *co, struct cgroup *cg)
+{
+    uint32_t set = 0;
+    for (int j = 0; j < cg->view.m; j++)
+        if (cg->view.pp_state[j] != GV_PP_DEAD && alive(pp_member(co, cg->g, j)))
+            set |= 1u << j;
+    return set;
+}
+
+static void start_takeover(struct coord *co, struct cgroup *cg, int f)
+{
+    struct takeover *tk = &cg->tk[f];
+    uint64_t dead_at = tk->phase != PH_NONE ? tk->dead_at_us : now_us();
+    memset(tk, 0, sizeof(*tk));
+    tk->dead_at_us = dead_at;
+    cg->view.dp_server[f] = -2;
+    tk->participants = holders(co, cg);
+    if (tk->participants == 0) {
+        mark_lost(co, cg, f, "no parity process of the group is left");
+        return;
+    }
+    tk->phase = PH_PREPARE;
+    tk->waiting = tk->participants;
+    tk->stable = UINT64_MAX;
+    tk->prepare_started_us = now_us();
+    fprintf(stderr, "coordinator: group %d dp %d is dead: preparing its stream on %d parity "
+            "process(es)\n", cg->g, f, __builtin_popcount(tk->participants));
+    broadcast_view(co, cg);
+    send_step(co, cg, f);
+}
+
+/* The lowest-index parity process in parity state among the participants. */
+static int choose_recovery_process(struct coord *co, struct cgroup *cg, uint32_t among)
+{
+    for (int j = 0; j < cg->view.m; j++)
+        if ((among & (1u << j)) && cg->view.pp_state[j] == GV_PP_PARITY &&
+            alive(pp_member(co, cg->g, j)))
+            return j;
+    return -1;
+}
+
+static void go_takeover(struct coord *co, struct cgroup *cg, int f)
+{
+    struct takeover *tk = &cg->tk[f];
+    tk->phase = PH_TAKEOVER;
+    tk->waiting = 1u << tk->r;
+    send_step(co, cg, f);
+}
+
+static void prepared_all(struct coord *co, struct cgroup *cg, int f)
+{
+    struct takeover *tk = &cg->tk[f];
+    tk->prepare_us = now_us() - tk->prepare_started_us;
+    cg->last_prepare_us = tk->prepare_us;
+    tk->r = choose_recovery_process(co, cg, tk->participants);
+    if (tk->r < 0) {
+        mark_lost(co, cg, f, "every parity process left already serves another data process");
+        return;
+    }
+    fprintf(stderr, "coordinator: group %d dp %d: stable xid %" PRIu64 " (preparation %.3f ms); "
+            "parity process %d takes over\n", cg->g, f, tk->stable,
+            (double)tk->prepare_us / 1000.0, tk->r);
+    tk->phase = PH_TRUNCATE;
+    tk->waiting = tk->participants & ~(1u << tk->r);
+    if (tk->waiting == 0)
+        go_takeover(co, cg, f);
+    else
+        send_step(co, cg, f);
+}
+
+static void serving(struct coord *co, struct cgroup *cg, int f)
+{
+    struct takeover *tk = &cg->tk[f];
+    int r = tk->r;
+    tk->phase = PH_NONE;
+    cg->view.dp_server[f] = r;
+    cg->view.pp_state[r] = GV_PP_SERVING;
+    cg->view.pp_serves[r] = f;
+    memset(&cg->prog[r], 0, sizeof(cg->prog[r]));
+    publish_takeover(co, cg, f, r);
+    broadcast_view(co, cg);
+    cg->last_serve_ms = (now_us() - tk->dead_at_us) / 1000;
+    fprintf(stderr, "coordinator: group %d dp %d is served by parity process %d at epoch %llu, "
+            "%llu ms after its death was seen (preparation %.3f ms)\n", cg->g, f, r,
+            (unsigned long long)co->map.epoch, (unsigned long long)cg->last_serve_ms,
+            (double)tk->prepare_us / 1000.0);
+}
+
+/* A participant is gone: it answers no more. */
+static void drop_participant(struct coord *co, struct cgroup *cg, int j)
+{
+    for (int f = 0; f < cg->view.k; f++) {
+        struct takeover *tk = &cg->tk[f];
+        if (tk->phase == PH_NONE || !(tk->participants & (1u << j)))
+            continue;
+        if ((tk->phase == PH_TRUNCATE || tk->phase == PH_TAKEOVER) && tk->r == j) {
+            /* The chosen one died before serving: start over without it. */
+            start_takeover(co, cg, f);
+            continue;
+        }
+        tk->participants &= ~(1u << j);
+        tk->waiting &= ~(1u << j);
+        if (tk->waiting != 0)
+            continue;
+        if (tk->phase == PH_PREPARE) {
+            if (tk->participants == 0)
+                mark_lost(co, cg, f, "no parity process of the group is left");
+            else
+                prepared_all(co, cg, f);
+        } else if (tk->phase == PH_TRUNCATE) {
+            go_takeover(co, cg, f);
+        }
+    }
+}
+
+/* ---- events ---- */
+
+void coord_recovery_on_dead(struct coord *co, struct member *m)
+{
+    const struct cluster_proc *p = m->proc;
+    struct cgroup *cg = group_of(co, p->group);
+    if (!cg)
+        return;
+    if (p->role == ROLE_DATA) {
+        /* Only the process that serves it: a replaced one that died again
+         * changes nothing. */
+        if (cg->view.dp_server[p->index] == -1 && cg->tk[p->index].phase == PH_NONE)
+            start_takeover(co, cg, p->index);
+        return;
+    }
+    if (p->role != ROLE_PARITY)
+        return;
+    int j = p->index;
+    enum gv_pp was = cg->view.pp_state[j];
+    int served = cg->view.pp_serves[j];
+    if (was == GV_PP_DEAD)
+        return;
+    cg->view.pp_state[j] = GV_PP_DEAD;
+    cg->view.pp_serves[j] = -1;
+    memset(&cg->prog[j], 0, sizeof(cg->prog[j]));
+    fprintf(stderr, "coordinator: group %d parity process %d is dead%s\n", cg->g, j,
+            was == GV_PP_SERVING ? " (it served a dead data process)" : "");
+    drop_participant(co, cg, j);
+    if (was == GV_PP_SERVING && served >= 0)
+        start_takeover(co, cg, served);   /* broadcasts the view */
+    else
+        broadcast_view(co, cg);
+}
+
+void coord_recovery_on_hello(struct coord *co, struct member *m)
+{
+    struct cgroup *cg = group_of(co, m->proc->group);
+    if (!cg)
+        return;
+    send_view_to(co, cg, m);
+    if (coord_recovery_joining(co, m))
+        coord_log_member(m, "restarted, but its place is taken (group view); it stays "
+                         "joining and serves nothing until it is rebuilt");
+}
+
+bool coord_recovery_joining(const struct coord *co, const struct member *m)
+{
+    const struct cluster_proc *p = m->proc;
+    if (m->state != MEMBER_ALIVE || co->c->scheme != SCHEME_RS || !co->groups ||
+        p->group < 0 || p->group >= co->groups->n)
+        return false;
+    const struct cgroup *cg = &co->groups->g[p->group];
+    if (p->role == ROLE_DATA)
+        return cg->view.dp_server[p->index] != -1;
+    if (p->role == ROLE_PARITY)
+        return cg->view.pp_state[p->index] == GV_PP_DEAD;
+    return false;
+}
+
+/* "<verb> <g> <f> [<xid>]" */
+static int parse_answer(const char *text, size_t len, char *verb, size_t vlen, int *g, int *f,
+                        uint64_t *xid)
+{
+    char buf[128];
+    if (len >= sizeof(buf))
+        return -1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    unsigned long long x = 0;
+    int gg, ff;
+    char v[16];
+    int n = sscanf(buf, "%15s %d %d %llu", v, &gg, &ff, &x);
+    if (n < 3 || gg < 0 || ff < 0)
+        return -1;
+    snprintf(verb, vlen, "%s", v);
+    *g = gg;
+    *f = ff;
+    *xid = x;
+    return n;
+}
+
+void coord_recovery_on_answer(struct coord *co, struct member *m, const char *text, size_t len)
+{
+    char verb[16];
+    int g, f;
+    uint64_t xid;
+    int n = parse_answer(text, len, verb, sizeof(verb), &g, &f, &xid);
+    struct cgroup *cg = n >= 3 ? group_of(co, g) : NULL;
+    if (!cg || f >= cg->view.k || m->proc->role != ROLE_PARITY || m->proc->group != g) {
+        coord_log_member(m, "sent a malformed recovery answer '%.*s'; ignored",
+                         (int)(len > 80 ? 80 : len), text);
+        return;
+    }
+    struct takeover *tk = &cg->tk[f];
+    int j = m->proc->index;
+    if (!(tk->waiting & (1u << j)))
+        return;   /* late or repeated */
+    if (strcmp(verb, "prepared") == 0 && tk->phase == PH_PREPARE && n == 4) {
+        if (xid < tk->stable)
+            tk->stable = xid;
+        tk->waiting &= ~(1u << j);
+        if (tk->waiting == 0)
+            prepared_all(co, cg, f);
+    } else if (strcmp(verb, "truncated") == 0 && tk->phase == PH_TRUNCATE) {
+        tk->waiting &= ~(1u << j);
+        if (tk->waiting == 0)
+            go_takeover(co, cg, f);
+    } else if (strcmp(verb, "serving") == 0 && tk->phase == PH_TAKEOVER && j == tk->r) {
+        tk->waiting = 0;
+        serving(co, cg, f);
+    }
+}
+
+void coord_recovery_on_progress(struct coord *co, struct member *m, const char *text,
+                                size_t len)
+{
+    struct cgroup *cg = group_of(co, m->proc->group);
+    if (!cg || m->proc->role != ROLE_PARITY)
+        return;
+    char buf[128];
+    if (len >= sizeof(buf))
+        return;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    int f;
+    unsigned long long done, total, bytes;
+    if (sscanf(buf, "rec %d %llu %llu %llu", &f, &done, &total, &bytes) != 4)
+        return;
+    struct progress *pg = &cg->prog[m->proc->index];
+    uint64_t now = coord_now_ms();
+    if (pg->at_ms && now > pg->at_ms && bytes >= pg->bytes)
+        pg->rate = (bytes - pg->bytes) * 1000u / (now - pg->at_ms);
+    pg->done = done;
+    pg->total = total;
+    pg->bytes = bytes;
+    pg->at_ms = now;
+}
+
+void coord_recovery_check(struct coord *co)
+{
+    if (!rs_cluster(co))
+        return;
+    uint64_t now = coord_now_ms();
+    for (int g = 0; g < co->groups->n; g++) {
+        struct cgroup *cg = &co->groups->g[g];
+        for (int f = 0; f < cg->view.k; f++) {
+            struct takeover *tk = &cg->tk[f];
+            if (tk->phase != PH_NONE && now - tk->step_at_ms > RESEND_AFTER_MS)
+                send_step(co, cg, f);
+        }
+    }
+}
+
+/* ---- status ---- */
+
+static const char *group_state(const struct coord *co, const struct cgroup *cg, int *redundancy)
+{
+    int parity = 0;
+    bool busy = false, degraded = false, recovering = false;
+    for (int j = 0; j < cg->view.m; j++) {
+        if (cg->view.pp_state[j] == GV_PP_PARITY)
+            parity++;
+        else
+            degraded = true;
+        if (cg->view.pp_state[j] == GV_PP_SERVING && cg->prog[j].done < cg->prog[j].total)
+            recovering = true;
+        if (cg->view.pp_state[j] == GV_PP_SERVING && cg->prog[j].total == 0)
+            recovering = true;   /* no progress heard yet */
+    }
+    for (int f = 0; f < cg->view.k; f++)
+        if (cg->tk[f].phase != PH_NONE)
+            busy = true;
+    *redundancy = cg->lost ? 0 : parity;
+    if (cg->lost)
+        return "lost";
+    if (busy)
+        return "taking-over";
+    if (recovering)
+        return "recovering";
+    return degraded ? "degraded" : "healthy";
+}
+
+void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx)
+{
+    char line[768], view[256];
+    int n;
+    for (int g = 0; rs_cluster(co) && g < co->groups->n; g++) {
+        struct cgroup *cg = &co->groups->g[g];
+        int red;
+        const char *st = group_state(co, cg, &red);
+        group_view_format(&cg->view, view, sizeof(view));
+        n = snprintf(line, sizeof(line), "group %d %s redundancy %d/%d view %s "
+                     "last_serve_ms %llu last_prepare_us %llu", g, st, red, cg->view.m, view,
+                     (unsigned long long)cg->last_serve_ms,
+                     (unsigned long long)cg->last_prepare_us);
+        for (int j = 0; j < cg->view.m && n > 0 && (size_t)n < sizeof(line); j++) {
+            const struct progress *pg = &cg->prog[j];
+            if (cg->view.pp_state[j] != GV_PP_SERVING)
+                continue;
+            n += snprintf(line + n, sizeof(line) - (size_t)n,
+                          " rec pp%d dp%d units %llu/%llu bytes %llu rate %llu", j,
+                          cg->view.pp_serves[j], (unsigned long long)pg->done,
+                          (unsigned long long)pg->total, (unsigned long long)pg->bytes,
+                          (unsigned long long)pg->rate);
+        }
+        if (cg->lost && n > 0 && (size_t)n < sizeof(line))
+            n += snprintf(line + n, sizeof(line) - (size_t)n, " lost %s", cg->lost_why);
+        if (n > 0) {
+            size_t len = (size_t)n < sizeof(line) - 3 ? (size_t)n : sizeof(line) - 3;
+            line[len++] = '\r';
+            line[len++] = '\n';
+            write(wctx, line, len);
+        }
+    }
+    write(wctx, "END\r\n", 5);
+}
+
+/* ---- setup ---- */
+
+/* A map whose DP endpoint points at a parity process of its group means
+ * that parity process serves it (a coordinator restarted after a takeover). */
+static void view_from_map(struct coord *co, struct cgroup *cg)
+{
+    for (int e = 0; e < co->map.nendpoints; e++) {
+        const struct slotmap_endpoint *ep = &co->map.endpoints[e];
+        if (ep->group != cg->g || ep->role != ROLE_DATA || ep->index < 0 ||
+            ep->index >= cg->view.k)
+            continue;
+        for (int j = 0; j < cg->view.m; j++) {
+            const struct member *pm = pp_member(co, cg->g, j);
+            if (pm && pm->proc->port == ep->port && strcmp(pm->proc->host, ep->host) == 0) {
+                cg->view.dp_server[ep->index] = j;
+                cg->view.pp_state[j] = GV_PP_SERVING;
+                cg->view.pp_serves[j] = ep->index;
+            }
+        }
+    }
+}
+
+int coord_recovery_init(struct coord *co)
+{
+    if (co->c->scheme != SCHEME_RS)
+        return 0;
+    int k = co->c->k, m = co->c->n - co->c->k;
+    if (k > RECOV_MAX_K || m > RECOV_MAX_M) {
+        fprintf(stderr, "coordinator: RS(%d,%d) is beyond what recovery handles\n", k, co->c->n);
+        return -1;
+    }
+    co->groups = calloc(1, sizeof(*co->groups));
+    if (!co->groups)
+        return -1;
+    co->groups->n = co->c->ngroups;
+    co->groups->g = calloc((size_t)co->c->ngroups + 1, sizeof(*co->groups->g));
+    if (!co->groups->g)
+        return -1;
+    for (int g = 0; g < co->groups->n; g++) {
+        struct cgroup *cg = &co->groups->g[g];
+        cg->g = g;
+        group_view_init(&cg->view, k, m);
+        /* Versions must grow across coordinator restarts too: processes
+         * ignore a view older than the one they hold. */
+        cg->view.version = (uint64_t)time(NULL) * 1000u;
+        view_from_map(co, cg);
+    }
+    return 0;
+}
+
+void coord_recovery_free(struct coord *co)
+{
+    if (!co->groups)
+        return;
+    free(co->groups->g);
+    free(co->groups);
+    co->groups = NULL;
+}

@@ -1,0 +1,77 @@
+/* engine_data.h - what the data engine offers beyond the engine interface:
+ * group views (dead parity processes leave the ack set), and the recovery
+ * process's instance of it.
+ *
+ * A recovery process is a parity process that took over a dead data
+ * process's keys (docs/recovery.md).  It runs the very same data engine,
+ * built from the state the parity process already holds: the backup table
+ * and replica allocator of that data process, its parity region (which
+ * becomes the data region unit by unit), and the xid stream continued from
+ * the stable xid.  The only difference is that bytes of a unit not yet
+ * rebuilt cannot be read or overwritten: the engine asks for the unit and
+ * the request waits (reads through engine_ops.read_wait, writes in the
+ * write queue) until engine_data_units_arrived(). */
+#ifndef COCYTUS_ENGINE_DATA_H
+#define COCYTUS_ENGINE_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "meta.h"
+#include "recovery.h"
+
+struct dalloc;
+
+struct data_unit_hooks {
+    void *ctx;
+    /* Every unit of [off, off+len) holds data? */
+    bool (*ready)(void *ctx, uint64_t off, uint64_t len);
+    /* Ask for the missing units of [off, off+len) (deduplicated there). */
+    void (*need)(void *ctx, uint64_t off, uint64_t len);
+    /* A recovery message that is not for the data source role (a residual
+     * coming back to the leader on this process's links). */
+    void (*message)(void *ctx, int peer, uint16_t type, const uint8_t *payload, uint32_t len);
+};
+
+struct data_recovery_config {
+    int dp;                        /* the logical data process served */
+    int self_pp;                   /* our parity index: our identity on links */
+    struct meta_table *meta;       /* moved into the engine (left empty) */
+    struct dalloc *alloc;          /* taken over */
+    uint8_t *region;               /* borrowed: the parity engine's region */
+    const int *peers;              /* parity processes to replicate to */
+    int npeers;
+    uint64_t start_xid;            /* the stable xid of the preparation */
+    uint64_t cas_start;            /* larger than any cas the dead DP gave out */
+    struct data_unit_hooks units;
+};
+
+struct engine *engine_data_recovery_new(const struct engine_config *cfg,
+                                        const struct data_recovery_config *rc);
+
+/* Units arrived: waiting reads are retried, queued writes drained. */
+void engine_data_units_arrived(struct engine *e);
+
+/* A new group view: parity processes it marks dead leave the ack set. */
+void engine_data_set_view(struct engine *e, const struct group_view *v);
+
+/* The data source side of unit recovery: answer an RK_FETCH (from the
+ * leader, on any link) by sending each contributor the units and our
+ * committed xid, on our own link to it.  Exposed so the leader, when it
+ * serves a DP itself, can be its own source. */
+void engine_data_fetch(struct engine *e, const struct recov_msg *m);
+
+/* The committed xid (its logical timestamp T). */
+uint64_t engine_data_committed(struct engine *e);
+
+/* A REQUEST/REPLY frame on our link to parity process pp (recovery
+ * traffic of a recovery process).  0, or -1 when that link is down. */
+int engine_data_sendv_to(struct engine *e, int pp, uint16_t type, const struct iovec *iov,
+                         int n);
+
+/* "rec ..." progress words are the parity engine's; this gives the number
+ * of keys served (for status). */
+size_t engine_data_items(struct engine *e);
+
+#endif

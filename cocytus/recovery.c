@@ -1,0 +1,828 @@
+/* recovery.c - unit recovery on the parity side: the recovery leader that
+ * schedules batches of 4 KB units, and the contributor that turns its
+ * parity units into residuals (recovery.h has the protocol; the numbers in
+ * comments are the paper's five steps).
+ *
+ * One batch is in flight per group at a time.  All units of a batch share
+ * one pattern: the set F of logical data processes whose unit is still
+ * parity on their recovery process.  The leader asks every other logical
+ * DP's server for the units (step 1), each sends them with its committed
+ * xid T to the recovery processes of F (2); each of those holds the
+ * sender's stream at T (3a), accumulates coefficient x data (3b) and, once
+ * every source is in, sends region - accumulator (4); the leader solves
+ * for F (5) and hands out the result.  Requested units go first; idle time
+ * walks the region from a cursor.
+ *
+ * The leader keeps a shadow of every other recovery process's unit map:
+ * it decides every unit recovery of the group, so the shadow is exact from
+ * the moment that process started serving (its known-zero units included). */
+#include "config.h"
+
+#include "recovery.h"
+#include "recovery_int.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "codec.h"
+#include "frame.h"
+#include "parity.h"
+
+#define BG_BATCH_BYTES (1u << 20)       /* background batch: 1 MB of units */
+#define NEED_BATCH_BYTES (256u << 10)   /* requested units per batch */
+#define BATCH_TIMEOUT_MS 2000           /* a batch that takes longer is dropped */
+#define RETRY_MS 20                     /* after a failed or dropped batch */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+__attribute__((format(printf, 2, 3)))
+static void rlog(const struct recovery *rc, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    rc->env.log(rc->env.ctx, msg);
+}
+
+#define DEBUG(rc, ...) do { if ((rc)->debug) rlog(rc, __VA_ARGS__); } while (0)
+
+/* ---- unit maps of the group's recovery processes ---- */
+
+/* The unit map of the recovery process pp: ours, or the leader's shadow. */
+static struct unit_map *map_of(struct recovery *rc, int pp)
+{
+    if (pp == rc->self)
+        return rc->own_valid ? &rc->own : NULL;
+    return rc->shadow_valid[pp] ? &rc->shadow[pp] : NULL;
+}
+
+/* F for unit u: the logical DPs whose unit u is still parity (bit i). */
+static uint32_t pattern_of(struct recovery *rc, size_t u)
+{
+    uint32_t f = 0;
+    const struct group_view *v = &rc->view;
+    for (int j = 0; j < v->m; j++) {
+        if (v->pp_state[j] != GV_PP_SERVING)
+            continue;
+        struct unit_map *um = map_of(rc, j);
+        if (um && !unit_map_has(um, u))
+            f |= 1u << v->pp_serves[j];
+    }
+    return f;
+}
+
+/* Known-zero units of logical DP dp: beyond the furthest byte its records
+ * ever reached on this parity process. */
+static size_t first_zero_unit(const struct recovery *rc, int dp)
+{
+    uint64_t end = rc->env.p->dps[dp].touched_end;
+    return (size_t)((end + RECOV_UNIT - 1) / RECOV_UNIT);
+}
+
+static void mark_known_zero(struct unit_map *um, size_t from)
+{
+    for (size_t u = from; u < um->nunits; u++)
+        unit_map_set(um, u);
+}
+
+/* ---- contributor (steps 3 and 4) ---- */
+
+static void contrib_reset(struct recovery *rc)
+{
+    struct contrib *c = &rc->contrib;
+    for (int i = 0; i < RECOV_MAX_K; i++)
+        if (c->held[i]) {
+            c->held[i] = false;
+            rc->env.release(rc->env.ctx, i);
+        }
+    c->active = false;
+    c->announced = false;
+    c->id = 0;
+    c->nsources = 0;
+    c->got = 0;
+}
+
+/* A batch id we have not seen yet replaces the current one (the leader
+ * moved on, or dropped it). */
+static bool contrib_start(struct recovery *rc, uint64_t id, const struct recov_range *ranges,
+                          int nranges)
+{
+    struct contrib *c = &rc->contrib;
+    if (c->active && c->id == id)
+        return true;
+    /* Ids grow per leader (the leader's index is in the top bits): an
+     * older one of the same leader is a late message of a dropped batch. */
+    if (c->active && (id >> 48) == (c->id >> 48) && id < c->id)
+        return false;
+    contrib_reset(rc);
+    uint64_t bytes = recov_ranges_bytes(ranges, nranges);
+    if (bytes > c->acc_cap) {
+        uint8_t *n = realloc(c->acc, bytes);
+        if (!n)
+            return false;
+        c->acc = n;
+        c->acc_cap = bytes;
+    }
+    memset(c->acc, 0, bytes);
+    c->active = true;
+    c->id = id;
+    c->nranges = nranges;
+    memcpy(c->ranges, ranges, (size_t)nranges * sizeof(*ranges));
+    c->bytes = bytes;
+    c->started_ms = mono_ms();
+    return true;
+}
+
+static bool same_ranges(const struct contrib *c, const struct recov_range *r, int n)
+{
+    return c->nranges == n && memcmp(c->ranges, r, (size_t)n * sizeof(*r)) == 0;
+}
+
+/* Every source in and the batch announced: region - accumulator goes to
+ * the leader (or to ourselves when we lead). */
+static void contrib_finish_if_done(struct recovery *rc)
+{
+    struct contrib *c = &rc->contrib;
+    if (!c->active || !c->announced || c->got != c->want)
+        return;
+    uint64_t pos = 0;
+    const uint8_t *region = rc->env.p->region;
+    for (int i = 0; i < c->nranges; i++) {
+        const uint8_t *src = region + c->ranges[i].off;
+        uint8_t *dst = c->acc + pos;
+        for (uint32_t b = 0; b < c->ranges[i].len; b++)
+            dst[b] ^= src[b];
+        pos += c->ranges[i].len;
+    }
+    /* The residual is taken: the held streams may go on. */
+    uint64_t id = c->id;
+    for (int i = 0; i < RECOV_MAX_K; i++)
+        if (c->held[i]) {
+            c->held[i] = false;
+            rc->env.release(rc->env.ctx, i);
+        }
+    if (rc->view_leader == rc->self) {
+        leader_take_residual(rc, id, rc->self, c->acc, c->bytes);
+    } else {
+        struct recov_msg m;
+        memset(&m, 0, sizeof(m));
+        m.id = id;
+        m.kind = RK_RESIDUAL;
+        m.who = (uint32_t)rc->self;
+        m.nranges = c->nranges;
+        memcpy(m.ranges, c->ranges, (size_t)c->nranges * sizeof(*c->ranges));
+        uint8_t hdr[1024];
+        size_t nh = recov_encode_header(&m, hdr);
+        struct iovec iov[2] = { { hdr, nh }, { c->acc, c->bytes } };
+        int leader_dp = rc->view.pp_serves[rc->view_leader];
+        if (leader_dp < 0 || rc->env.to_source(rc->env.ctx, leader_dp, FT_REPLY, iov, 2) < 0)
+            rlog(rc, "batch %" PRIu64 ": cannot send the residual to the leader (parity %d)",
+                 id, rc->view_leader);
+    }
+    c->active = false;
+}
+
+/* Step 3: a source's units at its logical timestamp T. */
+static void contrib_on_data(struct recovery *rc, const struct recov_msg *m)
+{
+    struct contrib *c = &rc->contrib;
+    int src = (int)m->who;
+    if (src < 0 || src >= rc->view.k)
+        return;
+    if (!contrib_start(rc, m->id, m->ranges, m->nranges) || !same_ranges(c, m->ranges, m->nranges))
+        return;
+    DEBUG(rc, "batch %" PRIx64 ": data of dp %d at xid %" PRIu64 ", %" PRIu64 " bytes", m->id, src,
+          m->t, m->nbytes);
+    if (c->got & (1u << src))
+        return;
+    /* 3(a): our copy of this source's stream goes exactly to T and waits
+     * there until the residual is taken. */
+    if (rc->env.hold(rc->env.ctx, src, m->t) < 0) {
+        rlog(rc, "batch %" PRIu64 ": cannot hold dp %d's stream at xid %" PRIu64
+             "; batch dropped", m->id, src, m->t);
+        contrib_reset(rc);
+        return;
+    }
+    c->held[src] = true;
+    /* 3(b): subtract coefficient x data (GF(2^8) subtraction is XOR). */
+    uint8_t coef = codec_coef(rc->env.p->codec, rc->self, src);
+    codec_mul_xor(rc->env.p->codec, coef, c->acc, m->bytes, (size_t)m->nbytes);
+    c->got |= 1u << src;
+    contrib_finish_if_done(rc);
+}
+
+static void contrib_on_batch(struct recovery *rc, const struct recov_msg *m)
+{
+    struct contrib *c = &rc->contrib;
+    DEBUG(rc, "batch %" PRIx64 ": announced, %d sources", m->id, m->nlist);
+    if (!contrib_start(rc, m->id, m->ranges, m->nranges) || !same_ranges(c, m->ranges, m->nranges))
+        return;
+    c->announced = true;
+    c->want = 0;
+    for (int i = 0; i < m->nlist; i++)
+        c->want |= 1u << m->list[i];
+    contrib_finish_if_done(rc);
+}
+
+/* ---- results ---- */
+
+/* Units of ours arrive (decoded by the leader, or by ourselves). */
+static void install_units(struct recovery *rc, const struct recov_range *r, int n,
+                          const uint8_t *bytes)
+{
+    if (!rc->own_valid)
+        return;
+    uint8_t *region = rc->env.p->region;
+    uint64_t pos = 0;
+    for (int i = 0; i < n; i++) {
+        size_t u0 = (size_t)(r[i].off / RECOV_UNIT);
+        for (uint64_t b = 0; b < r[i].len; b += RECOV_UNIT) {
+            size_t u = u0 + (size_t)(b / RECOV_UNIT);
+            uint64_t ul = r[i].len - b < RECOV_UNIT ? r[i].len - b : RECOV_UNIT;
+            /* A unit already holding data may have been written since:
+             * never overwrite it. */
+            if (!unit_map_has(&rc->own, u)) {
+                memcpy(region + r[i].off + b, bytes + pos + b, (size_t)ul);
+                unit_map_set(&rc->own, u);
+                rc->recovered_bytes += ul;
+            }
+        }
+        pos += r[i].len;
+    }
+    rc->env.arrived(rc->env.ctx);
+    if (rc->own.done == rc->own.nunits && !rc->complete_logged) {
+        rc->complete_logged = true;
+        double secs = (double)(mono_us() - rc->serving_since_us) / 1e6;
+        rlog(rc, "dp %d fully recovered: %zu units, %" PRIu64 " bytes rebuilt in %.3f s",
+             rc->serving, rc->own.nunits, rc->recovered_bytes, secs);
+    }
+}
+
+/* ---- leader (steps 1 and 5) ---- */
+
+static void leader_schedule(struct recovery *rc);
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    leader_schedule(arg);
+}
+
+static void kick(struct recovery *rc, int ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    evtimer_add(rc->kick, &tv);
+}
+
+static void batch_drop(struct recovery *rc, const char *why)
+{
+    struct lbatch *b = &rc->batch;
+    if (!b->active)
+        return;
+    rlog(rc, "batch %" PRIu64 " dropped: %s", b->id, why);
+    b->active = false;
+    rc->batches_dropped++;
+    kick(rc, RETRY_MS);
+}
+
+/* Step 5: solve for the units of the lost DPs in pattern F. */
+static int decode_batch(struct recovery *rc, struct lbatch *b)
+{
+    struct codec *codec = rc->env.p->codec;
+    int k = rc->view.k, m = rc->view.m;
+    int nf = 0, fs[RECOV_MAX_K];
+    for (int i = 0; i < k; i++)
+        if (b->pattern & (1u << i))
+            fs[nf++] = i;
+    if (nf == 1) {
+        /* One unknown: D_f = Q / a(r, f). */
+        int r = rc->view.dp_server[fs[0]];
+        uint8_t a = codec_coef(codec, r, fs[0]), inv = 0;
+        for (int x = 1; x < 256 && !inv; x++) {
+            uint8_t prod = 0, xv = (uint8_t)x;
+            codec_mul_xor(codec, a, &prod, &xv, 1);
+            if (prod == 1)
+                inv = (uint8_t)x;
+        }
+        memset(b->out[fs[0]], 0, b->bytes);
+        codec_mul_xor(codec, inv, b->out[fs[0]], b->residual[r], b->bytes);
+        return 0;
+    }
+    /* Several: the residuals are parity of a stripe whose other data are
+     * zero; the codec's decoder does the rest. */
+    uint8_t *data[RECOV_MAX_K], *parity[RECOV_MAX_M];
+    int erasures[RECOV_MAX_K + RECOV_MAX_M], ne = 0;
+    memset(rc->zero, 0, b->bytes);
+    for (int i = 0; i < k; i++)
+        data[i] = (b->pattern & (1u << i)) ? b->out[i] : rc->zero;
+    for (int i = 0; i < nf; i++)
+        erasures[ne++] = fs[i];
+    for (int j = 0; j < m; j++) {
+        bool contributor = rc->view.pp_state[j] == GV_PP_SERVING &&
+                           (b->pattern & (1u << rc->view.pp_serves[j]));
+        if (contributor) {
+            parity[j] = b->residual[j];
+        } else {
+            parity[j] = rc->scratch[j];
+            erasures[ne++] = k + j;
+        }
+    }
+    return codec_decode(codec, erasures, ne, data, parity, b->bytes);
+}
+
+static void send_decoded(struct recovery *rc, struct lbatch *b, int f)
+{
+    int r = rc->view.dp_server[f];
+    if (r == rc->self) {
+        install_units(rc, b->ranges, b->nranges, b->out[f]);
+        return;
+    }
+    struct recov_msg m;
+    memset(&m, 0, sizeof(m));
+    m.id = b->id;
+    m.kind = RK_DECODED;
+    m.who = (uint32_t)f;
+    m.nranges = b->nranges;
+    memcpy(m.ranges, b->ranges, (size_t)b->nranges * sizeof(*b->ranges));
+    uint8_t hdr[1024];
+    size_t nh = recov_encode_header(&m, hdr);
+    struct iovec iov[2] = { { hdr, nh }, { b->out[f], b->bytes } };
+    if (rc->env.to_pp(rc->env.ctx, r, FT_REQUEST, iov, 2) < 0) {
+        rlog(rc, "batch %" PRIu64 ": cannot send dp %d's units to parity %d", b->id, f, r);
+        return;
+    }
+    /* The shadow follows what we handed out. */
+    struct unit_map *um = map_of(rc, r);
+    for (int i = 0; um && i < b->nranges; i++)
+        for (uint64_t x = 0; x < b->ranges[i].len; x += RECOV_UNIT)
+            unit_map_set(um, (size_t)((b->ranges[i].off + x) / RECOV_UNIT));
+}
+
+void leader_take_residual(struct recovery *rc, uint64_t id, int pp, const uint8_t *bytes,
+                          uint64_t n)
+{
+    struct lbatch *b = &rc->batch;
+    DEBUG(rc, "batch %" PRIx64 ": residual of pp %d (%" PRIu64 " bytes)", id, pp, n);
+    if (!b->active || b->id != id || pp < 0 || pp >= rc->view.m || n != b->bytes ||
+        !(b->want & (1u << pp)) || (b->got & (1u << pp)))
+        return;
+    memcpy(b->residual[pp], bytes, (size_t)n);
+    b->got |= 1u << pp;
+    if (b->got != b->want)
+        return;
+    if (decode_batch(rc, b) != 0) {
+        batch_drop(rc, "decoding failed");
+        return;
+    }
+    b->active = false;
+    rc->batches_done++;
+    rc->bytes_decoded += b->bytes;
+    for (int f = 0; f < rc->view.k; f++)
+        if (b->pattern & (1u << f))
+            send_decoded(rc, b, f);
+    uint64_t us = mono_us() - b->started_us;
+    if (us > rc->batch_us_max)
+        rc->batch_us_max = us;
+    /* Leave the loop a turn before the next batch: client requests first. */
+    kick(rc, 0);
+}
+
+static int grow_batch_buffers(struct recovery *rc, uint64_t bytes)
+{
+    if (bytes <= rc->bufcap)
+        return 0;
+    int k = rc->view.k, m = rc->view.m;
+    for (int i = 0; i < k; i++) {
+        uint8_t *n = realloc(rc->batch.out[i], bytes);
+        if (!n)
+            return -1;
+        rc->batch.out[i] = n;
+    }
+    for (int j = 0; j < m; j++) {
+        uint8_t *n = realloc(rc->batch.residual[j], bytes);
+        uint8_t *s = n ? realloc(rc->scratch[j], bytes) : NULL;
+        if (n)
+            rc->batch.residual[j] = n;
+        if (!s)
+            return -1;
+        rc->scratch[j] = s;
+    }
+    uint8_t *z = realloc(rc->zero, bytes);
+    if (!z)
+        return -1;
+    rc->zero = z;
+    rc->bufcap = bytes;
+    return 0;
+}
+
+/* Extend the batch with units of one pattern.  Returns false when full. */
+static bool batch_add(struct lbatch *b, size_t u, uint64_t len, uint64_t max_bytes)
+{
+    if (b->bytes + len > max_bytes)
+        return false;
+    uint64_t off = (uint64_t)u * RECOV_UNIT;
+    if (b->nranges > 0) {
+        struct recov_range *last = &b->ranges[b->nranges - 1];
+        if (last->off + last->len == off) {
+            last->len += (uint32_t)len;
+            b->bytes += len;
+            return true;
+        }
+        /* Already in the batch (a need listed twice)? */
+        for (int i = 0; i < b->nranges; i++)
+            if (off >= b->ranges[i].off && off < b->ranges[i].off + b->ranges[i].len)
+                return true;
+    }
+    if (b->nranges == RECOV_MAX_RANGES)
+        return false;
+    b->ranges[b->nranges++] = (struct recov_range){ off, (uint32_t)len };
+    b->bytes += len;
+    return true;
+}
+
+/* Requested units first: the pattern of the oldest need, then every other
+ * needed unit with the same pattern. */
+static bool build_from_needs(struct recovery *rc, struct lbatch *b)
+{
+    struct unit_map *any = rc->own_valid ? &rc->own : NULL;
+    size_t keep = 0;
+    for (size_t i = 0; i < rc->nneeds; i++) {
+        size_t u = rc->needs[i];
+        uint32_t f = any && u < any->nunits ? pattern_of(rc, u) : 0;
+        if (f == 0)
+            continue;           /* done meanwhile: drop it */
+        if (b->pattern == 0)
+            b->pattern = f;
+        if (f != b->pattern ||
+            !batch_add(b, u, unit_map_unit_len(any, u), NEED_BATCH_BYTES))
+            rc->needs[keep++] = u;   /* a later batch */
+    }
+    rc->nneeds = keep;
+    return b->pattern != 0;
+}
+
+/* Idle time: consecutive units from the cursor that share a pattern. */
+static bool build_background(struct recovery *rc, struct lbatch *b)
+{
+    struct unit_map *um = rc->own_valid ? &rc->own : NULL;
+    if (!um)
+        return false;
+    size_t n = um->nunits;
+    for (int pass = 0; pass < 2 && b->pattern == 0; pass++) {
+        size_t u = rc->cursor;
+        /* Skip units that are data everywhere: the first missing one of
+         * any recovery process's map. */
+        size_t next = n;
+        for (int j = 0; j < rc->view.m; j++) {
+            struct unit_map *mj = rc->view.pp_state[j] == GV_PP_SERVING ? map_of(rc, j) : NULL;
+            if (mj) {
+                size_t x = unit_map_next_missing(mj, u);
+                if (x < next)
+                    next = x;
+            }
+        }
+        if (next >= n) {
+            rc->cursor = 0;   /* wrap once: earlier units may have been skipped */
+            if (u == 0)
+                return false;
+            continue;
+        }
+        b->pattern = pattern_of(rc, next);
+        for (u = next; u < n && pattern_of(rc, u) == b->pattern; u++)
+            if (!batch_add(b, u, unit_map_unit_len(um, u), BG_BATCH_BYTES))
+                break;
+        rc->cursor = u;
+    }
+    return b->pattern != 0;
+}
+
+/* Step 1 for one source: our own data engine, or the server of dp i. */
+static int fetch_from(struct recovery *rc, struct lbatch *b, int i, const uint8_t *contrib,
+                      int ncontrib)
+{
+    struct recov_msg m;
+    memset(&m, 0, sizeof(m));
+    m.id = b->id;
+    m.kind = RK_FETCH;
+    m.nlist = ncontrib;
+    memcpy(m.list, contrib, (size_t)ncontrib);
+    m.nranges = b->nranges;
+    memcpy(m.ranges, b->ranges, (size_t)b->nranges * sizeof(*b->ranges));
+    if (rc->view.dp_server[i] == rc->self) {
+        rc->env.local_fetch(rc->env.ctx, &m);
+        return 0;
+    }
+    uint8_t hdr[1024];
+    size_t nh = recov_encode_header(&m, hdr);
+    struct iovec iov[1] = { { hdr, nh } };
+    return rc->env.to_source(rc->env.ctx, i, FT_REQUEST, iov, 1);
+}
+
+static int announce_to(struct recovery *rc, struct lbatch *b, int pp, const uint8_t *sources,
+                       int nsources)
+{
+    struct recov_msg m;
+    memset(&m, 0, sizeof(m));
+    m.id = b->id;
+    m.kind = RK_BATCH;
+    m.nlist = nsources;
+    memcpy(m.list, sources, (size_t)nsources);
+    m.nranges = b->nranges;
+    memcpy(m.ranges, b->ranges, (size_t)b->nranges * sizeof(*b->ranges));
+    if (pp == rc->self) {
+        contrib_on_batch(rc, &m);
+        return 0;
+    }
+    uint8_t hdr[1024];
+    size_t nh = recov_encode_header(&m, hdr);
+    struct iovec iov[1] = { { hdr, nh } };
+    return rc->env.to_pp(rc->env.ctx, pp, FT_REQUEST, iov, 1);
+}
+
+/* Can a batch run: a settled view in which every logical DP has a server. */
+static bool view_settled(const struct recovery *rc)
+{
+    for (int i = 0; i < rc->view.k; i++)
+        if (rc->view.dp_server[i] == -2)
+            return false;
+    return rc->own_valid && rc->view_leader == rc->self;
+}
+
+static void leader_start(struct recovery *rc, struct lbatch *b)
+{
+    uint8_t sources[RECOV_MAX_K], contrib[RECOV_MAX_M];
+    int ns = 0, nc = 0;
+    b->want = 0;
+    for (int i = 0; i < rc->view.k; i++) {
+        if (b->pattern & (1u << i)) {
+            int r = rc->view.dp_server[i];
+            contrib[nc++] = (uint8_t)r;
+            b->want |= 1u << r;
+        } else {
+            sources[ns++] = (uint8_t)i;
+        }
+    }
+    b->active = true;
+    b->got = 0;
+    b->id = ((uint64_t)(rc->self + 1) << 48) | ++rc->next_id;
+    b->started_us = mono_us();
+    b->started_ms = mono_ms();
+    DEBUG(rc, "batch %" PRIx64 ": pattern %x, %d ranges, %" PRIu64 " bytes, %d sources, %d "
+          "contributors", b->id, b->pattern, b->nranges, b->bytes, ns, nc);
+    /* Contributors learn the batch first (a source's data may still
+     * overtake the announcement on another link: they take either order). */
+    for (int c = 0; c < nc; c++)
+        if (announce_to(rc, b, contrib[c], sources, ns) < 0) {
+            batch_drop(rc, "a contributor's link is down");
+            return;
+        }
+    for (int s = 0; s < ns && b->active; s++)
+        if (fetch_from(rc, b, sources[s], contrib, nc) < 0) {
+            batch_drop(rc, "a data source's link is down");
+            return;
+        }
+}
+
+static void leader_schedule(struct recovery *rc)
+{
+    struct lbatch *b = &rc->batch;
+    if (b->active) {
+        if (mono_ms() - b->started_ms > BATCH_TIMEOUT_MS)
+            batch_drop(rc, "timed out");
+        else
+            kick(rc, 100);   /* watch it */
+        return;
+    }
+    if (!view_settled(rc))
+        return;
+    b->nranges = 0;
+    b->bytes = 0;
+    b->pattern = 0;
+    if (!build_from_needs(rc, b) && !build_background(rc, b))
+        return;   /* nothing left to recover */
+    if (grow_batch_buffers(rc, b->bytes) < 0) {
+        rlog(rc, "out of memory for a %" PRIu64 "-byte batch", b->bytes);
+        kick(rc, 100);
+        return;
+    }
+    leader_start(rc, b);
+}
+
+/* ---- public ---- */
+
+int recovery_init(struct recovery *rc, const struct recovery_env *env, int self, int k, int m)
+{
+    memset(rc, 0, sizeof(*rc));
+    rc->env = *env;
+    rc->self = self;
+    rc->serving = -1;
+    rc->view_leader = -1;
+    group_view_init(&rc->view, k, m);
+    rc->debug = getenv("COCYTUS_RECOVERY_DEBUG") != NULL;
+    rc->kick = evtimer_new(env->base, on_kick, rc);
+    return rc->kick ? 0 : -1;
+}
+
+void recovery_destroy(struct recovery *rc)
+{
+    if (rc->kick)
+        event_free(rc->kick);
+    for (int i = 0; i < RECOV_MAX_K; i++)
+        free(rc->batch.out[i]);
+    for (int j = 0; j < RECOV_MAX_M; j++) {
+        free(rc->batch.residual[j]);
+        free(rc->scratch[j]);
+        if (rc->shadow_valid[j])
+            unit_map_destroy(&rc->shadow[j]);
+    }
+    free(rc->zero);
+    free(rc->contrib.acc);
+    free(rc->needs);
+    if (rc->own_valid)
+        unit_map_destroy(&rc->own);
+    memset(rc, 0, sizeof(*rc));
+}
+
+int recovery_serve(struct recovery *rc, int dp)
+{
+    struct unit_map *um = &rc->own;
+    if (unit_map_init(um, rc->env.p->region_size) < 0)
+        return -1;
+    size_t zero_from = first_zero_unit(rc, dp);
+    /* Those units hold parity of the other DPs now; as data of dp they are
+     * zero.  Dropping the pages zeroes them without touching them. */
+    if (zero_from < um->nunits)
+        rc->env.zero(rc->env.ctx, (uint64_t)zero_from * RECOV_UNIT,
+                     um->region_size - (uint64_t)zero_from * RECOV_UNIT);
+    mark_known_zero(um, zero_from);
+    rc->own_valid = true;
+    rc->serving = dp;
+    rc->serving_since_us = mono_us();
+    rc->cursor = 0;
+    rlog(rc, "serving dp %d: %zu of %zu units to rebuild (%zu known zero)", dp,
+         zero_from < um->nunits ? zero_from : um->nunits, um->nunits, um->nunits - um->done);
+    return 0;
+}
+
+void recovery_set_view(struct recovery *rc, const struct group_view *v)
+{
+    int old_leader = rc->view_leader;
+    rc->view = *v;
+    rc->view_leader = group_view_leader(v);
+    /* Shadows for recovery processes the leader has not seen serve yet,
+     * and none for those that stopped. */
+    for (int j = 0; j < v->m; j++) {
+        bool serving = v->pp_state[j] == GV_PP_SERVING && j != rc->self;
+        if (serving && !rc->shadow_valid[j] && unit_map_init(&rc->shadow[j],
+                                                             rc->env.p->region_size) == 0) {
+            rc->shadow_valid[j] = true;
+            mark_known_zero(&rc->shadow[j], first_zero_unit(rc, v->pp_serves[j]));
+        } else if (!serving && rc->shadow_valid[j]) {
+            unit_map_destroy(&rc->shadow[j]);
+            rc->shadow_valid[j] = false;
+        }
+    }
+    /* A batch of an older view may wait for a process that is gone.  (A
+     * contribution stays: the leader may have started its batch under this
+     * very view before the view reached us; a dead one is replaced by the
+     * next batch or released by recovery_tick.) */
+    if (rc->batch.active)
+        batch_drop(rc, "the group view changed");
+    if (rc->view_leader == rc->self && old_leader != rc->self)
+        rlog(rc, "recovery leader of the group (view %" PRIu64 ")", v->version);
+    kick(rc, 0);
+}
+
+bool recovery_units_ready(struct recovery *rc, uint64_t off, uint64_t len)
+{
+    return !rc->own_valid || unit_map_covers(&rc->own, off, len);
+}
+
+void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
+{
+    if (!rc->own_valid || len == 0)
+        return;
+    size_t first = (size_t)(off / RECOV_UNIT), last = (size_t)((off + len - 1) / RECOV_UNIT);
+    for (size_t u = first; u <= last && u < rc->own.nunits; u++) {
+        if (unit_map_has(&rc->own, u))
+            continue;
+        bool dup = false;
+        for (size_t i = 0; i < rc->nneeds && !dup; i++)
+            dup = rc->needs[i] == u;
+        if (dup)
+            continue;
+        if (rc->nneeds == rc->needs_cap) {
+            size_t ncap = rc->needs_cap ? rc->needs_cap * 2 : 64;
+            size_t *n = realloc(rc->needs, ncap * sizeof(*n));
+            if (!n)
+                return;
+            rc->needs = n;
+            rc->needs_cap = ncap;
+        }
+        rc->needs[rc->nneeds++] = u;
+        rc->units_requested++;
+    }
+    if (rc->view_leader == rc->self) {
+        if (!rc->batch.active)
+            kick(rc, 0);
+        return;
+    }
+    /* Not the leader: pass the request on (our link to it). */
+    struct recov_msg m;
+    memset(&m, 0, sizeof(m));
+    m.kind = RK_NEED;
+    m.nranges = 1;
+    m.ranges[0].off = (uint64_t)first * RECOV_UNIT;
+    uint64_t end = (uint64_t)(last + 1) * RECOV_UNIT;
+    if (end > rc->own.region_size)
+        end = rc->own.region_size;
+    m.ranges[0].len = (uint32_t)(end - m.ranges[0].off);
+    uint8_t hdr[1024];
+    size_t nh = recov_encode_header(&m, hdr);
+    struct iovec iov[1] = { { hdr, nh } };
+    if (rc->view_leader >= 0)
+        rc->env.to_pp(rc->env.ctx, rc->view_leader, FT_REQUEST, iov, 1);
+}
+
+void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payload,
+                         uint32_t len)
+{
+    struct recov_msg m;
+    if (recov_decode(payload, len, &m) < 0) {
+        rlog(rc, "malformed recovery message of %" PRIu32 " bytes; ignored", len);
+        return;
+    }
+    switch (m.kind) {
+    case RK_DATA:
+        contrib_on_data(rc, &m);
+        break;
+    case RK_BATCH:
+        contrib_on_batch(rc, &m);
+        break;
+    case RK_RESIDUAL:
+        leader_take_residual(rc, m.id, (int)m.who, m.bytes, m.nbytes);
+        break;
+    case RK_DECODED:
+        if ((int)m.who == rc->serving)
+            install_units(rc, m.ranges, m.nranges, m.bytes);
+        break;
+    case RK_NEED:
+        if (rc->view_leader == rc->self) {
+            /* The units of another recovery process: queue them by unit;
+             * the pattern decides what a batch rebuilds. */
+            for (int i = 0; i < m.nranges; i++)
+                for (uint64_t x = 0; x < m.ranges[i].len; x += RECOV_UNIT) {
+                    size_t u = (size_t)((m.ranges[i].off + x) / RECOV_UNIT);
+                    if (rc->nneeds == rc->needs_cap) {
+                        size_t ncap = rc->needs_cap ? rc->needs_cap * 2 : 64;
+                        size_t *n = realloc(rc->needs, ncap * sizeof(*n));
+                        if (!n)
+                            return;
+                        rc->needs = n;
+                        rc->needs_cap = ncap;
+                    }
+                    rc->needs[rc->nneeds++] = u;
+                }
+            if (!rc->batch.active)
+                kick(rc, 0);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+void recovery_tick(struct recovery *rc)
+{
+    if (rc->contrib.active && mono_ms() - rc->contrib.started_ms > BATCH_TIMEOUT_MS) {
+        rlog(rc, "batch %" PRIu64 " never completed here; released", rc->contrib.id);
+        contrib_reset(rc);
+    }
+}
+
+void recovery_progress(const struct recovery *rc, size_t *done, size_t *total,
+                       uint64_t *bytes)
+{
+    *done = rc->own_valid ? rc->own.done : 0;
+    *total = rc->own_valid ? rc->own.nunits : 0;
+    *bytes = rc->recovered_bytes;
+}
