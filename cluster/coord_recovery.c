@@ -70,6 +70,8 @@ struct cgroup {
     /* Figures of the last takeover, for `cocytus groups` and drills. */
     uint64_t last_serve_ms;         /* death -> recovery process serving */
     uint64_t last_prepare_us;
+    uint64_t last_dead_wall_ms;     /* unix ms: the death was seen */
+    uint64_t last_served_wall_ms;   /* unix ms: the new map was published */
 };
 
 struct coord_groups {
@@ -82,6 +84,13 @@ static uint64_t now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static bool rs_cluster(const struct coord *co)
@@ -206,6 +215,8 @@ static void start_takeover(struct coord *co, struct cgroup *cg, int f)
 {
     struct takeover *tk = &cg->tk[f];
     uint64_t dead_at = tk->phase != PH_NONE ? tk->dead_at_us : now_us();
+    if (tk->phase == PH_NONE)
+        cg->last_dead_wall_ms = wall_ms();
     memset(tk, 0, sizeof(*tk));
     tk->dead_at_us = dead_at;
     cg->view.dp_server[f] = -2;
@@ -224,11 +235,23 @@ static void start_takeover(struct coord *co, struct cgroup *cg, int f)
     send_step(co, cg, f);
 }
 
-/* The lowest-index parity process in parity state among the participants. */
+/* Chosen for another takeover that is not serving yet? */
+static bool promised(const struct cgroup *cg, int j)
+{
+    for (int f = 0; f < cg->view.k; f++) {
+        const struct takeover *tk = &cg->tk[f];
+        if ((tk->phase == PH_TRUNCATE || tk->phase == PH_TAKEOVER) && tk->r == j)
+            return true;
+    }
+    return false;
+}
+
+/* The lowest-index parity process in parity state among the participants
+ * (two data processes that die together get two different ones). */
 static int choose_recovery_process(struct coord *co, struct cgroup *cg, uint32_t among)
 {
     for (int j = 0; j < cg->view.m; j++)
-        if ((among & (1u << j)) && cg->view.pp_state[j] == GV_PP_PARITY &&
+        if ((among & (1u << j)) && cg->view.pp_state[j] == GV_PP_PARITY && !promised(cg, j) &&
             alive(pp_member(co, cg->g, j)))
             return j;
     return -1;
@@ -275,6 +298,7 @@ static void serving(struct coord *co, struct cgroup *cg, int f)
     publish_takeover(co, cg, f, r);
     broadcast_view(co, cg);
     cg->last_serve_ms = (now_us() - tk->dead_at_us) / 1000;
+    cg->last_served_wall_ms = wall_ms();
     fprintf(stderr, "coordinator: group %d dp %d is served by parity process %d at epoch %llu, "
             "%llu ms after its death was seen (preparation %.3f ms)\n", cg->g, f, r,
             (unsigned long long)co->map.epoch, (unsigned long long)cg->last_serve_ms,
@@ -500,9 +524,11 @@ void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx)
         const char *st = group_state(co, cg, &red);
         group_view_format(&cg->view, view, sizeof(view));
         n = snprintf(line, sizeof(line), "group %d %s redundancy %d/%d view %s "
-                     "last_serve_ms %llu last_prepare_us %llu", g, st, red, cg->view.m, view,
-                     (unsigned long long)cg->last_serve_ms,
-                     (unsigned long long)cg->last_prepare_us);
+                     "last_serve_ms %llu last_prepare_us %llu dead_at_ms %llu served_at_ms %llu",
+                     g, st, red, cg->view.m, view, (unsigned long long)cg->last_serve_ms,
+                     (unsigned long long)cg->last_prepare_us,
+                     (unsigned long long)cg->last_dead_wall_ms,
+                     (unsigned long long)cg->last_served_wall_ms);
         for (int j = 0; j < cg->view.m && n > 0 && (size_t)n < sizeof(line); j++) {
             const struct progress *pg = &cg->prog[j];
             if (cg->view.pp_state[j] != GV_PP_SERVING)

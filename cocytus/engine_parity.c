@@ -379,6 +379,9 @@ static bool admin_info(struct parity_engine *pe, const struct reply *r)
         reply_printf(r, "STAT recovery_units_done %zu\r\n", done);
         reply_printf(r, "STAT recovery_units_total %zu\r\n", total);
         reply_printf(r, "STAT recovery_bytes %" PRIu64 "\r\n", bytes);
+        reply_printf(r, "STAT recovery_usec %" PRIu64 "\r\n", recovery_elapsed_us(&pe->rec));
+        reply_printf(r, "STAT recovery_units_requested %" PRIu64 "\r\n", pe->rec.units_requested);
+        reply_printf(r, "STAT recovery_batches %" PRIu64 "\r\n", pe->rec.batches_done);
     }
     reply_str(r, "END\r\n");
     return true;

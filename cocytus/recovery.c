@@ -34,7 +34,7 @@
 #include "frame.h"
 #include "parity.h"
 
-#define BG_BATCH_BYTES (1u << 20)       /* background batch: 1 MB of units */
+#define BG_BATCH_BYTES (512u << 10)     /* background batch: 512 KB of units */
 #define NEED_BATCH_BYTES (256u << 10)   /* requested units per batch */
 #define BATCH_TIMEOUT_MS 2000           /* a batch that takes longer is dropped */
 #define RETRY_MS 20                     /* after a failed or dropped batch */
@@ -63,6 +63,8 @@ static void rlog(const struct recovery *rc, const char *fmt, ...)
     va_end(ap);
     rc->env.log(rc->env.ctx, msg);
 }
+
+static bool unit_map_free_of_data(struct recovery *rc, const struct recov_msg *m);
 
 #define DEBUG(rc, ...) do { if ((rc)->debug) rlog(rc, __VA_ARGS__); } while (0)
 
@@ -168,10 +170,9 @@ static void contrib_finish_if_done(struct recovery *rc)
     uint64_t pos = 0;
     const uint8_t *region = rc->env.p->region;
     for (int i = 0; i < c->nranges; i++) {
-        const uint8_t *src = region + c->ranges[i].off;
-        uint8_t *dst = c->acc + pos;
-        for (uint32_t b = 0; b < c->ranges[i].len; b++)
-            dst[b] ^= src[b];
+        /* Coefficient 1: a plain region XOR, done by the codec's wide loops. */
+        codec_mul_xor(rc->env.p->codec, 1, c->acc + pos, region + c->ranges[i].off,
+                      c->ranges[i].len);
         pos += c->ranges[i].len;
     }
     /* The residual is taken: the held streams may go on. */
@@ -207,7 +208,7 @@ static void contrib_on_data(struct recovery *rc, const struct recov_msg *m)
 {
     struct contrib *c = &rc->contrib;
     int src = (int)m->who;
-    if (src < 0 || src >= rc->view.k)
+    if (src < 0 || src >= rc->view.k || !unit_map_free_of_data(rc, m))
         return;
     if (!contrib_start(rc, m->id, m->ranges, m->nranges) || !same_ranges(c, m->ranges, m->nranges))
         return;
@@ -231,9 +232,56 @@ static void contrib_on_data(struct recovery *rc, const struct recov_msg *m)
     contrib_finish_if_done(rc);
 }
 
+/* A contributor must hold parity in every unit of the batch.  The leader's
+ * shadow of our map can lag (its idea of our known-zero units is taken when
+ * the view reaches it, and our own writes may have extended that range
+ * since): then we tell it which units are data here, and it asks again. */
+static bool contrib_holds_parity(struct recovery *rc, const struct recov_msg *m)
+{
+    if (!rc->own_valid)
+        return true;
+    struct recov_msg have;
+    memset(&have, 0, sizeof(have));
+    have.id = m->id;
+    have.kind = RK_HAVE;
+    have.who = (uint32_t)rc->self;
+    for (int i = 0; i < m->nranges; i++)
+        for (uint64_t x = 0; x < m->ranges[i].len; x += RECOV_UNIT) {
+            size_t u = (size_t)((m->ranges[i].off + x) / RECOV_UNIT);
+            if (!unit_map_has(&rc->own, u) || have.nranges == RECOV_MAX_RANGES)
+                continue;
+            uint64_t off = (uint64_t)u * RECOV_UNIT;
+            struct recov_range *last = have.nranges ? &have.ranges[have.nranges - 1] : NULL;
+            if (last && last->off + last->len == off)
+                last->len += (uint32_t)unit_map_unit_len(&rc->own, u);
+            else
+                have.ranges[have.nranges++] = (struct recov_range){
+                    off, (uint32_t)unit_map_unit_len(&rc->own, u) };
+        }
+    if (have.nranges == 0)
+        return true;
+    DEBUG(rc, "batch %" PRIx64 ": %d ranges are data here already", m->id, have.nranges);
+    if (rc->view_leader == rc->self) {
+        leader_take_have(rc, &have);
+        return false;
+    }
+    uint8_t hdr[2048];
+    size_t nh = recov_encode_header(&have, hdr);
+    struct iovec iov[1] = { { hdr, nh } };
+    int leader_dp = rc->view_leader >= 0 ? rc->view.pp_serves[rc->view_leader] : -1;
+    if (leader_dp < 0 || rc->env.to_source(rc->env.ctx, leader_dp, FT_REPLY, iov, 1) < 0)
+        rlog(rc, "batch %" PRIu64 ": cannot tell the leader which units are data here", m->id);
+    return false;
+}
+
 static void contrib_on_batch(struct recovery *rc, const struct recov_msg *m)
 {
     struct contrib *c = &rc->contrib;
+    if (!contrib_holds_parity(rc, m)) {
+        if (c->active && c->id == m->id)
+            contrib_reset(rc);
+        return;
+    }
     DEBUG(rc, "batch %" PRIx64 ": announced, %d sources", m->id, m->nlist);
     if (!contrib_start(rc, m->id, m->ranges, m->nranges) || !same_ranges(c, m->ranges, m->nranges))
         return;
@@ -242,6 +290,19 @@ static void contrib_on_batch(struct recovery *rc, const struct recov_msg *m)
     for (int i = 0; i < m->nlist; i++)
         c->want |= 1u << m->list[i];
     contrib_finish_if_done(rc);
+}
+
+/* Silent form of the check above, for data messages (the announcement
+ * answers the leader). */
+static bool unit_map_free_of_data(struct recovery *rc, const struct recov_msg *m)
+{
+    if (!rc->own_valid)
+        return true;
+    for (int i = 0; i < m->nranges; i++)
+        for (uint64_t x = 0; x < m->ranges[i].len; x += RECOV_UNIT)
+            if (unit_map_has(&rc->own, (size_t)((m->ranges[i].off + x) / RECOV_UNIT)))
+                return false;
+    return true;
 }
 
 /* ---- results ---- */
@@ -272,7 +333,8 @@ static void install_units(struct recovery *rc, const struct recov_range *r, int 
     rc->env.arrived(rc->env.ctx);
     if (rc->own.done == rc->own.nunits && !rc->complete_logged) {
         rc->complete_logged = true;
-        double secs = (double)(mono_us() - rc->serving_since_us) / 1e6;
+        rc->complete_us = mono_us() - rc->serving_since_us;
+        double secs = (double)rc->complete_us / 1e6;
         rlog(rc, "dp %d fully recovered: %zu units, %" PRIu64 " bytes rebuilt in %.3f s",
              rc->serving, rc->own.nunits, rc->recovered_bytes, secs);
     }
@@ -404,6 +466,20 @@ void leader_take_residual(struct recovery *rc, uint64_t id, int pp, const uint8_
         rc->batch_us_max = us;
     /* Leave the loop a turn before the next batch: client requests first. */
     kick(rc, 0);
+}
+
+/* A contributor holds data in some units we took for parity there. */
+void leader_take_have(struct recovery *rc, const struct recov_msg *m)
+{
+    int pp = (int)m->who;
+    struct unit_map *um = pp >= 0 && pp < rc->view.m ? map_of(rc, pp) : NULL;
+    if (!um)
+        return;
+    for (int i = 0; i < m->nranges; i++)
+        for (uint64_t x = 0; x < m->ranges[i].len; x += RECOV_UNIT)
+            unit_map_set(um, (size_t)((m->ranges[i].off + x) / RECOV_UNIT));
+    if (rc->batch.active && rc->batch.id == m->id)
+        batch_drop(rc, "a contributor holds data in some of its units");
 }
 
 static int grow_batch_buffers(struct recovery *rc, uint64_t bytes)
@@ -781,6 +857,10 @@ void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payl
     case RK_RESIDUAL:
         leader_take_residual(rc, m.id, (int)m.who, m.bytes, m.nbytes);
         break;
+    case RK_HAVE:
+        if (rc->view_leader == rc->self)
+            leader_take_have(rc, &m);
+        break;
     case RK_DECODED:
         if ((int)m.who == rc->serving)
             install_units(rc, m.ranges, m.nranges, m.bytes);
@@ -817,6 +897,13 @@ void recovery_tick(struct recovery *rc)
         rlog(rc, "batch %" PRIu64 " never completed here; released", rc->contrib.id);
         contrib_reset(rc);
     }
+}
+
+uint64_t recovery_elapsed_us(const struct recovery *rc)
+{
+    if (!rc->own_valid)
+        return 0;
+    return rc->complete_logged ? rc->complete_us : mono_us() - rc->serving_since_us;
 }
 
 void recovery_progress(const struct recovery *rc, size_t *done, size_t *total,

@@ -109,7 +109,8 @@ enum recov_kind {
     RK_BATCH = 3,      /* leader -> contributor:  REQUEST  sources + ranges */
     RK_RESIDUAL = 4,   /* contributor -> leader:  REPLY    contributor, bytes */
     RK_DECODED = 5,    /* leader -> recovery p.:  REQUEST  dp, ranges, bytes */
-    RK_NEED = 6        /* recovery p. -> leader:  REQUEST  ranges (units wanted now) */
+    RK_NEED = 6,       /* recovery p. -> leader:  REQUEST  ranges (units wanted now) */
+    RK_HAVE = 7        /* contributor -> leader:  REPLY    ranges it holds as data already */
 };
 
 struct recov_range {

@@ -97,6 +97,7 @@ struct recovery {
     uint64_t batches_done, batches_dropped, units_requested;
     uint64_t batch_us_max;
     bool complete_logged;
+    uint64_t complete_us;           /* serving -> every unit rebuilt */
     bool debug;                     /* COCYTUS_RECOVERY_DEBUG set: log each batch */
 };
 
@@ -113,8 +114,11 @@ void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payl
 /* Once a second: drop a contribution whose batch never completed. */
 void recovery_tick(struct recovery *rc);
 void recovery_progress(const struct recovery *rc, size_t *done, size_t *total, uint64_t *bytes);
+/* Microseconds from serving until every unit was rebuilt (or until now). */
+uint64_t recovery_elapsed_us(const struct recovery *rc);
 
 /* Internal to recovery.c, declared for its forward use. */
+void leader_take_have(struct recovery *rc, const struct recov_msg *m);
 void leader_take_residual(struct recovery *rc, uint64_t id, int pp, const uint8_t *bytes,
                           uint64_t n);
 

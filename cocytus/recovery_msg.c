@@ -277,7 +277,7 @@ int recov_decode(const uint8_t *payload, size_t len, struct recov_msg *m)
     m->id = get_le(p, 8);
     p += 8;
     m->kind = *p++;
-    if (m->kind < RK_FETCH || m->kind > RK_NEED)
+    if (m->kind < RK_FETCH || m->kind > RK_HAVE)
         return -1;
     m->who = (uint32_t)get_le(p, 4);
     p += 4;

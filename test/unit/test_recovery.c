@@ -1,0 +1,264 @@
+/* test_recovery.c - the plain data of online recovery (cocytus/recovery.h):
+ * the group view's text form, the unit map, the recovery messages' byte
+ * layout and its refusals, and a parity process that skips the units that
+ * hold a served data process's data (cocytus/parity.c). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "parity.h"
+#include "record.h"
+#include "recovery.h"
+
+/* ---- group view ---- */
+
+START_TEST(test_view_round_trip)
+{
+    struct group_view v, w;
+    group_view_init(&v, 3, 2);
+    v.version = 42;
+    v.dp_server[1] = 0;
+    v.pp_state[0] = GV_PP_SERVING;
+    v.pp_serves[0] = 1;
+    v.pp_state[1] = GV_PP_DEAD;
+    char buf[128];
+    size_t n = group_view_format(&v, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "42 -,p0,- s1,x");
+    ck_assert_uint_eq(n, strlen(buf));
+    ck_assert_int_eq(group_view_parse(&w, 3, 2, buf, n), 0);
+    ck_assert_uint_eq(w.version, 42);
+    ck_assert_int_eq(w.dp_server[0], -1);
+    ck_assert_int_eq(w.dp_server[1], 0);
+    ck_assert_int_eq(w.pp_state[0], GV_PP_SERVING);
+    ck_assert_int_eq(w.pp_serves[0], 1);
+    ck_assert_int_eq(w.pp_state[1], GV_PP_DEAD);
+    ck_assert_int_eq(group_view_leader(&w), 0);
+
+    const char *lost = "7 x,-,p1 p,s2";
+    ck_assert_int_eq(group_view_parse(&w, 3, 2, lost, strlen(lost)), 0);
+    ck_assert_int_eq(w.dp_server[0], -2);
+    ck_assert_int_eq(w.dp_server[2], 1);
+    ck_assert_int_eq(group_view_leader(&w), 1);
+}
+END_TEST
+
+START_TEST(test_view_refusals)
+{
+    static const char *bad[] = {
+        "", "1", "1 -,-,-", "1 -,-,- p", "1 -,-,- p,p,p", "1 -,- p,p", "1 -,-,-,- p,p",
+        "x -,-,- p,p", "1 -,q,- p,p", "1 -,p2,- p,p", "1 -,-,- p,s3", "1 -,-,- p,s",
+        "1 -,-,- p,p ", "1  -,-,- p,p", "1 -,,- p,p", "1 -,-,- p,p extra", "-1 -,-,- p,p",
+    };
+    struct group_view v;
+    group_view_init(&v, 3, 2);
+    v.version = 99;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_msg(group_view_parse(&v, 3, 2, bad[i], strlen(bad[i])) < 0, "accepted '%s'",
+                      bad[i]);
+        ck_assert_uint_eq(v.version, 99);   /* unchanged */
+    }
+}
+END_TEST
+
+/* ---- unit map ---- */
+
+START_TEST(test_unit_map)
+{
+    struct unit_map u;
+    ck_assert_int_eq(unit_map_init(&u, 10 * RECOV_UNIT + 100), 0);
+    ck_assert_uint_eq(u.nunits, 11);
+    ck_assert_uint_eq(unit_map_unit_len(&u, 10), 100);
+    ck_assert(unit_map_covers(&u, 0, 0));
+    ck_assert(!unit_map_covers(&u, 0, 1));
+    unit_map_set(&u, 3);
+    unit_map_set(&u, 3);
+    ck_assert_uint_eq(u.done, 1);
+    ck_assert(unit_map_covers(&u, 3 * RECOV_UNIT, RECOV_UNIT));
+    ck_assert(!unit_map_covers(&u, 3 * RECOV_UNIT, RECOV_UNIT + 1));
+    ck_assert_uint_eq(unit_map_next_missing(&u, 3), 4);
+    for (size_t i = 0; i < 11; i++)
+        unit_map_set(&u, i);
+    ck_assert_uint_eq(unit_map_next_missing(&u, 0), 11);
+    ck_assert(unit_map_covers(&u, 0, 10 * RECOV_UNIT + 100));
+    unit_map_destroy(&u);
+}
+END_TEST
+
+/* ---- messages ---- */
+
+static size_t encode(const struct recov_msg *m, const uint8_t *bytes, uint64_t nbytes,
+                     uint8_t *out)
+{
+    size_t n = recov_encode_header(m, out);
+    memcpy(out + n, bytes, (size_t)nbytes);
+    return n + (size_t)nbytes;
+}
+
+START_TEST(test_message_round_trip)
+{
+    struct recov_msg m, d;
+    memset(&m, 0, sizeof(m));
+    m.id = 0x0001000000000007ull;
+    m.kind = RK_DATA;
+    m.who = 2;
+    m.t = 123456789;
+    m.nlist = 2;
+    m.list[0] = 0;
+    m.list[1] = 1;
+    m.nranges = 2;
+    m.ranges[0] = (struct recov_range){ 0, RECOV_UNIT };
+    m.ranges[1] = (struct recov_range){ 8 * RECOV_UNIT, 100 };
+    uint8_t bytes[RECOV_UNIT + 100];
+    for (size_t i = 0; i < sizeof(bytes); i++)
+        bytes[i] = (uint8_t)(i * 7);
+    static uint8_t buf[16384];
+    size_t n = encode(&m, bytes, sizeof(bytes), buf);
+    ck_assert_int_eq(recov_decode(buf, n, &d), 0);
+    ck_assert_uint_eq(d.id, m.id);
+    ck_assert_int_eq(d.kind, RK_DATA);
+    ck_assert_uint_eq(d.who, 2);
+    ck_assert_uint_eq(d.t, 123456789);
+    ck_assert_int_eq(d.nlist, 2);
+    ck_assert_int_eq(d.list[1], 1);
+    ck_assert_int_eq(d.nranges, 2);
+    ck_assert_uint_eq(d.ranges[1].off, 8 * RECOV_UNIT);
+    ck_assert_uint_eq(d.ranges[1].len, 100);
+    ck_assert_uint_eq(d.nbytes, sizeof(bytes));
+    ck_assert_int_eq(memcmp(d.bytes, bytes, sizeof(bytes)), 0);
+
+    /* Every truncation is refused, and so is a byte too many. */
+    for (size_t cut = 0; cut < n; cut++)
+        ck_assert_int_lt(recov_decode(buf, cut, &d), 0);
+    buf[n] = 0;
+    ck_assert_int_lt(recov_decode(buf, n + 1, &d), 0);
+
+    /* A FETCH carries no bytes. */
+    m.kind = RK_FETCH;
+    n = recov_encode_header(&m, buf);
+    ck_assert_int_eq(recov_decode(buf, n, &d), 0);
+    ck_assert_uint_eq(d.nbytes, 0);
+}
+END_TEST
+
+START_TEST(test_message_refusals)
+{
+    struct recov_msg m, d;
+    uint8_t buf[4096];
+    memset(&m, 0, sizeof(m));
+    m.kind = RK_NEED;
+    m.nranges = 1;
+    m.ranges[0] = (struct recov_range){ 100, RECOV_UNIT };     /* not unit aligned */
+    size_t n = recov_encode_header(&m, buf);
+    ck_assert_int_lt(recov_decode(buf, n, &d), 0);
+    m.ranges[0] = (struct recov_range){ RECOV_UNIT, 0 };        /* empty */
+    n = recov_encode_header(&m, buf);
+    ck_assert_int_lt(recov_decode(buf, n, &d), 0);
+    m.ranges[0] = (struct recov_range){ RECOV_UNIT, 1 };
+    n = recov_encode_header(&m, buf);
+    ck_assert_int_eq(recov_decode(buf, n, &d), 0);
+    buf[8] = 9;                                                 /* unknown kind */
+    ck_assert_int_lt(recov_decode(buf, n, &d), 0);
+    buf[8] = 0;
+    ck_assert_int_lt(recov_decode(buf, n, &d), 0);
+    /* A range count beyond the limit. */
+    buf[8] = RK_NEED;
+    size_t nr_at = 8 + 1 + 4 + 8 + 1;
+    buf[nr_at] = RECOV_MAX_RANGES + 1;
+    buf[nr_at + 1] = 0;
+    ck_assert_int_lt(recov_decode(buf, n, &d), 0);
+}
+END_TEST
+
+/* ---- a recovery process's parity: data units take no delta ---- */
+
+static uint8_t *make_record(uint64_t xid, uint64_t off, const uint8_t *delta, uint32_t len,
+                            size_t *size)
+{
+    struct record r = {
+        .xid = xid, .stable_xid = xid - 1, .nops = 0, .ops = NULL,
+        .data_off = off, .data_len = len, .data = delta,
+    };
+    *size = rec_encoded_size(&r);
+    uint8_t *buf = malloc(*size);
+    rec_encode(&r, buf);
+    return buf;
+}
+
+START_TEST(test_parity_skips_data_units)
+{
+    struct parity p;
+    char err[256];
+    const uint64_t region = 8 * RECOV_UNIT;
+    ck_assert_int_eq(parity_init(&p, 3, 5, 1, region, 4, err, sizeof(err)), 0);
+    struct unit_map u;
+    ck_assert_int_eq(unit_map_init(&u, region), 0);
+    unit_map_set(&u, 1);
+    unit_map_set(&u, 2);
+    unit_map_set(&u, 4);
+    /* Data units hold something recognizable. */
+    memset(p.region + RECOV_UNIT, 0xAB, 2 * RECOV_UNIT);
+    memset(p.region + 4 * RECOV_UNIT, 0xCD, RECOV_UNIT);
+    p.data_units = &u;
+
+    /* One delta from unit 0 (middle) to unit 5 (middle). */
+    uint64_t off = RECOV_UNIT / 2, len = 5 * RECOV_UNIT;
+    uint8_t *delta = malloc(len);
+    for (uint64_t i = 0; i < len; i++)
+        delta[i] = (uint8_t)(i * 13 + 1);
+    size_t size, size2;
+    uint8_t *rec = make_record(1, off, delta, (uint32_t)len, &size);
+    uint64_t stable;
+    ck_assert_int_eq(parity_receive(&p, 2, rec, size, &stable), REPL_RX_BUFFERED);
+    uint8_t *rec2 = make_record(2, 0, NULL, 0, &size2);
+    ck_assert_int_eq(parity_receive(&p, 2, rec2, size2, &stable), REPL_RX_BUFFERED);
+    ck_assert_int_eq(parity_apply(&p, 2, 1), 0);
+
+    uint8_t coef = codec_coef(p.codec, 1, 2);
+    for (uint64_t x = 0; x < region; x++) {
+        size_t unit = (size_t)(x / RECOV_UNIT);
+        uint8_t want;
+        if (unit == 1 || unit == 2)
+            want = 0xAB;
+        else if (unit == 4)
+            want = 0xCD;
+        else if (x >= off && x < off + len) {
+            want = 0;
+            codec_mul_xor(p.codec, coef, &want, &delta[x - off], 1);
+        } else
+            want = 0;
+        ck_assert_msg(p.region[x] == want, "byte %llu (unit %zu): %02x, want %02x",
+                      (unsigned long long)x, unit, p.region[x], want);
+    }
+    ck_assert_uint_eq(p.dps[2].touched_end, off + len);
+    p.data_units = NULL;
+    unit_map_destroy(&u);
+    free(rec);
+    free(rec2);
+    free(delta);
+    parity_destroy(&p);
+}
+END_TEST
+
+static Suite *recovery_suite(void)
+{
+    Suite *s = suite_create("recovery");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_view_round_trip);
+    tcase_add_test(tc, test_view_refusals);
+    tcase_add_test(tc, test_unit_map);
+    tcase_add_test(tc, test_message_round_trip);
+    tcase_add_test(tc, test_message_refusals);
+    tcase_add_test(tc, test_parity_skips_data_units);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(recovery_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
