@@ -23,7 +23,12 @@
  * --depth D > 1 keeps D requests in flight per connection: the worker still
  * opens its cocytus_t for the slot map, but sends batches of D pipelined
  * text requests over raw sockets routed by that map (raw_pipe.h), and
- * accounts for each reply as it is read, exactly as for one request. */
+ * accounts for each reply as it is read, exactly as for one request.
+ *
+ * --deadline-ms sets libcocytus's retry budget per call (map and follow
+ * routes): how long a request is retried through a server failure before it
+ * counts as an error.  Errors are always counted and reported, whatever the
+ * budget. */
 #define _GNU_SOURCE
 
 #include <errno.h>
@@ -94,6 +99,7 @@ struct config {
     uint64_t seed;
     int quiet;
     int print_keys;                /* --print-keys: list "<slot> <key>" and exit */
+    int deadline_ms;               /* libcocytus deadline_ms; 0: the library's default */
 };
 
 /* Counters of one operation type in one worker (single writer). */
@@ -1023,6 +1029,9 @@ static void usage(FILE *f)
         "                         cached slot map (default); follow MOVED per request\n"
         "                         (libcocytus), or the same over kept raw text sockets\n"
         "      --binary           binary protocol (default ASCII)\n"
+        "      --deadline-ms MS   libcocytus retry budget per request, 1..3600000 (default:\n"
+        "                         the library's, 2000); a request still failing then\n"
+        "                         counts as an error (map and follow routes)\n"
         "  -n, --records N        records in the key space (default 10000)\n"
         "      --load | --no-load set every record first (default: load)\n"
         "      --run | --no-run   run phase (default: run)\n"
@@ -1111,13 +1120,14 @@ static int parse_value_size(const char *s, struct value_spec *vs)
 enum long_only {
     OPT_ROUTE = 256, OPT_BINARY, OPT_LOAD, OPT_NO_LOAD, OPT_RUN, OPT_NO_RUN, OPT_RATE,
     OPT_CSV, OPT_JSON, OPT_VERIFY, OPT_VERIFY_LATEST, OPT_SEED, OPT_HELP, OPT_PRINT_KEYS,
-    OPT_DEPTH
+    OPT_DEPTH, OPT_DEADLINE
 };
 
 static const struct option LONG_OPTIONS[] = {
     { "servers", required_argument, NULL, 's' },
     { "route", required_argument, NULL, OPT_ROUTE },
     { "binary", no_argument, NULL, OPT_BINARY },
+    { "deadline-ms", required_argument, NULL, OPT_DEADLINE },
     { "records", required_argument, NULL, 'n' },
     { "load", no_argument, NULL, OPT_LOAD },
     { "no-load", no_argument, NULL, OPT_NO_LOAD },
@@ -1183,6 +1193,11 @@ static int apply_option(struct config *c, int opt, const char *arg)
         return 0;
     case OPT_BINARY:
         c->binary = 1;
+        return 0;
+    case OPT_DEADLINE:
+        if (parse_u64(arg, 1, 3600000, &u) != 0)
+            return bad_arg("--deadline-ms", arg, "want milliseconds from 1 to 3600000");
+        c->deadline_ms = (int)u;
         return 0;
     case 'n':
         if (parse_u64(arg, 1, YCSB_MAX_RECORDS, &c->records) != 0)
@@ -1407,6 +1422,8 @@ static int make_workers(struct bench *b)
     cocytus_options_init(&o);
     o.binary = cfg->binary;
     o.route = cfg->route == ROUTE_FOLLOW ? COCYTUS_ROUTE_FOLLOW : COCYTUS_ROUTE_MAP;
+    if (cfg->deadline_ms > 0)
+        o.deadline_ms = cfg->deadline_ms;
     size_t vbuf = cfg->vsize.max > HEADER_MAX ? cfg->vsize.max : HEADER_MAX;
     b->workers = calloc((size_t)cfg->connections, sizeof(*b->workers));
     if (b->workers == NULL) {

@@ -13,6 +13,17 @@
  * Both wait until the group is quiescent first and, if a data process's
  * stable xid moves during the check, start over (a few times at most).
  *
+ * A degraded group (online recovery, docs/recovery.md): with a coordinator
+ * the group's layout comes from its `cocytus groups` line.  A data block
+ * served by a recovery process is read through it; only parity processes
+ * in parity state are parity blocks; dead ones are absent.  The check
+ * waits for every recovery process to finish rebuilding (its region is the
+ * served process's data only then), compares every live parity block with
+ * the code of the K data blocks and every live backup table with the table
+ * of the data block's server, and decode-check tries every K of the
+ * present blocks.  A lost group is a failure; a group whose layout changes
+ * during the check is checked again.
+ *
  * verify of a primary-backup group: once every backup has applied the
  * primary's stable xid, each backup's count and digest of live items
  * (`cocytus meta`) must equal the primary's. */
@@ -25,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "admin.h"
 #include "codec.h"
 #include "gview.h"
 
@@ -33,6 +45,8 @@
 #define PROBLEM_LEN 320
 #define COALESCE_GAP 4096       /* fetch two used ranges at once when this close */
 #define MAX_COMBINATIONS 100000
+#define LAYOUT_POLL_MS 50       /* polling the coordinator while a takeover runs */
+#define VIEW_CHANGE_WAIT_MS 1000 /* after an unanswered request: does the view change? */
 
 enum attempt_result { ATTEMPT_DONE, ATTEMPT_RETRY };
 
@@ -149,7 +163,8 @@ static bool meta_field_equal(const struct admin_stats *a, const struct admin_sta
     return x != NULL && y != NULL && strcmp(x, y) == 0;
 }
 
-/* Compares data process i's table with every parity process's backup. */
+/* Compares data block i's table (its server's) with every backup of it
+ * that a live parity process keeps. */
 static int compare_meta_of(struct gview *v, int i, struct problems *pr, struct verify_sum *sum,
                            char *err, size_t errlen)
 {
@@ -157,8 +172,7 @@ static int compare_meta_of(struct gview *v, int i, struct problems *pr, struct v
     struct admin_stats dm = { 0 }, pm = { 0 };
     char name[128], cmd[64];
     int rc = 0;
-    if (admin_stats_cmd(v->conn[i], "cocytus meta", &dm) < 0) {
-        snprintf(err, errlen, "%s", v->conn[i]->err);
+    if (gview_data_meta(v, i, &dm, err, errlen) < 0) {
         admin_stats_free(&dm);
         return -1;
     }
@@ -168,6 +182,8 @@ static int compare_meta_of(struct gview *v, int i, struct problems *pr, struct v
     snprintf(cmd, sizeof cmd, "cocytus meta %d", i);
     for (int j = 0; j < v->m && rc == 0; j++) {
         int b = v->k + j;
+        if (!gview_backs_up(v, j, i))
+            continue;
         if (admin_stats_cmd(v->conn[b], cmd, &pm) < 0) {
             snprintf(err, errlen, "%s", v->conn[b]->err);
             rc = -1;
@@ -197,6 +213,8 @@ static int check_diverged(struct gview *v, struct problems *pr, char *err, size_
     for (int j = 0; j < v->m; j++) {
         int b = v->k + j;
         struct admin_stats st = { 0 };
+        if (v->conn[b] == NULL)
+            continue;    /* dead */
         if (admin_stats_cmd(v->conn[b], "cocytus info", &st) < 0) {
             snprintf(err, errlen, "%s", v->conn[b]->err);
             admin_stats_free(&st);
@@ -204,6 +222,8 @@ static int check_diverged(struct gview *v, struct problems *pr, char *err, size_
         }
         for (int i = 0; i < v->k; i++) {
             uint64_t diverged = 0;
+            if (!gview_backs_up(v, j, i))
+                continue;
             snprintf(stat, sizeof stat, "dp%d_diverged", i);
             if (admin_stat_u64(&st, stat, &diverged) && diverged != 0)
                 problem(pr, "%s: stopped applying records of data %d (diverged; see its log)",
@@ -214,7 +234,8 @@ static int check_diverged(struct gview *v, struct problems *pr, char *err, size_
     return 0;
 }
 
-/* Encodes the fetched data chunk and compares each parity chunk. */
+/* Encodes the fetched data chunk and compares each parity chunk that is
+ * present (a dead parity process or a recovery process has none). */
 static void compare_parity_chunk(struct gview *v, const struct codec *codec, struct bufs *b,
                                  uint64_t off, size_t len, struct problems *pr)
 {
@@ -222,6 +243,8 @@ static void compare_parity_chunk(struct gview *v, const struct codec *codec, str
     codec_encode(codec, b->blk, b->work, len);
     for (int j = 0; j < v->m; j++) {
         struct diff d;
+        if (!gview_present(v, v->k + j))
+            continue;
         const uint8_t *have = b->blk[v->k + j];
         if (compare_bytes(b->work[j], have, len, &d))
             continue;
@@ -253,14 +276,132 @@ static int for_each_chunk(struct gview *v, const struct admin_ranges *r, uint64_
     return 0;
 }
 
-/* Opens the group and waits for quiescence; prints why not and returns the
- * exit code, or CLI_OK when ready. */
+/* ---- the group's layout (the coordinator's `cocytus groups`) ---- */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* The coordinator's line for group g into *out.  1 got it; 0 no layout
+ * applies (no coordinator, or one that does not report coding groups:
+ * every block is its own process, as before online recovery); -1 the
+ * coordinator does not answer (why in err). */
+static int fetch_layout(const struct cli_opts *o, int g, struct gview_group *out, char *err,
+                        size_t errlen)
+{
+    if (o->coord_port <= 0)
+        return 0;
+    struct admin_conn *c = malloc(sizeof *c);
+    struct gview_groups gs = { 0 };
+    int rc = -1;
+    if (c == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms) < 0 ||
+        (rc = gview_read_groups(c, &gs)) < 0) {
+        snprintf(err, errlen, "%s", c->err);
+        rc = -1;
+    } else if (rc == 1) {
+        rc = 0;
+    } else {
+        const struct gview_group *gg = gview_groups_find(&gs, g);
+        if (gg != NULL)
+            *out = *gg;
+        rc = gg != NULL;
+    }
+    gview_groups_free(&gs);
+    admin_close(c);
+    free(c);
+    return rc;
+}
+
+/* A data block without a server: a takeover is running (or it is lost). */
+static int unserved_dp(const struct gview_group *gg)
+{
+    for (int i = 0; i < gg->view.k; i++)
+        if (gg->view.dp_server[i] < -1)
+            return i;
+    return -1;
+}
+
+/* The layout to check group g with, once no takeover is running (polled
+ * up to --quiet-wait).  *layout is NULL when none applies.  CLI_OK, or the
+ * exit code after a printed verdict. */
+static int settled_layout(const struct cli_opts *o, int g, struct gview_group *gg,
+                          const struct gview_group **layout)
+{
+    char err[512];
+    int64_t deadline = mono_ms() + o->quiet_ms;
+    *layout = NULL;
+    for (;;) {
+        int rc = fetch_layout(o, g, gg, err, sizeof err);
+        if (rc < 0) {
+            printf("group %d: coordinator %s:%d not answering (%s); taking the layout from "
+                   "the process list\n", g, o->coord_host, o->coord_port, err);
+            return CLI_OK;
+        }
+        if (rc == 0)
+            return CLI_OK;
+        if (strcmp(gg->state, "lost") == 0 || gg->lost[0] != '\0') {
+            printf("group %d: LOST: %s (the group lost data; nothing else is checked)\n", g,
+                   gg->lost[0] ? gg->lost : "no process serves a data block");
+            return CLI_MISMATCH;
+        }
+        int f = unserved_dp(gg);
+        if (f < 0 && strcmp(gg->state, "taking-over") != 0) {
+            *layout = gg;
+            return CLI_OK;
+        }
+        if (mono_ms() >= deadline) {
+            char why[96];
+            if (f >= 0)
+                snprintf(why, sizeof why, "data %d has no server yet (being taken over)", f);
+            else
+                snprintf(why, sizeof why, "the coordinator reports a takeover in progress");
+            printf("group %d: NOT READY after %d ms: %s; retry when the takeover is done\n", g,
+                   o->quiet_ms, why);
+            return CLI_UNREACHABLE;
+        }
+        pause_ms(LAYOUT_POLL_MS);
+    }
+}
+
+/* Opens the group (in the coordinator's layout, when there is one), waits
+ * until every recovery process has rebuilt its units and the group is
+ * quiescent; prints why not and returns the exit code, or CLI_OK when
+ * ready. */
 static int prepare_group(struct gview *v, const struct proc_list *l, int g,
                          const struct cli_opts *o)
 {
     char err[512];
-    if (gview_open(v, l, g, o->timeout_ms, err, sizeof err) < 0) {
+    struct gview_group gg;
+    const struct gview_group *layout;
+    memset(v, 0, sizeof *v);
+    int code = settled_layout(o, g, &gg, &layout);
+    if (code != CLI_OK)
+        return code;
+    if (gview_open(v, l, g, layout, o->timeout_ms, err, sizeof err) < 0) {
         printf("group %d: ERROR: %s\n", g, err);
+        return CLI_UNREACHABLE;
+    }
+    int r = gview_wait_rebuilt(v, o->quiet_ms, err, sizeof err);
+    if (r == 2) {
+        printf("group %d: FAILED: %s\n", g, err);
+        return CLI_MISMATCH;
+    }
+    if (r != 0) {
+        printf("group %d: %s: %s%s\n", g, r > 0 ? "NOT READY" : "ERROR", err,
+               r > 0 ? "; retry when the recovery is done" : "");
         return CLI_UNREACHABLE;
     }
     int q = gview_wait_quiet(v, o->quiet_ms, err, sizeof err);
@@ -292,11 +433,50 @@ static int check_ranges(struct gview *v, const struct cli_opts *o, struct admin_
     return 0;
 }
 
+/* Whether the coordinator's view of the group is still the one checked. */
+static bool layout_unchanged(const struct gview *v, const struct cli_opts *o)
+{
+    struct gview_group now;
+    char err[512];
+    if (!v->has_layout)
+        return true;
+    if (fetch_layout(o, v->group, &now, err, sizeof err) <= 0)
+        return true;    /* no newer word: keep the verdict */
+    if (now.view.version == v->layout.view.version)
+        return true;
+    printf("group %d: the group's view changed during the check (version %" PRIu64 " -> %"
+           PRIu64 ", %s); starting over\n", v->group, v->layout.view.version, now.view.version,
+           now.state);
+    return false;
+}
+
+/* At the end of an attempt: a process that does not answer may just have
+ * died.  When the coordinator's view of the group changes within
+ * VIEW_CHANGE_WAIT_MS, ATTEMPT_RETRY (the group is checked again in its
+ * new layout); otherwise result. */
+static int retry_if_view_changes(const struct gview *v, const struct cli_opts *o, int result,
+                                 int code)
+{
+    if (result != ATTEMPT_DONE || code != CLI_UNREACHABLE || !v->has_layout ||
+        gview_all_answer(v, o->timeout_ms))
+        return result;
+    int64_t deadline = mono_ms() + VIEW_CHANGE_WAIT_MS;
+    for (;;) {
+        if (!layout_unchanged(v, o))
+            return ATTEMPT_RETRY;
+        if (mono_ms() >= deadline)
+            return result;
+        pause_ms(LAYOUT_POLL_MS);
+    }
+}
+
 /* After the comparisons: ATTEMPT_RETRY if the group changed meanwhile;
  * otherwise *code is CLI_OK, or CLI_UNREACHABLE (message printed). */
-static int confirm_unchanged(struct gview *v, int *code)
+static int confirm_unchanged(struct gview *v, const struct cli_opts *o, int *code)
 {
     char err[512];
+    if (!layout_unchanged(v, o))
+        return ATTEMPT_RETRY;
     int rc = gview_check_unchanged(v, err, sizeof err);
     if (rc < 0) {
         printf("group %d: ERROR: %s\n", v->group, err);
@@ -311,6 +491,19 @@ static int confirm_unchanged(struct gview *v, int *code)
     return ATTEMPT_DONE;
 }
 
+/* "; layout: data 1 served by parity 0, parity 1 dead" for a verdict on
+ * a group that is not in its original layout, else "". */
+static const char *layout_note(const struct gview *v, char *buf, size_t cap)
+{
+    char text[256];
+    gview_layout_text(v, text, sizeof text);
+    if (!v->has_layout || text[0] == '\0')
+        buf[0] = '\0';
+    else
+        snprintf(buf, cap, "; layout: %s", text);
+    return buf;
+}
+
 static int verify_attempt(const struct proc_list *l, int g, const struct cli_opts *o, int *code)
 {
     struct gview v;
@@ -319,7 +512,7 @@ static int verify_attempt(const struct proc_list *l, int g, const struct cli_opt
     struct admin_ranges r = { 0 };
     struct bufs b = { 0 };
     struct codec *codec = NULL;
-    char err[512];
+    char err[512], note[320];
     int result = ATTEMPT_DONE;
 
     *code = prepare_group(&v, l, g, o);
@@ -348,20 +541,23 @@ static int verify_attempt(const struct proc_list *l, int g, const struct cli_opt
         printf("group %d: ERROR: %s\n", g, err);
         goto out;
     }
-    result = confirm_unchanged(&v, code);
+    result = confirm_unchanged(&v, o, code);
     if (result == ATTEMPT_RETRY || *code == CLI_UNREACHABLE)
         goto out;
     print_problems(&pr, g);
     if (pr.n == 0) {
-        printf("group %d: OK (%d data, %d parity, %" PRIu64 " items, %" PRIu64 " bytes checked%s)\n",
-               g, v.k, v.m, sum.items, sum.bytes, o->full ? ", full regions" : "");
+        printf("group %d: OK (%d data, %d parity, %" PRIu64 " items, %" PRIu64 " bytes checked%s%s)\n",
+               g, v.k, gview_nparity(&v), sum.items, sum.bytes, o->full ? ", full regions" : "",
+               layout_note(&v, note, sizeof note));
         *code = CLI_OK;
     } else {
         printf("group %d: FAILED (%d problems; %d data, %d parity, %" PRIu64 " items, %" PRIu64
-               " bytes checked)\n", g, pr.n, v.k, v.m, sum.items, sum.bytes);
+               " bytes checked%s)\n", g, pr.n, v.k, gview_nparity(&v), sum.items, sum.bytes,
+               layout_note(&v, note, sizeof note));
         *code = CLI_MISMATCH;
     }
 out:
+    result = retry_if_view_changes(&v, o, result, *code);
     bufs_free(&b);
     codec_free(codec);
     ranges_free(&r);
@@ -430,7 +626,7 @@ static void decode_one(struct gview *v, const struct codec *codec, struct bufs *
     for (int e = 0; e < v->m; e++) {
         struct diff d;
         int x = erased[e];
-        if (compare_bytes(b->blk[x], b->work[x], len, &d))
+        if (!gview_present(v, x) || compare_bytes(b->blk[x], b->work[x], len, &d))
             continue;
         problem(pr, "survivors %s: rebuilt %s differs in %" PRIu64 " bytes of [%" PRIu64
                 ", %" PRIu64 "); first at %" PRIu64, survivors_text(v, erased, sname, sizeof sname),
@@ -439,21 +635,47 @@ static void decode_one(struct gview *v, const struct codec *codec, struct bufs *
     }
 }
 
-/* Calls fn for every M-subset of the N blocks (at most MAX_COMBINATIONS);
- * returns how many there were. */
+/* Whether the M-subset erases every absent block (so that the survivors
+ * are K present blocks). */
+static bool erases_absent(const struct gview *v, const int *erased)
+{
+    int e = 0;
+    for (int b = 0; b < v->k + v->m; b++) {
+        while (e < v->m && erased[e] < b)
+            e++;
+        if (!gview_present(v, b) && (e == v->m || erased[e] != b))
+            return false;
+    }
+    return true;
+}
+
+/* Calls fn for every M-subset of the N blocks that erases every absent
+ * block (at most MAX_COMBINATIONS subsets looked at); returns how many
+ * there were: C(present, K). */
 static int for_each_erasure(struct gview *v, void (*fn)(struct gview *v, const int *erased,
                                                         void *ctx), void *ctx)
 {
     int erased[GVIEW_MAX_BLOCKS];
     for (int e = 0; e < v->m; e++)
         erased[e] = e;
-    int count = 0;
+    int count = 0, looked = 0;
     do {
+        looked++;
+        if (!erases_absent(v, erased))
+            continue;
         if (fn != NULL)
             fn(v, erased, ctx);
         count++;
-    } while (count < MAX_COMBINATIONS && next_combination(erased, v->m, v->k + v->m));
+    } while (looked < MAX_COMBINATIONS && next_combination(erased, v->m, v->k + v->m));
     return count;
+}
+
+static int npresent(const struct gview *v)
+{
+    int n = 0;
+    for (int b = 0; b < v->k + v->m; b++)
+        n += gview_present(v, b);
+    return n;
 }
 
 struct decode_ctx {
@@ -485,7 +707,7 @@ static int decode_attempt(const struct proc_list *l, int g, const struct cli_opt
     struct bufs b = { 0 };
     struct codec *codec = NULL;
     uint64_t bytes = 0;
-    char err[512];
+    char err[512], note[320];
     int result = ATTEMPT_DONE;
 
     *code = prepare_group(&v, l, g, o);
@@ -504,21 +726,34 @@ static int decode_attempt(const struct proc_list *l, int g, const struct cli_opt
         printf("group %d: ERROR: %s\n", g, err);
         goto out;
     }
-    result = confirm_unchanged(&v, code);
+    result = confirm_unchanged(&v, o, code);
     if (result == ATTEMPT_RETRY || *code == CLI_UNREACHABLE)
         goto out;
     print_problems(&pr, g);
-    if (pr.n == 0) {
-        printf("group %d: OK (%d survivor sets of %d among %d, %" PRIu64
-               " bytes per region decoded and matched%s)\n",
-               g, for_each_erasure(&v, NULL, NULL), v.k, v.k + v.m, bytes, o->full ? ", full regions" : "");
+    int present = npresent(&v);
+    if (pr.n == 0 && present == v.k) {
+        printf("group %d: OK (no parity block left, nothing to decode: %" PRIu64 " bytes per "
+               "region fetched from the %d data blocks%s%s)\n", g, bytes, v.k,
+               o->full ? ", full regions" : "", layout_note(&v, note, sizeof note));
+        *code = CLI_OK;
+    } else if (pr.n == 0) {
+        char among[96];
+        if (present == v.k + v.m)
+            snprintf(among, sizeof among, "%d", present);
+        else
+            snprintf(among, sizeof among, "%d present blocks of %d", present, v.k + v.m);
+        printf("group %d: OK (%d survivor sets of %d among %s, %" PRIu64
+               " bytes per region decoded and matched%s%s)\n",
+               g, for_each_erasure(&v, NULL, NULL), v.k, among, bytes,
+               o->full ? ", full regions" : "", layout_note(&v, note, sizeof note));
         *code = CLI_OK;
     } else {
-        printf("group %d: FAILED (%d problems over %" PRIu64 " bytes per region)\n",
-               g, pr.n, bytes);
+        printf("group %d: FAILED (%d problems over %" PRIu64 " bytes per region%s)\n",
+               g, pr.n, bytes, layout_note(&v, note, sizeof note));
         *code = CLI_MISMATCH;
     }
 out:
+    result = retry_if_view_changes(&v, o, result, *code);
     bufs_free(&b);
     codec_free(codec);
     ranges_free(&r);
@@ -538,19 +773,6 @@ struct pbr_view {
     struct admin_conn *conn[GVIEW_MAX_BLOCKS];
     uint64_t stable;                  /* the primary's stable xid when quiescent */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void pause_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
 
 static const char *pbr_name(const struct pbr_view *v, int i, char *buf, size_t cap)
 {

@@ -3,8 +3,10 @@
  * (status, mem, verify, decode-check, map, move).  The map command is
  * here: it fetches `config get cluster` from every process
  * (docs/routing.md); so are the coordinator's parts: `move` and the
- * membership half of `status` (`cocytus move`, `cocytus moves`, `cocytus
- * status` on the coordinator).  See docs/cli.md. */
+ * cluster half of `status` (`cocytus move`, `cocytus moves`, `cocytus
+ * status` and `cocytus groups` on the coordinator: membership, and each
+ * coding group's health after failures - who serves each data block,
+ * dead parity processes, recovery progress).  See docs/cli.md. */
 #include "config.h"
 
 #include <errno.h>
@@ -17,6 +19,7 @@
 
 #include "admin.h"
 #include "cli.h"
+#include "gview.h"
 #include "procs.h"
 #include "slotmap.h"
 
@@ -33,7 +36,8 @@ static void usage(FILE *out)
     fprintf(out,
         "usage: cocytus-cli [--dir DIR | --cluster FILE] [options] <command>\n"
         "commands:\n"
-        "  status         does every process answer; its xids and items\n"
+        "  status         does every process answer; its xids and items; the health\n"
+        "                 of every coding group (from the coordinator)\n"
         "  mem            region, metadata and RSS bytes per process, totals per role\n"
         "  verify         backup metadata and parity of every coding group are right\n"
         "  decode-check   every K of N regions decode to the others (offline recovery)\n"
@@ -48,10 +52,12 @@ static void usage(FILE *out)
         "                   map: also every slot range\n"
         "  --raw-bytes N    mem: also print total RSS / N\n"
         "  --timeout MS     bound for each socket wait (default %d)\n"
-        "  --quiet-wait MS  how long to wait for a quiescent group (default %d)\n"
+        "  --quiet-wait MS  how long to wait for a quiescent group, a takeover or a\n"
+        "                   rebuild (default %d)\n"
         "  --chunk BYTES    bytes per region request (default %u)\n"
-        "exit: 0 OK, 1 a check found a difference, 2 usage or configuration error,\n"
-        "      3 a process did not answer or the group never became quiescent\n",
+        "exit: 0 OK, 1 a check found a difference (status: a coding group short of\n"
+        "      full redundancy, or a process joining), 2 usage or configuration error,\n"
+        "      3 a process did not answer or the group never became quiescent or ready\n",
         DEFAULT_TIMEOUT_MS, DEFAULT_QUIET_MS, DEFAULT_CHUNK);
 }
 
@@ -341,18 +347,175 @@ static int print_map_epoch(const struct proc_list *l, const struct cli_opts *o)
     return CLI_UNREACHABLE;
 }
 
-/* Counts "alive", "dead", "unknown" in a `proc ...` status line. */
-static void count_state(const char *line, int *alive, int *dead, int *unknown)
+/* Counts "alive", "dead", "joining", "unknown" in a `proc ...` status line. */
+static void count_state(const char *line, int *alive, int *dead, int *joining, int *unknown)
 {
     if (strstr(line, " alive pid="))
         (*alive)++;
     else if (strstr(line, " dead pid="))
         (*dead)++;
+    else if (strstr(line, " joining pid="))
+        (*joining)++;
     else
         (*unknown)++;
 }
 
 #define COORD_PROCS_MAX 4096
+
+/* The coordinator's `proc` lines, for naming a group's processes. */
+struct coord_procs {
+    char (*line)[COORD_LINE_MAX];
+    int n;
+};
+
+/* Address and liveness word of a process in the proc lines; false when
+ * not listed. */
+static bool coord_proc(const struct coord_procs *cp, int g, const char *role, int idx,
+                       char *addr, size_t addrcap, char *state, size_t statecap)
+{
+    for (int i = 0; i < cp->n; i++) {
+        int pg, pidx, node;
+        char prole[PROC_ROLE_MAX], paddr[128], pstate[16];
+        if (sscanf(cp->line[i], "proc %d %15s %d %d %127s %15s", &pg, prole, &pidx, &node,
+                   paddr, pstate) == 6 && pg == g && pidx == idx && strcmp(prole, role) == 0) {
+            snprintf(addr, addrcap, "%s", paddr);
+            snprintf(state, statecap, "%s", pstate);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* " (127.0.0.1:21266)" or "" when the process is not listed. */
+static const char *proc_addr(const struct coord_procs *cp, int g, const char *role, int idx,
+                             char *buf, size_t cap)
+{
+    char addr[128], state[16];
+    if (coord_proc(cp, g, role, idx, addr, sizeof addr, state, sizeof state))
+        snprintf(buf, cap, " (%s)", addr);
+    else
+        buf[0] = '\0';
+    return buf;
+}
+
+/* A recovery process's progress: units, share, bytes, rate and an ETA
+ * (the units left are rebuilt at 4 KB each; units known to be zero were
+ * counted done at the start, so what is left is data). */
+static void print_rec(int g, const struct gview_rec *r)
+{
+    if (r->total == 0) {
+        printf("group %d: parity %d serves data %d: no recovery progress reported yet\n", g,
+               r->pp, r->dp);
+        return;
+    }
+    double pct = 100.0 * (double)r->done / (double)r->total;
+    if (r->done >= r->total) {
+        printf("group %d: parity %d rebuilt data %d: %llu/%llu units (%.1f%%), %llu bytes "
+               "transferred, done\n", g, r->pp, r->dp, (unsigned long long)r->done,
+               (unsigned long long)r->total, pct, (unsigned long long)r->bytes);
+        return;
+    }
+    printf("group %d: parity %d rebuilding data %d: %llu/%llu units (%.1f%%), %llu bytes "
+           "transferred, %.2f MB/s, ", g, r->pp, r->dp, (unsigned long long)r->done,
+           (unsigned long long)r->total, pct, (unsigned long long)r->bytes,
+           (double)r->rate / 1e6);
+    if (r->rate == 0)
+        printf("ETA unknown (no rate yet)\n");
+    else
+        printf("ETA %.1f s\n", (double)(r->total - r->done) * RECOV_UNIT / (double)r->rate);
+}
+
+/* Who serves each data block of a group that is not in its original
+ * layout, the state of its parity processes, and processes that restarted
+ * into a place another process took over. */
+static void print_group_detail(const struct gview_group *gg, const struct coord_procs *cp)
+{
+    const struct group_view *v = &gg->view;
+    int g = gg->group;
+    char addr[128], state[16], paddr[160];
+    bool unserved = false;
+    for (int i = 0; i < v->k; i++) {
+        int r = v->dp_server[i];
+        if (r == -1)
+            continue;
+        unserved |= r < 0;
+        bool known = coord_proc(cp, g, "data", i, addr, sizeof addr, state, sizeof state);
+        if (r >= 0)
+            printf("group %d: data %d served by recovery process parity %d%s", g, i, r,
+                   proc_addr(cp, g, "parity", r, paddr, sizeof paddr));
+        else
+            printf("group %d: data %d has no server (%s)", g, i,
+                   gg->lost[0] ? "lost" : "being taken over");
+        if (known)
+            printf("; its own process %s is %s", addr, state);
+        printf("\n");
+    }
+    for (int j = 0; j < v->m; j++) {
+        if (v->pp_state[j] != GV_PP_DEAD)
+            continue;
+        bool known = coord_proc(cp, g, "parity", j, addr, sizeof addr, state, sizeof state);
+        printf("group %d: parity %d%s%s%s is %s: the group runs with one parity fewer\n", g, j,
+               known ? " (" : "", known ? addr : "", known ? ")" : "",
+               !known || strcmp(state, "dead") == 0 ? "dead"
+               : strcmp(state, "joining") == 0 ? "joining (it restarted empty) and dropped"
+               : "dropped");
+    }
+    for (int n = 0; n < gg->nrec; n++)
+        print_rec(g, &gg->rec[n]);
+    /* While a data block has no server the last figures are of a takeover
+     * that has not served (yet): only its preparation is known. */
+    if (unserved && gg->lost[0] == '\0')
+        printf("group %d: last takeover: preparation %.3f ms, not serving yet\n", g,
+               (double)gg->last_prepare_us / 1000.0);
+    else if (gg->last_serve_ms > 0 || gg->last_prepare_us > 0)
+        printf("group %d: last takeover: served %llu ms after the death was seen "
+               "(preparation %.3f ms)\n", g, (unsigned long long)gg->last_serve_ms,
+               (double)gg->last_prepare_us / 1000.0);
+}
+
+/* The coordinator's `cocytus groups`, readable: one line per coding group
+ * and details for those not healthy.  CLI_OK when every group shown is
+ * healthy (or the coordinator reports no coding groups), CLI_MISMATCH when
+ * one is not, CLI_UNREACHABLE when the answer is incomplete. */
+static int print_groups(struct admin_conn *c, const struct coord_procs *cp,
+                        const struct cli_opts *o)
+{
+    struct gview_groups gs = { 0 };
+    int rc = gview_read_groups(c, &gs);
+    if (rc < 0) {
+        printf("coordinator %s:%d: no coding group health (%s)\n", o->coord_host, o->coord_port,
+               c->err);
+        gview_groups_free(&gs);
+        return CLI_UNREACHABLE;
+    }
+    int code = CLI_OK, shown = 0, healthy = 0;
+    for (int i = 0; i < gs.n; i++) {
+        const struct gview_group *gg = &gs.v[i];
+        if (o->group >= 0 && gg->group != o->group)
+            continue;
+        bool ok = strcmp(gg->state, "healthy") == 0 && gview_group_healthy(gg);
+        char word[16];
+        snprintf(word, sizeof word, "%s", gg->state);
+        for (char *w = word; !ok && *w; w++)
+            *w = (char)(*w >= 'a' && *w <= 'z' ? *w - 'a' + 'A' : *w);
+        printf("group %d: %s, tolerates %d of %d failures", gg->group, word, gg->redundancy,
+               gg->target);
+        if (strcmp(gg->state, "lost") == 0 || gg->lost[0] != '\0')
+            printf(" (data lost: %s)", gg->lost[0] ? gg->lost : "no reason given");
+        printf("\n");
+        shown++;
+        if (ok) {
+            healthy++;
+            continue;
+        }
+        print_group_detail(gg, cp);
+        code = CLI_MISMATCH;
+    }
+    if (shown > 0)
+        printf("groups: %d of %d at full redundancy\n", healthy, shown);
+    gview_groups_free(&gs);
+    return code;
+}
 
 /* `cocytus status` of the coordinator: a summary line, then its proc lines. */
 static int print_coordinator_status(const struct cli_opts *o)
@@ -376,24 +539,33 @@ static int print_coordinator_status(const struct cli_opts *o)
         return CLI_UNREACHABLE;
     }
     char (*procs)[COORD_LINE_MAX] = malloc(sizeof(*procs) * COORD_PROCS_MAX);
-    int n = 0, alive = 0, dead = 0, unknown = 0, code = CLI_OK;
+    int n = 0, alive = 0, dead = 0, joining = 0, unknown = 0, code = CLI_OK;
     while (procs && admin_read_line(c, line, sizeof line) == 0 && strcmp(line, "END") != 0) {
         if (strncmp(line, "proc ", 5) != 0 || n == COORD_PROCS_MAX)
             continue;
         snprintf(procs[n++], COORD_LINE_MAX, "%s", line);
-        count_state(line, &alive, &dead, &unknown);
+        count_state(line, &alive, &dead, &joining, &unknown);
     }
     if (!procs || strcmp(line, "END") != 0) {
         printf("coordinator %s:%d: incomplete status (%s)\n", o->coord_host, o->coord_port,
                procs ? c->err : "out of memory");
         code = CLI_UNREACHABLE;
     } else {
-        printf("coordinator %s:%d: epoch %llu, %d alive, %d dead, %d unknown\n", o->coord_host,
+        printf("coordinator %s:%d: epoch %llu, %d alive, %d dead, %d unknown", o->coord_host,
                o->coord_port, epoch, alive, dead, unknown);
+        if (joining > 0)
+            printf(", %d joining", joining);
+        printf("\n");
         for (int i = 0; i < n; i++)
             printf("%s\n", procs[i]);
-        if (dead || unknown)
+        struct coord_procs cp = { procs, n };
+        int groups = print_groups(c, &cp, o);
+        /* A joining process answers but holds nothing yet: like a group
+         * short of redundancy, the cluster is not whole. */
+        if (dead || unknown || groups == CLI_UNREACHABLE)
             code = CLI_UNREACHABLE;
+        else if (joining || groups == CLI_MISMATCH)
+            code = CLI_MISMATCH;
     }
     free(procs);
     admin_close(c);

@@ -1,5 +1,6 @@
 /* cli.h - what cocytus-cli's commands share: options, exit codes and the
- * command entry points (check.c: verify, decode-check; mem.c: mem, status). */
+ * command entry points (check.c: verify, decode-check; mem.c: mem, status;
+ * cli.c: map, move and the cluster half of status). */
 #ifndef CLIENT_CLI_H
 #define CLIENT_CLI_H
 
@@ -36,9 +37,11 @@ int cmd_status(const struct proc_list *l, const struct cli_opts *o);
 int cmd_move(const struct proc_list *l, const struct cli_opts *o);
 
 /* status, cluster part (cli.c): the epoch, and with a coordinator each
- * process's liveness as the coordinator sees it.  Returns CLI_OK, or
- * CLI_UNREACHABLE when the coordinator does not answer or a process is
- * not alive. */
+ * process's liveness as the coordinator sees it and each coding group's
+ * health (`cocytus groups`).  Returns CLI_OK; CLI_MISMATCH when every
+ * process is alive but a group is short of full redundancy (degraded,
+ * recovering, taking over, lost) or a process is joining; CLI_UNREACHABLE
+ * when the coordinator does not answer or a process is dead or unknown. */
 int cli_cluster_status(const struct proc_list *l, const struct cli_opts *o);
 
 #endif

@@ -1,8 +1,20 @@
 /* lc_core.c - libcocytus internals: connections, map refresh, MOVED
- * handling and the bounded retry loop around one keyed request. */
+ * handling and the retry loop around one keyed request, bounded by the
+ * call's deadline.
+ *
+ * After a failure that is not a MOVED (the server refused, closed, or did
+ * not answer in time) the client fetches the map, asking the failed server
+ * last.  If the slot has a new owner it goes there at once; otherwise it
+ * waits the backoff (a few ms, doubling up to LC_BACKOFF_CAP_MS, so that a
+ * map the cluster publishes is seen soon) and tries the same server again.
+ * After a timeout it does not try the same server again for timeout_ms (a
+ * hung process would cost a whole timeout per try) but keeps fetching the
+ * map meanwhile.  A request that may have reached the server is sent again
+ * only if doing so twice is harmless (lc_request.retry_lost). */
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +24,9 @@
 #include "lc_core.h"
 #include "lc_fetch.h"
 
-#define BACKOFF_CAP_MS 200
 #define REFRESH_SOURCES_MAX 8      /* servers asked for the map in one refresh */
+#define REFRESH_SAME_MAX 2         /* answers with the cached epoch that end a refresh */
+#define FETCH_MIN_MS 20            /* shortest map fetch timeout near the deadline */
 
 void lc_set_error(cocytus_t *c, const char *fmt, ...)
 {
@@ -33,23 +46,70 @@ static void prefix_error(cocytus_t *c, const char *prefix)
     lc_set_error(c, "%s: %s", prefix, old);
 }
 
-static void sleep_ms(int ms)
+/* ---- time and budget ---- */
+
+int64_t lc_now_ms(void)
 {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }
 
-void lc_backoff(const cocytus_t *c, int attempt)
+bool lc_call_begin(cocytus_t *c)
 {
-    long ms = c->opt.retry_delay_ms;
+    if (c->call_end != 0)
+        return false;
+    c->call_end = lc_now_ms() + c->opt.deadline_ms;
+    return true;
+}
 
-    for (int i = 1; i < attempt && ms < BACKOFF_CAP_MS; i++)
+void lc_call_end(cocytus_t *c, bool began)
+{
+    if (began)
+        c->call_end = 0;
+}
+
+/* Milliseconds left in the call's budget (INT64_MAX outside a call). */
+static int64_t budget_left(const cocytus_t *c)
+{
+    return c->call_end == 0 ? INT64_MAX : c->call_end - lc_now_ms();
+}
+
+bool lc_may_retry(const cocytus_t *c, int tries)
+{
+    return tries < c->opt.max_attempts && budget_left(c) > 0;
+}
+
+static int64_t backoff_ms(const cocytus_t *c, int retry)
+{
+    int64_t ms = c->opt.retry_delay_ms;
+
+    for (int i = 1; i < retry && ms < LC_BACKOFF_CAP_MS; i++)
         ms *= 2;
-    if (ms > BACKOFF_CAP_MS)
-        ms = BACKOFF_CAP_MS;
+    return ms > LC_BACKOFF_CAP_MS ? LC_BACKOFF_CAP_MS : ms;
+}
+
+/* Sleeps ms, but not past the call's deadline. */
+static void sleep_in_budget(const cocytus_t *c, int64_t ms)
+{
+    int64_t left = budget_left(c);
+
+    if (ms > left)
+        ms = left;
     if (ms > 0)
-        sleep_ms((int)ms);
+        sleep_ms(ms);
+}
+
+void lc_backoff(const cocytus_t *c, int retry)
+{
+    sleep_in_budget(c, backoff_ms(c, retry));
 }
 
 /* ---- connections ---- */
@@ -82,11 +142,23 @@ static memcached_st *new_handle(const cocytus_t *c, const struct lc_addr *a)
     return mc;
 }
 
+memcached_return_t lc_attempt_rc(const memcached_st *mc, memcached_return_t rc)
+{
+    if (rc != MEMCACHED_SOME_ERRORS && rc != MEMCACHED_FAILURE)
+        return rc;
+    memcached_return_t last = memcached_last_error(mc);
+    if (memcached_failed(last) && last != MEMCACHED_SOME_ERRORS && last != MEMCACHED_FAILURE)
+        return last;
+    return MEMCACHED_CONNECTION_FAILURE;
+}
+
 /* A version round trip opens the connection, so that a failure of the
- * request itself can only come from a connection that was working. */
+ * request itself can only come from a connection that was working.
+ * memcached_version() reports any failure as MEMCACHED_SOME_ERRORS; the
+ * handle's last error says which (MEMCACHED_TIMEOUT for a hung server). */
 static memcached_return_t prime_handle(memcached_st *mc)
 {
-    return memcached_version(mc);
+    return lc_attempt_rc(mc, memcached_version(mc));
 }
 
 memcached_st *lc_conn_handle(cocytus_t *c, size_t i, memcached_return_t *rc)
@@ -107,7 +179,7 @@ memcached_st *lc_conn_handle(cocytus_t *c, size_t i, memcached_return_t *rc)
         lc_addr_format(&cn->addr, where, sizeof(where));
         lc_set_error(c, "%s: %s", where, memcached_last_error_message(cn->mc));
         lc_conn_reset(c, i);
-        *rc = MEMCACHED_CONNECTION_FAILURE;
+        *rc = *rc == MEMCACHED_TIMEOUT ? MEMCACHED_TIMEOUT : MEMCACHED_CONNECTION_FAILURE;
         return NULL;
     }
     return cn->mc;
@@ -194,38 +266,81 @@ static bool install_map(cocytus_t *c, struct lc_map *m)
     return true;
 }
 
-/* Whether a fetched map may replace the cached one. */
-static bool acceptable(const cocytus_t *c, const struct lc_map *m, enum lc_fetch kind,
-                       uint64_t min_epoch)
+/* What a fetched map is to a refresh. */
+enum judged {
+    MAP_REFUSED,     /* older than the cached map or than min_epoch */
+    MAP_SAME,        /* the cached epoch */
+    MAP_NEWER        /* newer than the cached map (or the first map) */
+};
+
+static enum judged judge(const cocytus_t *c, const struct lc_map *m, enum lc_fetch kind,
+                         uint64_t min_epoch)
 {
     if (c->map == NULL)
-        return true;
+        return MAP_NEWER;
     if (kind == LC_FETCH_NO_CLUSTER)
-        return c->map->epoch == 0 && min_epoch == 0;
-    return m->epoch >= min_epoch && m->epoch >= c->map->epoch;
+        return c->map->epoch == 0 && min_epoch == 0 ? MAP_SAME : MAP_REFUSED;
+    if (m->epoch < min_epoch || m->epoch < c->map->epoch)
+        return MAP_REFUSED;
+    return m->epoch > c->map->epoch ? MAP_NEWER : MAP_SAME;
 }
 
-/* Asks one server; true if its map was installed. */
-static bool refresh_from(cocytus_t *c, const struct lc_addr *a, uint64_t min_epoch)
+/* The map fetch timeout: timeout_ms between calls (connect, cocytus_refresh);
+ * inside a call at most LC_RETRY_FETCH_MS, and no longer than the budget
+ * left (but FETCH_MIN_MS), so that a dead or hung server is passed over
+ * quickly. */
+static int fetch_timeout(const cocytus_t *c)
+{
+    int64_t ms = c->opt.timeout_ms;
+    int64_t left = budget_left(c);
+
+    if (c->call_end == 0)
+        return (int)ms;
+    if (ms > LC_RETRY_FETCH_MS)
+        ms = LC_RETRY_FETCH_MS;
+    if (ms > left)
+        ms = left;
+    return ms < FETCH_MIN_MS ? FETCH_MIN_MS : (int)ms;
+}
+
+/* Asks one server; *out gets its map unless it is MAP_REFUSED (or the
+ * fetch failed: then MAP_REFUSED too, with the reason in c->err, and
+ * *answered false). */
+static enum judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t min_epoch,
+                              struct lc_map **out, bool *answered)
 {
     struct lc_map *m = NULL;
     char err[LC_ERR_MAX];
-    enum lc_fetch kind = lc_fetch_map(a, c->opt.timeout_ms, &m, err, sizeof(err));
+    enum lc_fetch kind = lc_fetch_map(a, fetch_timeout(c), &m, err, sizeof(err));
 
+    *out = NULL;
+    *answered = kind != LC_FETCH_FAILED;
     if (kind == LC_FETCH_FAILED) {
         lc_set_error(c, "%s", err);
-        return false;
+        return MAP_REFUSED;
     }
-    if (!acceptable(c, m, kind, min_epoch) || !install_map(c, m)) {
+    enum judged j = judge(c, m, kind, min_epoch);
+    if (j == MAP_REFUSED) {
+        char where[LC_ADDR_TEXT_MAX];
+        uint64_t want = c->map->epoch > min_epoch ? c->map->epoch : min_epoch;
+        lc_addr_format(a, where, sizeof(where));
+        if (kind == LC_FETCH_NO_CLUSTER)
+            lc_set_error(c, "%s has no cluster map (epoch 0), older than %" PRIu64, where, want);
+        else
+            lc_set_error(c, "%s has map epoch %" PRIu64 ", older than %" PRIu64, where, m->epoch,
+                         want);
         lc_map_free(m);
-        return false;
+        return MAP_REFUSED;
     }
-    return true;
+    *out = m;
+    return j;
 }
 
-/* The servers a refresh asks, in order, without repeats. */
+/* The servers a refresh asks, in order, without repeats: prefer, the seeds,
+ * the map's endpoints; avoid is moved to the end (lc_refresh asks it only
+ * if no other server answered). */
 static size_t refresh_sources(const cocytus_t *c, const struct lc_addr *prefer,
-                              struct lc_addr *out, size_t cap)
+                              const struct lc_addr *avoid, struct lc_addr *out, size_t cap)
 {
     size_t n = 0;
     size_t nmap = c->map ? c->map->n : 0;
@@ -246,18 +361,90 @@ static size_t refresh_sources(const cocytus_t *c, const struct lc_addr *prefer,
         if (!seen)
             out[n++] = *a;
     }
+    for (size_t j = 0; avoid != NULL && j + 1 < n; j++) {
+        if (lc_addr_equal(&out[j], avoid)) {
+            struct lc_addr last = out[j];
+            memmove(&out[j], &out[j + 1], (n - j - 1) * sizeof(out[0]));
+            out[n - 1] = last;
+            break;
+        }
+    }
     return n;
 }
 
-bool lc_refresh(cocytus_t *c, const struct lc_addr *prefer, uint64_t min_epoch)
+bool lc_refresh(cocytus_t *c, const struct lc_addr *prefer, const struct lc_addr *avoid,
+                uint64_t min_epoch)
 {
     struct lc_addr src[REFRESH_SOURCES_MAX];
-    size_t n = refresh_sources(c, prefer, src, REFRESH_SOURCES_MAX);
+    size_t n = refresh_sources(c, prefer, avoid, src, REFRESH_SOURCES_MAX);
+    struct lc_map *same = NULL;
+    int nsame = 0;
+    bool any_answer = false;
 
-    for (size_t i = 0; i < n; i++)
-        if (refresh_from(c, &src[i], min_epoch))
-            return true;
+    for (size_t i = 0; i < n && nsame < REFRESH_SAME_MAX; i++) {
+        struct lc_map *m;
+        bool answered;
+        if (i > 0 && budget_left(c) <= 0)
+            break;
+        /* The server that just failed is asked only if no other answered. */
+        if (avoid != NULL && any_answer && lc_addr_equal(&src[i], avoid))
+            break;
+        enum judged j = fetch_from(c, &src[i], min_epoch, &m, &answered);
+        any_answer = any_answer || answered;
+        switch (j) {
+        case MAP_NEWER:
+            lc_map_free(same);
+            if (install_map(c, m))
+                return true;
+            lc_map_free(m);
+            lc_set_error(c, "out of memory");
+            return false;
+        case MAP_SAME:
+            nsame++;
+            if (same == NULL)
+                same = m;
+            else
+                lc_map_free(m);
+            break;
+        case MAP_REFUSED:
+            break;
+        }
+    }
+    if (same == NULL)
+        return false;
+    if (install_map(c, same))
+        return true;
+    lc_map_free(same);
     return false;
+}
+
+/* The text of the failure being retried stays in c->err (a later "gave
+ * up" reports it, not a map fetch's). */
+bool lc_refresh_for_retry(cocytus_t *c, const struct lc_addr *prefer,
+                          const struct lc_addr *avoid, uint64_t min_epoch)
+{
+    char saved[LC_ERR_MAX];
+
+    memcpy(saved, c->err, sizeof(saved));
+    bool ok = lc_refresh(c, prefer, avoid, min_epoch);
+    memcpy(c->err, saved, sizeof(saved));
+    return ok;
+}
+
+bool lc_await_new_map(cocytus_t *c, int ms, int retry)
+{
+    int64_t until = lc_now_ms() + ms;
+    uint64_t epoch = c->map->epoch;
+
+    for (;; retry++) {
+        lc_refresh_for_retry(c, NULL, NULL, 0);
+        if (c->map->epoch > epoch)
+            return true;
+        int64_t wait = backoff_ms(c, retry);
+        sleep_in_budget(c, wait > 0 ? wait : 1);
+        if (lc_now_ms() >= until || budget_left(c) <= 0)
+            return false;
+    }
 }
 
 /* ---- outcomes ---- */
@@ -312,7 +499,7 @@ size_t lc_follow_moved(cocytus_t *c, unsigned slot, const struct lc_moved *mv)
     if (c->opt.route == COCYTUS_ROUTE_FOLLOW)
         return lc_conn_find_or_add(c, &mv->to);
     if (mv->epoch > c->map->epoch)
-        lc_refresh(c, &mv->to, mv->epoch);
+        lc_refresh_for_retry(c, &mv->to, NULL, mv->epoch);
     size_t to = lc_conn_find_or_add(c, &mv->to);
     if (mv->epoch >= c->map->epoch && slot == mv->slot)
         c->map->owner[slot] = (uint16_t)to;
@@ -321,12 +508,28 @@ size_t lc_follow_moved(cocytus_t *c, unsigned slot, const struct lc_moved *mv)
 
 /* ---- the retry loop ---- */
 
-/* After a failure that is not MOVED: refresh and pick the new route. */
-static size_t reroute_after_failure(cocytus_t *c, unsigned slot, int attempt)
+/* After a failure that is not MOVED (nothing answered, or the connection
+ * broke), with budget left: the connection to try next.  The map is
+ * fetched (the failed server asked last); a new owner is tried at once.
+ * Else the same server is tried again after the backoff, or, after a
+ * timeout, once timeout_ms have passed, fetching the map meanwhile in case
+ * the cluster moves the slot away from a hung process. */
+static size_t reroute_after_failure(cocytus_t *c, unsigned slot, size_t failed_i, int tries,
+                                    bool timed_out)
 {
-    lc_backoff(c, attempt);
-    lc_refresh(c, NULL, 0);
-    return lc_route(c, slot);
+    struct lc_addr failed = c->conns[failed_i].addr;
+    int64_t again_at = lc_now_ms() + (timed_out ? c->opt.timeout_ms : 0);
+
+    for (int retry = tries;; retry++) {
+        lc_refresh_for_retry(c, NULL, &failed, 0);
+        size_t next = lc_route(c, slot);
+        if (!lc_addr_equal(&c->conns[next].addr, &failed))
+            return next;
+        int64_t ms = backoff_ms(c, retry);
+        sleep_in_budget(c, ms > 0 ? ms : 1);
+        if (lc_now_ms() >= again_at || budget_left(c) <= 0)
+            return lc_route(c, slot);
+    }
 }
 
 /* An error whose text libmemcached dropped may be a MOVED: go to the slot's
@@ -339,58 +542,83 @@ static bool follow_map_owner(cocytus_t *c, unsigned slot, size_t *target)
     struct lc_addr failed = c->conns[*target].addr;
 
     if (lc_addr_equal(&c->conns[c->map->owner[slot]].addr, &failed))
-        lc_refresh(c, &failed, 0);
+        lc_refresh_for_retry(c, &failed, NULL, 0);
     *target = c->map->owner[slot];
     return !lc_addr_equal(&c->conns[*target].addr, &failed);
 }
 
-memcached_return_t lc_run(cocytus_t *c, const struct lc_request *rq)
+static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
 {
     unsigned slot = lc_key_slot(rq->key, rq->nkey);
     size_t target = lc_route(c, slot);
     memcached_return_t rc = MEMCACHED_CONNECTION_FAILURE;
     struct lc_moved mv;
+    int64_t start = lc_now_ms();
+    int tries = 0;
 
     c->stats.requests++;
-    for (int attempt = 0; attempt < c->opt.max_attempts; attempt++) {
-        if (attempt > 0)
+    for (;;) {
+        if (tries > 0)
             c->stats.retries++;
+        tries++;
         memcached_st *mc = lc_conn_handle(c, target, &rc);
         if (mc == NULL) {
             if (rc == MEMCACHED_MEMORY_ALLOCATION_FAILURE)
                 return rc;
+            /* Nothing of the request was sent: any command may try again. */
             c->stats.conn_failures++;
-            target = reroute_after_failure(c, slot, attempt + 1);
+            if (!lc_may_retry(c, tries))
+                goto give_up;
+            target = reroute_after_failure(c, slot, target, tries, rc == MEMCACHED_TIMEOUT);
             continue;
         }
-        rc = rq->fn(mc, rq->arg);
+        rc = lc_attempt_rc(mc, rq->fn(mc, rq->arg));
         switch (lc_classify(c, mc, rc, &mv)) {
         case LC_FINAL:
             return rc;
         case LC_MOVED:
+            if (!lc_may_retry(c, tries))
+                goto give_up;
             target = lc_follow_moved(c, slot, &mv);
-            if (attempt > 0)
-                lc_backoff(c, attempt);
+            if (tries > 1)
+                lc_backoff(c, tries - 1);
             break;
         case LC_LOST:
             c->stats.conn_failures++;
             lc_conn_reset(c, target);
             if (!rq->retry_lost) {
-                prefix_error(c, "connection lost, the request may have been applied");
+                prefix_error(c, rc == MEMCACHED_TIMEOUT
+                                    ? "no reply in time, the request may have been applied"
+                                    : "connection lost, the request may have been applied");
                 return MEMCACHED_CONNECTION_FAILURE;
             }
-            target = reroute_after_failure(c, slot, attempt + 1);
+            if (!lc_may_retry(c, tries))
+                goto give_up;
+            target = reroute_after_failure(c, slot, target, tries, rc == MEMCACHED_TIMEOUT);
             break;
         case LC_SUSPECT:
             lc_conn_reset(c, target);
-            if (!follow_map_owner(c, slot, &target))
+            if (!lc_may_retry(c, tries) || !follow_map_owner(c, slot, &target))
                 return rc;
             c->stats.redirects++;
             break;
         }
     }
-    prefix_error(c, "gave up after all attempts");
+give_up:;
+    char why[96];
+    snprintf(why, sizeof(why), "gave up after %d tries in %" PRId64 " ms", tries,
+             lc_now_ms() - start);
+    prefix_error(c, why);
     return is_connection_error(rc) ? MEMCACHED_CONNECTION_FAILURE : rc;
+}
+
+memcached_return_t lc_run(cocytus_t *c, const struct lc_request *rq)
+{
+    bool began = lc_call_begin(c);
+    memcached_return_t rc = run_request(c, rq);
+
+    lc_call_end(c, began);
+    return rc;
 }
 
 /* ---- result codes ---- */

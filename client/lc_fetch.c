@@ -1,5 +1,7 @@
 /* lc_fetch.c - libcocytus internals: one "config get cluster" round trip on
- * a non-blocking socket with poll() timeouts. */
+ * a non-blocking socket with poll() timeouts.  Connect, send and reply share
+ * one deadline, timeout_ms after the start, so a server that refuses, hangs
+ * or answers slowly costs at most timeout_ms. */
 #include "config.h"
 
 #include <errno.h>
@@ -169,12 +171,12 @@ enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, struct lc_ma
     enum lc_fetch result = LC_FETCH_FAILED;
 
     *out = NULL;
-    int fd = connect_addr(a, now_ms() + timeout_ms, err, errlen);
+    int64_t deadline = now_ms() + timeout_ms;
+    int fd = connect_addr(a, deadline, err, errlen);
     if (fd < 0)
         return LC_FETCH_FAILED;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    int64_t deadline = now_ms() + timeout_ms;
     if (!send_all(fd, request, sizeof(request) - 1, deadline)) {
         snprintf(err, errlen, "send to %s:%d failed", a->host, a->port);
         close(fd);

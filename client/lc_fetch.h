@@ -12,8 +12,7 @@ enum lc_fetch {
     LC_FETCH_FAILED        /* unreachable, timed out or a bad reply; err says which */
 };
 
-/* Connects to a (connect and reply each within timeout_ms), asks for the map
- * and parses it. */
+/* Connects to a, asks for the map and parses it, all within timeout_ms. */
 LC_HIDDEN enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms,
                                      struct lc_map **out, char *err, size_t errlen);
 

@@ -1,6 +1,15 @@
 /* libcocytus.c - the Cocytus-KV client library's public calls: connect,
  * the key commands (each one attempt function run by lc_run() with routing
- * and retries), the multi-get split by owner, and flush_all. */
+ * and retries until the call's deadline), the multi-get split by owner, and
+ * flush_all.  A call built from several requests (gat, a store with
+ * cas_out, arith_init, mget) spends one retry budget for all of them.
+ *
+ * Which commands are sent again after a connection broke or a reply did
+ * not come, when the server may have applied them: get, set, replace,
+ * delete and touch (the same outcome twice; a delete may then answer
+ * NOT_FOUND).  Never add, cas, append, prepend, incr or decr: those return
+ * COCYTUS_UNAVAILABLE ("... the request may have been applied").  A
+ * failure before anything was sent (no connection) is retried for all. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -12,8 +21,11 @@
 #include "lc_map.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
-#define DEFAULT_MAX_ATTEMPTS 8
+#define DEFAULT_MAX_ATTEMPTS 100       /* above what a deadline of 2 s allows */
 #define DEFAULT_RETRY_DELAY_MS 5
+#define DEFAULT_DEADLINE_MS 2000
+#define MAX_ATTEMPTS_CAP 1000
+#define DEADLINE_CAP_MS 3600000
 #define ARITH_INIT_ROUNDS 3        /* incr/add races before giving up */
 
 /* ---- options and connection ---- */
@@ -26,6 +38,7 @@ void cocytus_options_init(cocytus_options_t *o)
     o->max_attempts = DEFAULT_MAX_ATTEMPTS;
     o->retry_delay_ms = DEFAULT_RETRY_DELAY_MS;
     o->route = COCYTUS_ROUTE_MAP;
+    o->deadline_ms = DEFAULT_DEADLINE_MS;
 }
 
 static void sanitize_options(cocytus_options_t *o)
@@ -34,10 +47,14 @@ static void sanitize_options(cocytus_options_t *o)
         o->timeout_ms = DEFAULT_TIMEOUT_MS;
     if (o->max_attempts <= 0)
         o->max_attempts = 1;
-    if (o->max_attempts > 64)
-        o->max_attempts = 64;
+    if (o->max_attempts > MAX_ATTEMPTS_CAP)
+        o->max_attempts = MAX_ATTEMPTS_CAP;
     if (o->retry_delay_ms < 0)
         o->retry_delay_ms = 0;
+    if (o->deadline_ms <= 0)
+        o->deadline_ms = DEFAULT_DEADLINE_MS;
+    if (o->deadline_ms > DEADLINE_CAP_MS)
+        o->deadline_ms = DEADLINE_CAP_MS;
 }
 
 static void copy_err(char *err, size_t errlen, const char *msg)
@@ -66,7 +83,7 @@ cocytus_t *cocytus_connect_with(const char *seeds, const cocytus_options_t *o,
         cocytus_options_init(&c->opt);
     sanitize_options(&c->opt);
     c->nseeds = lc_seeds_parse(seeds, &c->seeds, c->err, sizeof(c->err));
-    if (c->nseeds == 0 || !lc_refresh(c, NULL, 0)) {
+    if (c->nseeds == 0 || !lc_refresh(c, NULL, NULL, 0)) {
         copy_err(err, errlen, c->err[0] ? c->err : "no seed answered");
         cocytus_close(c);
         return NULL;
@@ -297,10 +314,11 @@ static cocytus_rc store_rc(const cocytus_t *c, cocytus_store_op op, memcached_re
     return r;
 }
 
-/* Only a set can be sent twice without changing its outcome. */
+/* set and replace can be sent twice with the outcome of once; add, cas,
+ * append and prepend cannot. */
 static bool store_retry_lost(cocytus_store_op op)
 {
-    return op == COCYTUS_SET;
+    return op == COCYTUS_SET || op == COCYTUS_REPLACE;
 }
 
 static uint64_t read_back_cas(cocytus_t *c, const char *key, size_t nkey)
@@ -325,10 +343,12 @@ cocytus_rc cocytus_store(cocytus_t *c, cocytus_store_op op, const char *key, siz
         *cas_out = 0;
     if (!key_ok(c, key, nkey) || op > COCYTUS_CAS)
         return COCYTUS_INVALID;
+    bool began = lc_call_begin(c);
     memcached_return_t rc = run_keyed(c, key, nkey, store_retry_lost(op), attempt_store, &s);
     cocytus_rc r = store_rc(c, op, rc);
     if (r == COCYTUS_OK && cas_out != NULL)
         *cas_out = read_back_cas(c, key, nkey);
+    lc_call_end(c, began);
     return r;
 }
 
@@ -410,8 +430,12 @@ cocytus_rc cocytus_gat(cocytus_t *c, const char *key, size_t nkey, int64_t expti
                        cocytus_item_t *out)
 {
     memset(out, 0, sizeof(*out));
+    bool began = lc_call_begin(c);
     cocytus_rc r = cocytus_touch(c, key, nkey, exptime);
-    return r == COCYTUS_OK ? cocytus_get(c, key, nkey, out) : r;
+    if (r == COCYTUS_OK)
+        r = cocytus_get(c, key, nkey, out);
+    lc_call_end(c, began);
+    return r;
 }
 
 /* ---- incr, decr ---- */
@@ -467,17 +491,19 @@ cocytus_rc cocytus_arith_init(cocytus_t *c, int decr, const char *key, size_t nk
     char text[24];
     int n = snprintf(text, sizeof(text), "%" PRIu64, initial);
     cocytus_rc r = COCYTUS_NOT_FOUND;
+    bool began = lc_call_begin(c);
 
     for (int round = 0; round < ARITH_INIT_ROUNDS; round++) {
         r = arith(c, decr != 0, key, nkey, delta, value);
         if (r != COCYTUS_NOT_FOUND)
-            return r;
+            break;
         r = cocytus_add(c, key, nkey, text, (size_t)n, 0, exptime);
         if (r == COCYTUS_OK && value != NULL)
             *value = initial;
         if (r != COCYTUS_NOT_STORED)
-            return r;
+            break;
     }
+    lc_call_end(c, began);
     return r;
 }
 
@@ -590,7 +616,9 @@ static size_t order_pending(struct mget_call *m)
 enum group_next {
     GROUP_DONE,           /* answered (values, misses, or an error to report) */
     GROUP_AGAIN,          /* MOVED: route again (the map was already updated) */
-    GROUP_REFRESH         /* server failed: fetch the map, then route again */
+    GROUP_REFRESH,        /* server failed: fetch the map, then route again */
+    GROUP_HUNG            /* server timed out: wait for a new map (up to
+                             timeout_ms) before trying it again */
 };
 
 static enum group_next run_group(struct mget_call *m, size_t *idx, size_t n)
@@ -606,9 +634,9 @@ static enum group_next run_group(struct mget_call *m, size_t *idx, size_t n)
         if (rc == MEMCACHED_MEMORY_ALLOCATION_FAILURE)
             return GROUP_DONE;
         c->stats.conn_failures++;
-        return GROUP_REFRESH;
+        return rc == MEMCACHED_TIMEOUT ? GROUP_HUNG : GROUP_REFRESH;
     }
-    rc = mget_group_attempt(mc, &g);
+    rc = lc_attempt_rc(mc, mget_group_attempt(mc, &g));
     switch (lc_classify(c, mc, rc, &mv)) {
     case LC_FINAL:
         if (memcached_failed(rc)) {
@@ -624,7 +652,7 @@ static enum group_next run_group(struct mget_call *m, size_t *idx, size_t n)
     case LC_LOST:
         c->stats.conn_failures++;
         lc_conn_reset(c, t);
-        return GROUP_REFRESH;
+        return rc == MEMCACHED_TIMEOUT ? GROUP_HUNG : GROUP_REFRESH;
     case LC_SUSPECT:
         lc_conn_reset(c, t);
         return GROUP_REFRESH;
@@ -693,13 +721,19 @@ cocytus_rc cocytus_mget(cocytus_t *c, const char *const *keys, const size_t *nke
             return COCYTUS_INVALID;
     if (n == 0)
         return COCYTUS_OK;
-    if (c->opt.route == COCYTUS_ROUTE_FOLLOW)
-        return mget_follow(c, keys, nkeys, n, cb, ctx);
+    bool began = lc_call_begin(c);
+    if (c->opt.route == COCYTUS_ROUTE_FOLLOW) {
+        r = mget_follow(c, keys, nkeys, n, cb, ctx);
+        lc_call_end(c, began);
+        return r;
+    }
     if (!mget_alloc(&m)) {
         mget_free(&m);
+        lc_call_end(c, began);
         return COCYTUS_NO_MEMORY;
     }
     c->stats.requests += n;
+    int64_t start = lc_now_ms();
     enum group_next next = GROUP_DONE;
     for (int attempt = 0;; attempt++) {
         size_t np = order_pending(&m);
@@ -707,20 +741,26 @@ cocytus_rc cocytus_mget(cocytus_t *c, const char *const *keys, const size_t *nke
             r = m.final;
             break;
         }
-        if (attempt == c->opt.max_attempts) {
-            lc_set_error(c, "multi-get gave up after %d attempts", attempt);
+        if (attempt > 0 && !lc_may_retry(c, attempt)) {
+            char last[LC_ERR_MAX];
+            memcpy(last, c->err, sizeof(last));
+            lc_set_error(c, "multi-get gave up after %d tries in %" PRId64 " ms: %s", attempt,
+                         lc_now_ms() - start, last);
             break;
         }
         if (attempt > 0) {
             c->stats.retries++;
+            if (next == GROUP_HUNG)
+                lc_await_new_map(c, c->opt.timeout_ms, attempt);
+            else if (next == GROUP_REFRESH)
+                lc_refresh_for_retry(c, NULL, NULL, 0);
             lc_backoff(c, attempt);
-            if (next == GROUP_REFRESH)
-                lc_refresh(c, NULL, 0);
             np = order_pending(&m);
         }
         next = mget_round(&m, np);
     }
     mget_free(&m);
+    lc_call_end(c, began);
     return r;
 }
 
@@ -762,7 +802,7 @@ cocytus_rc cocytus_flush_all(cocytus_t *c, int64_t delay)
 
 cocytus_rc cocytus_refresh(cocytus_t *c)
 {
-    return lc_refresh(c, NULL, 0) ? COCYTUS_OK : COCYTUS_UNAVAILABLE;
+    return lc_refresh(c, NULL, NULL, 0) ? COCYTUS_OK : COCYTUS_UNAVAILABLE;
 }
 
 unsigned cocytus_key_slot(const char *key, size_t nkey)
@@ -814,7 +854,7 @@ const char *cocytus_strerror(cocytus_rc rc)
     case COCYTUS_NON_NUMERIC:  return "value is not a number";
     case COCYTUS_NO_MEMORY:    return "out of memory";
     case COCYTUS_INVALID:      return "invalid argument";
-    case COCYTUS_UNAVAILABLE:  return "no server reachable";
+    case COCYTUS_UNAVAILABLE:  return "server unavailable";
     case COCYTUS_SERVER_ERROR: return "server error";
     }
     return "unknown error";

@@ -7,13 +7,20 @@
  *
  *     slot = one-at-a-time(key) & 16383        (see docs/routing.md)
  *
- * When a server answers MOVED, when it names a newer map epoch, or when it
- * cannot be reached, the client fetches the map again and retries, a bounded
- * number of times with a short backoff.  The servers are spoken to through
- * libmemcached, in the ASCII or the binary protocol.
+ * When a server answers MOVED naming a newer map epoch, refuses or drops the
+ * connection, or does not answer within timeout_ms, the client fetches the
+ * map again and retries, with a short backoff, until the call's deadline
+ * (deadline_ms): a killed server whose slots the cluster hands to another
+ * process is ridden through once the new map is out.  A request that may
+ * have reached the server before its connection failed is sent again only
+ * if that is harmless (get, set, replace, delete, touch); add, cas, append,
+ * prepend, incr and decr then fail with COCYTUS_UNAVAILABLE and a
+ * last_error saying "the request may have been applied".  The servers are
+ * spoken to through libmemcached, in the ASCII or the binary protocol.
  *
  * A cocytus_t is not thread-safe: use one per thread.  Every call returns
- * within about (max_attempts x timeout_ms) plus the backoff delays. */
+ * within about deadline_ms + timeout_ms (a try started before the deadline
+ * runs to its timeout). */
 #ifndef LIBCOCYTUS_H
 #define LIBCOCYTUS_H
 
@@ -45,7 +52,10 @@ typedef enum cocytus_rc {
     COCYTUS_NON_NUMERIC,   /* incr/decr on a value that is not a number */
     COCYTUS_NO_MEMORY,     /* the server (or this process) is out of memory */
     COCYTUS_INVALID,       /* bad argument: empty or too long key, bad seed list */
-    COCYTUS_UNAVAILABLE,   /* no server answered within the retry budget */
+    COCYTUS_UNAVAILABLE,   /* no server answered before the deadline, or the
+                              connection of a request that may have been
+                              applied (add, cas, append, prepend, incr, decr)
+                              was lost: see cocytus_last_error() */
     COCYTUS_SERVER_ERROR   /* any other failure; see cocytus_last_error() */
 } cocytus_rc;
 
@@ -56,12 +66,20 @@ typedef enum cocytus_route {
                                 without caching it (the uncached baseline) */
 } cocytus_route;
 
+/* Fill with cocytus_options_init() before changing fields: fields may be
+ * added at the end (deadline_ms was), so programs built against an older
+ * libcocytus.h must be rebuilt. */
 typedef struct cocytus_options {
     int binary;              /* 0: ASCII protocol to the servers (default), 1: binary */
-    int timeout_ms;          /* connect and per-reply timeout (default 1000) */
-    int max_attempts;        /* tries per request, the first included (default 8) */
-    int retry_delay_ms;      /* backoff before the 2nd try; doubles, capped at 200 (default 5) */
+    int timeout_ms;          /* connect and per-reply timeout of one try (default 1000);
+                                a map fetch inside a call waits at most 200 ms */
+    int max_attempts;        /* upper bound on tries per call, the first included
+                                (default 100, at most 1000); deadline_ms normally
+                                ends the retries first */
+    int retry_delay_ms;      /* backoff before the 2nd try; doubles, capped at 50 (default 5) */
     cocytus_route route;     /* default COCYTUS_ROUTE_MAP */
+    int deadline_ms;         /* retry budget of one call: no new try starts after it
+                                (default 2000; <= 0 means the default) */
 } cocytus_options_t;
 
 /* An item read from the cluster.  value is malloc'ed and NUL-terminated
@@ -182,7 +200,8 @@ COCYTUS_API cocytus_rc cocytus_flush_all(cocytus_t *c, int64_t delay);
 
 /* ---- map and diagnostics ---- */
 
-/* Fetches the slot map again now. */
+/* Fetches the slot map again now (a map older than the cached one is never
+ * taken).  COCYTUS_UNAVAILABLE if no server gave a map at least as new. */
 COCYTUS_API cocytus_rc cocytus_refresh(cocytus_t *c);
 
 /* The slot of a key. */

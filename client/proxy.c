@@ -12,7 +12,16 @@
  * (text_parse(), bin_parse_request()); replies keep request order.  A
  * connection whose unsent output passes OUT_HIGH stops being read until it
  * drains.  Counters are per worker, updated with relaxed atomics so that
- * `stats` on any connection can sum them. */
+ * `stats` on any connection can sum them.
+ *
+ * Every worker's client gets the same options (--timeout, --attempts,
+ * --deadline-ms), so a request rides through a server failure as the
+ * library does: retried until the deadline while the cluster hands the
+ * dead server's slots to another process.  A failure the library reports
+ * (a non-idempotent command whose connection was lost, the deadline
+ * passed) is answered as "SERVER_ERROR <why>" in ASCII, or with status
+ * 0x0084 (internal error) and the text in binary; the client's connection
+ * stays open. */
 #include "config.h"
 
 #include <errno.h>
@@ -1093,8 +1102,10 @@ static void usage(FILE *f)
             "  -B, --binary-backend  speak the binary protocol to the servers (the default)\n"
             "  -A, --ascii-backend   speak the ASCII protocol to the servers instead (keys\n"
             "                        with control characters are then refused)\n"
-            "  -t, --timeout MS      per-request server timeout (default 1000)\n"
-            "  -r, --attempts N      tries per request before an error (default 8)\n"
+            "  -t, --timeout MS      per-try server timeout (default 1000)\n"
+            "  -D, --deadline-ms MS  retry a request this long (server failures, slot\n"
+            "                        moves) before answering an error (default 2000)\n"
+            "  -r, --attempts N      at most this many tries per request (default 100)\n"
             "  -I, --max-item BYTES  largest value accepted (default %u)\n"
             "  -W, --wait SECONDS    keep trying the seeds this long at start (default %d)\n"
             "  -T, --threads N       worker threads, each with its own cluster client (default %d)\n"
@@ -1125,6 +1136,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "ascii-backend", no_argument, NULL, 'A' },
         { "timeout", required_argument, NULL, 't' },
         { "attempts", required_argument, NULL, 'r' },
+        { "deadline-ms", required_argument, NULL, 'D' },
         { "max-item", required_argument, NULL, 'I' },
         { "wait", required_argument, NULL, 'W' },
         { "threads", required_argument, NULL, 'T' },
@@ -1135,7 +1147,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     int ch;
     long v;
 
-    while ((ch = getopt_long(argc, argv, "s:p:l:BAt:r:I:W:T:vh", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:p:l:BAt:D:r:I:W:T:vh", longopts, NULL)) != -1) {
         switch (ch) {
         case 's': o->seeds = optarg; break;
         case 'l': o->addr = optarg; break;
@@ -1153,8 +1165,13 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return 1;
             o->lib.timeout_ms = (int)v;
             break;
+        case 'D':
+            if (!parse_int(optarg, 1, 3600000, &v))
+                return 1;
+            o->lib.deadline_ms = (int)v;
+            break;
         case 'r':
-            if (!parse_int(optarg, 1, 64, &v))
+            if (!parse_int(optarg, 1, 1000, &v))
                 return 1;
             o->lib.max_attempts = (int)v;
             break;

@@ -634,6 +634,11 @@ static enum try_result try_mutation(struct data_engine *dp, const struct eng_mut
     }
     if (dp->flush_inflight || sender_backlog(&dp->tx) > DP_MAX_INFLIGHT_BYTES)
         return TRY_BLOCKED;
+    /* "recovery blocked": no write until the whole region is rebuilt. */
+    if (dp->recovering && dp->cluster->recovery_blocked && !dp->units.complete(dp->units.ctx)) {
+        dp->unit_waits++;
+        return TRY_BLOCKED;
+    }
     if (m->op == ENG_OP_FLUSH)
         return try_flush(dp, m, done, cookie, res);
     if (m->nkey == 0 || m->nkey > ITEM_KEY_MAX) {

@@ -29,6 +29,8 @@ struct data_unit_hooks {
     bool (*ready)(void *ctx, uint64_t off, uint64_t len);
     /* Ask for the missing units of [off, off+len) (deduplicated there). */
     void (*need)(void *ctx, uint64_t off, uint64_t len);
+    /* Every unit rebuilt?  (Blocked mode: writes wait until then.) */
+    bool (*complete)(void *ctx);
     /* A recovery message that is not for the data source role (a residual
      * coming back to the leader on this process's links). */
     void (*message)(void *ctx, int peer, uint16_t type, const uint8_t *payload, uint32_t len);

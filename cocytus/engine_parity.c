@@ -592,6 +592,12 @@ static void units_need(void *ctx, uint64_t off, uint64_t len)
     recovery_need(ctx, off, len);
 }
 
+static bool units_complete(void *ctx)
+{
+    struct recovery *rc = ctx;
+    return rc->own_valid && rc->own.done == rc->own.nunits;
+}
+
 static void units_message(void *ctx, int peer, uint16_t type, const uint8_t *payload,
                           uint32_t len)
 {
@@ -716,7 +722,7 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
         .start_xid = stable,
         .cas_start = d->max_cas + 1,
         .units = { .ctx = &pe->rec, .ready = units_ready, .need = units_need,
-                   .message = units_message },
+                   .complete = units_complete, .message = units_message },
     };
     struct engine_config cfg = pe->cfg;
     cfg.index = dp;

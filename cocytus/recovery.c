@@ -68,6 +68,18 @@ static bool unit_map_free_of_data(struct recovery *rc, const struct recov_msg *m
 
 #define DEBUG(rc, ...) do { if ((rc)->debug) rlog(rc, __VA_ARGS__); } while (0)
 
+/* x with a * x = 1 in GF(2^8) (a != 0): by trial, 255 products at most. */
+static uint8_t gf_inverse(struct codec *codec, uint8_t a)
+{
+    for (int x = 1; x < 256; x++) {
+        uint8_t prod = 0, xv = (uint8_t)x;
+        codec_mul_xor(codec, a, &prod, &xv, 1);
+        if (prod == 1)
+            return (uint8_t)x;
+    }
+    return 0;
+}
+
 /* ---- unit maps of the group's recovery processes ---- */
 
 /* The unit map of the recovery process pp: ours, or the leader's shadow. */
@@ -145,7 +157,6 @@ static bool contrib_start(struct recovery *rc, uint64_t id, const struct recov_r
         c->acc = n;
         c->acc_cap = bytes;
     }
-    memset(c->acc, 0, bytes);
     c->active = true;
     c->id = id;
     c->nranges = nranges;
@@ -162,10 +173,19 @@ static bool same_ranges(const struct contrib *c, const struct recov_range *r, in
 
 /* Every source in and the batch announced: region - accumulator goes to
  * the leader (or to ourselves when we lead). */
+static bool finish_in_place(struct recovery *rc, struct contrib *c);
+static void install_units(struct recovery *rc, const struct recov_range *r, int n,
+                          const uint8_t *bytes);
+static void kick(struct recovery *rc, int ms);
+
 static void contrib_finish_if_done(struct recovery *rc)
 {
     struct contrib *c = &rc->contrib;
     if (!c->active || !c->announced || c->got != c->want)
+        return;
+    if (c->want == 0)
+        memset(c->acc, 0, c->bytes);   /* no source: nothing to subtract */
+    if (finish_in_place(rc, c))
         return;
     uint64_t pos = 0;
     const uint8_t *region = rc->env.p->region;
@@ -203,6 +223,47 @@ static void contrib_finish_if_done(struct recovery *rc)
     c->active = false;
 }
 
+/* The common case, one lost data process that we serve and lead: the
+ * units are solved right in the region, (parity - accumulator) / a, with
+ * no residual or decoded copy. */
+static bool finish_in_place(struct recovery *rc, struct contrib *c)
+{
+    struct lbatch *b = &rc->batch;
+    if (rc->view_leader != rc->self || !b->active || b->id != c->id ||
+        __builtin_popcount(b->pattern) != 1 || b->want != (1u << rc->self) ||
+        !rc->own_valid || !(b->pattern & (1u << rc->serving)))
+        return false;
+    struct codec *codec = rc->env.p->codec;
+    uint8_t a = codec_coef(codec, rc->self, rc->serving);
+    uint8_t *region = rc->env.p->region;
+    uint64_t pos = 0;
+    for (int i = 0; i < c->nranges; i++) {
+        uint8_t *dst = region + c->ranges[i].off;
+        size_t len = c->ranges[i].len;
+        if (a == 1) {
+            codec_mul_xor(codec, 1, dst, c->acc + pos, len);
+        } else {
+            /* acc ^= region, then region = inv(a) x acc */
+            codec_mul_xor(codec, 1, c->acc + pos, dst, len);
+            memset(dst, 0, len);
+            codec_mul_xor(codec, gf_inverse(codec, a), dst, c->acc + pos, len);
+        }
+        pos += c->ranges[i].len;
+    }
+    for (int i = 0; i < RECOV_MAX_K; i++)
+        if (c->held[i]) {
+            c->held[i] = false;
+            rc->env.release(rc->env.ctx, i);
+        }
+    c->active = false;
+    b->active = false;
+    rc->batches_done++;
+    rc->bytes_decoded += b->bytes;
+    install_units(rc, b->ranges, b->nranges, NULL);
+    kick(rc, 0);
+    return true;
+}
+
 /* Step 3: a source's units at its logical timestamp T. */
 static void contrib_on_data(struct recovery *rc, const struct recov_msg *m)
 {
@@ -225,9 +286,16 @@ static void contrib_on_data(struct recovery *rc, const struct recov_msg *m)
         return;
     }
     c->held[src] = true;
-    /* 3(b): subtract coefficient x data (GF(2^8) subtraction is XOR). */
+    /* 3(b): subtract coefficient x data (GF(2^8) subtraction is XOR); the
+     * first source sets the accumulator. */
     uint8_t coef = codec_coef(rc->env.p->codec, rc->self, src);
-    codec_mul_xor(rc->env.p->codec, coef, c->acc, m->bytes, (size_t)m->nbytes);
+    if (c->got == 0 && coef == 1) {
+        memcpy(c->acc, m->bytes, (size_t)m->nbytes);
+    } else {
+        if (c->got == 0)
+            memset(c->acc, 0, c->bytes);
+        codec_mul_xor(rc->env.p->codec, coef, c->acc, m->bytes, (size_t)m->nbytes);
+    }
     c->got |= 1u << src;
     contrib_finish_if_done(rc);
 }
@@ -323,7 +391,8 @@ static void install_units(struct recovery *rc, const struct recov_range *r, int 
             /* A unit already holding data may have been written since:
              * never overwrite it. */
             if (!unit_map_has(&rc->own, u)) {
-                memcpy(region + r[i].off + b, bytes + pos + b, (size_t)ul);
+                if (bytes)
+                    memcpy(region + r[i].off + b, bytes + pos + b, (size_t)ul);
                 unit_map_set(&rc->own, u);
                 rc->recovered_bytes += ul;
             }
@@ -378,13 +447,7 @@ static int decode_batch(struct recovery *rc, struct lbatch *b)
     if (nf == 1) {
         /* One unknown: D_f = Q / a(r, f). */
         int r = rc->view.dp_server[fs[0]];
-        uint8_t a = codec_coef(codec, r, fs[0]), inv = 0;
-        for (int x = 1; x < 256 && !inv; x++) {
-            uint8_t prod = 0, xv = (uint8_t)x;
-            codec_mul_xor(codec, a, &prod, &xv, 1);
-            if (prod == 1)
-                inv = (uint8_t)x;
-        }
+        uint8_t inv = gf_inverse(codec, codec_coef(codec, r, fs[0]));
         memset(b->out[fs[0]], 0, b->bytes);
         codec_mul_xor(codec, inv, b->out[fs[0]], b->residual[r], b->bytes);
         return 0;
@@ -591,18 +654,25 @@ static bool build_background(struct recovery *rc, struct lbatch *b)
     return b->pattern != 0;
 }
 
+/* A message about batch b: its id and ranges, and a list of indexes. */
+static void batch_msg(const struct lbatch *b, uint8_t kind, const uint8_t *list, int n,
+                      struct recov_msg *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->id = b->id;
+    m->kind = kind;
+    m->nlist = n;
+    memcpy(m->list, list, (size_t)n);
+    m->nranges = b->nranges;
+    memcpy(m->ranges, b->ranges, (size_t)b->nranges * sizeof(*b->ranges));
+}
+
 /* Step 1 for one source: our own data engine, or the server of dp i. */
 static int fetch_from(struct recovery *rc, struct lbatch *b, int i, const uint8_t *contrib,
                       int ncontrib)
 {
     struct recov_msg m;
-    memset(&m, 0, sizeof(m));
-    m.id = b->id;
-    m.kind = RK_FETCH;
-    m.nlist = ncontrib;
-    memcpy(m.list, contrib, (size_t)ncontrib);
-    m.nranges = b->nranges;
-    memcpy(m.ranges, b->ranges, (size_t)b->nranges * sizeof(*b->ranges));
+    batch_msg(b, RK_FETCH, contrib, ncontrib, &m);
     if (rc->view.dp_server[i] == rc->self) {
         rc->env.local_fetch(rc->env.ctx, &m);
         return 0;
@@ -617,13 +687,7 @@ static int announce_to(struct recovery *rc, struct lbatch *b, int pp, const uint
                        int nsources)
 {
     struct recov_msg m;
-    memset(&m, 0, sizeof(m));
-    m.id = b->id;
-    m.kind = RK_BATCH;
-    m.nlist = nsources;
-    memcpy(m.list, sources, (size_t)nsources);
-    m.nranges = b->nranges;
-    memcpy(m.ranges, b->ranges, (size_t)b->nranges * sizeof(*b->ranges));
+    batch_msg(b, RK_BATCH, sources, nsources, &m);
     if (pp == rc->self) {
         contrib_on_batch(rc, &m);
         return 0;

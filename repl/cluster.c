@@ -35,7 +35,7 @@ struct parser {
     char *err;
     size_t errlen;
     int line;                       /* current line number (0: whole file) */
-    int name_line, secret_line, scheme_line, sync_line, routing_line;
+    int name_line, secret_line, scheme_line, sync_line, routing_line, recovery_line;
     int region_line, memory_line, base_port_line;
     int coordinator_line, coord_state_line;
     char coord_state[CLUSTER_PATH_MAX];     /* as written; resolved at the end */
@@ -238,6 +238,20 @@ static int dir_sync(struct parser *p, int argc, char **argv)
     return 0;
 }
 
+static int dir_recovery(struct parser *p, int argc, char **argv)
+{
+    if (want_fields(p, argc, 2, "recovery online|blocked") < 0 ||
+        once(p, &p->recovery_line, "recovery") < 0)
+        return -1;
+    if (strcmp(argv[1], "online") == 0)
+        p->c->recovery_blocked = false;
+    else if (strcmp(argv[1], "blocked") == 0)
+        p->c->recovery_blocked = true;
+    else
+        return fail(p, "recovery must be online or blocked, not '%s'", argv[1]);
+    return 0;
+}
+
 static int dir_routing(struct parser *p, int argc, char **argv)
 {
     if (want_fields(p, argc, 2, "routing on|off") < 0 || once(p, &p->routing_line, "routing") < 0)
@@ -393,6 +407,7 @@ static int parse_line(struct parser *p, char *line)
         { "sync", dir_sync }, { "region", dir_region }, { "memory", dir_memory },
         { "node", dir_node }, { "base_port", dir_base_port }, { "proc", dir_proc },
         { "routing", dir_routing }, { "coordinator", dir_coordinator },
+        { "recovery", dir_recovery },
         { "coord_state", dir_coord_state },
     };
     char *argv[MAX_FIELDS];

@@ -12,6 +12,11 @@
  *                                   slots the slot map gives it (MOVED for
  *                                   others); off: it serves any key it gets
  *                                   (a single group driven directly, tests)
+ *   recovery  online | blocked      online (default): a recovery process serves
+ *                                   every request at once, rebuilding the units
+ *                                   it needs first; blocked: writes to its keys
+ *                                   wait until every unit is rebuilt (the
+ *                                   paper's baseline of Fig. 8; reads are served)
  *   region    64m                   value region per data/parity process
  *   memory    64m                   item memory of plain/primary/backup processes
  *   node      0 127.0.0.1           node index and the address its processes use
@@ -62,6 +67,7 @@ struct cluster {
     enum cluster_scheme scheme;
     enum cluster_sync sync;
     bool routing;       /* enforce the slot map (directive "routing") */
+    bool recovery_blocked; /* directive "recovery blocked" */
     int k, n;           /* rs: K data + (n-k) parity; pbr: k=1, n=1+M; plain: 1,1 */
     size_t region_size;
     size_t memory;

@@ -41,6 +41,9 @@ static void sender_log(const struct sender *s, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+int sender_live_peers(const struct sender *s);
+static void on_alone_timer(evutil_socket_t fd, short what, void *arg);
+
 static void put_u64le(uint8_t out[8], uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -193,6 +196,13 @@ static void advance_stable(struct sender *s)
     }
 }
 
+/* With no peer left in the ack set a record is stable as soon as it is
+ * sent; commit it from the loop (never inside the owner's call). */
+static void on_alone_timer(evutil_socket_t fd, short what, void *arg)
+{
+    advance_stable(arg);
+}
+
 /* ---- peers ---- */
 
 static void fail_all(struct sender *s)
@@ -327,12 +337,15 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
     s->verbose = verbose;
     snprintf(s->who, sizeof(s->who), "%s", who);
     reclog_init(&s->log);
-    if (npeers < 1 || npeers > SENDER_MAX_PEERS) {
-        sender_log(s, "%d peers: must be 1..%d", npeers, SENDER_MAX_PEERS);
+    /* No peer at all is allowed: a recovery process whose group has no
+     * other parity process left replicates to nobody (no redundancy). */
+    if (npeers < 0 || npeers > SENDER_MAX_PEERS) {
+        sender_log(s, "%d peers: must be 0..%d", npeers, SENDER_MAX_PEERS);
         return -1;
     }
     s->stable_timer = evtimer_new(base, on_stable_timer, s);
-    if (!s->stable_timer)
+    s->alone_timer = evtimer_new(base, on_alone_timer, s);
+    if (!s->stable_timer || !s->alone_timer)
         return -1;
     struct link_identity me;
     memset(&me, 0, sizeof(me));
@@ -367,6 +380,8 @@ void sender_destroy(struct sender *s)
             link_close(s->peers[j].link);
     if (s->stable_timer)
         event_free(s->stable_timer);
+    if (s->alone_timer)
+        event_free(s->alone_timer);
     while (s->comp_head) {
         struct sender_completion *c = s->comp_head;
         s->comp_head = c->next;
@@ -434,6 +449,10 @@ uint64_t sender_send(struct sender *s, uint32_t nops, const struct rec_op *ops,
         return r.xid;
     }
     push_completion(s, r.xid, done, cookie, res);
+    if (sender_live_peers(s) == 0) {
+        static const struct timeval now = { 0, 0 };
+        evtimer_add(s->alone_timer, &now);
+    }
     return r.xid;
 }
 

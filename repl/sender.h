@@ -81,6 +81,7 @@ struct sender {
 
     struct sender_completion *comp_head, *comp_tail;
     struct event *stable_timer;
+    struct event *alone_timer;     /* commits when no peer is left */
     bool stable_dirty;         /* peers have not heard the latest stable xid */
 
     uint8_t *enc;              /* encoding scratch */

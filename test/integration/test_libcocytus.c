@@ -10,10 +10,20 @@
  *    "config get cluster", serves the keys of its own slots from a store
  *    both endpoints share, answers MOVED for the others, and takes control
  *    commands ("fake move/down/up/reset/stats") that change its map the way
- *    a slot move or a failover would.  The library must route by the map,
- *    follow MOVED with a refresh, survive an endpoint going down, and
- *    cocytus-proxy in front of it must hide all of that from a plain
- *    libmemcached client. */
+ *    a slot move or a failover would ("fake down EP MS": the endpoint dies
+ *    now, its slots go to the other one MS later, as when the cluster
+ *    publishes a new map some time after a kill).  The library must route
+ *    by the map, follow MOVED with a refresh, survive an endpoint going
+ *    down, and cocytus-proxy in front of it must hide all of that from a
+ *    plain libmemcached client;
+ *  - failures, against a small scripted server (the "stub", a child
+ *    process) that serves a chosen map, can switch to another map after a
+ *    delay, and swallows every other request by closing the connection
+ *    (counting them): a map that moves a dead server's slots to a live
+ *    cocytus-server is picked up within the deadline, an older map is never
+ *    taken, a mutation that may have been applied is reported and never sent
+ *    twice (also through cocytus-proxy), and retries stop at the deadline
+ *    against dead and hung servers. */
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -29,6 +39,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -50,6 +61,13 @@
 static int key_text(char *buf, size_t cap, const char *prefix, int i)
 {
     return snprintf(buf, cap, "%s:%d", prefix, i);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static cocytus_t *connect_opts(const char *seeds, bool binary, cocytus_route route)
@@ -538,6 +556,8 @@ struct fake {
     unsigned long served[FAKE_EPS], moved[FAKE_EPS], flushes[FAKE_EPS];
     struct fake_client cl[FAKE_CLIENTS];
     int control;            /* parent's pipe: EOF means exit */
+    int failover_ep;        /* "fake down EP MS": its slots move at failover_at; -1: none */
+    int64_t failover_at;
 };
 
 static void out_add(struct fake_out *o, const void *p, size_t n)
@@ -815,39 +835,74 @@ static void fake_close_client(struct fake_client *cl)
     cl->len = cl->cap = 0;
 }
 
-static void fake_set_down(struct fake *f, int ep, bool down)
+/* The failover: ep's slots go to the other endpoint in a new epoch. */
+static void fake_take_over(struct fake *f, int ep)
 {
-    f->down[ep] = down;
-    if (!down)
-        return;
-    for (int i = 0; i < FAKE_CLIENTS; i++)
-        if (f->cl[i].fd >= 0 && f->cl[i].ep == ep)
-            fake_close_client(&f->cl[i]);
     for (unsigned s = 0; s < COCYTUS_SLOTS; s++)
         if (f->owner[s] == ep)
             f->owner[s] = (uint8_t)(1 - ep);
     f->epoch++;
 }
 
-/* "fake move FIRST LAST EP", "fake down EP", "fake up EP", "fake reset",
- * "fake stats". */
+/* Marks ep dead (its connections reset, new ones closed at once) and
+ * moves its slots now (delay_ms 0) or delay_ms later.  The reset (RST, as
+ * when a killed process had unread input) makes a client's next send on
+ * such a connection fail. */
+static void fake_set_down(struct fake *f, int ep, bool down, int delay_ms)
+{
+    f->down[ep] = down;
+    if (!down)
+        return;
+    for (int i = 0; i < FAKE_CLIENTS; i++) {
+        if (f->cl[i].fd >= 0 && f->cl[i].ep == ep) {
+            struct linger abort_close = { 1, 0 };
+            setsockopt(f->cl[i].fd, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close));
+            fake_close_client(&f->cl[i]);
+        }
+    }
+    if (delay_ms > 0) {
+        f->failover_ep = ep;
+        f->failover_at = mono_ms() + delay_ms;
+    } else {
+        fake_take_over(f, ep);
+    }
+}
+
+/* Runs a delayed failover that is due; returns the ms until the pending
+ * one (or fallback if none). */
+static int fake_failover_due(struct fake *f, int fallback)
+{
+    if (f->failover_ep < 0)
+        return fallback;
+    int64_t left = f->failover_at - mono_ms();
+    if (left > 0)
+        return left < fallback ? (int)left : fallback;
+    fake_take_over(f, f->failover_ep);
+    f->failover_ep = -1;
+    return fallback;
+}
+
+/* "fake move FIRST LAST EP", "fake down EP [DELAY_MS]", "fake up EP",
+ * "fake reset", "fake stats". */
 static void fake_control(struct fake *f, const char *line, struct fake_out *o)
 {
     unsigned first, last;
-    int ep;
+    int ep, delay = 0;
 
     if (sscanf(line, "fake move %u %u %d", &first, &last, &ep) == 3 && first <= last &&
         last < COCYTUS_SLOTS && ep >= 0 && ep < FAKE_EPS) {
         for (unsigned s = first; s <= last; s++)
             f->owner[s] = (uint8_t)ep;
         f->epoch++;
-    } else if (sscanf(line, "fake down %d", &ep) == 1 && ep >= 0 && ep < FAKE_EPS) {
-        fake_set_down(f, ep, true);
+    } else if (sscanf(line, "fake down %d %d", &ep, &delay) >= 1 && ep >= 0 && ep < FAKE_EPS &&
+               delay >= 0 && delay <= 60000) {
+        fake_set_down(f, ep, true, delay);
     } else if (sscanf(line, "fake up %d", &ep) == 1 && ep >= 0 && ep < FAKE_EPS) {
-        fake_set_down(f, ep, false);
+        fake_set_down(f, ep, false, 0);
     } else if (strncmp(line, "fake reset", 10) == 0) {
         fake_clear(f);
         fake_initial_map(f);
+        f->failover_ep = -1;
         memset(f->served, 0, sizeof(f->served));
         memset(f->moved, 0, sizeof(f->moved));
         memset(f->flushes, 0, sizeof(f->flushes));
@@ -990,8 +1045,9 @@ static void fake_loop(struct fake *f)
                 who[n++] = i;
             }
         }
-        if (poll(p, (nfds_t)n, 1000) < 0 && errno != EINTR)
+        if (poll(p, (nfds_t)n, fake_failover_due(f, 1000)) < 0 && errno != EINTR)
             _exit(2);
+        fake_failover_due(f, 1000);
         for (int k = 0; k < n; k++) {
             if (p[k].revents == 0)
                 continue;
@@ -1057,6 +1113,7 @@ static void start_fake(void)
         for (int i = 0; i < FAKE_CLIENTS; i++)
             f->cl[i].fd = -1;
         f->control = pipefd[0];
+        f->failover_ep = -1;
         fake_initial_map(f);
         signal(SIGPIPE, SIG_IGN);
         fake_loop(f);
@@ -1281,6 +1338,31 @@ START_TEST(test_fake_follow_mode)
 }
 END_TEST
 
+/* An endpoint is killed (its connections close, new ones are dropped) and
+ * the cluster hands its slots to the other one only 600 ms later: longer
+ * than the old fixed budget of 8 tries.  Reads and writes of its keys wait
+ * for the new map within the deadline and succeed; nothing fails. */
+START_TEST(test_fake_endpoint_killed)
+{
+    cocytus_t *c = connect_opts(fake.seed, false, COCYTUS_ROUTE_MAP);
+    cocytus_stats_t st;
+
+    set_keys(c, "kl", NKEYS);                  /* connections to both endpoints */
+    fake_ok(0, "fake down 1 600");
+    int64_t t0 = mono_ms();
+    check_keys(c, "kl", NKEYS);
+    int64_t took = mono_ms() - t0;
+    ck_assert_msg(took >= 500 && took < 2000, "reads took %" PRId64 " ms", took);
+    ck_assert_uint_eq(cocytus_epoch(c), 2);
+    set_keys(c, "kl2", NKEYS);
+    check_keys(c, "kl2", NKEYS);
+    cocytus_get_stats(c, &st);
+    ck_assert_uint_ge(st.conn_failures, 1);
+    ck_assert_uint_gt(st.retries, 8);
+    cocytus_close(c);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* cocytus-proxy in front of the fake cluster                          */
 /* ------------------------------------------------------------------ */
@@ -1299,15 +1381,32 @@ static const char *find_proxy(void)
     return proxy_path;
 }
 
-static pid_t start_proxy(int *port)
+/* Starts cocytus-proxy on a free port with seeds and extra options (up to
+ * 4, NULL-terminated; may be NULL). */
+static pid_t start_proxy_with(int *port, const char *seeds, const char *const *extra)
 {
     char port_text[16];
     int fd = listen_loopback(port);   /* a free port: take its number, then let go */
+    const char *argv[16];
+    int n = 0;
 
     ck_assert_int_ge(fd, 0);
     close(fd);
     snprintf(port_text, sizeof(port_text), "%d", *port);
     const char *path = find_proxy();
+    argv[n++] = path;
+    argv[n++] = "-p";
+    argv[n++] = port_text;
+    argv[n++] = "-l";
+    argv[n++] = "127.0.0.1";
+    argv[n++] = "--seeds";
+    argv[n++] = seeds;
+    argv[n++] = "-W";
+    argv[n++] = "0";
+    argv[n++] = "-A";          /* the fake cluster and the stub speak only text */
+    for (int i = 0; extra != NULL && extra[i] != NULL && i < 4; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
     fflush(NULL);
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -1316,9 +1415,7 @@ static pid_t start_proxy(int *port)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
-        /* -A: the fake cluster speaks only the text protocol. */
-        execl(path, path, "-p", port_text, "-l", "127.0.0.1", "--seeds", fake.seed,
-              "-W", "0", "-A", (char *)NULL);
+        execv(path, (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
         _exit(127);
     }
@@ -1335,6 +1432,11 @@ static pid_t start_proxy(int *port)
     }
     ck_abort_msg("cocytus-proxy did not start");
     return -1;
+}
+
+static pid_t start_proxy(int *port)
+{
+    return start_proxy_with(port, fake.seed, NULL);
 }
 
 static void stop_proxy(pid_t pid)
@@ -1381,7 +1483,7 @@ START_TEST(test_proxy_hides_moves)
                 move_some_slots(nmoves++, down);
         }
         if (round == 2) {
-            fake_ok(0, "fake down 1");
+            fake_ok(0, "fake down 1 300");     /* the new map comes 300 ms later */
             down = true;
         }
         for (int i = 0; i < NKEYS; i++) {
@@ -1399,6 +1501,582 @@ START_TEST(test_proxy_hides_moves)
     ck_assert_uint_gt(s.moved[0] + s.moved[1], 0);   /* the proxy did meet MOVED */
     memcached_free(mc);
     stop_proxy(pid);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* The stub: scripted maps and a black hole (runs in a child process)  */
+/* ------------------------------------------------------------------ */
+
+#define STUB_MAPS 4
+#define STUB_BODY_MAX 256
+#define STUB_CLIENTS 32
+#define STUB_LINE_MAX 1024
+
+/* Parent side. */
+struct stub {
+    pid_t pid;
+    int port;
+    int control;            /* write end of the pipe the child watches */
+    char seed[64];
+    char maps[STUB_MAPS][STUB_BODY_MAX];   /* "config get cluster" bodies */
+    int nmaps;
+};
+
+/* Child side. */
+struct stub_state {
+    const struct stub *conf;
+    int cur;                /* map served now */
+    int next;               /* map to serve from switch_at; -1: none */
+    int64_t switch_at;
+    unsigned long swallowed;
+    int fd[STUB_CLIENTS];
+    size_t len[STUB_CLIENTS];
+    char buf[STUB_CLIENTS][STUB_LINE_MAX];
+};
+
+/* A body naming one endpoint that owns every slot. */
+static void stub_map(struct stub *st, int i, uint64_t epoch, int port)
+{
+    snprintf(st->maps[i], sizeof(st->maps[i]), "%" PRIu64 "\n127.0.0.1|127.0.0.1|%d\n", epoch,
+             port);
+    if (st->nmaps <= i)
+        st->nmaps = i + 1;
+}
+
+static void stub_send(int fd, const char *p, size_t n)
+{
+    write_all(fd, p, n);
+}
+
+static void stub_close(struct stub_state *s, int i)
+{
+    close(s->fd[i]);
+    s->fd[i] = -1;
+    s->len[i] = 0;
+}
+
+/* Answers the complete lines of client i: "config get cluster", "version",
+ * "stub after MS K" (serve map K from MS ms on), "stub count"; any other
+ * request is counted and its connection closed unanswered. */
+static void stub_serve(struct stub_state *s, int i)
+{
+    char out[STUB_BODY_MAX + 128];
+
+    for (;;) {
+        char *nl = memchr(s->buf[i], '\n', s->len[i]);
+        if (nl == NULL) {
+            if (s->len[i] == sizeof(s->buf[i]))
+                stub_close(s, i);
+            return;
+        }
+        size_t line = (size_t)(nl - s->buf[i]) + 1;
+        char text[STUB_LINE_MAX];
+        int ms, k, n = 0;
+        snprintf(text, sizeof(text), "%.*s", (int)line, s->buf[i]);
+        if (strncmp(text, "config get cluster", 18) == 0) {
+            const char *body = s->conf->maps[s->cur];
+            n = snprintf(out, sizeof(out), "CONFIG cluster 0 %zu\r\n%s\r\nEND\r\n", strlen(body),
+                         body);
+        } else if (strncmp(text, "version", 7) == 0) {
+            n = snprintf(out, sizeof(out), "VERSION 1.6.18-stub\r\n");
+        } else if (sscanf(text, "stub after %d %d", &ms, &k) == 2 && ms >= 0 && k >= 0 &&
+                   k < s->conf->nmaps) {
+            s->next = k;
+            s->switch_at = mono_ms() + ms;
+            n = snprintf(out, sizeof(out), "OK\r\n");
+        } else if (strncmp(text, "stub count", 10) == 0) {
+            n = snprintf(out, sizeof(out), "COUNT %lu\r\n", s->swallowed);
+        } else {
+            s->swallowed++;            /* the request may have been applied: no answer */
+            stub_close(s, i);
+            return;
+        }
+        stub_send(s->fd[i], out, (size_t)n);
+        memmove(s->buf[i], s->buf[i] + line, s->len[i] - line);
+        s->len[i] -= line;
+    }
+}
+
+/* Switches the map if due; returns the poll timeout until the switch. */
+static int stub_switch_due(struct stub_state *s)
+{
+    if (s->next < 0)
+        return 1000;
+    int64_t left = s->switch_at - mono_ms();
+    if (left > 0)
+        return left < 1000 ? (int)left : 1000;
+    s->cur = s->next;
+    s->next = -1;
+    return 1000;
+}
+
+static void stub_loop(struct stub_state *s, int lfd, int control)
+{
+    struct pollfd p[2 + STUB_CLIENTS];
+    int who[2 + STUB_CLIENTS];
+
+    for (;;) {
+        int n = 0;
+        p[n] = (struct pollfd){ .fd = control, .events = POLLIN };
+        who[n++] = -1;
+        p[n] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+        who[n++] = -2;
+        for (int i = 0; i < STUB_CLIENTS; i++) {
+            if (s->fd[i] >= 0) {
+                p[n] = (struct pollfd){ .fd = s->fd[i], .events = POLLIN };
+                who[n++] = i;
+            }
+        }
+        if (poll(p, (nfds_t)n, stub_switch_due(s)) < 0 && errno != EINTR)
+            _exit(2);
+        stub_switch_due(s);
+        for (int k = 0; k < n; k++) {
+            if (p[k].revents == 0)
+                continue;
+            if (who[k] == -1)
+                _exit(0);                      /* the test process is gone */
+            if (who[k] == -2) {
+                int fd = accept(lfd, NULL, NULL);
+                int i = 0;
+                while (fd >= 0 && i < STUB_CLIENTS && s->fd[i] >= 0)
+                    i++;
+                if (fd >= 0 && i < STUB_CLIENTS)
+                    s->fd[i] = fd;
+                else if (fd >= 0)
+                    close(fd);
+                continue;
+            }
+            int i = who[k];
+            if (s->fd[i] != p[k].fd)
+                continue;
+            ssize_t r = recv(s->fd[i], s->buf[i] + s->len[i], sizeof(s->buf[i]) - s->len[i], 0);
+            if (r <= 0) {
+                stub_close(s, i);
+                continue;
+            }
+            s->len[i] += (size_t)r;
+            stub_serve(s, i);
+        }
+    }
+}
+
+/* Starts the stub serving map 0.  The port is chosen before the maps are
+ * written (stub_listen), so a map may name the stub itself. */
+static int stub_listen(struct stub *st)
+{
+    memset(st, 0, sizeof(*st));
+    int fd = listen_loopback(&st->port);
+    ck_assert_int_ge(fd, 0);
+    snprintf(st->seed, sizeof(st->seed), "127.0.0.1:%d", st->port);
+    return fd;
+}
+
+static void stub_start(struct stub *st, int lfd)
+{
+    int pipefd[2];
+
+    ck_assert_int_gt(st->nmaps, 0);
+    ck_assert_int_eq(pipe(pipefd), 0);
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        close(pipefd[1]);
+        signal(SIGPIPE, SIG_IGN);
+        struct stub_state *s = calloc(1, sizeof(*s));
+        if (s == NULL)
+            _exit(3);
+        s->conf = st;
+        s->next = -1;
+        for (int i = 0; i < STUB_CLIENTS; i++)
+            s->fd[i] = -1;
+        stub_loop(s, lfd, pipefd[0]);
+        _exit(0);
+    }
+    close(pipefd[0]);
+    close(lfd);
+    st->pid = pid;
+    st->control = pipefd[1];
+}
+
+static void stub_stop(struct stub *st)
+{
+    if (st->pid <= 0)
+        return;
+    close(st->control);
+    kill(st->pid, SIGKILL);
+    waitpid(st->pid, NULL, 0);
+    st->pid = 0;
+}
+
+/* Sends one control line to the stub; returns the reply line in reply. */
+static void stub_cmd(const struct stub *st, const char *cmd, char *reply, size_t cap)
+{
+    raw_conn *rc = malloc(sizeof(*rc));
+    char line[128];
+
+    ck_assert_ptr_nonnull(rc);
+    ck_assert(raw_open(rc, st->port));
+    snprintf(line, sizeof(line), "%s\r\n", cmd);
+    ck_assert(raw_send_str(rc, line));
+    ck_assert_int_gt(raw_read_line(rc, reply, cap, REPLY_TIMEOUT_MS), 0);
+    raw_close(rc);
+    free(rc);
+}
+
+static unsigned long stub_swallowed(const struct stub *st)
+{
+    char reply[64];
+    unsigned long n = 0;
+
+    stub_cmd(st, "stub count", reply, sizeof(reply));
+    ck_assert_int_eq(sscanf(reply, "COUNT %lu", &n), 1);
+    return n;
+}
+
+/* A loopback port nothing listens on: bound, read, closed. */
+static int dead_port(void)
+{
+    int port = -1;
+    int fd = listen_loopback(&port);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    return port;
+}
+
+static cocytus_t *connect_budget(const char *seeds, bool binary, int timeout_ms, int deadline_ms)
+{
+    cocytus_options_t o;
+    char err[256];
+
+    cocytus_options_init(&o);
+    ck_assert_int_eq(o.deadline_ms, 2000);
+    ck_assert_int_ge(o.max_attempts, 50);
+    o.binary = binary;
+    if (timeout_ms > 0)
+        o.timeout_ms = timeout_ms;
+    if (deadline_ms > 0)
+        o.deadline_ms = deadline_ms;
+    cocytus_t *c = cocytus_connect_with(seeds, &o, err, sizeof(err));
+    ck_assert_msg(c != NULL, "connect %s: %s", seeds, err);
+    return c;
+}
+
+/* The map names a dead server; 300 ms later the cluster publishes a map
+ * that gives its slots to a live cocytus-server.  A set and a get made
+ * meanwhile wait for it and succeed within the default deadline.  Then the
+ * stub serves an older epoch: it is never taken. */
+START_TEST(test_failover_map_replaced)
+{
+    bool binary = _i == 1;
+    struct stub st;
+    char reply[64];
+
+    harness_assert_server_up(&plain);
+    int lfd = stub_listen(&st);
+    int dead = dead_port();
+    stub_map(&st, 0, 5, dead);
+    stub_map(&st, 1, 6, plain.port);
+    stub_map(&st, 2, 4, dead);
+    stub_start(&st, lfd);
+    cocytus_t *c = connect_budget(st.seed, binary, 0, 0);
+    ck_assert_uint_eq(cocytus_epoch(c), 5);
+
+    stub_cmd(&st, "stub after 300 1", reply, sizeof(reply));
+    int64_t t0 = mono_ms();
+    cocytus_rc r = cocytus_set(c, "fo:k", 4, "v1", 2, 3, 0);
+    int64_t took = mono_ms() - t0;
+    ck_assert_msg(r == COCYTUS_OK, "set: %s (%s)", cocytus_strerror(r), cocytus_last_error(c));
+    ck_assert_msg(took >= 250 && took < 2000, "set took %" PRId64 " ms", took);
+    ck_assert_uint_eq(cocytus_epoch(c), 6);
+    check_value(c, "fo:k", "v1");
+    cocytus_stats_t stt;
+    cocytus_get_stats(c, &stt);
+    ck_assert_uint_ge(stt.conn_failures, 1);
+    ck_assert_uint_ge(stt.retries, 1);
+
+    /* A get that starts on the dead server too (a fresh client at epoch 5). */
+    stub_cmd(&st, "stub after 0 0", reply, sizeof(reply));
+    cocytus_t *c2 = connect_budget(st.seed, binary, 0, 0);
+    ck_assert_uint_eq(cocytus_epoch(c2), 5);
+    stub_cmd(&st, "stub after 300 1", reply, sizeof(reply));
+    t0 = mono_ms();
+    cocytus_item_t it;
+    r = cocytus_get(c2, "fo:k", 4, &it);
+    took = mono_ms() - t0;
+    ck_assert_msg(r == COCYTUS_OK, "get: %s (%s)", cocytus_strerror(r), cocytus_last_error(c2));
+    ck_assert_str_eq(it.value, "v1");
+    ck_assert_uint_eq(it.flags, 3);
+    cocytus_item_free(&it);
+    ck_assert_msg(took >= 250 && took < 2000, "get took %" PRId64 " ms", took);
+    cocytus_close(c2);
+
+    /* An older epoch is refused, by a refresh and by the retries alike. */
+    stub_cmd(&st, "stub after 0 2", reply, sizeof(reply));
+    ck_assert_int_eq(cocytus_refresh(c), COCYTUS_UNAVAILABLE);
+    ck_assert_msg(strstr(cocytus_last_error(c), "older") != NULL, "refresh: %s",
+                  cocytus_last_error(c));
+    ck_assert_uint_eq(cocytus_epoch(c), 6);
+    ck_assert_int_eq(cocytus_set(c, "fo:k", 4, "v2", 2, 0, 0), COCYTUS_OK);
+    check_value(c, "fo:k", "v2");
+    ck_assert_uint_eq(cocytus_epoch(c), 6);
+    cocytus_close(c);
+    stub_stop(&st);
+}
+END_TEST
+
+/* A server that reads a request and closes without answering: whether it
+ * was applied is unknown.  add, cas, append, prepend, incr and decr are
+ * reported (COCYTUS_UNAVAILABLE, "may have been applied") after exactly one
+ * send; get, set, replace, delete and touch are sent again until the
+ * deadline. */
+START_TEST(test_lost_request_not_retried)
+{
+    struct stub st;
+    int lfd = stub_listen(&st);
+    uint64_t v;
+    cocytus_item_t it;
+
+    stub_map(&st, 0, 3, st.port);              /* the stub serves every slot */
+    stub_start(&st, lfd);
+    cocytus_t *c = connect_budget(st.seed, false, 0, 300);
+
+    for (int op = 0; op < 6; op++) {
+        unsigned long before = stub_swallowed(&st);
+        cocytus_rc r;
+        switch (op) {
+        case 0:  r = cocytus_incr(c, "n", 1, 1, &v); break;
+        case 1:  r = cocytus_decr(c, "n", 1, 1, &v); break;
+        case 2:  r = cocytus_add(c, "n", 1, "1", 1, 0, 0); break;
+        case 3:  r = cocytus_append(c, "n", 1, "1", 1); break;
+        case 4:  r = cocytus_prepend(c, "n", 1, "1", 1); break;
+        default: r = cocytus_cas(c, "n", 1, "1", 1, 0, 0, 12345); break;
+        }
+        ck_assert_msg(r == COCYTUS_UNAVAILABLE, "op %d: %s (%s)", op, cocytus_strerror(r),
+                      cocytus_last_error(c));
+        ck_assert_msg(strstr(cocytus_last_error(c), "may have been applied") != NULL,
+                      "op %d: %s", op, cocytus_last_error(c));
+        ck_assert_msg(stub_swallowed(&st) - before == 1, "op %d sent %lu times", op,
+                      stub_swallowed(&st) - before);
+    }
+    /* arith_init is incr then add: the lost incr ends it. */
+    unsigned long before = stub_swallowed(&st);
+    ck_assert_int_eq(cocytus_arith_init(c, 0, "n", 1, 1, 5, 0, &v), COCYTUS_UNAVAILABLE);
+    ck_assert_uint_eq(stub_swallowed(&st) - before, 1);
+
+    for (int op = 0; op < 5; op++) {
+        before = stub_swallowed(&st);
+        int64_t t0 = mono_ms();
+        cocytus_rc r;
+        switch (op) {
+        case 0:  r = cocytus_get(c, "n", 1, &it); break;
+        case 1:  r = cocytus_set(c, "n", 1, "1", 1, 0, 0); break;
+        case 2:  r = cocytus_replace(c, "n", 1, "1", 1, 0, 0); break;
+        case 3:  r = cocytus_delete(c, "n", 1); break;
+        default: r = cocytus_touch(c, "n", 1, 10); break;
+        }
+        int64_t took = mono_ms() - t0;
+        ck_assert_msg(r == COCYTUS_UNAVAILABLE, "op %d: %s (%s)", op, cocytus_strerror(r),
+                      cocytus_last_error(c));
+        ck_assert_msg(strstr(cocytus_last_error(c), "gave up") != NULL, "op %d: %s", op,
+                      cocytus_last_error(c));
+        unsigned long sent = stub_swallowed(&st) - before;
+        ck_assert_msg(sent >= 3, "op %d sent only %lu times", op, sent);
+        ck_assert_msg(took >= 250 && took < 1000, "op %d took %" PRId64 " ms", op, took);
+    }
+    cocytus_close(c);
+    stub_stop(&st);
+}
+END_TEST
+
+/* Retries stop at the deadline.  Every server dead (the seed and the map's
+ * endpoint refuse): a call returns after about deadline_ms, having tried
+ * many times; a connection that failed before anything was sent is retried
+ * for every command, incr included.  A hung server (it accepts, never
+ * answers): a call returns within about deadline_ms + timeout_ms. */
+START_TEST(test_deadline_dead_cluster)
+{
+    struct stub st;
+    int lfd = stub_listen(&st);
+    uint64_t v;
+    cocytus_item_t it;
+    cocytus_stats_t stt;
+
+    stub_map(&st, 0, 7, dead_port());
+    stub_start(&st, lfd);
+    cocytus_t *c = connect_budget(st.seed, false, 1000, 400);
+    stub_stop(&st);                            /* now nothing answers */
+
+    for (int op = 0; op < 4; op++) {
+        int64_t t0 = mono_ms();
+        cocytus_rc r;
+        const char *keys[3] = { "a", "b", "c" };
+        size_t lens[3] = { 1, 1, 1 };
+        struct mget_seen seen;
+        memset(&seen, 0, sizeof(seen));
+        switch (op) {
+        case 0:  r = cocytus_set(c, "k", 1, "v", 1, 0, 0); break;
+        case 1:  r = cocytus_get(c, "k", 1, &it); break;
+        case 2:  r = cocytus_incr(c, "k", 1, 1, &v); break;
+        default: r = cocytus_mget(c, keys, lens, 3, note_item, &seen); break;
+        }
+        int64_t took = mono_ms() - t0;
+        ck_assert_msg(r == COCYTUS_UNAVAILABLE, "op %d: %s (%s)", op, cocytus_strerror(r),
+                      cocytus_last_error(c));
+        ck_assert_msg(strstr(cocytus_last_error(c), "gave up") != NULL, "op %d: %s", op,
+                      cocytus_last_error(c));
+        ck_assert_msg(took >= 350 && took <= 700, "op %d took %" PRId64 " ms", op, took);
+    }
+    cocytus_get_stats(c, &stt);
+    ck_assert_uint_ge(stt.retries, 4 * 5);
+    cocytus_close(c);
+
+    /* A hung server: timeout 200 ms, deadline 500 ms. */
+    int hung;
+    int hfd = listen_loopback(&hung);          /* never accepted: connects, no answers */
+    ck_assert_int_ge(hfd, 0);
+    lfd = stub_listen(&st);
+    stub_map(&st, 0, 7, hung);
+    stub_start(&st, lfd);
+    c = connect_budget(st.seed, false, 200, 500);
+    for (int op = 0; op < 2; op++) {
+        int64_t t0 = mono_ms();
+        cocytus_rc r = op == 0 ? cocytus_get(c, "k", 1, &it) : cocytus_set(c, "k", 1, "v", 1, 0, 0);
+        int64_t took = mono_ms() - t0;
+        ck_assert_msg(r == COCYTUS_UNAVAILABLE, "hung op %d: %s (%s)", op, cocytus_strerror(r),
+                      cocytus_last_error(c));
+        ck_assert_msg(took >= 450 && took <= 500 + 200 + 250, "hung op %d took %" PRId64 " ms",
+                      op, took);
+    }
+    cocytus_close(c);
+    stub_stop(&st);
+    close(hfd);
+}
+END_TEST
+
+/* A real cocytus-server stopped with SIGSTOP: a get costs about
+ * deadline_ms + timeout_ms and fails; an incr sent on an open connection
+ * gets no reply in time and is reported, not sent again; after SIGCONT the
+ * server runs the incr it had buffered: applied once, never twice. */
+START_TEST(test_deadline_stopped_server)
+{
+    harness_server srv;
+    char seed[64], text[24];
+    cocytus_item_t it;
+    uint64_t v;
+
+    ck_assert(harness_server_start(&srv, NULL));
+    snprintf(seed, sizeof(seed), "127.0.0.1:%d", srv.port);
+    cocytus_t *c = connect_budget(seed, false, 200, 500);
+    ck_assert_int_eq(cocytus_set(c, "n", 1, "10", 2, 0, 0), COCYTUS_OK);
+
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+    int64_t t0 = mono_ms();
+    cocytus_rc r = cocytus_get(c, "n", 1, &it);
+    int64_t took = mono_ms() - t0;
+    ck_assert_msg(r == COCYTUS_UNAVAILABLE, "get: %s (%s)", cocytus_strerror(r),
+                  cocytus_last_error(c));
+    ck_assert_msg(took >= 450 && took <= 500 + 200 + 250, "get took %" PRId64 " ms", took);
+
+    /* A connection opened while the server runs, then an incr on it. */
+    ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+    ck_assert_int_eq(cocytus_get(c, "n", 1, &it), COCYTUS_OK);
+    ck_assert_str_eq(it.value, "10");
+    cocytus_item_free(&it);
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+    t0 = mono_ms();
+    r = cocytus_incr(c, "n", 1, 1, &v);
+    took = mono_ms() - t0;
+    ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+    ck_assert_msg(r == COCYTUS_UNAVAILABLE, "incr: %s (%s)", cocytus_strerror(r),
+                  cocytus_last_error(c));
+    ck_assert_msg(strstr(cocytus_last_error(c), "may have been applied") != NULL, "incr: %s",
+                  cocytus_last_error(c));
+    ck_assert_msg(took >= 150 && took <= 200 + 250, "incr took %" PRId64 " ms", took);
+
+    /* The resumed server applies the buffered incr once. */
+    snprintf(text, sizeof(text), "?");
+    for (int i = 0; i < 40 && strcmp(text, "11") != 0; i++) {
+        if (i > 0)
+            harness_sleep_ms(25);
+        ck_assert_int_eq(cocytus_get(c, "n", 1, &it), COCYTUS_OK);
+        snprintf(text, sizeof(text), "%s", it.value);
+        cocytus_item_free(&it);
+        ck_assert_msg(strcmp(text, "10") == 0 || strcmp(text, "11") == 0, "n is %s", text);
+    }
+    ck_assert_str_eq(text, "11");
+    cocytus_close(c);
+    harness_server_stop(&srv);
+}
+END_TEST
+
+/* cocytus-proxy in front of the black hole: a lost incr is answered with
+ * an error (SERVER_ERROR in ASCII, status 0x0084 in binary) after one send,
+ * and the client's connection stays usable. */
+START_TEST(test_proxy_reports_lost_mutation)
+{
+    struct stub st;
+    int lfd = stub_listen(&st);
+    int port;
+    char line[512];
+
+    stub_map(&st, 0, 3, st.port);
+    stub_start(&st, lfd);
+    const char *extra[] = { "--deadline-ms", "300", "-T", "1", NULL };
+    pid_t pid = start_proxy_with(&port, st.seed, extra);
+    raw_conn *rc = malloc(sizeof(*rc));
+    ck_assert_ptr_nonnull(rc);
+    ck_assert(raw_open(rc, port));
+
+    unsigned long before = stub_swallowed(&st);
+    ck_assert_int_gt(raw_command(rc, "incr n 1\r\n", line, sizeof(line)), 0);
+    ck_assert_msg(strncmp(line, "SERVER_ERROR ", 13) == 0 &&
+                  strstr(line, "may have been applied") != NULL, "incr: %s", line);
+    ck_assert_uint_eq(stub_swallowed(&st) - before, 1);
+    ck_assert_int_gt(raw_command(rc, "version\r\n", line, sizeof(line)), 0);
+    ck_assert_msg(strncmp(line, "VERSION ", 8) == 0, "version: %s", line);
+
+    /* A get is retried until the deadline, then answered with an error. */
+    before = stub_swallowed(&st);
+    ck_assert_int_gt(raw_command(rc, "get n\r\n", line, sizeof(line)), 0);
+    ck_assert_msg(strncmp(line, "SERVER_ERROR ", 13) == 0, "get: %s", line);
+    ck_assert_uint_ge(stub_swallowed(&st) - before, 2);
+
+    /* Binary incr (no create), on a binary connection: status 0x0084 with
+     * the library's text. */
+    raw_close(rc);
+    ck_assert(raw_open(rc, port));
+    char extras[20];
+    memset(extras, 0, sizeof(extras));
+    extras[7] = 1;                             /* delta 1 */
+    memset(extras + 16, 0xff, 4);              /* expiry 0xffffffff: do not create */
+    bin_request req = { .opcode = 0x05, .extras = extras, .extlen = 20, .key = "n",
+                        .keylen = 1, .opaque = 77 };
+    bin_response res;
+    before = stub_swallowed(&st);
+    ck_assert(raw_bin_send(rc, &req));
+    ck_assert(raw_bin_read(rc, &res, REPLY_TIMEOUT_MS));
+    ck_assert_uint_eq(res.magic, BIN_RES_MAGIC);
+    ck_assert_uint_eq(res.status, 0x0084);
+    ck_assert_uint_eq(res.opaque, 77);
+    ck_assert_msg(strstr(res.body, "may have been applied") != NULL, "binary incr: %s",
+                  res.body);
+    ck_assert_uint_eq(stub_swallowed(&st) - before, 1);
+    req = (bin_request){ .opcode = 0x0b, .opaque = 78 };   /* version */
+    ck_assert(raw_bin_send(rc, &req));
+    ck_assert(raw_bin_read(rc, &res, REPLY_TIMEOUT_MS));
+    ck_assert_uint_eq(res.status, 0);
+    ck_assert_uint_eq(res.opaque, 78);
+
+    raw_close(rc);
+    free(rc);
+    stop_proxy(pid);
+    stub_stop(&st);
 }
 END_TEST
 
@@ -1434,9 +2112,20 @@ static Suite *libcocytus_suite(void)
     tcase_add_test(tc, test_fake_moved_refreshes_map);
     tcase_add_test(tc, test_fake_moved_every_command);
     tcase_add_test(tc, test_fake_endpoint_down);
+    tcase_add_test(tc, test_fake_endpoint_killed);
     tcase_add_test(tc, test_fake_follow_mode);
     tcase_add_loop_test(tc, test_proxy_hides_moves, 0, 2);
     tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("failures");
+    tcase_add_unchecked_fixture(tc, start_plain, stop_plain);
+    tcase_add_loop_test(tc, test_failover_map_replaced, 0, 2);
+    tcase_add_test(tc, test_lost_request_not_retried);
+    tcase_add_test(tc, test_deadline_dead_cluster);
+    tcase_add_test(tc, test_deadline_stopped_server);
+    tcase_add_test(tc, test_proxy_reports_lost_mutation);
+    tcase_set_timeout(tc, 30);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -553,6 +553,15 @@ bool conn_writes_inflight(const struct conn *c)
     return c->inflight > 0;
 }
 
+/* The plain engine never makes a read wait (only a recovery process does). */
+bool conn_read_waits(struct conn *c, const char *key, size_t nkey)
+{
+    (void)c;
+    (void)key;
+    (void)nkey;
+    return false;
+}
+
 struct server *conn_server(const struct conn *c)
 {
     return (struct server *)&c->srv;
