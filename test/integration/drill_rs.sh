@@ -39,5 +39,10 @@ for kill in dp pp 2dp; do
     else
         ok "$line"
     fi
+    # A sanitizer build's servers report into their logs (the drill stopped
+    # the cluster, so leak reports at exit are in too).
+    bad=$(grep -l -E "AddressSanitizer|LeakSanitizer|runtime error" "$dir/$kill"/*.log 2>/dev/null)
+    [ -z "$bad" ] || { grep -h -A 20 -E "AddressSanitizer|LeakSanitizer|runtime error" $bad | head -60;
+                       fail "drill rs --kill $kill: sanitizer report in $bad"; }
 done
 finish
