@@ -55,6 +55,7 @@ struct parity_engine {
     int verbose;
     /* Recovery. */
     struct group_view view;           /* as the coordinator last said (or provisional) */
+    struct group_view confirmed;      /* as the coordinator last said */
     uint64_t declared[RECOV_MAX_K];   /* newest stable xid each source declared */
     uint64_t hold_at[RECOV_MAX_K];    /* apply no further (unit recovery); UINT64_MAX: none */
     bool prepared[RECOV_MAX_K];       /* stream fenced by a "prepare" */
@@ -380,6 +381,7 @@ static bool admin_info(struct parity_engine *pe, const struct reply *r)
         reply_printf(r, "STAT recovery_units_total %zu\r\n", total);
         reply_printf(r, "STAT recovery_bytes %" PRIu64 "\r\n", bytes);
         reply_printf(r, "STAT recovery_usec %" PRIu64 "\r\n", recovery_elapsed_us(&pe->rec));
+        reply_printf(r, "STAT recovery_rebuild_usec %" PRIu64 "\r\n", recovery_rebuild_us(&pe->rec));
         reply_printf(r, "STAT recovery_units_requested %" PRIu64 "\r\n", pe->rec.units_requested);
         reply_printf(r, "STAT recovery_batches %" PRIu64 "\r\n", pe->rec.batches_done);
     }
@@ -739,6 +741,15 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     pe->view.pp_serves[pe->index] = dp;
     pe_log(pe, "now the recovery process of dp %d: %zu keys, xid %" PRIu64 ", replicating to "
            "%d parity process(es)", dp, engine_data_items(pe->serving), stable, npeers);
+    /* Start rebuilding now, without waiting for the coordinator's next view:
+     * the last confirmed view plus ourselves (a data process that another
+     * takeover is still busy with stays "x" there, so no batch involves it
+     * until the coordinator confirms who serves it). */
+    struct group_view v = pe->confirmed;
+    v.dp_server[dp] = pe->index;
+    v.pp_state[pe->index] = GV_PP_SERVING;
+    v.pp_serves[pe->index] = dp;
+    recovery_set_view(&pe->rec, &v);
     ctl_reply(pe, "serving %d %d", pe->group, dp);
 }
 
@@ -749,9 +760,10 @@ static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
         pe_log(pe, "malformed group view '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
         return;
     }
-    if (v.version < pe->view.version)
+    if (v.version < pe->confirmed.version)
         return;
     pe->view = v;
+    pe->confirmed = v;
     if (pe->serving)
         engine_data_set_view(pe->serving, &v);
     recovery_set_view(&pe->rec, &v);
@@ -902,6 +914,7 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
         return NULL;
     }
     group_view_init(&pe->view, c->k, c->n - c->k);
+    pe->confirmed = pe->view;
     for (int i = 0; i < RECOV_MAX_K; i++)
         pe->hold_at[i] = UINT64_MAX;
     char err[256];

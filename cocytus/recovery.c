@@ -726,6 +726,8 @@ static void leader_start(struct recovery *rc, struct lbatch *b)
     b->id = ((uint64_t)(rc->self + 1) << 48) | ++rc->next_id;
     b->started_us = mono_us();
     b->started_ms = mono_ms();
+    if (!rc->first_batch_us)
+        rc->first_batch_us = b->started_us;
     DEBUG(rc, "batch %" PRIx64 ": pattern %x, %d ranges, %" PRIu64 " bytes, %d sources, %d "
           "contributors", b->id, b->pattern, b->nranges, b->bytes, ns, nc);
     /* Contributors learn the batch first (a source's data may still
@@ -817,6 +819,7 @@ int recovery_serve(struct recovery *rc, int dp)
     rc->own_valid = true;
     rc->serving = dp;
     rc->serving_since_us = mono_us();
+    rc->first_batch_us = 0;
     rc->cursor = 0;
     rlog(rc, "serving dp %d: %zu of %zu units to rebuild (%zu known zero)", dp,
          zero_from < um->nunits ? zero_from : um->nunits, um->nunits, um->nunits - um->done);
@@ -961,6 +964,14 @@ void recovery_tick(struct recovery *rc)
         rlog(rc, "batch %" PRIu64 " never completed here; released", rc->contrib.id);
         contrib_reset(rc);
     }
+}
+
+uint64_t recovery_rebuild_us(const struct recovery *rc)
+{
+    if (!rc->own_valid || !rc->first_batch_us)
+        return 0;
+    uint64_t end = rc->complete_logged ? rc->serving_since_us + rc->complete_us : mono_us();
+    return end > rc->first_batch_us ? end - rc->first_batch_us : 0;
 }
 
 uint64_t recovery_elapsed_us(const struct recovery *rc)

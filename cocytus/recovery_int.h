@@ -98,6 +98,7 @@ struct recovery {
     uint64_t batch_us_max;
     bool complete_logged;
     uint64_t complete_us;           /* serving -> every unit rebuilt */
+    uint64_t first_batch_us;        /* the first batch (of any process) we led started */
     bool debug;                     /* COCYTUS_RECOVERY_DEBUG set: log each batch */
 };
 
@@ -116,6 +117,9 @@ void recovery_tick(struct recovery *rc);
 void recovery_progress(const struct recovery *rc, size_t *done, size_t *total, uint64_t *bytes);
 /* Microseconds from serving until every unit was rebuilt (or until now). */
 uint64_t recovery_elapsed_us(const struct recovery *rc);
+/* Microseconds from the first batch this process led until every unit of
+ * its own was rebuilt (the rebuild rate's time base; 0 if it led none). */
+uint64_t recovery_rebuild_us(const struct recovery *rc);
 
 /* Internal to recovery.c, declared for its forward use. */
 void leader_take_have(struct recovery *rc, const struct recov_msg *m);
