@@ -121,6 +121,16 @@ static void mark_known_zero(struct unit_map *um, size_t from)
 
 /* ---- contributor (steps 3 and 4) ---- */
 
+static void contrib_clear(struct contrib *c)
+{
+    c->active = false;
+    c->announced = false;
+    c->id = 0;
+    c->nsources = 0;
+    c->got = 0;
+    c->want = 0;
+}
+
 static void contrib_reset(struct recovery *rc)
 {
     struct contrib *c = &rc->contrib;
@@ -129,43 +139,89 @@ static void contrib_reset(struct recovery *rc)
             c->held[i] = false;
             rc->env.release(rc->env.ctx, i);
         }
-    c->active = false;
-    c->announced = false;
-    c->id = 0;
-    c->nsources = 0;
-    c->got = 0;
+    contrib_clear(c);
+    contrib_clear(&rc->contrib_ahead);
 }
 
-/* A batch id we have not seen yet replaces the current one (the leader
- * moved on, or dropped it). */
-static bool contrib_start(struct recovery *rc, uint64_t id, const struct recov_range *ranges,
-                          int nranges)
+static int contrib_init(struct contrib *c, uint64_t id, const struct recov_range *ranges,
+                        int nranges)
 {
-    struct contrib *c = &rc->contrib;
-    if (c->active && c->id == id)
-        return true;
-    /* Ids grow per leader (the leader's index is in the top bits): an
-     * older one of the same leader is a late message of a dropped batch. */
-    if (c->active && (id >> 48) == (c->id >> 48) && id < c->id)
-        return false;
-    contrib_reset(rc);
     uint64_t bytes = recov_ranges_bytes(ranges, nranges);
     if (bytes > c->acc_cap) {
         uint8_t *n = realloc(c->acc, bytes);
         if (!n)
-            return false;
+            return -1;
         c->acc = n;
         c->acc_cap = bytes;
     }
     c->active = true;
+    c->announced = false;
+    c->got = c->want = 0;
     c->id = id;
     c->nranges = nranges;
     memcpy(c->ranges, ranges, (size_t)nranges * sizeof(*ranges));
     c->bytes = bytes;
     c->started_ms = mono_ms();
-    return true;
+    return 0;
 }
 
+/* The contribution a message of batch id belongs to, or NULL (a late
+ * message of a dropped batch).  A batch id we have not seen yet replaces
+ * the current one (the leader moved on, or dropped it), unless it is our
+ * own batch ahead. */
+static struct contrib *contrib_start(struct recovery *rc, uint64_t id,
+                                     const struct recov_range *ranges, int nranges)
+{
+    struct contrib *c = &rc->contrib, *a = &rc->contrib_ahead;
+    if (c->active && c->id == id)
+        return c;
+    if (a->active && a->id == id)
+        return a;
+    /* Ids grow per leader (the leader's index is in the top bits): an
+     * older one of the same leader is a late message of a dropped batch. */
+    if (c->active && (id >> 48) == (c->id >> 48) && id < c->id)
+        return NULL;
+    if (c->active && rc->ahead.active && rc->ahead.id == id)
+        return contrib_init(a, id, ranges, nranges) == 0 ? a : NULL;
+    contrib_reset(rc);
+    return contrib_init(c, id, ranges, nranges) == 0 ? c : NULL;
+}
+
+/* The oldest contribution is done: the one ahead takes its place, and the
+ * streams it has data of move their hold forward to its T (records in
+ * between are applied: the finished units do not take them any more). */
+static void contrib_advance(struct recovery *rc)
+{
+    struct contrib *c = &rc->contrib, *a = &rc->contrib_ahead;
+    for (int i = 0; i < RECOV_MAX_K; i++) {
+        if (!c->held[i])
+            continue;
+        c->held[i] = false;
+        if (!(a->active && (a->got & (1u << i))))
+            rc->env.release(rc->env.ctx, i);
+    }
+    contrib_clear(c);
+    if (!a->active)
+        return;
+    struct contrib tmp = *c;
+    *c = *a;
+    *a = tmp;
+    contrib_clear(a);
+    for (int i = 0; i < RECOV_MAX_K; i++) {
+        if (!(c->got & (1u << i)))
+            continue;
+        if (rc->env.hold(rc->env.ctx, i, c->t[i]) < 0) {
+            rlog(rc, "batch %" PRIu64 ": cannot hold dp %d's stream at xid %" PRIu64
+                 "; batch dropped", c->id, i, c->t[i]);
+            contrib_reset(rc);
+            return;
+        }
+        c->held[i] = true;
+    }
+}
+
+static bool same_ranges(const struct contrib *c, const struct recov_range *r, int n)
+    __attribute__((unused));
 static bool same_ranges(const struct contrib *c, const struct recov_range *r, int n)
 {
     return c->nranges == n && memcmp(c->ranges, r, (size_t)n * sizeof(*r)) == 0;
@@ -174,19 +230,15 @@ static bool same_ranges(const struct contrib *c, const struct recov_range *r, in
 /* Every source in and the batch announced: region - accumulator goes to
  * the leader (or to ourselves when we lead). */
 static bool finish_in_place(struct recovery *rc, struct contrib *c);
+static void leader_shift(struct recovery *rc);
 static void install_units(struct recovery *rc, const struct recov_range *r, int n,
                           const uint8_t *bytes);
 static void kick(struct recovery *rc, int ms);
 
-static void contrib_finish_if_done(struct recovery *rc)
+/* Step 4 on a contributor that does not lead: region - accumulator, which
+ * now depends on the lost data processes only, goes to the leader. */
+static void send_residual(struct recovery *rc, struct contrib *c)
 {
-    struct contrib *c = &rc->contrib;
-    if (!c->active || !c->announced || c->got != c->want)
-        return;
-    if (c->want == 0)
-        memset(c->acc, 0, c->bytes);   /* no source: nothing to subtract */
-    if (finish_in_place(rc, c))
-        return;
     uint64_t pos = 0;
     const uint8_t *region = rc->env.p->region;
     for (int i = 0; i < c->nranges; i++) {
@@ -195,43 +247,60 @@ static void contrib_finish_if_done(struct recovery *rc)
                       c->ranges[i].len);
         pos += c->ranges[i].len;
     }
-    /* The residual is taken: the held streams may go on. */
-    uint64_t id = c->id;
-    for (int i = 0; i < RECOV_MAX_K; i++)
-        if (c->held[i]) {
-            c->held[i] = false;
-            rc->env.release(rc->env.ctx, i);
-        }
     if (rc->view_leader == rc->self) {
-        leader_take_residual(rc, id, rc->self, c->acc, c->bytes);
-    } else {
-        struct recov_msg m;
-        memset(&m, 0, sizeof(m));
-        m.id = id;
-        m.kind = RK_RESIDUAL;
-        m.who = (uint32_t)rc->self;
-        m.nranges = c->nranges;
-        memcpy(m.ranges, c->ranges, (size_t)c->nranges * sizeof(*c->ranges));
-        uint8_t hdr[1024];
-        size_t nh = recov_encode_header(&m, hdr);
-        struct iovec iov[2] = { { hdr, nh }, { c->acc, c->bytes } };
-        int leader_dp = rc->view.pp_serves[rc->view_leader];
-        if (leader_dp < 0 || rc->env.to_source(rc->env.ctx, leader_dp, FT_REPLY, iov, 2) < 0)
-            rlog(rc, "batch %" PRIu64 ": cannot send the residual to the leader (parity %d)",
-                 id, rc->view_leader);
+        leader_take_residual(rc, c->id, rc->self, c->acc, c->bytes);
+        return;
     }
-    c->active = false;
+    struct recov_msg m;
+    memset(&m, 0, sizeof(m));
+    m.id = c->id;
+    m.kind = RK_RESIDUAL;
+    m.who = (uint32_t)rc->self;
+    m.nranges = c->nranges;
+    memcpy(m.ranges, c->ranges, (size_t)c->nranges * sizeof(*c->ranges));
+    uint8_t hdr[1024];
+    size_t nh = recov_encode_header(&m, hdr);
+    struct iovec iov[2] = { { hdr, nh }, { c->acc, c->bytes } };
+    int leader_dp = rc->view_leader >= 0 ? rc->view.pp_serves[rc->view_leader] : -1;
+    if (leader_dp < 0 || rc->env.to_source(rc->env.ctx, leader_dp, FT_REPLY, iov, 2) < 0)
+        rlog(rc, "batch %" PRIu64 ": cannot send the residual to the leader (parity %d)",
+             c->id, rc->view_leader);
 }
 
-/* The common case, one lost data process that we serve and lead: the
- * units are solved right in the region, (parity - accumulator) / a, with
- * no residual or decoded copy. */
+/* Every source in and the batch announced: finish the oldest contribution
+ * (in place, or by a residual), then the one ahead if it is complete too.
+ * Only then may the held streams go on. */
+static void contrib_finish_if_done(struct recovery *rc)
+{
+    for (;;) {
+        struct contrib *c = &rc->contrib;
+        if (!c->active || !c->announced || c->got != c->want)
+            return;
+        if (c->want == 0)
+            memset(c->acc, 0, c->bytes);   /* no source: nothing to subtract */
+        if (!finish_in_place(rc, c))
+            send_residual(rc, c);
+        contrib_advance(rc);
+    }
+}
+
+/* Can batch b be solved in place here: one lost data process, which we
+ * serve, and we lead (so its only contributor is us). */
+static bool in_place_batch(const struct recovery *rc, const struct lbatch *b)
+{
+    return rc->view_leader == rc->self && b->active && __builtin_popcount(b->pattern) == 1 &&
+           b->want == (1u << rc->self) && rc->own_valid &&
+           (b->pattern & (1u << rc->serving));
+}
+
+/* The common case: the units are solved right in the region,
+ * (parity - accumulator) / a, with no residual or decoded copy, and
+ * become data before any held record is applied (a record past the
+ * source's T must not touch them any more). */
 static bool finish_in_place(struct recovery *rc, struct contrib *c)
 {
     struct lbatch *b = &rc->batch;
-    if (rc->view_leader != rc->self || !b->active || b->id != c->id ||
-        __builtin_popcount(b->pattern) != 1 || b->want != (1u << rc->self) ||
-        !rc->own_valid || !(b->pattern & (1u << rc->serving)))
+    if (b->id != c->id || !in_place_batch(rc, b))
         return false;
     struct codec *codec = rc->env.p->codec;
     uint8_t a = codec_coef(codec, rc->self, rc->serving);
@@ -250,16 +319,12 @@ static bool finish_in_place(struct recovery *rc, struct contrib *c)
         }
         pos += c->ranges[i].len;
     }
-    for (int i = 0; i < RECOV_MAX_K; i++)
-        if (c->held[i]) {
-            c->held[i] = false;
-            rc->env.release(rc->env.ctx, i);
-        }
-    c->active = false;
-    b->active = false;
     rc->batches_done++;
     rc->bytes_decoded += b->bytes;
-    install_units(rc, b->ranges, b->nranges, NULL);
+    struct lbatch done = *b;
+    /* The batch ahead (if any) is the oldest now. */
+    leader_shift(rc);
+    install_units(rc, done.ranges, done.nranges, NULL);
     kick(rc, 0);
     return true;
 }
@@ -267,25 +332,31 @@ static bool finish_in_place(struct recovery *rc, struct contrib *c)
 /* Step 3: a source's units at its logical timestamp T. */
 static void contrib_on_data(struct recovery *rc, const struct recov_msg *m)
 {
-    struct contrib *c = &rc->contrib;
     int src = (int)m->who;
     if (src < 0 || src >= rc->view.k || !unit_map_free_of_data(rc, m))
         return;
-    if (!contrib_start(rc, m->id, m->ranges, m->nranges) || !same_ranges(c, m->ranges, m->nranges))
+    struct contrib *c = contrib_start(rc, m->id, m->ranges, m->nranges);
+    if (!c || !same_ranges(c, m->ranges, m->nranges))
         return;
     DEBUG(rc, "batch %" PRIx64 ": data of dp %d at xid %" PRIu64 ", %" PRIu64 " bytes", m->id, src,
           m->t, m->nbytes);
     if (c->got & (1u << src))
         return;
-    /* 3(a): our copy of this source's stream goes exactly to T and waits
-     * there until the residual is taken. */
-    if (rc->env.hold(rc->env.ctx, src, m->t) < 0) {
-        rlog(rc, "batch %" PRIu64 ": cannot hold dp %d's stream at xid %" PRIu64
-             "; batch dropped", m->id, src, m->t);
-        contrib_reset(rc);
-        return;
+    if (c == &rc->contrib) {
+        /* 3(a): our copy of this source's stream goes exactly to T and
+         * waits there until the residual is taken. */
+        if (rc->env.hold(rc->env.ctx, src, m->t) < 0) {
+            rlog(rc, "batch %" PRIu64 ": cannot hold dp %d's stream at xid %" PRIu64
+                 "; batch dropped", m->id, src, m->t);
+            contrib_reset(rc);
+            return;
+        }
+        c->held[src] = true;
+    } else {
+        /* The batch ahead: the stream is held at the older batch's T; it
+         * moves here once that one is done (contrib_advance). */
+        c->t[src] = m->t;
     }
-    c->held[src] = true;
     /* 3(b): subtract coefficient x data (GF(2^8) subtraction is XOR); the
      * first source sets the accumulator. */
     uint8_t coef = codec_coef(rc->env.p->codec, rc->self, src);
@@ -344,14 +415,14 @@ static bool contrib_holds_parity(struct recovery *rc, const struct recov_msg *m)
 
 static void contrib_on_batch(struct recovery *rc, const struct recov_msg *m)
 {
-    struct contrib *c = &rc->contrib;
     if (!contrib_holds_parity(rc, m)) {
-        if (c->active && c->id == m->id)
+        if (rc->contrib.active && rc->contrib.id == m->id)
             contrib_reset(rc);
         return;
     }
     DEBUG(rc, "batch %" PRIx64 ": announced, %d sources", m->id, m->nlist);
-    if (!contrib_start(rc, m->id, m->ranges, m->nranges) || !same_ranges(c, m->ranges, m->nranges))
+    struct contrib *c = contrib_start(rc, m->id, m->ranges, m->nranges);
+    if (!c || !same_ranges(c, m->ranges, m->nranges))
         return;
     c->announced = true;
     c->want = 0;
@@ -412,6 +483,8 @@ static void install_units(struct recovery *rc, const struct recov_range *r, int 
 /* ---- leader (steps 1 and 5) ---- */
 
 static void leader_schedule(struct recovery *rc);
+static void leader_start(struct recovery *rc, struct lbatch *b);
+static bool view_settled(const struct recovery *rc);
 
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
@@ -431,6 +504,7 @@ static void batch_drop(struct recovery *rc, const char *why)
         return;
     rlog(rc, "batch %" PRIu64 " dropped: %s", b->id, why);
     b->active = false;
+    rc->ahead.active = false;    /* it rides on the oldest one's holds */
     rc->batches_dropped++;
     kick(rc, RETRY_MS);
 }
@@ -518,13 +592,14 @@ void leader_take_residual(struct recovery *rc, uint64_t id, int pp, const uint8_
         batch_drop(rc, "decoding failed");
         return;
     }
-    b->active = false;
+    struct lbatch done = *b;
+    leader_shift(rc);
     rc->batches_done++;
-    rc->bytes_decoded += b->bytes;
+    rc->bytes_decoded += done.bytes;
     for (int f = 0; f < rc->view.k; f++)
-        if (b->pattern & (1u << f))
-            send_decoded(rc, b, f);
-    uint64_t us = mono_us() - b->started_us;
+        if (done.pattern & (1u << f))
+            send_decoded(rc, &done, f);
+    uint64_t us = mono_us() - done.started_us;
     if (us > rc->batch_us_max)
         rc->batch_us_max = us;
     /* Leave the loop a turn before the next batch: client requests first. */
@@ -541,7 +616,7 @@ void leader_take_have(struct recovery *rc, const struct recov_msg *m)
     for (int i = 0; i < m->nranges; i++)
         for (uint64_t x = 0; x < m->ranges[i].len; x += RECOV_UNIT)
             unit_map_set(um, (size_t)((m->ranges[i].off + x) / RECOV_UNIT));
-    if (rc->batch.active && rc->batch.id == m->id)
+    if ((rc->batch.active && rc->batch.id == m->id) || (rc->ahead.active && rc->ahead.id == m->id))
         batch_drop(rc, "a contributor holds data in some of its units");
 }
 
@@ -600,7 +675,23 @@ static bool batch_add(struct lbatch *b, size_t u, uint64_t len, uint64_t max_byt
 
 /* Requested units first: the pattern of the oldest need, then every other
  * needed unit with the same pattern. */
-static bool build_from_needs(struct recovery *rc, struct lbatch *b)
+/* Is unit u in one of b's ranges (b: a batch in flight, or NULL)? */
+static bool unit_in_batch(const struct lbatch *b, size_t u)
+{
+    if (!b || !b->active)
+        return false;
+    uint64_t off = (uint64_t)u * RECOV_UNIT;
+    for (int i = 0; i < b->nranges; i++)
+        if (off >= b->ranges[i].off && off < b->ranges[i].off + b->ranges[i].len)
+            return true;
+    return false;
+}
+
+/* Requested units first: the pattern of the oldest need, then every other
+ * needed unit with the same pattern.  Units of the batch in flight
+ * (exclude) wait; with only != 0 just that pattern is taken. */
+static bool build_from_needs(struct recovery *rc, struct lbatch *b, const struct lbatch *exclude,
+                             uint32_t only)
 {
     struct unit_map *any = rc->own_valid ? &rc->own : NULL;
     size_t keep = 0;
@@ -609,6 +700,10 @@ static bool build_from_needs(struct recovery *rc, struct lbatch *b)
         uint32_t f = any && u < any->nunits ? pattern_of(rc, u) : 0;
         if (f == 0)
             continue;           /* done meanwhile: drop it */
+        if (unit_in_batch(exclude, u) || (only && f != only)) {
+            rc->needs[keep++] = u;
+            continue;
+        }
         if (b->pattern == 0)
             b->pattern = f;
         if (f != b->pattern ||
@@ -619,8 +714,31 @@ static bool build_from_needs(struct recovery *rc, struct lbatch *b)
     return b->pattern != 0;
 }
 
-/* Idle time: consecutive units from the cursor that share a pattern. */
-static bool build_background(struct recovery *rc, struct lbatch *b)
+/* The first unit >= from that some recovery process still lacks and that
+ * is not in exclude, or nunits. */
+static size_t next_missing_any(struct recovery *rc, size_t from, const struct lbatch *exclude)
+{
+    size_t n = rc->own.nunits;
+    for (;;) {
+        size_t next = n;
+        for (int j = 0; j < rc->view.m; j++) {
+            struct unit_map *mj = rc->view.pp_state[j] == GV_PP_SERVING ? map_of(rc, j) : NULL;
+            if (mj) {
+                size_t x = unit_map_next_missing(mj, from);
+                if (x < next)
+                    next = x;
+            }
+        }
+        if (next >= n || !unit_in_batch(exclude, next))
+            return next;
+        from = next + 1;
+    }
+}
+
+/* Idle time: consecutive units from the cursor that share a pattern (only
+ * that pattern when only != 0; never units of exclude). */
+static bool build_background(struct recovery *rc, struct lbatch *b, const struct lbatch *exclude,
+                             uint32_t only)
 {
     struct unit_map *um = rc->own_valid ? &rc->own : NULL;
     if (!um)
@@ -628,25 +746,19 @@ static bool build_background(struct recovery *rc, struct lbatch *b)
     size_t n = um->nunits;
     for (int pass = 0; pass < 2 && b->pattern == 0; pass++) {
         size_t u = rc->cursor;
-        /* Skip units that are data everywhere: the first missing one of
-         * any recovery process's map. */
-        size_t next = n;
-        for (int j = 0; j < rc->view.m; j++) {
-            struct unit_map *mj = rc->view.pp_state[j] == GV_PP_SERVING ? map_of(rc, j) : NULL;
-            if (mj) {
-                size_t x = unit_map_next_missing(mj, u);
-                if (x < next)
-                    next = x;
-            }
-        }
+        size_t next = next_missing_any(rc, u, exclude);
         if (next >= n) {
             rc->cursor = 0;   /* wrap once: earlier units may have been skipped */
             if (u == 0)
                 return false;
             continue;
         }
-        b->pattern = pattern_of(rc, next);
-        for (u = next; u < n && pattern_of(rc, u) == b->pattern; u++)
+        uint32_t f = pattern_of(rc, next);
+        if (only && f != only)
+            return false;
+        b->pattern = f;
+        for (u = next; u < n && pattern_of(rc, u) == b->pattern && !unit_in_batch(exclude, u);
+             u++)
             if (!batch_add(b, u, unit_map_unit_len(um, u), BG_BATCH_BYTES))
                 break;
         rc->cursor = u;
@@ -744,14 +856,56 @@ static void leader_start(struct recovery *rc, struct lbatch *b)
         }
 }
 
+/* The leader's batches in flight: the oldest is done, the one ahead (if
+ * any) becomes the oldest. */
+static void leader_shift(struct recovery *rc)
+{
+    struct lbatch *b = &rc->batch, *a = &rc->ahead;
+    b->active = false;
+    if (!a->active)
+        return;
+    b->active = true;
+    b->id = a->id;
+    b->pattern = a->pattern;
+    b->nranges = a->nranges;
+    memcpy(b->ranges, a->ranges, (size_t)a->nranges * sizeof(*a->ranges));
+    b->bytes = a->bytes;
+    b->want = a->want;
+    b->got = a->got;
+    b->started_us = a->started_us;
+    b->started_ms = a->started_ms;
+    a->active = false;
+}
+
+/* Pipelining: while the oldest batch's sources send, ask for the next
+ * units too, when both batches are solved in place here. */
+static void start_ahead(struct recovery *rc)
+{
+    struct lbatch *a = &rc->ahead;
+    uint32_t only = 1u << rc->serving;
+    a->nranges = 0;
+    a->bytes = 0;
+    a->pattern = 0;
+    if (!build_from_needs(rc, a, &rc->batch, only) &&
+        !build_background(rc, a, &rc->batch, only))
+        return;
+    leader_start(rc, a);
+    if (a->active && !in_place_batch(rc, a)) {
+        batch_drop(rc, "the batch ahead is not solved here");
+    }
+}
+
 static void leader_schedule(struct recovery *rc)
 {
     struct lbatch *b = &rc->batch;
     if (b->active) {
-        if (mono_ms() - b->started_ms > BATCH_TIMEOUT_MS)
+        if (mono_ms() - b->started_ms > BATCH_TIMEOUT_MS) {
             batch_drop(rc, "timed out");
-        else
-            kick(rc, 100);   /* watch it */
+            return;
+        }
+        if (!rc->ahead.active && view_settled(rc) && in_place_batch(rc, b))
+            start_ahead(rc);
+        kick(rc, 100);   /* watch it */
         return;
     }
     if (!view_settled(rc))
@@ -759,7 +913,7 @@ static void leader_schedule(struct recovery *rc)
     b->nranges = 0;
     b->bytes = 0;
     b->pattern = 0;
-    if (!build_from_needs(rc, b) && !build_background(rc, b))
+    if (!build_from_needs(rc, b, NULL, 0) && !build_background(rc, b, NULL, 0))
         return;   /* nothing left to recover */
     if (grow_batch_buffers(rc, b->bytes) < 0) {
         rlog(rc, "out of memory for a %" PRIu64 "-byte batch", b->bytes);
@@ -767,6 +921,8 @@ static void leader_schedule(struct recovery *rc)
         return;
     }
     leader_start(rc, b);
+    if (b->active && !rc->ahead.active && in_place_batch(rc, b))
+        start_ahead(rc);
 }
 
 /* ---- public ---- */
@@ -826,9 +982,24 @@ int recovery_serve(struct recovery *rc, int dp)
     return 0;
 }
 
+/* Same servers and parity states (versions aside)? */
+static bool same_layout(const struct group_view *a, const struct group_view *b)
+{
+    if (a->k != b->k || a->m != b->m)
+        return false;
+    for (int i = 0; i < a->k; i++)
+        if (a->dp_server[i] != b->dp_server[i])
+            return false;
+    for (int j = 0; j < a->m; j++)
+        if (a->pp_state[j] != b->pp_state[j] || a->pp_serves[j] != b->pp_serves[j])
+            return false;
+    return true;
+}
+
 void recovery_set_view(struct recovery *rc, const struct group_view *v)
 {
     int old_leader = rc->view_leader;
+    bool changed = !same_layout(&rc->view, v);
     rc->view = *v;
     rc->view_leader = group_view_leader(v);
     /* Shadows for recovery processes the leader has not seen serve yet,
@@ -848,7 +1019,7 @@ void recovery_set_view(struct recovery *rc, const struct group_view *v)
      * contribution stays: the leader may have started its batch under this
      * very view before the view reached us; a dead one is replaced by the
      * next batch or released by recovery_tick.) */
-    if (rc->batch.active)
+    if (rc->batch.active && changed)
         batch_drop(rc, "the group view changed");
     if (rc->view_leader == rc->self && old_leader != rc->self)
         rlog(rc, "recovery leader of the group (view %" PRIu64 ")", v->version);

@@ -49,6 +49,7 @@ struct contrib {
     uint32_t want, got;             /* source dps (bits) */
     int nsources;
     bool held[RECOV_MAX_K];
+    uint64_t t[RECOV_MAX_K];        /* the batch ahead: each source's T, held once it leads */
     uint8_t *acc;                   /* sum of coefficient x source data */
     uint64_t acc_cap;
     uint64_t started_ms;
@@ -83,12 +84,17 @@ struct recovery {
     size_t *needs;                  /* requested units, oldest first */
     size_t nneeds, needs_cap;
     size_t cursor;                  /* background walk */
-    struct lbatch batch;
+    struct lbatch batch;            /* the oldest batch in flight */
+    /* A second batch in flight, while the first one's sources send: only
+     * when both need nothing but our own parity (one lost data process,
+     * served by us), so their data all come to us (pipelining). */
+    struct lbatch ahead;
     uint64_t next_id;
     uint8_t *scratch[RECOV_MAX_M];  /* decoder output of parities not used */
     uint8_t *zero;
     uint64_t bufcap;
-    struct contrib contrib;
+    struct contrib contrib;         /* the oldest batch we contribute to */
+    struct contrib contrib_ahead;   /* the leader's batch ahead (see ahead) */
     struct event *kick;
     /* Figures. */
     uint64_t serving_since_us;
