@@ -14,8 +14,9 @@
 # recovery and p50/p99 get latency before and during.
 # Idle rebuild: 50000 records of 4 KB loaded (about 13 MB per data process),
 # no client load, SIGKILL of data process 1 of group 0; the rate is the
-# bytes the recovery process rebuilt over the time from serving to the last
-# unit (units known to be zero are not counted).
+# bytes the recovery process rebuilt over the time from its first batch to
+# its last unit (recovery_rebuild_usec; units known to be zero are not
+# counted, neither as bytes nor as time).
 # Writes docs/evaluation/recovery.csv, recovery-rate.csv and recovery.md.
 set -u
 ROUNDS=${ROUNDS:-10}
@@ -74,7 +75,7 @@ for r in $(seq "$ROUNDS"); do
         sleep 0.1
     done
     bytes=$(awk '$2 == "recovery_bytes" { print $3 }' <<<"$info")
-    usec=$(awk '$2 == "recovery_usec" { print $3 }' <<<"$info")
+    usec=$(awk '$2 == "recovery_rebuild_usec" { print $3 }' <<<"$info")
     rate=$(awk -v b="$bytes" -v u="$usec" 'BEGIN { if (u > 0) printf "%.1f", b / u; else print "" }')
     echo "idle round $r: $bytes bytes in $usec us = $rate MB/s" >&2
     echo "$r,$bytes,$usec,$rate" >>"$rate_csv"
