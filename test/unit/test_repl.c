@@ -87,6 +87,32 @@ START_TEST(test_crc_hw_equals_sw)
 }
 END_TEST
 
+/* Buffers long enough for the hardware path's three-stream loop (3 x 8 KB
+ * runs, joined by shift tables), around its boundaries. */
+START_TEST(test_crc_hw_long)
+{
+    struct rng r = { 7 };
+    enum { MAX = 3 * 3 * 8192 + 100 };
+    uint8_t *buf = malloc(MAX + 16);
+    rng_fill(&r, buf, MAX + 16);
+    static const size_t lens[] = { 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 3 * 8192 + 8,
+                                   6 * 8192, 6 * 8192 + 77, 9 * 8192 + 100 };
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+        for (size_t off = 0; off < 16; off += 5) {
+            uint32_t seed = off ? (uint32_t)rng_next(&r) : 0;
+            uint32_t sw = crc32c_sw(seed, buf + off, lens[i]);
+            uint32_t hw = crc32c_hw(seed, buf + off, lens[i]);
+            if (sw != hw)
+                ck_abort_msg("len %zu off %zu: sw %08x hw %08x", lens[i], off, sw, hw);
+        }
+    for (int i = 0; i < 50; i++) {
+        size_t off = rng_below(&r, 16), len = rng_below(&r, MAX);
+        ck_assert_uint_eq(crc32c_hw(0, buf + off, len), crc32c_sw(0, buf + off, len));
+    }
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_crc_incremental)
 {
     struct rng r = { 2 };
@@ -707,6 +733,7 @@ static Suite *repl_suite(void)
 
     tcase_add_test(crc, test_crc_vectors);
     tcase_add_test(crc, test_crc_hw_equals_sw);
+    tcase_add_test(crc, test_crc_hw_long);
     tcase_add_test(crc, test_crc_incremental);
     suite_add_tcase(s, crc);
 
