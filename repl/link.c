@@ -859,6 +859,13 @@ static void read_input(struct link *l)
             return;
         }
         size_t room = l->in.cap - l->in.end;
+        /* A large frame is read to its last byte and no further: the
+         * buffer is then empty once it is handled, and the next frame is
+         * read to its start instead of being moved there (a memmove of up
+         * to a frame per frame for recovery batches). */
+        size_t wanted = input_room_wanted(l);
+        if (wanted > LINK_READ_MIN && wanted < room)
+            room = wanted;
         ssize_t n = recv(l->fd, l->in.data + l->in.end, room, 0);
         if (n == 0) {
             link_fail(l, "connection closed by the peer");

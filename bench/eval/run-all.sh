@@ -15,7 +15,7 @@ set -u
 EVAL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$EVAL_DIR/../.." && pwd)
 OUT_DIR=${EVAL_OUT:-$REPO_DIR/docs/evaluation}
-ONLY=${ONLY:-"memory throughput cpu schemes sync client-location"}
+ONLY=${ONLY:-"memory throughput cpu schemes sync client-location recovery"}
 LOG_DIR=${EVAL_LOGS:-${TMPDIR:-/tmp}/cocytus-eval-logs}
 
 mkdir -p "$OUT_DIR" "$LOG_DIR" || exit 1
