@@ -954,6 +954,7 @@ void recovery_destroy(struct recovery *rc)
     }
     free(rc->zero);
     free(rc->contrib.acc);
+    free(rc->contrib_ahead.acc);
     free(rc->needs);
     if (rc->own_valid)
         unit_map_destroy(&rc->own);
