@@ -12,7 +12,8 @@
 # the heartbeat timeout) and node (every process of node 1).  Each drill
 # gives time to serve again, preparation time, throughput share during
 # recovery and p50/p99 get latency before and during.
-# Idle rebuild: 50000 records of 4 KB loaded (about 13 MB per data process),
+# Idle rebuild: IDLE_RECORDS (100000) records of 4 KB loaded (about 29 MB per
+# data process, under half of its 64 MB region),
 # no client load, SIGKILL of data process 1 of group 0; the rate is the
 # bytes the recovery process rebuilt over the time from its first batch to
 # its last unit (recovery_rebuild_usec; units known to be zero are not
@@ -21,6 +22,7 @@
 set -u
 ROUNDS=${ROUNDS:-10}
 KINDS=${KINDS:-"dp hang node"}
+IDLE_RECORDS=${IDLE_RECORDS:-100000}   # 4 KB records: about 29 MB per data process
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${EVAL_OUT:-$top/docs/evaluation}
 build=${COCYTUS_BUILD_DIR:-$top/build}
@@ -64,7 +66,7 @@ for r in $(seq "$ROUNDS"); do
     bash "$top/scripts/cluster" up --dir "$d" --no-proxy --base-port $((24000 + (RANDOM % 80) * 100)) \
         >/dev/null 2>&1 || { echo "cluster up failed" >&2; continue; }
     first=$(awk '$1 == "data" { print $5; exit }' "$d/endpoints")
-    "$build/bench/cocytus-bench" -s "$first" -n 50000 -v 4096 --no-run -c 8 --depth 8 -q >/dev/null 2>&1
+    "$build/bench/cocytus-bench" -s "$first" -n "$IDLE_RECORDS" -v 4096 --no-run -c 8 --depth 8 -q >/dev/null 2>&1
     pp=$(awk '$1 == "parity" && $2 == 0 && $3 == 0 { print $5 }' "$d/endpoints")
     kill -KILL "$(awk '$1 == "data" && $2 == 0 && $3 == 1 { print $6 }' "$d/endpoints")"
     for _ in $(seq 100); do
@@ -103,7 +105,7 @@ col() { awk -F, -v k="$1" -v c="$2" 'NR > 1 && $2 == k { print $c }' "$csv"; }
     done
     echo
     rates=$(awk -F, 'NR > 1 && $4 != "" { print $4 }' "$rate_csv")
-    echo "Background recovery rate, idle cluster, one recovery process: median $(median <<<"$rates") MB/s (range $(range <<<"$rates"), $ROUNDS rebuilds of about 14 MB)."
+    echo "Background recovery rate, idle cluster, one recovery process: median $(median <<<"$rates") MB/s (range $(range <<<"$rates"), $ROUNDS rebuilds of $IDLE_RECORDS 4 KB records over 15 data processes, about 29 MB each at the default)."
     echo
     echo "Raw rows: recovery.csv, recovery-rate.csv."
 } >"$out/recovery.md"
