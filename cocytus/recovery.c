@@ -1032,6 +1032,25 @@ bool recovery_units_ready(struct recovery *rc, uint64_t off, uint64_t len)
     return !rc->own_valid || unit_map_covers(&rc->own, off, len);
 }
 
+/* Queue unit u for a batch of its own, once.  1 added, 0 already queued,
+ * -1 out of memory. */
+static int needs_add(struct recovery *rc, size_t u)
+{
+    for (size_t i = 0; i < rc->nneeds; i++)
+        if (rc->needs[i] == u)
+            return 0;
+    if (rc->nneeds == rc->needs_cap) {
+        size_t ncap = rc->needs_cap ? rc->needs_cap * 2 : 64;
+        size_t *n = realloc(rc->needs, ncap * sizeof(*n));
+        if (!n)
+            return -1;
+        rc->needs = n;
+        rc->needs_cap = ncap;
+    }
+    rc->needs[rc->nneeds++] = u;
+    return 1;
+}
+
 void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
 {
     if (!rc->own_valid || len == 0)
@@ -1040,21 +1059,10 @@ void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
     for (size_t u = first; u <= last && u < rc->own.nunits; u++) {
         if (unit_map_has(&rc->own, u))
             continue;
-        bool dup = false;
-        for (size_t i = 0; i < rc->nneeds && !dup; i++)
-            dup = rc->needs[i] == u;
-        if (dup)
-            continue;
-        if (rc->nneeds == rc->needs_cap) {
-            size_t ncap = rc->needs_cap ? rc->needs_cap * 2 : 64;
-            size_t *n = realloc(rc->needs, ncap * sizeof(*n));
-            if (!n)
-                return;
-            rc->needs = n;
-            rc->needs_cap = ncap;
-        }
-        rc->needs[rc->nneeds++] = u;
-        rc->units_requested++;
+        int added = needs_add(rc, u);
+        if (added < 0)
+            return;
+        rc->units_requested += (uint64_t)added;
     }
     if (rc->view_leader == rc->self) {
         if (!rc->batch.active)
@@ -1109,18 +1117,9 @@ void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payl
             /* The units of another recovery process: queue them by unit;
              * the pattern decides what a batch rebuilds. */
             for (int i = 0; i < m.nranges; i++)
-                for (uint64_t x = 0; x < m.ranges[i].len; x += RECOV_UNIT) {
-                    size_t u = (size_t)((m.ranges[i].off + x) / RECOV_UNIT);
-                    if (rc->nneeds == rc->needs_cap) {
-                        size_t ncap = rc->needs_cap ? rc->needs_cap * 2 : 64;
-                        size_t *n = realloc(rc->needs, ncap * sizeof(*n));
-                        if (!n)
-                            return;
-                        rc->needs = n;
-                        rc->needs_cap = ncap;
-                    }
-                    rc->needs[rc->nneeds++] = u;
-                }
+                for (uint64_t x = 0; x < m.ranges[i].len; x += RECOV_UNIT)
+                    if (needs_add(rc, (size_t)((m.ranges[i].off + x) / RECOV_UNIT)) < 0)
+                        return;
             if (!rc->batch.active)
                 kick(rc, 0);
         }
