@@ -37,8 +37,10 @@
 #include "hash.h"
 #include "items.h"
 #include "link.h"
+#include "pbr_role.h"
 #include "pbr_store.h"
 #include "pending.h"
+#include "snapshot.h"
 #include "record.h"
 #include "sender.h"
 #include "writeq.h"
@@ -77,8 +79,8 @@ struct primary {
     struct event_base *base;
     int group, m, verbose;
     enum sender_sync sync;
-    struct mc_clock clock;
-    struct item_store store;      /* committed items; eviction is ours, not the store's */
+    struct mc_clock *clock;       /* the shared ones (pbr_role.h) */
+    struct item_store *store;     /* committed items; eviction is ours, not the store's */
     bool evict, cas_enabled;
     struct sender tx;
     size_t max_backlog;           /* PRIMARY_MAX_BACKLOG(_ASYNC) */
@@ -98,6 +100,10 @@ struct primary {
     uint32_t nvictims;
 
     uint64_t evictions, reclaimed, blocked_waits;
+
+    struct pbr_shared *sh;
+    bool confirmed;               /* the coordinator said we are the primary */
+    struct snapshot *snap[PBR_MAX_MEMBERS + 1];   /* rebuilding members */
 };
 
 static struct primary *pe_of(struct engine *e)
@@ -175,7 +181,7 @@ static void op_put(struct primary *pe, const struct item *it, rel_time_t exptime
     op->off = 0;
     op->nbytes = it->nbytes;
     op->flags = it->flags;
-    op->exptime = pbr_abs_exptime(&pe->clock, exptime);
+    op->exptime = pbr_abs_exptime(pe->clock, exptime);
     op->cas = cas;
 }
 
@@ -232,7 +238,7 @@ static void evict_item(struct primary *pe, struct item *it)
     memcpy(key, item_key(it), it->nkey);
     op_del_key(pe, key, it->nkey);
     pe->evictions++;
-    item_unlink(&pe->store, it, hash_key(item_key(it), it->nkey));
+    item_unlink(pe->store, it, hash_key(item_key(it), it->nkey));
 }
 
 /* Unlinks LRU-tail items without a record in flight or a reader until need
@@ -240,7 +246,7 @@ static void evict_item(struct primary *pe, struct item *it)
  * on) with a DEL op.  True when need fits. */
 static bool make_room(struct primary *pe, size_t need)
 {
-    struct item_store *s = &pe->store;
+    struct item_store *s = pe->store;
     struct item *it = s->lru_tail;
     int tries = 0;
     while (s->mem_used + need > s->mem_limit) {
@@ -266,12 +272,12 @@ static struct item *new_item(struct primary *pe, const char *key, size_t nkey, u
                              rel_time_t exptime, size_t len, eng_status *st)
 {
     size_t total = sizeof(struct item) + nkey + len + 2;
-    if (total > pe->store.item_size_max) {
+    if (total > pe->store->item_size_max) {
         *st = ENG_TOO_LARGE;
         return NULL;
     }
     make_room(pe, total + total / 64 + PRIMARY_ALLOC_SLACK);
-    return item_alloc(&pe->store, key, nkey, flags, exptime, len, st);
+    return item_alloc(pe->store, key, nkey, flags, exptime, len, st);
 }
 
 /* No room: wait if records in flight will free some (replaced items) or
@@ -332,7 +338,7 @@ static enum try_result try_store(struct primary *pe, const struct eng_mutation *
     bool concat = m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND;
     size_t len = m->nbytes + (concat ? old->nbytes : 0);
     uint32_t flags = concat ? old->flags : m->flags;
-    rel_time_t exptime = concat ? old->exptime : clock_exptime(&pe->clock, m->exptime);
+    rel_time_t exptime = concat ? old->exptime : clock_exptime(pe->clock, m->exptime);
     /* A reader's reference keeps the old value from being evicted meanwhile. */
     if (concat && !item_ref(old)) {
         res->msg = "item busy";
@@ -342,10 +348,10 @@ static enum try_result try_store(struct primary *pe, const struct eng_mutation *
     if (it != NULL)
         compose_value(m, old, item_value(it));
     if (concat)
-        item_release(&pe->store, old);
+        item_release(pe->store, old);
     if (it == NULL)
         return alloc_failed(pe, st, res);
-    return put_item(pe, it, hv, item_next_cas(&pe->store), done, cookie, res);
+    return put_item(pe, it, hv, item_next_cas(pe->store), done, cookie, res);
 }
 
 static enum try_result try_arith(struct primary *pe, const struct eng_mutation *m, uint64_t hv,
@@ -360,7 +366,7 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
             return finish_now(pe, res, ENG_NOT_FOUND);
         v = m->initial;
         flags = m->flags;
-        exptime = clock_exptime(&pe->clock, m->exptime);
+        exptime = clock_exptime(pe->clock, m->exptime);
     } else {
         if (!cas_condition_ok(pe, m, old))
             return finish_now(pe, res, ENG_EXISTS);
@@ -378,7 +384,7 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
         return alloc_failed(pe, st, res);
     memcpy(item_value(it), digits, (size_t)n);
     res->value = v;
-    return put_item(pe, it, hv, item_next_cas(&pe->store), done, cookie, res);
+    return put_item(pe, it, hv, item_next_cas(pe->store), done, cookie, res);
 }
 
 static enum try_result try_delete(struct primary *pe, const struct eng_mutation *m, uint64_t hv,
@@ -406,7 +412,7 @@ static enum try_result try_touch(struct primary *pe, const struct eng_mutation *
     if (!cas_condition_ok(pe, m, old))
         return finish_now(pe, res, ENG_EXISTS);
     struct effect ef = { .kind = PENDING_TOUCH,
-                         .exptime = clock_exptime(&pe->clock, m->exptime) };
+                         .exptime = clock_exptime(pe->clock, m->exptime) };
     op_put(pe, old, ef.exptime, old->cas);
     res->status = ENG_SUCCESS;
     res->cas = visible_cas(pe, old->cas);
@@ -420,8 +426,8 @@ static enum try_result try_flush(struct primary *pe, const struct eng_mutation *
                                  eng_done_fn done, void *cookie, struct eng_result *res)
 {
     if (m->exptime > 0) {
-        rel_time_t at = clock_exptime(&pe->clock, m->exptime);
-        if (at > pe->clock.now) {
+        rel_time_t at = clock_exptime(pe->clock, m->exptime);
+        if (at > pe->clock->now) {
             pe->flush_armed = true;
             pe->flush_at = at;
             return finish_now(pe, res, ENG_SUCCESS);
@@ -444,7 +450,7 @@ static enum try_result try_keyed(struct primary *pe, const struct eng_mutation *
     if (pending_find(&pe->pending, m->key, m->nkey, hv) != NULL)
         return TRY_BLOCKED;
     enum item_miss why;
-    struct item *old = item_lookup(&pe->store, m->key, m->nkey, hv, &why);
+    struct item *old = item_lookup(pe->store, m->key, m->nkey, hv, &why);
     switch (m->op) {
     case ENG_OP_SET: case ENG_OP_ADD: case ENG_OP_REPLACE:
     case ENG_OP_APPEND: case ENG_OP_PREPEND: case ENG_OP_CAS:
@@ -465,7 +471,7 @@ static bool too_large(const struct primary *pe, const struct eng_mutation *m)
 {
     bool stores = m->op == ENG_OP_SET || m->op == ENG_OP_ADD || m->op == ENG_OP_REPLACE ||
                   m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND || m->op == ENG_OP_CAS;
-    return stores && sizeof(struct item) + m->nkey + m->nbytes + 2 > pe->store.item_size_max;
+    return stores && sizeof(struct item) + m->nkey + m->nbytes + 2 > pe->store->item_size_max;
 }
 
 static enum try_result try_mutation(struct primary *pe, const struct eng_mutation *m,
@@ -477,7 +483,7 @@ static enum try_result try_mutation(struct primary *pe, const struct eng_mutatio
         res->msg = "primary restarted without its state; writes refused until recovery";
         return finish_now(pe, res, ENG_FAILED);
     }
-    if (flush_in_flight(pe) || sender_backlog(&pe->tx) > pe->max_backlog)
+    if (!pe->confirmed || flush_in_flight(pe) || sender_backlog(&pe->tx) > pe->max_backlog)
         return TRY_BLOCKED;
     if (m->op == ENG_OP_FLUSH)
         return try_flush(pe, m, done, cookie, res);
@@ -537,7 +543,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 
 static void commit_put(struct primary *pe, struct pending *p)
 {
-    struct item_store *s = &pe->store;
+    struct item_store *s = pe->store;
     struct item *old = assoc_find(&s->table, p->key, p->nkey, p->hv);
     if (old != NULL)
         item_replace(s, old, p->it, p->hv);
@@ -549,18 +555,18 @@ static void commit_put(struct primary *pe, struct pending *p)
 
 static void commit_del(struct primary *pe, const struct pending *p)
 {
-    struct item *it = assoc_find(&pe->store.table, p->key, p->nkey, p->hv);
+    struct item *it = assoc_find(&pe->store->table, p->key, p->nkey, p->hv);
     if (it != NULL)
-        item_unlink(&pe->store, it, p->hv);
+        item_unlink(pe->store, it, p->hv);
 }
 
 static void commit_touch(struct primary *pe, const struct pending *p)
 {
-    struct item *it = assoc_find(&pe->store.table, p->key, p->nkey, p->hv);
+    struct item *it = assoc_find(&pe->store->table, p->key, p->nkey, p->hv);
     if (it == NULL)
         return;
     it->exptime = p->exptime;
-    item_bump(&pe->store, it);
+    item_bump(pe->store, it);
 }
 
 /* The sender's commit callback: record r takes effect in our store. */
@@ -584,7 +590,7 @@ static void primary_commit(void *ctx, const struct record *r)
         commit_touch(pe, p);
         break;
     case PENDING_FLUSH:
-        pbr_unlink_all(&pe->store);
+        pbr_unlink_all(pe->store);
         break;
     case PENDING_NONE:
         break;
@@ -606,10 +612,13 @@ static void primary_refused(void *ctx)
     writeq_fail_all(&pe->queue, &res);
 }
 
+static void primary_joining_up(void *ctx, int member, uint64_t peer_xid);
+
 static const struct sender_callbacks primary_sender_callbacks = {
     .commit = primary_commit,
     .after_commit = primary_after_commit,
     .refused = primary_refused,
+    .joining_up = primary_joining_up,
 };
 
 /* ---- engine operations ---- */
@@ -618,10 +627,10 @@ static eng_status primary_get(struct engine *e, const char *key, size_t nkey,
                               struct eng_value *out, struct eng_result *res)
 {
     struct primary *pe = pe_of(e);
-    eng_status st = pbr_get(&pe->store, pe->cas_enabled, key, nkey, out, res);
+    eng_status st = pbr_get(pe->store, pe->cas_enabled, key, nkey, out, res);
     if (st == ENG_SUCCESS) {
         const struct item *it = out->handle;
-        out->exptime = pbr_abs_exptime(&pe->clock, it->exptime);
+        out->exptime = pbr_abs_exptime(pe->clock, it->exptime);
     }
     return st;
 }
@@ -630,12 +639,12 @@ static eng_status primary_get(struct engine *e, const char *key, size_t nkey,
 static size_t primary_slot_keys(struct engine *e, unsigned slot,
                                 void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
 {
-    return items_slot_keys(&pe_of(e)->store, slot, fn, ctx);
+    return items_slot_keys(pe_of(e)->store, slot, fn, ctx);
 }
 
 static void primary_release(struct engine *e, void *handle)
 {
-    pbr_release(&pe_of(e)->store, handle);
+    pbr_release(pe_of(e)->store, handle);
 }
 
 static eng_status primary_mutate(struct engine *e, const struct eng_mutation *m,
@@ -669,7 +678,7 @@ static bool primary_stats(struct engine *e, const char *group, eng_stat_fn emit,
         return true;
     if (group[0] != '\0')
         return false;
-    pbr_store_stats(&pe->store, emit, ctx);
+    pbr_store_stats(pe->store, emit, ctx);
     emit(ctx, "evictions", "%" PRIu64, pe->evictions);
     emit(ctx, "xid", "%" PRIu64, pe->tx.xid);
     emit(ctx, "stable_xid", "%" PRIu64, pe->tx.stable);
@@ -683,7 +692,7 @@ static bool primary_stats(struct engine *e, const char *group, eng_stat_fn emit,
 static void primary_stats_reset(struct engine *e)
 {
     struct primary *pe = pe_of(e);
-    memset(&pe->store.stats, 0, sizeof(pe->store.stats));
+    memset(&pe->store->stats, 0, sizeof(pe->store->stats));
     pe->evictions = 0;
     pe->reclaimed = 0;
     pe->blocked_waits = 0;
@@ -703,23 +712,23 @@ static void fire_delayed_flush(struct primary *pe)
 static void primary_tick(struct engine *e, time_t now)
 {
     struct primary *pe = pe_of(e);
-    clock_set(&pe->clock, now);
-    if (pe->flush_armed && pe->clock.now >= pe->flush_at)
+    clock_set(pe->clock, now);
+    if (pe->flush_armed && pe->clock->now >= pe->flush_at)
         fire_delayed_flush(pe);
-    item_store_tick(&pe->store);
+    item_store_tick(pe->store);
 }
 
 /* ---- admin: cocytus info | meta ---- */
 
 static size_t primary_meta_bytes(const struct primary *pe)
 {
-    return pbr_store_meta_bytes(&pe->store) + pending_bytes(&pe->pending) +
+    return pbr_store_meta_bytes(pe->store) + pending_bytes(&pe->pending) +
            sender_backlog(&pe->tx);
 }
 
 static void admin_info(struct primary *pe, const struct pbr_reply *r)
 {
-    const struct item_store *s = &pe->store;
+    const struct item_store *s = pe->store;
     pbr_reply_printf(r, "STAT role primary\r\nSTAT group %d\r\nSTAT index 0\r\n", pe->group);
     pbr_reply_printf(r, "STAT m %d\r\nSTAT sync %s\r\n", pe->m, sync_name(pe->sync));
     sender_info(&pe->tx, r->write, r->ctx);
@@ -749,11 +758,105 @@ static bool primary_admin(struct engine *e, int argc, char **argv, eng_write_fn 
     }
     if (strcmp(argv[0], "meta") == 0) {
         struct pbr_digest d;
-        pbr_digest_store(&pe->store, &pe->clock, &d);
+        pbr_digest_store(pe->store, pe->clock, &d);
         pbr_reply_meta(&r, &d);
         return true;
     }
     return false;
+}
+
+/* ---- rebuilding backups (snapshot.c) and the coordinator's words ---- */
+
+static bool key_in_flight(void *ctx, const struct item *it)
+{
+    struct primary *pe = ctx;
+    return pending_find(&pe->pending, item_key(it), it->nkey,
+                        hash_key(item_key(it), it->nkey)) != NULL;
+}
+
+static void snapshot_complete(void *ctx, int member)
+{
+    struct primary *pe = ctx;
+    sender_peer_complete(&pe->tx, member);
+}
+
+static void stop_snapshot(struct primary *pe, int member)
+{
+    if (member >= 0 && member <= PBR_MAX_MEMBERS && pe->snap[member]) {
+        snapshot_free(pe->snap[member]);
+        pe->snap[member] = NULL;
+    }
+}
+
+/* The sender's joining_up: a rebuilding member's link is up; copy
+ * everything to it from the current xid (again, after a link drop). */
+static void primary_joining_up(void *ctx, int member, uint64_t peer_xid)
+{
+    struct primary *pe = ctx;
+    if (member < 0 || member > PBR_MAX_MEMBERS)
+        return;
+    stop_snapshot(pe, member);
+    struct snapshot_source src = {
+        .store = pe->store, .clock = pe->clock, .tx = &pe->tx, .busy = key_in_flight,
+        .complete = snapshot_complete, .ctx = pe, .who = pe->tx.who,
+    };
+    pe->snap[member] = snapshot_start(&src, pe->base, member);
+    if (!pe->snap[member])
+        pe_log(pe, "cannot start the snapshot for member %d (held xid %" PRIu64 ")", member,
+               peer_xid);
+}
+
+/* pbr drop <g> <member> | pbr rebuild <g> <member> | pbr confirm <g> */
+bool pbr_primary_control(struct engine *e, int argc, char **argv)
+{
+    struct primary *pe = pe_of(e);
+    int member = argc >= 4 ? atoi(argv[3]) : -1;
+    if (argc == 3 && strcmp(argv[1], "confirm") == 0) {
+        if (!pe->confirmed)
+            pe_log(pe, "the coordinator confirms this process as the group's primary");
+        pe->confirmed = true;
+        arm_retry(pe);
+        return true;
+    }
+    if (argc == 4 && strcmp(argv[1], "drop") == 0) {
+        stop_snapshot(pe, member);
+        sender_drop_peer(&pe->tx, member);
+        return true;
+    }
+    if (argc == 4 && strcmp(argv[1], "rebuild") == 0) {
+        const struct cluster_proc *p = pbr_member_proc(pe->sh->cfg.cluster, pe->group, pe->m,
+                                                       member);
+        if (!p || member == pe->sh->member || sender_has_peer(&pe->tx, member))
+            return true;   /* already on its way, or nonsense: the next check tells */
+        stop_snapshot(pe, member);
+        if (sender_add_peer(&pe->tx, member, p->host, p->link_port, true) == 0)
+            pe_log(pe, "rebuilding member %d (%s:%d) from xid %" PRIu64, member, p->host,
+                   p->port, pe->tx.xid);
+        return true;
+    }
+    return false;
+}
+
+/* "pbr p <xid> <member>=<f|d|r:done:total:bytes>..." */
+size_t pbr_primary_heartbeat(struct engine *e, char *buf, size_t len)
+{
+    struct primary *pe = pe_of(e);
+    int n = snprintf(buf, len, "pbr p %" PRIu64, pe->tx.xid);
+    for (int k = 0; k <= pe->m && n > 0 && (size_t)n < len; k++) {
+        if (k == pe->sh->member)
+            continue;
+        if (sender_peer_joining(&pe->tx, k)) {
+            uint64_t done = 0, total = 0, bytes = 0;
+            if (pe->snap[k])
+                snapshot_progress(pe->snap[k], &done, &total, &bytes);
+            n += snprintf(buf + n, len - (size_t)n, " %d=r:%" PRIu64 ":%" PRIu64 ":%" PRIu64,
+                          k, done, total, bytes);
+        } else {
+            n += snprintf(buf + n, len - (size_t)n, " %d=%c", k,
+                          sender_has_peer(&pe->tx, k) ? 'f' : 'd');
+        }
+    }
+    return n > 0 && (size_t)n < len ? (size_t)n : 0;
 }
 
 /* ---- lifetime ---- */
@@ -761,12 +864,16 @@ static bool primary_admin(struct engine *e, int argc, char **argv, eng_write_fn 
 static void primary_destroy(struct engine *e)
 {
     struct primary *pe = pe_of(e);
+    static const char gone[] = "this process is no longer the group's primary";
+    struct eng_result res = { .status = ENG_FAILED, .msg = gone };
+    for (int k = 0; k <= PBR_MAX_MEMBERS; k++)
+        stop_snapshot(pe, k);
+    sender_fail_waiting(&pe->tx, gone);
+    writeq_fail_all(&pe->queue, &res);
     sender_destroy(&pe->tx);
     writeq_destroy(&pe->queue);
     if (pe->pending.buckets != NULL)
-        pending_destroy(&pe->pending, &pe->store);
-    if (pe->store.table.buckets != NULL)
-        item_store_destroy(&pe->store);
+        pending_destroy(&pe->pending, pe->store);
     if (pe->retry_ev != NULL)
         event_free(pe->retry_ev);
     free(pe->ops);
@@ -796,76 +903,71 @@ static enum sender_sync sender_sync_of(enum cluster_sync s)
     }
 }
 
-/* The cluster must be pbr and name this primary.  0, or -1 after a message. */
-static int check_cluster(const struct engine_config *cfg)
+/* Queue timer and record scratch.  0, or -1 when out of memory. */
+static int primary_setup(struct primary *pe)
 {
-    const struct cluster *c = cfg->cluster;
-    if (c == NULL || c->scheme != SCHEME_PBR) {
-        fprintf(stderr, "cocytus-server: the primary role needs a cluster file with scheme pbr\n");
-        return -1;
-    }
-    if (cfg->index != 0 || cluster_find(c, cfg->group, ROLE_PRIMARY, 0) == NULL) {
-        fprintf(stderr, "cocytus-server: the cluster has no primary %d in group %d\n",
-                cfg->index, cfg->group);
-        return -1;
-    }
-    if (c->n - 1 < 1 || c->n - 1 > SENDER_MAX_PEERS) {
-        fprintf(stderr, "cocytus-server: pbr %d: 1 to %d backups are supported\n", c->n - 1,
-                SENDER_MAX_PEERS);
-        return -1;
-    }
-    return 0;
-}
-
-/* Store, queue timer and record scratch.  0, or -1 when out of memory. */
-static int primary_setup(struct primary *pe, const struct engine_config *cfg)
-{
-    struct engine_config store_cfg = *cfg;
-    store_cfg.evict = false;      /* we evict, so that backups hear of it */
-    clock_init(&pe->clock, cfg->started);
-    clock_set(&pe->clock, time(NULL));
-    if (item_store_init(&pe->store, &store_cfg, &pe->clock) != 0)
-        return -1;
     if (pending_init(&pe->pending) != 0)
         return -1;
-    pe->retry_ev = evtimer_new(cfg->base, on_retry, pe);
+    pe->retry_ev = evtimer_new(pe->base, on_retry, pe);
     pe->ops = calloc(PRIMARY_MAX_OPS, sizeof(*pe->ops));
     pe->victims = calloc(PRIMARY_MAX_VICTIMS, sizeof(*pe->victims));
     return pe->retry_ev != NULL && pe->ops != NULL && pe->victims != NULL ? 0 : -1;
 }
 
-struct engine *engine_primary_new(const struct engine_config *cfg)
+/* Links to the peers, as this member; the stream continues after p->from. */
+static int sender_start(struct primary *pe, const struct primary_params *p)
 {
-    if (check_cluster(cfg) < 0)
-        return NULL;
-    const struct cluster *c = cfg->cluster;
+    const struct cluster *c = pe->sh->cfg.cluster;
+    uint8_t role;
+    uint32_t index;
+    char who[64];
+    snprintf(who, sizeof(who), "primary g%d", pe->group);
+    pbr_member_identity(pe->m, pe->sh->member, &role, &index);
+    if (sender_init_peers(&pe->tx, pe->base, c, pe->group, (enum link_role)role, (int)index,
+                          ROLE_BACKUP, NULL, 0, pe->sync, &primary_sender_callbacks, pe, who,
+                          pe->verbose) < 0)
+        return -1;
+    if (p->from > 0 && sender_continue(&pe->tx, p->from, p->carry) < 0)
+        return -1;
+    for (int j = 0; j < p->npeers; j++) {
+        const struct cluster_proc *pp = pbr_member_proc(c, pe->group, pe->m, p->peers[j]);
+        if (!pp || sender_add_peer(&pe->tx, p->peers[j], pp->host, pp->link_port, false) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+struct engine *pbr_primary_create(const struct primary_params *p)
+{
+    struct pbr_shared *sh = p->sh;
+    const struct cluster *c = sh->cfg.cluster;
     struct primary *pe = calloc(1, sizeof(*pe));
     if (pe == NULL)
         return NULL;
     pe->engine.ops = &primary_ops;
     pe->engine.priv = pe;
-    pe->base = cfg->base;
-    pe->group = cfg->group;
-    pe->m = c->n - 1;
-    pe->verbose = cfg->verbose;
+    pe->sh = sh;
+    pe->store = &sh->store;
+    pe->clock = &sh->clock;
+    pe->base = sh->cfg.base;
+    pe->group = sh->cfg.group;
+    pe->m = sh->m;
+    pe->verbose = sh->cfg.verbose;
     pe->sync = sender_sync_of(c->sync);
     pe->max_backlog = pe->sync == SENDER_SYNC_ASYNC ? PRIMARY_MAX_BACKLOG_ASYNC
                                                     : PRIMARY_MAX_BACKLOG;
-    pe->evict = cfg->evict;
-    pe->cas_enabled = cfg->cas_enabled;
-    if (primary_setup(pe, cfg) != 0) {
-        pe_log(pe, "out of memory setting up the store");
+    pe->evict = sh->cfg.evict;
+    pe->cas_enabled = sh->cfg.cas_enabled;
+    pe->confirmed = p->confirmed;
+    pe->store->mem_limit = sh->cfg.mem_limit;
+    if (primary_setup(pe) != 0 || sender_start(pe, p) != 0) {
+        pe_log(pe, "cannot set up the primary (out of memory, or no links)");
         primary_destroy(&pe->engine);
         return NULL;
     }
-    char who[64];
-    snprintf(who, sizeof(who), "primary g%d", pe->group);
-    if (sender_init(&pe->tx, pe->base, c, pe->group, LINK_ROLE_PRIMARY, 0, ROLE_BACKUP, pe->m,
-                    pe->sync, &primary_sender_callbacks, pe, who, pe->verbose) < 0) {
-        primary_destroy(&pe->engine);
-        return NULL;
-    }
-    pe_log(pe, "PBR(%d), sync %s, memory %zu bytes", pe->m, sync_name(pe->sync),
-           pe->store.mem_limit);
+    pe_log(pe, "member %d is the primary: PBR(%d), sync %s, memory %zu bytes, %d items, "
+           "stream continues after xid %" PRIu64 "%s", sh->member, pe->m, sync_name(pe->sync),
+           pe->store->mem_limit, (int)pe->store->curr_items, pe->tx.xid,
+           pe->confirmed ? "" : "; writes wait for the coordinator's confirmation");
     return &pe->engine;
 }

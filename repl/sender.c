@@ -174,7 +174,7 @@ static uint64_t min_over_peers(const struct sender *s, bool written)
 {
     uint64_t m = UINT64_MAX;
     for (int j = 0; j < s->npeers; j++) {
-        if (s->peers[j].dropped)
+        if (s->peers[j].dropped || s->peers[j].joining)
             continue;
         uint64_t v = written ? s->peers[j].written : s->peers[j].acked;
         if (v < m)
@@ -238,6 +238,15 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
     struct sender *s = p->s;
     if (s->verbose)
         sender_log(s, "link to peer %d up (it holds xid %" PRIu64 ")", p->index, peer_xid);
+    if (p->joining) {
+        if (s->verbose)
+            sender_log(s, "joining peer %d up at xid %" PRIu64 " (it holds %" PRIu64 ")",
+                       p->index, s->xid, peer_xid);
+        p->acked = p->written = s->xid;
+        if (s->cb->joining_up)
+            s->cb->joining_up(s->ctx, p->index, peer_xid);
+        return;
+    }
     if (peer_xid > s->xid) {
         /* We lost our state but the group remembers later records: new
          * records would reuse xids the peers take for duplicates. */
@@ -283,7 +292,8 @@ static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     if (xid > p->acked) {
         p->acked = xid;
-        advance_stable(s);
+        if (!p->joining)
+            advance_stable(s);
     }
 }
 
@@ -295,6 +305,8 @@ static void peer_drained(struct link *l, void *ctx)
     if (s->sync != SENDER_SYNC_SEMI || p->written >= s->xid)
         return;
     p->written = s->xid;
+    if (p->joining)
+        return;
     commit_upto(s, min_over_peers(s, true));
 }
 
@@ -353,6 +365,8 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
     me.group = (uint32_t)group;
     me.role = (uint8_t)my_role;
     me.index = (uint32_t)my_index;
+    s->me = me;
+    snprintf(s->secret, sizeof(s->secret), "%s", c->secret);
     for (int j = 0; j < npeers; j++) {
         const struct cluster_proc *pp = cluster_find(c, group, peer_role, peer_index[j]);
         if (!pp) {
@@ -481,8 +495,88 @@ int sender_live_peers(const struct sender *s)
 {
     int n = 0;
     for (int j = 0; j < s->npeers; j++)
-        n += !s->peers[j].dropped;
+        n += !s->peers[j].dropped && !s->peers[j].joining;
     return n;
+}
+
+struct carry_walk {
+    struct sender *s;
+    uint64_t from;
+    int rc;
+};
+
+static void carry_one(void *ctx, const struct reclog_entry *e)
+{
+    struct carry_walk *w = ctx;
+    if (w->rc == 0 && e->xid > w->from && e->xid > w->s->log.last_xid)
+        w->rc = reclog_push(&w->s->log, e->xid, e->bytes, e->len);
+}
+
+int sender_continue(struct sender *s, uint64_t from, const struct reclog *carry)
+{
+    sender_start_at(s, from);
+    struct carry_walk w = { s, from, 0 };
+    reclog_visit_after(carry, from, carry_one, &w);
+    if (w.rc != 0)
+        return -1;
+    uint64_t last = s->log.last_xid > from ? s->log.last_xid : from;
+    s->xid = s->committed = last;
+    return 0;
+}
+
+static struct sender_peer *peer_slot_for(struct sender *s, int index)
+{
+    for (int j = 0; j < s->npeers; j++)
+        if (s->peers[j].index == index)
+            return s->peers[j].dropped ? &s->peers[j] : NULL;
+    if (s->npeers >= SENDER_MAX_PEERS)
+        return NULL;
+    return &s->peers[s->npeers++];
+}
+
+int sender_add_peer(struct sender *s, int index, const char *host, int link_port, bool joining)
+{
+    static const struct link_callbacks link_cb = {
+        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
+        .on_drained = peer_drained,
+    };
+    struct sender_peer *p = peer_slot_for(s, index);
+    if (!p)
+        return -1;
+    memset(p, 0, sizeof(*p));
+    p->s = s;
+    p->index = index;
+    p->joining = joining;
+    p->acked = p->written = joining ? s->xid : s->stable;
+    p->link = link_connect(s->base, host, link_port, &s->me, s->secret, &link_cb, p);
+    if (!p->link) {
+        p->dropped = true;
+        sender_log(s, "cannot start a link to joining peer %d at %s:%d", index, host, link_port);
+        return -1;
+    }
+    if (joining)
+        sender_log(s, "peer %d at %s:%d joins at xid %" PRIu64 " (out of the ack set until it "
+                   "is rebuilt)", index, host, link_port, s->xid);
+    return 0;
+}
+
+void sender_peer_complete(struct sender *s, int index)
+{
+    struct sender_peer *p = peer_by_index(s, index);
+    if (!p || p->dropped || !p->joining)
+        return;
+    p->joining = false;
+    /* A SEMI peer counts as written up to what its link has drained. */
+    if (p->link && link_output_pending(p->link) == 0)
+        p->written = s->xid;
+    sender_log(s, "peer %d is complete: back in the ack set (%d of %d peers)", index,
+               sender_live_peers(s), s->npeers);
+}
+
+bool sender_peer_joining(const struct sender *s, int index)
+{
+    struct sender_peer *p = peer_by_index((struct sender *)s, index);
+    return p && !p->dropped && p->joining;
 }
 
 void sender_drop_peer(struct sender *s, int index)
@@ -508,6 +602,26 @@ bool sender_peer_up(const struct sender *s, int index)
     return p && !p->dropped && p->link && link_is_up(p->link);
 }
 
+size_t sender_peer_queued(const struct sender *s, int index)
+{
+    struct sender_peer *p = peer_by_index((struct sender *)s, index);
+    return p && p->link ? link_output_pending(p->link) : 0;
+}
+
+void sender_fail_waiting(struct sender *s, const char *msg)
+{
+    struct eng_result res = { .status = ENG_FAILED, .msg = msg };
+    struct sender_completion *c = s->comp_head;
+    s->comp_head = s->comp_tail = NULL;
+    while (c) {
+        struct sender_completion *next = c->next;
+        if (c->done)
+            c->done(c->cookie, &res);
+        free(c);
+        c = next;
+    }
+}
+
 int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iovec *iov,
                     int iovcnt)
 {
@@ -527,9 +641,10 @@ void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
     write(ctx, line, (size_t)n);
     for (int j = 0; j < s->npeers; j++) {
         const struct sender_peer *p = &s->peers[j];
-        n = snprintf(line, sizeof(line), "STAT peer%d_acked %" PRIu64 "\r\nSTAT peer%d_link %s\r\n",
+        n = snprintf(line, sizeof(line), "STAT peer%d_acked %" PRIu64 "\r\nSTAT peer%d_link %s%s\r\n",
                      p->index, p->acked, p->index,
-                     p->dropped ? "dead" : p->link && link_is_up(p->link) ? "up" : "down");
+                     p->dropped ? "dead" : p->link && link_is_up(p->link) ? "up" : "down",
+                     !p->dropped && p->joining ? " joining" : "");
         write(ctx, line, (size_t)n);
     }
 }

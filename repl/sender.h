@@ -50,12 +50,17 @@ struct sender_callbacks {
     /* Optional: a REQUEST or REPLY frame from a peer (recovery traffic);
      * peer is the peer's index in the cluster (not its slot here). */
     void (*message)(void *ctx, int peer, uint16_t type, const uint8_t *payload, uint32_t len);
+    /* Optional: the link to a joining peer (sender_add_peer) came up; it
+     * holds peer_xid.  The sender resends nothing to a joining peer: the
+     * owner brings it up to date (PBR: a snapshot from the current xid). */
+    void (*joining_up)(void *ctx, int peer, uint64_t peer_xid);
 };
 
 struct sender_peer {
     struct sender *s;
     int index;                 /* the peer's index in the cluster file */
     bool dropped;              /* declared dead: no longer in the ack set */
+    bool joining;              /* being rebuilt: sent records, not in the ack set */
     struct link *link;
     uint64_t acked;            /* cumulative acknowledgement */
     uint64_t written;          /* SEMI: newest xid handed to the kernel */
@@ -89,6 +94,8 @@ struct sender {
     struct rec_op *ops;        /* decoding scratch for commits */
     uint32_t ops_cap;
     uint64_t records_sent;
+    struct link_identity me;   /* for links started later (sender_add_peer) */
+    char secret[CLUSTER_SECRET_MAX];
 };
 
 /* Start links to the M peers cluster_find(c, group, peer_role, 0..M-1) as
@@ -113,13 +120,32 @@ void sender_destroy(struct sender *s);
  * before the first sender_send(). */
 void sender_start_at(struct sender *s, uint64_t xid);
 
+/* Continue a stream as a promoted backup does: the records of carry with
+ * xid > from (received from the old primary, applied here already) are
+ * kept for peers that hold less; the last assigned and committed xid is
+ * carry's last (or from), the stable xid and every peer's ack from.  Only
+ * before the first sender_send().  0, or -1 when out of memory. */
+int sender_continue(struct sender *s, uint64_t from, const struct reclog *carry);
+
+/* A peer at host:link_port, tagged index (a dropped peer of that index is
+ * revived).  A joining peer (one that lost its state, or a new one) is
+ * sent every new record but stays out of the ack set until
+ * sender_peer_complete(), and when its link comes up the owner's
+ * joining_up callback runs instead of a resend.  Otherwise it is a peer
+ * like those of sender_init.  0, or -1 (no room, out of memory, or the
+ * index is already a live peer). */
+int sender_add_peer(struct sender *s, int index, const char *host, int link_port, bool joining);
+/* The joining peer holds everything now: it enters the ack set. */
+void sender_peer_complete(struct sender *s, int index);
+bool sender_peer_joining(const struct sender *s, int index);
+
 /* Peer `index` (cluster index) was declared dead: close its link and leave
  * it out of the ack set from now on (records become stable without it;
  * the group runs with reduced redundancy).  Records waiting only for it
  * commit now.  No-op for an unknown or already dropped peer. */
 void sender_drop_peer(struct sender *s, int index);
 bool sender_has_peer(const struct sender *s, int index);
-/* Peers still in the ack set. */
+/* Peers still in the ack set (joining peers are not). */
 int sender_live_peers(const struct sender *s);
 
 /* Send a REQUEST/REPLY frame to peer `index` (cluster index) on its link,
@@ -128,6 +154,11 @@ int sender_live_peers(const struct sender *s);
 int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iovec *iov,
                     int iovcnt);
 bool sender_peer_up(const struct sender *s, int index);
+/* Bytes queued on peer index's link, not yet handed to the kernel. */
+size_t sender_peer_queued(const struct sender *s, int index);
+/* Answer every record still waiting to commit with ENG_FAILED and msg
+ * (the owner gives up its role). */
+void sender_fail_waiting(struct sender *s, const char *msg);
 
 /* The xid the next sender_send() will assign. */
 static inline uint64_t sender_next_xid(const struct sender *s)

@@ -1,0 +1,367 @@
+/* engine_pbr.c - one process of a primary-backup group, whatever role it
+ * plays at the moment (pbr_role.h).
+ *
+ * The server creates this engine for --role primary and --role backup.  It
+ * owns the item store and its clock and passes every call to an inner
+ * engine, a primary or a backup.  The coordinator's words switch roles:
+ *   pbr promote <g> <peers>   a backup becomes the primary: it applies every
+ *                             record it received, keeps those records for
+ *                             peers that hold fewer, and continues the xid
+ *                             stream to the listed members (comma list, or
+ *                             "-" for none); answer "pbrok serving <g> <member>
+ *                             <xid>"
+ *   pbr rejoin <g> <leader>   the place of this process was taken, or its
+ *                             copy is stale: empty the store and wait, as a
+ *                             backup following leader, to be rebuilt
+ * and the rest goes to the inner engine (pbr_primary_control,
+ * pbr_backup_control).  The heartbeat carries the inner engine's state. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "engine.h"
+#include "items.h"
+#include "link.h"
+#include "pbr_role.h"
+#include "pbr_store.h"
+#include "reclog.h"
+
+#define CONTROL_WORDS_MAX 8
+#define CONTROL_TEXT_MAX 256
+
+struct pbr_proc {
+    struct engine engine;           /* what the server holds */
+    struct pbr_shared sh;
+    struct engine *inner;
+    bool is_primary;
+};
+
+static struct pbr_proc *pp_of(struct engine *e)
+{
+    return e->priv;
+}
+
+__attribute__((format(printf, 2, 3)))
+static void pp_log(const struct pbr_proc *pp, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cocytus-server pbr g%d member %d: %s\n", pp->sh.cfg.group, pp->sh.member,
+            msg);
+}
+
+/* ---- members ---- */
+
+const struct cluster_proc *pbr_member_proc(const struct cluster *c, int g, int m, int k)
+{
+    if (k == m)
+        return cluster_find(c, g, ROLE_PRIMARY, 0);
+    if (k < 0 || k > m)
+        return NULL;
+    return cluster_find(c, g, ROLE_BACKUP, k);
+}
+
+void pbr_member_identity(int m, int k, uint8_t *role, uint32_t *index)
+{
+    *role = k == m ? LINK_ROLE_PRIMARY : LINK_ROLE_BACKUP;
+    *index = k == m ? 0 : (uint32_t)k;
+}
+
+int pbr_member_of_identity(int m, uint8_t role, uint32_t index)
+{
+    if (role == LINK_ROLE_PRIMARY && index == 0)
+        return m;
+    if (role == LINK_ROLE_BACKUP && index < (uint32_t)m)
+        return (int)index;
+    return -1;
+}
+
+/* ---- delegation ---- */
+
+static eng_status pp_get(struct engine *e, const char *key, size_t nkey, struct eng_value *out,
+                         struct eng_result *res)
+{
+    struct engine *in = pp_of(e)->inner;
+    return in->ops->get(in, key, nkey, out, res);
+}
+
+/* Handles are items of the shared store, whichever engine handed them out. */
+static void pp_release(struct engine *e, void *handle)
+{
+    item_release(&pp_of(e)->sh.store, handle);
+}
+
+static eng_status pp_mutate(struct engine *e, const struct eng_mutation *m,
+                            struct eng_result *res, eng_done_fn done, void *cookie)
+{
+    struct engine *in = pp_of(e)->inner;
+    return in->ops->mutate(in, m, res, done, cookie);
+}
+
+static bool pp_stats(struct engine *e, const char *group, eng_stat_fn emit, void *ctx)
+{
+    struct engine *in = pp_of(e)->inner;
+    return in->ops->stats(in, group, emit, ctx);
+}
+
+static void pp_stats_reset(struct engine *e)
+{
+    struct engine *in = pp_of(e)->inner;
+    in->ops->stats_reset(in);
+}
+
+static void pp_tick(struct engine *e, time_t now)
+{
+    struct engine *in = pp_of(e)->inner;
+    in->ops->tick(in, now);
+}
+
+static bool pp_admin(struct engine *e, int argc, char **argv, eng_write_fn write, void *ctx)
+{
+    struct engine *in = pp_of(e)->inner;
+    return in->ops->admin && in->ops->admin(in, argc, argv, write, ctx);
+}
+
+static size_t pp_slot_keys(struct engine *e, unsigned slot,
+                           void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+{
+    struct engine *in = pp_of(e)->inner;
+    return in->ops->slot_keys ? in->ops->slot_keys(in, slot, fn, ctx) : 0;
+}
+
+static size_t pp_heartbeat_extra(struct engine *e, char *buf, size_t len)
+{
+    struct pbr_proc *pp = pp_of(e);
+    return pp->is_primary ? pbr_primary_heartbeat(pp->inner, buf, len)
+                          : pbr_backup_heartbeat(pp->inner, buf, len);
+}
+
+/* ---- role switches ---- */
+
+static void answer(struct pbr_proc *pp, const char *text)
+{
+    const struct engine_config *cfg = &pp->sh.cfg;
+    if (!cfg->ctl_send || cfg->ctl_send(cfg->ctl_arg, text) < 0)
+        pp_log(pp, "cannot answer the coordinator ('%s'): control link down", text);
+}
+
+/* "3,0" -> members; "-" -> none.  The count, or -1. */
+static int parse_members(const char *text, int *out, int max)
+{
+    int n = 0;
+    if (strcmp(text, "-") == 0)
+        return 0;
+    for (const char *p = text; *p && n < max;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > PBR_MAX_MEMBERS)
+            return -1;
+        out[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return n;
+}
+
+static void send_serving(struct pbr_proc *pp, uint64_t xid)
+{
+    char text[128];
+    snprintf(text, sizeof(text), "pbrok serving %d %d %" PRIu64, pp->sh.cfg.group,
+             pp->sh.member, xid);
+    answer(pp, text);
+}
+
+/* pbr promote <g> <peers> */
+static void promote(struct pbr_proc *pp, const char *peer_list)
+{
+    int peers[PBR_MAX_MEMBERS + 1];
+    int npeers = parse_members(peer_list, peers, PBR_MAX_MEMBERS);
+    if (pp->is_primary) {
+        send_serving(pp, 0);   /* a repeated word: we serve already */
+        return;
+    }
+    if (npeers < 0) {
+        pp_log(pp, "bad member list '%s' in a promotion; ignored", peer_list);
+        return;
+    }
+    struct reclog carry;
+    uint64_t from = 0, last = 0;
+    reclog_init(&carry);
+    if (pbr_backup_handover(pp->inner, &carry, &from, &last) < 0) {
+        pp_log(pp, "cannot be promoted: this backup's copy is not complete, or its stream "
+               "diverged");
+        reclog_destroy(&carry);
+        return;
+    }
+    struct primary_params p = { .sh = &pp->sh, .peers = peers, .npeers = npeers,
+                                .from = from, .carry = &carry, .confirmed = true };
+    struct engine *old = pp->inner;
+    old->ops->destroy(old);
+    pp->inner = pbr_primary_create(&p);
+    reclog_destroy(&carry);
+    if (!pp->inner) {
+        pp_log(pp, "FAILED to become the primary after xid %" PRIu64 "; exiting", last);
+        exit(1);
+    }
+    pp->is_primary = true;
+    pp_log(pp, "promoted: primary from xid %" PRIu64 " (records %" PRIu64 "..%" PRIu64
+           " kept for the other backups), %d peer(s)", last, from + 1, last, npeers);
+    send_serving(pp, last);
+}
+
+/* pbr rejoin <g> <leader> */
+static void rejoin(struct pbr_proc *pp, int leader)
+{
+    if (!pp->is_primary && !pbr_backup_complete(pp->inner) &&
+        pbr_backup_following(pp->inner) == leader)
+        return;   /* waiting for, or in, a rebuild from that leader already */
+    pp->inner->ops->destroy(pp->inner);
+    pp->inner = NULL;
+    pbr_unlink_all(&pp->sh.store);
+    struct backup_params p = { .sh = &pp->sh, .leader = leader, .complete = false };
+    pp->inner = pbr_backup_create(&p);
+    if (!pp->inner) {
+        pp_log(pp, "FAILED to become a backup of member %d; exiting", leader);
+        exit(1);
+    }
+    pp->is_primary = false;
+    pp_log(pp, "rejoins as an empty backup of member %d, to be rebuilt", leader);
+}
+
+static void pp_control(struct engine *e, const char *text, size_t len)
+{
+    struct pbr_proc *pp = pp_of(e);
+    char buf[CONTROL_TEXT_MAX];
+    char *argv[CONTROL_WORDS_MAX];
+    int argc = 0;
+    if (len >= sizeof(buf))
+        return;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && argc < CONTROL_WORDS_MAX;
+         w = strtok_r(NULL, " ", &save))
+        argv[argc++] = w;
+    if (argc < 3 || strcmp(argv[0], "pbr") != 0 || atoi(argv[2]) != pp->sh.cfg.group) {
+        pp_log(pp, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len),
+               text);
+        return;
+    }
+    if (strcmp(argv[1], "promote") == 0 && argc == 4)
+        promote(pp, argv[3]);
+    else if (strcmp(argv[1], "rejoin") == 0 && argc == 4)
+        rejoin(pp, atoi(argv[3]));
+    else if (pp->is_primary ? !pbr_primary_control(pp->inner, argc, argv)
+                            : !pbr_backup_control(pp->inner, argc, argv))
+        pp_log(pp, "control message '%.*s' does not apply to a %s; ignored",
+               (int)(len > 80 ? 80 : len), text, pp->is_primary ? "primary" : "backup");
+}
+
+/* ---- lifetime ---- */
+
+static void pp_destroy(struct engine *e)
+{
+    struct pbr_proc *pp = pp_of(e);
+    if (pp->inner)
+        pp->inner->ops->destroy(pp->inner);
+    if (pp->sh.store.table.buckets != NULL)
+        item_store_destroy(&pp->sh.store);
+    free(pp);
+}
+
+static const struct engine_ops pbr_ops = {
+    .name = "pbr",
+    .get = pp_get,
+    .release = pp_release,
+    .mutate = pp_mutate,
+    .stats = pp_stats,
+    .stats_reset = pp_stats_reset,
+    .tick = pp_tick,
+    .destroy = pp_destroy,
+    .admin = pp_admin,
+    .slot_keys = pp_slot_keys,
+    .control = pp_control,
+    .heartbeat_extra = pp_heartbeat_extra,
+};
+
+/* The cluster must be pbr with 1..PBR_MAX_MEMBERS-1 backups and name this
+ * process.  0, or -1 after a message. */
+static int check_cluster(const struct engine_config *cfg, enum cluster_role role)
+{
+    const struct cluster *c = cfg->cluster;
+    if (c == NULL || c->scheme != SCHEME_PBR) {
+        fprintf(stderr, "cocytus-server: the %s role needs a cluster file with scheme pbr\n",
+                cluster_role_name(role));
+        return -1;
+    }
+    if (c->n - 1 < 1 || c->n > PBR_MAX_MEMBERS) {
+        fprintf(stderr, "cocytus-server: pbr %d: 1 to %d backups are supported\n", c->n - 1,
+                PBR_MAX_MEMBERS - 1);
+        return -1;
+    }
+    if ((role == ROLE_PRIMARY && cfg->index != 0) ||
+        cluster_find(c, cfg->group, role, cfg->index) == NULL) {
+        fprintf(stderr, "cocytus-server: the cluster has no %s %d in group %d\n",
+                cluster_role_name(role), cfg->index, cfg->group);
+        return -1;
+    }
+    return 0;
+}
+
+static struct engine *pbr_new(const struct engine_config *cfg, enum cluster_role role)
+{
+    if (check_cluster(cfg, role) < 0)
+        return NULL;
+    struct pbr_proc *pp = calloc(1, sizeof(*pp));
+    if (!pp)
+        return NULL;
+    pp->engine.ops = &pbr_ops;
+    pp->engine.priv = pp;
+    pp->sh.cfg = *cfg;
+    pp->sh.m = cfg->cluster->n - 1;
+    pp->sh.member = role == ROLE_PRIMARY ? pp->sh.m : cfg->index;
+    pp->sh.has_coordinator = cfg->cluster->has_coordinator;
+    struct engine_config store_cfg = *cfg;
+    store_cfg.evict = false;    /* the primary evicts, so that backups hear of it */
+    clock_init(&pp->sh.clock, cfg->started);
+    clock_set(&pp->sh.clock, time(NULL));
+    if (item_store_init(&pp->sh.store, &store_cfg, &pp->sh.clock) != 0) {
+        pp_log(pp, "out of memory setting up the store");
+        free(pp);
+        return NULL;
+    }
+    if (role == ROLE_PRIMARY) {
+        int peers[PBR_MAX_MEMBERS];
+        for (int b = 0; b < pp->sh.m; b++)
+            peers[b] = b;
+        struct primary_params p = { .sh = &pp->sh, .peers = peers, .npeers = pp->sh.m,
+                                    .confirmed = !pp->sh.has_coordinator };
+        pp->inner = pbr_primary_create(&p);
+        pp->is_primary = true;
+    } else {
+        struct backup_params p = { .sh = &pp->sh, .leader = pp->sh.m, .complete = true };
+        pp->inner = pbr_backup_create(&p);
+    }
+    if (!pp->inner) {
+        pp_destroy(&pp->engine);
+        return NULL;
+    }
+    return &pp->engine;
+}
+
+struct engine *engine_primary_new(const struct engine_config *cfg)
+{
+    return pbr_new(cfg, ROLE_PRIMARY);
+}
+
+struct engine *engine_backup_new(const struct engine_config *cfg)
+{
+    return pbr_new(cfg, ROLE_BACKUP);
+}
