@@ -278,6 +278,7 @@ static void member_dead(struct member *m, const char *why)
         move_finish(co, mv, MOVE_FAILED, reason);
     }
     coord_recovery_on_dead(co, m);
+    coord_pbr_on_dead(co, m);
 }
 
 static void member_heard(struct member *m, const struct ctl_msg *msg)
@@ -317,6 +318,11 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
         coord_log_member(m, "sent a %s frame on its control link; ignored", frame_type_name(type));
         return;
     }
+    if (coord_is_pbr_answer((const char *)payload, len)) {
+        if (m->state == MEMBER_ALIVE)
+            coord_pbr_on_answer(co_of(m), m, (const char *)payload, len);
+        return;
+    }
     if (coord_is_recovery_answer((const char *)payload, len)) {
         if (m->state == MEMBER_ALIVE)
             coord_recovery_on_answer(co_of(m), m, (const char *)payload, len);
@@ -327,14 +333,19 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
         return;
     }
     switch (msg.kind) {
-    case CTL_HELLO:
+    case CTL_HELLO: {
+        bool restarted = m->state == MEMBER_DEAD || (m->pid != 0 && m->pid != msg.pid);
         m->pushed_epoch = 0;    /* a new process, or a new link: it has no pushed map */
         member_heard(m, &msg);
         coord_recovery_on_hello(co_of(m), m);
+        coord_pbr_on_hello(co_of(m), m, restarted);
         break;
+    }
     case CTL_HB:
         member_heard(m, &msg);
-        if (msg.body)
+        if (msg.body && msg.body_len > 4 && memcmp(msg.body, "pbr ", 4) == 0)
+            coord_pbr_on_progress(co_of(m), m, msg.body, msg.body_len);
+        else if (msg.body)
             coord_recovery_on_progress(co_of(m), m, msg.body, msg.body_len);
         break;
     case CTL_MIGRATED:
@@ -402,6 +413,7 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
         }
     }
     coord_recovery_check(co);
+    coord_pbr_check(co);
 }
 
 /* ---- admin words ---- */
@@ -435,7 +447,9 @@ static void admin_status(struct coord *co, eng_write_fn write, void *wctx)
         long long age = m->last_heard_ms ? (long long)(now - m->last_heard_ms) : -1;
         reply(write, wctx, "proc %d %s %d %d %s:%d %s pid=%ld rss=%llu epoch=%llu hb_age_ms=%lld",
               p->group, cluster_role_name(p->role), p->index, p->node, p->host, p->port,
-              coord_recovery_joining(co, m) ? "joining" : state_name(m->state), m->pid, (unsigned long long)m->rss,
+              coord_recovery_joining(co, m) || coord_pbr_joining(co, m) ? "joining"
+                                                                        : state_name(m->state),
+              m->pid, (unsigned long long)m->rss,
               (unsigned long long)m->epoch, age);
     }
     reply(write, wctx, "END");
@@ -622,6 +636,8 @@ static bool coord_admin(struct engine *e, int argc, char **argv, eng_write_fn wr
         admin_status(co, write, wctx);
     else if (strcmp(argv[0], "moves") == 0 && argc == 1)
         admin_moves(co, write, wctx);
+    else if (strcmp(argv[0], "groups") == 0 && argc == 1 && co->pbr)
+        coord_pbr_admin(co, write, wctx);
     else if (strcmp(argv[0], "groups") == 0 && argc == 1)
         coord_recovery_admin(co, write, wctx);
     else if (strcmp(argv[0], "move") == 0)
@@ -688,6 +704,7 @@ static void coord_destroy(struct engine *e)
     if (co->timer)
         event_free(co->timer);
     coord_recovery_free(co);
+    coord_pbr_free(co);
     slotmap_free(&co->map);
     free(co->body);
     free(co->members);
@@ -807,7 +824,7 @@ struct engine *coord_engine_new(struct server *s)
     e->ops = &coord_ops;
     e->priv = co;
     if (load_map(co) < 0 || make_members(co) < 0 || coord_recovery_init(co) < 0 ||
-        start_listening(co) < 0) {
+        coord_pbr_init(co) < 0 || start_listening(co) < 0) {
         coord_destroy(e);
         return NULL;
     }

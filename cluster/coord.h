@@ -114,9 +114,11 @@ void coord_client_stop(struct coord_client *cc);
  * when the coordinator asks again). */
 int coord_client_send(struct coord_client *cc, const char *text);
 /* Is this control message one for the engine (recovery: prepare,
- * truncate, takeover, group)? */
+ * truncate, takeover, group; PBR: "pbr ...")? */
 bool coord_is_engine_message(const char *payload, size_t len);
 /* Is it a server's answer to one (prepared, truncated, serving)? */
 bool coord_is_recovery_answer(const char *payload, size_t len);
+/* Is it a PBR process's answer to a "pbr ..." word ("pbrok ...")? */
+bool coord_is_pbr_answer(const char *payload, size_t len);
 
 #endif

@@ -1,6 +1,7 @@
 /* coord_internal.h - the coordinator's state, shared by its files:
- * coord.c (membership, the map, moves, admin words) and coord_recovery.c
- * (failure handling: preparation, takeover, group views).  Not for use
+ * coord.c (membership, the map, moves, admin words), coord_recovery.c
+ * (failure handling of coding groups: preparation, takeover, group views)
+ * and coord_pbr.c (PBR groups: failover, rebuilding backups).  Not for use
  * outside cluster/. */
 #ifndef CLUSTER_COORD_INTERNAL_H
 #define CLUSTER_COORD_INTERNAL_H
@@ -19,6 +20,7 @@ struct link_listener;
 struct event;
 struct server;
 struct coord_groups;
+struct coord_pbr;
 
 #define MEMBER_NAME_MAX (CLUSTER_HOST_MAX + 64)
 #define ADDR_MAX (SLOTMAP_HOST_MAX + 8)
@@ -71,6 +73,7 @@ struct coord {
     int running;                    /* index in moves, -1 if none */
     char msg[REPLY_LINE_MAX];       /* engine result text */
     struct coord_groups *groups;    /* coding groups' failure state (coord_recovery.c) */
+    struct coord_pbr *pbr;          /* PBR groups' state (coord_pbr.c) */
 };
 
 /* ---- coord.c, for coord_recovery.c ---- */
@@ -103,5 +106,23 @@ void coord_recovery_check(struct coord *co);
 void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
+
+/* ---- coord_pbr.c ---- */
+
+int coord_pbr_init(struct coord *co);
+void coord_pbr_free(struct coord *co);
+/* A member died / said hello (restarted: a new process, or one that was dead). */
+void coord_pbr_on_dead(struct coord *co, struct member *m);
+void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted);
+/* "pbrok ..." answers. */
+void coord_pbr_on_answer(struct coord *co, struct member *m, const char *text, size_t len);
+/* Heartbeat words "pbr ...". */
+void coord_pbr_on_progress(struct coord *co, struct member *m, const char *text, size_t len);
+/* Every CHECK_EVERY_MS: resend failover steps, reconcile members. */
+void coord_pbr_check(struct coord *co);
+/* "cocytus groups" for a PBR cluster: one line per group. */
+void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx);
+/* A live member that is not (yet) a complete backup of its group. */
+bool coord_pbr_joining(struct coord *co, const struct member *m);
 
 #endif

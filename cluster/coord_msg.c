@@ -229,13 +229,18 @@ uint8_t coord_link_role(enum cluster_role r)
 bool coord_is_engine_message(const char *payload, size_t len)
 {
     static const char *const words[] = { "prepare ", "truncate ", "takeover ", "group ",
-                                         "fence " };
+                                         "fence ", "pbr " };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         size_t n = strlen(words[i]);
         if (len >= n && memcmp(payload, words[i], n) == 0)
             return true;
     }
     return false;
+}
+
+bool coord_is_pbr_answer(const char *payload, size_t len)
+{
+    return len >= 6 && memcmp(payload, "pbrok ", 6) == 0;
 }
 
 bool coord_is_recovery_answer(const char *payload, size_t len)

@@ -216,6 +216,15 @@ static bool header_crc(const char **p, const char *end, uint32_t *out)
 static bool is_takeover(const struct cluster *c, const struct slotmap_endpoint *e,
                         const struct slotmap_endpoint *w)
 {
+    /* PBR: a backup of the group was promoted (coord_pbr.c). */
+    if (c->scheme == SCHEME_PBR && w->role == ROLE_PRIMARY) {
+        for (int b = 0; b < c->n - 1; b++) {
+            const struct cluster_proc *p = cluster_find(c, w->group, ROLE_BACKUP, b);
+            if (p && p->port == e->port && strcmp(p->host, e->host) == 0)
+                return true;
+        }
+        return false;
+    }
     if (c->scheme != SCHEME_RS || w->role != ROLE_DATA)
         return false;
     for (int j = 0; j < c->n - c->k; j++) {

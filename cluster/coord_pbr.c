@@ -1,0 +1,613 @@
+/* coord_pbr.c - what the coordinator does for primary-backup groups:
+ * failover when a primary dies, and rebuilding backups (docs/pbr.md).
+ *
+ * Members: backup b is member b, the cluster file's primary line member M
+ * (pbr/pbr_role.h).  Each group has a current primary, at first member M,
+ * later whichever backup was promoted (read back from the slot map after a
+ * coordinator restart: the group's endpoint names the primary's port).
+ *
+ * Failover, when the primary dies, in two steps answered by the backups:
+ *   pbr fence <g>             -> pbrok fenced <g> <k> <received xid> <complete>
+ *       each live backup waits until the dead primary's link has ended
+ *       (everything its kernel still sent is read), then refuses it; the
+ *       complete backup that received the most is chosen: nothing any
+ *       other backup holds is above it, and every acknowledged record is in
+ *       it (full: every backup acked it; semi: every link had it in the
+ *       kernel, which delivers it after a process kill);
+ *   pbr follow <g> <best>      to the others: take only best's link;
+ *   pbr promote <g> <peers>   -> pbrok serving <g> <best> <xid>
+ *       best applies everything it received and continues the stream,
+ *       resending to each peer what it lacks.
+ * Then the map gets a new epoch in which the group's endpoint is best's
+ * client port.  A step unanswered for a second is sent again; a backup
+ * that dies leaves it; the chosen one dying starts the failover again.
+ *
+ * Redundancy is kept by comparing, every check, what the primary reports
+ * in its heartbeat (each member: in the ack set, being rebuilt, dropped)
+ * with what each member reports (whom it follows, complete or not):
+ *   a dead member still in the primary's ack set   -> pbr drop <g> <k> to it;
+ *   a member that restarted, follows someone else, diverged, or is
+ *   complete but dropped                          -> pbr rejoin <g> <P> to k;
+ *   an empty member following the primary          -> pbr rebuild <g> <k>.
+ * Each command about a member waits a second before it is repeated. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coord_internal.h"
+#include "link.h"
+
+#define PBR_MEMBERS_MAX 33
+#define STEP_RESEND_MS 1000
+#define COMMAND_GRACE_MS 1000
+
+enum pg_phase { PG_SERVING, PG_FENCING, PG_PROMOTING, PG_LOST };
+
+/* What the coordinator knows of one member. */
+struct pmember {
+    bool reported;                  /* a heartbeat with pbr words came */
+    char kind;                      /* 'p' primary, 'b' backup */
+    int leader;                     /* backup: the member it follows */
+    uint64_t received;
+    bool complete, diverged;
+    bool stale;                     /* restarted: its copy is not to be trusted */
+    char peer_state;                /* the primary's view: 'f' ack set, 'r' rebuilding,
+                                     * 'd' dropped, '?' not reported */
+    uint64_t reb_done, reb_total, reb_bytes, reb_rate, reb_at_ms;
+    uint64_t cmd_at_ms;             /* last reconciling command about it */
+};
+
+struct pgroup {
+    int g;
+    int primary;                    /* member number of the current primary */
+    enum pg_phase phase;
+    uint64_t participants, waiting; /* member bits of the failover */
+    int best;
+    uint64_t best_xid;
+    uint64_t step_at_ms;
+    uint64_t dead_at_ms;            /* monotonic: the primary's death was seen */
+    uint64_t last_serve_ms, dead_wall_ms, served_wall_ms;
+    char lost_why[160];
+    struct pmember mem[PBR_MEMBERS_MAX];
+};
+
+struct coord_pbr {
+    int m;
+    int n;
+    struct pgroup *g;
+};
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool alive(const struct member *m)
+{
+    return m && m->state == MEMBER_ALIVE && m->link;
+}
+
+static struct member *member_k(struct coord *co, int g, int k)
+{
+    int m = co->pbr->m;
+    return k == m ? coord_member(co, g, ROLE_PRIMARY, 0) : coord_member(co, g, ROLE_BACKUP, k);
+}
+
+static int member_number(const struct coord *co, const struct member *m)
+{
+    return m->proc->role == ROLE_PRIMARY ? co->pbr->m : m->proc->index;
+}
+
+static struct pgroup *group_of(struct coord *co, int g)
+{
+    return co->pbr && g >= 0 && g < co->pbr->n ? &co->pbr->g[g] : NULL;
+}
+
+static void send_to(struct coord *co, struct pgroup *pg, int k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void send_to(struct coord *co, struct pgroup *pg, int k, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    struct member *m = member_k(co, pg->g, k);
+    if (m && coord_send(m, text) < 0)
+        fprintf(stderr, "coordinator: group %d member %d: '%s' not sent (link down)\n", pg->g,
+                k, text);
+}
+
+/* ---- the map ---- */
+
+/* The group's endpoint now names member k's client port. */
+static void publish_primary(struct coord *co, struct pgroup *pg, int k)
+{
+    const struct cluster_proc *p = member_k(co, pg->g, k)->proc;
+    struct slotmap next;
+    if (coord_map_copy(&next, &co->map) < 0) {
+        fprintf(stderr, "coordinator: out of memory publishing group %d's new primary\n", pg->g);
+        return;
+    }
+    int e = -1;
+    for (int i = 0; i < next.nendpoints; i++)
+        if (next.endpoints[i].group == pg->g && next.endpoints[i].role == ROLE_PRIMARY)
+            e = i;
+    if (e < 0) {
+        fprintf(stderr, "coordinator: group %d's primary is not in the slot map\n", pg->g);
+        slotmap_free(&next);
+        return;
+    }
+    snprintf(next.endpoints[e].host, sizeof(next.endpoints[e].host), "%s", p->host);
+    next.endpoints[e].port = p->port;
+    next.epoch = co->map.epoch + 1;
+    if (coord_publish_map(co, &next) < 0)
+        fprintf(stderr, "coordinator: out of memory publishing epoch %llu\n",
+                (unsigned long long)co->map.epoch + 1);
+}
+
+/* ---- failover ---- */
+
+static void mark_lost(struct pgroup *pg, const char *why)
+{
+    pg->phase = PG_LOST;
+    snprintf(pg->lost_why, sizeof(pg->lost_why), "%s", why);
+    fprintf(stderr, "coordinator: DATA LOSS in pbr group %d: %s; the group serves nothing "
+            "until it is restarted by hand\n", pg->g, why);
+}
+
+static void send_fences(struct coord *co, struct pgroup *pg)
+{
+    pg->step_at_ms = coord_now_ms();
+    for (int k = 0; k <= co->pbr->m; k++)
+        if (pg->waiting & (1ull << k))
+            send_to(co, pg, k, "pbr fence %d", pg->g);
+}
+
+static void start_failover(struct coord *co, struct pgroup *pg)
+{
+    if (pg->phase == PG_SERVING) {
+        pg->dead_at_ms = coord_now_ms();
+        pg->dead_wall_ms = wall_ms();
+    }
+    pg->participants = 0;
+    for (int k = 0; k <= co->pbr->m; k++)
+        if (k != pg->primary && alive(member_k(co, pg->g, k)))
+            pg->participants |= 1ull << k;
+    if (pg->participants == 0) {
+        mark_lost(pg, "its primary died and no backup is alive");
+        return;
+    }
+    pg->phase = PG_FENCING;
+    pg->waiting = pg->participants;
+    pg->best = -1;
+    pg->best_xid = 0;
+    fprintf(stderr, "coordinator: group %d's primary (member %d) is dead: fencing its stream "
+            "on %d backup(s)\n", pg->g, pg->primary, __builtin_popcountll(pg->participants));
+    send_fences(co, pg);
+}
+
+/* "<best's peers>": every other participant that is complete. */
+static void peer_list(struct coord *co, struct pgroup *pg, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int k = 0; k <= co->pbr->m && n + 8 < len; k++) {
+        const struct pmember *pm = &pg->mem[k];
+        if (k == pg->best || !(pg->participants & (1ull << k)) || !pm->complete || pm->stale)
+            continue;
+        n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", k);
+    }
+    if (n == 0)
+        snprintf(buf, len, "-");
+}
+
+static void send_promotion(struct coord *co, struct pgroup *pg)
+{
+    char peers[128];
+    pg->step_at_ms = coord_now_ms();
+    for (int k = 0; k <= co->pbr->m; k++)
+        if (k != pg->best && (pg->participants & (1ull << k)))
+            send_to(co, pg, k, "pbr follow %d %d", pg->g, pg->best);
+    peer_list(co, pg, peers, sizeof(peers));
+    send_to(co, pg, pg->best, "pbr promote %d %s", pg->g, peers);
+}
+
+static void fenced_all(struct coord *co, struct pgroup *pg)
+{
+    if (pg->best < 0) {
+        mark_lost(pg, "its primary died and no live backup holds a complete copy");
+        return;
+    }
+    fprintf(stderr, "coordinator: group %d: member %d received the most (xid %" PRIu64
+            "): promoting it (fencing took %llu ms since the death)\n", pg->g, pg->best,
+            pg->best_xid, (unsigned long long)(coord_now_ms() - pg->dead_at_ms));
+    pg->phase = PG_PROMOTING;
+    pg->waiting = 1ull << pg->best;
+    send_promotion(co, pg);
+}
+
+static void promoted(struct coord *co, struct pgroup *pg, uint64_t xid)
+{
+    int old = pg->primary;
+    pg->primary = pg->best;
+    pg->phase = PG_SERVING;
+    pg->waiting = 0;
+    for (int k = 0; k <= co->pbr->m; k++) {
+        pg->mem[k].peer_state = '?';
+        pg->mem[k].cmd_at_ms = coord_now_ms();   /* let them settle before reconciling */
+    }
+    publish_primary(co, pg, pg->primary);
+    pg->last_serve_ms = coord_now_ms() - pg->dead_at_ms;
+    pg->served_wall_ms = wall_ms();
+    fprintf(stderr, "coordinator: group %d is served by member %d (was member %d) from xid %"
+            PRIu64 " at epoch %llu, %llu ms after the death was seen\n", pg->g, pg->primary,
+            old, xid, (unsigned long long)co->map.epoch, (unsigned long long)pg->last_serve_ms);
+}
+
+/* A participant is gone: it answers no more. */
+static void drop_participant(struct coord *co, struct pgroup *pg, int k)
+{
+    if (!(pg->participants & (1ull << k)))
+        return;
+    if (pg->phase == PG_PROMOTING && k == pg->best) {
+        fprintf(stderr, "coordinator: group %d: member %d died before serving; failing over "
+                "again\n", pg->g, k);
+        pg->phase = PG_FENCING;   /* keeps dead_at_ms */
+        start_failover(co, pg);
+        return;
+    }
+    pg->participants &= ~(1ull << k);
+    pg->waiting &= ~(1ull << k);
+    if (pg->phase == PG_FENCING && pg->best == k)
+        pg->best = -1;   /* fence answers are kept per member: choose again */
+    if (pg->phase == PG_FENCING && pg->waiting == 0) {
+        for (int j = 0; j <= co->pbr->m; j++) {
+            const struct pmember *pm = &pg->mem[j];
+            if ((pg->participants & (1ull << j)) && pm->complete && !pm->stale &&
+                (pg->best < 0 || pm->received > pg->best_xid)) {
+                pg->best = j;
+                pg->best_xid = pm->received;
+            }
+        }
+        fenced_all(co, pg);
+    }
+}
+
+/* ---- events ---- */
+
+void coord_pbr_on_dead(struct coord *co, struct member *m)
+{
+    struct pgroup *pg = group_of(co, m->proc->group);
+    if (!pg)
+        return;
+    int k = member_number(co, m);
+    pg->mem[k].reported = false;
+    if (pg->phase == PG_FENCING || pg->phase == PG_PROMOTING) {
+        drop_participant(co, pg, k);
+        return;
+    }
+    if (pg->phase != PG_SERVING)
+        return;
+    if (k == pg->primary) {
+        start_failover(co, pg);
+        return;
+    }
+    fprintf(stderr, "coordinator: group %d member %d (a backup) is dead: the primary leaves "
+            "it out of its ack set\n", pg->g, k);
+    send_to(co, pg, pg->primary, "pbr drop %d %d", pg->g, k);
+    pg->mem[k].cmd_at_ms = coord_now_ms();
+}
+
+void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
+{
+    struct pgroup *pg = group_of(co, m->proc->group);
+    if (!pg)
+        return;
+    int k = member_number(co, m);
+    if (restarted && k != pg->primary) {
+        pg->mem[k].stale = true;
+        pg->mem[k].cmd_at_ms = 0;
+    }
+    if (k == pg->primary && pg->phase == PG_SERVING)
+        send_to(co, pg, k, "pbr confirm %d", pg->g);
+}
+
+/* pbrok fenced <g> <k> <xid> <complete> | pbrok serving <g> <k> <xid> |
+ * pbrok following <g> <k> */
+void coord_pbr_on_answer(struct coord *co, struct member *m, const char *text, size_t len)
+{
+    char buf[160], verb[16];
+    int g, k, complete = 0;
+    unsigned long long xid = 0;
+    if (len >= sizeof(buf))
+        return;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    int n = sscanf(buf, "pbrok %15s %d %d %llu %d", verb, &g, &k, &xid, &complete);
+    struct pgroup *pg = n >= 3 ? group_of(co, g) : NULL;
+    if (!pg || g != m->proc->group || k != member_number(co, m)) {
+        coord_log_member(m, "sent a malformed pbr answer '%.*s'; ignored",
+                         (int)(len > 80 ? 80 : len), text);
+        return;
+    }
+    if (strcmp(verb, "fenced") == 0 && n == 5 && pg->phase == PG_FENCING &&
+        (pg->waiting & (1ull << k))) {
+        pg->waiting &= ~(1ull << k);
+        pg->mem[k].received = xid;
+        pg->mem[k].complete = complete != 0;
+        if (complete && !pg->mem[k].stale && (pg->best < 0 || xid > pg->best_xid)) {
+            pg->best = k;
+            pg->best_xid = xid;
+        }
+        if (pg->waiting == 0)
+            fenced_all(co, pg);
+    } else if (strcmp(verb, "serving") == 0 && n >= 4 && pg->phase == PG_PROMOTING &&
+               k == pg->best) {
+        promoted(co, pg, xid);
+    }
+}
+
+static void take_primary_words(struct coord *co, struct pgroup *pg, const char *p)
+{
+    uint64_t now = coord_now_ms();
+    int k, used;
+    char st;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        if (sscanf(p, "%d=%c%n", &k, &st, &used) != 2 || k < 0 || k > co->pbr->m)
+            return;
+        p += used;
+        struct pmember *pm = &pg->mem[k];
+        pm->peer_state = st;
+        unsigned long long d, t, b;
+        if (st == 'r' && sscanf(p, ":%llu:%llu:%llu%n", &d, &t, &b, &used) == 3) {
+            p += used;
+            if (pm->reb_at_ms && now > pm->reb_at_ms && b >= pm->reb_bytes)
+                pm->reb_rate = (b - pm->reb_bytes) * 1000u / (now - pm->reb_at_ms);
+            pm->reb_done = d;
+            pm->reb_total = t;
+            pm->reb_bytes = b;
+            pm->reb_at_ms = now;
+        } else if (st != 'r') {
+            pm->reb_at_ms = 0;
+            pm->reb_rate = 0;
+        }
+        while (*p && *p != ' ')
+            p++;
+    }
+}
+
+/* Heartbeat words: "pbr p <xid> <k>=<f|d|r:done:total:bytes>..." from a
+ * primary, "pbr b <leader> <received> <complete> <diverged>" from a backup. */
+void coord_pbr_on_progress(struct coord *co, struct member *m, const char *text, size_t len)
+{
+    struct pgroup *pg = group_of(co, m->proc->group);
+    char buf[320];
+    if (!pg || len >= sizeof(buf) || len < 6 || memcmp(text, "pbr ", 4) != 0)
+        return;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    int k = member_number(co, m);
+    struct pmember *pm = &pg->mem[k];
+    unsigned long long xid;
+    int leader, complete, diverged, used;
+    if (sscanf(buf, "pbr p %llu%n", &xid, &used) == 1) {
+        pm->reported = true;
+        pm->kind = 'p';
+        pm->received = xid;
+        if (k == pg->primary)
+            take_primary_words(co, pg, buf + used);
+    } else if (sscanf(buf, "pbr b %d %llu %d %d", &leader, &xid, &complete, &diverged) == 4) {
+        pm->reported = true;
+        pm->kind = 'b';
+        pm->leader = leader;
+        pm->received = xid;
+        pm->complete = complete != 0;
+        pm->diverged = diverged != 0;
+        if (pm->stale && !pm->complete && leader == pg->primary && !pm->diverged)
+            pm->stale = false;   /* it took the rejoin: it waits for its rebuild */
+    }
+}
+
+/* One member against the primary's view (SERVING, primary alive). */
+static void reconcile_member(struct coord *co, struct pgroup *pg, int k, uint64_t now)
+{
+    struct pmember *pm = &pg->mem[k];
+    int P = pg->primary;
+    if (now - pm->cmd_at_ms < COMMAND_GRACE_MS)
+        return;
+    if (!alive(member_k(co, pg->g, k))) {
+        if (pm->peer_state == 'f' || pm->peer_state == 'r') {
+            send_to(co, pg, P, "pbr drop %d %d", pg->g, k);
+            pm->cmd_at_ms = now;
+        }
+        return;
+    }
+    if (!pm->reported)
+        return;
+    if (pm->kind == 'p' || pm->leader != P || pm->diverged || pm->stale) {
+        coord_log_member(member_k(co, pg->g, k), "is %s; it rejoins group %d as an empty "
+                         "backup of member %d", pm->kind == 'p' ? "a primary without a place" :
+                         pm->stale ? "restarted" : pm->diverged ? "diverged" :
+                         "following another member", pg->g, P);
+        send_to(co, pg, k, "pbr rejoin %d %d", pg->g, P);
+    } else if (!pm->complete && pm->peer_state == 'd') {
+        send_to(co, pg, P, "pbr rebuild %d %d", pg->g, k);
+    } else if (!pm->complete && pm->peer_state == 'f') {
+        send_to(co, pg, P, "pbr drop %d %d", pg->g, k);
+    } else if (pm->complete && pm->peer_state == 'd') {
+        send_to(co, pg, k, "pbr rejoin %d %d", pg->g, P);
+    } else {
+        return;
+    }
+    pm->cmd_at_ms = now;
+}
+
+void coord_pbr_check(struct coord *co)
+{
+    if (!co->pbr)
+        return;
+    uint64_t now = coord_now_ms();
+    for (int g = 0; g < co->pbr->n; g++) {
+        struct pgroup *pg = &co->pbr->g[g];
+        if (pg->phase == PG_FENCING && now - pg->step_at_ms > STEP_RESEND_MS)
+            send_fences(co, pg);
+        else if (pg->phase == PG_PROMOTING && now - pg->step_at_ms > STEP_RESEND_MS)
+            send_promotion(co, pg);
+        if (pg->phase != PG_SERVING || !alive(member_k(co, g, pg->primary)) ||
+            !pg->mem[pg->primary].reported)
+            continue;
+        for (int k = 0; k <= co->pbr->m; k++)
+            if (k != pg->primary)
+                reconcile_member(co, pg, k, now);
+    }
+}
+
+/* ---- status ---- */
+
+static bool counts(struct coord *co, const struct pgroup *pg, int k)
+{
+    const struct pmember *pm = &pg->mem[k];
+    return k != pg->primary && alive(member_k(co, pg->g, k)) && pm->peer_state == 'f' &&
+           pm->reported && pm->kind == 'b' && pm->complete && !pm->stale &&
+           pm->leader == pg->primary;
+}
+
+static const char *group_state(struct coord *co, const struct pgroup *pg, int *redundancy)
+{
+    bool rebuilding = false;
+    *redundancy = 0;
+    for (int k = 0; k <= co->pbr->m; k++) {
+        *redundancy += counts(co, pg, k);
+        if (k != pg->primary && pg->mem[k].peer_state == 'r')
+            rebuilding = true;
+    }
+    if (pg->phase == PG_LOST) {
+        *redundancy = 0;
+        return "lost";
+    }
+    if (pg->phase != PG_SERVING)
+        return "taking-over";
+    if (rebuilding)
+        return "rebuilding";
+    return *redundancy < co->pbr->m ? "degraded" : "healthy";
+}
+
+static char member_letter(struct coord *co, const struct pgroup *pg, int k)
+{
+    if (k == pg->primary)
+        return 'P';
+    if (!alive(member_k(co, pg->g, k)))
+        return 'x';
+    if (counts(co, pg, k))
+        return 'f';
+    return pg->mem[k].peer_state == 'r' ? 'r' : 'j';
+}
+
+void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx)
+{
+    char line[768];
+    for (int g = 0; co->pbr && g < co->pbr->n; g++) {
+        const struct pgroup *pg = &co->pbr->g[g];
+        int red;
+        const char *st = group_state(co, pg, &red);
+        int n = snprintf(line, sizeof(line), "group %d %s redundancy %d/%d view pbr primary m%d "
+                         "members ", g, st, red, co->pbr->m, pg->primary);
+        for (int k = 0; k <= co->pbr->m && n > 0 && (size_t)n < sizeof(line); k++)
+            line[n++] = member_letter(co, pg, k);
+        n += snprintf(line + n, sizeof(line) - (size_t)n, " last_serve_ms %llu dead_at_ms %llu "
+                      "served_at_ms %llu", (unsigned long long)pg->last_serve_ms,
+                      (unsigned long long)pg->dead_wall_ms,
+                      (unsigned long long)pg->served_wall_ms);
+        for (int k = 0; k <= co->pbr->m && n > 0 && (size_t)n < sizeof(line); k++) {
+            const struct pmember *pm = &pg->mem[k];
+            if (k == pg->primary || pm->peer_state != 'r')
+                continue;
+            n += snprintf(line + n, sizeof(line) - (size_t)n,
+                          " reb b%d items %llu/%llu bytes %llu rate %llu", k,
+                          (unsigned long long)pm->reb_done, (unsigned long long)pm->reb_total,
+                          (unsigned long long)pm->reb_bytes, (unsigned long long)pm->reb_rate);
+        }
+        if (pg->phase == PG_LOST && n > 0 && (size_t)n < sizeof(line))
+            n += snprintf(line + n, sizeof(line) - (size_t)n, " lost %s", pg->lost_why);
+        if (n > 0) {
+            size_t l = (size_t)n < sizeof(line) - 3 ? (size_t)n : sizeof(line) - 3;
+            line[l++] = '\r';
+            line[l++] = '\n';
+            write(wctx, line, l);
+        }
+    }
+    write(wctx, "END\r\n", 5);
+}
+
+bool coord_pbr_joining(struct coord *co, const struct member *m)
+{
+    struct pgroup *pg = group_of(co, m->proc->group);
+    if (!pg || m->state != MEMBER_ALIVE)
+        return false;
+    int k = member_number(co, m);
+    return k != pg->primary && pg->mem[k].reported && !counts(co, pg, k);
+}
+
+/* ---- setup ---- */
+
+/* After a restart: the group's endpoint in the map names its primary. */
+static void primary_from_map(struct coord *co, struct pgroup *pg)
+{
+    for (int e = 0; e < co->map.nendpoints; e++) {
+        const struct slotmap_endpoint *ep = &co->map.endpoints[e];
+        if (ep->group != pg->g || ep->role != ROLE_PRIMARY)
+            continue;
+        for (int k = 0; k <= co->pbr->m; k++) {
+            const struct member *mk = member_k(co, pg->g, k);
+            if (mk && mk->proc->port == ep->port && strcmp(mk->proc->host, ep->host) == 0)
+                pg->primary = k;
+        }
+    }
+}
+
+int coord_pbr_init(struct coord *co)
+{
+    if (co->c->scheme != SCHEME_PBR)
+        return 0;
+    if (co->c->n > PBR_MEMBERS_MAX) {
+        fprintf(stderr, "coordinator: pbr %d is beyond what failover handles\n", co->c->n - 1);
+        return -1;
+    }
+    co->pbr = calloc(1, sizeof(*co->pbr));
+    if (!co->pbr)
+        return -1;
+    co->pbr->m = co->c->n - 1;
+    co->pbr->n = co->c->ngroups;
+    co->pbr->g = calloc((size_t)co->c->ngroups + 1, sizeof(*co->pbr->g));
+    if (!co->pbr->g)
+        return -1;
+    for (int g = 0; g < co->pbr->n; g++) {
+        struct pgroup *pg = &co->pbr->g[g];
+        pg->g = g;
+        pg->primary = co->pbr->m;
+        pg->best = -1;
+        primary_from_map(co, pg);
+        if (pg->primary != co->pbr->m)
+            fprintf(stderr, "coordinator: group %d's primary is member %d (the slot map says "
+                    "so)\n", g, pg->primary);
+    }
+    return 0;
+}
+
+void coord_pbr_free(struct coord *co)
+{
+    if (!co->pbr)
+        return;
+    free(co->pbr->g);
+    free(co->pbr);
+    co->pbr = NULL;
+}
