@@ -35,11 +35,12 @@
 #include "pbr_store.h"
 #include "snapshot.h"
 
-#define SNAPSHOT_SCAN_BUDGET 64          /* buckets + items per step */
+#define SNAPSHOT_SCAN_BUDGET 256         /* buckets + items per scan call */
+#define SNAPSHOT_STEP_UNITS 65536        /* buckets + items per step at most */
+#define SNAPSHOT_STEP_ITEMS 2048
 #define SNAPSHOT_CHUNK_BYTES (256u << 10)
 #define SNAPSHOT_MAX_QUEUED (4u << 20)   /* link output before we wait */
 #define SNAPSHOT_MAX_OPS 4096
-#define SNAPSHOT_STEP_USEC 200
 
 struct snapshot {
     struct snapshot_source src;
@@ -219,8 +220,16 @@ static void step(evutil_socket_t fd, short what, void *arg)
         return;
     }
     struct collect c = { sn, false };
-    assoc_scan(&sn->src.store->table, &sn->cursor, SNAPSHOT_SCAN_BUDGET, collect_item, &c);
-    sn->scanned_once = true;
+    size_t spent = 0, value_bytes = 0;
+    do {
+        size_t before = sn->nbatch;
+        spent += assoc_scan(&sn->src.store->table, &sn->cursor, SNAPSHOT_SCAN_BUDGET,
+                            collect_item, &c);
+        for (size_t i = before; i < sn->nbatch; i++)
+            value_bytes += sn->batch[i]->nbytes;
+        sn->scanned_once = true;
+    } while (sn->cursor != 0 && !c.oom && spent < SNAPSHOT_STEP_UNITS &&
+             sn->nbatch < SNAPSHOT_STEP_ITEMS && value_bytes < SNAPSHOT_CHUNK_BYTES);
     if (c.oom || send_batch(sn) < 0) {
         fprintf(stderr, "%s: snapshot for member %d stopped (%s); it starts again when the "
                 "link comes back\n", sn->src.who, sn->member,
@@ -228,7 +237,7 @@ static void step(evutil_socket_t fd, short what, void *arg)
         sn->nbatch = 0;
         return;
     }
-    arm(sn, sn->cursor == 0 ? 0 : SNAPSHOT_STEP_USEC);
+    arm(sn, 0);   /* the next step after the loop's other work */
 }
 
 /* ---- public ---- */

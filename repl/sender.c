@@ -191,8 +191,9 @@ static void advance_stable(struct sender *s)
         arm_stable_timer(s);
         if (s->sync == SENDER_SYNC_FULL)
             commit_upto(s, st);
-        else
-            drop_finished(s);
+        else if (s->sync == SENDER_SYNC_SEMI)
+            commit_upto(s, min_over_peers(s, true));   /* no peer left: everything */
+        drop_finished(s);
     }
 }
 
