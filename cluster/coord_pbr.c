@@ -33,6 +33,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,14 @@ static void mark_lost(struct pgroup *pg, const char *why)
             "until it is restarted by hand\n", pg->g, why);
 }
 
+/* May k become the primary?  Its own word (complete), not restarted, and
+ * not left out of the dead primary's ack set (its copy may lack records
+ * that were acknowledged without it). */
+static bool candidate(const struct pmember *pm)
+{
+    return pm->complete && !pm->stale && pm->peer_state != 'd' && pm->peer_state != 'r';
+}
+
 static void send_fences(struct coord *co, struct pgroup *pg)
 {
     pg->step_at_ms = coord_now_ms();
@@ -200,7 +209,7 @@ static void peer_list(struct coord *co, struct pgroup *pg, char *buf, size_t len
     buf[0] = '\0';
     for (int k = 0; k <= co->pbr->m && n + 8 < len; k++) {
         const struct pmember *pm = &pg->mem[k];
-        if (k == pg->best || !(pg->participants & (1ull << k)) || !pm->complete || pm->stale)
+        if (k == pg->best || !(pg->participants & (1ull << k)) || !candidate(pm))
             continue;
         n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", k);
     }
@@ -270,7 +279,7 @@ static void drop_participant(struct coord *co, struct pgroup *pg, int k)
     if (pg->phase == PG_FENCING && pg->waiting == 0) {
         for (int j = 0; j <= co->pbr->m; j++) {
             const struct pmember *pm = &pg->mem[j];
-            if ((pg->participants & (1ull << j)) && pm->complete && !pm->stale &&
+            if ((pg->participants & (1ull << j)) && candidate(pm) &&
                 (pg->best < 0 || pm->received > pg->best_xid)) {
                 pg->best = j;
                 pg->best_xid = pm->received;
@@ -342,7 +351,7 @@ void coord_pbr_on_answer(struct coord *co, struct member *m, const char *text, s
         pg->waiting &= ~(1ull << k);
         pg->mem[k].received = xid;
         pg->mem[k].complete = complete != 0;
-        if (complete && !pg->mem[k].stale && (pg->best < 0 || xid > pg->best_xid)) {
+        if (candidate(&pg->mem[k]) && (pg->best < 0 || xid > pg->best_xid)) {
             pg->best = k;
             pg->best_xid = xid;
         }

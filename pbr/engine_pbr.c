@@ -18,6 +18,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,8 +213,8 @@ static void promote(struct pbr_proc *pp, const char *peer_list)
         exit(1);
     }
     pp->is_primary = true;
-    pp_log(pp, "promoted: primary from xid %" PRIu64 " (records %" PRIu64 "..%" PRIu64
-           " kept for the other backups), %d peer(s)", last, from + 1, last, npeers);
+    pp_log(pp, "promoted: primary after xid %" PRIu64 " (the %" PRIu64 " record(s) above xid %"
+           PRIu64 " kept for the other backups), %d peer(s)", last, last - from, from, npeers);
     send_serving(pp, last);
 }
 
