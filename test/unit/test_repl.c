@@ -1,8 +1,9 @@
 /*
  * Unit tests for the replication core's byte formats: CRC-32C (hardware and
  * software paths against published vectors and a bit-at-a-time reference),
- * SipHash-2-4 (published vectors), frame headers, the record encoding and
- * the record log.
+ * SipHash-2-4 (published vectors), frame headers, the record encoding,
+ * the record log, and how a promoted backup's sender continues a stream
+ * (sender_continue: the carried records, the xids it starts from).
  *
  * The record decoder gets every truncation of valid encodings and many
  * random corruptions, each decoded from a heap copy of exactly its length,
@@ -13,10 +14,12 @@
 #include "repl/frame.h"
 #include "repl/reclog.h"
 #include "repl/record.h"
+#include "repl/sender.h"
 #include "repl/siphash.h"
 #include "unit_rng.h"
 
 #include <check.h>
+#include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -722,6 +725,56 @@ START_TEST(test_reclog_many_ops_and_bad_entry)
 }
 END_TEST
 
+/* ---- a promoted backup's sender ---- */
+
+static void count_commit(void *ctx, const struct record *r)
+{
+    (*(int *)ctx)++;
+}
+
+/* Records 5..9 received; 6 applied before the promotion: the sender keeps
+ * 7..9 for peers that hold less, goes on at xid 10, never commits the
+ * carried ones again, and is stable at 6 until peers acknowledge. */
+START_TEST(test_sender_continue_carry)
+{
+    struct event_base *base = event_base_new();
+    struct cluster c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.name, sizeof(c.name), "unit");
+    snprintf(c.secret, sizeof(c.secret), "secret");
+    int commits = 0;
+    static const struct sender_callbacks cb = { .commit = count_commit };
+    struct sender s;
+    ck_assert_int_eq(sender_init_peers(&s, base, &c, 0, LINK_ROLE_BACKUP, 1, ROLE_BACKUP, NULL,
+                                       0, SENDER_SYNC_FULL, &cb, &commits, "unit", 0), 0);
+    struct reclog carry;
+    reclog_init(&carry);
+    for (uint64_t xid = 5; xid <= 9; xid++)
+        push_record(&carry, xid, 1, 10);
+    ck_assert_int_eq(sender_continue(&s, 6, &carry), 0);
+    ck_assert_uint_eq(s.xid, 9);
+    ck_assert_uint_eq(s.committed, 9);
+    ck_assert_uint_eq(s.stable, 6);
+    ck_assert_uint_eq(s.log.count, 3);
+    ck_assert_uint_eq(s.log.head->xid, 7);
+    ck_assert_uint_eq(sender_next_xid(&s), 10);
+    ck_assert(!sender_in_flight(&s));
+    /* Nothing in the carry above from: the stream goes on at from. */
+    struct sender s2;
+    ck_assert_int_eq(sender_init_peers(&s2, base, &c, 0, LINK_ROLE_BACKUP, 1, ROLE_BACKUP,
+                                       NULL, 0, SENDER_SYNC_FULL, &cb, &commits, "unit", 0), 0);
+    ck_assert_int_eq(sender_continue(&s2, 9, &carry), 0);
+    ck_assert_uint_eq(s2.xid, 9);
+    ck_assert_uint_eq(s2.log.count, 0);
+    ck_assert_int_eq(commits, 0);
+    ck_assert_int_eq(sender_live_peers(&s), 0);
+    sender_destroy(&s2);
+    sender_destroy(&s);
+    reclog_destroy(&carry);
+    event_base_free(base);
+}
+END_TEST
+
 static Suite *repl_suite(void)
 {
     Suite *s = suite_create("repl");
@@ -756,6 +809,10 @@ static Suite *repl_suite(void)
     tcase_add_test(log, test_reclog_truncate_visit);
     tcase_add_test(log, test_reclog_many_ops_and_bad_entry);
     suite_add_tcase(s, log);
+
+    TCase *snd = tcase_create("sender");
+    tcase_add_test(snd, test_sender_continue_carry);
+    suite_add_tcase(s, snd);
     return s;
 }
 
