@@ -249,9 +249,18 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
         fail_all(s);
         return;
     }
-    if (peer_xid < s->stable)
+    if (p->joining) {
+        /* A rebuild: the peer holds nothing yet; the owner sends the state
+         * up to p->acked, then the records after it follow. */
+        if (s->cb->joined)
+            s->cb->joined(s->ctx, p->role, p->index);
+        if (p->dropped || !p->link)
+            return;
+        peer_xid = p->acked;
+    } else if (peer_xid < s->stable) {
         sender_log(s, "peer %d restarted without state (holds xid %" PRIu64 ", stable %" PRIu64
                    "): it needs a rebuild", p->index, peer_xid, s->stable);
+    }
     if (peer_xid > p->acked)
         p->acked = peer_xid;
     struct resend_ctx rc = { p };
@@ -301,7 +310,16 @@ static void peer_drained(struct link *l, void *ctx)
 static void peer_down(struct link *l, const char *why, void *ctx)
 {
     struct sender_peer *p = ctx;
-    sender_log(p->s, "link to peer %d down: %s", p->index, why);
+    struct sender *s = p->s;
+    sender_log(s, "link to %s %d down: %s", cluster_role_name(p->role), p->index, why);
+    if (!p->joining || p->dropped)
+        return;
+    /* A rebuild cannot continue on a new link: what was sent is lost. */
+    enum cluster_role role = p->role;
+    int index = p->index;
+    sender_drop_peer_role(s, role, index);
+    if (s->cb->join_failed)
+        s->cb->join_failed(s->ctx, role, index, why);
 }
 
 /* ---- public ---- */
@@ -334,6 +352,9 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
     s->ctx = ctx;
     s->sync = sync;
     s->npeers = npeers;
+    s->cluster = c;
+    s->group = group;
+    s->peer_role = peer_role;
     s->verbose = verbose;
     snprintf(s->who, sizeof(s->who), "%s", who);
     reclog_init(&s->log);
@@ -353,6 +374,7 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
     me.group = (uint32_t)group;
     me.role = (uint8_t)my_role;
     me.index = (uint32_t)my_index;
+    s->me = me;
     for (int j = 0; j < npeers; j++) {
         const struct cluster_proc *pp = cluster_find(c, group, peer_role, peer_index[j]);
         if (!pp) {
@@ -362,6 +384,7 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
         }
         s->peers[j].s = s;
         s->peers[j].index = peer_index[j];
+        s->peers[j].role = peer_role;
         s->peers[j].link = link_connect(base, pp->host, pp->link_port, &me, c->secret, &link_cb,
                                         &s->peers[j]);
         if (!s->peers[j].link) {
@@ -463,12 +486,17 @@ void sender_start_at(struct sender *s, uint64_t xid)
         s->peers[j].acked = s->peers[j].written = xid;
 }
 
-static struct sender_peer *peer_by_index(struct sender *s, int index)
+static struct sender_peer *peer_of(struct sender *s, enum cluster_role role, int index)
 {
     for (int j = 0; j < s->npeers; j++)
-        if (s->peers[j].index == index)
+        if (s->peers[j].index == index && s->peers[j].role == role)
             return &s->peers[j];
     return NULL;
+}
+
+static struct sender_peer *peer_by_index(struct sender *s, int index)
+{
+    return peer_of(s, s->peer_role, index);
 }
 
 bool sender_has_peer(const struct sender *s, int index)
@@ -487,7 +515,12 @@ int sender_live_peers(const struct sender *s)
 
 void sender_drop_peer(struct sender *s, int index)
 {
-    struct sender_peer *p = peer_by_index(s, index);
+    sender_drop_peer_role(s, s->peer_role, index);
+}
+
+void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index)
+{
+    struct sender_peer *p = peer_of(s, role, index);
     if (!p || p->dropped)
         return;
     p->dropped = true;
@@ -502,6 +535,55 @@ void sender_drop_peer(struct sender *s, int index)
     advance_stable(s);
 }
 
+int sender_add_peer(struct sender *s, enum cluster_role role, int index)
+{
+    static const struct link_callbacks link_cb = {
+        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
+        .on_drained = peer_drained,
+    };
+    struct sender_peer *p = peer_of(s, role, index);
+    if (p && !p->dropped)
+        return -1;
+    if (!p) {
+        if (s->npeers >= SENDER_MAX_PEERS)
+            return -1;
+        p = &s->peers[s->npeers++];
+        memset(p, 0, sizeof(*p));
+        p->s = s;
+        p->index = index;
+        p->role = role;
+    }
+    const struct cluster_proc *pp = s->cluster ? cluster_find(s->cluster, s->group, role, index)
+                                               : NULL;
+    if (!pp)
+        return -1;
+    p->dropped = false;
+    p->joining = true;
+    p->acked = p->written = s->xid;
+    p->link = link_connect(s->base, pp->host, pp->link_port, &s->me, s->cluster->secret,
+                           &link_cb, p);
+    if (!p->link) {
+        p->dropped = true;
+        return -1;
+    }
+    sender_log(s, "%s %d joins the ack set at xid %" PRIu64 " (%d of %d peers live)",
+               cluster_role_name(role), index, s->xid, sender_live_peers(s), s->npeers);
+    return 0;
+}
+
+size_t sender_peer_pending(struct sender *s, enum cluster_role role, int index)
+{
+    struct sender_peer *p = peer_of(s, role, index);
+    return p && p->link ? link_output_pending(p->link) : 0;
+}
+
+void sender_peer_settled(struct sender *s, enum cluster_role role, int index)
+{
+    struct sender_peer *p = peer_of(s, role, index);
+    if (p)
+        p->joining = false;
+}
+
 bool sender_peer_up(const struct sender *s, int index)
 {
     struct sender_peer *p = peer_by_index((struct sender *)s, index);
@@ -511,7 +593,13 @@ bool sender_peer_up(const struct sender *s, int index)
 int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iovec *iov,
                     int iovcnt)
 {
-    struct sender_peer *p = peer_by_index(s, index);
+    return sender_sendv_to_role(s, s->peer_role, index, type, iov, iovcnt);
+}
+
+int sender_sendv_to_role(struct sender *s, enum cluster_role role, int index, uint16_t type,
+                         const struct iovec *iov, int iovcnt)
+{
+    struct sender_peer *p = peer_of(s, role, index);
     if (!p || p->dropped || !p->link || !link_is_up(p->link))
         return -1;
     return link_sendv(p->link, type, iov, iovcnt);

@@ -50,11 +50,21 @@ struct sender_callbacks {
     /* Optional: a REQUEST or REPLY frame from a peer (recovery traffic);
      * peer is the peer's index in the cluster (not its slot here). */
     void (*message)(void *ctx, int peer, uint16_t type, const uint8_t *payload, uint32_t len);
+    /* Optional: the link to a peer added by sender_add_peer() is up; called
+     * before any record above the peer's start xid goes out on it, so the
+     * owner can send what must precede them (a rebuild's metadata). */
+    void (*joined)(void *ctx, enum cluster_role role, int index);
+    /* Optional: the link to a peer added by sender_add_peer() dropped before
+     * sender_peer_settled(); the peer is left out of the ack set already. */
+    void (*join_failed)(void *ctx, enum cluster_role role, int index, const char *why);
 };
 
 struct sender_peer {
     struct sender *s;
     int index;                 /* the peer's index in the cluster file */
+    enum cluster_role role;    /* its role (the sender's peer role, or another
+                                * for a peer added by sender_add_peer) */
+    bool joining;              /* added by sender_add_peer, not settled yet */
     bool dropped;              /* declared dead: no longer in the ack set */
     struct link *link;
     uint64_t acked;            /* cumulative acknowledgement */
@@ -89,6 +99,11 @@ struct sender {
     struct rec_op *ops;        /* decoding scratch for commits */
     uint32_t ops_cap;
     uint64_t records_sent;
+    /* For sender_add_peer. */
+    const struct cluster *cluster;
+    int group;
+    enum cluster_role peer_role;
+    struct link_identity me;
 };
 
 /* Start links to the M peers cluster_find(c, group, peer_role, 0..M-1) as
@@ -119,6 +134,24 @@ void sender_start_at(struct sender *s, uint64_t xid);
  * commit now.  No-op for an unknown or already dropped peer. */
 void sender_drop_peer(struct sender *s, int index);
 bool sender_has_peer(const struct sender *s, int index);
+/* Add (or re-add, if it was dropped) peer `index` of `role` in the ack set
+ * as holding every record up to the last one assigned: it must be taken at
+ * a quiet point (no record in flight) and be given the state up to there
+ * another way (rebuild.h).  Its link starts now; cb->joined is called when
+ * it is up, before later records are sent on it.  0, or -1 (unknown peer,
+ * already a live peer, out of room). */
+int sender_add_peer(struct sender *s, enum cluster_role role, int index);
+/* The rebuild of an added peer is done: from now on a drop of its link is
+ * an ordinary reconnect. */
+void sender_peer_settled(struct sender *s, enum cluster_role role, int index);
+/* Bytes queued on a peer's link, not yet written to the kernel (0 when the
+ * link is down or the peer unknown). */
+size_t sender_peer_pending(struct sender *s, enum cluster_role role, int index);
+/* Drop a peer of any role (sender_drop_peer is for the peer role). */
+void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index);
+/* Send on the link of a peer of any role. */
+int sender_sendv_to_role(struct sender *s, enum cluster_role role, int index, uint16_t type,
+                         const struct iovec *iov, int iovcnt);
 /* Peers still in the ack set. */
 int sender_live_peers(const struct sender *s);
 
