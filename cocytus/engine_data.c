@@ -151,6 +151,7 @@ struct data_engine {
     uint64_t touched_end;         /* furthest region byte a record ever wrote */
     /* A handoff: writes wait; quiet() once nothing is in flight. */
     bool hold_writes;
+    bool handed;                  /* quiet at the handoff: reads wait too */
     void (*quiet)(void *ctx, uint64_t xid);
     void *quiet_ctx;
     /* A replacement data process taking its copy (replica.h); requests wait
@@ -864,10 +865,14 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
                          void *cookie)
 {
     struct data_engine *dp = dp_of(eng);
-    if (!dp->recovering && !dp->replica)
+    /* A replacement that does not serve yet, and a recovery process that
+     * handed its keys over (reads must not see its frozen state once the
+     * replacement takes writes): everything waits until the map moves. */
+    bool all_wait = dp->replica || dp->handed;
+    if (!dp->recovering && !all_wait)
         return false;
-    struct item *e = dp->replica ? NULL : meta_find(&dp->meta, key, nkey);
-    if (!dp->replica && (!entry_visible(dp, e) || units_ready(dp, meta_off(e), e->nbytes)))
+    struct item *e = all_wait ? NULL : meta_find(&dp->meta, key, nkey);
+    if (!all_wait && (!entry_visible(dp, e) || units_ready(dp, meta_off(e), e->nbytes)))
         return false;
     if (dp->nwaiters == dp->waiters_cap) {
         size_t ncap = dp->waiters_cap ? dp->waiters_cap * 2 : 16;
@@ -1282,6 +1287,7 @@ static void rebuild_step(struct data_engine *dp)
     if (dp->hold_writes && dp->quiet && !rebuild_blocks_writes(dp) && make_quiet(dp)) {
         void (*quiet)(void *, uint64_t) = dp->quiet;
         dp->quiet = NULL;
+        dp->handed = true;
         quiet(dp->quiet_ctx, dp->tx.xid);
     }
     if (delay_ms) {
@@ -1392,7 +1398,9 @@ void engine_data_resume(struct engine *eng)
 {
     struct data_engine *dp = dp_of(eng);
     dp->hold_writes = false;
+    dp->handed = false;
     dp->quiet = NULL;
+    engine_data_units_arrived(eng);
     rebuild_step(dp);
 }
 
