@@ -1473,8 +1473,12 @@ static void ctl_replica(struct data_engine *dp, int from)
     replica_free(dp->replica);
     dp->replica = NULL;
     if (!dp->tx.refusing && dp->tx.xid > 0) {
-        dp_log(dp, "asked to take a copy while serving; ignored");
-        return;
+        /* Declared dead while it still ran (hung, cut off): its state is
+         * older than the group's and must not come back.  Its supervisor
+         * starts it again empty. */
+        dp_log(dp, "declared dead while still running (xid %" PRIu64 "); exiting so that it "
+               "restarts empty and takes its keys back", dp->tx.xid);
+        exit(EXIT_FAILURE);
     }
     struct replica_hooks h = { .ctx = dp, .complete = replica_done, .log = replica_log };
     dp->replica = replica_new(dp->evbase, dp->cluster, dp->group, dp->index, from, dp->region,
