@@ -432,7 +432,19 @@ void coord_recovery_on_progress(struct coord *co, struct member *m, const char *
     unsigned long long done, total, bytes;
     if (sscanf(buf, "rec %d %llu %llu %llu", &f, &done, &total, &bytes) != 4)
         return;
-    struct progress *pg = &cg->prog[m->proc->index];
+    int j = m->proc->index;
+    if (cg->view.pp_state[j] == GV_PP_PARITY && f >= 0 && f < cg->view.k &&
+        cg->view.dp_server[f] != j) {
+        /* It still runs a data engine for f, which its data process took
+         * back (a coordinator that restarted during a handoff): its region
+         * is not parity.  It is rebuilt. */
+        fprintf(stderr, "coordinator: group %d parity process %d still holds dp %d's data, not "
+                "parity; it will be rebuilt\n", cg->g, j, f);
+        cg->view.pp_state[j] = GV_PP_DEAD;
+        coord_broadcast_view(co, cg);
+        return;
+    }
+    struct progress *pg = &cg->prog[j];
     uint64_t now = coord_now_ms();
     if (pg->at_ms && now > pg->at_ms && bytes >= pg->bytes)
         pg->rate = (bytes - pg->bytes) * 1000u / (now - pg->at_ms);
