@@ -229,7 +229,8 @@ uint8_t coord_link_role(enum cluster_role r)
 bool coord_is_engine_message(const char *payload, size_t len)
 {
     static const char *const words[] = { "prepare ", "truncate ", "takeover ", "group ",
-                                         "fence ", "pbr " };
+                                         "fence ", "rebuild ", "copy ", "handoff ",
+                                         "replica ", "serve ", "resume ", "pbr " };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         size_t n = strlen(words[i]);
         if (len >= n && memcmp(payload, words[i], n) == 0)
@@ -245,7 +246,9 @@ bool coord_is_pbr_answer(const char *payload, size_t len)
 
 bool coord_is_recovery_answer(const char *payload, size_t len)
 {
-    static const char *const words[] = { "prepared ", "truncated ", "serving " };
+    static const char *const words[] = { "prepared ", "truncated ", "serving ",
+                                         "rebuild-ready ", "rebuilt ", "copied ", "handed ",
+                                         "serving-dp " };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         size_t n = strlen(words[i]);
         if (len >= n && memcmp(payload, words[i], n) == 0)

@@ -35,58 +35,20 @@
 #include <string.h>
 #include <time.h>
 
+#include "coord_group.h"
 #include "coord_internal.h"
 #include "link.h"
 
 #define RESEND_AFTER_MS 1000
 
-enum dp_phase { PH_NONE, PH_PREPARE, PH_TRUNCATE, PH_TAKEOVER };
-
-struct takeover {
-    enum dp_phase phase;
-    uint32_t waiting;               /* parity processes yet to answer (bits) */
-    uint32_t participants;
-    uint64_t stable;
-    int r;                          /* the chosen recovery process */
-    uint64_t dead_at_us;            /* when the death was seen */
-    uint64_t step_at_ms;            /* the last step was sent then */
-    uint64_t prepare_us;            /* preparation time (prepare sent -> all answered) */
-    uint64_t prepare_started_us;
-};
-
-struct progress {
-    uint64_t done, total, bytes;
-    uint64_t rate;                  /* bytes/s, from the last two heartbeats */
-    uint64_t at_ms;
-};
-
-struct cgroup {
-    int g;
-    struct group_view view;
-    struct takeover tk[RECOV_MAX_K];
-    struct progress prog[RECOV_MAX_M];
-    bool lost;
-    char lost_why[160];
-    /* Figures of the last takeover, for `cocytus groups` and drills. */
-    uint64_t last_serve_ms;         /* death -> recovery process serving */
-    uint64_t last_prepare_us;
-    uint64_t last_dead_wall_ms;     /* unix ms: the death was seen */
-    uint64_t last_served_wall_ms;   /* unix ms: the new map was published */
-};
-
-struct coord_groups {
-    int n;
-    struct cgroup *g;
-};
-
-static uint64_t now_us(void)
+uint64_t coord_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static uint64_t wall_ms(void)
+uint64_t coord_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -98,17 +60,17 @@ static bool rs_cluster(const struct coord *co)
     return co->c->scheme == SCHEME_RS && co->groups;
 }
 
-static struct cgroup *group_of(struct coord *co, int g)
+struct cgroup *coord_group_of(struct coord *co, int g)
 {
     return rs_cluster(co) && g >= 0 && g < co->groups->n ? &co->groups->g[g] : NULL;
 }
 
-static bool alive(const struct member *m)
+bool coord_alive(const struct member *m)
 {
     return m && m->state == MEMBER_ALIVE && m->link;
 }
 
-static struct member *pp_member(struct coord *co, int g, int j)
+struct member *coord_pp_member(struct coord *co, int g, int j)
 {
     return coord_member(co, g, ROLE_PARITY, j);
 }
@@ -123,7 +85,7 @@ static void send_view_to(struct coord *co, struct cgroup *cg, struct member *m)
     coord_send(m, text);
 }
 
-static void broadcast_view(struct coord *co, struct cgroup *cg)
+void coord_broadcast_view(struct coord *co, struct cgroup *cg)
 {
     cg->view.version++;
     char view[256];
@@ -131,7 +93,7 @@ static void broadcast_view(struct coord *co, struct cgroup *cg)
     fprintf(stderr, "coordinator: group %d view %s\n", cg->g, view);
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
-        if (m->proc->group == cg->g && alive(m))
+        if (m->proc->group == cg->g && coord_alive(m))
             send_view_to(co, cg, m);
     }
 }
@@ -141,7 +103,12 @@ static void broadcast_view(struct coord *co, struct cgroup *cg)
 /* f's endpoint now points at r's client port. */
 static void publish_takeover(struct coord *co, struct cgroup *cg, int f, int r)
 {
-    const struct cluster_proc *rp = pp_member(co, cg->g, r)->proc;
+    coord_publish_dp(co, cg, f, coord_pp_member(co, cg->g, r)->proc);
+}
+
+/* A new map epoch in which logical DP f's endpoint is rp's client port. */
+void coord_publish_dp(struct coord *co, struct cgroup *cg, int f, const struct cluster_proc *rp)
+{
     struct slotmap next;
     if (coord_map_copy(&next, &co->map) < 0) {
         fprintf(stderr, "coordinator: out of memory publishing group %d dp %d's takeover\n",
@@ -179,7 +146,7 @@ static void mark_lost(struct coord *co, struct cgroup *cg, int f, const char *wh
     fprintf(stderr, "coordinator: DATA LOSS in group %d: data process %d cannot be recovered "
             "(%s); the group's other keys are still served, other groups are not affected\n",
             cg->g, f, why);
-    broadcast_view(co, cg);
+    coord_broadcast_view(co, cg);
 }
 
 static void send_step(struct coord *co, struct cgroup *cg, int f)
@@ -197,7 +164,7 @@ static void send_step(struct coord *co, struct cgroup *cg, int f)
                      tk->r);
         else
             snprintf(text, sizeof(text), "takeover %d %d %" PRIu64, cg->g, f, tk->stable);
-        coord_send(pp_member(co, cg->g, j), text);
+        coord_send(coord_pp_member(co, cg->g, j), text);
     }
 }
 
@@ -206,7 +173,8 @@ static uint32_t holders(struct coord *co, struct cgroup *cg)
 {
     uint32_t set = 0;
     for (int j = 0; j < cg->view.m; j++)
-        if (cg->view.pp_state[j] != GV_PP_DEAD && alive(pp_member(co, cg->g, j)))
+        if ((cg->view.pp_state[j] == GV_PP_PARITY || cg->view.pp_state[j] == GV_PP_SERVING) &&
+            coord_alive(coord_pp_member(co, cg->g, j)))
             set |= 1u << j;
     return set;
 }
@@ -214,9 +182,9 @@ static uint32_t holders(struct coord *co, struct cgroup *cg)
 static void start_takeover(struct coord *co, struct cgroup *cg, int f)
 {
     struct takeover *tk = &cg->tk[f];
-    uint64_t dead_at = tk->phase != PH_NONE ? tk->dead_at_us : now_us();
+    uint64_t dead_at = tk->phase != PH_NONE ? tk->dead_at_us : coord_now_us();
     if (tk->phase == PH_NONE)
-        cg->last_dead_wall_ms = wall_ms();
+        cg->last_dead_wall_ms = coord_wall_ms();
     memset(tk, 0, sizeof(*tk));
     tk->dead_at_us = dead_at;
     cg->view.dp_server[f] = -2;
@@ -228,10 +196,10 @@ static void start_takeover(struct coord *co, struct cgroup *cg, int f)
     tk->phase = PH_PREPARE;
     tk->waiting = tk->participants;
     tk->stable = UINT64_MAX;
-    tk->prepare_started_us = now_us();
+    tk->prepare_started_us = coord_now_us();
     fprintf(stderr, "coordinator: group %d dp %d is dead: preparing its stream on %d parity "
             "process(es)\n", cg->g, f, __builtin_popcount(tk->participants));
-    broadcast_view(co, cg);
+    coord_broadcast_view(co, cg);
     send_step(co, cg, f);
 }
 
@@ -252,7 +220,7 @@ static int choose_recovery_process(struct coord *co, struct cgroup *cg, uint32_t
 {
     for (int j = 0; j < cg->view.m; j++)
         if ((among & (1u << j)) && cg->view.pp_state[j] == GV_PP_PARITY && !promised(cg, j) &&
-            alive(pp_member(co, cg->g, j)))
+            coord_alive(coord_pp_member(co, cg->g, j)))
             return j;
     return -1;
 }
@@ -268,7 +236,7 @@ static void go_takeover(struct coord *co, struct cgroup *cg, int f)
 static void prepared_all(struct coord *co, struct cgroup *cg, int f)
 {
     struct takeover *tk = &cg->tk[f];
-    tk->prepare_us = now_us() - tk->prepare_started_us;
+    tk->prepare_us = coord_now_us() - tk->prepare_started_us;
     cg->last_prepare_us = tk->prepare_us;
     tk->r = choose_recovery_process(co, cg, tk->participants);
     if (tk->r < 0) {
@@ -296,9 +264,9 @@ static void serving(struct coord *co, struct cgroup *cg, int f)
     cg->view.pp_serves[r] = f;
     memset(&cg->prog[r], 0, sizeof(cg->prog[r]));
     publish_takeover(co, cg, f, r);
-    broadcast_view(co, cg);
-    cg->last_serve_ms = (now_us() - tk->dead_at_us) / 1000;
-    cg->last_served_wall_ms = wall_ms();
+    coord_broadcast_view(co, cg);
+    cg->last_serve_ms = (coord_now_us() - tk->dead_at_us) / 1000;
+    cg->last_served_wall_ms = coord_wall_ms();
     fprintf(stderr, "coordinator: group %d dp %d is served by parity process %d at epoch %llu, "
             "%llu ms after its death was seen (preparation %.3f ms)\n", cg->g, f, r,
             (unsigned long long)co->map.epoch, (unsigned long long)cg->last_serve_ms,
@@ -337,9 +305,10 @@ static void drop_participant(struct coord *co, struct cgroup *cg, int j)
 void coord_recovery_on_dead(struct coord *co, struct member *m)
 {
     const struct cluster_proc *p = m->proc;
-    struct cgroup *cg = group_of(co, p->group);
+    struct cgroup *cg = coord_group_of(co, p->group);
     if (!cg)
         return;
+    coord_rebuild_on_dead(co, cg, m);
     if (p->role == ROLE_DATA) {
         /* Only the process that serves it: a replaced one that died again
          * changes nothing. */
@@ -358,17 +327,18 @@ void coord_recovery_on_dead(struct coord *co, struct member *m)
     cg->view.pp_serves[j] = -1;
     memset(&cg->prog[j], 0, sizeof(cg->prog[j]));
     fprintf(stderr, "coordinator: group %d parity process %d is dead%s\n", cg->g, j,
-            was == GV_PP_SERVING ? " (it served a dead data process)" : "");
+            was == GV_PP_SERVING ? " (it served a dead data process)" :
+            was == GV_PP_REBUILDING ? " (it was being rebuilt)" : "");
     drop_participant(co, cg, j);
     if (was == GV_PP_SERVING && served >= 0)
         start_takeover(co, cg, served);   /* broadcasts the view */
     else
-        broadcast_view(co, cg);
+        coord_broadcast_view(co, cg);
 }
 
 void coord_recovery_on_hello(struct coord *co, struct member *m)
 {
-    struct cgroup *cg = group_of(co, m->proc->group);
+    struct cgroup *cg = coord_group_of(co, m->proc->group);
     if (!cg)
         return;
     send_view_to(co, cg, m);
@@ -402,8 +372,8 @@ static int parse_answer(const char *text, size_t len, char *verb, size_t vlen, i
     buf[len] = '\0';
     unsigned long long x = 0;
     int gg, ff;
-    char v[16];
-    int n = sscanf(buf, "%15s %d %d %llu", v, &gg, &ff, &x);
+    char v[24];
+    int n = sscanf(buf, "%23s %d %d %llu", v, &gg, &ff, &x);
     if (n < 3 || gg < 0 || ff < 0)
         return -1;
     snprintf(verb, vlen, "%s", v);
@@ -415,11 +385,13 @@ static int parse_answer(const char *text, size_t len, char *verb, size_t vlen, i
 
 void coord_recovery_on_answer(struct coord *co, struct member *m, const char *text, size_t len)
 {
-    char verb[16];
+    char verb[24];
     int g, f;
     uint64_t xid;
     int n = parse_answer(text, len, verb, sizeof(verb), &g, &f, &xid);
-    struct cgroup *cg = n >= 3 ? group_of(co, g) : NULL;
+    struct cgroup *cg = n >= 3 ? coord_group_of(co, g) : NULL;
+    if (cg && m->proc->group == g && coord_rebuild_on_answer(co, cg, m, verb, f, xid))
+        return;
     if (!cg || f >= cg->view.k || m->proc->role != ROLE_PARITY || m->proc->group != g) {
         coord_log_member(m, "sent a malformed recovery answer '%.*s'; ignored",
                          (int)(len > 80 ? 80 : len), text);
@@ -448,19 +420,31 @@ void coord_recovery_on_answer(struct coord *co, struct member *m, const char *te
 void coord_recovery_on_progress(struct coord *co, struct member *m, const char *text,
                                 size_t len)
 {
-    struct cgroup *cg = group_of(co, m->proc->group);
-    if (!cg || m->proc->role != ROLE_PARITY)
-        return;
+    struct cgroup *cg = coord_group_of(co, m->proc->group);
     char buf[128];
-    if (len >= sizeof(buf))
+    if (!cg || len >= sizeof(buf))
         return;
     memcpy(buf, text, len);
     buf[len] = '\0';
+    if (coord_rebuild_on_progress(co, cg, m, buf) || m->proc->role != ROLE_PARITY)
+        return;
     int f;
     unsigned long long done, total, bytes;
     if (sscanf(buf, "rec %d %llu %llu %llu", &f, &done, &total, &bytes) != 4)
         return;
-    struct progress *pg = &cg->prog[m->proc->index];
+    int j = m->proc->index;
+    if (cg->view.pp_state[j] == GV_PP_PARITY && f >= 0 && f < cg->view.k &&
+        cg->view.dp_server[f] != j) {
+        /* It still runs a data engine for f, which its data process took
+         * back (a coordinator that restarted during a handoff): its region
+         * is not parity.  It is rebuilt. */
+        fprintf(stderr, "coordinator: group %d parity process %d still holds dp %d's data, not "
+                "parity; it will be rebuilt\n", cg->g, j, f);
+        cg->view.pp_state[j] = GV_PP_DEAD;
+        coord_broadcast_view(co, cg);
+        return;
+    }
+    struct progress *pg = &cg->prog[j];
     uint64_t now = coord_now_ms();
     if (pg->at_ms && now > pg->at_ms && bytes >= pg->bytes)
         pg->rate = (bytes - pg->bytes) * 1000u / (now - pg->at_ms);
@@ -482,6 +466,7 @@ void coord_recovery_check(struct coord *co)
             if (tk->phase != PH_NONE && now - tk->step_at_ms > RESEND_AFTER_MS)
                 send_step(co, cg, f);
         }
+        coord_rebuild_check(co, cg);
     }
 }
 
@@ -504,6 +489,8 @@ static const char *group_state(const struct coord *co, const struct cgroup *cg, 
     for (int f = 0; f < cg->view.k; f++)
         if (cg->tk[f].phase != PH_NONE)
             busy = true;
+    bool migrating, rebuilding;
+    coord_rebuild_busy(cg, &migrating, &rebuilding);
     *redundancy = cg->lost ? 0 : parity;
     if (cg->lost)
         return "lost";
@@ -511,12 +498,16 @@ static const char *group_state(const struct coord *co, const struct cgroup *cg, 
         return "taking-over";
     if (recovering)
         return "recovering";
+    if (migrating)
+        return "migrating";
+    if (rebuilding)
+        return "rebuilding";
     return degraded ? "degraded" : "healthy";
 }
 
 void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx)
 {
-    char line[768], view[256];
+    char line[1024], view[256];
     int n;
     for (int g = 0; rs_cluster(co) && g < co->groups->n; g++) {
         struct cgroup *cg = &co->groups->g[g];
@@ -539,6 +530,8 @@ void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx)
                           (unsigned long long)pg->total, (unsigned long long)pg->bytes,
                           (unsigned long long)pg->rate);
         }
+        if (n > 0 && (size_t)n < sizeof(line))
+            n += coord_rebuild_admin_words(co, cg, line + n, sizeof(line) - (size_t)n);
         if (cg->lost && n > 0 && (size_t)n < sizeof(line))
             n += snprintf(line + n, sizeof(line) - (size_t)n, " lost %s", cg->lost_why);
         if (n > 0) {
@@ -563,7 +556,7 @@ static void view_from_map(struct coord *co, struct cgroup *cg)
             ep->index >= cg->view.k)
             continue;
         for (int j = 0; j < cg->view.m; j++) {
-            const struct member *pm = pp_member(co, cg->g, j);
+            const struct member *pm = coord_pp_member(co, cg->g, j);
             if (pm && pm->proc->port == ep->port && strcmp(pm->proc->host, ep->host) == 0) {
                 cg->view.dp_server[ep->index] = j;
                 cg->view.pp_state[j] = GV_PP_SERVING;

@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <sys/uio.h>
 #include <sys/mman.h>
 
 #include <event2/event.h>
@@ -42,7 +44,9 @@
 #include "reclog.h"
 #include "record.h"
 #include "engine_data.h"
+#include "rebuild.h"
 #include "recovery.h"
+#include "replica.h"
 #include "sender.h"
 #include "slotmap.h"
 #include "writeq.h"
@@ -66,6 +70,21 @@ enum try_result {
     TRY_SENT,      /* a record carries it; the outcome is reported at commit */
     TRY_BLOCKED    /* cannot proceed yet; retry after the stable xid advances */
 };
+
+/* One copy of our state being sent to another process (rebuild.h). */
+struct rb_out {
+    bool active;                  /* asked for, not finished */
+    bool added;                   /* in the sender's ack set */
+    bool meta_sent;               /* BEGIN and metadata are out: writes may go on */
+    enum cluster_role role;
+    int index;
+    uint64_t x0, next_off, end, units;
+    uint64_t added_at_ms;
+};
+
+#define DP_MAX_REBUILDS 8
+#define DP_REBUILD_JOIN_MS 3000       /* the new peer's link must come up by then */
+#define DP_REBUILD_PENDING_MAX (4u << 20)
 
 struct deferred_free {
     uint64_t off;
@@ -124,6 +143,24 @@ struct data_engine {
      * heap (which would keep freed pages from being returned). */
     uint8_t *value_buf, *delta_buf;
     size_t value_cap, delta_cap;
+
+    /* Copies of our state being sent (rebuild.h): writes wait from the
+     * request until the new peer is in the ack set and has the metadata. */
+    struct rb_out rb[DP_MAX_REBUILDS];
+    struct event *rb_timer;
+    uint64_t touched_end;         /* furthest region byte a record ever wrote */
+    /* A handoff: writes wait; quiet() once nothing is in flight. */
+    bool hold_writes;
+    bool handed;                  /* quiet at the handoff: reads wait too */
+    void (*quiet)(void *ctx, uint64_t xid);
+    void *quiet_ctx;
+    /* A replacement data process taking its copy (replica.h); requests wait
+     * until it serves. */
+    struct replica *replica;
+    struct group_view view;
+    bool have_view;
+    int (*ctl_send)(void *arg, const char *text);
+    void *ctl_arg;
 
     /* counters */
     uint64_t evictions, expired_removed, total_items, blocked_waits;
@@ -294,6 +331,8 @@ static uint64_t finish_record(struct data_engine *dp, uint64_t data_off, const u
 {
     uint64_t xid = sender_send(&dp->tx, dp->nops, dp->ops, data_off, delta, data_len, done,
                                cookie, res);
+    if (data_len && data_off + data_len > dp->touched_end)
+        dp->touched_end = data_off + data_len;
     dp->nops = 0;
     return xid;
 }
@@ -623,10 +662,22 @@ static enum try_result try_flush(struct data_engine *dp, const struct eng_mutati
     return TRY_SENT;
 }
 
+/* A copy of our state is starting: its metadata must be taken at a point
+ * where nothing is in flight, and no write may slip in before it is sent. */
+static bool rebuild_blocks_writes(const struct data_engine *dp)
+{
+    for (int i = 0; i < DP_MAX_REBUILDS; i++)
+        if (dp->rb[i].active && !dp->rb[i].meta_sent)
+            return true;
+    return false;
+}
+
 static enum try_result try_mutation(struct data_engine *dp, const struct eng_mutation *m,
                                     eng_done_fn done, void *cookie, struct eng_result *res)
 {
     memset(res, 0, sizeof(*res));
+    if (dp->replica || dp->hold_writes || rebuild_blocks_writes(dp))
+        return TRY_BLOCKED;
     if (dp->tx.refusing) {
         res->status = ENG_FAILED;
         res->msg = "data process restarted without its state; writes refused until recovery";
@@ -751,13 +802,20 @@ static void dp_refused(void *ctx)
     writeq_fail_all(&dp->queue, &res);
 }
 
+static void rebuild_step(struct data_engine *dp);
+
 static void dp_after_commit(void *ctx)
 {
     struct data_engine *dp = ctx;
     if (dp->flush_inflight && dp->flush_xid <= dp->tx.committed)
         dp->flush_inflight = false;
     drain_queue(dp);
+    if (dp->hold_writes || rebuild_blocks_writes(dp))
+        rebuild_step(dp);
 }
+
+static void rb_joined(void *ctx, enum cluster_role role, int index);
+static void rb_join_failed(void *ctx, enum cluster_role role, int index, const char *why);
 
 static void dp_message(void *ctx, int peer, uint16_t type, const uint8_t *payload,
                        uint32_t len);
@@ -767,6 +825,8 @@ static const struct sender_callbacks dp_sender_callbacks = {
     .after_commit = dp_after_commit,
     .refused = dp_refused,
     .message = dp_message,
+    .joined = rb_joined,
+    .join_failed = rb_join_failed,
 };
 
 /* ---- engine operations ---- */
@@ -805,10 +865,14 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
                          void *cookie)
 {
     struct data_engine *dp = dp_of(eng);
-    if (!dp->recovering)
+    /* A replacement that does not serve yet, and a recovery process that
+     * handed its keys over (reads must not see its frozen state once the
+     * replacement takes writes): everything waits until the map moves. */
+    bool all_wait = dp->replica || dp->handed;
+    if (!dp->recovering && !all_wait)
         return false;
-    struct item *e = meta_find(&dp->meta, key, nkey);
-    if (!entry_visible(dp, e) || units_ready(dp, meta_off(e), e->nbytes))
+    struct item *e = all_wait ? NULL : meta_find(&dp->meta, key, nkey);
+    if (!all_wait && (!entry_visible(dp, e) || units_ready(dp, meta_off(e), e->nbytes)))
         return false;
     if (dp->nwaiters == dp->waiters_cap) {
         size_t ncap = dp->waiters_cap ? dp->waiters_cap * 2 : 16;
@@ -840,16 +904,54 @@ void engine_data_units_arrived(struct engine *eng)
 void engine_data_set_view(struct engine *eng, const struct group_view *v)
 {
     struct data_engine *dp = dp_of(eng);
+    if (dp->have_view && v->version < dp->view.version)
+        return;
+    dp->view = *v;
+    dp->have_view = true;
     for (int j = 0; j < v->m; j++)
         if (v->pp_state[j] == GV_PP_DEAD && sender_has_peer(&dp->tx, j))
             sender_drop_peer(&dp->tx, j);
 }
 
-/* "group <g> <view>" from the coordinator: the only recovery message for a
- * data process (it learns which parity processes are dead). */
+static void ctl_replica(struct data_engine *dp, int from);
+static void ctl_serve(struct data_engine *dp, uint64_t xid);
+
+/* "rebuild <g> <pp>", "replica <g> <dp> <pp>", "serve <g> <dp> <xid>". */
+static bool dp_control_rebuild(struct data_engine *dp, const char *text, size_t len)
+{
+    char buf[128], verb[16];
+    unsigned long long a, b, c = 0;
+    if (len >= sizeof(buf))
+        return false;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    int n = sscanf(buf, "%15s %llu %llu %llu", verb, &a, &b, &c);
+    if (n < 3 || a != (unsigned long long)dp->group)
+        return false;
+    if (strcmp(verb, "rebuild") == 0 && b < (unsigned long long)dp->m) {
+        engine_data_rebuild(&dp->base, ROLE_PARITY, (int)b);
+        return true;
+    }
+    if (b != (unsigned long long)dp->index || n != 4)
+        return false;
+    if (strcmp(verb, "replica") == 0 && c < (unsigned long long)dp->m) {
+        ctl_replica(dp, (int)c);
+        return true;
+    }
+    if (strcmp(verb, "serve") == 0) {
+        ctl_serve(dp, c);
+        return true;
+    }
+    return false;
+}
+
+/* "group <g> <view>" from the coordinator (it learns which parity processes
+ * are dead), and the messages of a rebuild. */
 static void dp_control(struct engine *eng, const char *text, size_t len)
 {
     struct data_engine *dp = dp_of(eng);
+    if (dp_control_rebuild(dp, text, len))
+        return;
     char prefix[32];
     int n = snprintf(prefix, sizeof(prefix), "group %d ", dp->group);
     struct group_view v;
@@ -1047,7 +1149,8 @@ static void sweep_visit(void *ctx, struct item *e)
  * (one record per sweep step, carrying every DEL found). */
 static void sweep_expired(struct data_engine *dp)
 {
-    if (dp->flush_inflight || !writeq_empty(&dp->queue))
+    if (dp->flush_inflight || !writeq_empty(&dp->queue) || dp->hold_writes || dp->replica ||
+        rebuild_blocks_writes(dp))
         return;
     struct sweep_ctx sc = { .dp = dp, .n = 0 };
     assoc_scan(&dp->meta.table, &dp->sweep_cursor, DP_SWEEP_BUDGET, sweep_visit, &sc);
@@ -1074,6 +1177,368 @@ static void dp_tick(struct engine *eng, time_t now)
             enqueue(dp, &m, NULL, NULL);
     }
     sweep_expired(dp);
+}
+
+/* ---- sending a copy of our state (rebuild.h) ---- */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Nothing in flight and no released space still to be announced: the
+ * table, allocator and region are exactly the effect of records 1..xid. */
+static bool make_quiet(struct data_engine *dp)
+{
+    if (in_flight(dp))
+        return false;
+    if (dp->df_head < dp->df_len) {
+        emit_usable_frees(dp);
+        flush_stray_ops(dp);
+        return !in_flight(dp) && dp->nops == 0;
+    }
+    return dp->nops == 0;
+}
+
+static int send_rb(struct data_engine *dp, const struct rb_out *o, const uint8_t *p, size_t len)
+{
+    struct iovec iov = { .iov_base = (void *)p, .iov_len = len };
+    return sender_sendv_to_role(&dp->tx, o->role, o->index, FT_REQUEST, &iov, 1);
+}
+
+static void rebuild_fail(struct data_engine *dp, struct rb_out *o, const char *why)
+{
+    dp_log(dp, "copy of our state to %s %d abandoned: %s", cluster_role_name(o->role), o->index,
+           why);
+    if (o->added)
+        sender_drop_peer_role(&dp->tx, o->role, o->index);
+    o->active = false;
+}
+
+static void rebuild_pump(struct data_engine *dp, struct rb_out *o)
+{
+    struct rb_msg m = { 0 };
+    uint64_t budget = 16 * RB_UNITS_CHUNK;
+    while (o->next_off < o->end && budget > 0 &&
+           sender_peer_pending(&dp->tx, o->role, o->index) < DP_REBUILD_PENDING_MAX) {
+        uint64_t n = o->end - o->next_off < RB_UNITS_CHUNK ? o->end - o->next_off : RB_UNITS_CHUNK;
+        rb_msg_units(&m, dp->tx.committed, o->next_off, dp->region + o->next_off, (uint32_t)n);
+        if (m.oom || send_rb(dp, o, m.buf, m.len) != 0) {
+            rb_msg_free(&m);
+            rebuild_fail(dp, o, m.oom ? "out of memory" : "its link is down");
+            return;
+        }
+        o->next_off += n;
+        o->units += (n + RECOV_UNIT - 1) / RECOV_UNIT;
+        budget = budget > n ? budget - n : 0;
+    }
+    if (o->next_off >= o->end) {
+        rb_msg_end(&m, o->units);
+        if (m.oom || send_rb(dp, o, m.buf, m.len) != 0) {
+            rb_msg_free(&m);
+            rebuild_fail(dp, o, "its link is down");
+            return;
+        }
+        sender_peer_settled(&dp->tx, o->role, o->index);
+        o->active = false;
+        dp_log(dp, "copy of our state to %s %d sent: %" PRIu64 " units after xid %" PRIu64,
+               cluster_role_name(o->role), o->index, o->units, o->x0);
+    }
+    rb_msg_free(&m);
+}
+
+static void rebuild_step(struct data_engine *dp)
+{
+    uint64_t now = mono_ms();
+    int delay_ms = 0;
+    for (int i = 0; i < DP_MAX_REBUILDS; i++) {
+        struct rb_out *o = &dp->rb[i];
+        if (!o->active)
+            continue;
+        if (!o->added) {
+            /* A recovery process sends data only once every unit is. */
+            if (dp->recovering && !dp->units.complete(dp->units.ctx)) {
+                delay_ms = delay_ms ? delay_ms : 20;
+                continue;
+            }
+            if (!make_quiet(dp))
+                continue;   /* after_commit calls again */
+            if (sender_add_peer(&dp->tx, o->role, o->index) != 0) {
+                rebuild_fail(dp, o, "it cannot join the ack set");
+                continue;
+            }
+            o->added = true;
+            o->x0 = dp->tx.xid;
+            o->added_at_ms = now;
+            delay_ms = delay_ms ? delay_ms : 20;
+        } else if (!o->meta_sent) {
+            if (now - o->added_at_ms > DP_REBUILD_JOIN_MS)
+                rebuild_fail(dp, o, "its link did not come up");
+            else
+                delay_ms = delay_ms ? delay_ms : 20;
+        } else {
+            rebuild_pump(dp, o);
+            if (o->active)
+                delay_ms = 1;
+        }
+    }
+    if (dp->hold_writes && dp->quiet && !rebuild_blocks_writes(dp) && make_quiet(dp)) {
+        void (*quiet)(void *, uint64_t) = dp->quiet;
+        dp->quiet = NULL;
+        dp->handed = true;
+        quiet(dp->quiet_ctx, dp->tx.xid);
+    }
+    if (delay_ms) {
+        struct timeval tv = { 0, delay_ms * 1000 };
+        evtimer_add(dp->rb_timer, &tv);
+    }
+    if (!rebuild_blocks_writes(dp) && !dp->hold_writes)
+        drain_queue(dp);
+}
+
+static void on_rb_timer(evutil_socket_t fd, short what, void *arg)
+{
+    rebuild_step(arg);
+}
+
+static struct rb_out *rb_find(struct data_engine *dp, enum cluster_role role, int index)
+{
+    for (int i = 0; i < DP_MAX_REBUILDS; i++)
+        if (dp->rb[i].active && dp->rb[i].role == role && dp->rb[i].index == index)
+            return &dp->rb[i];
+    return NULL;
+}
+
+static int send_meta_cb(void *ctx, const uint8_t *p, size_t len)
+{
+    struct rb_out **args = ctx;
+    struct data_engine *dp = (struct data_engine *)args[0];
+    return send_rb(dp, args[1], p, len);
+}
+
+/* The new peer's link is up: BEGIN and the metadata as of x0 go out before
+ * any later record (the sender resends those right after this). */
+static void rb_joined(void *ctx, enum cluster_role role, int index)
+{
+    struct data_engine *dp = ctx;
+    struct rb_out *o = rb_find(dp, role, index);
+    if (!o || !o->added || o->meta_sent)
+        return;
+    if (dp->tx.xid != o->x0) {
+        rebuild_fail(dp, o, "a record went out before its metadata");
+        return;
+    }
+    uint64_t end = (dp->touched_end + RECOV_UNIT - 1) / RECOV_UNIT * RECOV_UNIT;
+    o->end = end < dp->region_size ? end : dp->region_size;
+    o->next_off = 0;
+    struct rb_begin b = { .source = (uint32_t)dp->index, .x0 = o->x0, .end = o->end,
+                          .max_cas = dp->cas_counter };
+    struct rb_msg m = { 0 };
+    rb_msg_begin(&m, &b);
+    void *args[2] = { dp, o };
+    int rc = m.oom ? -1 : send_rb(dp, o, m.buf, m.len);
+    rb_msg_free(&m);
+    if (rc == 0)
+        rc = rb_send_meta(&dp->meta, dp->alloc, send_meta_cb, args);
+    if (rc != 0) {
+        rebuild_fail(dp, o, "cannot send its metadata");
+        return;
+    }
+    o->meta_sent = true;
+    dp_log(dp, "copy of our state to %s %d: %zu keys as of xid %" PRIu64 ", then %" PRIu64
+           " region bytes", cluster_role_name(role), index, dp->meta.count, o->x0, o->end);
+    struct timeval tv = { 0, 0 };
+    evtimer_add(dp->rb_timer, &tv);   /* writes resume from the loop, not inside the link */
+}
+
+static void rb_join_failed(void *ctx, enum cluster_role role, int index, const char *why)
+{
+    struct data_engine *dp = ctx;
+    struct rb_out *o = rb_find(dp, role, index);
+    if (!o)
+        return;
+    o->added = false;   /* the sender dropped it already */
+    rebuild_fail(dp, o, why);
+    struct timeval tv = { 0, 0 };
+    evtimer_add(dp->rb_timer, &tv);
+}
+
+int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (rb_find(dp, role, index))
+        return 0;
+    for (int i = 0; i < DP_MAX_REBUILDS; i++) {
+        struct rb_out *o = &dp->rb[i];
+        if (o->active)
+            continue;
+        memset(o, 0, sizeof(*o));
+        o->active = true;
+        o->role = role;
+        o->index = index;
+        dp_log(dp, "copy of our state to %s %d requested", cluster_role_name(role), index);
+        rebuild_step(dp);
+        return 0;
+    }
+    return -1;
+}
+
+void engine_data_hold(struct engine *eng, void (*quiet)(void *ctx, uint64_t xid), void *ctx)
+{
+    struct data_engine *dp = dp_of(eng);
+    dp->hold_writes = true;
+    dp->quiet = quiet;
+    dp->quiet_ctx = ctx;
+    rebuild_step(dp);
+}
+
+void engine_data_resume(struct engine *eng)
+{
+    struct data_engine *dp = dp_of(eng);
+    dp->hold_writes = false;
+    dp->handed = false;
+    dp->quiet = NULL;
+    engine_data_units_arrived(eng);
+    rebuild_step(dp);
+}
+
+struct moved_ctx {
+    struct data_engine *dp;
+    const char *host;
+    int port;
+};
+
+static enum writeq_retry answer_moved(void *ctx, const struct writeq_entry *e,
+                                      struct eng_result *res)
+{
+    struct moved_ctx *mc = ctx;
+    memset(res, 0, sizeof(*res));
+    res->status = ENG_MOVED;
+    snprintf(mc->dp->msg, sizeof(mc->dp->msg), "%u 0 %s:%d",
+             slotmap_slot(e->m.key, e->m.nkey), mc->host, mc->port);
+    res->msg = mc->dp->msg;
+    return WQ_ANSWER;
+}
+
+void engine_data_release(struct engine *eng, const char *host, int port)
+{
+    struct data_engine *dp = dp_of(eng);
+    struct moved_ctx mc = { dp, host, port };
+    writeq_drain(&dp->queue, answer_moved, &mc);
+    /* Waiting reads are parsed again: routing sends them on. */
+    size_t n = dp->nwaiters;
+    struct read_waiter *w = dp->waiters;
+    dp->waiters = NULL;
+    dp->nwaiters = dp->waiters_cap = 0;
+    struct eng_result res = { .status = ENG_SUCCESS };
+    for (size_t i = 0; i < n; i++)
+        w[i].done(w[i].cookie, &res);
+    free(w);
+}
+
+/* ---- a replacement data process taking its copy (replica.h) ---- */
+
+static void dp_ctl(struct data_engine *dp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void dp_ctl(struct data_engine *dp, const char *fmt, ...)
+{
+    char text[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (!dp->ctl_send || dp->ctl_send(dp->ctl_arg, text) < 0)
+        dp_log(dp, "cannot tell the coordinator '%s': its link is down", text);
+}
+
+static void replica_done(void *ctx)
+{
+    struct data_engine *dp = ctx;
+    dp_ctl(dp, "copied %d %d", dp->group, dp->index);
+}
+
+static void replica_log(void *ctx, const char *line)
+{
+    dp_log(ctx, "%s", line);
+}
+
+static void ctl_replica(struct data_engine *dp, int from)
+{
+    if (dp->replica && replica_from(dp->replica) == from) {
+        if (replica_complete(dp->replica))
+            replica_done(dp);
+        return;
+    }
+    replica_free(dp->replica);
+    dp->replica = NULL;
+    if (!dp->tx.refusing && dp->tx.xid > 0) {
+        /* Declared dead while it still ran (hung, cut off): its state is
+         * older than the group's and must not come back.  Its supervisor
+         * starts it again empty. */
+        dp_log(dp, "declared dead while still running (xid %" PRIu64 "); exiting so that it "
+               "restarts empty and takes its keys back", dp->tx.xid);
+        exit(EXIT_FAILURE);
+    }
+    struct replica_hooks h = { .ctx = dp, .complete = replica_done, .log = replica_log };
+    dp->replica = replica_new(dp->evbase, dp->cluster, dp->group, dp->index, from, dp->region,
+                              dp->region_size, 0, &h);
+    if (!dp->replica)
+        dp_log(dp, "cannot start taking the copy from parity process %d", from);
+}
+
+/* The handoff: the recovery process holds its writes at xid; we apply up
+ * to it, take the table, allocator and region, and continue the stream. */
+static void ctl_serve(struct data_engine *dp, uint64_t xid)
+{
+    if (!dp->replica) {
+        if (!dp->tx.refusing && dp->tx.xid >= xid)
+            dp_ctl(dp, "serving-dp %d %d", dp->group, dp->index);
+        return;
+    }
+    if (!replica_complete(dp->replica) || replica_settle(dp->replica, xid) != 0)
+        return;   /* the coordinator asks again */
+    uint64_t max_cas, end;
+    meta_destroy(&dp->meta);
+    dalloc_destroy(dp->alloc);
+    replica_take(dp->replica, &dp->meta, &dp->alloc, &max_cas, &end);
+    replica_free(dp->replica);
+    dp->replica = NULL;
+    int peers[SENDER_MAX_PEERS], npeers = 0;
+    for (int j = 0; j < dp->m; j++)
+        if (!dp->have_view || dp->view.pp_state[j] == GV_PP_PARITY)
+            peers[npeers++] = j;
+    sender_destroy(&dp->tx);
+    char who[64];
+    snprintf(who, sizeof(who), "data g%d/%d", dp->group, dp->index);
+    if (sender_init_peers(&dp->tx, dp->evbase, dp->cluster, dp->group, LINK_ROLE_DATA, dp->index,
+                          ROLE_PARITY, peers, npeers, SENDER_SYNC_FULL, &dp_sender_callbacks, dp,
+                          who, dp->verbose) < 0) {
+        dp_log(dp, "cannot start replicating after the handoff");
+        abort();
+    }
+    sender_start_at(&dp->tx, xid);
+    if (max_cas + 1 > dp->cas_counter)
+        dp->cas_counter = max_cas + 1;
+    dp->touched_end = end;
+    dp->total_items = dp->meta.count;
+    dp->placeholders = 0;
+    dp_log(dp, "serving again from xid %" PRIu64 ": %zu keys, replicating to %d parity "
+           "process(es)", xid, dp->meta.count, npeers);
+    dp_ctl(dp, "serving-dp %d %d", dp->group, dp->index);
+    engine_data_units_arrived(&dp->base);
+}
+
+static size_t dp_heartbeat_extra(struct engine *eng, char *buf, size_t len)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (!dp->replica)
+        return 0;
+    uint64_t done, total, bytes;
+    replica_progress(dp->replica, &done, &total, &bytes);
+    int n = snprintf(buf, len, "mig %d %" PRIu64 " %" PRIu64 " %" PRIu64, dp->index, done, total,
+                     bytes);
+    return n > 0 && (size_t)n < len ? (size_t)n : 0;
 }
 
 /* ---- admin commands (docs/coding-group.md) ---- */
@@ -1166,6 +1631,9 @@ static bool dp_admin(struct engine *eng, int argc, char **argv, eng_write_fn wri
 static void dp_destroy(struct engine *eng)
 {
     struct data_engine *dp = dp_of(eng);
+    if (dp->rb_timer)
+        event_free(dp->rb_timer);
+    replica_free(dp->replica);
     sender_destroy(&dp->tx);
     writeq_destroy(&dp->queue);
     meta_destroy(&dp->meta);
@@ -1194,6 +1662,7 @@ static const struct engine_ops data_ops = {
     .slot_keys = dp_slot_keys,
     .read_wait = dp_read_wait,
     .control = dp_control,
+    .heartbeat_extra = dp_heartbeat_extra,
 };
 
 /* The fields every data engine sets from its configuration. */
@@ -1217,6 +1686,13 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     dp->item_size_max = cfg->item_size_max;
     dp->evict = cfg->evict;
     dp->headroom = dp->region_size / 16;
+    dp->ctl_send = cfg->ctl_send;
+    dp->ctl_arg = cfg->ctl_arg;
+    dp->rb_timer = evtimer_new(cfg->base, on_rb_timer, dp);
+    if (!dp->rb_timer) {
+        free(dp);
+        return NULL;
+    }
     clock_init(&dp->clock, cfg->started);
     clock_set(&dp->clock, time(NULL));
     return dp;
@@ -1243,6 +1719,7 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
         abort();
     }
     dp->cas_counter = rc->cas_start;
+    dp->touched_end = rc->touched_end;
     dp->total_items = dp->meta.count;
     char who[64];
     snprintf(who, sizeof(who), "recovery g%d/dp%d@pp%d", dp->group, dp->index, rc->self_pp);

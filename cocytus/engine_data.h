@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster.h"
 #include "engine.h"
 #include "meta.h"
 #include "recovery.h"
@@ -46,6 +47,7 @@ struct data_recovery_config {
     int npeers;
     uint64_t start_xid;            /* the stable xid of the preparation */
     uint64_t cas_start;            /* larger than any cas the dead DP gave out */
+    uint64_t touched_end;          /* beyond it the dead DP's region is zero */
     struct data_unit_hooks units;
 };
 
@@ -75,5 +77,19 @@ int engine_data_sendv_to(struct engine *e, int pp, uint16_t type, const struct i
 /* "rec ..." progress words are the parity engine's; this gives the number
  * of keys served (for status). */
 size_t engine_data_items(struct engine *e);
+
+/* Send a copy of our state to a process that joins our stream (rebuild.h):
+ * parity process `index` (role ROLE_PARITY) being rebuilt, or the data
+ * process we serve coming back (ROLE_DATA).  A recovery process starts it
+ * once every unit is rebuilt.  0, or -1 when too many run. */
+int engine_data_rebuild(struct engine *e, enum cluster_role role, int index);
+/* Hold every write from now on; quiet(ctx, xid) once nothing is in flight
+ * (the handoff of a recovery process to the data process it served). */
+void engine_data_hold(struct engine *e, void (*quiet)(void *ctx, uint64_t xid), void *ctx);
+/* The handoff was abandoned: writes go on. */
+void engine_data_resume(struct engine *e);
+/* Answer held writes with MOVED to host:port, and wake waiting reads (the
+ * engine is about to be destroyed). */
+void engine_data_release(struct engine *e, const char *host, int port);
 
 #endif

@@ -38,6 +38,7 @@
 #include "link.h"
 #include "parity.h"
 #include "receiver.h"
+#include "rebuild.h"
 #include "recovery.h"
 #include "recovery_int.h"
 
@@ -62,6 +63,13 @@ struct parity_engine {
     struct recovery rec;
     struct engine *serving;           /* the data engine of the DP we serve, or NULL */
     int serving_dp;
+    /* Being rebuilt from scratch (rebuild.h): which units of each source
+     * arrived.  A source's filter stays until its stream is applied past
+     * the newest unit it sent. */
+    bool rebuilding;
+    uint64_t rb_attempt;              /* the coordinator's number for this rebuild */
+    struct rb_units rb[RECOV_MAX_K];
+    uint64_t rb_max_t[RECOV_MAX_K];
 };
 
 static const char NO_KEYS_MSG[] = "parity process: does not serve keys";
@@ -93,14 +101,73 @@ static int hook_apply(void *owner, int index, uint64_t stable)
         pe->declared[index] = stable;
     uint64_t upto = pe->declared[index] < pe->hold_at[index] ? pe->declared[index]
                                                              : pe->hold_at[index];
-    return parity_apply(&pe->state, index, upto);
+    int rc = parity_apply(&pe->state, index, upto);
+    struct parity_dp *d = &pe->state.dps[index];
+    if (d->rb && !pe->rebuilding && d->src.applied_xid >= pe->rb_max_t[index])
+        d->rb = NULL;   /* every unit's bytes are older than what is applied now */
+    return rc;
+}
+
+static void ctl_reply(struct parity_engine *pe, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Every source sent everything: we hold parity again. */
+static void rebuild_check_done(struct parity_engine *pe)
+{
+    if (!pe->rebuilding)
+        return;
+    uint64_t bytes = 0;
+    for (int i = 0; i < pe->state.k; i++) {
+        if (!rb_units_complete(&pe->rb[i]))
+            return;
+        bytes += pe->rb[i].bytes;
+    }
+    pe->rebuilding = false;
+    for (int i = 0; i < pe->state.k; i++) {
+        uint64_t max_t = 0;
+        for (size_t u = 0; u < pe->rb[i].nunits; u++)
+            if (pe->rb[i].t[u] > max_t)
+                max_t = pe->rb[i].t[u];
+        pe->rb_max_t[i] = max_t;
+        if (pe->state.dps[i].src.applied_xid >= max_t)
+            pe->state.dps[i].rb = NULL;
+    }
+    pe_log(pe, "rebuilt: parity of %d data processes, %" PRIu64 " unit bytes received", pe->state.k,
+           bytes);
+    ctl_reply(pe, "rebuilt %d %d", pe->group, pe->index);
+}
+
+static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *payload,
+                            uint32_t len)
+{
+    char err[192];
+    if (!pe->rebuilding) {
+        pe_log(pe, "rebuild message from dp %d while not being rebuilt; ignored", index);
+        return;
+    }
+    if (rb_kind_of(payload, len) == RB_BEGIN) {
+        if (parity_rebuild_begin(&pe->state, index, &pe->rb[index], payload, len) != 0)
+            pe_log(pe, "malformed rebuild BEGIN from dp %d; ignored", index);
+        else
+            pe_log(pe, "rebuild from dp %d begins at xid %" PRIu64, index,
+                   pe->state.dps[index].src.applied_xid);
+        return;
+    }
+    if (parity_rebuild_message(&pe->state, index, payload, len, err, sizeof(err)) != 0) {
+        pe_log(pe, "rebuild from dp %d: %s", index, err);
+        return;
+    }
+    rebuild_check_done(pe);
 }
 
 static void hook_message(void *owner, int index, uint16_t type, const uint8_t *payload,
                          uint32_t len)
 {
     struct parity_engine *pe = owner;
-    recovery_on_message(&pe->rec, type, payload, len);
+    if (type == FT_REQUEST && rb_is_rebuild(payload, len))
+        rebuild_message(pe, index, payload, len);
+    else
+        recovery_on_message(&pe->rec, type, payload, len);
 }
 
 /* Who a verified peer is: a data process (unless it was replaced), or a
@@ -498,6 +565,8 @@ static void parity_destroy_engine(struct engine *e)
     repl_receiver_free(pe->receiver);
     recovery_destroy(&pe->rec);
     pe->state.data_units = NULL;
+    for (int i = 0; i < RECOV_MAX_K; i++)
+        rb_units_destroy(&pe->rb[i]);
     parity_destroy(&pe->state);
     free(pe);
 }
@@ -627,9 +696,6 @@ static int recovery_start(struct parity_engine *pe)
 /* ---- recovery: the coordinator's messages ---- */
 
 static void ctl_reply(struct parity_engine *pe, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void ctl_reply(struct parity_engine *pe, const char *fmt, ...)
 {
     char text[256];
     va_list ap;
@@ -693,6 +759,10 @@ static void ctl_truncate(struct parity_engine *pe, int dp, uint64_t stable, int 
 /* "takeover <g> <dp> <stable>": we serve dp from now on. */
 static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
 {
+    if (pe->rebuilding) {
+        pe_log(pe, "takeover of dp %d refused: our parity is being rebuilt", dp);
+        return;
+    }
     if (pe->serving) {
         if (pe->serving_dp == dp)
             ctl_reply(pe, "serving %d %d", pe->group, dp);
@@ -723,6 +793,7 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
         .npeers = npeers,
         .start_xid = stable,
         .cas_start = d->max_cas + 1,
+        .touched_end = d->touched_end,
         .units = { .ctx = &pe->rec, .ready = units_ready, .need = units_need,
                    .complete = units_complete, .message = units_message },
     };
@@ -753,6 +824,90 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     ctl_reply(pe, "serving %d %d", pe->group, dp);
 }
 
+/* ---- back to full redundancy (rebuild.h) ---- */
+
+/* Start over as an empty parity process that the group's data processes
+ * rebuild.  A recovery process whose data process took its keys back
+ * answers what it still holds with MOVED and drops its data engine. */
+static void become_empty(struct parity_engine *pe)
+{
+    if (pe->serving) {
+        const struct cluster_proc *dpp = cluster_find(pe->cfg.cluster, pe->group, ROLE_DATA,
+                                                      pe->serving_dp);
+        if (dpp)
+            engine_data_release(pe->serving, dpp->host, dpp->port);
+        pe->serving->ops->destroy(pe->serving);
+        pe->serving = NULL;
+        pe->serving_dp = -1;
+    }
+    recovery_destroy(&pe->rec);
+    if (recovery_start(pe) != 0) {
+        pe_log(pe, "out of memory restarting recovery state");
+        abort();
+    }
+    parity_reset(&pe->state);
+    for (int i = 0; i < pe->state.k; i++) {
+        pe->declared[i] = 0;
+        pe->hold_at[i] = UINT64_MAX;
+        if (pe->prepared[i]) {
+            pe->prepared[i] = false;
+            repl_receiver_unfence(pe->receiver, i);
+        }
+        rb_units_destroy(&pe->rb[i]);
+        if (rb_units_init(&pe->rb[i], pe->state.region_size) != 0) {
+            pe_log(pe, "out of memory for the rebuild's unit table");
+            abort();
+        }
+        pe->rb_max_t[i] = 0;
+    }
+}
+
+/* "rebuild <g> <j> <attempt>": j is us: start over and be rebuilt (once
+ * per attempt: the coordinator resends unanswered messages); otherwise the
+ * data process we serve sends its state to j. */
+static void ctl_rebuild(struct parity_engine *pe, int j, uint64_t attempt)
+{
+    if (j != pe->index) {
+        if (pe->serving)
+            engine_data_rebuild(pe->serving, ROLE_PARITY, j);
+        return;
+    }
+    if (!pe->rebuilding || attempt != pe->rb_attempt) {
+        pe->rb_attempt = attempt;
+        pe_log(pe, "starting over empty: the group's data processes rebuild our parity");
+        become_empty(pe);
+        pe->rebuilding = true;
+    }
+    ctl_reply(pe, "rebuild-ready %d %d", pe->group, pe->index);
+}
+
+/* "copy <g> <f>": the data process we serve is back; send it our state. */
+static void ctl_copy(struct parity_engine *pe, int dp)
+{
+    if (!pe->serving || pe->serving_dp != dp) {
+        pe_log(pe, "copy of dp %d asked, but we do not serve it; ignored", dp);
+        return;
+    }
+    engine_data_rebuild(pe->serving, ROLE_DATA, dp);
+}
+
+static void handoff_quiet(void *ctx, uint64_t xid)
+{
+    struct parity_engine *pe = ctx;
+    pe_log(pe, "dp %d handed off at xid %" PRIu64 ": writes held until the map moves",
+           pe->serving_dp, xid);
+    ctl_reply(pe, "handed %d %d %" PRIu64, pe->group, pe->serving_dp, xid);
+}
+
+/* "handoff <g> <f>": hold writes; once nothing is in flight say at which
+ * xid the data process takes over. */
+static void ctl_handoff(struct parity_engine *pe, int dp)
+{
+    if (!pe->serving || pe->serving_dp != dp)
+        return;
+    engine_data_hold(pe->serving, handoff_quiet, pe);
+}
+
 static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
 {
     struct group_view v;
@@ -764,6 +919,14 @@ static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
         return;
     pe->view = v;
     pe->confirmed = v;
+    /* A data process back at its place (its replacement took over): its
+     * links are welcome again. */
+    for (int i = 0; i < pe->state.k; i++) {
+        if (v.dp_server[i] == -1 && pe->prepared[i]) {
+            pe->prepared[i] = false;
+            repl_receiver_unfence(pe->receiver, i);
+        }
+    }
     if (pe->serving)
         engine_data_set_view(pe->serving, &v);
     recovery_set_view(&pe->rec, &v);
@@ -806,12 +969,24 @@ static void parity_control(struct engine *e, const char *text, size_t len)
         return;
     }
     int n = ctl_numbers(text, len, num, 4, &rest);
-    if (n < 2 || num[0] != (uint64_t)pe->group || num[1] >= (uint64_t)k) {
+    if (n < 2 || num[0] != (uint64_t)pe->group ||
+        (num[1] >= (uint64_t)k && memcmp(text, "rebuild ", 8) != 0)) {
         pe_log(pe, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
         return;
     }
+    if (len > 8 && memcmp(text, "rebuild ", 8) == 0 && n == 3 && num[1] < (uint64_t)m) {
+        ctl_rebuild(pe, (int)num[1], num[2]);
+        return;
+    }
     int dp = (int)num[1];
-    if (len > 8 && memcmp(text, "prepare ", 8) == 0 && n == 2)
+    if (len > 5 && memcmp(text, "copy ", 5) == 0 && n == 2)
+        ctl_copy(pe, dp);
+    else if (len > 8 && memcmp(text, "handoff ", 8) == 0 && n == 2)
+        ctl_handoff(pe, dp);
+    else if (len > 7 && memcmp(text, "resume ", 7) == 0 && n == 2 && pe->serving &&
+             pe->serving_dp == dp)
+        engine_data_resume(pe->serving);
+    else if (len > 8 && memcmp(text, "prepare ", 8) == 0 && n == 2)
         ctl_prepare(pe, dp);
     else if (len > 9 && memcmp(text, "truncate ", 9) == 0 && n == 4 && num[3] < (uint64_t)m)
         ctl_truncate(pe, dp, num[2], (int)num[3]);
@@ -824,6 +999,16 @@ static void parity_control(struct engine *e, const char *text, size_t len)
 static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len)
 {
     struct parity_engine *pe = pe_of(e);
+    if (pe->rebuilding) {
+        uint64_t done = 0, total = 0, bytes = 0;
+        for (int i = 0; i < pe->state.k; i++) {
+            done += pe->rb[i].arrived;
+            total += pe->rb[i].nunits;
+            bytes += pe->rb[i].bytes;
+        }
+        int n = snprintf(buf, len, "reb %" PRIu64 " %" PRIu64 " %" PRIu64, done, total, bytes);
+        return n > 0 && (size_t)n < len ? (size_t)n : 0;
+    }
     if (!pe->serving)
         return 0;
     size_t done, total;

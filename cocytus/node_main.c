@@ -3,9 +3,13 @@
  * and supervises them.
  *
  * All children stay in the node's process group, so `kill -- -PGID` stops a
- * whole node.  A child that dies is logged and left dead (recovery, not the
- * launcher, decides what happens next).  SIGTERM/SIGINT stop every child
- * (SIGTERM, then SIGKILL after a grace period) and end the node.
+ * whole node.  A child that dies is logged and started again after a
+ * back-off (RESTART_FIRST_MS, doubling up to RESTART_MAX_MS; back to the
+ * first after RESTART_RESET_MS of good running), like any supervisor: the
+ * restarted process comes back empty and the coordinator rebuilds it
+ * (docs/recovery.md, "Back to full redundancy").  --no-restart leaves dead
+ * children dead.  SIGTERM/SIGINT stop every child (SIGTERM, then SIGKILL
+ * after a grace period) and end the node.
  *
  * When the cluster file names a coordinator whose host is this node's
  * address (the first such node), the node also starts and supervises the
@@ -24,6 +28,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +40,17 @@
 #include "cluster.h"
 
 #define STOP_GRACE_SECONDS 2
+#define RESTART_FIRST_MS 500
+#define RESTART_MAX_MS 30000
+#define RESTART_RESET_MS 60000
 
 struct child {
     const struct cluster_proc *proc;   /* NULL for the coordinator */
     pid_t pid;                  /* 0 once it has died and been reaped */
+    uint64_t started_ms;        /* monotonic */
+    uint64_t restart_at_ms;     /* dead, to be started then (0: not) */
+    uint64_t backoff_ms;
+    unsigned restarts;
 };
 
 struct node {
@@ -51,7 +63,15 @@ struct node {
     struct child *children;
     int nchildren;
     int alive;
+    bool no_restart;
 };
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 static void usage(FILE *out)
 {
@@ -62,7 +82,9 @@ static void usage(FILE *out)
         "  --node I         which node of the file this is\n"
         "  --server PATH    the cocytus-server binary (default: next to cocytus-node)\n"
         "  --log-dir DIR    write each process's output to DIR/<role>-<group>-<index>.log\n"
-        "                   (default: this program's stderr)\n");
+        "                   (default: this program's stderr)\n"
+        "  --no-restart     leave a process that died dead (default: start it again\n"
+        "                   after a back-off of 0.5 s doubling up to 30 s)\n");
 }
 
 static int parse_node_index(const char *s, int *out)
@@ -83,6 +105,7 @@ static int parse_args(int argc, char **argv, struct node *n)
         { "node", required_argument, NULL, 'n' },
         { "server", required_argument, NULL, 's' },
         { "log-dir", required_argument, NULL, 'l' },
+        { "no-restart", no_argument, NULL, 'R' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -93,6 +116,7 @@ static int parse_args(int argc, char **argv, struct node *n)
         case 'c': n->cluster_file = optarg; break;
         case 's': n->server = optarg; break;
         case 'l': n->log_dir = optarg; break;
+        case 'R': n->no_restart = true; break;
         case 'n':
             if (parse_node_index(optarg, &n->node) < 0) {
                 fprintf(stderr, "cocytus-node: bad node index '%s'\n", optarg);
@@ -238,22 +262,34 @@ static void print_child(const struct node *n, const struct child *c)
     fflush(stdout);
 }
 
+/* Fork ch's process. */
+static int fork_child(struct node *n, struct child *ch, const sigset_t *orig_mask)
+{
+    fflush(NULL);
+    ch->pid = fork();
+    if (ch->pid < 0) {
+        ch->pid = 0;
+        fprintf(stderr, "cocytus-node: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (ch->pid == 0)
+        exec_server(n, ch->proc, orig_mask);
+    ch->started_ms = mono_ms();
+    ch->restart_at_ms = 0;
+    n->alive++;
+    print_child(n, ch);
+    return 0;
+}
+
 /* Fork one child for process p (NULL: the coordinator). */
 static int start_child(struct node *n, const struct cluster_proc *p, const sigset_t *orig_mask)
 {
     struct child *ch = &n->children[n->nchildren];
     ch->proc = p;
-    fflush(NULL);
-    ch->pid = fork();
-    if (ch->pid < 0) {
-        fprintf(stderr, "cocytus-node: fork: %s\n", strerror(errno));
+    ch->backoff_ms = RESTART_FIRST_MS;
+    if (fork_child(n, ch, orig_mask) < 0)
         return -1;
-    }
-    if (ch->pid == 0)
-        exec_server(n, p, orig_mask);
     n->nchildren++;
-    n->alive++;
-    print_child(n, ch);
     return 0;
 }
 
@@ -304,7 +340,50 @@ static void log_death(const struct node *n, const struct child *c, int status)
                  strsignal(WTERMSIG(status)));
     else
         snprintf(how, sizeof(how), "ended (wait status %d)", status);
-    fprintf(stderr, "cocytus-node %d: %s %s; not restarted\n", n->node, what, how);
+    if (n->no_restart)
+        fprintf(stderr, "cocytus-node %d: %s %s; not restarted\n", n->node, what, how);
+    else
+        fprintf(stderr, "cocytus-node %d: %s %s; starting it again in %llu ms\n", n->node, what,
+                how, (unsigned long long)c->backoff_ms);
+}
+
+/* A child died: when to start it again. */
+static void schedule_restart(struct node *n, struct child *c)
+{
+    if (n->no_restart)
+        return;
+    uint64_t now = mono_ms();
+    if (now - c->started_ms > RESTART_RESET_MS)
+        c->backoff_ms = RESTART_FIRST_MS;
+    c->restart_at_ms = now + c->backoff_ms;
+    c->backoff_ms = c->backoff_ms * 2 > RESTART_MAX_MS ? RESTART_MAX_MS : c->backoff_ms * 2;
+}
+
+/* Start the children whose back-off ended; the time to the next one, in
+ * ms (-1: none pending). */
+static long restart_due(struct node *n, const sigset_t *orig_mask)
+{
+    uint64_t now = mono_ms();
+    long next = -1;
+    for (int i = 0; i < n->nchildren; i++) {
+        struct child *c = &n->children[i];
+        if (c->pid != 0 || c->restart_at_ms == 0)
+            continue;
+        if (c->restart_at_ms <= now) {
+            c->restarts++;
+            fprintf(stderr, "cocytus-node %d: starting %s %d %d again (restart %u)\n", n->node,
+                    c->proc ? cluster_role_name(c->proc->role) : "coordinator",
+                    c->proc ? c->proc->group : 0, c->proc ? c->proc->index : 0, c->restarts);
+            if (fork_child(n, c, orig_mask) < 0)
+                schedule_restart(n, c);
+            else
+                continue;
+        }
+        long left = (long)(c->restart_at_ms - now);
+        if (next < 0 || left < next)
+            next = left;
+    }
+    return next;
 }
 
 /* Reaps every child that has ended; logs each. */
@@ -322,6 +401,8 @@ static void reap_children(struct node *n, bool quiet)
             log_death(n, c, status);
         c->pid = 0;
         n->alive--;
+        if (!quiet)
+            schedule_restart(n, c);
     }
 }
 
@@ -368,10 +449,21 @@ static void stop_children(struct node *n, const sigset_t *wait_set)
 
 /* Waits for signals: logs deaths, stops on SIGTERM/SIGINT.  Returns the
  * exit status of the node. */
-static int supervise(struct node *n, const sigset_t *wait_set)
+static int supervise(struct node *n, const sigset_t *wait_set, const sigset_t *orig_mask)
 {
-    while (n->alive > 0) {
-        int sig = sigwaitinfo(wait_set, NULL);
+    for (;;) {
+        long next = restart_due(n, orig_mask);
+        if (n->alive == 0 && next < 0)
+            break;
+        int sig;
+        if (next >= 0) {
+            struct timespec ts = { next / 1000, (next % 1000) * 1000000L };
+            sig = sigtimedwait(wait_set, NULL, &ts);
+        } else {
+            sig = sigwaitinfo(wait_set, NULL);
+        }
+        if (sig < 0)
+            continue;
         if (sig == SIGCHLD) {
             reap_children(n, false);
         } else if (sig == SIGTERM || sig == SIGINT) {
@@ -432,7 +524,7 @@ int main(int argc, char **argv)
     else {
         fprintf(stderr, "cocytus-node %d: started %d process(es) of %s\n", n.node, n.nchildren,
                 n.cluster_file);
-        rc = supervise(&n, &wait_set);
+        rc = supervise(&n, &wait_set, &orig_mask);
     }
     cluster_free(&n.cluster);
     free(n.children);

@@ -17,6 +17,7 @@
 
 #include "alloc.h"
 #include "codec.h"
+#include "rebuild.h"
 #include "recovery.h"
 
 /* ---- setup ---- */
@@ -157,11 +158,27 @@ static void xor_parity_units(struct parity *p, struct parity_dp *d, const struct
     }
 }
 
+struct rb_apply {
+    struct parity *p;
+    struct parity_dp *d;
+    const struct record *r;
+};
+
+static void xor_rebuilt_run(void *ctx, uint64_t off, uint64_t len)
+{
+    struct rb_apply *a = ctx;
+    codec_delta_apply(a->p->codec, a->p->parity_index, a->d->index, a->p->region + off,
+                      a->r->data + (off - a->r->data_off), (size_t)len);
+}
+
 static void xor_delta(struct parity *p, struct parity_dp *d, const struct record *r)
 {
     if (r->data_len == 0)
         return;
-    if (p->data_units)
+    if (d->rb) {
+        struct rb_apply a = { p, d, r };
+        rb_units_filter(d->rb, r->xid, r->data_off, r->data_len, xor_rebuilt_run, &a);
+    } else if (p->data_units)
         xor_parity_units(p, d, r);
     else
         codec_delta_apply(p->codec, p->parity_index, d->index, p->region + r->data_off,
@@ -200,6 +217,89 @@ int parity_apply(struct parity *p, int dp, uint64_t stable)
 int parity_truncate_after(struct parity *p, int dp, uint64_t xid)
 {
     return repl_source_truncate_after(&p->dps[dp].src, xid);
+}
+
+/* ---- rebuild ---- */
+
+void parity_reset(struct parity *p)
+{
+    for (int i = 0; i < p->k; i++) {
+        struct parity_dp *d = &p->dps[i];
+        repl_source_reset(&d->src, 0);
+        meta_clear(&d->meta);
+        dalloc_reset(d->alloc);
+        d->delta_bytes = d->touched_end = d->max_cas = 0;
+        d->rb = NULL;
+    }
+    /* Zero without touching pages: they read as zero again. */
+    madvise(p->region, p->region_size, MADV_DONTNEED);
+    p->touched_end = 0;
+    p->data_units = NULL;
+}
+
+int parity_rebuild_begin(struct parity *p, int dp, struct rb_units *rb, const uint8_t *msg,
+                         size_t len)
+{
+    struct rb_begin b;
+    if (rb_decode_begin(msg, len, &b) != 0 || b.source != (uint32_t)dp || b.end > p->region_size)
+        return -1;
+    struct parity_dp *d = &p->dps[dp];
+    meta_clear(&d->meta);
+    dalloc_reset(d->alloc);
+    repl_source_reset(&d->src, b.x0);
+    rb_units_begin(rb, b.x0, b.end);
+    d->rb = rb;
+    d->max_cas = b.max_cas;
+    d->touched_end = b.end;
+    if (b.end > p->touched_end)
+        p->touched_end = b.end;
+    return 0;
+}
+
+struct rb_arrive {
+    struct parity *p;
+    int dp;
+    const uint8_t *bytes;
+    uint64_t off;
+};
+
+static void add_unit_run(void *ctx, uint64_t off, uint64_t len)
+{
+    struct rb_arrive *a = ctx;
+    codec_delta_apply(a->p->codec, a->p->parity_index, a->dp, a->p->region + off,
+                      a->bytes + (off - a->off), (size_t)len);
+}
+
+int parity_rebuild_message(struct parity *p, int dp, const uint8_t *msg, size_t len, char *err,
+                           size_t errlen)
+{
+    struct parity_dp *d = &p->dps[dp];
+    if (!d->rb) {
+        snprintf(err, errlen, "rebuild message before its BEGIN");
+        return -1;
+    }
+    switch (rb_kind_of(msg, len)) {
+    case RB_META:
+        return rb_apply_meta(msg, len, &d->meta, d->alloc, err, errlen);
+    case RB_UNITS: {
+        uint64_t t, off;
+        const uint8_t *bytes;
+        uint32_t n;
+        if (rb_decode_units(msg, len, p->region_size, &t, &off, &bytes, &n) != 0) {
+            snprintf(err, errlen, "malformed units message");
+            return -1;
+        }
+        struct rb_arrive a = { p, dp, bytes, off };
+        rb_units_arrive(d->rb, t, off, n, add_unit_run, &a);
+        return 0;
+    }
+    case RB_END:
+        d->rb->ended = true;
+        return 0;
+    default:
+        snprintf(err, errlen, "unknown rebuild message");
+        return -1;
+    }
 }
 
 size_t parity_meta_bytes(const struct parity *p)

@@ -23,6 +23,7 @@
 struct codec;
 struct dalloc;
 struct unit_map;
+struct rb_units;
 
 struct parity;
 
@@ -38,6 +39,9 @@ struct parity_dp {
     uint64_t touched_end;        /* furthest byte its deltas reached: beyond it
                                   * its region is known to be zero */
     uint64_t max_cas;            /* largest cas of its applied PUTs */
+    /* Being rebuilt (rebuild.h): which units of its region arrived; a
+     * delta touches only those, and only if newer.  NULL otherwise. */
+    struct rb_units *rb;
 };
 
 struct parity {
@@ -74,6 +78,17 @@ int parity_apply(struct parity *p, int dp, uint64_t stable);
  * -1 if xid < applied_xid: applied records cannot be taken back. */
 int parity_truncate_after(struct parity *p, int dp, uint64_t xid);
 
+/* Forget everything (a parity process that is rebuilt from scratch): empty
+ * tables, allocators and streams, a zero region, no data units. */
+void parity_reset(struct parity *p);
+/* Start rebuilding from DP dp (a BEGIN message, rebuild.h): its table,
+ * allocator and stream start over at x0; rb (owned by the caller) tracks
+ * its units.  0, or -1 when malformed. */
+int parity_rebuild_begin(struct parity *p, int dp, struct rb_units *rb, const uint8_t *msg,
+                         size_t len);
+/* META and UNITS messages of DP dp's rebuild.  0, or -1 with a message. */
+int parity_rebuild_message(struct parity *p, int dp, const uint8_t *msg, size_t len, char *err,
+                           size_t errlen);
 /* Heap bytes of tables and allocators, without buffered records. */
 size_t parity_meta_bytes(const struct parity *p);
 

@@ -1022,6 +1022,12 @@ void recovery_set_view(struct recovery *rc, const struct group_view *v)
      * next batch or released by recovery_tick.) */
     if (rc->batch.active && changed)
         batch_drop(rc, "the group view changed");
+    /* Nobody serves a lost DP any more (its data process took its keys
+     * back): no leader can finish a contribution, so its holds go now. */
+    if (rc->contrib.active && rc->view_leader < 0) {
+        rlog(rc, "batch %" PRIu64 " has no leader any more; released", rc->contrib.id);
+        contrib_reset(rc);
+    }
     if (rc->view_leader == rc->self && old_leader != rc->self)
         rlog(rc, "recovery leader of the group (view %" PRIu64 ")", v->version);
     kick(rc, 0);

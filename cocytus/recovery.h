@@ -52,7 +52,10 @@
 
 /* ---- the group view (pushed by the coordinator as "group ...") ---- */
 
-enum gv_pp { GV_PP_PARITY = 0, GV_PP_SERVING = 1, GV_PP_DEAD = 2 };
+/* REBUILDING: alive, joined the data processes' streams again, but its
+ * parity is incomplete until every data process sent its state (rebuild.h);
+ * it counts for nothing in recovery until then. */
+enum gv_pp { GV_PP_PARITY = 0, GV_PP_SERVING = 1, GV_PP_DEAD = 2, GV_PP_REBUILDING = 3 };
 
 struct group_view {
     uint64_t version;
@@ -66,7 +69,8 @@ struct group_view {
 void group_view_init(struct group_view *v, int k, int m);
 /* Parse "group <g> <version> <dps> <pps>" (the words after "group <g> ").
  * dps: k comma-separated entries "-" (original), "p<r>" (PP r), "x" (lost);
- * pps: m entries "p" (parity), "s<f>" (serving DP f), "x" (dead).
+ * pps: m entries "p" (parity), "s<f>" (serving DP f), "x" (dead), "b"
+ * (being rebuilt).
  * 0, or -1 when malformed (v unchanged). */
 int group_view_parse(struct group_view *v, int k, int m, const char *text, size_t len);
 /* The inverse: "<version> <dps> <pps>" into buf.  Returns the length. */

@@ -83,6 +83,8 @@ static bool parse_pps(struct group_view *v, const char *p, const char *end)
             v->pp_state[j] = GV_PP_PARITY;
         else if (n == 1 && e[0] == 'x')
             v->pp_state[j] = GV_PP_DEAD;
+        else if (n == 1 && e[0] == 'b')
+            v->pp_state[j] = GV_PP_REBUILDING;
         else if (e[0] == 's' && small_number(e + 1, n - 1, &f) && f < v->k) {
             v->pp_state[j] = GV_PP_SERVING;
             v->pp_serves[j] = f;
@@ -140,6 +142,8 @@ size_t group_view_format(const struct group_view *v, char *buf, size_t len)
             n += (size_t)snprintf(buf + n, len - n, "%sp", sep);
         else if (v->pp_state[j] == GV_PP_DEAD)
             n += (size_t)snprintf(buf + n, len - n, "%sx", sep);
+        else if (v->pp_state[j] == GV_PP_REBUILDING)
+            n += (size_t)snprintf(buf + n, len - n, "%sb", sep);
         else
             n += (size_t)snprintf(buf + n, len - n, "%ss%d", sep, v->pp_serves[j]);
     }

@@ -299,9 +299,10 @@ int server_set_slotmap(struct server *s, struct slotmap *m)
     /* A serving process that is no longer in the map (a data process whose
      * keys another process took over while it was dead) serves no slot:
      * every key gets MOVED to its owner, never an answer from its empty
-     * table. */
+     * table.  So does a parity process: it may have served a dead data
+     * process's keys, and a client with an old map must be sent on. */
     bool serving_role = p && (p->role == ROLE_DATA || p->role == ROLE_PRIMARY ||
-                              p->role == ROLE_PLAIN);
+                              p->role == ROLE_PLAIN || p->role == ROLE_PARITY);
     s->routes = s->cluster && s->cluster->routing && (s->slot_self >= 0 || serving_role);
     s->config_reply = slotmap_config_reply(m, &s->config_reply_len);
     return s->config_reply ? 0 : -1;

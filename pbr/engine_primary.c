@@ -618,7 +618,7 @@ static const struct sender_callbacks primary_sender_callbacks = {
     .commit = primary_commit,
     .after_commit = primary_after_commit,
     .refused = primary_refused,
-    .joining_up = primary_joining_up,
+    .rebuilding_up = primary_joining_up,
 };
 
 /* ---- engine operations ---- */
@@ -829,7 +829,7 @@ bool pbr_primary_control(struct engine *e, int argc, char **argv)
         if (!p || member == pe->sh->member || sender_has_peer(&pe->tx, member))
             return true;   /* already on its way, or nonsense: the next check tells */
         stop_snapshot(pe, member);
-        if (sender_add_peer(&pe->tx, member, p->host, p->link_port, true) == 0)
+        if (sender_add_peer_at(&pe->tx, member, p->host, p->link_port, true) == 0)
             pe_log(pe, "rebuilding member %d (%s:%d) from xid %" PRIu64, member, p->host,
                    p->port, pe->tx.xid);
         return true;
@@ -845,7 +845,7 @@ size_t pbr_primary_heartbeat(struct engine *e, char *buf, size_t len)
     for (int k = 0; k <= pe->m && n > 0 && (size_t)n < len; k++) {
         if (k == pe->sh->member)
             continue;
-        if (sender_peer_joining(&pe->tx, k)) {
+        if (sender_peer_rebuilding(&pe->tx, k)) {
             uint64_t done = 0, total = 0, bytes = 0;
             if (pe->snap[k])
                 snapshot_progress(pe->snap[k], &done, &total, &bytes);
@@ -931,7 +931,7 @@ static int sender_start(struct primary *pe, const struct primary_params *p)
         return -1;
     for (int j = 0; j < p->npeers; j++) {
         const struct cluster_proc *pp = pbr_member_proc(c, pe->group, pe->m, p->peers[j]);
-        if (!pp || sender_add_peer(&pe->tx, p->peers[j], pp->host, pp->link_port, false) < 0)
+        if (!pp || sender_add_peer_at(&pe->tx, p->peers[j], pp->host, pp->link_port, false) < 0)
             return -1;
     }
     return 0;

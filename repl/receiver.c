@@ -35,6 +35,15 @@ void repl_source_init(struct repl_source *s)
     reclog_init(&s->buffer);
 }
 
+void repl_source_reset(struct repl_source *s, uint64_t xid)
+{
+    reclog_destroy(&s->buffer);
+    reclog_init(&s->buffer);
+    s->received_xid = s->applied_xid = s->stable_xid = xid;
+    s->diverged = false;
+    s->why[0] = '\0';
+}
+
 void repl_source_destroy(struct repl_source *s)
 {
     reclog_destroy(&s->buffer);

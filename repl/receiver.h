@@ -53,6 +53,9 @@ enum repl_rx {
 
 void repl_source_init(struct repl_source *s);
 void repl_source_destroy(struct repl_source *s);
+/* Forget everything buffered and start over as holding every record up to
+ * xid (a rebuild: the state up to xid arrives another way). */
+void repl_source_reset(struct repl_source *s, uint64_t xid);
 
 /* One encoded record.  On BUFFERED, *stable gets its piggybacked stable
  * xid; otherwise 0. */

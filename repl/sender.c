@@ -174,7 +174,7 @@ static uint64_t min_over_peers(const struct sender *s, bool written)
 {
     uint64_t m = UINT64_MAX;
     for (int j = 0; j < s->npeers; j++) {
-        if (s->peers[j].dropped || s->peers[j].joining)
+        if (s->peers[j].dropped || s->peers[j].rebuilding)
             continue;
         uint64_t v = written ? s->peers[j].written : s->peers[j].acked;
         if (v < m)
@@ -239,13 +239,13 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
     struct sender *s = p->s;
     if (s->verbose)
         sender_log(s, "link to peer %d up (it holds xid %" PRIu64 ")", p->index, peer_xid);
-    if (p->joining) {
+    if (p->rebuilding) {
         if (s->verbose)
-            sender_log(s, "joining peer %d up at xid %" PRIu64 " (it holds %" PRIu64 ")",
+            sender_log(s, "rebuilding peer %d up at xid %" PRIu64 " (it holds %" PRIu64 ")",
                        p->index, s->xid, peer_xid);
         p->acked = p->written = s->xid;
-        if (s->cb->joining_up)
-            s->cb->joining_up(s->ctx, p->index, peer_xid);
+        if (s->cb->rebuilding_up)
+            s->cb->rebuilding_up(s->ctx, p->index, peer_xid);
         return;
     }
     if (peer_xid > s->xid) {
@@ -259,9 +259,18 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
         fail_all(s);
         return;
     }
-    if (peer_xid < s->stable)
+    if (p->joining) {
+        /* A rebuild: the peer holds nothing yet; the owner sends the state
+         * up to p->acked, then the records after it follow. */
+        if (s->cb->joined)
+            s->cb->joined(s->ctx, p->role, p->index);
+        if (p->dropped || !p->link)
+            return;
+        peer_xid = p->acked;
+    } else if (peer_xid < s->stable) {
         sender_log(s, "peer %d restarted without state (holds xid %" PRIu64 ", stable %" PRIu64
                    "): it needs a rebuild", p->index, peer_xid, s->stable);
+    }
     if (peer_xid > p->acked)
         p->acked = peer_xid;
     struct resend_ctx rc = { p };
@@ -293,7 +302,7 @@ static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     if (xid > p->acked) {
         p->acked = xid;
-        if (!p->joining)
+        if (!p->rebuilding)
             advance_stable(s);
     }
 }
@@ -306,7 +315,7 @@ static void peer_drained(struct link *l, void *ctx)
     if (s->sync != SENDER_SYNC_SEMI || p->written >= s->xid)
         return;
     p->written = s->xid;
-    if (p->joining)
+    if (p->rebuilding)
         return;
     commit_upto(s, min_over_peers(s, true));
 }
@@ -314,7 +323,16 @@ static void peer_drained(struct link *l, void *ctx)
 static void peer_down(struct link *l, const char *why, void *ctx)
 {
     struct sender_peer *p = ctx;
-    sender_log(p->s, "link to peer %d down: %s", p->index, why);
+    struct sender *s = p->s;
+    sender_log(s, "link to %s %d down: %s", cluster_role_name(p->role), p->index, why);
+    if (!p->joining || p->dropped)
+        return;
+    /* A rebuild cannot continue on a new link: what was sent is lost. */
+    enum cluster_role role = p->role;
+    int index = p->index;
+    sender_drop_peer_role(s, role, index);
+    if (s->cb->join_failed)
+        s->cb->join_failed(s->ctx, role, index, why);
 }
 
 /* ---- public ---- */
@@ -347,6 +365,9 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
     s->ctx = ctx;
     s->sync = sync;
     s->npeers = npeers;
+    s->cluster = c;
+    s->group = group;
+    s->peer_role = peer_role;
     s->verbose = verbose;
     snprintf(s->who, sizeof(s->who), "%s", who);
     reclog_init(&s->log);
@@ -367,7 +388,6 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
     me.role = (uint8_t)my_role;
     me.index = (uint32_t)my_index;
     s->me = me;
-    snprintf(s->secret, sizeof(s->secret), "%s", c->secret);
     for (int j = 0; j < npeers; j++) {
         const struct cluster_proc *pp = cluster_find(c, group, peer_role, peer_index[j]);
         if (!pp) {
@@ -377,6 +397,7 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
         }
         s->peers[j].s = s;
         s->peers[j].index = peer_index[j];
+        s->peers[j].role = peer_role;
         s->peers[j].link = link_connect(base, pp->host, pp->link_port, &me, c->secret, &link_cb,
                                         &s->peers[j]);
         if (!s->peers[j].link) {
@@ -478,12 +499,17 @@ void sender_start_at(struct sender *s, uint64_t xid)
         s->peers[j].acked = s->peers[j].written = xid;
 }
 
-static struct sender_peer *peer_by_index(struct sender *s, int index)
+static struct sender_peer *peer_of(struct sender *s, enum cluster_role role, int index)
 {
     for (int j = 0; j < s->npeers; j++)
-        if (s->peers[j].index == index)
+        if (s->peers[j].index == index && s->peers[j].role == role)
             return &s->peers[j];
     return NULL;
+}
+
+static struct sender_peer *peer_by_index(struct sender *s, int index)
+{
+    return peer_of(s, s->peer_role, index);
 }
 
 bool sender_has_peer(const struct sender *s, int index)
@@ -496,7 +522,7 @@ int sender_live_peers(const struct sender *s)
 {
     int n = 0;
     for (int j = 0; j < s->npeers; j++)
-        n += !s->peers[j].dropped && !s->peers[j].joining;
+        n += !s->peers[j].dropped && !s->peers[j].rebuilding;
     return n;
 }
 
@@ -528,14 +554,15 @@ int sender_continue(struct sender *s, uint64_t from, const struct reclog *carry)
 static struct sender_peer *peer_slot_for(struct sender *s, int index)
 {
     for (int j = 0; j < s->npeers; j++)
-        if (s->peers[j].index == index)
+        if (s->peers[j].index == index && s->peers[j].role == s->peer_role)
             return s->peers[j].dropped ? &s->peers[j] : NULL;
     if (s->npeers >= SENDER_MAX_PEERS)
         return NULL;
     return &s->peers[s->npeers++];
 }
 
-int sender_add_peer(struct sender *s, int index, const char *host, int link_port, bool joining)
+int sender_add_peer_at(struct sender *s, int index, const char *host, int link_port,
+                       bool rebuilding)
 {
     static const struct link_callbacks link_cb = {
         .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
@@ -547,15 +574,16 @@ int sender_add_peer(struct sender *s, int index, const char *host, int link_port
     memset(p, 0, sizeof(*p));
     p->s = s;
     p->index = index;
-    p->joining = joining;
-    p->acked = p->written = joining ? s->xid : s->stable;
-    p->link = link_connect(s->base, host, link_port, &s->me, s->secret, &link_cb, p);
+    p->role = s->peer_role;
+    p->rebuilding = rebuilding;
+    p->acked = p->written = rebuilding ? s->xid : s->stable;
+    p->link = link_connect(s->base, host, link_port, &s->me, s->cluster->secret, &link_cb, p);
     if (!p->link) {
         p->dropped = true;
-        sender_log(s, "cannot start a link to joining peer %d at %s:%d", index, host, link_port);
+        sender_log(s, "cannot start a link to peer %d at %s:%d", index, host, link_port);
         return -1;
     }
-    if (joining)
+    if (rebuilding)
         sender_log(s, "peer %d at %s:%d joins at xid %" PRIu64 " (out of the ack set until it "
                    "is rebuilt)", index, host, link_port, s->xid);
     return 0;
@@ -564,9 +592,9 @@ int sender_add_peer(struct sender *s, int index, const char *host, int link_port
 void sender_peer_complete(struct sender *s, int index)
 {
     struct sender_peer *p = peer_by_index(s, index);
-    if (!p || p->dropped || !p->joining)
+    if (!p || p->dropped || !p->rebuilding)
         return;
-    p->joining = false;
+    p->rebuilding = false;
     /* A SEMI peer counts as written up to what its link has drained. */
     if (p->link && link_output_pending(p->link) == 0)
         p->written = s->xid;
@@ -574,15 +602,20 @@ void sender_peer_complete(struct sender *s, int index)
                sender_live_peers(s), s->npeers);
 }
 
-bool sender_peer_joining(const struct sender *s, int index)
+bool sender_peer_rebuilding(const struct sender *s, int index)
 {
     struct sender_peer *p = peer_by_index((struct sender *)s, index);
-    return p && !p->dropped && p->joining;
+    return p && !p->dropped && p->rebuilding;
 }
 
 void sender_drop_peer(struct sender *s, int index)
 {
-    struct sender_peer *p = peer_by_index(s, index);
+    sender_drop_peer_role(s, s->peer_role, index);
+}
+
+void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index)
+{
+    struct sender_peer *p = peer_of(s, role, index);
     if (!p || p->dropped)
         return;
     p->dropped = true;
@@ -595,6 +628,55 @@ void sender_drop_peer(struct sender *s, int index)
     if (s->sync == SENDER_SYNC_SEMI)
         commit_upto(s, min_over_peers(s, true));
     advance_stable(s);
+}
+
+int sender_add_peer(struct sender *s, enum cluster_role role, int index)
+{
+    static const struct link_callbacks link_cb = {
+        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
+        .on_drained = peer_drained,
+    };
+    struct sender_peer *p = peer_of(s, role, index);
+    if (p && !p->dropped)
+        return -1;
+    if (!p) {
+        if (s->npeers >= SENDER_MAX_PEERS)
+            return -1;
+        p = &s->peers[s->npeers++];
+        memset(p, 0, sizeof(*p));
+        p->s = s;
+        p->index = index;
+        p->role = role;
+    }
+    const struct cluster_proc *pp = s->cluster ? cluster_find(s->cluster, s->group, role, index)
+                                               : NULL;
+    if (!pp)
+        return -1;
+    p->dropped = false;
+    p->joining = true;
+    p->acked = p->written = s->xid;
+    p->link = link_connect(s->base, pp->host, pp->link_port, &s->me, s->cluster->secret,
+                           &link_cb, p);
+    if (!p->link) {
+        p->dropped = true;
+        return -1;
+    }
+    sender_log(s, "%s %d joins the ack set at xid %" PRIu64 " (%d of %d peers live)",
+               cluster_role_name(role), index, s->xid, sender_live_peers(s), s->npeers);
+    return 0;
+}
+
+size_t sender_peer_pending(struct sender *s, enum cluster_role role, int index)
+{
+    struct sender_peer *p = peer_of(s, role, index);
+    return p && p->link ? link_output_pending(p->link) : 0;
+}
+
+void sender_peer_settled(struct sender *s, enum cluster_role role, int index)
+{
+    struct sender_peer *p = peer_of(s, role, index);
+    if (p)
+        p->joining = false;
 }
 
 bool sender_peer_up(const struct sender *s, int index)
@@ -626,7 +708,13 @@ void sender_fail_waiting(struct sender *s, const char *msg)
 int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iovec *iov,
                     int iovcnt)
 {
-    struct sender_peer *p = peer_by_index(s, index);
+    return sender_sendv_to_role(s, s->peer_role, index, type, iov, iovcnt);
+}
+
+int sender_sendv_to_role(struct sender *s, enum cluster_role role, int index, uint16_t type,
+                         const struct iovec *iov, int iovcnt)
+{
+    struct sender_peer *p = peer_of(s, role, index);
     if (!p || p->dropped || !p->link || !link_is_up(p->link))
         return -1;
     return link_sendv(p->link, type, iov, iovcnt);
@@ -645,7 +733,7 @@ void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
         n = snprintf(line, sizeof(line), "STAT peer%d_acked %" PRIu64 "\r\nSTAT peer%d_link %s%s\r\n",
                      p->index, p->acked, p->index,
                      p->dropped ? "dead" : p->link && link_is_up(p->link) ? "up" : "down",
-                     !p->dropped && p->joining ? " joining" : "");
+                     !p->dropped && p->rebuilding ? " rebuilding" : "");
         write(ctx, line, (size_t)n);
     }
 }

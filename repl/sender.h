@@ -50,17 +50,27 @@ struct sender_callbacks {
     /* Optional: a REQUEST or REPLY frame from a peer (recovery traffic);
      * peer is the peer's index in the cluster (not its slot here). */
     void (*message)(void *ctx, int peer, uint16_t type, const uint8_t *payload, uint32_t len);
-    /* Optional: the link to a joining peer (sender_add_peer) came up; it
-     * holds peer_xid.  The sender resends nothing to a joining peer: the
-     * owner brings it up to date (PBR: a snapshot from the current xid). */
-    void (*joining_up)(void *ctx, int peer, uint64_t peer_xid);
+    /* Optional: the link to a rebuilding peer (sender_add_peer_at) came
+     * up; it holds peer_xid.  The sender resends nothing to it: the owner
+     * brings it up to date (PBR: a snapshot from the current xid). */
+    void (*rebuilding_up)(void *ctx, int peer, uint64_t peer_xid);
+    /* Optional: the link to a peer added by sender_add_peer() is up; called
+     * before any record above the peer's start xid goes out on it, so the
+     * owner can send what must precede them (a rebuild's metadata). */
+    void (*joined)(void *ctx, enum cluster_role role, int index);
+    /* Optional: the link to a peer added by sender_add_peer() dropped before
+     * sender_peer_settled(); the peer is left out of the ack set already. */
+    void (*join_failed)(void *ctx, enum cluster_role role, int index, const char *why);
 };
 
 struct sender_peer {
     struct sender *s;
     int index;                 /* the peer's index in the cluster file */
+    enum cluster_role role;    /* its role (the sender's peer role, or another
+                                * for a peer added by sender_add_peer) */
+    bool joining;              /* added by sender_add_peer, not settled yet */
     bool dropped;              /* declared dead: no longer in the ack set */
-    bool joining;              /* being rebuilt: sent records, not in the ack set */
+    bool rebuilding;           /* PBR: sent records, not in the ack set (sender_add_peer_at) */
     struct link *link;
     uint64_t acked;            /* cumulative acknowledgement */
     uint64_t written;          /* SEMI: newest xid handed to the kernel */
@@ -94,8 +104,11 @@ struct sender {
     struct rec_op *ops;        /* decoding scratch for commits */
     uint32_t ops_cap;
     uint64_t records_sent;
-    struct link_identity me;   /* for links started later (sender_add_peer) */
-    char secret[CLUSTER_SECRET_MAX];
+    /* For sender_add_peer. */
+    const struct cluster *cluster;
+    int group;
+    enum cluster_role peer_role;
+    struct link_identity me;
 };
 
 /* Start links to the M peers cluster_find(c, group, peer_role, 0..M-1) as
@@ -127,17 +140,19 @@ void sender_start_at(struct sender *s, uint64_t xid);
  * before the first sender_send().  0, or -1 when out of memory. */
 int sender_continue(struct sender *s, uint64_t from, const struct reclog *carry);
 
-/* A peer at host:link_port, tagged index (a dropped peer of that index is
- * revived).  A joining peer (one that lost its state, or a new one) is
- * sent every new record but stays out of the ack set until
- * sender_peer_complete(), and when its link comes up the owner's
- * joining_up callback runs instead of a resend.  Otherwise it is a peer
- * like those of sender_init.  0, or -1 (no room, out of memory, or the
- * index is already a live peer). */
-int sender_add_peer(struct sender *s, int index, const char *host, int link_port, bool joining);
-/* The joining peer holds everything now: it enters the ack set. */
+/* A peer at host:link_port, tagged index (of the sender's peer role; a
+ * dropped peer of that index is revived).  A rebuilding peer (one that
+ * lost its state, or a new one) is sent every new record but stays out of
+ * the ack set until sender_peer_complete(), and when its link comes up
+ * the owner's rebuilding_up callback runs instead of a resend.  Otherwise
+ * it is a peer like those of sender_init, holding every record up to the
+ * stable xid.  0, or -1 (no room, out of memory, or the index is already a
+ * live peer). */
+int sender_add_peer_at(struct sender *s, int index, const char *host, int link_port,
+                       bool rebuilding);
+/* The rebuilding peer holds everything now: it enters the ack set. */
 void sender_peer_complete(struct sender *s, int index);
-bool sender_peer_joining(const struct sender *s, int index);
+bool sender_peer_rebuilding(const struct sender *s, int index);
 
 /* Peer `index` (cluster index) was declared dead: close its link and leave
  * it out of the ack set from now on (records become stable without it;
@@ -145,7 +160,25 @@ bool sender_peer_joining(const struct sender *s, int index);
  * commit now.  No-op for an unknown or already dropped peer. */
 void sender_drop_peer(struct sender *s, int index);
 bool sender_has_peer(const struct sender *s, int index);
-/* Peers still in the ack set (joining peers are not). */
+/* Add (or re-add, if it was dropped) peer `index` of `role` in the ack set
+ * as holding every record up to the last one assigned: it must be taken at
+ * a quiet point (no record in flight) and be given the state up to there
+ * another way (rebuild.h).  Its link starts now; cb->joined is called when
+ * it is up, before later records are sent on it.  0, or -1 (unknown peer,
+ * already a live peer, out of room). */
+int sender_add_peer(struct sender *s, enum cluster_role role, int index);
+/* The rebuild of an added peer is done: from now on a drop of its link is
+ * an ordinary reconnect. */
+void sender_peer_settled(struct sender *s, enum cluster_role role, int index);
+/* Bytes queued on a peer's link, not yet written to the kernel (0 when the
+ * link is down or the peer unknown). */
+size_t sender_peer_pending(struct sender *s, enum cluster_role role, int index);
+/* Drop a peer of any role (sender_drop_peer is for the peer role). */
+void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index);
+/* Send on the link of a peer of any role. */
+int sender_sendv_to_role(struct sender *s, enum cluster_role role, int index, uint16_t type,
+                         const struct iovec *iov, int iovcnt);
+/* Peers still in the ack set (rebuilding peers are not). */
 int sender_live_peers(const struct sender *s);
 
 /* Send a REQUEST/REPLY frame to peer `index` (cluster index) on its link,

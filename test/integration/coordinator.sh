@@ -49,8 +49,10 @@ all_at_epoch() {
 }
 
 # --- up (retried on a new port range if another test took ours) ---
-# 3 servers and the coordinator: 2 ports each (base_port + 6 is the coordinator's)
-cluster_up "$dir" 8 32000 40000 --nodes 3 --scheme plain --no-proxy --memory 16 \
+# 3 servers and the coordinator: 2 ports each (base_port + 6 is the coordinator's).
+# The nodes do not restart dead processes: this test restarts the
+# coordinator by hand and checks that a killed process stays dead.
+cluster_up "$dir" 8 32000 40000 --nodes 3 --scheme plain --no-proxy --memory 16 --restart off \
     || { fail "cluster up"; exit 1; }
 coord=$(cat "$dir/coordinator" 2>/dev/null)
 [ "$coord" = "127.0.0.1:$((base_port + 6))" ] || fail "coordinator file holds '$coord', want 127.0.0.1:$((base_port + 6))"

@@ -9,10 +9,10 @@
 #      reads and writes through the map; the time to serve again is read
 #      from `cocytus groups`;
 #   2. SIGKILL the other backup: writes go on (redundancy 0/2);
-#   3. restart both dead processes by hand with their command lines (the
-#      old primary rejoins as a backup): both are rebuilt from the new
-#      primary while the load goes on, and the group returns to healthy
-#      redundancy 2/2 with equal `cocytus meta` digests on all three;
+#   3. cocytus-node restarts both dead processes (the old primary rejoins
+#      as a backup): both are rebuilt from the new primary while the load
+#      goes on, and the group returns to healthy redundancy 2/2 with equal
+#      `cocytus meta` digests on all three;
 #   4. SIGKILL the new primary under a second load: promoted again.
 # Every acknowledged set of both loads must be found: lost 0.  Everything
 # the test started is stopped; loads are bounded in time and count.
@@ -26,14 +26,9 @@ writer=$build_dir/bench/drill-writer
 modes=${FAILOVER_PBR_MODES:-full semi}
 
 dir=""
-restarted=()
 writer_pid=""
 cleanup() {
     [ -n "$writer_pid" ] && kill "$writer_pid" 2>/dev/null
-    local p
-    for p in "${restarted[@]}"; do
-        stop_pid "$p"
-    done
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -63,23 +58,21 @@ member_port() {
     fi
 }
 
-# kill_member K: SIGKILL member K, keeping its command line in cmd_K.
-kill_member() {
-    local k=$1 pid
-    pid=${pids[$k]}
-    tr '\0' '\n' <"/proc/$pid/cmdline" >"$dir/cmd_$k"
-    kill -KILL "$pid"
-    echo "killed member $k (pid $pid) at $(date +%s.%N | cut -c1-14)"
+# member_pid K: the latest pid of member K (its node appends a line to
+# node-I.procs for every start).
+member_pid() {
+    local role=backup index=$1
+    [ "$1" -eq 2 ] && { role=primary; index=0; }
+    cat "$dir"/node-*.procs | awk -v r="$role" -v k="$index" \
+        '$1 == r && $2 == 0 && $3 == k { pid = $6 } END { print pid }'
 }
 
-# restart_member K: start member K again with its old command line.
-restart_member() {
-    local k=$1 args=()
-    mapfile -t args <"$dir/cmd_$k"
-    setsid "${args[@]}" </dev/null >>"$dir/restarted-$k.log" 2>&1 &
-    pids[$k]=$!
-    restarted+=("$!")
-    echo "restarted member $k (pid $!)"
+# kill_member K: SIGKILL member K (its node starts it again after 0.5 s).
+kill_member() {
+    local k=$1 pid
+    pid=$(member_pid "$k")
+    kill -KILL "$pid"
+    echo "killed member $k (pid $pid)"
 }
 
 # digests_equal: `cocytus meta` is the same on the three members.
@@ -115,10 +108,6 @@ run_mode() {
         return
     fi
     coord=$(cat "$dir/coordinator")
-    pids=()
-    pids[2]=$(awk '$1 == "primary" && $2 == 0 { print $6 }' "$dir/endpoints")
-    pids[0]=$(awk '$1 == "backup" && $2 == 0 && $3 == 0 { print $6 }' "$dir/endpoints")
-    pids[1]=$(awk '$1 == "backup" && $2 == 0 && $3 == 1 { print $6 }' "$dir/endpoints")
     wait_for 30 group_is healthy || fail "$mode: not healthy at the start: $(groups_line)"
 
     # 1 + 2: primary, then the other backup, under load.
@@ -126,6 +115,7 @@ run_mode() {
         2>"$dir/writer1.err" &
     writer_pid=$!
     sleep 1
+    old_primary_pid=$(member_pid 2)
     kill_member 2
     if wait_for 30 group_is degraded; then
         line=$(groups_line)
@@ -150,9 +140,7 @@ run_mode() {
     [ "$after" -gt "$before" ] && ok "$mode: writes go on without backups ($before -> $after acknowledged)" \
         || fail "$mode: no write acknowledged without backups ($before -> $after)"
 
-    # 3: both come back and are rebuilt while the load goes on.
-    restart_member 2
-    restart_member "$second"
+    # 3: their node starts both again; they are rebuilt while the load goes on.
     local saw_rebuild=0
     for _ in $(seq 150); do
         line=$(groups_line)
@@ -165,6 +153,8 @@ run_mode() {
         || echo "note: the rebuild ended before a progress line was seen"
     group_is healthy && ok "$mode: healthy again, redundancy 2/2" \
         || fail "$mode: not healthy after the restarts: $(groups_line)"
+    [ "$(member_pid 2)" != "$old_primary_pid" ] && ok "$mode: the old primary was restarted" \
+        || fail "$mode: the old primary was not restarted"
     wait "$writer_pid"
     writer_pid=""
     cat "$dir/writer1.err"
@@ -185,11 +175,6 @@ run_mode() {
     writer_pid=""
     cat "$dir/writer2.err"
     check_acked "$dir/acked2" "$mode, second load"
-    local p
-    for p in "${restarted[@]}"; do
-        stop_pid "$p"
-    done
-    restarted=()
     cluster_remove "$dir"
     dir=""
 }

@@ -1,0 +1,296 @@
+/* replica.c - the receiving side of a data process's migration back from
+ * its recovery process (replica.h).  The links, acknowledgements and the
+ * piggybacked commit are repl/receiver.c's, as on a parity process; this
+ * file says what a record and a rebuild message mean for a plain copy. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "cluster.h"
+#include "link.h"
+#include "rebuild.h"
+#include "receiver.h"
+#include "replica.h"
+
+struct replica {
+    struct replica_hooks hooks;
+    int group, dp, from;
+    uint8_t *region;
+    uint64_t region_size;
+    struct repl_source src;
+    struct meta_table meta;
+    struct dalloc *alloc;
+    struct rb_units units;
+    uint64_t max_cas, end;
+    bool told_complete;
+    struct repl_receiver *rx;
+    struct link_listener *listener;
+    const struct record *cur;   /* the record being applied (filter callback) */
+};
+
+__attribute__((format(printf, 2, 3)))
+static void rp_log(struct replica *r, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (r->hooks.log)
+        r->hooks.log(r->hooks.ctx, line);
+}
+
+/* ---- applying records ---- */
+
+static void xor_run(void *ctx, uint64_t off, uint64_t len)
+{
+    struct replica *r = ctx;
+    const uint8_t *src = r->cur->data + (off - r->cur->data_off);
+    uint8_t *dst = r->region + off;
+    for (uint64_t i = 0; i < len; i++)
+        dst[i] ^= src[i];
+}
+
+static int apply_record(void *ctx, const struct record *rec)
+{
+    struct replica *r = ctx;
+    char err[192];
+    if (rec->data_off > r->region_size || rec->data_len > r->region_size - rec->data_off)
+        return repl_source_mark_diverged(&r->src, rec->xid, "delta outside the region");
+    for (uint32_t i = 0; i < rec->nops; i++) {
+        if (meta_replay_op(&r->meta, r->alloc, &rec->ops[i], err, sizeof(err)) != 0)
+            return repl_source_mark_diverged(&r->src, rec->xid, "op %" PRIu32 ": %s", i + 1, err);
+        if (rec->ops[i].type == ROP_PUT && rec->ops[i].cas > r->max_cas)
+            r->max_cas = rec->ops[i].cas;
+    }
+    if (rec->data_len) {
+        r->cur = rec;
+        rb_units_filter(&r->units, rec->xid, rec->data_off, rec->data_len, xor_run, r);
+        r->cur = NULL;
+        if (rec->data_off + rec->data_len > r->end)
+            r->end = rec->data_off + rec->data_len;
+    }
+    return 0;
+}
+
+static int hook_apply(void *owner, int index, uint64_t stable)
+{
+    struct replica *r = owner;
+    return repl_source_apply(&r->src, stable, apply_record, r);
+}
+
+/* ---- rebuild messages ---- */
+
+struct unit_copy {
+    struct replica *r;
+    const uint8_t *bytes;
+    uint64_t off;
+};
+
+static void copy_run(void *ctx, uint64_t off, uint64_t len)
+{
+    struct unit_copy *c = ctx;
+    memcpy(c->r->region + off, c->bytes + (off - c->off), len);
+}
+
+static void check_complete(struct replica *r)
+{
+    if (r->told_complete || !rb_units_complete(&r->units))
+        return;
+    r->told_complete = true;
+    rp_log(r, "copy of dp %d complete: %" PRIu64 " unit bytes, %zu keys, stream at xid %" PRIu64,
+           r->dp, r->units.bytes, r->meta.count, r->src.received_xid);
+    if (r->hooks.complete)
+        r->hooks.complete(r->hooks.ctx);
+}
+
+static void on_begin(struct replica *r, const uint8_t *p, uint32_t len)
+{
+    struct rb_begin b;
+    if (rb_decode_begin(p, len, &b) != 0 || b.source != (uint32_t)r->dp) {
+        rp_log(r, "malformed or foreign rebuild BEGIN; ignored");
+        return;
+    }
+    meta_clear(&r->meta);
+    dalloc_reset(r->alloc);
+    memset(r->region, 0, r->region_size);
+    uint64_t size = r->region_size;
+    rb_units_destroy(&r->units);
+    if (rb_units_init(&r->units, size) != 0) {
+        rp_log(r, "out of memory starting the copy");
+        return;
+    }
+    rb_units_begin(&r->units, b.x0, b.end);
+    repl_source_reset(&r->src, b.x0);
+    r->max_cas = b.max_cas;
+    r->end = b.end;
+    r->told_complete = false;
+    rp_log(r, "copy of dp %d begins at xid %" PRIu64 " (%" PRIu64 " region bytes to take)",
+           r->dp, b.x0, b.end);
+}
+
+static void hook_message(void *owner, int index, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    struct replica *r = owner;
+    char err[192];
+    switch (rb_kind_of(p, len)) {
+    case RB_BEGIN:
+        on_begin(r, p, len);
+        break;
+    case RB_META:
+        if (!r->units.begun || rb_apply_meta(p, len, &r->meta, r->alloc, err, sizeof(err)) != 0)
+            rp_log(r, "metadata of the copy refused: %s", r->units.begun ? err : "before BEGIN");
+        break;
+    case RB_UNITS: {
+        uint64_t t, off;
+        const uint8_t *bytes;
+        uint32_t n;
+        if (!r->units.begun ||
+            rb_decode_units(p, len, r->region_size, &t, &off, &bytes, &n) != 0) {
+            rp_log(r, "malformed units message; ignored");
+            break;
+        }
+        struct unit_copy c = { r, bytes, off };
+        rb_units_arrive(&r->units, t, off, n, copy_run, &c);
+        check_complete(r);
+        break;
+    }
+    case RB_END:
+        r->units.ended = r->units.begun;
+        check_complete(r);
+        break;
+    default:
+        rp_log(r, "unexpected message on the copy link; ignored");
+    }
+}
+
+static int hook_resolve(void *owner, const struct link_identity *id, const char **reason)
+{
+    struct replica *r = owner;
+    if (id->role == LINK_ROLE_PARITY && (int)id->index == r->from)
+        return 0;
+    *reason = "this data process takes its copy from its recovery process only";
+    return -1;
+}
+
+static void hook_log(void *owner, const char *line)
+{
+    rp_log(owner, "%s", line);
+}
+
+/* ---- public ---- */
+
+struct replica *replica_new(struct event_base *base, const struct cluster *c, int group, int dp,
+                            int from, uint8_t *region, uint64_t region_size, unsigned hashpower,
+                            const struct replica_hooks *hooks)
+{
+    const struct cluster_proc *me = cluster_find(c, group, ROLE_DATA, dp);
+    struct replica *r = calloc(1, sizeof(*r));
+    if (!r || !me)
+        goto fail_early;
+    r->hooks = *hooks;
+    r->group = group;
+    r->dp = dp;
+    r->from = from;
+    r->region = region;
+    r->region_size = region_size;
+    repl_source_init(&r->src);
+    r->alloc = dalloc_new(region_size);
+    if (!r->alloc || meta_init(&r->meta, hashpower) < 0 ||
+        rb_units_init(&r->units, region_size) != 0)
+        goto fail;
+    struct repl_source *sources[1] = { &r->src };
+    struct repl_receiver_config cfg = {
+        .base = base,
+        .sender_role = LINK_ROLE_PARITY,
+        .nsources = 1,
+        .sources = sources,
+        .tag = "recovery process",
+        .noun = "recovery process",
+        .wrong_role = "a replacement data process takes its copy from its recovery process",
+        .no_such = "no such recovery process",
+        .hooks = { .apply = hook_apply, .log = hook_log, .message = hook_message,
+                   .resolve = hook_resolve },
+        .owner = r,
+    };
+    r->rx = repl_receiver_new(&cfg);
+    if (!r->rx)
+        goto fail;
+    r->listener = link_listen(base, me->host, me->link_port, c->name, (uint32_t)group,
+                              c->secret, repl_receiver_accept, r->rx);
+    if (!r->listener) {
+        rp_log(r, "cannot listen on %s:%d for the copy", me->host, me->link_port);
+        goto fail;
+    }
+    rp_log(r, "waiting on %s:%d for the copy of dp %d from parity process %d", me->host,
+           me->link_port, dp, from);
+    return r;
+fail:
+    replica_free(r);
+    return NULL;
+fail_early:
+    free(r);
+    return NULL;
+}
+
+void replica_free(struct replica *r)
+{
+    if (!r)
+        return;
+    if (r->listener)
+        link_listener_free(r->listener);
+    if (r->rx)
+        repl_receiver_free(r->rx);
+    repl_source_destroy(&r->src);
+    meta_destroy(&r->meta);
+    if (r->alloc)
+        dalloc_destroy(r->alloc);
+    rb_units_destroy(&r->units);
+    free(r);
+}
+
+int replica_from(const struct replica *r)
+{
+    return r->from;
+}
+
+bool replica_complete(const struct replica *r)
+{
+    return rb_units_complete(&r->units);
+}
+
+void replica_progress(const struct replica *r, uint64_t *done, uint64_t *total, uint64_t *bytes)
+{
+    *done = r->units.arrived;
+    *total = r->units.nunits;
+    *bytes = r->units.bytes;
+}
+
+int replica_settle(struct replica *r, uint64_t xid)
+{
+    if (r->src.received_xid < xid || r->src.diverged) {
+        rp_log(r, "cannot settle at xid %" PRIu64 ": received %" PRIu64 "%s", xid,
+               r->src.received_xid, r->src.diverged ? " (diverged)" : "");
+        return -1;
+    }
+    if (repl_source_apply(&r->src, xid, apply_record, r) != 0)
+        return -1;
+    return repl_source_truncate_after(&r->src, xid);
+}
+
+void replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
+                  uint64_t *max_cas, uint64_t *end)
+{
+    *meta = r->meta;
+    memset(&r->meta, 0, sizeof(r->meta));
+    meta_init(&r->meta, 0);
+    *alloc = r->alloc;
+    r->alloc = NULL;
+    *max_cas = r->max_cas;
+    *end = r->end;
+}

@@ -1,0 +1,49 @@
+/* replica.h - a replacement data process taking its data back from the
+ * recovery process that served it (paper 4.2, data process recovery).
+ *
+ * The restarted data process listens on its link port; the recovery
+ * process joins it to the served stream and sends it the state with the
+ * rebuild messages (rebuild.h).  The replica keeps the metadata table, the
+ * allocator and the region exactly as the recovery process has them: ops
+ * are replayed like on a parity process, deltas are XORed as they are
+ * (coefficient 1) into the units that arrived, and units are copied.  When
+ * everything arrived, the owner is told; at the handoff the coordinator
+ * names the last xid, the replica applies up to it, and the data engine
+ * takes the table, allocator and region and continues the stream. */
+#ifndef COCYTUS_REPLICA_H
+#define COCYTUS_REPLICA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "meta.h"
+
+struct event_base;
+struct cluster;
+struct dalloc;
+struct replica;
+
+struct replica_hooks {
+    void *ctx;
+    void (*complete)(void *ctx);            /* every unit arrived */
+    void (*log)(void *ctx, const char *line);
+};
+
+/* Listen on data process dp's link port for parity process `from` (the
+ * recovery process).  The region (region_size bytes, zero) is written in
+ * place.  NULL after a log line. */
+struct replica *replica_new(struct event_base *base, const struct cluster *c, int group, int dp,
+                            int from, uint8_t *region, uint64_t region_size, unsigned hashpower,
+                            const struct replica_hooks *hooks);
+void replica_free(struct replica *r);
+bool replica_complete(const struct replica *r);
+int replica_from(const struct replica *r);
+void replica_progress(const struct replica *r, uint64_t *done, uint64_t *total, uint64_t *bytes);
+/* Apply every record up to xid.  0, or -1 (not all received, or diverged). */
+int replica_settle(struct replica *r, uint64_t xid);
+/* Move the table and allocator out (the replica keeps empty ones).
+ * *max_cas: the largest cas it saw; *end: furthest byte written. */
+void replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
+                  uint64_t *max_cas, uint64_t *end);
+
+#endif
