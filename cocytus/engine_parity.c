@@ -832,13 +832,17 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
 static void become_empty(struct parity_engine *pe)
 {
     if (pe->serving) {
+        /* Detached first: the requests it answers or wakes come back to us
+         * (and get MOVED), not to it. */
+        struct engine *data = pe->serving;
         const struct cluster_proc *dpp = cluster_find(pe->cfg.cluster, pe->group, ROLE_DATA,
                                                       pe->serving_dp);
-        if (dpp)
-            engine_data_release(pe->serving, dpp->host, dpp->port);
-        pe->serving->ops->destroy(pe->serving);
         pe->serving = NULL;
         pe->serving_dp = -1;
+        pe->state.data_units = NULL;
+        if (dpp)
+            engine_data_release(data, dpp->host, dpp->port);
+        data->ops->destroy(data);
     }
     recovery_destroy(&pe->rec);
     if (recovery_start(pe) != 0) {

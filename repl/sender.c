@@ -76,10 +76,12 @@ static void send_stable(struct sender *s, struct link *only)
 {
     uint8_t buf[8];
     put_u64le(buf, s->stable);
-    if (only)
+    if (only) {
+        /* One link (just up): the others may still wait for this xid. */
         link_send(only, FT_STABLE, buf, sizeof(buf));
-    else
-        send_all(s, FT_STABLE, buf, sizeof(buf));
+        return;
+    }
+    send_all(s, FT_STABLE, buf, sizeof(buf));
     s->stable_dirty = false;
 }
 

@@ -1,13 +1,17 @@
 /* test_recovery.c - the plain data of online recovery (cocytus/recovery.h):
  * the group view's text form, the unit map, the recovery messages' byte
- * layout and its refusals, and a parity process that skips the units that
- * hold a served data process's data (cocytus/parity.c). */
+ * layout and its refusals, a parity process that skips the units that
+ * hold a served data process's data (cocytus/parity.c), and the rebuild of
+ * a parity process while its source keeps writing (cocytus/rebuild.c). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "codec.h"
+#include "meta.h"
 #include "parity.h"
+#include "rebuild.h"
 #include "record.h"
 #include "recovery.h"
 
@@ -240,6 +244,201 @@ START_TEST(test_parity_skips_data_units)
 }
 END_TEST
 
+/* ---- rebuild (rebuild.h) ---- */
+
+static void count_run(void *ctx, uint64_t off, uint64_t len)
+{
+    uint64_t *r = ctx;
+    r[0]++;
+    r[1] += len;
+    r[2] = off;
+}
+
+START_TEST(test_rebuild_unit_tags)
+{
+    struct rb_units u;
+    ck_assert_int_eq(rb_units_init(&u, 4 * RECOV_UNIT), 0);
+    /* x0 10; the source wrote only into the first two units. */
+    rb_units_begin(&u, 10, 2 * RECOV_UNIT - 100);
+    ck_assert_uint_eq(u.arrived, 2);
+    uint64_t r[3] = { 0 };
+    rb_units_filter(&u, 11, 0, 4 * RECOV_UNIT, count_run, r);
+    ck_assert_uint_eq(r[0], 1);                     /* one run: units 2-3 */
+    ck_assert_uint_eq(r[1], 2 * RECOV_UNIT);
+    ck_assert_uint_eq(r[2], 2 * RECOV_UNIT);
+    /* Unit 0 as of xid 15: records up to 15 are in its bytes. */
+    memset(r, 0, sizeof(r));
+    rb_units_arrive(&u, 15, 0, RECOV_UNIT, count_run, r);
+    ck_assert_uint_eq(r[0], 1);
+    memset(r, 0, sizeof(r));
+    rb_units_arrive(&u, 16, 0, RECOV_UNIT, count_run, r);   /* twice: nothing new */
+    ck_assert_uint_eq(r[0], 0);
+    rb_units_filter(&u, 12, 100, RECOV_UNIT, count_run, r);
+    ck_assert_uint_eq(r[0], 0);                     /* 12 <= 15, unit 1 not there */
+    rb_units_filter(&u, 16, 100, RECOV_UNIT, count_run, r);
+    ck_assert_uint_eq(r[1], RECOV_UNIT - 100);      /* unit 0's part only */
+    ck_assert(!rb_units_complete(&u));
+    rb_units_arrive(&u, 16, RECOV_UNIT, RECOV_UNIT, count_run, r);
+    ck_assert(!rb_units_complete(&u));              /* END not seen */
+    u.ended = true;
+    ck_assert(rb_units_complete(&u));
+    rb_units_destroy(&u);
+}
+END_TEST
+
+struct meta_dest {
+    struct meta_table *t;
+    struct dalloc *a;
+    int rc, messages;
+};
+
+static int apply_meta_message(void *ctx, const uint8_t *p, size_t len)
+{
+    struct meta_dest *d = ctx;
+    char err[128];
+    d->messages++;
+    if (rb_apply_meta(p, len, d->t, d->a, err, sizeof(err)) != 0)
+        d->rc = -1;
+    return 0;
+}
+
+START_TEST(test_rebuild_messages)
+{
+    struct rb_msg m = { 0 };
+    struct rb_begin b = { .source = 2, .x0 = 77, .end = 8192, .max_cas = 9 }, c;
+    rb_msg_begin(&m, &b);
+    ck_assert(rb_is_rebuild(m.buf, m.len));
+    ck_assert_int_eq(rb_decode_begin(m.buf, m.len, &c), 0);
+    ck_assert_uint_eq(c.source, 2);
+    ck_assert_uint_eq(c.x0, 77);
+    ck_assert_uint_eq(c.end, 8192);
+    ck_assert_uint_eq(c.max_cas, 9);
+    ck_assert_int_lt(rb_decode_begin(m.buf, m.len - 1, &c), 0);
+
+    /* The metadata of a table and allocator, into fresh ones. */
+    struct meta_table t, t2;
+    struct dalloc *a = dalloc_new(1 << 20), *a2 = dalloc_new(1 << 20);
+    ck_assert_int_eq(meta_init(&t, 4), 0);
+    ck_assert_int_eq(meta_init(&t2, 4), 0);
+    char key[32];
+    for (int i = 0; i < 3000; i++) {
+        uint64_t off;
+        ck_assert_int_eq(dalloc_alloc(a, 100 + (uint64_t)i % 300, &off), 0);
+        snprintf(key, sizeof(key), "key:%d", i);
+        ck_assert_ptr_nonnull(meta_put(&t, key, strlen(key), off, 100 + (uint32_t)i % 300,
+                                       (uint32_t)i, i % 2 ? 0 : 1900000000 + i,
+                                       1000u + (uint64_t)i));
+    }
+    struct meta_dest d = { &t2, a2, 0, 0 };
+    ck_assert_int_eq(rb_send_meta(&t, a, apply_meta_message, &d), 0);
+    ck_assert_int_eq(d.rc, 0);
+    ck_assert_int_gt(d.messages, 1);                /* more than one chunk */
+    ck_assert_uint_eq(meta_digest(&t), meta_digest(&t2));
+    ck_assert_uint_eq(dalloc_digest(a), dalloc_digest(a2));
+    /* The same pieces again overlap: refused. */
+    d.rc = 0;
+    ck_assert_int_eq(rb_send_meta(&t, a, apply_meta_message, &d), 0);
+    ck_assert_int_lt(d.rc, 0);
+
+    /* Units: whole units, inside the region. */
+    uint8_t unit[2 * RECOV_UNIT];
+    memset(unit, 0x5A, sizeof(unit));
+    rb_msg_units(&m, 33, RECOV_UNIT, unit, sizeof(unit));
+    uint64_t tt, off;
+    const uint8_t *bytes;
+    uint32_t n;
+    ck_assert_int_eq(rb_decode_units(m.buf, m.len, 4 * RECOV_UNIT, &tt, &off, &bytes, &n), 0);
+    ck_assert_uint_eq(tt, 33);
+    ck_assert_uint_eq(off, RECOV_UNIT);
+    ck_assert_uint_eq(n, sizeof(unit));
+    ck_assert_int_lt(rb_decode_units(m.buf, m.len, 2 * RECOV_UNIT, &tt, &off, &bytes, &n), 0);
+    rb_msg_units(&m, 33, 100, unit, sizeof(unit));
+    ck_assert_int_lt(rb_decode_units(m.buf, m.len, 4 * RECOV_UNIT, &tt, &off, &bytes, &n), 0);
+    meta_destroy(&t);
+    meta_destroy(&t2);
+    dalloc_destroy(a);
+    dalloc_destroy(a2);
+    rb_msg_free(&m);
+}
+END_TEST
+
+/* A parity process rebuilt while its source writes ends with the same
+ * parity as one that received every record: units arrive tagged with the
+ * source's committed xid, before and after the records that touch them. */
+START_TEST(test_rebuild_matches_full_stream)
+{
+    const uint64_t region = 4 * RECOV_UNIT;
+    struct parity full, rebuilt;
+    char err[256];
+    ck_assert_int_eq(parity_init(&full, 3, 5, 1, region, 4, err, sizeof(err)), 0);
+    ck_assert_int_eq(parity_init(&rebuilt, 3, 5, 1, region, 4, err, sizeof(err)), 0);
+    uint8_t truth[4 * RECOV_UNIT];                  /* the source's committed region */
+    memset(truth, 0, sizeof(truth));
+    struct rb_units u;
+    ck_assert_int_eq(rb_units_init(&u, region), 0);
+    uint8_t *delta = malloc(region);
+    const uint64_t offs[8] = { 0, 5000, 100, 4000, 9000, 12000, 2000, 7000 };
+    const uint32_t lens[8] = { 3000, 6000, 8000, 5000, 3000, 4000, 9000, 2000 };
+    for (uint64_t x = 1; x <= 8; x++) {
+        for (uint32_t i = 0; i < lens[x - 1]; i++)
+            delta[i] = (uint8_t)(x * 31 + i * 7);
+        size_t size;
+        uint8_t *rec = make_record(x, offs[x - 1], delta, lens[x - 1], &size);
+        uint64_t stable;
+        ck_assert_int_eq(parity_receive(&full, 2, rec, size, &stable), REPL_RX_BUFFERED);
+        ck_assert_int_eq(parity_apply(&full, 2, x), 0);
+        if (x == 3) {
+            struct rb_msg m = { 0 };
+            struct rb_begin b = { .source = 2, .x0 = 3, .end = region, .max_cas = 0 };
+            rb_msg_begin(&m, &b);
+            ck_assert_int_eq(parity_rebuild_begin(&rebuilt, 2, &u, m.buf, m.len), 0);
+            rb_msg_free(&m);
+        } else if (x > 3) {
+            ck_assert_int_eq(parity_receive(&rebuilt, 2, rec, size, &stable), REPL_RX_BUFFERED);
+        }
+        /* Unit x-4 travels around record x, in every order the link allows
+         * (FIFO: bytes read before x commits arrive before x is applied):
+         * units 0 and 2 are read before x commits (t = x-1); unit 1 after
+         * (t = x) and arrives before x is applied; unit 3 after, and
+         * arrives after x was applied (skipped: it is in the bytes). */
+        int unit = x >= 4 && x <= 7 ? (int)(x - 4) : -1;
+        struct rb_msg um = { 0 };
+        if (unit == 0 || unit == 2) {
+            rb_msg_units(&um, x - 1, (uint64_t)unit * RECOV_UNIT,
+                         truth + (uint64_t)unit * RECOV_UNIT, RECOV_UNIT);
+            ck_assert_int_eq(parity_rebuild_message(&rebuilt, 2, um.buf, um.len, err,
+                                                    sizeof(err)), 0);
+        }
+        for (uint32_t i = 0; i < lens[x - 1]; i++)
+            truth[offs[x - 1] + i] ^= delta[i];     /* x commits at the source */
+        if (unit == 1 || unit == 3)
+            rb_msg_units(&um, x, (uint64_t)unit * RECOV_UNIT,
+                         truth + (uint64_t)unit * RECOV_UNIT, RECOV_UNIT);
+        if (unit == 1)
+            ck_assert_int_eq(parity_rebuild_message(&rebuilt, 2, um.buf, um.len, err,
+                                                    sizeof(err)), 0);
+        if (x > 3)
+            ck_assert_int_eq(parity_apply(&rebuilt, 2, x), 0);
+        if (unit == 3)
+            ck_assert_int_eq(parity_rebuild_message(&rebuilt, 2, um.buf, um.len, err,
+                                                    sizeof(err)), 0);
+        rb_msg_free(&um);
+        free(rec);
+    }
+    struct rb_msg end = { 0 };
+    rb_msg_end(&end, 4);
+    ck_assert_int_eq(parity_rebuild_message(&rebuilt, 2, end.buf, end.len, err, sizeof(err)), 0);
+    rb_msg_free(&end);
+    ck_assert(rb_units_complete(&u));
+    ck_assert_int_eq(memcmp(full.region, rebuilt.region, region), 0);
+    rebuilt.dps[2].rb = NULL;
+    rb_units_destroy(&u);
+    free(delta);
+    parity_destroy(&full);
+    parity_destroy(&rebuilt);
+}
+END_TEST
+
 static Suite *recovery_suite(void)
 {
     Suite *s = suite_create("recovery");
@@ -250,6 +449,9 @@ static Suite *recovery_suite(void)
     tcase_add_test(tc, test_message_round_trip);
     tcase_add_test(tc, test_message_refusals);
     tcase_add_test(tc, test_parity_skips_data_units);
+    tcase_add_test(tc, test_rebuild_unit_tags);
+    tcase_add_test(tc, test_rebuild_messages);
+    tcase_add_test(tc, test_rebuild_matches_full_stream);
     suite_add_tcase(s, tc);
     return s;
 }
