@@ -780,7 +780,7 @@ static const char *pbr_name(const struct pbr_view *v, int i, char *buf, size_t c
     if (i == 0)
         snprintf(buf, cap, "primary (%s:%d)", p->host, p->port);
     else
-        snprintf(buf, cap, "backup %d (%s:%d)", p->index, p->host, p->port);
+        snprintf(buf, cap, "backup (%s:%d)", p->host, p->port);
     return buf;
 }
 
@@ -792,6 +792,28 @@ static void pbr_close(struct pbr_view *v)
             free(v->conn[i]);
             v->conn[i] = NULL;
         }
+    }
+}
+
+/* After a failover a backup is the primary: the member whose `cocytus
+ * info` says role primary takes place 0 (the others keep their order). */
+static void pbr_find_primary(struct pbr_view *v)
+{
+    for (int i = 1; i <= v->m; i++) {
+        struct admin_stats st = { 0 };
+        bool primary = admin_stats_cmd(v->conn[i], "cocytus info", &st) == 0 &&
+                       admin_stat_str(&st, "role") != NULL &&
+                       strcmp(admin_stat_str(&st, "role"), "primary") == 0;
+        admin_stats_free(&st);
+        if (!primary)
+            continue;
+        const struct proc_info *p = v->proc[0];
+        struct admin_conn *c = v->conn[0];
+        v->proc[0] = v->proc[i];
+        v->conn[0] = v->conn[i];
+        v->proc[i] = p;
+        v->conn[i] = c;
+        return;
     }
 }
 
@@ -825,6 +847,7 @@ static int pbr_open(struct pbr_view *v, const struct proc_list *l, int g, int ti
             return -1;
         }
     }
+    pbr_find_primary(v);
     return 0;
 }
 
