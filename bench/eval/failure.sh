@@ -1,0 +1,377 @@
+#!/usr/bin/env bash
+# failure.sh - the paper's figure 8 (section 6.4), scaled to this machine:
+# throughput over time while two whole nodes fail, for Cocytus with online
+# recovery, Cocytus with blocked recovery (writes wait until every unit is
+# rebuilt) and PBR.  For each system and workload (read-only, 95:5, 50:50;
+# 1 KB values, zipfian): a 5-node cluster with its coordinator on free
+# loopback ports (RS(3,5): 25 processes; PBR with 2 backups: 15), RECORDS
+# records preloaded, then cocytus-bench with the cached slot map (libcocytus)
+# for DURATION seconds with per-interval throughput; every process of node
+# 1 killed (SIGKILL to the cocytus-node process group) at KILL1_AT s, every
+# process of node 2 at KILL2_AT s.  Meanwhile the coordinator's `cocytus
+# groups` is polled every POLL_MS: when each failure was served again
+# (served_at_ms) and when all data was recovered (no group taking over or
+# recovering, every data process served, every `rec` progress at its total).
+#
+# usage: bench/eval/failure.sh
+#   SYSTEMS="online blocked pbr" WORKLOADS="1 0.95 0.5"
+#   RECORDS=300000 DURATION=40 KILL1_AT=10 KILL2_AT=20 INTERVAL_MS=200
+#   CONNS=8 POLL_MS=100 KILL_NODES="1 2" MEMORY_MB=256 REGION_MB=128
+#   KILL2_AFTER_MS=N: the second kill N ms after the first (to land inside
+#   the first recovery, which lasts well under a second at this scale)
+#   NAME=failure: the output files' base name
+# Writes docs/evaluation/failure.csv (the time series), failure-events.csv
+# (one row per run: failure and recovery times, throughput before / during
+# / after, time without service) and failure.png, and prints the table that
+# docs/evaluation/failure.md holds (failure-table.md).
+# Exit 0 when every run completed (errors of the load generator are
+# figures here, not failures: a stalled system fails requests).
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+read -r -a SYSTEMS <<<"${SYSTEMS:-online blocked pbr}"
+read -r -a WORKLOADS <<<"${WORKLOADS:-1 0.95 0.5}"
+read -r -a KILL_NODES <<<"${KILL_NODES:-1 2}"
+RECORDS=${RECORDS:-300000}
+DURATION=${DURATION:-40}
+KILL1_AT=${KILL1_AT:-10}
+KILL2_AT=${KILL2_AT:-20}
+KILL2_AFTER_MS=${KILL2_AFTER_MS:-}   # set: the second kill that many ms after the first instead
+INTERVAL_MS=${INTERVAL_MS:-200}
+CONNS=${CONNS:-8}
+POLL_MS=${POLL_MS:-100}
+MEMORY_MB=${MEMORY_MB:-256}
+REGION_MB=${REGION_MB:-128}
+VALUE=1024
+NODES=5
+NOSERVICE_SHARE=10          # an interval below 10% of the throughput before counts as no service
+
+for v in RECORDS DURATION KILL1_AT KILL2_AT INTERVAL_MS CONNS POLL_MS MEMORY_MB REGION_MB; do
+    is_uint "${!v}" && [ "${!v}" -ge 1 ] || { echo "failure.sh: $v must be a positive number" >&2; exit 2; }
+done
+[ -z "$KILL2_AFTER_MS" ] || is_uint "$KILL2_AFTER_MS" || { echo "failure.sh: KILL2_AFTER_MS must be a number" >&2; exit 2; }
+[ "$KILL1_AT" -lt "$KILL2_AT" ] && [ "$KILL2_AT" -lt "$DURATION" ] \
+    || { echo "failure.sh: need KILL1_AT < KILL2_AT < DURATION" >&2; exit 2; }
+[ "${#KILL_NODES[@]}" -eq 2 ] || { echo "failure.sh: KILL_NODES names two nodes" >&2; exit 2; }
+for n in "${KILL_NODES[@]}"; do
+    is_uint "$n" && [ "$n" -ge 1 ] && [ "$n" -lt "$NODES" ] \
+        || { echo "failure.sh: KILL_NODES must be nodes 1..$((NODES - 1)) (node 0 runs the coordinator)" >&2; exit 2; }
+done
+
+declare -A LABEL=([online]="Cocytus online" [blocked]="Cocytus blocked" [pbr]="PBR (2 backups)")
+declare -A WLABEL=([1]="read-only" [0.95]="95:5" [0.5]="50:50")
+
+NAME=${NAME:-failure}       # output file names: $NAME.csv, $NAME-events.csv, $NAME.png, $NAME-table.md
+CSV=$OUT_DIR/$NAME.csv
+EVENTS=$OUT_DIR/$NAME-events.csv
+TABLE=$OUT_DIR/$NAME-table.md
+PNG=$OUT_DIR/$NAME.png
+
+now_ms() {
+    local t=$EPOCHREALTIME
+    echo $((10#${t/./} / 1000))
+}
+
+# sleep_until MS: sleeps until the wall clock reaches MS (unix ms).
+sleep_until() {
+    local left=$(($1 - $(now_ms)))
+    [ "$left" -gt 0 ] && sleep "$(awk -v m="$left" 'BEGIN { printf "%.3f", m / 1000 }')"
+    return 0
+}
+
+# ---- the cluster ----------------------------------------------------------------
+
+# up SYSTEM: a 5-node cluster with its coordinator (no proxy) on a free run
+# of ports; registered with lib.sh so that the EXIT trap stops it.
+up() {
+    local sys=$1 d="$WORK/sys-$1" scheme try base
+    local extra=()
+    case $sys in
+        online) scheme=rs:3:5; extra=(--recovery online) ;;
+        blocked) scheme=rs:3:5; extra=(--recovery blocked) ;;
+        pbr) scheme=pbr:2 ;;
+    esac
+    mkdir -p "$d"
+    SYS_NAMES+=("$sys")
+    SYS_KIND[$sys]=cluster
+    SYS_DIR[$sys]=$d
+    for try in 1 2 3; do
+        base=$(free_run 60) || die "no run of 60 free ports"
+        if "$CLUSTER" up --nodes "$NODES" --scheme "$scheme" --no-proxy --dir "$d" --base-port "$base" \
+            --memory "$MEMORY_MB" --region "$REGION_MB" "${extra[@]}" >"$d.up.log" 2>&1; then
+            SYS_SEEDS[$sys]=$(awk -v a="${KILL_NODES[0]}" -v b="${KILL_NODES[1]}" '
+                ($1 == "data" || $1 == "primary") && $4 != a && $4 != b { printf "%s%s", sep, $5; sep = "," }' \
+                "$d/endpoints")
+            note "$sys up: $scheme on $NODES nodes, $(wc -l <"$d/endpoints") processes, base port $base"
+            return 0
+        fi
+        note "$sys: cluster up (try $try) failed: $(tail -n 2 "$d.up.log" | tr '\n' ' ')"
+        "$CLUSTER" down --dir "$d" >/dev/null 2>&1
+        sleep 1
+    done
+    die "could not start $sys"
+}
+
+# kill_node SYSTEM NODE: SIGKILL to the node's process group (cocytus-node
+# and every server it started).
+kill_node() {
+    local d=${SYS_DIR[$1]} pg
+    pg=$(cat "$d/node-$2.pid" 2>/dev/null)
+    is_uint "$pg" || { note "$1: no pid for node $2"; return 1; }
+    kill -KILL -- "-$pg" 2>/dev/null || note "$1: node $2 (process group $pg) was not running"
+}
+
+# ---- the coordinator poller -----------------------------------------------------
+
+# poll_groups COORD OUT END_MS: every POLL_MS until END_MS, "poll <unix ms>"
+# and the reply lines of `cocytus groups` appended to OUT.  One connection,
+# opened again when it breaks.
+poll_groups() {
+    local hp=$1 out=$2 end=$3 line t open=0
+    while [ "$(now_ms)" -lt "$end" ]; do
+        if [ "$open" = 0 ]; then
+            { exec 3<>"/dev/tcp/${hp%:*}/${hp##*:}"; } 2>/dev/null && open=1
+        fi
+        t=$(now_ms)
+        if [ "$open" = 1 ] && printf 'cocytus groups\r\n' >&3 2>/dev/null; then
+            echo "poll $t"
+            while IFS= read -r -t 2 line <&3; do
+                line=${line%$'\r'}
+                echo "$line"
+                case $line in END | ERROR* | *_ERROR*) break ;; esac
+            done
+            [ "${line:-}" = END ] || { exec 3<&- 3>&-; open=0; }
+        fi
+        sleep "$(awk -v m="$POLL_MS" 'BEGIN { printf "%.3f", m / 1000 }')"
+    done >>"$out"
+    [ "$open" = 1 ] && exec 3<&- 3>&-
+    return 0
+}
+
+# recovery_times POLLS KILL_MS: "served_ms recovered_ms" for the failure at
+# KILL_MS (unix ms): the first poll at or after the kill in which some group
+# saw a death at or after it (dead_at_ms) and every group is settled (no
+# data process without a server, no group taking over or recovering, every
+# rec progress at its total); served_ms is then the latest served_at_ms.
+# "- -" when no poll qualifies (no recovery: PBR without failover).
+recovery_times() {
+    awk -v k="$2" '
+        function judge() {
+            if (t >= k && seen && settled && ngroups > 0 && !found) {
+                found = 1; rec = t; srv = served
+            }
+        }
+        $1 == "poll" { judge(); t = $2; seen = 0; settled = 1; served = 0; ngroups = 0; next }
+        $1 == "group" {
+            ngroups++
+            if ($3 == "taking-over" || $3 == "recovering" || $3 == "lost") settled = 0
+            if ($8 ~ /x/) settled = 0
+            for (i = 4; i < NF; i++) {
+                if ($i == "dead_at_ms" && $(i + 1) + 0 >= k) seen = 1
+                if ($i == "served_at_ms" && $(i + 1) + 0 > served) served = $(i + 1) + 0
+                if ($i == "rec" && $(i + 3) == "units") {
+                    split($(i + 4), u, "/"); if (u[1] + 0 < u[2] + 0 || u[2] + 0 == 0) settled = 0
+                }
+            }
+        }
+        END { judge(); if (found) printf "%.0f %s\n", srv, rec; else print "-", "-" }' "$1"
+}
+
+# ---- one run --------------------------------------------------------------------
+
+# run_one SYSTEM WORKLOAD: start, preload, run with two node kills, collect.
+run_one() {
+    local sys=$1 rr=$2 d out coord t0 first_t first_wall k1 k2 end poll_pid bench_pid rc
+    up "$sys"
+    d=${SYS_DIR[$sys]}
+    out="$WORK/$sys-$rr"
+    coord=$(cat "$d/coordinator")
+    note "$sys ${WLABEL[$rr]}: loading $RECORDS records of $VALUE B"
+    "$BENCH" -s "${SYS_SEEDS[$sys]}" -n "$RECORDS" -v "$VALUE" --no-run -c 8 --depth 16 -q \
+        >"$out.load.txt" 2>"$out.load.err" || die "$sys: load failed: $(tail -n 3 "$out.load.err" | tr '\n' ' ')"
+    rc=$(bval "$out.load.txt" total_errors total_errors)
+    [ "$rc" = 0 ] || note "$sys: the load had $rc errors"
+    "$CLUSTER_CLI" --dir "$d" wait-healthy --timeout 20 >"$out.healthy" 2>&1 \
+        || note "$sys: not healthy before the run: $(tr '\n' ' ' <"$out.healthy")"
+
+    : >"$out.polls"
+    t0=$(now_ms)
+    timeout -k 5 $((DURATION + 60)) "$BENCH" -s "${SYS_SEEDS[$sys]}" -n "$RECORDS" -v "$VALUE" --no-load \
+        -r "$rr" -c "$CONNS" -t "$DURATION" -i "$INTERVAL_MS" --csv "$out.csv" -q \
+        >"$out.txt" 2>"$out.err" &
+    bench_pid=$!
+    poll_groups "$coord" "$out.polls" $((t0 + (DURATION + 30) * 1000)) &
+    poll_pid=$!
+    # The run's clock: t_s of the first CSV row against the wall clock.
+    for _ in $(seq 200); do
+        [ -f "$out.csv" ] && [ "$(wc -l <"$out.csv")" -ge 2 ] && break
+        sleep 0.05
+    done
+    first_wall=$(now_ms)
+    first_t=$(sed -n 2p "$out.csv" | cut -d, -f1)
+    [ -n "$first_t" ] || die "$sys: the bench wrote no interval (see $out.err)"
+    t0=$(awk -v w="$first_wall" -v t="$first_t" 'BEGIN { printf "%.0f", w - t * 1000 }')
+    sleep_until $((t0 + KILL1_AT * 1000))
+    k1=$(now_ms)
+    kill_node "$sys" "${KILL_NODES[0]}"
+    if [ -n "$KILL2_AFTER_MS" ]; then
+        sleep_until $((k1 + KILL2_AFTER_MS))
+    else
+        sleep_until $((t0 + KILL2_AT * 1000))
+    fi
+    k2=$(now_ms)
+    kill_node "$sys" "${KILL_NODES[1]}"
+    note "$sys ${WLABEL[$rr]}: killed node ${KILL_NODES[0]} at $(((k1 - t0) / 1000)).$(((k1 - t0) % 1000 / 100)) s and node ${KILL_NODES[1]} at $(((k2 - t0) / 1000)).$(((k2 - t0) % 1000 / 100)) s"
+    wait "$bench_pid"
+    rc=$?
+    [ "$rc" -le 1 ] || note "$sys: cocytus-bench exit $rc: $(tail -n 2 "$out.err" | tr '\n' ' ')"
+    # A little longer for a recovery that runs past the load.
+    end=$(($(now_ms) + 3000))
+    sleep_until "$end"
+    kill "$poll_pid" 2>/dev/null
+    wait "$poll_pid" 2>/dev/null
+    sys_down "$sys"
+    collect "$sys" "$rr" "$out" "$t0" "$k1" "$k2"
+}
+
+# rel MS T0: seconds of run time, or "-".
+rel() {
+    if [ "$1" = - ] || [ "$1" = 0 ]; then echo -; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (a - b) / 1000 }'; fi
+}
+
+# collect SYSTEM WORKLOAD OUT T0 K1 K2: rows of failure.csv and failure-events.csv.
+collect() {
+    local sys=$1 rr=$2 out=$3 t0=$4 k1=$5 k2=$6 r1 r2 s1 rec1 s2 rec2 running
+    r1=$(recovery_times "$out.polls" "$k1")
+    r2=$(recovery_times "$out.polls" "$k2")
+    s1=${r1% *} rec1=${r1#* } s2=${r2% *} rec2=${r2#* }
+    # The first failure's recovery counts only if it ended before the second
+    # kill; "-" when no recovery was seen at all.
+    running=-
+    if [ "$rec1" != - ] && [ "$rec1" -ge "$k2" ]; then
+        running=yes; rec1=-; s1=-
+    elif [ "$rec1" != - ]; then
+        running=no
+    fi
+    awk -F, -v s="$sys" -v w="$rr" 'NR > 1 { print s "," w "," $0 }' "$out.csv" >>"$CSV"
+    local k1s k2s rec_end figs
+    k1s=$(rel "$k1" "$t0")
+    k2s=$(rel "$k2" "$t0")
+    rec_end=$(rel "$rec2" "$t0")
+    figs=$(series_figures "$out.csv" "$k1s" "$rec_end")
+    echo "$sys,$rr,$k1s,$(rel "$s1" "$t0"),$(rel "$rec1" "$t0"),$running,$k2s,$(rel "$s2" "$t0"),$rec_end,$figs,$(bval "$out.txt" total_errors total_errors),$(bval "$out.txt" phase=run ops_per_s)" >>"$EVENTS"
+    note "$sys ${WLABEL[$rr]}: kills at $k1s/$k2s s; served $(rel "$s1" "$t0")/$(rel "$s2" "$t0"); recovered $(rel "$rec1" "$t0")/$rec_end (first still running at the second kill: $running); before,during,after,min,no_service_s: $figs"
+}
+
+# series_figures CSV KILL1_S RECOVERED_S: throughput before the first kill
+# (from 1 s on), during (first kill to the end of the last recovery, or to
+# the end of the run), after (from 1 s after the recovery to the last full
+# interval), the lowest interval after the first kill, and the seconds of
+# intervals after it below NOSERVICE_SHARE % of before.
+series_figures() {
+    awk -F, -v k="$2" -v r="$3" -v share="$NOSERVICE_SHARE" -v iv="$INTERVAL_MS" '
+        NR == 1 { next }
+        { t[NR] = $1; v[NR] = $3; n = NR }
+        END {
+            rr = (r == "-") ? 1e18 : r + 0
+            for (i = 2; i <= n; i++) {
+                if (t[i] > 1 && t[i] <= k) { b += v[i]; nb++ }
+                else if (t[i] > k && t[i] <= rr) { d += v[i]; nd++ }
+                else if (t[i] > rr + 1 && t[i] < t[n]) { a += v[i]; na++ }
+            }
+            before = nb ? b / nb : 0
+            lo = -1; gap = 0
+            for (i = 2; i <= n; i++) {
+                if (t[i] <= k) continue
+                if (lo < 0 || v[i] < lo) lo = v[i]
+                if (v[i] < before * share / 100) gap += (t[i] - t[i - 1])
+            }
+            printf "%.0f,%s,%s,%.0f,%.1f", before, nd ? sprintf("%.0f", d / nd) : "-",
+                na ? sprintf("%.0f", a / na) : "-", lo < 0 ? 0 : lo, gap
+        }' "$1"
+}
+
+# ---- outputs --------------------------------------------------------------------
+
+plot() {
+    local gp="$WORK/failure.gp" sys rr i=0 col lt
+    declare -A COLOR=([online]="#1f77b4" [blocked]="#d62728" [pbr]="#2ca02c")
+    for rr in "${WORKLOADS[@]}"; do
+        for sys in "${SYSTEMS[@]}"; do
+            awk -F, -v s="$sys" -v w="$rr" '$1 == s && $2 == w { print $3 "\t" $5 / 1000 }' "$CSV" \
+                >"$WORK/plot-$sys-$rr.dat"
+        done
+    done
+    {
+        echo "set terminal pngcairo size 1100,$((300 * ${#WORKLOADS[@]} + 60)) noenhanced font \",10\""
+        echo "set output \"$PNG\""
+        echo "set multiplot layout ${#WORKLOADS[@]},1 title \"Throughput while nodes ${KILL_NODES[0]} and ${KILL_NODES[1]} fail (1 KB, zipfian, $CONNS connections, ${INTERVAL_MS} ms intervals; dashed: failures, dotted: all data recovered)\""
+        echo 'set grid'
+        echo 'set key outside right top'
+        echo 'set ylabel "kops/s"'
+        echo "set xrange [0:$DURATION]"
+        echo 'set yrange [0:*]'
+        for rr in "${WORKLOADS[@]}"; do
+            echo "set title \"${WLABEL[$rr]:-read ratio $rr}\""
+            echo 'unset arrow'
+            echo "set xlabel \"$([ "$rr" = "${WORKLOADS[-1]}" ] && echo 'seconds since the load started')\""
+            # failures (from the first system's run) and each system's recovery end
+            awk -F, -v w="$rr" -v s="${SYSTEMS[0]}" '$1 == s && $2 == w {
+                printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"#555555\" dt 2 lw 1.5\n", $3, $3
+                printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"#555555\" dt 2 lw 1.5\n", $7, $7 }' "$EVENTS"
+            for sys in "${SYSTEMS[@]}"; do
+                col=${COLOR[$sys]}
+                awk -F, -v w="$rr" -v s="$sys" -v c="$col" '$1 == s && $2 == w {
+                    if ($5 != "-") printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt 3 lw 2\n", $5, $5, c
+                    if ($9 != "-") printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt 3 lw 2\n", $9, $9, c }' "$EVENTS"
+            done
+            printf 'plot '
+            i=0
+            for sys in "${SYSTEMS[@]}"; do
+                [ "$i" -gt 0 ] && printf ', '
+                printf '"%s" using 1:2 with lines lw 1.5 lc rgb "%s" title "%s"' \
+                    "$WORK/plot-$sys-$rr.dat" "${COLOR[$sys]}" "${LABEL[$sys]}"
+                i=$((i + 1))
+            done
+            printf '\n'
+        done
+        echo 'unset multiplot'
+    } >"$gp"
+    gnuplot_run "$gp"
+}
+
+table() {
+    local sys rr
+    {
+        echo "| workload | system | kill 1 / 2 (s) | served again (s) | all data recovered (s) | 1st recovery still running at kill 2 | ops/s before | during | after | lowest interval | time without service (s) | client errors |"
+        echo "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"
+        for rr in "${WORKLOADS[@]}"; do
+            for sys in "${SYSTEMS[@]}"; do
+                awk -F, -v w="$rr" -v s="$sys" -v wl="${WLABEL[$rr]:-$rr}" -v l="${LABEL[$sys]}" '
+                    $1 == s && $2 == w {
+                        r1 = ($5 == "-") ? "-" : sprintf("%s (+%.2f)", $5, $5 - $3)
+                        r2 = ($9 == "-") ? "-" : sprintf("%s (+%.2f)", $9, $9 - $7)
+                        printf "| %s | %s | %s / %s | %s / %s | %s / %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                            wl, l, $3, $7, $4, $8, r1, r2, $6, $10, $11, $12, $13, $14, $15 }' "$EVENTS"
+            done
+        done
+    } >"$TABLE"
+}
+
+# ---- main -----------------------------------------------------------------------
+
+eval_init failure
+CLUSTER_CLI=$BUILD_DIR/client/cocytus-cli
+[ -x "$CLUSTER_CLI" ] || die "no cocytus-cli at $CLUSTER_CLI"
+note "free memory: $(free -m | awk '/^Mem:/ { print $7 }') MB available; $RECORDS records of $VALUE B"
+echo "system,workload,t_s,ops,ops_per_s,get_p50_us,get_p99_us,set_p50_us,set_p99_us,errors" >"$CSV"
+echo "system,workload,kill1_s,served1_s,recovered1_s,first_running_at_kill2,kill2_s,served2_s,recovered_s,before_ops_s,during_ops_s,after_ops_s,lowest_ops_s,no_service_s,client_errors,run_ops_s" >"$EVENTS"
+for rr in "${WORKLOADS[@]}"; do
+    for sys in "${SYSTEMS[@]}"; do
+        run_one "$sys" "$rr"
+    done
+done
+plot
+table
+note "done in ${SECONDS} s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+cat "$TABLE"
