@@ -22,8 +22,9 @@
 #   NAME=failure: the output files' base name
 # Writes docs/evaluation/failure.csv (the time series), failure-events.csv
 # (one row per run: failure and recovery times, throughput before / during
-# / after, time without service) and failure.png, and prints the table that
-# docs/evaluation/failure.md holds (failure-table.md).
+# / after, time without service, get latency), failure.png and failure.md
+# (the tables, the settings, how busy the machine was, the paper's
+# figures); failure-table.md is the tables alone.
 # Exit 0 when every run completed (errors of the load generator are
 # figures here, not failures: a stalled system fails requests).
 
@@ -259,7 +260,13 @@ collect() {
     k2s=$(rel "$k2" "$t0")
     rec_end=$(rel "$rec2" "$t0")
     figs=$(series_figures "$out.csv" "$k1s" "$rec_end")
-    echo "$sys,$rr,$k1s,$(rel "$s1" "$t0"),$(rel "$rec1" "$t0"),$running,$k2s,$(rel "$s2" "$t0"),$rec_end,$figs,$(bval "$out.txt" total_errors total_errors),$(bval "$out.txt" phase=run ops_per_s)" >>"$EVENTS"
+    # Latency during the recovery windows: from each kill to its recovery
+    # end (the first one's runs to the second kill when it had not ended).
+    local w1=- lats
+    [ "$running" = yes ] && w1=$k2s
+    [ "$running" = no ] && w1=$(rel "$rec1" "$t0")
+    lats=$(latency_figures "$out.csv" "$k1s" "$w1" "$k2s" "$rec_end")
+    echo "$sys,$rr,$k1s,$(rel "$s1" "$t0"),$(rel "$rec1" "$t0"),$running,$k2s,$(rel "$s2" "$t0"),$rec_end,$figs,$(bval "$out.txt" total_errors total_errors),$(bval "$out.txt" phase=run ops_per_s),$lats" >>"$EVENTS"
     note "$sys ${WLABEL[$rr]}: kills at $k1s/$k2s s; served $(rel "$s1" "$t0")/$(rel "$s2" "$t0"); recovered $(rel "$rec1" "$t0")/$rec_end (first still running at the second kill: $running); before,during,after,min,no_service_s: $figs"
 }
 
@@ -289,6 +296,24 @@ series_figures() {
             printf "%.0f,%s,%s,%.0f,%.1f", before, nd ? sprintf("%.0f", d / nd) : "-",
                 na ? sprintf("%.0f", a / na) : "-", lo < 0 ? 0 : lo, gap
         }' "$1"
+}
+
+# latency_figures CSV K1 END1 K2 END2: "p50,p99,p50,p99": medians of the
+# intervals' get p50 and p99 before the first kill (from 1 s on) and in the
+# intervals that overlap a recovery window [K1, END1] or [K2, END2] ("-"
+# when there is none: no recovery).  Intervals without operations are left
+# out.
+latency_figures() {
+    awk -F, -v k1="$2" -v e1="$3" -v k2="$4" -v e2="$5" -v iv="$INTERVAL_MS" '
+        function median(a, n,   i, j, t) {
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+            return n ? sprintf("%.0f", (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2) : "-"
+        }
+        function inside(t, k, e) { return k != "-" && e != "-" && t > k + 0 && t - iv / 1000 < e + 0 }
+        NR == 1 || $2 == 0 { next }
+        $1 > 1 && $1 <= k1 + 0 { nb++; b50[nb] = $4; b99[nb] = $5; next }
+        inside($1, k1, e1) || inside($1, k2, e2) { nd++; d50[nd] = $4; d99[nd] = $5 }
+        END { printf "%s,%s,%s,%s", median(b50, nb), median(b99, nb), median(d50, nd), median(d99, nd) }' "$1"
 }
 
 # ---- outputs --------------------------------------------------------------------
@@ -355,17 +380,112 @@ table() {
                             wl, l, $3, $7, $4, $8, r1, r2, $6, $10, $11, $12, $13, $14, $15 }' "$EVENTS"
             done
         done
+        echo
+        echo "Get latency, medians of the ${INTERVAL_MS} ms intervals' p50 and p99 (us): before the first failure, and in the intervals that overlap a recovery (from a kill until all data was recovered):"
+        echo
+        echo "| workload | system | get p50 before | get p50 during recovery | get p99 before | get p99 during recovery |"
+        echo "|---|---|---:|---:|---:|---:|"
+        for rr in "${WORKLOADS[@]}"; do
+            for sys in "${SYSTEMS[@]}"; do
+                awk -F, -v w="$rr" -v s="$sys" -v wl="${WLABEL[$rr]:-$rr}" -v l="${LABEL[$sys]}" '
+                    $1 == s && $2 == w { printf "| %s | %s | %s | %s | %s | %s |\n", wl, l, $17, $19, $18, $20 }' "$EVENTS"
+            done
+        done
     } >"$TABLE"
+}
+
+# ---- how busy the machine was --------------------------------------------------
+
+# start_sampler: top every 5 s into $WORK/top.log, stopped by the EXIT trap.
+start_sampler() {
+    top -b -c -d 5 -w 512 >"$WORK/top.log" 2>/dev/null &
+    CLEANUP_CMDS+=("kill $!")
+}
+
+# other_cpu: "median max busy" of the CPU (% of one core, of $(nproc)00)
+# used by processes that are not this run's (not under $WORK, $BUILD_DIR or
+# $REPO_DIR, not this script, not top), per top snapshot, and the share of
+# snapshots where that was above half a core.
+other_cpu() {
+    awk -v w="$WORK" -v b="$BUILD_DIR" -v r="$REPO_DIR" '
+        function flush() { if (snap) { n++; v[n] = other } other = 0 }
+        /^top - / { flush(); snap = 1; head = 1; next }
+        /^ *PID / { head = 0; next }
+        head || NF < 12 { next }
+        {
+            line = $0
+            if (index(line, w) || index(line, b) || index(line, r) || index(line, "failure.sh") ||
+                $12 == "top") next
+            other += $9
+        }
+        END {
+            flush()
+            # the first snapshot averages since boot: left out
+            for (i = 2; i <= n; i++) { m++; u[m] = v[i]; if (v[i] > 50) busy++; if (v[i] > mx) mx = v[i] }
+            for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (u[j] < u[i]) { t = u[i]; u[i] = u[j]; u[j] = t }
+            if (m == 0) print "- - -"
+            else printf "%.0f %.0f %.0f\n", (m % 2) ? u[(m + 1) / 2] : (u[m / 2] + u[m / 2 + 1]) / 2, mx, 100 * busy / m
+        }' "$WORK/top.log"
+}
+
+# ---- the md ------------------------------------------------------------------------
+
+write_md() {
+    local md=$OUT_DIR/$NAME.md cmd noise
+    read -r -a noise <<<"$(other_cpu)"
+    cmd="bench/eval/failure.sh"
+    [ "$RECORDS" = 300000 ] || cmd="RECORDS=$RECORDS $cmd"
+    [ "$DURATION" = 40 ] && [ "$KILL1_AT" = 10 ] && [ "$KILL2_AT" = 20 ] ||
+        cmd="DURATION=$DURATION KILL1_AT=$KILL1_AT KILL2_AT=$KILL2_AT $cmd"
+    [ -z "$KILL2_AFTER_MS" ] || cmd="KILL2_AFTER_MS=$KILL2_AFTER_MS $cmd"
+    [ "$NAME" = failure ] || cmd="NAME=$NAME $cmd"
+    [ "${SYSTEMS[*]}" = "online blocked pbr" ] || cmd="SYSTEMS=\"${SYSTEMS[*]}\" $cmd"
+    [ "${WORKLOADS[*]}" = "1 0.95 0.5" ] || cmd="WORKLOADS=\"${WORKLOADS[*]}\" $cmd"
+    [ "$CONNS" = 8 ] && [ "$INTERVAL_MS" = 200 ] || cmd="CONNS=$CONNS INTERVAL_MS=$INTERVAL_MS $cmd"
+    {
+        echo "<!-- docs/evaluation/$NAME.md - written by bench/eval/failure.sh; the discussion is in README.md. -->"
+        echo "# Throughput while two nodes fail (Cocytus fig. 8)"
+        echo
+        echo "Command: \`$cmd\` (from the repository root, on a build of this tree)."
+        echo
+        md_machine
+        echo
+        echo "Other work on the machine during the run (\`top\` every 5 s; CPU of every process that is not this run's, in % of one core, of $(nproc)00%): median ${noise[0]}%, highest ${noise[1]}%, above 50% in ${noise[2]}% of the snapshots."
+        echo
+        echo "Setup: 5 nodes on loopback, each a \`cocytus-node\` process group, with the coordinator (started by node 0)."
+        echo "Cocytus: RS(3,5), 5 coding groups of 3 data + 2 parity processes, one process of each group per node (25 processes), recovery \`online\` or \`blocked\` (the cluster file's \`recovery\` directive; blocked: a recovery process queues every write until all its units are rebuilt)."
+        echo "PBR: \`pbr 2\`, 5 groups of a primary and 2 backups, one group member per node on 3 nodes (15 processes)."
+        echo "$RECORDS records of $VALUE B preloaded ($(awk -v n="$RECORDS" -v v="$VALUE" 'BEGIN { printf "%.0f", n * v / 1048576 }') MiB of values); then \`cocytus-bench\` with the cached slot map (libcocytus), zipfian keys, $CONNS connections (closed loop), $DURATION s, one CSV row per $INTERVAL_MS ms."
+        if [ -n "$KILL2_AFTER_MS" ]; then
+            echo "Every process of node ${KILL_NODES[0]} killed (SIGKILL to its process group) at ${KILL1_AT} s, every process of node ${KILL_NODES[1]} $KILL2_AFTER_MS ms later."
+        else
+            echo "Every process of node ${KILL_NODES[0]} killed (SIGKILL to its process group) at ${KILL1_AT} s, every process of node ${KILL_NODES[1]} at ${KILL2_AT} s."
+        fi
+        echo "Each node holds one process of every RS group, so every group loses two processes; killed nodes are not restarted."
+        echo
+        echo "Columns: *served again*: the latest \`served_at_ms\` of the coordinator's \`cocytus groups\` after the kill (the new map naming the recovery processes published); *all data recovered*: the first poll (every $POLL_MS ms) in which no group is taking over or recovering, every data process has a server and every \`rec\` progress is at its total (the recovery processes report progress with their 250 ms heartbeat, so this is up to about 0.35 s late), in brackets the time from the kill; *1st recovery still running at kill 2*: whether the second kill came before that; *ops/s before*: mean of the intervals from 1 s to the first kill; *during*: from the first kill to the end of the last recovery (PBR, which never recovers today: to the end of the run); *after*: from 1 s after the last recovery to the end; *lowest interval*: after the first kill; *time without service*: the intervals after the first kill below ${NOSERVICE_SHARE}% of *before*; *client errors*: requests libcocytus gave up on (2 s retry budget). Times are seconds since the load started."
+        echo
+        cat "$TABLE"
+        echo
+        echo "Rows: [$NAME.csv]($NAME.csv) (every interval of every run), [$NAME-events.csv]($NAME-events.csv) (one row per run); plot: [$NAME.png]($NAME.png)."
+        echo
+        echo "## The paper's figure 8"
+        echo
+        echo "What the paper gives as numbers, in its text (section 6.4): the first node failure at 60 s, the second at 100 s, \"before the recovery of the first failure finishes\"; the repair rate after the first failure, 550 MB/s without client requests; get latency during recovery (read-only) p50 408 us, p90 753 us, p99 1117 us."
+        echo "What it says without numbers: read-only and 95:5, Cocytus performs like PBR during recovery; 50:50, recovery lowers throughput \"modestly\" after the first failure and \"more notably\" after the second; the blocked version's throughput collapses even with one failure and 5% sets; the two collapses at the failures come from TCP connection handling."
+        echo "The throughput values and the recovery end times are only in the figure's curves, and the copy of the paper available to us is text only: nothing here is read off the figure."
+    } >"$md"
 }
 
 # ---- main -----------------------------------------------------------------------
 
-eval_init failure
+eval_init "$NAME"
+start_sampler
 CLUSTER_CLI=$BUILD_DIR/client/cocytus-cli
 [ -x "$CLUSTER_CLI" ] || die "no cocytus-cli at $CLUSTER_CLI"
 note "free memory: $(free -m | awk '/^Mem:/ { print $7 }') MB available; $RECORDS records of $VALUE B"
 echo "system,workload,t_s,ops,ops_per_s,get_p50_us,get_p99_us,set_p50_us,set_p99_us,errors" >"$CSV"
-echo "system,workload,kill1_s,served1_s,recovered1_s,first_running_at_kill2,kill2_s,served2_s,recovered_s,before_ops_s,during_ops_s,after_ops_s,lowest_ops_s,no_service_s,client_errors,run_ops_s" >"$EVENTS"
+echo "system,workload,kill1_s,served1_s,recovered1_s,first_running_at_kill2,kill2_s,served2_s,recovered_s,before_ops_s,during_ops_s,after_ops_s,lowest_ops_s,no_service_s,client_errors,run_ops_s,get_p50_before_us,get_p99_before_us,get_p50_recovery_us,get_p99_recovery_us" >"$EVENTS"
 for rr in "${WORKLOADS[@]}"; do
     for sys in "${SYSTEMS[@]}"; do
         run_one "$sys" "$rr"
@@ -373,5 +493,6 @@ for rr in "${WORKLOADS[@]}"; do
 done
 plot
 table
+write_md
 note "done in ${SECONDS} s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 cat "$TABLE"
