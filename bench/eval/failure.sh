@@ -149,33 +149,40 @@ poll_groups() {
     return 0
 }
 
-# recovery_times POLLS KILL_MS: "served_ms recovered_ms" for the failure at
-# KILL_MS (unix ms): the first poll at or after the kill in which some group
-# saw a death at or after it (dead_at_ms) and every group is settled (no
-# data process without a server, no group taking over or recovering, every
-# rec progress at its total); served_ms is then the latest served_at_ms.
-# "- -" when no poll qualifies (no recovery: PBR without failover).
-recovery_times() {
+# served_between POLLS FROM_MS TO_MS: the latest served_at_ms (a takeover's
+# new map published) in [FROM, TO) over every poll, or "-".
+served_between() {
+    awk -v a="$2" -v b="$3" '
+        $1 == "group" { for (i = 4; i < NF; i++) if ($i == "served_at_ms") {
+            v = $(i + 1) + 0; if (v >= a && v < b && v > m) m = v } }
+        END { if (m > 0) printf "%.0f\n", m; else print "-" }' "$1"
+}
+
+# recovered_at POLLS KILL_MS: the first poll at or after the kill at KILL_MS
+# (unix ms) in which some group saw a death at or after it (dead_at_ms) and
+# every group is settled (no data process without a server, no group taking
+# over or recovering, every rec progress at its total), or "-" when none
+# qualifies (no recovery: PBR without failover).
+recovered_at() {
     awk -v k="$2" '
         function judge() {
             if (t >= k && seen && settled && ngroups > 0 && !found) {
-                found = 1; rec = t; srv = served
+                found = 1; rec = t
             }
         }
-        $1 == "poll" { judge(); t = $2; seen = 0; settled = 1; served = 0; ngroups = 0; next }
+        $1 == "poll" { judge(); t = $2; seen = 0; settled = 1; ngroups = 0; next }
         $1 == "group" {
             ngroups++
             if ($3 == "taking-over" || $3 == "recovering" || $3 == "lost") settled = 0
             if ($8 ~ /x/) settled = 0
             for (i = 4; i < NF; i++) {
                 if ($i == "dead_at_ms" && $(i + 1) + 0 >= k) seen = 1
-                if ($i == "served_at_ms" && $(i + 1) + 0 > served) served = $(i + 1) + 0
                 if ($i == "rec" && $(i + 3) == "units") {
                     split($(i + 4), u, "/"); if (u[1] + 0 < u[2] + 0 || u[2] + 0 == 0) settled = 0
                 }
             }
         }
-        END { judge(); if (found) printf "%.0f %s\n", srv, rec; else print "-", "-" }' "$1"
+        END { judge(); if (found) print rec; else print "-" }' "$1"
 }
 
 # ---- one run --------------------------------------------------------------------
@@ -242,15 +249,16 @@ rel() {
 
 # collect SYSTEM WORKLOAD OUT T0 K1 K2: rows of failure.csv and failure-events.csv.
 collect() {
-    local sys=$1 rr=$2 out=$3 t0=$4 k1=$5 k2=$6 r1 r2 s1 rec1 s2 rec2 running
-    r1=$(recovery_times "$out.polls" "$k1")
-    r2=$(recovery_times "$out.polls" "$k2")
-    s1=${r1% *} rec1=${r1#* } s2=${r2% *} rec2=${r2#* }
+    local sys=$1 rr=$2 out=$3 t0=$4 k1=$5 k2=$6 s1 rec1 s2 rec2 running
+    s1=$(served_between "$out.polls" "$k1" "$k2")
+    s2=$(served_between "$out.polls" "$k2" 99999999999999)
+    rec1=$(recovered_at "$out.polls" "$k1")
+    rec2=$(recovered_at "$out.polls" "$k2")
     # The first failure's recovery counts only if it ended before the second
     # kill; "-" when no recovery was seen at all.
     running=-
     if [ "$rec1" != - ] && [ "$rec1" -ge "$k2" ]; then
-        running=yes; rec1=-; s1=-
+        running=yes; rec1=-
     elif [ "$rec1" != - ]; then
         running=no
     fi
