@@ -14,17 +14,18 @@
 # recovering, every data process served, every `rec` progress at its total).
 #
 # usage: bench/eval/failure.sh
-#   SYSTEMS="online blocked pbr" WORKLOADS="1 0.95 0.5"
+#   ROUNDS=3 SYSTEMS="online blocked pbr" WORKLOADS="1 0.95 0.5"
 #   RECORDS=300000 DURATION=40 KILL1_AT=10 KILL2_AT=20 INTERVAL_MS=200
 #   CONNS=8 POLL_MS=100 KILL_NODES="1 2" MEMORY_MB=256 REGION_MB=128
 #   KILL2_AFTER_MS=N: the second kill N ms after the first (to land inside
 #   the first recovery, which lasts well under a second at this scale)
 #   NAME=failure: the output files' base name
 # Writes docs/evaluation/failure.csv (the time series), failure-events.csv
-# (one row per run: failure and recovery times, throughput before / during
+# (one row per run and round: failure and recovery times, throughput before / during
 # / after, time without service, get latency), failure.png and failure.md
 # (the tables, the settings, how busy the machine was, the paper's
 # figures); failure-table.md is the tables alone.
+# Takes about 27 minutes with the defaults (3 rounds of 9 runs of ~60 s).
 # Exit 0 when every run completed (errors of the load generator are
 # figures here, not failures: a stalled system fails requests).
 
@@ -33,6 +34,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 read -r -a SYSTEMS <<<"${SYSTEMS:-online blocked pbr}"
 read -r -a WORKLOADS <<<"${WORKLOADS:-1 0.95 0.5}"
 read -r -a KILL_NODES <<<"${KILL_NODES:-1 2}"
+ROUNDS=${ROUNDS:-3}
 RECORDS=${RECORDS:-300000}
 DURATION=${DURATION:-40}
 KILL1_AT=${KILL1_AT:-10}
@@ -47,7 +49,7 @@ VALUE=1024
 NODES=5
 NOSERVICE_SHARE=10          # an interval below 10% of the throughput before counts as no service
 
-for v in RECORDS DURATION KILL1_AT KILL2_AT INTERVAL_MS CONNS POLL_MS MEMORY_MB REGION_MB; do
+for v in ROUNDS RECORDS DURATION KILL1_AT KILL2_AT INTERVAL_MS CONNS POLL_MS MEMORY_MB REGION_MB; do
     is_uint "${!v}" && [ "${!v}" -ge 1 ] || { echo "failure.sh: $v must be a positive number" >&2; exit 2; }
 done
 [ -z "$KILL2_AFTER_MS" ] || is_uint "$KILL2_AFTER_MS" || { echo "failure.sh: KILL2_AFTER_MS must be a number" >&2; exit 2; }
@@ -65,6 +67,7 @@ declare -A WLABEL=([1]="read-only" [0.95]="95:5" [0.5]="50:50")
 NAME=${NAME:-failure}       # output file names: $NAME.csv, $NAME-events.csv, $NAME.png, $NAME-table.md
 CSV=$OUT_DIR/$NAME.csv
 EVENTS=$OUT_DIR/$NAME-events.csv
+AGG=""                      # the events' medians over the rounds (in $WORK)
 TABLE=$OUT_DIR/$NAME-table.md
 PNG=$OUT_DIR/$NAME.png
 
@@ -189,10 +192,10 @@ recovered_at() {
 
 # run_one SYSTEM WORKLOAD: start, preload, run with two node kills, collect.
 run_one() {
-    local sys=$1 rr=$2 d out coord t0 first_t first_wall k1 k2 end poll_pid bench_pid rc
+    local sys=$1 rr=$2 round=$3 d out coord t0 first_t first_wall k1 k2 end poll_pid bench_pid rc
     up "$sys"
     d=${SYS_DIR[$sys]}
-    out="$WORK/$sys-$rr"
+    out="$WORK/$sys-$rr-$round"
     coord=$(cat "$d/coordinator")
     note "$sys ${WLABEL[$rr]}: loading $RECORDS records of $VALUE B"
     "$BENCH" -s "${SYS_SEEDS[$sys]}" -n "$RECORDS" -v "$VALUE" --no-run -c 8 --depth 16 -q \
@@ -239,7 +242,7 @@ run_one() {
     kill "$poll_pid" 2>/dev/null
     wait "$poll_pid" 2>/dev/null
     sys_down "$sys"
-    collect "$sys" "$rr" "$out" "$t0" "$k1" "$k2"
+    collect "$sys" "$rr" "$out" "$t0" "$k1" "$k2" "$3"
 }
 
 # rel MS T0: seconds of run time, or "-".
@@ -249,7 +252,7 @@ rel() {
 
 # collect SYSTEM WORKLOAD OUT T0 K1 K2: rows of failure.csv and failure-events.csv.
 collect() {
-    local sys=$1 rr=$2 out=$3 t0=$4 k1=$5 k2=$6 s1 rec1 s2 rec2 running
+    local sys=$1 rr=$2 out=$3 t0=$4 k1=$5 k2=$6 round=$7 s1 rec1 s2 rec2 running
     s1=$(served_between "$out.polls" "$k1" "$k2")
     s2=$(served_between "$out.polls" "$k2" 99999999999999)
     rec1=$(recovered_at "$out.polls" "$k1")
@@ -262,7 +265,7 @@ collect() {
     elif [ "$rec1" != - ]; then
         running=no
     fi
-    awk -F, -v s="$sys" -v w="$rr" 'NR > 1 { print s "," w "," $0 }' "$out.csv" >>"$CSV"
+    awk -F, -v s="$sys" -v w="$rr" -v r="$round" 'NR > 1 { print s "," w "," $0 "," r }' "$out.csv" >>"$CSV"
     local k1s k2s rec_end figs
     k1s=$(rel "$k1" "$t0")
     k2s=$(rel "$k2" "$t0")
@@ -274,8 +277,8 @@ collect() {
     [ "$running" = yes ] && w1=$k2s
     [ "$running" = no ] && w1=$(rel "$rec1" "$t0")
     lats=$(latency_figures "$out.csv" "$k1s" "$w1" "$k2s" "$rec_end")
-    echo "$sys,$rr,$k1s,$(rel "$s1" "$t0"),$(rel "$rec1" "$t0"),$running,$k2s,$(rel "$s2" "$t0"),$rec_end,$figs,$(bval "$out.txt" total_errors total_errors),$(bval "$out.txt" phase=run ops_per_s),$lats" >>"$EVENTS"
-    note "$sys ${WLABEL[$rr]}: kills at $k1s/$k2s s; served $(rel "$s1" "$t0")/$(rel "$s2" "$t0"); recovered $(rel "$rec1" "$t0")/$rec_end (first still running at the second kill: $running); before,during,after,min,no_service_s: $figs"
+    echo "$sys,$rr,$k1s,$(rel "$s1" "$t0"),$(rel "$rec1" "$t0"),$running,$k2s,$(rel "$s2" "$t0"),$rec_end,$figs,$(bval "$out.txt" total_errors total_errors),$(bval "$out.txt" phase=run ops_per_s),$lats,$round" >>"$EVENTS"
+    note "$sys ${WLABEL[$rr]} round $round: kills at $k1s/$k2s s; served $(rel "$s1" "$t0")/$(rel "$s2" "$t0"); recovered $(rel "$rec1" "$t0")/$rec_end (first still running at the second kill: $running); before,during,after,min,no_service_s: $figs"
 }
 
 # series_figures CSV KILL1_S RECOVERED_S: throughput before the first kill
@@ -326,12 +329,53 @@ latency_figures() {
 
 # ---- outputs --------------------------------------------------------------------
 
+# aggregate: $AGG, one row per (system, workload) with the columns of
+# $EVENTS: the median over the rounds of every figure ("-" values left out;
+# "-" when there is none), and for first_running_at_kill2 "yes", "no", "-"
+# or "yes in k of n".
+aggregate() {
+    AGG=$WORK/events-median.csv
+    awk -F, '
+        function median(key, c,   i, j, t, k, a) {
+            k = 0
+            for (i = 1; i <= cnt[key]; i++) if (val[key, i, c] != "-") a[++k] = val[key, i, c] + 0
+            if (k == 0) return "-"
+            for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+            t = (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+            return (t == int(t) || t >= 100) ? sprintf("%.0f", t) : sprintf("%.2f", t)
+        }
+        function running(key,   i, y, d) {
+            for (i = 1; i <= cnt[key]; i++) { y += val[key, i, 6] == "yes"; d += val[key, i, 6] == "-" }
+            if (d == cnt[key]) return "-"
+            if (y == 0) return "no"
+            if (y == cnt[key]) return "yes"
+            return sprintf("yes in %d of %d", y, cnt[key])
+        }
+        NR == 1 { ncol = NF - 1; next }
+        { key = $1 "," $2; if (!(key in cnt)) order[++nk] = key; cnt[key]++
+          for (c = 1; c <= ncol; c++) val[key, cnt[key], c] = $c }
+        END {
+            for (x = 1; x <= nk; x++) {
+                key = order[x]; line = key
+                for (c = 3; c <= ncol; c++) line = line "," (c == 6 ? running(key) : median(key, c))
+                print line
+            }
+        }' "$EVENTS" >"$AGG"
+}
+
 plot() {
     local gp="$WORK/failure.gp" sys rr i=0 col lt
     declare -A COLOR=([online]="#1f77b4" [blocked]="#d62728" [pbr]="#2ca02c")
     for rr in "${WORKLOADS[@]}"; do
         for sys in "${SYSTEMS[@]}"; do
-            awk -F, -v s="$sys" -v w="$rr" '$1 == s && $2 == w { print $3 "\t" $5 / 1000 }' "$CSV" \
+            # the median over the rounds of each interval (by its end time)
+            awk -F, -v s="$sys" -v w="$rr" -v iv="$INTERVAL_MS" '$1 == s && $2 == w {
+                    b = int($3 * 1000 / iv + 0.5); n[b]++; v[b, n[b]] = $5 / 1000; if (b > top) top = b }
+                function median(b,   i, j, t, k) {
+                    k = n[b]; for (i = 1; i <= k; i++) a[i] = v[b, i]
+                    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                    return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+                END { for (b = 0; b <= top; b++) if (n[b]) printf "%.3f\t%.3f\n", b * iv / 1000, median(b) }' "$CSV" \
                 >"$WORK/plot-$sys-$rr.dat"
         done
     done
@@ -351,12 +395,12 @@ plot() {
             # failures (from the first system's run) and each system's recovery end
             awk -F, -v w="$rr" -v s="${SYSTEMS[0]}" '$1 == s && $2 == w {
                 printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"#555555\" dt 2 lw 1.5\n", $3, $3
-                printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"#555555\" dt 2 lw 1.5\n", $7, $7 }' "$EVENTS"
+                printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"#555555\" dt 2 lw 1.5\n", $7, $7 }' "$AGG"
             for sys in "${SYSTEMS[@]}"; do
                 col=${COLOR[$sys]}
                 awk -F, -v w="$rr" -v s="$sys" -v c="$col" '$1 == s && $2 == w {
                     if ($5 != "-") printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt 3 lw 2\n", $5, $5, c
-                    if ($9 != "-") printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt 3 lw 2\n", $9, $9, c }' "$EVENTS"
+                    if ($9 != "-") printf "set arrow from %s, graph 0 to %s, graph 1 nohead lc rgb \"%s\" dt 3 lw 2\n", $9, $9, c }' "$AGG"
             done
             printf 'plot '
             i=0
@@ -385,7 +429,7 @@ table() {
                         r1 = ($5 == "-") ? "-" : sprintf("%s (+%.2f)", $5, $5 - $3)
                         r2 = ($9 == "-") ? "-" : sprintf("%s (+%.2f)", $9, $9 - $7)
                         printf "| %s | %s | %s / %s | %s / %s | %s / %s | %s | %s | %s | %s | %s | %s | %s |\n",
-                            wl, l, $3, $7, $4, $8, r1, r2, $6, $10, $11, $12, $13, $14, $15 }' "$EVENTS"
+                            wl, l, $3, $7, $4, $8, r1, r2, $6, $10, $11, $12, $13, $14, $15 }' "$AGG"
             done
         done
         echo
@@ -396,7 +440,7 @@ table() {
         for rr in "${WORKLOADS[@]}"; do
             for sys in "${SYSTEMS[@]}"; do
                 awk -F, -v w="$rr" -v s="$sys" -v wl="${WLABEL[$rr]:-$rr}" -v l="${LABEL[$sys]}" '
-                    $1 == s && $2 == w { printf "| %s | %s | %s | %s | %s | %s |\n", wl, l, $17, $19, $18, $20 }' "$EVENTS"
+                    $1 == s && $2 == w { printf "| %s | %s | %s | %s | %s | %s |\n", wl, l, $17, $19, $18, $20 }' "$AGG"
             done
         done
     } >"$TABLE"
@@ -443,6 +487,7 @@ write_md() {
     read -r -a noise <<<"$(other_cpu)"
     cmd="bench/eval/failure.sh"
     [ "$RECORDS" = 300000 ] || cmd="RECORDS=$RECORDS $cmd"
+    [ "$ROUNDS" = 3 ] || cmd="ROUNDS=$ROUNDS $cmd"
     [ "$DURATION" = 40 ] && [ "$KILL1_AT" = 10 ] && [ "$KILL2_AT" = 20 ] ||
         cmd="DURATION=$DURATION KILL1_AT=$KILL1_AT KILL2_AT=$KILL2_AT $cmd"
     [ -z "$KILL2_AFTER_MS" ] || cmd="KILL2_AFTER_MS=$KILL2_AFTER_MS $cmd"
@@ -473,6 +518,8 @@ write_md() {
         echo
         echo "Columns: *served again*: the latest \`served_at_ms\` of the coordinator's \`cocytus groups\` after the kill (the new map naming the recovery processes published); *all data recovered*: the first poll (every $POLL_MS ms) in which no group is taking over or recovering, every data process has a server and every \`rec\` progress is at its total (the recovery processes report progress with their 250 ms heartbeat, so this is up to about 0.35 s late), in brackets the time from the kill; *1st recovery still running at kill 2*: whether the second kill came before that; *ops/s before*: mean of the intervals from 1 s to the first kill; *during*: from the first kill to the end of the last recovery (PBR, which never recovers today: to the end of the run); *after*: from 1 s after the last recovery to the end; *lowest interval*: after the first kill; *time without service*: the intervals after the first kill below ${NOSERVICE_SHARE}% of *before*; *client errors*: requests libcocytus gave up on (2 s retry budget). Times are seconds since the load started."
         echo
+        echo "$ROUNDS rounds; every figure in the tables is the median over the rounds (the order of the systems is reversed every other round), and the time from a kill to its recovery in brackets is taken between those medians. The plot shows, for each ${INTERVAL_MS} ms interval, the median of the rounds' throughput; its vertical lines are the median kill and recovery times."
+        echo
         cat "$TABLE"
         echo
         echo "Rows: [$NAME.csv]($NAME.csv) (every interval of every run), [$NAME-events.csv]($NAME-events.csv) (one row per run); plot: [$NAME.png]($NAME.png)."
@@ -492,13 +539,16 @@ start_sampler
 CLUSTER_CLI=$BUILD_DIR/client/cocytus-cli
 [ -x "$CLUSTER_CLI" ] || die "no cocytus-cli at $CLUSTER_CLI"
 note "free memory: $(free -m | awk '/^Mem:/ { print $7 }') MB available; $RECORDS records of $VALUE B"
-echo "system,workload,t_s,ops,ops_per_s,get_p50_us,get_p99_us,set_p50_us,set_p99_us,errors" >"$CSV"
-echo "system,workload,kill1_s,served1_s,recovered1_s,first_running_at_kill2,kill2_s,served2_s,recovered_s,before_ops_s,during_ops_s,after_ops_s,lowest_ops_s,no_service_s,client_errors,run_ops_s,get_p50_before_us,get_p99_before_us,get_p50_recovery_us,get_p99_recovery_us" >"$EVENTS"
-for rr in "${WORKLOADS[@]}"; do
-    for sys in "${SYSTEMS[@]}"; do
-        run_one "$sys" "$rr"
+echo "system,workload,t_s,ops,ops_per_s,get_p50_us,get_p99_us,set_p50_us,set_p99_us,errors,round" >"$CSV"
+echo "system,workload,kill1_s,served1_s,recovered1_s,first_running_at_kill2,kill2_s,served2_s,recovered_s,before_ops_s,during_ops_s,after_ops_s,lowest_ops_s,no_service_s,client_errors,run_ops_s,get_p50_before_us,get_p99_before_us,get_p50_recovery_us,get_p99_recovery_us,round" >"$EVENTS"
+for ((round = 1; round <= ROUNDS; round++)); do
+    for rr in "${WORKLOADS[@]}"; do
+        for sys in $(order_for "$round" "${SYSTEMS[@]}"); do
+            run_one "$sys" "$rr" "$round"
+        done
     done
 done
+aggregate
 plot
 table
 write_md

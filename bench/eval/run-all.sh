@@ -2,7 +2,7 @@
 # run-all.sh - runs every experiment of docs/evaluation/ one after the other
 # (each starts and stops its own systems), then cpu.sh over the throughput
 # runs.  One failing experiment does not stop the others; the exit status
-# says whether all succeeded.  Takes about 35 minutes on the 2-core
+# says whether all succeeded.  Takes about 55 minutes on the 2-core
 # development machine.  Settings of each script pass through the
 # environment (see each script's header); ONLY="memory sync" runs a subset.
 #
