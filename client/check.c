@@ -334,6 +334,16 @@ static int unserved_dp(const struct gview_group *gg)
     return -1;
 }
 
+/* A data block whose data is being handed back to its restarted data
+ * process: that process's region is incomplete until the migration ends. */
+static int migrating_dp(const struct gview_group *gg)
+{
+    for (int i = 0; i < gg->view.k; i++)
+        if (group_migrating_to(gg, i))
+            return i;
+    return -1;
+}
+
 /* The layout to check group g with, once no takeover is running (polled
  * up to --quiet-wait).  *layout is NULL when none applies.  CLI_OK, or the
  * exit code after a printed verdict. */
@@ -357,8 +367,8 @@ static int settled_layout(const struct cli_opts *o, int g, struct gview_group *g
                    gg->lost[0] ? gg->lost : "no process serves a data block");
             return CLI_MISMATCH;
         }
-        int f = unserved_dp(gg);
-        if (f < 0 && strcmp(gg->state, "taking-over") != 0) {
+        int f = unserved_dp(gg), mig = migrating_dp(gg);
+        if (f < 0 && mig < 0 && strcmp(gg->state, "taking-over") != 0) {
             *layout = gg;
             return CLI_OK;
         }
@@ -366,10 +376,13 @@ static int settled_layout(const struct cli_opts *o, int g, struct gview_group *g
             char why[96];
             if (f >= 0)
                 snprintf(why, sizeof why, "data %d has no server yet (being taken over)", f);
+            else if (mig >= 0)
+                snprintf(why, sizeof why, "data %d is being handed back to its data process "
+                         "(migration running)", mig);
             else
                 snprintf(why, sizeof why, "the coordinator reports a takeover in progress");
-            printf("group %d: NOT READY after %d ms: %s; retry when the takeover is done\n", g,
-                   o->quiet_ms, why);
+            printf("group %d: NOT READY after %d ms: %s; retry when the %s is done\n", g,
+                   o->quiet_ms, why, f < 0 && mig >= 0 ? "migration" : "takeover");
             return CLI_UNREACHABLE;
         }
         pause_ms(LAYOUT_POLL_MS);

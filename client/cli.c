@@ -1,12 +1,10 @@
 /* cli.c - cocytus-cli, the admin tool of a Cocytus-KV cluster: option
  * parsing, loading the process list, and dispatch to the commands
- * (status, mem, verify, decode-check, map, move).  The map command is
- * here: it fetches `config get cluster` from every process
- * (docs/routing.md); so are the coordinator's parts: `move` and the
- * cluster half of `status` (`cocytus move`, `cocytus moves`, `cocytus
- * status` and `cocytus groups` on the coordinator: membership, and each
- * coding group's health after failures - who serves each data block,
- * dead parity processes, recovery progress).  See docs/cli.md. */
+ * (status, wait-healthy, mem, verify, decode-check, map, move).  The map
+ * command is here: it fetches `config get cluster` from every process
+ * (docs/routing.md); so is `move` (`cocytus move`, `cocytus moves` on the
+ * coordinator).  The cluster half of `status` and `wait-healthy` are in
+ * health.c.  See docs/cli.md. */
 #include "config.h"
 
 #include <errno.h>
@@ -30,6 +28,8 @@
 #define MOVE_POLL_MS 100
 #define MOVE_WAIT_TIMEOUTS 12       /* move waits up to 12 x --timeout for the outcome */
 #define COORD_LINE_MAX 512
+#define DEFAULT_WAIT_S 60
+#define MAX_WAIT_S 86400
 
 static void usage(FILE *out)
 {
@@ -37,7 +37,11 @@ static void usage(FILE *out)
         "usage: cocytus-cli [--dir DIR | --cluster FILE] [options] <command>\n"
         "commands:\n"
         "  status         does every process answer; its xids and items; the health\n"
-        "                 of every coding group (from the coordinator)\n"
+        "                 of every coding group (from the coordinator): redundancy,\n"
+        "                 layout, progress of recoveries, migrations and rebuilds\n"
+        "  wait-healthy   wait until every group is healthy at full redundancy and\n"
+        "                 every process alive (--timeout S: give up after S seconds,\n"
+        "                 default %d; exit 0 healthy, 1 not at the deadline)\n"
         "  mem            region, metadata and RSS bytes per process, totals per role\n"
         "  verify         backup metadata and parity of every coding group are right\n"
         "  decode-check   every K of N regions decode to the others (offline recovery)\n"
@@ -51,14 +55,16 @@ static void usage(FILE *out)
         "  --full           verify/decode-check whole regions, not only used ranges;\n"
         "                   map: also every slot range\n"
         "  --raw-bytes N    mem: also print total RSS / N\n"
-        "  --timeout MS     bound for each socket wait (default %d)\n"
+        "  --timeout MS     bound for each socket wait (default %d); for wait-healthy\n"
+        "                   the whole wait, in seconds\n"
         "  --quiet-wait MS  how long to wait for a quiescent group, a takeover or a\n"
         "                   rebuild (default %d)\n"
         "  --chunk BYTES    bytes per region request (default %u)\n"
         "exit: 0 OK, 1 a check found a difference (status: a coding group short of\n"
-        "      full redundancy, or a process joining), 2 usage or configuration error,\n"
-        "      3 a process did not answer or the group never became quiescent or ready\n",
-        DEFAULT_TIMEOUT_MS, DEFAULT_QUIET_MS, DEFAULT_CHUNK);
+        "      full redundancy, or a process joining; wait-healthy: not healthy at the\n"
+        "      deadline), 2 usage or configuration error, 3 a process did not answer\n"
+        "      or the group never became quiescent or ready\n",
+        DEFAULT_WAIT_S, DEFAULT_TIMEOUT_MS, DEFAULT_QUIET_MS, DEFAULT_CHUNK);
 }
 
 /* Non-negative decimal with optional k/m/g suffix. */
@@ -97,8 +103,34 @@ struct args {
     const char *dir;
     const char *cluster;
     const char *command;
+    const char *timeout;    /* --timeout as given: its unit depends on the command */
     struct cli_opts o;
 };
+
+/* Seconds, decimals allowed, for wait-healthy's --timeout: into ms. */
+static bool parse_seconds(const char *s, int *out_ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v > 0) || v > MAX_WAIT_S)
+        return false;
+    *out_ms = (int)(v * 1000.0 + 0.5);
+    return *out_ms > 0;
+}
+
+/* --timeout: milliseconds per socket wait, or for wait-healthy the
+ * seconds of the whole wait. */
+static int apply_timeout(struct args *a)
+{
+    if (a->timeout == NULL)
+        return 0;
+    bool ok = strcmp(a->command, "wait-healthy") == 0 ? parse_seconds(a->timeout, &a->o.wait_ms)
+                                                        : parse_ms(a->timeout, &a->o.timeout_ms);
+    if (!ok)
+        fprintf(stderr, "cocytus-cli: invalid value '%s' for --timeout\n", a->timeout);
+    return ok ? 0 : -1;
+}
 
 static int parse_option(int ch, struct args *a)
 {
@@ -114,7 +146,7 @@ static int parse_option(int ch, struct args *a)
         return 0;
     case OPT_RAW:
         return parse_u64(optarg, &a->o.raw_bytes) && a->o.raw_bytes > 0 ? 0 : -1;
-    case OPT_TIMEOUT: return parse_ms(optarg, &a->o.timeout_ms) ? 0 : -1;
+    case OPT_TIMEOUT: a->timeout = optarg; return 0;
     case OPT_QUIET: return parse_ms(optarg, &a->o.quiet_ms) ? 0 : -1;
     case OPT_CHUNK:
         if (!parse_u64(optarg, &a->o.chunk) || a->o.chunk < 16 || a->o.chunk > (256u << 20))
@@ -141,6 +173,7 @@ static int parse_args(int argc, char **argv, struct args *a)
     };
     memset(a, 0, sizeof *a);
     a->o.timeout_ms = DEFAULT_TIMEOUT_MS;
+    a->o.wait_ms = DEFAULT_WAIT_S * 1000;
     a->o.quiet_ms = DEFAULT_QUIET_MS;
     a->o.group = -1;
     a->o.chunk = DEFAULT_CHUNK;
@@ -175,7 +208,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         return -1;
     }
     a->command = argv[optind];
-    return 0;
+    return apply_timeout(a);
 }
 
 /* ---- map ---- */
@@ -347,237 +380,11 @@ static int print_map_epoch(const struct proc_list *l, const struct cli_opts *o)
     return CLI_UNREACHABLE;
 }
 
-/* Counts "alive", "dead", "joining", "unknown" in a `proc ...` status line. */
-static void count_state(const char *line, int *alive, int *dead, int *joining, int *unknown)
-{
-    if (strstr(line, " alive pid="))
-        (*alive)++;
-    else if (strstr(line, " dead pid="))
-        (*dead)++;
-    else if (strstr(line, " joining pid="))
-        (*joining)++;
-    else
-        (*unknown)++;
-}
-
-#define COORD_PROCS_MAX 4096
-
-/* The coordinator's `proc` lines, for naming a group's processes. */
-struct coord_procs {
-    char (*line)[COORD_LINE_MAX];
-    int n;
-};
-
-/* Address and liveness word of a process in the proc lines; false when
- * not listed. */
-static bool coord_proc(const struct coord_procs *cp, int g, const char *role, int idx,
-                       char *addr, size_t addrcap, char *state, size_t statecap)
-{
-    for (int i = 0; i < cp->n; i++) {
-        int pg, pidx, node;
-        char prole[PROC_ROLE_MAX], paddr[128], pstate[16];
-        if (sscanf(cp->line[i], "proc %d %15s %d %d %127s %15s", &pg, prole, &pidx, &node,
-                   paddr, pstate) == 6 && pg == g && pidx == idx && strcmp(prole, role) == 0) {
-            snprintf(addr, addrcap, "%s", paddr);
-            snprintf(state, statecap, "%s", pstate);
-            return true;
-        }
-    }
-    return false;
-}
-
-/* " (127.0.0.1:21266)" or "" when the process is not listed. */
-static const char *proc_addr(const struct coord_procs *cp, int g, const char *role, int idx,
-                             char *buf, size_t cap)
-{
-    char addr[128], state[16];
-    if (coord_proc(cp, g, role, idx, addr, sizeof addr, state, sizeof state))
-        snprintf(buf, cap, " (%s)", addr);
-    else
-        buf[0] = '\0';
-    return buf;
-}
-
-/* A recovery process's progress: units, share, bytes, rate and an ETA
- * (the units left are rebuilt at 4 KB each; units known to be zero were
- * counted done at the start, so what is left is data). */
-static void print_rec(int g, const struct gview_rec *r)
-{
-    if (r->total == 0) {
-        printf("group %d: parity %d serves data %d: no recovery progress reported yet\n", g,
-               r->pp, r->dp);
-        return;
-    }
-    double pct = 100.0 * (double)r->done / (double)r->total;
-    if (r->done >= r->total) {
-        printf("group %d: parity %d rebuilt data %d: %llu/%llu units (%.1f%%), %llu bytes "
-               "transferred, done\n", g, r->pp, r->dp, (unsigned long long)r->done,
-               (unsigned long long)r->total, pct, (unsigned long long)r->bytes);
-        return;
-    }
-    printf("group %d: parity %d rebuilding data %d: %llu/%llu units (%.1f%%), %llu bytes "
-           "transferred, %.2f MB/s, ", g, r->pp, r->dp, (unsigned long long)r->done,
-           (unsigned long long)r->total, pct, (unsigned long long)r->bytes,
-           (double)r->rate / 1e6);
-    if (r->rate == 0)
-        printf("ETA unknown (no rate yet)\n");
-    else
-        printf("ETA %.1f s\n", (double)(r->total - r->done) * RECOV_UNIT / (double)r->rate);
-}
-
-/* Who serves each data block of a group that is not in its original
- * layout, the state of its parity processes, and processes that restarted
- * into a place another process took over. */
-static void print_group_detail(const struct gview_group *gg, const struct coord_procs *cp)
-{
-    const struct group_view *v = &gg->view;
-    int g = gg->group;
-    char addr[128], state[16], paddr[160];
-    bool unserved = false;
-    for (int i = 0; i < v->k; i++) {
-        int r = v->dp_server[i];
-        if (r == -1)
-            continue;
-        unserved |= r < 0;
-        bool known = coord_proc(cp, g, "data", i, addr, sizeof addr, state, sizeof state);
-        if (r >= 0)
-            printf("group %d: data %d served by recovery process parity %d%s", g, i, r,
-                   proc_addr(cp, g, "parity", r, paddr, sizeof paddr));
-        else
-            printf("group %d: data %d has no server (%s)", g, i,
-                   gg->lost[0] ? "lost" : "being taken over");
-        if (known)
-            printf("; its own process %s is %s", addr, state);
-        printf("\n");
-    }
-    for (int j = 0; j < v->m; j++) {
-        if (v->pp_state[j] != GV_PP_DEAD)
-            continue;
-        bool known = coord_proc(cp, g, "parity", j, addr, sizeof addr, state, sizeof state);
-        printf("group %d: parity %d%s%s%s is %s: the group runs with one parity fewer\n", g, j,
-               known ? " (" : "", known ? addr : "", known ? ")" : "",
-               !known || strcmp(state, "dead") == 0 ? "dead"
-               : strcmp(state, "joining") == 0 ? "joining (it restarted empty) and dropped"
-               : "dropped");
-    }
-    for (int n = 0; n < gg->nrec; n++)
-        print_rec(g, &gg->rec[n]);
-    /* While a data block has no server the last figures are of a takeover
-     * that has not served (yet): only its preparation is known. */
-    if (unserved && gg->lost[0] == '\0')
-        printf("group %d: last takeover: preparation %.3f ms, not serving yet\n", g,
-               (double)gg->last_prepare_us / 1000.0);
-    else if (gg->last_serve_ms > 0 || gg->last_prepare_us > 0)
-        printf("group %d: last takeover: served %llu ms after the death was seen "
-               "(preparation %.3f ms)\n", g, (unsigned long long)gg->last_serve_ms,
-               (double)gg->last_prepare_us / 1000.0);
-}
-
-/* The coordinator's `cocytus groups`, readable: one line per coding group
- * and details for those not healthy.  CLI_OK when every group shown is
- * healthy (or the coordinator reports no coding groups), CLI_MISMATCH when
- * one is not, CLI_UNREACHABLE when the answer is incomplete. */
-static int print_groups(struct admin_conn *c, const struct coord_procs *cp,
-                        const struct cli_opts *o)
-{
-    struct gview_groups gs = { 0 };
-    int rc = gview_read_groups(c, &gs);
-    if (rc < 0) {
-        printf("coordinator %s:%d: no coding group health (%s)\n", o->coord_host, o->coord_port,
-               c->err);
-        gview_groups_free(&gs);
-        return CLI_UNREACHABLE;
-    }
-    int code = CLI_OK, shown = 0, healthy = 0;
-    for (int i = 0; i < gs.n; i++) {
-        const struct gview_group *gg = &gs.v[i];
-        if (o->group >= 0 && gg->group != o->group)
-            continue;
-        bool ok = strcmp(gg->state, "healthy") == 0 && gview_group_healthy(gg);
-        char word[16];
-        snprintf(word, sizeof word, "%s", gg->state);
-        for (char *w = word; !ok && *w; w++)
-            *w = (char)(*w >= 'a' && *w <= 'z' ? *w - 'a' + 'A' : *w);
-        printf("group %d: %s, tolerates %d of %d failures", gg->group, word, gg->redundancy,
-               gg->target);
-        if (strcmp(gg->state, "lost") == 0 || gg->lost[0] != '\0')
-            printf(" (data lost: %s)", gg->lost[0] ? gg->lost : "no reason given");
-        printf("\n");
-        shown++;
-        if (ok) {
-            healthy++;
-            continue;
-        }
-        print_group_detail(gg, cp);
-        code = CLI_MISMATCH;
-    }
-    if (shown > 0)
-        printf("groups: %d of %d at full redundancy\n", healthy, shown);
-    gview_groups_free(&gs);
-    return code;
-}
-
-/* `cocytus status` of the coordinator: a summary line, then its proc lines. */
-static int print_coordinator_status(const struct cli_opts *o)
-{
-    struct admin_conn *c = malloc(sizeof *c);
-    char line[COORD_LINE_MAX];
-    unsigned long long epoch;
-    if (!c)
-        return CLI_UNREACHABLE;
-    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms) < 0 ||
-        admin_send_line(c, "cocytus status") < 0 || admin_read_line(c, line, sizeof line) < 0) {
-        printf("coordinator %s:%d: NOT ANSWERING (%s)\n", o->coord_host, o->coord_port, c->err);
-        admin_close(c);
-        free(c);
-        return CLI_UNREACHABLE;
-    }
-    if (sscanf(line, "epoch %llu", &epoch) != 1) {
-        printf("coordinator %s:%d: answered '%.80s'\n", o->coord_host, o->coord_port, line);
-        admin_close(c);
-        free(c);
-        return CLI_UNREACHABLE;
-    }
-    char (*procs)[COORD_LINE_MAX] = malloc(sizeof(*procs) * COORD_PROCS_MAX);
-    int n = 0, alive = 0, dead = 0, joining = 0, unknown = 0, code = CLI_OK;
-    while (procs && admin_read_line(c, line, sizeof line) == 0 && strcmp(line, "END") != 0) {
-        if (strncmp(line, "proc ", 5) != 0 || n == COORD_PROCS_MAX)
-            continue;
-        snprintf(procs[n++], COORD_LINE_MAX, "%s", line);
-        count_state(line, &alive, &dead, &joining, &unknown);
-    }
-    if (!procs || strcmp(line, "END") != 0) {
-        printf("coordinator %s:%d: incomplete status (%s)\n", o->coord_host, o->coord_port,
-               procs ? c->err : "out of memory");
-        code = CLI_UNREACHABLE;
-    } else {
-        printf("coordinator %s:%d: epoch %llu, %d alive, %d dead, %d unknown", o->coord_host,
-               o->coord_port, epoch, alive, dead, unknown);
-        if (joining > 0)
-            printf(", %d joining", joining);
-        printf("\n");
-        for (int i = 0; i < n; i++)
-            printf("%s\n", procs[i]);
-        struct coord_procs cp = { procs, n };
-        int groups = print_groups(c, &cp, o);
-        /* A joining process answers but holds nothing yet: like a group
-         * short of redundancy, the cluster is not whole. */
-        if (dead || unknown || groups == CLI_UNREACHABLE)
-            code = CLI_UNREACHABLE;
-        else if (joining || groups == CLI_MISMATCH)
-            code = CLI_MISMATCH;
-    }
-    free(procs);
-    admin_close(c);
-    free(c);
-    return code;
-}
-
 int cli_cluster_status(const struct proc_list *l, const struct cli_opts *o)
 {
     if (o->coord_port <= 0)
         return print_map_epoch(l, o);
-    return print_coordinator_status(o);
+    return health_print_coordinator(o);
 }
 
 static bool all_digits(const char *s)
@@ -691,6 +498,7 @@ static command_fn find_command(const char *name)
 {
     static const struct { const char *name; command_fn fn; } commands[] = {
         { "status", cmd_status },
+        { "wait-healthy", cmd_wait_healthy },
         { "mem", cmd_mem },
         { "verify", cmd_verify },
         { "decode-check", cmd_decode_check },

@@ -1,6 +1,6 @@
 /* cli.h - what cocytus-cli's commands share: options, exit codes and the
  * command entry points (check.c: verify, decode-check; mem.c: mem, status;
- * cli.c: map, move and the cluster half of status). */
+ * cli.c: map, move; health.c: the cluster half of status, wait-healthy). */
 #ifndef CLIENT_CLI_H
 #define CLIENT_CLI_H
 
@@ -21,6 +21,7 @@ struct cli_opts {
     bool full;              /* verify/decode-check: the whole region, not only used ranges */
     uint64_t raw_bytes;     /* mem: raw value bytes for the ratio line (0: none) */
     int timeout_ms;         /* bound for each socket wait */
+    int wait_ms;            /* wait-healthy: how long to wait in all */
     int quiet_ms;           /* how long to wait for a quiescent group */
     int group;              /* only this group (-1: all) */
     uint64_t chunk;         /* bytes fetched per region request */
@@ -35,6 +36,11 @@ int cmd_decode_check(const struct proc_list *l, const struct cli_opts *o);
 int cmd_mem(const struct proc_list *l, const struct cli_opts *o);
 int cmd_status(const struct proc_list *l, const struct cli_opts *o);
 int cmd_move(const struct proc_list *l, const struct cli_opts *o);
+/* wait-healthy (health.c): polls the coordinator until every coding group
+ * is healthy at full redundancy and every process is alive and answers;
+ * CLI_OK, or CLI_MISMATCH at the deadline (o->wait_ms) with what is still
+ * missing printed. */
+int cmd_wait_healthy(const struct proc_list *l, const struct cli_opts *o);
 
 /* status, cluster part (cli.c): the epoch, and with a coordinator each
  * process's liveness as the coordinator sees it and each coding group's
@@ -43,5 +49,7 @@ int cmd_move(const struct proc_list *l, const struct cli_opts *o);
  * recovering, taking over, lost) or a process is joining; CLI_UNREACHABLE
  * when the coordinator does not answer or a process is dead or unknown. */
 int cli_cluster_status(const struct proc_list *l, const struct cli_opts *o);
+/* The coordinator's part of that (health.c), same return values. */
+int health_print_coordinator(const struct cli_opts *o);
 
 #endif

@@ -19,7 +19,7 @@
 #define QUIET_POLL_MS 10
 #define REBUILT_POLL_MS 20
 #define GROUPS_MAX 100000        /* lines of `cocytus groups` taken */
-#define GROUP_LINE_MAX 1024
+#define GROUP_LINE_MAX 2048
 
 static int64_t now_ms(void)
 {
@@ -40,69 +40,6 @@ static int nblocks(const struct gview *v)
 }
 
 /* ---- `cocytus groups` ---- */
-
-static int count_entries(const char *list)
-{
-    int n = 1;
-    for (; *list; list++)
-        n += *list == ',';
-    return n;
-}
-
-/* The optional parts after last_prepare_us: "rec ..." (one per recovery
- * process) and "lost <why...>" (the rest of the line).  Unknown words are
- * skipped, so a newer coordinator's additions do not break the tool. */
-static int parse_tail(const char *p, struct gview_group *out)
-{
-    while (*p != '\0') {
-        while (*p == ' ')
-            p++;
-        if (*p == '\0')
-            break;
-        struct gview_rec r;
-        unsigned long long done, total, bytes, rate;
-        int used = 0;
-        if (strncmp(p, "lost ", 5) == 0) {
-            snprintf(out->lost, sizeof out->lost, "%s", p + 5);
-            return 0;
-        }
-        if (strncmp(p, "rec ", 4) == 0) {
-            if (sscanf(p, "rec pp%d dp%d units %llu/%llu bytes %llu rate %llu%n", &r.pp, &r.dp,
-                       &done, &total, &bytes, &rate, &used) != 6 || used == 0 ||
-                out->nrec == RECOV_MAX_M)
-                return -1;
-            r.done = done;
-            r.total = total;
-            r.bytes = bytes;
-            r.rate = rate;
-            out->rec[out->nrec++] = r;
-            p += used;
-            continue;
-        }
-        p += strcspn(p, " ");
-    }
-    return 0;
-}
-
-int gview_parse_group(const char *line, struct gview_group *out)
-{
-    char dps[200], pps[200], text[420];
-    unsigned long long version, serve_ms, prepare_us;
-    int used = 0;
-    memset(out, 0, sizeof *out);
-    if (sscanf(line, "group %d %15s redundancy %d/%d view %llu %199s %199s last_serve_ms %llu "
-               "last_prepare_us %llu%n", &out->group, out->state, &out->redundancy,
-               &out->target, &version, dps, pps, &serve_ms, &prepare_us, &used) != 9 ||
-        used == 0 || out->group < 0)
-        return -1;
-    snprintf(text, sizeof text, "%llu %s %s", version, dps, pps);
-    if (group_view_parse(&out->view, count_entries(dps), count_entries(pps), text,
-                         strlen(text)) < 0)
-        return -1;
-    out->last_serve_ms = serve_ms;
-    out->last_prepare_us = prepare_us;
-    return parse_tail(line + used, out);
-}
 
 int gview_read_groups(struct admin_conn *c, struct gview_groups *out)
 {
@@ -153,17 +90,6 @@ const struct gview_group *gview_groups_find(const struct gview_groups *gs, int g
     return NULL;
 }
 
-bool gview_group_healthy(const struct gview_group *gg)
-{
-    for (int i = 0; i < gg->view.k; i++)
-        if (gg->view.dp_server[i] != -1)
-            return false;
-    for (int j = 0; j < gg->view.m; j++)
-        if (gg->view.pp_state[j] != GV_PP_PARITY)
-            return false;
-    return gg->lost[0] == '\0';
-}
-
 /* ---- blocks ---- */
 
 bool gview_present(const struct gview *v, int block)
@@ -188,6 +114,26 @@ bool gview_backs_up(const struct gview *v, int j, int i)
     return kind == GVIEW_RECOVERY && v->layout.view.pp_serves[j] != i;
 }
 
+/* Why parity process j holds no parity block: "dead", "being rebuilt",
+ * "handing data f back". */
+static const char *absent_pp_word(const struct gview *v, int j)
+{
+    static char word[48];
+    if (!v->has_layout)
+        return "dead";
+    switch (v->layout.pp[j]) {
+    case GROUP_PP_REBUILDING:
+        return "being rebuilt";
+    case GROUP_PP_MIGRATING:
+        snprintf(word, sizeof word, "handing data %d back", v->layout.pp_dp[j]);
+        return word;
+    case GROUP_PP_OTHER:
+        return "in a state this tool does not know";
+    default:
+        return "dead";
+    }
+}
+
 const char *gview_layout_text(const struct gview *v, char *buf, size_t cap)
 {
     size_t n = 0;
@@ -200,7 +146,8 @@ const char *gview_layout_text(const struct gview *v, char *buf, size_t cap)
         else if (v->kind[b] == GVIEW_ABSENT && b < v->k)
             n += (size_t)snprintf(buf + n, cap - n, "%sdata %d has no server", sep, b);
         else if (v->kind[b] == GVIEW_ABSENT)
-            n += (size_t)snprintf(buf + n, cap - n, "%sparity %d dead", sep, b - v->k);
+            n += (size_t)snprintf(buf + n, cap - n, "%sparity %d %s", sep, b - v->k,
+                                  absent_pp_word(v, b - v->k));
     }
     return buf;
 }
@@ -215,7 +162,7 @@ const char *gview_name(const struct gview *v, int block, char *buf, size_t cap)
                  p->host, p->port);
     else if (p == NULL)
         snprintf(buf, cap, "%s %d (%s)", data ? "data" : "parity", idx,
-                 data ? "no server" : "dead");
+                 data ? "no server" : absent_pp_word(v, idx));
     else
         snprintf(buf, cap, "%s %d (%s:%d)", p->role, p->index, p->host, p->port);
     return buf;

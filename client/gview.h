@@ -20,39 +20,19 @@
 #include <stdint.h>
 
 #include "admin.h"
+#include "groups.h"
 #include "procs.h"
 #include "recovery.h"
 
 #define GVIEW_MAX_BLOCKS 32     /* K + M supported by the tool */
 
-/* ---- the coordinator's view of the coding groups ---- */
-
-/* One "rec pp<j> dp<f> units <done>/<total> bytes <b> rate <r>" part. */
-struct gview_rec {
-    int pp, dp;
-    uint64_t done, total, bytes;
-    uint64_t rate;               /* bytes per second */
-};
-
-/* One line of `cocytus groups`. */
-struct gview_group {
-    int group;
-    char state[16];              /* healthy, degraded, recovering, taking-over, lost */
-    int redundancy, target;      /* failures it still tolerates / of M */
-    struct group_view view;      /* who serves each DP; each PP's state */
-    uint64_t last_serve_ms, last_prepare_us;
-    int nrec;
-    struct gview_rec rec[RECOV_MAX_M];
-    char lost[192];              /* why the group lost data ("" if it did not) */
-};
+/* ---- the coordinator's view of the coding groups (lines: groups.h) ---- */
 
 struct gview_groups {
     int n;
     struct gview_group *v;
 };
 
-/* Parse one `cocytus groups` line.  0, or -1 when malformed. */
-int gview_parse_group(const char *line, struct gview_group *out);
 /* Send `cocytus groups` on c and parse every line up to END.  0; 1 when
  * the coordinator does not know the command (an older one); -1 with the
  * reason in c->err. */
@@ -60,8 +40,6 @@ int gview_read_groups(struct admin_conn *c, struct gview_groups *out);
 void gview_groups_free(struct gview_groups *gs);
 /* The line of group g, or NULL. */
 const struct gview_group *gview_groups_find(const struct gview_groups *gs, int g);
-/* Every DP served (by itself or a recovery process), every PP parity. */
-bool gview_group_healthy(const struct gview_group *gg);
 
 /* ---- one group's blocks ---- */
 

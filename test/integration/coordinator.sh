@@ -9,7 +9,11 @@
 # its state file and sees the live processes again, that a coordinator
 # restarted on an older state file (a lost move) refuses moves while
 # processes are ahead of it, and that a corrupt state file is refused with
-# a clear message.  The trap always cleans up.
+# a clear message.  `cocytus-cli wait-healthy` exits 0 at once on the
+# healthy cluster and 1 (naming what is missing) with a dead process; then
+# on an RS(2,3) cluster it exits 0 when all groups are healthy, and 1 after
+# --timeout 2 with a data process stopped, while status exits 3.  The trap
+# always cleans up.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -85,6 +89,17 @@ grep -q "^coordinator $coord: epoch 1, 3 alive, 0 dead, 0 unknown\$" <<<"$cli_ou
     || fail "cocytus-cli status: $cli_out"
 ok "cocytus-cli status shows the epoch and membership"
 
+# --- wait-healthy on a healthy cluster: exit 0 at once ---
+wh_start=$(date +%s%N)
+wh_out=$("$cli" --dir "$dir" wait-healthy --timeout 10 2>&1)
+wh_rc=$?
+wh_ms=$((($(date +%s%N) - wh_start) / 1000000))
+[ "$wh_rc" -eq 0 ] || fail "wait-healthy on a healthy cluster: exit $wh_rc: $wh_out"
+grep -q "^wait-healthy: healthy after [0-9.]* s (3 processes alive" <<<"$wh_out" \
+    || fail "wait-healthy output: $wh_out"
+[ "$wh_ms" -lt 3000 ] || fail "wait-healthy on a healthy cluster took $wh_ms ms"
+ok "wait-healthy on a healthy cluster: exit 0 in $wh_ms ms"
+
 # --- a move: a key of endpoint 0 moves to group 1 ---
 key=""
 for i in $(seq 200); do
@@ -148,6 +163,12 @@ reply=$(mc "$coord" "cocytus move $slot 2\r\n")
 "$cli" --dir "$dir" status >/dev/null 2>&1
 cli_rc=$?
 [ "$cli_rc" -eq 3 ] || fail "cocytus-cli status exit $cli_rc with a dead process (want 3)"
+wh_out=$("$cli" --dir "$dir" wait-healthy --timeout 1 2>&1)
+wh_rc=$?
+[ "$wh_rc" -eq 1 ] || fail "wait-healthy with a dead process: exit $wh_rc (want 1): $wh_out"
+grep -q "plain 0 of group 2 on node 2 (${addrs[2]}) is dead" <<<"$wh_out" \
+    || fail "wait-healthy does not name the dead process: $wh_out"
+ok "wait-healthy with a dead process: exit 1, names it"
 
 # --- restart the coordinator: epoch 2 is kept ---
 old_pid=$(mc "$coord" "stats\r\n" | awk '$2 == "pid" { print $3 }')
@@ -195,6 +216,52 @@ echo garbage >"$dir/coordinator.state"
 msg=$(timeout 10 "$server_bin" --cluster "$dir/cluster.conf" --role coordinator 2>&1 </dev/null)
 grep -q "is not a coordinator state file" <<<"$msg" || fail "message for a garbage state file: $msg"
 ok "corrupt state files refused: $(tail -1 <<<"$msg")"
+
+# --- coding groups: RS(2,3) on 3 nodes; wait-healthy before and after a
+# data process is stopped ---
+rsdir=$dir/rs
+cluster_up "$rsdir" 20 40000 48000 --nodes 3 --scheme rs:2:3 --no-proxy --memory 16 --region 16 \
+    || fail "rs:2:3 cluster up"
+if [ -s "$rsdir/endpoints" ]; then
+    wh_start=$(date +%s%N)
+    wh_out=$("$cli" --dir "$rsdir" wait-healthy --timeout 20 2>&1)
+    wh_rc=$?
+    wh_ms=$((($(date +%s%N) - wh_start) / 1000000))
+    [ "$wh_rc" -eq 0 ] || fail "wait-healthy on a healthy RS cluster: exit $wh_rc: $wh_out"
+    grep -q "^wait-healthy: healthy after [0-9.]* s (9 processes alive, 3 coding groups at full redundancy)\$" \
+        <<<"$wh_out" || fail "wait-healthy output (RS): $wh_out"
+    ok "wait-healthy on a healthy RS(2,3) cluster: exit 0 after $wh_ms ms"
+    st_out=$("$cli" --dir "$rsdir" status 2>&1)
+    st_rc=$?
+    [ "$st_rc" -eq 0 ] || fail "status of a healthy RS cluster: exit $st_rc"
+    [ "$(grep -c '^group [0-9]: healthy, tolerates 1 of 1 failures$' <<<"$st_out")" -eq 3 ] \
+        || fail "status does not show 3 groups tolerating 1 of 1: $st_out"
+    grep -q '^groups: 3 of 3 at full redundancy$' <<<"$st_out" || fail "status summary: $st_out"
+
+    rs_pid=$(awk '$1 == "data" && $2 == 0 && $3 == 1 { print $6 }' "$rsdir/endpoints")
+    rs_addr=$(awk '$1 == "data" && $2 == 0 && $3 == 1 { print $5 }' "$rsdir/endpoints")
+    kill -KILL "$rs_pid"
+    wh_start=$(date +%s%N)
+    wh_out=$("$cli" --dir "$rsdir" wait-healthy --timeout 2 2>&1)
+    wh_rc=$?
+    wh_ms=$((($(date +%s%N) - wh_start) / 1000000))
+    [ "$wh_rc" -eq 1 ] || fail "wait-healthy with a stopped data process: exit $wh_rc (want 1): $wh_out"
+    [ "$wh_ms" -ge 1900 ] && [ "$wh_ms" -lt 8000 ] || fail "wait-healthy --timeout 2 took $wh_ms ms"
+    grep -q "^wait-healthy: NOT healthy after [0-9.]* s (timeout 2.0 s); still missing:\$" <<<"$wh_out" \
+        || fail "wait-healthy timeout output: $wh_out"
+    grep -q "data 1 of group 0 on node [0-9]* ($rs_addr) is dead" <<<"$wh_out" \
+        || fail "wait-healthy does not name the stopped data process: $wh_out"
+    grep -q "group 0: [A-Z-]*, tolerates 0 of 1 failures" <<<"$wh_out" \
+        || fail "wait-healthy does not name the group short of redundancy: $wh_out"
+    ok "wait-healthy --timeout 2 with a stopped data process: exit 1 after $wh_ms ms"
+    st_out=$("$cli" --dir "$rsdir" status 2>&1)
+    st_rc=$?
+    [ "$st_rc" -eq 3 ] || fail "status with a stopped data process: exit $st_rc (want 3)"
+    grep -q "^group 0: data 1 served by recovery process parity 0" <<<"$st_out" \
+        || fail "status does not show who serves data 1: $st_out"
+    ok "status with a stopped data process: exit 3, group 0 served by its recovery process"
+    cluster_remove "$rsdir"
+fi
 
 if [ "$failures" -ne 0 ]; then
     for f in "$dir"/coordinator*.log; do
