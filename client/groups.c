@@ -197,6 +197,16 @@ int gview_parse_group(const char *line, struct gview_group *out)
     unsigned long long version, serve_ms, prepare_us;
     int used = 0;
     memset(out, 0, sizeof *out);
+    char members[VIEW_WORD_MAX];
+    if (sscanf(line, "group %d %15s redundancy %d/%d view pbr primary m%d members %199s%n",
+               &out->group, out->state, &out->redundancy, &out->target, &out->pbr_primary,
+               members, &used) == 6 && used > 0) {
+        if (out->group < 0 || out->redundancy < 0 || out->target < 0)
+            return -1;
+        out->pbr = true;
+        return parse_tail(line + used, out);
+    }
+    used = 0;
     if (sscanf(line, "group %d %15s redundancy %d/%d view %llu %199s %199s last_serve_ms %llu "
                "last_prepare_us %llu%n", &out->group, out->state, &out->redundancy,
                &out->target, &version, dps, pps, &serve_ms, &prepare_us, &used) != 9 ||
@@ -220,6 +230,8 @@ int gview_parse_group(const char *line, struct gview_group *out)
 
 bool gview_group_healthy(const struct gview_group *gg)
 {
+    if (gg->pbr)
+        return strcmp(gg->state, "healthy") == 0 && gg->redundancy >= gg->target;
     for (int i = 0; i < gg->view.k; i++)
         if (gg->view.dp_server[i] != -1)
             return false;

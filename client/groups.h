@@ -59,6 +59,9 @@ struct gview_group {
     int nprogress;
     struct group_progress progress[GROUPS_MAX_PROGRESS];
     char lost[192];              /* why the group lost data ("" if it did not) */
+    bool pbr;                    /* a primary-backup group: no view, only the state,
+                                  * redundancy and progress words count */
+    int pbr_primary;             /* its primary's member number */
 };
 
 /* Parse one `cocytus groups` line.  Unknown words after the fixed part

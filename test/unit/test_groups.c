@@ -155,6 +155,32 @@ START_TEST(test_pbr_rebuild)
 }
 END_TEST
 
+/* The coordinator's real pbr line (cluster/coord_pbr.c): no coding view,
+ * the primary's member number and the members' letters. */
+START_TEST(test_pbr_line)
+{
+    struct gview_group g;
+    const char *healthy = "group 0 healthy redundancy 2/2 view pbr primary m2 members ffP "
+        "last_serve_ms 0 dead_at_ms 0 served_at_ms 0";
+    ck_assert_int_eq(gview_parse_group(healthy, &g), 0);
+    ck_assert(g.pbr);
+    ck_assert_int_eq(g.pbr_primary, 2);
+    ck_assert(gview_group_healthy(&g));
+    ck_assert(group_at_full_redundancy(&g));
+    const char *rebuilding = "group 3 rebuilding redundancy 1/2 view pbr primary m1 members fPr "
+        "last_serve_ms 12 dead_at_ms 5 served_at_ms 17 reb b2 items 4399/10555 bytes 439900 "
+        "rate 218951";
+    ck_assert_int_eq(gview_parse_group(rebuilding, &g), 0);
+    ck_assert(g.pbr);
+    ck_assert_uint_eq(g.served_at_ms, 17);
+    ck_assert_int_eq(g.nprogress, 1);
+    ck_assert_int_eq(g.progress[0].kind, PROGRESS_REB_PBR);
+    ck_assert_uint_eq(g.progress[0].done, 4399);
+    ck_assert(!gview_group_healthy(&g));
+    ck_assert(!group_at_full_redundancy(&g));
+}
+END_TEST
+
 START_TEST(test_lost_line)
 {
     struct gview_group g;
@@ -275,6 +301,7 @@ static Suite *groups_suite(void)
     tcase_add_test(tc, test_two_recoveries);
     tcase_add_test(tc, test_migrating_and_rebuilding);
     tcase_add_test(tc, test_pbr_rebuild);
+    tcase_add_test(tc, test_pbr_line);
     tcase_add_test(tc, test_lost_line);
     tcase_add_test(tc, test_full_redundancy_needs_everything);
     tcase_add_test(tc, test_unknown_words_skipped);
