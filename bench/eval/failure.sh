@@ -342,7 +342,7 @@ aggregate() {
             if (k == 0) return "-"
             for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
             t = (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
-            return (t == int(t) || t >= 100) ? sprintf("%.0f", t) : sprintf("%.2f", t)
+            return (t >= 100 || (t == int(t) && c >= 10)) ? sprintf("%.0f", t) : sprintf("%.2f", t)
         }
         function running(key,   i, y, d) {
             for (i = 1; i <= cnt[key]; i++) { y += val[key, i, 6] == "yes"; d += val[key, i, 6] == "-" }
