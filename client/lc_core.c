@@ -598,9 +598,18 @@ static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
             break;
         case LC_SUSPECT:
             lc_conn_reset(c, target);
-            if (!lc_may_retry(c, tries) || !follow_map_owner(c, slot, &target))
+            if (lc_may_retry(c, tries) && follow_map_owner(c, slot, &target)) {
+                c->stats.redirects++;
+                break;
+            }
+            /* The map still names this server: it may just have died
+             * mid-request.  A request that is harmless twice waits for the
+             * map like after a lost connection; others report it. */
+            if (!rq->retry_lost)
                 return rc;
-            c->stats.redirects++;
+            if (!lc_may_retry(c, tries))
+                goto give_up;
+            target = reroute_after_failure(c, slot, target, tries, false);
             break;
         }
     }
