@@ -886,10 +886,10 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
     return true;
 }
 
-void engine_data_units_arrived(struct engine *eng)
+/* Every waiting read is parsed again.  Detached first: a woken read may
+ * wait again and register anew. */
+static void wake_waiters(struct data_engine *dp)
 {
-    struct data_engine *dp = dp_of(eng);
-    /* Detach first: a woken read may wait again and register anew. */
     size_t n = dp->nwaiters;
     struct read_waiter *w = dp->waiters;
     dp->waiters = NULL;
@@ -898,6 +898,12 @@ void engine_data_units_arrived(struct engine *eng)
     for (size_t i = 0; i < n; i++)
         w[i].done(w[i].cookie, &res);
     free(w);
+}
+
+void engine_data_units_arrived(struct engine *eng)
+{
+    struct data_engine *dp = dp_of(eng);
+    wake_waiters(dp);
     drain_queue(dp);
 }
 
@@ -1427,15 +1433,7 @@ void engine_data_release(struct engine *eng, const char *host, int port)
     struct data_engine *dp = dp_of(eng);
     struct moved_ctx mc = { dp, host, port };
     writeq_drain(&dp->queue, answer_moved, &mc);
-    /* Waiting reads are parsed again: routing sends them on. */
-    size_t n = dp->nwaiters;
-    struct read_waiter *w = dp->waiters;
-    dp->waiters = NULL;
-    dp->nwaiters = dp->waiters_cap = 0;
-    struct eng_result res = { .status = ENG_SUCCESS };
-    for (size_t i = 0; i < n; i++)
-        w[i].done(w[i].cookie, &res);
-    free(w);
+    wake_waiters(dp);   /* parsed again, routing sends them on */
 }
 
 /* ---- a replacement data process taking its copy (replica.h) ---- */

@@ -210,17 +210,7 @@ static void on_alone_timer(evutil_socket_t fd, short what, void *arg)
 
 static void fail_all(struct sender *s)
 {
-    struct eng_result res = { .status = ENG_FAILED,
-                              .msg = "process restarted without its state" };
-    struct sender_completion *c = s->comp_head;
-    s->comp_head = s->comp_tail = NULL;
-    while (c) {
-        struct sender_completion *next = c->next;
-        if (c->done)
-            c->done(c->cookie, &res);
-        free(c);
-        c = next;
-    }
+    sender_fail_waiting(s, "process restarted without its state");
     if (s->cb->refused)
         s->cb->refused(s->ctx);
 }
