@@ -266,25 +266,6 @@ static bool install_map(cocytus_t *c, struct lc_map *m)
     return true;
 }
 
-/* What a fetched map is to a refresh. */
-enum judged {
-    MAP_REFUSED,     /* older than the cached map or than min_epoch */
-    MAP_SAME,        /* the cached epoch */
-    MAP_NEWER        /* newer than the cached map (or the first map) */
-};
-
-static enum judged judge(const cocytus_t *c, const struct lc_map *m, enum lc_fetch kind,
-                         uint64_t min_epoch)
-{
-    if (c->map == NULL)
-        return MAP_NEWER;
-    if (kind == LC_FETCH_NO_CLUSTER)
-        return c->map->epoch == 0 && min_epoch == 0 ? MAP_SAME : MAP_REFUSED;
-    if (m->epoch < min_epoch || m->epoch < c->map->epoch)
-        return MAP_REFUSED;
-    return m->epoch > c->map->epoch ? MAP_NEWER : MAP_SAME;
-}
-
 /* The map fetch timeout: timeout_ms between calls (connect, cocytus_refresh);
  * inside a call at most LC_RETRY_FETCH_MS, and no longer than the budget
  * left (but FETCH_MIN_MS), so that a dead or hung server is passed over
@@ -303,10 +284,10 @@ static int fetch_timeout(const cocytus_t *c)
     return ms < FETCH_MIN_MS ? FETCH_MIN_MS : (int)ms;
 }
 
-/* Asks one server; *out gets its map unless it is MAP_REFUSED (or the
- * fetch failed: then MAP_REFUSED too, with the reason in c->err, and
+/* Asks one server; *out gets its map unless it is LC_MAP_REFUSED (or the
+ * fetch failed: then LC_MAP_REFUSED too, with the reason in c->err, and
  * *answered false). */
-static enum judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t min_epoch,
+static enum lc_judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t min_epoch,
                               struct lc_map **out, bool *answered)
 {
     struct lc_map *m = NULL;
@@ -317,10 +298,10 @@ static enum judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t mi
     *answered = kind != LC_FETCH_FAILED;
     if (kind == LC_FETCH_FAILED) {
         lc_set_error(c, "%s", err);
-        return MAP_REFUSED;
+        return LC_MAP_REFUSED;
     }
-    enum judged j = judge(c, m, kind, min_epoch);
-    if (j == MAP_REFUSED) {
+    enum lc_judged j = lc_map_judge(c->map, m, kind == LC_FETCH_NO_CLUSTER, min_epoch);
+    if (j == LC_MAP_REFUSED) {
         char where[LC_ADDR_TEXT_MAX];
         uint64_t want = c->map->epoch > min_epoch ? c->map->epoch : min_epoch;
         lc_addr_format(a, where, sizeof(where));
@@ -330,53 +311,18 @@ static enum judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t mi
             lc_set_error(c, "%s has map epoch %" PRIu64 ", older than %" PRIu64, where, m->epoch,
                          want);
         lc_map_free(m);
-        return MAP_REFUSED;
+        return LC_MAP_REFUSED;
     }
     *out = m;
     return j;
-}
-
-/* The servers a refresh asks, in order, without repeats: prefer, the seeds,
- * the map's endpoints; avoid is moved to the end (lc_refresh asks it only
- * if no other server answered). */
-static size_t refresh_sources(const cocytus_t *c, const struct lc_addr *prefer,
-                              const struct lc_addr *avoid, struct lc_addr *out, size_t cap)
-{
-    size_t n = 0;
-    size_t nmap = c->map ? c->map->n : 0;
-
-    for (size_t k = 0; k < 1 + c->nseeds + nmap && n < cap; k++) {
-        const struct lc_addr *a;
-        if (k == 0)
-            a = prefer;
-        else if (k <= c->nseeds)
-            a = &c->seeds[k - 1];
-        else
-            a = &c->map->ep[k - 1 - c->nseeds];
-        if (a == NULL)
-            continue;
-        bool seen = false;
-        for (size_t j = 0; j < n && !seen; j++)
-            seen = lc_addr_equal(&out[j], a);
-        if (!seen)
-            out[n++] = *a;
-    }
-    for (size_t j = 0; avoid != NULL && j + 1 < n; j++) {
-        if (lc_addr_equal(&out[j], avoid)) {
-            struct lc_addr last = out[j];
-            memmove(&out[j], &out[j + 1], (n - j - 1) * sizeof(out[0]));
-            out[n - 1] = last;
-            break;
-        }
-    }
-    return n;
 }
 
 bool lc_refresh(cocytus_t *c, const struct lc_addr *prefer, const struct lc_addr *avoid,
                 uint64_t min_epoch)
 {
     struct lc_addr src[REFRESH_SOURCES_MAX];
-    size_t n = refresh_sources(c, prefer, avoid, src, REFRESH_SOURCES_MAX);
+    size_t n = lc_refresh_sources(prefer, avoid, c->seeds, c->nseeds, c->map, src,
+                                  REFRESH_SOURCES_MAX);
     struct lc_map *same = NULL;
     int nsame = 0;
     bool any_answer = false;
@@ -389,24 +335,24 @@ bool lc_refresh(cocytus_t *c, const struct lc_addr *prefer, const struct lc_addr
         /* The server that just failed is asked only if no other answered. */
         if (avoid != NULL && any_answer && lc_addr_equal(&src[i], avoid))
             break;
-        enum judged j = fetch_from(c, &src[i], min_epoch, &m, &answered);
+        enum lc_judged j = fetch_from(c, &src[i], min_epoch, &m, &answered);
         any_answer = any_answer || answered;
         switch (j) {
-        case MAP_NEWER:
+        case LC_MAP_NEWER:
             lc_map_free(same);
             if (install_map(c, m))
                 return true;
             lc_map_free(m);
             lc_set_error(c, "out of memory");
             return false;
-        case MAP_SAME:
+        case LC_MAP_SAME:
             nsame++;
             if (same == NULL)
                 same = m;
             else
                 lc_map_free(m);
             break;
-        case MAP_REFUSED:
+        case LC_MAP_REFUSED:
             break;
         }
     }

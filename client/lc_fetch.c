@@ -185,13 +185,12 @@ enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, struct lc_ma
     size_t n = read_reply(fd, &b, deadline, err, errlen);
     close(fd);
     if (n > 0) {
-        switch (lc_config_parse(b.p, n, out, err, errlen)) {
+        switch (lc_config_to_map(b.p, n, a, out, err, errlen)) {
         case LC_CONFIG_MAP:
             result = LC_FETCH_MAP;
             break;
         case LC_CONFIG_NO_CLUSTER:
-            *out = lc_map_single(a);
-            result = *out ? LC_FETCH_NO_CLUSTER : LC_FETCH_FAILED;
+            result = LC_FETCH_NO_CLUSTER;
             break;
         case LC_CONFIG_BAD:
             break;

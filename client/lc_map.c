@@ -202,6 +202,64 @@ struct lc_map *lc_map_single(const struct lc_addr *a)
     return m;
 }
 
+struct lc_map *lc_map_dup(const struct lc_map *m)
+{
+    struct lc_map *d = map_new(m->n);
+
+    if (d == NULL)
+        return NULL;
+    d->epoch = m->epoch;
+    memcpy(d->ep, m->ep, m->n * sizeof(*m->ep));
+    memcpy(d->owner, m->owner, sizeof(d->owner));
+    return d;
+}
+
+enum lc_judged lc_map_judge(const struct lc_map *cur, const struct lc_map *m, bool no_cluster,
+                            uint64_t min_epoch)
+{
+    if (cur == NULL)
+        return LC_MAP_NEWER;
+    if (no_cluster)
+        return cur->epoch == 0 && min_epoch == 0 ? LC_MAP_SAME : LC_MAP_REFUSED;
+    if (m->epoch < min_epoch || m->epoch < cur->epoch)
+        return LC_MAP_REFUSED;
+    return m->epoch > cur->epoch ? LC_MAP_NEWER : LC_MAP_SAME;
+}
+
+size_t lc_refresh_sources(const struct lc_addr *prefer, const struct lc_addr *avoid,
+                          const struct lc_addr *seeds, size_t nseeds, const struct lc_map *cur,
+                          struct lc_addr *out, size_t cap)
+{
+    size_t n = 0;
+    size_t nmap = cur ? cur->n : 0;
+
+    for (size_t k = 0; k < 1 + nseeds + nmap && n < cap; k++) {
+        const struct lc_addr *a;
+        if (k == 0)
+            a = prefer;
+        else if (k <= nseeds)
+            a = &seeds[k - 1];
+        else
+            a = &cur->ep[k - 1 - nseeds];
+        if (a == NULL)
+            continue;
+        bool seen = false;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = lc_addr_equal(&out[j], a);
+        if (!seen)
+            out[n++] = *a;
+    }
+    for (size_t j = 0; avoid != NULL && j + 1 < n; j++) {
+        if (lc_addr_equal(&out[j], avoid)) {
+            struct lc_addr last = out[j];
+            memmove(&out[j], &out[j + 1], (n - j - 1) * sizeof(out[0]));
+            out[n - 1] = last;
+            break;
+        }
+    }
+    return n;
+}
+
 void lc_map_free(struct lc_map *m)
 {
     if (m == NULL)
@@ -511,4 +569,19 @@ bool lc_moved_parse(const char *text, struct lc_moved *out)
     out->slot = (unsigned)slot;
     out->epoch = epoch;
     return true;
+}
+
+enum lc_config lc_config_to_map(const char *buf, size_t len, const struct lc_addr *a,
+                                struct lc_map **out, char *err, size_t errlen)
+{
+    enum lc_config kind = lc_config_parse(buf, len, out, err, errlen);
+
+    if (kind == LC_CONFIG_NO_CLUSTER) {
+        *out = lc_map_single(a);
+        if (*out == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return LC_CONFIG_BAD;
+        }
+    }
+    return kind;
 }

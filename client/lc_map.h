@@ -73,6 +73,36 @@ LC_HIDDEN size_t lc_config_reply_length(const char *buf, size_t len);
 LC_HIDDEN enum lc_config lc_config_parse(const char *buf, size_t len, struct lc_map **out,
                                          char *err, size_t errlen);
 
+/* What a fetched map is to the cached one (cur, NULL before the first). */
+enum lc_judged {
+    LC_MAP_REFUSED,     /* older than the cached map or than min_epoch */
+    LC_MAP_SAME,        /* the cached epoch */
+    LC_MAP_NEWER        /* newer than the cached map (or the first map) */
+};
+
+/* Judges map m fetched from a server; no_cluster: the server has no
+ * cluster (m makes it own every slot).  A map older than cur is never
+ * taken: libcocytus and cocytus-proxy install only what this accepts. */
+LC_HIDDEN enum lc_judged lc_map_judge(const struct lc_map *cur, const struct lc_map *m,
+                                      bool no_cluster, uint64_t min_epoch);
+
+/* The servers a map refresh asks, in order, without repeats: prefer (may be
+ * NULL), the seeds, cur's endpoints (cur may be NULL); avoid (may be NULL)
+ * is moved to the end, asked only if no other server answered.  Returns
+ * how many were written to out (at most cap). */
+LC_HIDDEN size_t lc_refresh_sources(const struct lc_addr *prefer, const struct lc_addr *avoid,
+                                    const struct lc_addr *seeds, size_t nseeds,
+                                    const struct lc_map *cur, struct lc_addr *out, size_t cap);
+
+/* A copy of m (NULL if out of memory). */
+LC_HIDDEN struct lc_map *lc_map_dup(const struct lc_map *m);
+
+/* Parses a complete config reply from server a into a map: for
+ * LC_CONFIG_NO_CLUSTER *out makes a own every slot. */
+LC_HIDDEN enum lc_config lc_config_to_map(const char *buf, size_t len,
+                                          const struct lc_addr *a, struct lc_map **out,
+                                          char *err, size_t errlen);
+
 /* Finds "MOVED <slot> <epoch> <host>:<port>" anywhere in text. */
 LC_HIDDEN bool lc_moved_parse(const char *text, struct lc_moved *out);
 

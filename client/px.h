@@ -1,0 +1,356 @@
+/* px.h - cocytus-proxy internals: the types its files share.
+ *
+ * The proxy is a set of worker threads, each a libevent loop that owns
+ * everything it touches: its client connections, one non-blocking
+ * connection to every server it routes to (a "backend"), its copy of the
+ * slot map and a map fetch in progress.  Nothing is shared between workers
+ * but the counters in struct proxy.
+ *
+ * A client request (px_req) becomes one or more backend operations
+ * (px_op): one binary-protocol request each, routed by its key's slot.  An
+ * op is queued on its backend's output and in-flight FIFO; the server
+ * answers one connection's requests in order, so the first op of the FIFO
+ * owns the next reply (its opaque is checked).  Output is written once per
+ * loop iteration for every connection that has some (the worker's dirty
+ * list), so the requests of many clients to one server share one writev,
+ * and the replies a client got in one iteration share one write.  A client
+ * keeps its requests in a FIFO too, and a reply goes out only when every
+ * earlier request of that client has answered.
+ *
+ * An op that meets MOVED, a lost connection or a timeout is routed again
+ * (px_route.c) under libcocytus's rules: a request that may have been
+ * applied is sent again only if it is harmless twice, no new try starts
+ * after the deadline, and the map is fetched again without blocking
+ * anything else. */
+#ifndef COCYTUS_PX_H
+#define COCYTUS_PX_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "lc_map.h"
+#include "proto_text.h"
+
+#define PX_VERSION "1.6.18-cocytus-proxy-" PACKAGE_VERSION
+#define PX_LAT_BUCKETS 96           /* latency histogram: 4 buckets per power of 2 us */
+#define PX_MAX_BACKEND_STATS 1024   /* distinct server addresses counted */
+#define PX_MAX_PIPELINE 1024        /* requests of one client in progress before it is
+                                       no longer read */
+#define PX_OUT_HIGH (4u << 20)      /* ...or unsent output above this */
+#define PX_READ_CHUNK 16384
+#define PX_FETCH_TIMEOUT_MS 200     /* one server's map fetch */
+#define PX_FETCH_MAX_SOURCES 8      /* servers asked in one refresh */
+#define PX_BACKOFF_MIN_MS 5
+#define PX_BACKOFF_MAX_MS 200
+#define PX_TICK_MS 5
+
+/* ---- counters, shared by the workers ---- */
+
+/* One server's counters, summed over the workers (relaxed atomics). */
+struct px_be_stats {
+    char name[LC_ADDR_TEXT_MAX];
+    uint64_t requests;              /* ops sent (each try counts) */
+    uint64_t errors;                /* connection failures, timeouts, error replies
+                                       the proxy did not expect (not misses) */
+    int64_t inflight;
+    uint64_t down;                  /* 1 while a worker last saw it down */
+    uint64_t lat[PX_LAT_BUCKETS];   /* send to reply, per op */
+};
+
+struct px_counters {
+    uint64_t curr_conns, total_conns, rejected_conns, idle_closed;
+    uint64_t cmd_get, get_hits, get_misses;
+    uint64_t cmd_set, cmd_delete, cmd_incr_decr, cmd_touch, cmd_flush;
+    uint64_t errors;
+    uint64_t routed, redirects, refreshes, retries, conn_failures, timeouts;
+};
+
+struct px_options {
+    const char *addr;
+    int port;
+    const char *seeds;
+    size_t item_max;
+    int timeout_ms;                 /* one try */
+    int deadline_ms;                /* all tries of a request */
+    int max_attempts;
+    int wait_s;
+    int threads;
+    int verbose;
+    int idle_timeout_s;             /* 0: never */
+    int max_conns;                  /* 0: no limit */
+};
+
+struct px_worker;
+
+struct proxy {
+    struct px_options opt;
+    struct event_base *base;        /* the accepting thread's loop */
+    struct evconnlistener *listener;
+    struct px_worker *workers;
+    int nworkers;
+    int next_worker;
+    int64_t started;
+    struct lc_addr *seeds;
+    size_t nseeds;
+    struct lc_map *first_map;       /* fetched at start, copied by every worker */
+    pthread_mutex_t stats_lock;     /* adding backend stats entries */
+    struct px_be_stats *bstats[PX_MAX_BACKEND_STATS];
+    size_t nbstats;
+    struct px_be_stats spare_stats; /* counts for addresses beyond the table */
+};
+
+/* ---- buffers ---- */
+
+/* Bytes read and not yet consumed: data[off .. off + len). */
+struct px_rbuf {
+    char *data;
+    size_t off, len, cap;
+};
+
+bool px_rbuf_reserve(struct px_rbuf *b, size_t room);
+void px_rbuf_consume(struct px_rbuf *b, size_t n);
+void px_rbuf_free(struct px_rbuf *b);
+/* One read() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
+ssize_t px_rbuf_read(struct px_rbuf *b, int fd);
+
+/* ---- requests ---- */
+
+enum px_proto { PX_PROTO_UNKNOWN, PX_PROTO_TEXT, PX_PROTO_BINARY };
+
+struct px_client;
+struct px_backend;
+struct px_req;
+
+enum px_op_state {
+    OP_NEW,
+    OP_INFLIGHT,      /* in a backend's FIFO */
+    OP_WAITING,       /* in the worker's retry list */
+    OP_DONE
+};
+
+/* One binary request to one server, kept encoded so it can be sent again. */
+struct px_op {
+    struct px_req *req;             /* NULL once the client has gone */
+    unsigned index;                 /* position in req->ops */
+    enum px_op_state state;
+    struct px_op *next;             /* backend FIFO or retry list */
+    struct px_backend *be;          /* while in flight */
+    uint64_t start_byte;            /* be's output offset of the first byte */
+    unsigned slot;
+    int fanout;                     /* -1: keyed; else the endpoint index (flush) */
+    bool retry_lost;                /* harmless to apply twice */
+    int tries;
+    int64_t deadline_ms;            /* no new try after this (monotonic ms) */
+    int64_t sent_us;                /* monotonic us of the last send */
+    int64_t retry_at_ms;            /* OP_WAITING: not before this */
+    struct px_backend *target;      /* the next try goes here (a MOVED's target) */
+    char why[120];                  /* why the last try failed */
+    /* the outcome, for requests of several ops (multi-get, flush) */
+    uint16_t status;
+    struct evbuffer *frag;
+    size_t nwire;
+    char wire[];                    /* header, extras, key, value */
+};
+
+/* What the client asked, enough to format its reply. */
+struct px_req {
+    struct px_client *c;
+    struct px_req *next;
+    enum px_proto proto;
+    bool done;
+    bool noreply;                   /* text noreply */
+    bool close_after;
+    int text_cmd;                   /* enum text_cmd */
+    uint8_t bin_opcode;             /* the client's opcode (quiet ones included) */
+    uint32_t bin_opaque;
+    uint64_t hits;
+    unsigned nops, pending;
+    struct px_op **ops;
+    struct px_op *one[1];           /* ops storage for single-op requests */
+    struct evbuffer *reply;         /* the reply while earlier requests wait */
+    char err[160];                  /* set when an op failed inside the proxy */
+};
+
+/* ---- connections ---- */
+
+enum px_be_state { BE_IDLE, BE_CONNECTING, BE_UP, BE_DOWN };
+
+struct px_backend {
+    struct px_worker *w;
+    struct lc_addr addr;
+    char name[LC_ADDR_TEXT_MAX];
+    int fd;
+    struct event *rev, *wev;
+    enum px_be_state state;
+    bool was_down;                  /* logged as down, not yet as up again */
+    int64_t retry_at_ms;            /* BE_DOWN: no connection before this */
+    int64_t connect_started_ms;
+    int fails;                      /* connection failures in a row */
+    struct evbuffer *out;
+    uint64_t queued_bytes, written_bytes;
+    struct px_rbuf in;
+    struct px_op *head, *tail;      /* in-flight FIFO */
+    size_t ninflight;
+    uint32_t next_opaque;
+    bool dirty;
+    struct px_backend *next_dirty;
+    struct px_backend *next_all;
+    struct px_be_stats *st;
+};
+
+struct px_client {
+    struct px_worker *w;
+    int fd;
+    struct event *rev, *wev;
+    enum px_proto proto;
+    struct px_rbuf in;
+    struct evbuffer *out;
+    size_t swallow;                 /* refused data bytes still to drop */
+    bool reading;                   /* rev added */
+    bool closing;                   /* close once out is written */
+    bool dead;                      /* closed: freed by the flush step */
+    bool dirty;
+    struct px_client *next_dirty;
+    struct px_client *prev, *next;  /* the worker's clients */
+    struct px_req *head, *tail;
+    unsigned nreqs;
+    int64_t last_active_ms;
+};
+
+/* ---- a map fetch in progress ---- */
+
+struct px_fetch {
+    bool running;
+    bool again;                     /* asked for while running */
+    bool pending;                   /* another fetch starts at again_at_ms */
+    int64_t again_at_ms;
+    int fd;
+    struct event *ev;
+    struct px_rbuf in;
+    const char *req_pos;            /* unsent part of the request */
+    size_t req_left;
+    struct lc_addr src[PX_FETCH_MAX_SOURCES];
+    size_t nsrc, cur;
+    int same;                       /* answers with the cached epoch */
+    int64_t cur_deadline_ms;
+    uint64_t min_epoch;
+    struct lc_addr prefer, avoid;
+    bool has_prefer, has_avoid;
+};
+
+/* ---- a worker ---- */
+
+struct px_worker {
+    struct proxy *px;
+    int id;
+    struct event_base *base;
+    pthread_t thread;
+    bool started, stop;
+    int notify[2];
+    struct event *notify_ev;
+    struct event *tick;
+    bool tick_on;
+    /* routing */
+    struct lc_map *map;
+    uint16_t owner[COCYTUS_SLOTS];  /* map->owner plus MOVED hints; index into be */
+    struct px_backend **be;         /* be[i] serves map->ep[i] for i < map->n;
+                                       MOVED targets outside the map follow */
+    size_t nbe, capbe;
+    struct px_backend *all_be;
+    struct px_fetch fetch;
+    struct px_op *waiting, *waiting_tail;   /* ops waiting to be tried again */
+    size_t nwaiting;
+    size_t ninflight;
+    /* connections */
+    struct px_client *clients;
+    size_t nclients;
+    struct px_client *dirty_clients;
+    struct px_backend *dirty_be;
+    int64_t last_idle_scan_ms;
+    struct px_counters st;
+    char ebuf[256];
+};
+
+/* ---- clock ---- */
+int64_t px_now_ms(void);
+int64_t px_now_us(void);
+
+/* ---- counters (px_stats.c) ---- */
+void px_count(uint64_t *counter, uint64_t n);
+struct px_be_stats *px_stats_for(struct proxy *px, const char *name);
+void px_stats_latency(struct px_be_stats *st, int64_t us);
+typedef void (*px_stat_fn)(void *ctx, const char *name, const char *value);
+/* Every statistic of the general `stats`, then (with backends) the servers'. */
+void px_stats_emit(struct px_worker *w, bool general, bool backends, px_stat_fn emit,
+                   void *ctx);
+
+/* ---- backends (px_backend.c) ---- */
+struct px_backend *px_backend_get(struct px_worker *w, const struct lc_addr *a);
+/* Queues op on be (connecting if needed).  False if be is down and may not
+ * be tried before be->retry_at_ms: the caller waits. */
+bool px_backend_send(struct px_backend *be, struct px_op *op);
+void px_backend_flush(struct px_backend *be);
+void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
+void px_backend_close_all(struct px_worker *w);
+/* A non-blocking connect to a, started; -1 with errno. */
+int px_connect_start(const struct lc_addr *a);
+
+/* ---- routing (px_route.c) ---- */
+bool px_route_init(struct px_worker *w, const struct lc_map *first);
+void px_route_free(struct px_worker *w);
+/* Sends a new op to the owner of its slot (or endpoint op->fanout). */
+void px_route_op(struct px_worker *w, struct px_op *op);
+/* A reply for op that is MOVED: redirect it. */
+void px_route_moved(struct px_worker *w, struct px_op *op, struct px_backend *from,
+                    const char *text, size_t n);
+/* op's connection failed (lost: the request may have been applied). */
+void px_route_failed(struct px_worker *w, struct px_op *op, bool lost, const char *why);
+void px_route_tick(struct px_worker *w, int64_t now_ms);
+void px_route_refresh(struct px_worker *w, const struct lc_addr *prefer,
+                      const struct lc_addr *avoid, uint64_t min_epoch);
+/* Takes op out of the retry list (its client went away). */
+void px_route_forget(struct px_worker *w, struct px_op *op);
+
+/* ---- requests (px_client.c) ---- */
+struct px_op *px_op_new(struct px_req *rq, uint8_t opcode, const char *extras, uint8_t extlen,
+                        const char *key, size_t nkey, const char *value, size_t nvalue,
+                        uint64_t cas);
+struct px_req *px_req_new(struct px_client *c, enum px_proto proto, unsigned nops);
+/* Where the reply of rq goes now: the client's output if every earlier
+ * request has answered, else rq's own buffer. */
+struct evbuffer *px_req_sink(struct px_req *rq);
+/* rq is complete (its reply written to px_req_sink): advance the client. */
+void px_req_finish(struct px_req *rq);
+/* A reply (header and body, status already checked for MOVED) for op. */
+void px_op_reply(struct px_worker *w, struct px_op *op, const char *hdr, const char *body,
+                 size_t nbody);
+/* op failed inside the proxy (gave up, lost): answer the client. */
+void px_op_fail(struct px_worker *w, struct px_op *op, const char *why);
+void px_op_free(struct px_op *op);
+void px_client_adopt(struct px_worker *w, int fd);
+void px_client_flush(struct px_client *c);
+void px_client_mark_dirty(struct px_client *c);
+void px_clients_idle_scan(struct px_worker *w, int64_t now_ms);
+void px_clients_close_all(struct px_worker *w);
+
+/* ---- protocols (px_text.c, px_bin.c) ---- */
+/* Parse and start one request from c's input.  Returns bytes consumed,
+ * 0 if more must arrive, SIZE_MAX to close the connection. */
+size_t px_text_request(struct px_client *c, const char *buf, size_t len);
+size_t px_bin_request(struct px_client *c, const char *buf, size_t len);
+/* The reply of a completed op, in the client's protocol. */
+void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const char *body,
+                   size_t nbody);
+void px_bin_reply(struct px_op *op, uint16_t status, const char *hdr, const char *body,
+                  size_t nbody);
+void px_text_finish(struct px_req *rq);
+void px_bin_finish(struct px_req *rq);
+void px_text_failure(struct px_req *rq, struct evbuffer *out, const char *why);
+void px_bin_failure(struct px_req *rq, struct evbuffer *out, const char *why);
+
+#endif

@@ -1,0 +1,392 @@
+/* px_backend.c - cocytus-proxy: one worker's connection to one server.
+ *
+ * A backend is a persistent non-blocking TCP connection speaking the binary
+ * protocol, with requests pipelined: an op is appended to the output
+ * buffer and to the in-flight FIFO, and the worker's flush step writes
+ * everything queued in one writev per loop iteration.  Replies are read on
+ * readiness (persistent read event, one read() per wake-up into a plain
+ * buffer), framed by their 24-byte header, and matched to the FIFO's first
+ * op, whose opaque they must carry: the server answers a connection's
+ * requests in order.
+ *
+ * A connection that breaks, sends what is not a reply in order, or leaves
+ * its oldest request unanswered for timeout_ms is closed, and every op on
+ * it goes back to the router, which knows which of them may have reached
+ * the server (op->start_byte against the bytes written).  The backend then
+ * stays down for a back-off that doubles per failure; a request routed to
+ * it meanwhile waits instead of paying a connect each time.  A dead or
+ * stopped server therefore only delays the ops that are routed to it.
+ * Transitions are logged once: down with the reason, and up again. */
+#include "config.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "bin_wire.h"
+#include "px.h"
+
+#define SMALL_COPY 4096        /* ops smaller than this are copied into the output */
+
+int px_connect_start(const struct lc_addr *a)
+{
+    struct addrinfo hints, *res = NULL;
+    char port[16];
+    int fd = -1, err = ECONNREFUSED;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof(port), "%d", a->port);
+    if (getaddrinfo(a->host, port, &hints, &res) != 0) {
+        errno = EHOSTUNREACH;
+        return -1;
+    }
+    for (const struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS)
+            break;
+        err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        errno = err;
+    return fd;
+}
+
+static void on_be_read(evutil_socket_t fd, short what, void *arg);
+static void on_be_write(evutil_socket_t fd, short what, void *arg);
+
+struct px_backend *px_backend_get(struct px_worker *w, const struct lc_addr *a)
+{
+    for (struct px_backend *be = w->all_be; be; be = be->next_all)
+        if (lc_addr_equal(&be->addr, a))
+            return be;
+    struct px_backend *be = calloc(1, sizeof(*be));
+    if (be == NULL)
+        return NULL;
+    be->out = evbuffer_new();
+    if (be->out == NULL) {
+        free(be);
+        return NULL;
+    }
+    be->w = w;
+    be->addr = *a;
+    lc_addr_format(a, be->name, sizeof(be->name));
+    be->fd = -1;
+    be->state = BE_IDLE;
+    be->st = px_stats_for(w->px, be->name);
+    be->next_all = w->all_be;
+    w->all_be = be;
+    return be;
+}
+
+static void be_mark_dirty(struct px_backend *be)
+{
+    if (be->dirty)
+        return;
+    be->dirty = true;
+    be->next_dirty = be->w->dirty_be;
+    be->w->dirty_be = be;
+}
+
+static int backoff_ms(int fails)
+{
+    int ms = PX_BACKOFF_MIN_MS;
+    for (int i = 1; i < fails && ms < PX_BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < PX_BACKOFF_MAX_MS ? ms : PX_BACKOFF_MAX_MS;
+}
+
+static void be_close_socket(struct px_backend *be)
+{
+    if (be->rev) {
+        event_free(be->rev);
+        be->rev = NULL;
+    }
+    if (be->wev) {
+        event_free(be->wev);
+        be->wev = NULL;
+    }
+    if (be->fd >= 0)
+        close(be->fd);
+    be->fd = -1;
+    evbuffer_drain(be->out, evbuffer_get_length(be->out));
+    be->in.off = be->in.len = 0;
+}
+
+/* The connection failed: close it and hand every op on it back. */
+static void be_fail(struct px_backend *be, const char *why, bool timed_out)
+{
+    struct px_worker *w = be->w;
+    char msg[200];
+
+    snprintf(msg, sizeof(msg), "%.80s: %.110s", be->name, why);
+    if (!be->was_down) {
+        fprintf(stderr, "cocytus-proxy: worker %d: backend %s down: %s\n", w->id, be->name, why);
+        be->was_down = true;
+    }
+    __atomic_store_n(&be->st->down, 1, __ATOMIC_RELAXED);
+    px_count(&be->st->errors, 1);
+    px_count(timed_out ? &w->st.timeouts : &w->st.conn_failures, 1);
+    uint64_t written = be->written_bytes;
+    be_close_socket(be);
+    be->state = BE_DOWN;
+    be->fails++;
+    be->retry_at_ms = px_now_ms() + backoff_ms(be->fails);
+    struct px_op *op = be->head;
+    be->head = be->tail = NULL;
+    __atomic_fetch_sub(&be->st->inflight, (int64_t)be->ninflight, __ATOMIC_RELAXED);
+    w->ninflight -= be->ninflight;
+    be->ninflight = 0;
+    be->queued_bytes = be->written_bytes = 0;
+    px_route_refresh(w, NULL, &be->addr, 0);
+    while (op) {
+        struct px_op *next = op->next;
+        bool lost = op->start_byte < written;
+        op->next = NULL;
+        op->be = NULL;
+        op->state = OP_NEW;
+        px_route_failed(w, op, lost, msg);
+        op = next;
+    }
+}
+
+static void be_connected(struct px_backend *be)
+{
+    be->state = BE_UP;
+    be->fails = 0;
+    if (be->was_down) {
+        fprintf(stderr, "cocytus-proxy: worker %d: backend %s up\n", be->w->id, be->name);
+        be->was_down = false;
+    }
+    __atomic_store_n(&be->st->down, 0, __ATOMIC_RELAXED);
+    event_add(be->rev, NULL);
+    be_mark_dirty(be);
+}
+
+static bool be_connect(struct px_backend *be)
+{
+    int fd = px_connect_start(&be->addr);
+
+    if (fd < 0) {
+        char why[120];
+        snprintf(why, sizeof(why), "connect: %s", strerror(errno));
+        be_fail(be, why, false);
+        return false;
+    }
+    be->fd = fd;
+    be->rev = event_new(be->w->base, fd, EV_READ | EV_PERSIST, on_be_read, be);
+    be->wev = event_new(be->w->base, fd, EV_WRITE, on_be_write, be);
+    if (be->rev == NULL || be->wev == NULL) {
+        be_fail(be, "out of memory", false);
+        return false;
+    }
+    be->state = BE_CONNECTING;
+    be->in.off = be->in.len = 0;
+    be->connect_started_ms = px_now_ms();
+    event_add(be->wev, NULL);
+    return true;
+}
+
+bool px_backend_send(struct px_backend *be, struct px_op *op)
+{
+    if (be->state == BE_DOWN) {
+        if (px_now_ms() < be->retry_at_ms)
+            return false;
+        be->state = BE_IDLE;
+    }
+    if (be->state == BE_IDLE && !be_connect(be))
+        return false;
+    bin_store32(op->wire + BIN_OFF_OPAQUE, ++be->next_opaque);
+    if (op->nwire < SMALL_COPY)
+        evbuffer_add(be->out, op->wire, op->nwire);
+    else
+        evbuffer_add_reference(be->out, op->wire, op->nwire, NULL, NULL);
+    op->start_byte = be->queued_bytes;
+    be->queued_bytes += op->nwire;
+    op->be = be;
+    op->state = OP_INFLIGHT;
+    op->next = NULL;
+    op->sent_us = px_now_us();
+    if (be->tail)
+        be->tail->next = op;
+    else
+        be->head = op;
+    be->tail = op;
+    be->ninflight++;
+    be->w->ninflight++;
+    px_count(&be->st->requests, 1);
+    __atomic_fetch_add(&be->st->inflight, 1, __ATOMIC_RELAXED);
+    if (be->state == BE_UP)
+        be_mark_dirty(be);
+    return true;
+}
+
+void px_backend_flush(struct px_backend *be)
+{
+    be->dirty = false;
+    if (be->state != BE_UP)
+        return;
+    for (int i = 0; i < 8 && evbuffer_get_length(be->out) > 0; i++) {
+        int n = evbuffer_write(be->out, be->fd);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                break;
+            char why[120];
+            snprintf(why, sizeof(why), "write: %s", strerror(errno));
+            be_fail(be, why, false);
+            return;
+        }
+        if (n == 0)
+            break;
+        be->written_bytes += (uint64_t)n;
+    }
+    if (evbuffer_get_length(be->out) > 0)
+        event_add(be->wev, NULL);
+}
+
+static void on_be_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_backend *be = arg;
+
+    (void)fd;
+    (void)what;
+    if (be->state == BE_CONNECTING) {
+        int soerr = 0;
+        socklen_t len = sizeof(soerr);
+        if (getsockopt(be->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+            soerr = errno;
+        if (soerr != 0) {
+            char why[120];
+            snprintf(why, sizeof(why), "connect: %s", strerror(soerr));
+            be_fail(be, why, false);
+            return;
+        }
+        be_connected(be);
+        return;
+    }
+    be_mark_dirty(be);
+}
+
+/* Handles every complete reply buffered.  False if the connection failed. */
+static bool be_replies(struct px_backend *be)
+{
+    struct px_worker *w = be->w;
+    struct px_rbuf *in = &be->in;
+
+    while (in->len >= BIN_HEADER_LEN) {
+        const char *h = in->data + in->off;
+        size_t total = BIN_HEADER_LEN + bin_load32(h + BIN_OFF_BODYLEN);
+        if ((unsigned char)h[BIN_OFF_MAGIC] != BIN_MAGIC_RESPONSE) {
+            be_fail(be, "not a binary reply", false);
+            return false;
+        }
+        if (in->len < total) {
+            if (!px_rbuf_reserve(in, total - in->len)) {
+                be_fail(be, "out of memory", false);
+                return false;
+            }
+            break;
+        }
+        struct px_op *op = be->head;
+        if (op == NULL || bin_load32(h + BIN_OFF_OPAQUE) != bin_load32(op->wire + BIN_OFF_OPAQUE)) {
+            be_fail(be, op ? "reply out of order" : "reply to nothing", false);
+            return false;
+        }
+        be->head = op->next;
+        if (be->head == NULL)
+            be->tail = NULL;
+        be->ninflight--;
+        w->ninflight--;
+        op->next = NULL;
+        op->be = NULL;
+        __atomic_fetch_sub(&be->st->inflight, 1, __ATOMIC_RELAXED);
+        px_stats_latency(be->st, px_now_us() - op->sent_us);
+        uint16_t status = bin_load16(h + BIN_OFF_STATUS);
+        const char *body = h + BIN_HEADER_LEN;
+        size_t nbody = total - BIN_HEADER_LEN;
+        if (status == BIN_STATUS_NOT_MY_VBUCKET) {
+            op->state = OP_NEW;
+            px_route_moved(w, op, be, body, nbody);
+        } else {
+            px_op_reply(w, op, h, body, nbody);
+        }
+        px_rbuf_consume(in, total);
+    }
+    return true;
+}
+
+static void on_be_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_backend *be = arg;
+
+    (void)fd;
+    (void)what;
+    ssize_t n = px_rbuf_read(&be->in, be->fd);
+    if (n == 0) {
+        be_fail(be, "connection closed", false);
+        return;
+    }
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            char why[120];
+            snprintf(why, sizeof(why), "read: %s", strerror(errno));
+            be_fail(be, why, false);
+        }
+        return;
+    }
+    be_replies(be);
+}
+
+void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
+{
+    int timeout = w->px->opt.timeout_ms;
+    int64_t now_us = now_ms * 1000;
+
+    for (struct px_backend *be = w->all_be; be; be = be->next_all) {
+        char why[80];
+        if (be->state == BE_CONNECTING && now_ms - be->connect_started_ms > timeout) {
+            snprintf(why, sizeof(why), "connect: no answer in %d ms", timeout);
+            be_fail(be, why, true);
+        } else if (be->state == BE_UP && be->head &&
+                   now_us - be->head->sent_us > (int64_t)timeout * 1000) {
+            snprintf(why, sizeof(why), "no reply in %d ms", timeout);
+            be_fail(be, why, true);
+        }
+    }
+}
+
+void px_backend_close_all(struct px_worker *w)
+{
+    while (w->all_be) {
+        struct px_backend *be = w->all_be;
+        w->all_be = be->next_all;
+        be_close_socket(be);
+        for (struct px_op *op = be->head, *next; op; op = next) {
+            next = op->next;
+            if (op->req == NULL)
+                px_op_free(op);
+            else
+                op->state = OP_DONE;     /* freed with its request */
+        }
+        evbuffer_free(be->out);
+        px_rbuf_free(&be->in);
+        free(be);
+    }
+}

@@ -1,0 +1,495 @@
+/* px_route.c - cocytus-proxy: where an op goes, and what happens when it
+ * cannot get there.
+ *
+ * Each worker keeps its own copy of the slot map (libcocytus's lc_map: the
+ * same hash, parser and epoch rule) and an owner table that starts as the
+ * map's and learns from MOVED replies.  An op goes to the owner of its
+ * key's slot, or to the endpoint it fans out to (flush_all), or to the
+ * server a MOVED named.
+ *
+ * The rules are libcocytus's (docs/client.md), made asynchronous:
+ *  - MOVED: the op goes to the named server at once (after a back-off from
+ *    the second redirect on), the slot's owner is updated if the MOVED's
+ *    epoch is not older than the map's, and a newer epoch starts a map
+ *    fetch.
+ *  - A lost connection or a timeout: an op that may have reached the
+ *    server is sent again only if it is harmless twice (get, gat, set and
+ *    replace without cas, delete, touch, flush); others fail with "the
+ *    request may have been applied".  The op waits a back-off in the
+ *    worker's retry list while the map is fetched again (the failed server
+ *    asked last), and then goes wherever the map says.
+ *  - No new try after the deadline (deadline_ms after the request arrived)
+ *    or after max_attempts tries: the client gets "gave up after N tries".
+ *
+ * The map fetch is non-blocking too: one short "config get cluster"
+ * connection at a time, PX_FETCH_TIMEOUT_MS per server, through the
+ * servers libcocytus would ask (lc_refresh_sources), stopping at the first
+ * newer map (or two answers with the cached epoch, which drops MOVED
+ * hints).  A map older than the cached one is never installed
+ * (lc_map_judge).  Nothing waits for a fetch but the ops in the retry
+ * list, which are woken when it ends. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include "px.h"
+
+#define EXTRA_BACKENDS 64          /* MOVED targets outside the map */
+#define FETCH_AGAIN_MS 20          /* between two fetches asked for back to back */
+#define FETCH_REPLY_MAX (8u << 20)
+
+static const char fetch_request[] = "config get cluster\r\n";
+
+/* ---- the map ---- */
+
+static bool install_map(struct px_worker *w, struct lc_map *m)
+{
+    size_t cap = m->n + EXTRA_BACKENDS;
+    struct px_backend **be = calloc(cap, sizeof(*be));
+
+    if (be == NULL)
+        return false;
+    for (size_t i = 0; i < m->n; i++) {
+        be[i] = px_backend_get(w, &m->ep[i]);
+        if (be[i] == NULL) {
+            free(be);
+            return false;
+        }
+    }
+    bool changed = w->map == NULL || w->map->epoch != m->epoch;
+    free(w->be);
+    w->be = be;
+    w->nbe = m->n;
+    w->capbe = cap;
+    memcpy(w->owner, m->owner, sizeof(w->owner));
+    lc_map_free(w->map);
+    w->map = m;
+    px_count(&w->st.refreshes, 1);
+    if (changed && w->id == 0)
+        fprintf(stderr, "cocytus-proxy: map epoch %" PRIu64 ", %zu endpoint(s)\n", m->epoch,
+                m->n);
+    return true;
+}
+
+bool px_route_init(struct px_worker *w, const struct lc_map *first)
+{
+    struct lc_map *m = lc_map_dup(first);
+
+    w->fetch.fd = -1;
+    if (m == NULL || !install_map(w, m)) {
+        lc_map_free(m);
+        return false;
+    }
+    w->st.refreshes = 0;
+    return true;
+}
+
+void px_route_free(struct px_worker *w)
+{
+    struct px_fetch *f = &w->fetch;
+
+    if (f->ev)
+        event_free(f->ev);
+    if (f->fd >= 0)
+        close(f->fd);
+    px_rbuf_free(&f->in);
+    while (w->waiting) {
+        struct px_op *op = w->waiting;
+        w->waiting = op->next;
+        if (op->req == NULL)
+            px_op_free(op);
+        else
+            op->state = OP_DONE;
+    }
+    free(w->be);
+    lc_map_free(w->map);
+}
+
+/* be's index in the routing table, added as an extra if it is not there. */
+static size_t be_index(struct px_worker *w, struct px_backend *be)
+{
+    for (size_t i = 0; i < w->nbe; i++)
+        if (w->be[i] == be)
+            return i;
+    if (w->nbe < w->capbe) {
+        w->be[w->nbe] = be;
+        return w->nbe++;
+    }
+    w->be[w->capbe - 1] = be;      /* full: the last extra is reused */
+    return w->capbe - 1;
+}
+
+/* ---- the retry list ---- */
+
+static int64_t backoff_ms(int retry)
+{
+    int64_t ms = PX_BACKOFF_MIN_MS;
+    for (int i = 1; i < retry && ms < PX_BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < PX_BACKOFF_MAX_MS ? ms : PX_BACKOFF_MAX_MS;
+}
+
+static void wait_op(struct px_worker *w, struct px_op *op, int64_t at_ms)
+{
+    op->state = OP_WAITING;
+    op->retry_at_ms = at_ms;
+    op->next = NULL;
+    if (w->waiting_tail)
+        w->waiting_tail->next = op;
+    else
+        w->waiting = op;
+    w->waiting_tail = op;
+    w->nwaiting++;
+}
+
+void px_route_forget(struct px_worker *w, struct px_op *op)
+{
+    struct px_op *prev = NULL;
+
+    for (struct px_op *o = w->waiting; o; prev = o, o = o->next) {
+        if (o != op)
+            continue;
+        if (prev)
+            prev->next = o->next;
+        else
+            w->waiting = o->next;
+        if (w->waiting_tail == o)
+            w->waiting_tail = prev;
+        w->nwaiting--;
+        return;
+    }
+}
+
+static bool may_retry(const struct px_worker *w, const struct px_op *op)
+{
+    return op->tries < w->px->opt.max_attempts && px_now_ms() < op->deadline_ms;
+}
+
+static void give_up(struct px_worker *w, struct px_op *op)
+{
+    char msg[200];
+    int64_t spent = px_now_ms() - (op->deadline_ms - w->px->opt.deadline_ms);
+
+    snprintf(msg, sizeof(msg), "gave up after %d tries in %" PRId64 " ms: %s", op->tries, spent,
+             op->why[0] ? op->why : "no server");
+    px_op_fail(w, op, msg);
+}
+
+/* ---- sending ---- */
+
+static struct px_backend *route_target(struct px_worker *w, struct px_op *op)
+{
+    if (op->target) {
+        struct px_backend *be = op->target;
+        op->target = NULL;
+        return be;
+    }
+    if (op->fanout >= 0)
+        return (size_t)op->fanout < w->map->n ? w->be[op->fanout] : NULL;
+    return w->be[w->owner[op->slot]];
+}
+
+void px_route_op(struct px_worker *w, struct px_op *op)
+{
+    if (op->req == NULL) {
+        px_op_free(op);
+        return;
+    }
+    struct px_backend *be = route_target(w, op);
+    if (be == NULL) {
+        snprintf(op->why, sizeof(op->why), "no server for this request");
+        give_up(w, op);
+        return;
+    }
+    if (!px_backend_send(be, op)) {
+        if (op->why[0] == '\0')
+            snprintf(op->why, sizeof(op->why), "%.100s is down", be->name);
+        if (op->tries > 0 || px_now_ms() < op->deadline_ms)
+            wait_op(w, op, be->retry_at_ms);
+        else
+            give_up(w, op);
+        return;
+    }
+    if (op->tries == 0)
+        px_count(&w->st.routed, 1);
+    else
+        px_count(&w->st.retries, 1);
+    op->tries++;
+}
+
+void px_route_failed(struct px_worker *w, struct px_op *op, bool lost, const char *why)
+{
+    if (op->req == NULL) {
+        px_op_free(op);
+        return;
+    }
+    snprintf(op->why, sizeof(op->why), "%.119s", why);
+    if (lost && !op->retry_lost) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s; the request may have been applied", why);
+        px_op_fail(w, op, msg);
+        return;
+    }
+    if (!may_retry(w, op)) {
+        give_up(w, op);
+        return;
+    }
+    wait_op(w, op, px_now_ms() + backoff_ms(op->tries));
+}
+
+void px_route_moved(struct px_worker *w, struct px_op *op, struct px_backend *from,
+                    const char *text, size_t n)
+{
+    char buf[LC_ADDR_TEXT_MAX + 80];
+    struct lc_moved mv;
+
+    if (op->req == NULL) {
+        px_op_free(op);
+        return;
+    }
+    px_count(&w->st.redirects, 1);
+    if (n >= sizeof(buf))
+        n = sizeof(buf) - 1;
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    snprintf(op->why, sizeof(op->why), "%.119s", buf);
+    if (!may_retry(w, op)) {
+        give_up(w, op);
+        return;
+    }
+    if (!lc_moved_parse(buf, &mv)) {
+        /* not my slot without a target: the map that refused is newest */
+        px_route_refresh(w, &from->addr, NULL, 0);
+        wait_op(w, op, px_now_ms() + backoff_ms(op->tries));
+        return;
+    }
+    if (mv.epoch > w->map->epoch)
+        px_route_refresh(w, &mv.to, NULL, mv.epoch);
+    struct px_backend *be = px_backend_get(w, &mv.to);
+    if (be != NULL) {
+        size_t idx = be_index(w, be);
+        if (mv.epoch >= w->map->epoch && mv.slot == op->slot)
+            w->owner[op->slot] = (uint16_t)idx;
+        op->target = be;
+    }
+    if (op->tries > 1)
+        wait_op(w, op, px_now_ms() + backoff_ms(op->tries - 1));
+    else
+        px_route_op(w, op);
+}
+
+/* ---- the map fetch ---- */
+
+static void fetch_next(struct px_worker *w);
+
+static void fetch_close(struct px_fetch *f)
+{
+    if (f->ev) {
+        event_free(f->ev);
+        f->ev = NULL;
+    }
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+}
+
+/* Every waiting op is tried again now: the map may have changed. */
+static void wake_waiting(struct px_worker *w)
+{
+    int64_t now = px_now_ms();
+    for (struct px_op *op = w->waiting; op; op = op->next)
+        if (op->retry_at_ms > now)
+            op->retry_at_ms = now;
+}
+
+static void fetch_done(struct px_worker *w)
+{
+    struct px_fetch *f = &w->fetch;
+
+    fetch_close(f);
+    f->running = false;
+    wake_waiting(w);
+    if (f->again) {
+        f->again = false;
+        f->pending = true;
+        f->again_at_ms = px_now_ms() + FETCH_AGAIN_MS;
+    }
+}
+
+static void fetch_source_failed(struct px_worker *w)
+{
+    fetch_close(&w->fetch);
+    w->fetch.cur++;
+    fetch_next(w);
+}
+
+/* A complete reply from the current source. */
+static void fetch_answer(struct px_worker *w, size_t n)
+{
+    struct px_fetch *f = &w->fetch;
+    struct lc_map *m = NULL;
+    char err[160];
+    enum lc_config kind = lc_config_to_map(f->in.data + f->in.off, n, &f->src[f->cur], &m, err,
+                                           sizeof(err));
+
+    if (kind == LC_CONFIG_BAD) {
+        fetch_source_failed(w);
+        return;
+    }
+    switch (lc_map_judge(w->map, m, kind == LC_CONFIG_NO_CLUSTER, f->min_epoch)) {
+    case LC_MAP_NEWER:
+        if (!install_map(w, m))
+            lc_map_free(m);
+        fetch_done(w);
+        return;
+    case LC_MAP_SAME:
+        if (++f->same >= 2 || f->cur + 1 >= f->nsrc) {
+            if (!install_map(w, m))        /* drops the MOVED hints */
+                lc_map_free(m);
+            fetch_done(w);
+            return;
+        }
+        break;
+    case LC_MAP_REFUSED:
+        break;
+    }
+    lc_map_free(m);
+    fetch_source_failed(w);
+}
+
+static void on_fetch(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_worker *w = arg;
+    struct px_fetch *f = &w->fetch;
+
+    if ((what & EV_WRITE) && f->req_left > 0) {
+        ssize_t n = send(fd, f->req_pos, f->req_left, MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            fetch_source_failed(w);
+            return;
+        }
+        if (n > 0) {
+            f->req_pos += n;
+            f->req_left -= (size_t)n;
+        }
+        if (f->req_left == 0) {
+            event_del(f->ev);
+            event_assign(f->ev, w->base, f->fd, EV_READ | EV_PERSIST, on_fetch, w);
+            event_add(f->ev, NULL);
+        }
+        return;
+    }
+    if (!(what & EV_READ))
+        return;
+    ssize_t n = px_rbuf_read(&f->in, f->fd);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        fetch_source_failed(w);
+        return;
+    }
+    size_t len = lc_config_reply_length(f->in.data + f->in.off, f->in.len);
+    if (len > 0)
+        fetch_answer(w, len);
+    else if (f->in.len > FETCH_REPLY_MAX)
+        fetch_source_failed(w);
+}
+
+/* Starts asking the sources from f->cur on; ends the fetch if none is left. */
+static void fetch_next(struct px_worker *w)
+{
+    struct px_fetch *f = &w->fetch;
+
+    for (; f->cur < f->nsrc; f->cur++) {
+        int fd = px_connect_start(&f->src[f->cur]);
+        if (fd < 0)
+            continue;
+        f->fd = fd;
+        f->in.off = f->in.len = 0;
+        f->req_pos = fetch_request;
+        f->req_left = sizeof(fetch_request) - 1;
+        f->ev = event_new(w->base, fd, EV_READ | EV_WRITE | EV_PERSIST, on_fetch, w);
+        if (f->ev == NULL || event_add(f->ev, NULL) != 0) {
+            fetch_close(f);
+            continue;
+        }
+        f->cur_deadline_ms = px_now_ms() + PX_FETCH_TIMEOUT_MS;
+        return;
+    }
+    fetch_done(w);
+}
+
+static void fetch_start(struct px_worker *w, const struct lc_addr *prefer,
+                        const struct lc_addr *avoid, uint64_t min_epoch)
+{
+    struct px_fetch *f = &w->fetch;
+
+    f->running = true;
+    f->pending = false;
+    f->again = false;
+    f->has_prefer = false;
+    f->min_epoch = min_epoch;
+    f->same = 0;
+    f->cur = 0;
+    f->nsrc = lc_refresh_sources(prefer, avoid, w->px->seeds, w->px->nseeds, w->map, f->src,
+                                 PX_FETCH_MAX_SOURCES);
+    fetch_next(w);
+}
+
+void px_route_refresh(struct px_worker *w, const struct lc_addr *prefer,
+                      const struct lc_addr *avoid, uint64_t min_epoch)
+{
+    struct px_fetch *f = &w->fetch;
+
+    if (f->running || f->pending) {
+        /* one more fetch after this one, with what is asked now */
+        if (f->running)
+            f->again = true;
+        if (min_epoch > f->min_epoch)
+            f->min_epoch = min_epoch;
+        if (prefer) {
+            f->prefer = *prefer;
+            f->has_prefer = true;
+        }
+        return;
+    }
+    fetch_start(w, prefer, avoid, min_epoch);
+}
+
+/* ---- time ---- */
+
+void px_route_tick(struct px_worker *w, int64_t now_ms)
+{
+    struct px_fetch *f = &w->fetch;
+
+    px_backend_check_timeouts(w, now_ms);
+    if (f->running && now_ms > f->cur_deadline_ms)
+        fetch_source_failed(w);
+    if (!f->running && f->pending && now_ms >= f->again_at_ms) {
+        struct lc_addr prefer = f->prefer;
+        fetch_start(w, f->has_prefer ? &prefer : NULL, NULL, f->min_epoch);
+    }
+    /* the ops due now; those that wait again go to a new list */
+    struct px_op *list = w->waiting;
+    w->waiting = w->waiting_tail = NULL;
+    w->nwaiting = 0;
+    while (list) {
+        struct px_op *op = list;
+        list = op->next;
+        op->next = NULL;
+        if (op->req == NULL) {
+            px_op_free(op);
+        } else if (now_ms >= op->deadline_ms) {
+            give_up(w, op);
+        } else if (now_ms >= op->retry_at_ms) {
+            op->state = OP_NEW;
+            px_route_op(w, op);
+        } else {
+            wait_op(w, op, op->retry_at_ms);
+        }
+    }
+}

@@ -1,0 +1,454 @@
+/* px_text.c - cocytus-proxy: memcached's ASCII protocol in front, binary
+ * requests behind.
+ *
+ * A request is parsed with the server's own pure parser (text_parse()) and
+ * becomes binary ops: one per key for get/gets/gat/gats (each key goes to
+ * its own slot's owner; the reply joins them in key order), one for a
+ * keyed mutation, one per map endpoint for flush_all.  The servers always
+ * get the non-quiet binary form, so every op has exactly one reply to
+ * match; noreply only suppresses what the client sees.  The binary reply
+ * status is turned back into memcached's ASCII line for the command
+ * (NOT_STORED for add on an existing key, EXISTS for a cas mismatch, ...).
+ *
+ * Binary to the servers because every key a memcached client may send is
+ * counted bytes there, and replies are framed by their header alone. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bin_wire.h"
+#include "px.h"
+
+#define PX_FAIL 0xffff
+
+/* ---- requests ---- */
+
+/* A client exptime as a binary one (uint32).  Negative means "already
+ * expired": an absolute time in 1970, just past the 30-day relative range,
+ * which every memcached-rule server treats as in the past. */
+static uint32_t wire_exptime(int64_t exptime)
+{
+    if (exptime < 0)
+        return 60 * 60 * 24 * 30 + 1;
+    if (exptime > (int64_t)UINT32_MAX)
+        return UINT32_MAX;
+    return (uint32_t)exptime;
+}
+
+static bool is_retrieval(int cmd)
+{
+    return cmd == TC_GET || cmd == TC_GETS || cmd == TC_GAT || cmd == TC_GATS;
+}
+
+static void local_line(struct px_req *rq, const char *line)
+{
+    struct evbuffer *out = px_req_sink(rq);
+    if (out == NULL)
+        return;
+    evbuffer_add(out, line, strlen(line));
+    evbuffer_add(out, "\r\n", 2);
+}
+
+/* A request whose op could not be created: answer at once. */
+static void out_of_memory(struct px_req *rq)
+{
+    snprintf(rq->err, sizeof(rq->err), "out of memory");
+}
+
+static size_t count_keys(const struct text_req *t)
+{
+    const char *p = t->keys, *end = t->keys + t->nkeys_len, *key;
+    size_t nkey, n = 0;
+
+    while (text_next_key(&p, end, &key, &nkey))
+        n++;
+    return n;
+}
+
+static void start_retrieval(struct px_client *c, struct px_req *rq, const struct text_req *t)
+{
+    const char *p = t->keys, *end = t->keys + t->nkeys_len, *key;
+    size_t nkey;
+    bool gat = t->cmd == TC_GAT || t->cmd == TC_GATS;
+    char ext[4];
+
+    bin_store32(ext, wire_exptime(t->exptime));
+    while (text_next_key(&p, end, &key, &nkey)) {
+        struct px_op *op = gat ? px_op_new(rq, BIN_OP_GAT, ext, 4, key, nkey, NULL, 0, 0)
+                               : px_op_new(rq, BIN_OP_GET, NULL, 0, key, nkey, NULL, 0, 0);
+        if (op == NULL) {
+            out_of_memory(rq);
+            break;
+        }
+        op->retry_lost = true;
+        px_count(&c->w->st.cmd_get, 1);
+        if (gat)
+            px_count(&c->w->st.cmd_touch, 1);
+    }
+}
+
+static uint8_t store_opcode(int cmd)
+{
+    switch (cmd) {
+    case TC_ADD:     return BIN_OP_ADD;
+    case TC_REPLACE: return BIN_OP_REPLACE;
+    case TC_APPEND:  return BIN_OP_APPEND;
+    case TC_PREPEND: return BIN_OP_PREPEND;
+    default:         return BIN_OP_SET;   /* set, cas */
+    }
+}
+
+static struct px_op *start_store(struct px_client *c, struct px_req *rq,
+                                 const struct text_req *t)
+{
+    uint8_t opcode = store_opcode(t->cmd);
+    char ext[8];
+    bool with_extras = opcode == BIN_OP_SET || opcode == BIN_OP_ADD || opcode == BIN_OP_REPLACE;
+
+    bin_store32(ext, t->flags);
+    bin_store32(ext + 4, wire_exptime(t->exptime));
+    px_count(&c->w->st.cmd_set, 1);
+    struct px_op *op = px_op_new(rq, opcode, ext, with_extras ? 8 : 0, t->key, t->nkey,
+                                 t->data, (size_t)t->vlen, t->cmd == TC_CAS ? t->cas : 0);
+    if (op)
+        op->retry_lost = t->cmd == TC_SET || t->cmd == TC_REPLACE;
+    return op;
+}
+
+static struct px_op *start_keyed(struct px_client *c, struct px_req *rq,
+                                 const struct text_req *t)
+{
+    char ext[20];
+    struct px_op *op = NULL;
+
+    switch (t->cmd) {
+    case TC_SET: case TC_ADD: case TC_REPLACE: case TC_APPEND: case TC_PREPEND: case TC_CAS:
+        return start_store(c, rq, t);
+    case TC_DELETE:
+        px_count(&c->w->st.cmd_delete, 1);
+        op = px_op_new(rq, BIN_OP_DELETE, NULL, 0, t->key, t->nkey, NULL, 0, 0);
+        if (op)
+            op->retry_lost = true;
+        return op;
+    case TC_INCR: case TC_DECR:
+        px_count(&c->w->st.cmd_incr_decr, 1);
+        bin_store64(ext, t->delta);
+        bin_store64(ext + 8, 0);
+        bin_store32(ext + 16, BIN_ARITH_NO_CREATE);
+        return px_op_new(rq, t->cmd == TC_INCR ? BIN_OP_INCREMENT : BIN_OP_DECREMENT, ext, 20,
+                         t->key, t->nkey, NULL, 0, 0);
+    case TC_TOUCH:
+        px_count(&c->w->st.cmd_touch, 1);
+        bin_store32(ext, wire_exptime(t->exptime));
+        op = px_op_new(rq, BIN_OP_TOUCH, ext, 4, t->key, t->nkey, NULL, 0, 0);
+        if (op)
+            op->retry_lost = true;
+        return op;
+    default:
+        return NULL;
+    }
+}
+
+static void start_flush(struct px_client *c, struct px_req *rq, const struct text_req *t)
+{
+    struct px_worker *w = c->w;
+    char ext[4];
+
+    px_count(&w->st.cmd_flush, 1);
+    bin_store32(ext, wire_exptime(t->exptime));
+    for (size_t i = 0; i < w->map->n; i++) {
+        struct px_op *op = px_op_new(rq, BIN_OP_FLUSH, ext, t->exptime ? 4 : 0, NULL, 0, NULL,
+                                     0, 0);
+        if (op == NULL) {
+            out_of_memory(rq);
+            break;
+        }
+        op->fanout = (int)i;
+        op->retry_lost = true;
+    }
+}
+
+static void text_stat_line(void *ctx, const char *name, const char *value)
+{
+    evbuffer_add_printf(ctx, "STAT %s %s\r\n", name, value);
+}
+
+static void local_stats(struct px_req *rq, const struct text_req *t)
+{
+    struct evbuffer *out = px_req_sink(rq);
+    bool backends = t->arg != NULL && t->narg == 8 && memcmp(t->arg, "backends", 8) == 0;
+
+    if (out == NULL)
+        return;
+    if (t->arg != NULL && t->narg > 0 && !backends) {
+        local_line(rq, "ERROR");
+        return;
+    }
+    px_stats_emit(rq->c->w, !backends, true, text_stat_line, out);
+    evbuffer_add(out, "END\r\n", 5);
+}
+
+/* Answers a request the proxy serves itself. */
+static void local_request(struct px_req *rq, const struct text_req *t)
+{
+    switch (t->cmd) {
+    case TC_VERSION:
+        local_line(rq, "VERSION " PX_VERSION);
+        break;
+    case TC_VERBOSITY:
+        if (!t->noreply)
+            local_line(rq, "OK");
+        break;
+    case TC_STATS:
+        local_stats(rq, t);
+        break;
+    case TC_QUIT:
+        rq->close_after = true;
+        break;
+    case TC_SHUTDOWN:
+        local_line(rq, "ERROR: shutdown not enabled");
+        break;
+    default:
+        local_line(rq, "ERROR");
+        break;
+    }
+}
+
+size_t px_text_request(struct px_client *c, const char *buf, size_t len)
+{
+    struct text_req t;
+    struct px_req *rq;
+
+    switch (text_parse(buf, len, c->w->px->opt.item_max, &t)) {
+    case TP_NEED_MORE:
+        return 0;
+    case TP_CLOSE:
+        return SIZE_MAX;
+    case TP_ERROR:
+        rq = px_req_new(c, PX_PROTO_TEXT, 0);
+        if (rq == NULL)
+            return SIZE_MAX;
+        rq->text_cmd = TC_NONE;
+        if (!t.noreply)
+            local_line(rq, t.error);
+        c->swallow = t.swallow;
+        px_req_finish(rq);
+        return t.total;
+    case TP_OK:
+        break;
+    }
+    size_t nops = is_retrieval(t.cmd) ? count_keys(&t)
+                : t.cmd == TC_FLUSH_ALL ? c->w->map->n : 1;
+    rq = px_req_new(c, PX_PROTO_TEXT, (unsigned)nops);
+    if (rq == NULL)
+        return SIZE_MAX;
+    rq->text_cmd = t.cmd;
+    rq->noreply = t.noreply;
+    if (is_retrieval(t.cmd)) {
+        start_retrieval(c, rq, &t);
+    } else if (t.cmd == TC_FLUSH_ALL) {
+        start_flush(c, rq, &t);
+    } else if (t.cmd == TC_SET || t.cmd == TC_ADD || t.cmd == TC_REPLACE ||
+               t.cmd == TC_APPEND || t.cmd == TC_PREPEND || t.cmd == TC_CAS ||
+               t.cmd == TC_DELETE || t.cmd == TC_INCR || t.cmd == TC_DECR ||
+               t.cmd == TC_TOUCH) {
+        if (start_keyed(c, rq, &t) == NULL)
+            out_of_memory(rq);
+    } else {
+        local_request(rq, &t);
+    }
+    for (unsigned i = 0; i < rq->nops; i++)
+        px_route_op(c->w, rq->ops[i]);
+    px_req_finish(rq);          /* the launch hold */
+    return t.total;
+}
+
+/* ---- replies ---- */
+
+void px_text_failure(struct px_req *rq, struct evbuffer *out, const char *why)
+{
+    if (out == NULL || rq->noreply)
+        return;
+    if (strncmp(why, "SERVER_ERROR ", 13) == 0 || strncmp(why, "CLIENT_ERROR ", 13) == 0)
+        evbuffer_add_printf(out, "%s\r\n", why);
+    else
+        evbuffer_add_printf(out, "SERVER_ERROR %s\r\n", why);
+}
+
+/* The ASCII line for a binary error status of this command. */
+static const char *status_line(int cmd, uint16_t status)
+{
+    switch (status) {
+    case BIN_STATUS_KEY_ENOENT:
+        return cmd == TC_REPLACE ? "NOT_STORED" : "NOT_FOUND";
+    case BIN_STATUS_KEY_EEXISTS:
+        return cmd == TC_CAS ? "EXISTS" : "NOT_STORED";
+    case BIN_STATUS_NOT_STORED:
+        return "NOT_STORED";
+    case BIN_STATUS_E2BIG:
+        return "SERVER_ERROR object too large for cache";
+    case BIN_STATUS_ENOMEM:
+        return "SERVER_ERROR out of memory storing object";
+    case BIN_STATUS_DELTA_BADVAL:
+        return "CLIENT_ERROR cannot increment or decrement non-numeric value";
+    case BIN_STATUS_EINVAL:
+        return "CLIENT_ERROR bad command line format";
+    default:
+        return NULL;
+    }
+}
+
+/* A status with no line of its own: the server's text, as SERVER_ERROR. */
+static void text_error_body(struct px_req *rq, struct evbuffer *out, const char *body,
+                            size_t nbody)
+{
+    char msg[200];
+    size_t n = nbody < sizeof(msg) - 1 ? nbody : sizeof(msg) - 1;
+
+    memcpy(msg, body, n);
+    msg[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (msg[i] == '\r' || msg[i] == '\n')
+            msg[i] = ' ';
+    px_text_failure(rq, out, n ? msg : "server error");
+}
+
+static void text_value(struct evbuffer *out, const struct px_op *op, bool with_cas,
+                       const char *hdr, const char *body, size_t nbody)
+{
+    uint8_t extlen = (uint8_t)hdr[BIN_OFF_EXTLEN];
+    uint16_t keylen = bin_load16(hdr + BIN_OFF_KEYLEN);
+    const char *key = op->wire + BIN_HEADER_LEN + (uint8_t)op->wire[BIN_OFF_EXTLEN];
+    size_t nkey = bin_load16(op->wire + BIN_OFF_KEYLEN);
+    uint32_t flags = extlen >= 4 ? bin_load32(body) : 0;
+    size_t skip = (size_t)extlen + keylen;
+    size_t nvalue = nbody > skip ? nbody - skip : 0;
+    char line[TEXT_KEY_MAX + 80];
+    int n;
+
+    if (with_cas)
+        n = snprintf(line, sizeof(line), " %" PRIu32 " %zu %" PRIu64 "\r\n", flags, nvalue,
+                     bin_load64(hdr + BIN_OFF_CAS));
+    else
+        n = snprintf(line, sizeof(line), " %" PRIu32 " %zu\r\n", flags, nvalue);
+    evbuffer_add(out, "VALUE ", 6);
+    evbuffer_add(out, key, nkey);
+    evbuffer_add(out, line, (size_t)n);
+    evbuffer_add(out, body + skip, nvalue);
+    evbuffer_add(out, "\r\n", 2);
+}
+
+void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const char *body,
+                   size_t nbody)
+{
+    struct px_req *rq = op->req;
+    struct px_worker *w = rq->c->w;
+    int cmd = rq->text_cmd;
+
+    if (is_retrieval(cmd)) {
+        if (status == BIN_STATUS_OK) {
+            rq->hits++;
+            px_count(&w->st.get_hits, 1);
+            struct evbuffer *out;
+            if (rq->nops == 1) {
+                out = px_req_sink(rq);
+            } else {
+                if (op->frag == NULL)
+                    op->frag = evbuffer_new();
+                out = op->frag;
+            }
+            if (out)
+                text_value(out, op, cmd == TC_GETS || cmd == TC_GATS, hdr, body, nbody);
+        } else if (status == BIN_STATUS_KEY_ENOENT) {
+            px_count(&w->st.get_misses, 1);
+        } else if (rq->err[0] == '\0') {
+            /* kept for the end of the reply: values so far, then the error */
+            const char *line = status_line(cmd, status);
+            size_t n = line ? strlen(line) : nbody;
+            if (n >= sizeof(rq->err))
+                n = sizeof(rq->err) - 1;
+            memcpy(rq->err, line ? line : body, n);
+            rq->err[n] = '\0';
+            px_count(&w->st.errors, 1);
+        }
+        return;
+    }
+    if (cmd == TC_FLUSH_ALL) {
+        if (status != BIN_STATUS_OK && status != PX_FAIL && rq->err[0] == '\0')
+            snprintf(rq->err, sizeof(rq->err), "%.*s", (int)(nbody < 150 ? nbody : 150), body);
+        return;
+    }
+    struct evbuffer *out = px_req_sink(rq);
+    if (out == NULL)
+        return;
+    if (status == PX_FAIL) {
+        px_text_failure(rq, out, body);
+        return;
+    }
+    if (status != BIN_STATUS_OK) {
+        const char *line = status_line(cmd, status);
+        if (line == NULL || status == BIN_STATUS_EINVAL || status == BIN_STATUS_E2BIG ||
+            status == BIN_STATUS_ENOMEM)
+            px_count(&w->st.errors, 1);
+        if (rq->noreply)
+            return;
+        if (line)
+            evbuffer_add_printf(out, "%s\r\n", line);
+        else
+            text_error_body(rq, out, body, nbody);
+        return;
+    }
+    if (rq->noreply)
+        return;
+    switch (cmd) {
+    case TC_DELETE:
+        evbuffer_add(out, "DELETED\r\n", 9);
+        break;
+    case TC_TOUCH:
+        evbuffer_add(out, "TOUCHED\r\n", 9);
+        break;
+    case TC_INCR: case TC_DECR:
+        evbuffer_add_printf(out, "%" PRIu64 "\r\n",
+                            nbody >= 8 ? bin_load64(body + nbody - 8) : 0);
+        break;
+    default:
+        evbuffer_add(out, "STORED\r\n", 8);
+        break;
+    }
+}
+
+/* The end of a reply of several ops: the values in key order, then END (or
+ * the first error); flush_all's OK. */
+void px_text_finish(struct px_req *rq)
+{
+    int cmd = rq->text_cmd;
+
+    if (is_retrieval(cmd)) {
+        struct evbuffer *out = px_req_sink(rq);
+        if (out == NULL)
+            return;
+        for (unsigned i = 0; rq->nops > 1 && i < rq->nops; i++)
+            if (rq->ops[i]->frag)
+                evbuffer_add_buffer(out, rq->ops[i]->frag);
+        if (rq->err[0])
+            px_text_failure(rq, out, rq->err);
+        else
+            evbuffer_add(out, "END\r\n", 5);
+        return;
+    }
+    if (cmd == TC_FLUSH_ALL && !rq->noreply) {
+        struct evbuffer *out = px_req_sink(rq);
+        if (out == NULL)
+            return;
+        if (rq->err[0])
+            px_text_failure(rq, out, rq->err);
+        else
+            evbuffer_add(out, "OK\r\n", 4);
+        return;
+    }
+    if (rq->nops == 0 && rq->err[0] && cmd != TC_NONE)
+        px_text_failure(rq, px_req_sink(rq), rq->err);
+}
