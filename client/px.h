@@ -219,6 +219,7 @@ struct px_client {
     struct px_client *prev, *next;  /* the worker's clients */
     struct px_req *head, *tail;
     unsigned nreqs;
+    size_t held_bytes;              /* request bytes its ops keep for resending */
     int64_t last_active_ms;
 };
 

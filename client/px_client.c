@@ -10,9 +10,10 @@
  * however the servers' answers interleave.  Output is written by the
  * worker's flush step after the loop iteration (one write for all the
  * replies an iteration produced); only a partial write arms the write
- * event.  A client with too much in progress (PX_MAX_PIPELINE requests or
- * PX_OUT_HIGH bytes unsent) is not read until it drains, which bounds the
- * memory one connection can hold.
+ * event.  A client with too much in progress (PX_MAX_PIPELINE requests,
+ * PX_OUT_HIGH bytes of requests kept for resending, or PX_OUT_HIGH bytes of
+ * replies unsent) is not read until it drains, which bounds the memory one
+ * connection can hold (a request is always started once it is complete).
  *
  * Closing a client frees its requests; an op still in a backend's FIFO is
  * only detached (op->req = NULL) and freed when its reply comes, since the
@@ -157,6 +158,7 @@ struct px_op *px_op_new(struct px_req *rq, uint8_t opcode, const char *extras, u
     op->slot = nkey ? lc_key_slot(key, nkey) : 0;
     op->deadline_ms = px_now_ms() + rq->c->w->px->opt.deadline_ms;
     op->index = rq->nops;
+    rq->c->held_bytes += op->nwire;
     rq->ops[rq->nops++] = op;
     rq->pending++;
     return op;
@@ -173,6 +175,7 @@ static void req_free(struct px_req *rq)
 {
     for (unsigned i = 0; i < rq->nops; i++) {
         struct px_op *op = rq->ops[i];
+        rq->c->held_bytes -= op->nwire;
         switch (op->state) {
         case OP_INFLIGHT:
             op->req = NULL;         /* freed when its reply or failure comes */
@@ -332,7 +335,8 @@ static void client_free(struct px_client *c)
 
 static bool too_busy(const struct px_client *c)
 {
-    return c->nreqs >= PX_MAX_PIPELINE || evbuffer_get_length(c->out) > PX_OUT_HIGH;
+    return c->nreqs >= PX_MAX_PIPELINE || c->held_bytes > PX_OUT_HIGH ||
+           evbuffer_get_length(c->out) > PX_OUT_HIGH;
 }
 
 static void client_set_reading(struct px_client *c, bool on)
