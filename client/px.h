@@ -212,6 +212,7 @@ struct px_client {
     struct evbuffer *out;
     size_t swallow;                 /* refused data bytes still to drop */
     bool reading;                   /* rev added */
+    bool parsing;                   /* inside client_parse: no nested parse */
     bool closing;                   /* close once out is written */
     bool dead;                      /* closed: freed by the flush step */
     bool dirty;

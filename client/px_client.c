@@ -355,6 +355,11 @@ static void client_parse(struct px_client *c)
 {
     struct px_rbuf *in = &c->in;
 
+    /* A request finishing inside the loop must not start another parse of
+     * the same buffer (client_advance -> client_resume_check). */
+    if (c->parsing)
+        return;
+    c->parsing = true;
     while (!c->closing && !c->dead && in->len > 0) {
         if (c->swallow > 0) {
             size_t n = in->len < c->swallow ? in->len : c->swallow;
@@ -379,6 +384,7 @@ static void client_parse(struct px_client *c)
         }
         px_rbuf_consume(in, used);
     }
+    c->parsing = false;
     client_set_reading(c, !c->closing && !too_busy(c));
 }
 
@@ -397,7 +403,15 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     ssize_t n = px_rbuf_read(&c->in, c->fd);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+    if (n == 0) {
+        /* the client is done sending: answer what it asked, then close */
+        client_parse(c);
+        c->closing = true;
+        client_set_reading(c, false);
+        px_client_mark_dirty(c);
+        return;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
         client_close(c);
         return;
     }

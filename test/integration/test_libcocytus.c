@@ -12,14 +12,16 @@
  *    commands ("fake move/down/up/reset/stats") that change its map the way
  *    a slot move or a failover would ("fake down EP MS": the endpoint dies
  *    now, its slots go to the other one MS later, as when the cluster
- *    publishes a new map some time after a kill).  The library must route
+ *    publishes a new map some time after a kill).  It speaks ASCII and,
+ *    for cocytus-proxy, which talks binary to its servers, binary (turned
+ *    into the same text requests).  The library must route
  *    by the map, follow MOVED with a refresh, survive an endpoint going
  *    down, and cocytus-proxy in front of it must hide all of that from a
  *    plain libmemcached client;
  *  - failures, against a small scripted server (the "stub", a child
  *    process) that serves a chosen map, can switch to another map after a
  *    delay, and swallows every other request by closing the connection
- *    (counting them): a map that moves a dead server's slots to a live
+ *    (counting them; binary requests too): a map that moves a dead server's slots to a live
  *    cocytus-server is picked up within the deadline, an older map is never
  *    taken, a mutation that may have been applied is reported and never sent
  *    twice (also through cocytus-proxy), and retries stop at the deadline
@@ -45,6 +47,7 @@
 #include "harness.h"
 #include "libcocytus.h"
 #include "lc_map.h"
+#include "bin_wire.h"
 #include "proto_text.h"
 #include "slotmap.h"
 
@@ -924,6 +927,183 @@ static bool starts_with_line(const char *buf, size_t len, const char *word)
     return len >= n && memcmp(buf, word, n) == 0;
 }
 
+/* ---- the fake's binary protocol (cocytus-proxy speaks binary to servers) ----
+ * A binary request is turned into the text_req the ASCII path serves, and
+ * the ASCII reply into a binary response: enough for the commands the
+ * proxy forwards (get, getk, set, add, replace, append, prepend, cas,
+ * delete, incr, decr without create, touch, flush, version, noop). */
+
+/* A binary request split into its parts (harness.h has its own
+ * bin_request for the client side, so the server's parser is not used). */
+struct fake_bin {
+    struct { uint8_t opcode; uint8_t extlen; uint32_t opaque; uint64_t cas; } hdr;
+    const char *extras, *key, *value;
+    size_t nkey, nvalue, total;
+};
+
+/* Splits the request at buf: false if incomplete. */
+static bool fake_bin_split(const char *buf, size_t len, struct fake_bin *b)
+{
+    if (len < BIN_HEADER_LEN)
+        return false;
+    size_t body = bin_load32(buf + BIN_OFF_BODYLEN);
+    if (len < BIN_HEADER_LEN + body)
+        return false;
+    b->hdr.opcode = (uint8_t)buf[BIN_OFF_OPCODE];
+    b->hdr.extlen = (uint8_t)buf[BIN_OFF_EXTLEN];
+    b->hdr.opaque = bin_load32(buf + BIN_OFF_OPAQUE);
+    b->hdr.cas = bin_load64(buf + BIN_OFF_CAS);
+    b->nkey = bin_load16(buf + BIN_OFF_KEYLEN);
+    b->extras = buf + BIN_HEADER_LEN;
+    b->key = b->extras + b->hdr.extlen;
+    b->value = b->key + b->nkey;
+    b->nvalue = body - b->hdr.extlen - b->nkey;
+    b->total = BIN_HEADER_LEN + body;
+    return true;
+}
+
+static void bin_out(struct fake_out *o, const struct fake_bin *b, uint16_t status,
+                    uint64_t cas, const char *extras, uint8_t extlen, const char *key,
+                    size_t nkey, const char *value, size_t nvalue)
+{
+    char h[BIN_HEADER_LEN];
+    memset(h, 0, sizeof(h));
+    h[BIN_OFF_MAGIC] = (char)BIN_MAGIC_RESPONSE;
+    h[BIN_OFF_OPCODE] = (char)b->hdr.opcode;
+    bin_store16(h + BIN_OFF_KEYLEN, (uint16_t)nkey);
+    h[BIN_OFF_EXTLEN] = (char)extlen;
+    bin_store16(h + BIN_OFF_STATUS, status);
+    bin_store32(h + BIN_OFF_BODYLEN, (uint32_t)(extlen + nkey + nvalue));
+    bin_store32(h + BIN_OFF_OPAQUE, b->hdr.opaque);
+    bin_store64(h + BIN_OFF_CAS, cas);
+    out_add(o, h, sizeof(h));
+    out_add(o, extras, extlen);
+    out_add(o, key, nkey);
+    out_add(o, value, nvalue);
+}
+
+/* The text request a binary one stands for; false if the fake lacks it. */
+static bool bin_as_text(const struct fake_bin *b, struct text_req *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->key = b->key;
+    t->nkey = b->nkey;
+    switch (b->hdr.opcode) {
+    case BIN_OP_GET: case BIN_OP_GETK:
+        t->cmd = TC_GETS;
+        t->keys = b->key;
+        t->nkeys_len = b->nkey;
+        return true;
+    case BIN_OP_SET: case BIN_OP_ADD: case BIN_OP_REPLACE:
+        t->cmd = b->hdr.cas ? TC_CAS : b->hdr.opcode == BIN_OP_ADD ? TC_ADD
+               : b->hdr.opcode == BIN_OP_REPLACE ? TC_REPLACE : TC_SET;
+        t->flags = bin_load32(b->extras);
+        t->cas = b->hdr.cas;
+        t->data = b->value;
+        t->vlen = (int64_t)b->nvalue;
+        return true;
+    case BIN_OP_APPEND: case BIN_OP_PREPEND:
+        t->cmd = b->hdr.opcode == BIN_OP_APPEND ? TC_APPEND : TC_PREPEND;
+        t->data = b->value;
+        t->vlen = (int64_t)b->nvalue;
+        return true;
+    case BIN_OP_DELETE:
+        t->cmd = TC_DELETE;
+        return true;
+    case BIN_OP_INCREMENT: case BIN_OP_DECREMENT:
+        t->cmd = b->hdr.opcode == BIN_OP_INCREMENT ? TC_INCR : TC_DECR;
+        t->delta = bin_load64(b->extras);
+        return true;
+    case BIN_OP_TOUCH:
+        t->cmd = TC_TOUCH;
+        return true;
+    case BIN_OP_FLUSH:
+        t->cmd = TC_FLUSH_ALL;
+        return true;
+    case BIN_OP_VERSION:
+        t->cmd = TC_VERSION;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The binary response for the ASCII reply text[0..n) to request b. */
+static void bin_from_text(struct fake *f, const struct fake_bin *b, const char *text,
+                          size_t n, struct fake_out *o)
+{
+    char extras[4];
+    char num[24];
+    char *end;
+
+    if (strncmp(text, "SERVER_ERROR MOVED ", 19) == 0) {
+        bin_out(o, b, BIN_STATUS_NOT_MY_VBUCKET, 0, NULL, 0, NULL, 0, text, n - 2);
+        return;
+    }
+    if (strncmp(text, "VALUE ", 6) == 0) {
+        struct fake_item *it = *fake_find(f, b->key, b->nkey);
+        bin_store32(extras, it->flags);
+        bool k = b->hdr.opcode == BIN_OP_GETK;
+        bin_out(o, b, 0, it->cas, extras, 4, k ? b->key : NULL, k ? b->nkey : 0, it->value,
+                it->nvalue);
+        return;
+    }
+    if (strncmp(text, "END\r\n", 5) == 0 || strncmp(text, "NOT_FOUND\r\n", 11) == 0) {
+        bin_out(o, b, BIN_STATUS_KEY_ENOENT, 0, NULL, 0, NULL, 0, "Not found", 9);
+        return;
+    }
+    if (strncmp(text, "NOT_STORED\r\n", 12) == 0) {
+        bin_out(o, b, BIN_STATUS_NOT_STORED, 0, NULL, 0, NULL, 0, "Not stored.", 11);
+        return;
+    }
+    if (strncmp(text, "EXISTS\r\n", 8) == 0) {
+        bin_out(o, b, BIN_STATUS_KEY_EEXISTS, 0, NULL, 0, NULL, 0, "Data exists for key.", 20);
+        return;
+    }
+    if (strncmp(text, "VERSION ", 8) == 0) {
+        bin_out(o, b, 0, 0, NULL, 0, NULL, 0, text + 8, n - 10);
+        return;
+    }
+    if (n > 2 && text[0] >= '0' && text[0] <= '9') {
+        uint64_t v = strtoull(text, &end, 10);
+        bin_store64(num, v);
+        struct fake_item *it = *fake_find(f, b->key, b->nkey);
+        bin_out(o, b, 0, it ? it->cas : 0, NULL, 0, NULL, 0, num, 8);
+        return;
+    }
+    if (strncmp(text, "STORED", 6) == 0 || strncmp(text, "DELETED", 7) == 0 ||
+        strncmp(text, "TOUCHED", 7) == 0 || strncmp(text, "OK", 2) == 0) {
+        struct fake_item *it = b->nkey ? *fake_find(f, b->key, b->nkey) : NULL;
+        bin_out(o, b, 0, it ? it->cas : 0, NULL, 0, NULL, 0, NULL, 0);
+        return;
+    }
+    bin_out(o, b, BIN_STATUS_INTERNAL_ERROR, 0, NULL, 0, NULL, 0, text, n >= 2 ? n - 2 : n);
+}
+
+/* One binary request at buf: bytes consumed, 0 if incomplete. */
+static size_t fake_serve_binary(struct fake *f, struct fake_client *cl, const char *buf,
+                                size_t len, struct fake_out *o)
+{
+    struct fake_bin b;
+    struct text_req t;
+
+    if (!fake_bin_split(buf, len, &b))
+        return 0;
+    if (b.hdr.opcode == BIN_OP_NOOP) {
+        bin_out(o, &b, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+        return b.total;
+    }
+    if (!bin_as_text(&b, &t)) {
+        bin_out(o, &b, BIN_STATUS_UNKNOWN_COMMAND, 0, NULL, 0, NULL, 0, "Unknown command", 15);
+        return b.total;
+    }
+    struct fake_out text = { NULL, 0, 0 };
+    fake_dispatch(f, cl->ep, &t, &text);
+    bin_from_text(f, &b, text.p ? text.p : "", text.len, o);
+    free(text.p);
+    return b.total;
+}
+
 /* Serves every complete request of one client; false to close it. */
 static bool fake_serve(struct fake *f, struct fake_client *cl, struct fake_out *o)
 {
@@ -933,6 +1113,13 @@ static bool fake_serve(struct fake *f, struct fake_client *cl, struct fake_out *
     while (keep && off < cl->len) {
         const char *buf = cl->buf + off;
         size_t len = cl->len - off;
+        if ((unsigned char)buf[0] == BIN_MAGIC_REQUEST) {
+            size_t used = fake_serve_binary(f, cl, buf, len, o);
+            if (used == 0)
+                break;
+            off += used;
+            continue;
+        }
         const char *nl = memchr(buf, '\n', len);
         if (nl == NULL)
             break;
@@ -1564,6 +1751,14 @@ static void stub_serve(struct stub_state *s, int i)
     char out[STUB_BODY_MAX + 128];
 
     for (;;) {
+        if (s->len[i] > 0 && (unsigned char)s->buf[i][0] == BIN_MAGIC_REQUEST) {
+            if (s->len[i] < BIN_HEADER_LEN ||
+                s->len[i] < BIN_HEADER_LEN + bin_load32(s->buf[i] + BIN_OFF_BODYLEN))
+                return;
+            s->swallowed++;            /* a binary request: swallowed the same way */
+            stub_close(s, i);
+            return;
+        }
         char *nl = memchr(s->buf[i], '\n', s->len[i]);
         if (nl == NULL) {
             if (s->len[i] == sizeof(s->buf[i]))
