@@ -3,7 +3,8 @@
 # memccapable in ASCII (-a) and binary (-b) mode must pass 27/27 through a
 # proxy in front of (1) a plain cocytus-server without a cluster, and (2) a
 # 3-node plain cluster from scripts/cluster, where the proxy routes every
-# key to its slot's owner.  Everything runs on free loopback ports and is
+# key to its slot's owner; then `stats backends` must show every server up
+# and used.  Everything runs on free loopback ports and is
 # stopped by the trap.  Exits 77 (skip) when memccapable is not installed.
 set -u
 
@@ -78,6 +79,22 @@ concurrent_load() {
     ok "memcaslap through the proxy to $what: $gets gets, none wrong"
 }
 
+# backend_stats WHAT N: `stats backends` must list N servers, all up, each
+# with requests (the loads above reached every one) and latency figures.
+backend_stats() {
+    local what=$1 want=$2 lines up busy
+    lines=$(mc "127.0.0.1:$proxy_port" 'stats backends\r\n')
+    up=$(printf '%s\n' "$lines" | grep -c '^STAT backend:.*:state up$')
+    busy=$(printf '%s\n' "$lines" | awk '/^STAT backend:.*:requests / && $3 > 0' | wc -l)
+    if [ "$up" -eq "$want" ] && [ "$busy" -eq "$want" ] \
+        && printf '%s\n' "$lines" | grep -q ':latency_p99_us [1-9]'; then
+        ok "stats backends through the proxy to $what: $up up, $busy with requests"
+    else
+        printf '%s\n' "$lines"
+        fail "stats backends through the proxy to $what: $up up, $busy with requests (want $want)"
+    fi
+}
+
 # --- 1. a plain server -------------------------------------------------------
 if ! start_server /dev/null; then
     fail "$server_bin did not start"
@@ -98,6 +115,7 @@ if cluster_up "$cluster_dir" $((2 * NODES + 2)) 26000 32000 --nodes "$NODES" --s
         run_mode "a $NODES-node plain cluster" -a
         run_mode "a $NODES-node plain cluster" -b
         concurrent_load "a $NODES-node plain cluster"
+        backend_stats "a $NODES-node plain cluster" "$NODES"
     fi
 else
     fail "scripts/cluster up --nodes $NODES --scheme plain"
