@@ -101,6 +101,7 @@ if ! start_server /dev/null; then
 elif start_proxy "127.0.0.1:$server_port"; then
     run_mode "a plain server" -a
     run_mode "a plain server" -b
+    backend_stats "a plain server" 1
 fi
 cleanup
 
