@@ -16,7 +16,9 @@
  * stays down for a back-off that doubles per failure; a request routed to
  * it meanwhile waits instead of paying a connect each time.  A dead or
  * stopped server therefore only delays the ops that are routed to it.
- * Transitions are logged once: down with the reason, and up again. */
+ * Transitions are logged once: down with the reason, and up again when
+ * the server answers (not when it accepts: a stopped process's kernel
+ * still completes connections). */
 #include "config.h"
 
 #include <errno.h>
@@ -170,12 +172,6 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
 static void be_connected(struct px_backend *be)
 {
     be->state = BE_UP;
-    be->fails = 0;
-    if (be->was_down) {
-        fprintf(stderr, "cocytus-proxy: worker %d: backend %s up\n", be->w->id, be->name);
-        be->was_down = false;
-    }
-    __atomic_store_n(&be->st->down, 0, __ATOMIC_RELAXED);
     event_add(be->rev, NULL);
     be_mark_dirty(be);
 }
@@ -284,6 +280,18 @@ static void on_be_write(evutil_socket_t fd, short what, void *arg)
     be_mark_dirty(be);
 }
 
+/* The server answered: it is up (a stopped process's kernel still accepts
+ * connections, so a connect alone does not say so). */
+static void be_answered(struct px_backend *be)
+{
+    be->fails = 0;
+    if (be->was_down) {
+        fprintf(stderr, "cocytus-proxy: worker %d: backend %s up\n", be->w->id, be->name);
+        be->was_down = false;
+    }
+    __atomic_store_n(&be->st->down, 0, __ATOMIC_RELAXED);
+}
+
 /* Handles every complete reply buffered.  False if the connection failed. */
 static bool be_replies(struct px_backend *be)
 {
@@ -309,6 +317,8 @@ static bool be_replies(struct px_backend *be)
             be_fail(be, op ? "reply out of order" : "reply to nothing", false);
             return false;
         }
+        if (be->was_down || be->fails)
+            be_answered(be);
         be->head = op->next;
         if (be->head == NULL)
             be->tail = NULL;
