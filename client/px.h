@@ -43,6 +43,7 @@
                                        no longer read */
 #define PX_OUT_HIGH (4u << 20)      /* ...or unsent output above this */
 #define PX_READ_CHUNK 16384
+#define PX_SEND_IOV 64
 #define PX_FETCH_TIMEOUT_MS 200     /* one server's map fetch */
 #define PX_FETCH_MAX_SOURCES 8      /* servers asked in one refresh */
 #define PX_BACKOFF_MIN_MS 5
@@ -115,7 +116,11 @@ struct px_rbuf {
 bool px_rbuf_reserve(struct px_rbuf *b, size_t room);
 void px_rbuf_consume(struct px_rbuf *b, size_t n);
 void px_rbuf_free(struct px_rbuf *b);
-/* One read() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
+/* One sendmsg() of the front of out (up to PX_SEND_IOV chains), drained by
+ * what was sent: a socket call, not writev's trip through the VFS.  Bytes
+ * sent, or -1 with errno (EAGAIN included). */
+ssize_t px_send_buffer(struct evbuffer *out, int fd);
+/* One recv() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd);
 
 /* ---- requests ---- */

@@ -4,7 +4,7 @@
  * protocol, with requests pipelined: an op is appended to the output
  * buffer and to the in-flight FIFO, and the worker's flush step writes
  * everything queued in one writev per loop iteration.  Replies are read on
- * readiness (persistent read event, one read() per wake-up into a plain
+ * readiness (persistent read event, one recv() per wake-up into a plain
  * buffer), framed by their 24-byte header, and matched to the FIFO's first
  * op, whose opaque they must carry: the server answers a connection's
  * requests in order.
@@ -240,9 +240,9 @@ void px_backend_flush(struct px_backend *be)
     if (be->state != BE_UP)
         return;
     for (int i = 0; i < 8 && evbuffer_get_length(be->out) > 0; i++) {
-        int n = evbuffer_write(be->out, be->fd);
+        ssize_t n = px_send_buffer(be->out, be->fd);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
             char why[120];
             snprintf(why, sizeof(why), "write: %s", strerror(errno));

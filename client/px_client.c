@@ -1,7 +1,7 @@
 /* px_client.c - cocytus-proxy: client connections and the requests they
  * have in progress.
  *
- * A client socket is read on readiness with one read() into a plain buffer
+ * A client socket is read on readiness with one recv() into a plain buffer
  * (no FIONREAD, no re-arming: the read event is persistent), and every
  * complete request in it is started at once: its ops go to their backends'
  * output.  Requests wait in the client's FIFO; the reply of the first one
@@ -29,6 +29,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "bin_wire.h"
 #include "px.h"
@@ -82,6 +83,28 @@ void px_rbuf_free(struct px_rbuf *b)
     memset(b, 0, sizeof(*b));
 }
 
+ssize_t px_send_buffer(struct evbuffer *out, int fd)
+{
+    struct evbuffer_iovec vec[PX_SEND_IOV];
+    struct iovec iov[PX_SEND_IOV];
+    int n = evbuffer_peek(out, -1, NULL, vec, PX_SEND_IOV);
+
+    if (n > PX_SEND_IOV)
+        n = PX_SEND_IOV;
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = vec[i].iov_base;
+        iov[i].iov_len = vec[i].iov_len;
+    }
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+    ssize_t w;
+    do
+        w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w > 0)
+        evbuffer_drain(out, (size_t)w);
+    return w;
+}
+
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd)
 {
     if (!px_rbuf_reserve(b, PX_READ_CHUNK / 2)) {
@@ -90,7 +113,7 @@ ssize_t px_rbuf_read(struct px_rbuf *b, int fd)
     }
     ssize_t n;
     do
-        n = read(fd, b->data + b->off + b->len, b->cap - b->off - b->len);
+        n = recv(fd, b->data + b->off + b->len, b->cap - b->off - b->len, 0);
     while (n < 0 && errno == EINTR);
     if (n > 0)
         b->len += (size_t)n;
@@ -424,9 +447,9 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
 void px_client_flush(struct px_client *c)
 {
     for (int i = 0; i < 8 && evbuffer_get_length(c->out) > 0; i++) {
-        int n = evbuffer_write(c->out, c->fd);
+        ssize_t n = px_send_buffer(c->out, c->fd);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
             client_close(c);
             return;
