@@ -279,6 +279,8 @@ struct px_worker {
     struct px_client *dirty_clients;
     struct px_backend *dirty_be;
     int64_t last_idle_scan_ms;
+    struct px_rbuf scratch;         /* clients with nothing buffered are read here */
+    bool scratch_busy;
     struct px_counters st;
     char ebuf[256];
 };

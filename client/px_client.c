@@ -373,11 +373,9 @@ static void client_set_reading(struct px_client *c, bool on)
         event_del(c->rev);
 }
 
-/* Starts every complete request buffered, while the client is not too busy. */
-static void client_parse(struct px_client *c)
+/* Starts every complete request in in, while the client is not too busy. */
+static void client_parse_from(struct px_client *c, struct px_rbuf *in)
 {
-    struct px_rbuf *in = &c->in;
-
     /* A request finishing inside the loop must not start another parse of
      * the same buffer (client_advance -> client_resume_check). */
     if (c->parsing)
@@ -411,6 +409,13 @@ static void client_parse(struct px_client *c)
     client_set_reading(c, !c->closing && !too_busy(c));
 }
 
+static void client_parse(struct px_client *c)
+{
+    client_parse_from(c, &c->in);
+    if (c->in.len == 0 && c->in.data != NULL)
+        px_rbuf_free(&c->in);       /* an idle client holds no buffer */
+}
+
 /* After requests finished or output drained: read again if it was stopped. */
 static void client_resume_check(struct px_client *c)
 {
@@ -419,29 +424,65 @@ static void client_resume_check(struct px_client *c)
     }
 }
 
+/* Keeps what is left of the worker's scratch buffer (a partial request, or
+ * requests not started while the client was too busy) in the client's own. */
+static bool keep_leftover(struct px_client *c, struct px_rbuf *scratch)
+{
+    bool ok = true;
+
+    if (scratch->len > 0 && !c->dead) {
+        ok = px_rbuf_reserve(&c->in, scratch->len);
+        if (ok) {
+            memcpy(c->in.data + c->in.off + c->in.len, scratch->data + scratch->off,
+                   scratch->len);
+            c->in.len += scratch->len;
+        }
+    }
+    scratch->off = scratch->len = 0;
+    return ok;
+}
+
+/* A client is read into the worker's scratch buffer when it has nothing
+ * buffered (nearly always: a whole request arrives in one segment), so
+ * that thousands of idle clients hold no read buffer; only a partial
+ * request is copied into the client's own. */
 static void on_client_read(evutil_socket_t fd, short what, void *arg)
 {
     struct px_client *c = arg;
+    struct px_worker *w = c->w;
+    bool scratch = c->in.len == 0 && !w->scratch_busy;
+    struct px_rbuf *in = scratch ? &w->scratch : &c->in;
 
     (void)fd;
     (void)what;
-    ssize_t n = px_rbuf_read(&c->in, c->fd);
-    if (n == 0) {
-        /* the client is done sending: answer what it asked, then close */
-        client_parse(c);
-        c->closing = true;
-        client_set_reading(c, false);
-        px_client_mark_dirty(c);
-        return;
-    }
+    ssize_t n = px_rbuf_read(in, c->fd);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        if (scratch)
+            in->off = in->len = 0;
         client_close(c);
         return;
     }
-    if (n < 0)
-        return;
-    c->last_active_ms = px_now_ms();
-    client_parse(c);
+    if (n > 0)
+        c->last_active_ms = px_now_ms();
+    if (n > 0 || n == 0) {
+        if (scratch) {
+            w->scratch_busy = true;
+            client_parse_from(c, in);
+            w->scratch_busy = false;
+            if (!keep_leftover(c, in)) {
+                client_close(c);
+                return;
+            }
+        } else {
+            client_parse(c);
+        }
+    }
+    if (n == 0) {
+        /* the client is done sending: answer what it asked, then close */
+        c->closing = true;
+        client_set_reading(c, false);
+        px_client_mark_dirty(c);
+    }
 }
 
 void px_client_flush(struct px_client *c)
