@@ -338,6 +338,9 @@ void px_req_finish(struct px_req *rq);
 /* A reply (header and body, status already checked for MOVED) for op. */
 void px_op_reply(struct px_worker *w, struct px_op *op, const char *hdr, const char *body,
                  size_t nbody);
+/* Keeps the first error of a request of several ops (one line, no CR/LF)
+ * for its final reply. */
+void px_req_note_error(struct px_req *rq, const char *text, size_t n);
 /* op failed inside the proxy (gave up, lost): answer the client. */
 void px_op_fail(struct px_worker *w, struct px_op *op, const char *why);
 void px_op_free(struct px_op *op);

@@ -287,6 +287,19 @@ void px_op_reply(struct px_worker *w, struct px_op *op, const char *hdr, const c
     px_req_finish(rq);
 }
 
+void px_req_note_error(struct px_req *rq, const char *text, size_t n)
+{
+    if (rq->err[0] != '\0')
+        return;
+    if (n >= sizeof(rq->err))
+        n = sizeof(rq->err) - 1;
+    memcpy(rq->err, text, n);
+    rq->err[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (rq->err[i] == '\r' || rq->err[i] == '\n')
+            rq->err[i] = ' ';
+}
+
 void px_op_fail(struct px_worker *w, struct px_op *op, const char *why)
 {
     struct px_req *rq = op->req;

@@ -377,8 +377,8 @@ void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const cha
         return;
     }
     if (cmd == TC_FLUSH_ALL) {
-        if (status != BIN_STATUS_OK && status != PX_FAIL && rq->err[0] == '\0')
-            snprintf(rq->err, sizeof(rq->err), "%.*s", (int)(nbody < 150 ? nbody : 150), body);
+        if (status != BIN_STATUS_OK)
+            px_req_note_error(rq, body, nbody);
         return;
     }
     struct evbuffer *out = px_req_sink(rq);
