@@ -364,14 +364,10 @@ void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const cha
                 text_value(out, op, cmd == TC_GETS || cmd == TC_GATS, hdr, body, nbody);
         } else if (status == BIN_STATUS_KEY_ENOENT) {
             px_count(&w->st.get_misses, 1);
-        } else if (rq->err[0] == '\0') {
+        } else if (status != PX_FAIL) {
             /* kept for the end of the reply: values so far, then the error */
             const char *line = status_line(cmd, status);
-            size_t n = line ? strlen(line) : nbody;
-            if (n >= sizeof(rq->err))
-                n = sizeof(rq->err) - 1;
-            memcpy(rq->err, line ? line : body, n);
-            rq->err[n] = '\0';
+            px_req_note_error(rq, line ? line : body, line ? strlen(line) : nbody);
             px_count(&w->st.errors, 1);
         }
         return;
