@@ -65,6 +65,37 @@ START_TEST(test_view_refusals)
 }
 END_TEST
 
+/* Found by test/fuzz/fuzz_frame (a CONTROL frame "group 0 12\0\1 -,p1,x,-
+ * p,s1,x,b"): the version was read with strtoull() from a copy, so a NUL
+ * ended it early and the bytes after it were ignored; and a version over
+ * 2^64 - 1 became 2^64 - 1 (strtoull's ERANGE was not looked at), a view
+ * no later version could replace.  Both are refused now. */
+START_TEST(test_view_version_is_plain_decimal)
+{
+    static const char nul[] = "12\0\1 -,p1,x,- p,s1,x,b";
+    struct group_view v;
+    group_view_init(&v, 4, 4);
+    v.version = 99;
+    ck_assert_int_eq(group_view_parse(&v, 4, 4, nul, sizeof(nul) - 1), -1);
+    ck_assert_int_eq(group_view_parse(&v, 4, 4, "12\0 -,p1,x,- p,s1,x,b", 22), -1);
+    static const char *bad[] = {
+        "18446744073709551616 -,-,- p,p", "99999999999999999999 -,-,- p,p",
+        "123456789012345678901234 -,-,- p,p", "+1 -,-,- p,p", "1x -,-,- p,p", " 1 -,-,- p,p",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_msg(group_view_parse(&v, 3, 2, bad[i], strlen(bad[i])) < 0, "accepted '%s'",
+                      bad[i]);
+        ck_assert_uint_eq(v.version, 99);
+    }
+    const char *max = "18446744073709551615 -,-,- p,p";
+    ck_assert_int_eq(group_view_parse(&v, 3, 2, max, strlen(max)), 0);
+    ck_assert_uint_eq(v.version, UINT64_MAX);
+    const char *zeros = "0007 -,-,- p,p";
+    ck_assert_int_eq(group_view_parse(&v, 3, 2, zeros, strlen(zeros)), 0);
+    ck_assert_uint_eq(v.version, 7);
+}
+END_TEST
+
 /* ---- unit map ---- */
 
 START_TEST(test_unit_map)
@@ -445,6 +476,7 @@ static Suite *recovery_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_view_round_trip);
     tcase_add_test(tc, test_view_refusals);
+    tcase_add_test(tc, test_view_version_is_plain_decimal);
     tcase_add_test(tc, test_unit_map);
     tcase_add_test(tc, test_message_round_trip);
     tcase_add_test(tc, test_message_refusals);
