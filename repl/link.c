@@ -52,7 +52,7 @@
 #define LINK_REJECT_LINGER_MS 1000         /* time to flush a REJECT */
 #define LINK_HANDSHAKE_MAX_PAYLOAD 1024    /* frames before WELCOME are small */
 #define LINK_NONCE_SIZE 16
-#define LINK_PROOF_SIZE 8
+#define LINK_PROOF_SIZE LINK_HELLO_PROOF_SIZE
 #define LINK_REJECT_TEXT_MAX 200
 #define LINK_HOST_MAX 256
 #define LINK_ERROR_MAX 512
@@ -66,7 +66,7 @@
 #define LINK_USER_TIMEOUT_MS 10000         /* unacknowledged data: peer is gone */
 
 /* HELLO identity part: u8 len, cluster, u32 group, u8 role, u32 index. */
-#define HELLO_IDENT_MAX (1 + (LINK_NAME_MAX - 1) + 4 + 1 + 4)
+#define HELLO_IDENT_MAX LINK_HELLO_IDENT_MAX
 
 /* Fixed SipHash keys that turn the secret into the 128-bit proof key. */
 static const uint8_t kdf_key0[SIPHASH_KEY_SIZE] = "cocytus-kv-key-0";
@@ -583,7 +583,7 @@ static void flush_output(struct link *l)
 /* ---- the handshake ---- */
 
 /* HELLO identity bytes; returns their length. */
-static size_t hello_encode_identity(const struct link_identity *me, uint8_t *out)
+size_t link_hello_encode_identity(const struct link_identity *me, uint8_t *out)
 {
     size_t clen = strnlen(me->cluster, LINK_NAME_MAX - 1);
     uint8_t *p = out;
@@ -599,7 +599,7 @@ static size_t hello_encode_identity(const struct link_identity *me, uint8_t *out
 }
 
 /* Parse a HELLO payload; the proof is its last LINK_PROOF_SIZE bytes. */
-static bool hello_decode(const uint8_t *p, size_t len, struct link_identity *id)
+bool link_hello_decode(const uint8_t *p, size_t len, struct link_identity *id)
 {
     if (len < 1)
         return false;
@@ -642,7 +642,7 @@ static void handle_challenge(struct link *l, const uint8_t *payload, uint32_t le
         link_fail(l, "malformed CHALLENGE");
         return;
     }
-    size_t n = hello_encode_identity(&l->me, hello);
+    size_t n = link_hello_encode_identity(&l->me, hello);
     compute_proof(l->key, payload, hello, n, hello + n);
     if (queue_frame(l, FT_HELLO, hello, n + LINK_PROOF_SIZE) < 0) {
         link_fail(l, "out of memory");
@@ -685,7 +685,7 @@ static void handle_hello(struct link *l, const uint8_t *payload, uint32_t len)
     uint8_t proof[LINK_PROOF_SIZE];
     char why[LINK_ERROR_MAX];
 
-    if (!hello_decode(payload, len, &l->peer)) {
+    if (!link_hello_decode(payload, len, &l->peer)) {
         send_reject(l, "malformed HELLO");
         return;
     }

@@ -108,4 +108,18 @@ const char *link_last_error(const struct link *l);
 /* Close and free (no more callbacks). */
 void link_close(struct link *l);
 
+/* The HELLO payload (docs/wire-format.md section 3): the identity bytes
+ * (u8 clen, clen bytes of cluster name, u32 group, u8 role, u32 index)
+ * followed by the 8-byte proof.  Pure functions, used by the handshake and
+ * exposed for the tests and the frame fuzzer (test/fuzz/fuzz_frame.c). */
+#define LINK_HELLO_IDENT_MAX (1 + (LINK_NAME_MAX - 1) + 4 + 1 + 4)
+#define LINK_HELLO_PROOF_SIZE 8
+/* Writes me's identity bytes to out (room for LINK_HELLO_IDENT_MAX);
+ * returns their length.  A cluster name is cut at LINK_NAME_MAX - 1 bytes. */
+size_t link_hello_encode_identity(const struct link_identity *me, uint8_t *out);
+/* Parses a whole HELLO payload into *id (the proof is not checked here).
+ * False, *id untouched, unless its length is exactly 18 + clen with clen
+ * 1..LINK_NAME_MAX-1 and the name holds no NUL byte. */
+bool link_hello_decode(const uint8_t *p, size_t len, struct link_identity *id);
+
 #endif
