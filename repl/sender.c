@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "crc32c.h"
 #include "frame.h"
 #include "sender.h"
 
@@ -64,11 +65,13 @@ static void fatal_oom(const struct sender *s, const char *what, uint64_t xid)
     abort();
 }
 
+/* One frame to every live peer; its CRC is computed once for all links. */
 static void send_all(struct sender *s, uint16_t type, const void *p, uint32_t len)
 {
+    uint32_t crc = crc32c(0, p, len);
     for (int j = 0; j < s->npeers; j++) {
         if (!s->peers[j].dropped && s->peers[j].link && link_is_up(s->peers[j].link))
-            link_send(s->peers[j].link, type, p, len);
+            link_send_crc(s->peers[j].link, type, p, len, crc);
     }
 }
 
@@ -83,6 +86,7 @@ static void send_stable(struct sender *s, struct link *only)
     }
     send_all(s, FT_STABLE, buf, sizeof(buf));
     s->stable_dirty = false;
+    s->stable_frames++;
 }
 
 static void on_stable_timer(evutil_socket_t fd, short what, void *arg)
@@ -717,8 +721,8 @@ void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
     char line[256];
     int n = snprintf(line, sizeof(line),
                      "STAT xid %" PRIu64 "\r\nSTAT stable_xid %" PRIu64 "\r\nSTAT committed_xid %"
-                     PRIu64 "\r\nSTAT records_sent %" PRIu64 "\r\n",
-                     s->xid, s->stable, s->committed, s->records_sent);
+                     PRIu64 "\r\nSTAT records_sent %" PRIu64 "\r\nSTAT stable_frames %" PRIu64
+                     "\r\n", s->xid, s->stable, s->committed, s->records_sent, s->stable_frames);
     write(ctx, line, (size_t)n);
     for (int j = 0; j < s->npeers; j++) {
         const struct sender_peer *p = &s->peers[j];
