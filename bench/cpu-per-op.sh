@@ -20,20 +20,27 @@
 # systems (A B C D | D C B A | ...); figures are medians over rounds, with
 # the spread (max - min) / median.
 #
-# Systems (one group each, no coordinator, no proxy):
+# Systems (no coordinator, no proxy):
 #   memcached  Debian's /usr/bin/memcached -t 1
 #   plain      one cocytus-server --role plain
+#   plain3     three plain processes (slot map): the same fan-out as RS(3,5)'s
+#              three data processes, so the fair baseline for a data
+#              process's GET (4 connections over 3 processes batch fewer
+#              requests per wakeup than 4 on one)
 #   pbr        PBR(2): a primary and two backups, full sync
+#   pbr3       PBR(2) x3: three such groups (3 primaries, as RS has 3 data
+#              processes)
 #   rs         RS(3,5): three data and two parity processes
-# With BASE_BUILD=/path/to/other/build, plain, pbr and rs are started a
-# second time from that build (named plain@base, ...), in the same rounds:
-# a before/after comparison under the same machine load.
+# With BASE_BUILD=/path/to/other/build, the systems of BASE_SYSTEMS are
+# started a second time from that build (named rs@base, ...), in the same
+# rounds: a before/after comparison under the same machine load.
 #
 # usage: bench/cpu-per-op.sh
 #   ROUNDS=3 RUN_SECS=5 PERF_SECS=3 RECORDS=20000 CONNS=4
 #   SIZES="1024 4096"  MIXES="0.5 0.95 0 1"  (read ratios: 0 = set only, 1 = get only)
-#   SYSTEMS="memcached plain pbr rs"  PERF=1 (0: no perf window)
-#   BASE_BUILD=  OUT=docs/evaluation/cpu-per-op  (writes OUT.csv, OUT-syscalls.csv, OUT.md)
+#   SYSTEMS="memcached plain plain3 pbr pbr3 rs"  PERF=1 (0: no perf window)
+#   BASE_BUILD=  BASE_SYSTEMS="pbr rs"
+#   OUT=docs/evaluation/cpu-per-op  (writes OUT.csv, OUT-syscalls.csv, OUT.md)
 # Environment of bench/eval/lib.sh too (COCYTUS_BUILD_DIR, MEMCACHED, EVAL_KEEP).
 # Exit 0 when every run completed without client errors, 1 otherwise.
 
@@ -48,8 +55,9 @@ SIZES=${SIZES:-"1024 4096"}
 MIXES=${MIXES:-"0.5 0.95 0 1"}
 PERF=${PERF:-1}
 BASE_BUILD=${BASE_BUILD:-}
+BASE_SYSTEMS=${BASE_SYSTEMS:-"pbr rs"}
 OUT=${OUT:-$REPO_DIR/docs/evaluation/cpu-per-op}
-read -r -a SYSTEMS <<<"${SYSTEMS:-memcached plain pbr rs}"
+read -r -a SYSTEMS <<<"${SYSTEMS:-memcached plain plain3 pbr pbr3 rs}"
 
 for v in ROUNDS RUN_SECS PERF_SECS RECORDS CONNS; do
     is_uint "${!v}" && [ "${!v}" -ge 1 ] || { echo "cpu-per-op.sh: $v must be a positive number" >&2; exit 2; }
@@ -57,32 +65,38 @@ done
 
 # System calls counted in the perf window; "all" is raw_syscalls:sys_enter.
 SYSCALLS="epoll_wait read readv recvfrom recvmsg write writev sendto sendmsg epoll_ctl"
-declare -A LABEL=([memcached]="memcached -t 1" [plain]="plain" [pbr]="PBR(2)" [rs]="RS(3,5)")
-declare -A ROLES_OF=([memcached]="memcached" [plain]="plain" [pbr]="primary backup" [rs]="data parity")
+declare -A LABEL=([memcached]="memcached -t 1" [plain]="plain" [plain3]="plain x3" [pbr]="PBR(2)"
+                  [pbr3]="PBR(2) x3" [rs]="RS(3,5)")
+declare -A ROLES_OF=([memcached]="memcached" [plain]="plain" [plain3]="plain" [pbr]="primary backup"
+                     [pbr3]="primary backup" [rs]="data parity")
 
 kind_of() { echo "${1%@*}"; }
+label_of() { local k; k=$(kind_of "$1"); echo "${LABEL[$k]}${1#"$k"}"; }
+
+# start_one NAME: one system (NAME may carry @base: the build comes from the caller's env).
+start_one() {
+    local mem=256 region=128
+    case $(kind_of "$1") in
+        memcached) sys_up_memcached "$1" 1 $mem ;;
+        plain) sys_up_cluster "$1" plain 1 --memory $mem ;;
+        plain3) sys_up_cluster "$1" plain 3 --memory $mem ;;
+        pbr) sys_up_cluster "$1" pbr:2 1 --memory $mem ;;
+        pbr3) sys_up_cluster "$1" pbr:2 3 --memory $mem ;;
+        rs) sys_up_cluster "$1" rs:3:5 1 --region $region ;;
+        *) die "unknown system '$1'" ;;
+    esac
+}
 
 start_systems() {
-    local sys mem=256 region=128 b
-    for sys in "${SYSTEMS[@]}"; do
-        case $sys in
-            memcached) sys_up_memcached memcached 1 $mem ;;
-            plain) sys_up_cluster plain plain 1 --memory $mem ;;
-            pbr) sys_up_cluster pbr pbr:2 1 --memory $mem ;;
-            rs) sys_up_cluster rs rs:3:5 1 --region $region ;;
-            *) die "unknown system '$sys'" ;;
-        esac
-    done
+    local sys b
+    for sys in "${SYSTEMS[@]}"; do start_one "$sys"; done
     [ -n "$BASE_BUILD" ] || return 0
     [ -x "$BASE_BUILD/memcached/cocytus-server" ] || die "BASE_BUILD=$BASE_BUILD has no cocytus-server"
     b=$(cd "$BASE_BUILD" && pwd)
-    for sys in "${SYSTEMS[@]}"; do
-        case $sys in
-            plain) COCYTUS_BUILD_DIR=$b sys_up_cluster plain@base plain 1 --memory $mem ;;
-            pbr) COCYTUS_BUILD_DIR=$b sys_up_cluster pbr@base pbr:2 1 --memory $mem ;;
-            rs) COCYTUS_BUILD_DIR=$b sys_up_cluster rs@base rs:3:5 1 --region $region ;;
-        esac
-        case $sys in plain | pbr | rs) SYSTEMS+=("$sys@base") ;; esac
+    for sys in $BASE_SYSTEMS; do
+        [ "$sys" != memcached ] || continue
+        COCYTUS_BUILD_DIR=$b start_one "$sys@base"
+        SYSTEMS+=("$sys@base")
     done
 }
 
@@ -198,76 +212,145 @@ sc() {
 }
 f1() { dash "$(fmt "$1" 1)"; }
 f2() { dash "$(fmt "$1" 2)"; }
+fx() { local v; v=$(f2 "$1"); [ "$v" = - ] && echo - || echo "${v}x"; }
+
+has() { local x; for x in "${SYSTEMS[@]}"; do [ "$x" = "$1" ] && return 0; done; return 1; }
+replicated() { case $(kind_of "$1") in pbr | pbr3 | rs) return 0 ;; esac; return 1; }
+# ratio_cell SIZE MIX A B: "1.23x", or "-" when a system did not run
+ratio_cell() {
+    has "$3" && has "$4" || { echo -; return; }
+    fx "$(pair_ratio "$1" "$2" "$3" "$4")"
+}
+# verdict VALUE OP LIMIT: "met" / "not met" (OP: le), "-" without a value
+verdict() {
+    awk -v v="$1" -v l="$3" 'BEGIN { if (v == "nan" || v == "") print "-"; else if (v + 0 <= l + 0) print "met"; else print "not met" }'
+}
+
+cpu_table() {
+    local size=$1 rr sys role parts
+    printf '| mix |'
+    for sys in "${SYSTEMS[@]}"; do printf ' %s |' "$(label_of "$sys")"; done
+    printf '\n|---|'
+    for sys in "${SYSTEMS[@]}"; do printf -- '---:|'; done
+    printf '\n'
+    for rr in $MIXES; do
+        printf '| %s |' "$(wl_label "$rr")"
+        for sys in "${SYSTEMS[@]}"; do
+            parts=""
+            if replicated "$sys"; then
+                for role in ${ROLES_OF[$(kind_of "$sys")]}; do
+                    parts="$parts${parts:+ + }$(f1 "$(sys_us "$size" "$rr" "$sys" "$role")")"
+                done
+                parts=" ($parts)"
+            fi
+            printf ' %s%s ±%s%% |' "$(f1 "$(sys_us "$size" "$rr" "$sys")")" "$parts" "$(sys_spread "$size" "$rr" "$sys")"
+        done
+        printf '\n'
+    done
+}
+
+ratio_table() {
+    local size=$1 rr
+    echo "| mix | RS / memcached | RS / plain | RS / plain x3 | RS / PBR(2) | RS / PBR(2) x3 | RS / RS@base | PBR(2) / PBR(2)@base |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for rr in $MIXES; do
+        echo "| $(wl_label "$rr") | $(ratio_cell "$size" "$rr" rs memcached) | $(ratio_cell "$size" "$rr" rs plain) |" \
+             "$(ratio_cell "$size" "$rr" rs plain3) | $(ratio_cell "$size" "$rr" rs pbr) | $(ratio_cell "$size" "$rr" rs pbr3) |" \
+             "$(ratio_cell "$size" "$rr" rs rs@base) | $(ratio_cell "$size" "$rr" pbr pbr@base) |"
+    done
+}
+
+syscall_table() {
+    local size=$1 rr sys kind role all ep rv sd rd wv other
+    echo "| mix | system | role | all | epoll_wait | read | recvfrom | sendto | writev + sendmsg | other | rw (/proc) |"
+    echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for rr in $MIXES; do
+        for sys in "${SYSTEMS[@]}"; do
+            kind=$(kind_of "$sys")
+            for role in ${ROLES_OF[$kind]} ""; do
+                [ -z "$role" ] && ! replicated "$sys" && continue
+                all=$(sc "$size" "$rr" "$sys" "$role" all)
+                ep=$(sc "$size" "$rr" "$sys" "$role" epoll_wait)
+                rd=$(sc "$size" "$rr" "$sys" "$role" read)
+                rv=$(sc "$size" "$rr" "$sys" "$role" recvfrom)
+                sd=$(sc "$size" "$rr" "$sys" "$role" sendto)
+                wv=$(awk -v a="$(sc "$size" "$rr" "$sys" "$role" writev)" -v b="$(sc "$size" "$rr" "$sys" "$role" sendmsg)" \
+                    'BEGIN { if (a == "nan") print "nan"; else printf "%.3f", a + b }')
+                other=$(awk -v a="$all" -v b="$ep" -v c="$rv" -v d="$sd" -v e="$rd" -v f="$wv" \
+                    'BEGIN { if (a == "nan") print "nan"; else printf "%.3f", a - b - c - d - e - f }')
+                printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(wl_label "$rr")" \
+                    "$(label_of "$sys")" "${role:-**total**}" "$(f2 "$all")" "$(f2 "$ep")" "$(f2 "$rd")" \
+                    "$(f2 "$rv")" "$(f2 "$sd")" "$(f2 "$wv")" "$(f2 "$other")" \
+                    "$([ -n "$role" ] && f2 "$(io_per_op "$size" "$rr" "$sys" "$role")" || echo -)"
+            done
+        done
+    done
+}
+
+# The issue's "done when" figures, each against its limit.
+targets_table() {
+    local size=$1 v rr worst
+    echo "| target | measured | limit | |"
+    echo "|---|---:|---:|---|"
+    v=$(pair_ratio "$size" 0.5 rs memcached)
+    echo "| RS(3,5) / memcached, 50:50 | $(fx "$v") | 2.0x | $(verdict "$v" le 2.0) |"
+    v=$(pair_ratio "$size" 0.95 rs memcached)
+    echo "| RS(3,5) / memcached, 95:5 | $(fx "$v") | 1.3x | $(verdict "$v" le 1.3) |"
+    for b in pbr pbr3; do
+        has "$b" || continue
+        worst=nan
+        for rr in $MIXES; do
+            v=$(pair_ratio "$size" "$rr" rs "$b")
+            worst=$(awk -v a="$worst" -v b="$v" 'BEGIN { if (b == "nan") print a; else if (a == "nan" || b + 0 > a + 0) print b; else print a }')
+        done
+        echo "| RS(3,5) / $(label_of "$b"), worst mix | $(fx "$worst") | 1.0x | $(verdict "$worst" le 1.0) |"
+    done
+    if [ -s "$SCSV" ]; then
+        v=$(sc "$size" 0 rs "" all)
+        echo "| syscalls per SET, whole RS(3,5) group (set only) | $(f2 "$v") | 5 | $(verdict "$v" le 5) |"
+    fi
+    for b in plain plain3; do
+        has "$b" || continue
+        v=$(awk -v a="$(sys_us "$size" 1 rs data)" -v b="$(sys_us "$size" 1 "$b")" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "nan"; else printf "%.3f", a / b }')
+        echo "| data-process GET / $(label_of "$b") GET (get only) | $(fx "$v") | 1.1x | $(verdict "$v" le 1.1) |"
+    done
+}
 
 report() {
-    local md="$OUT.md" size rr sys kind role parts m mc
+    local md="$OUT.md" size
     {
         echo "# CPU time and system calls per operation, by role"
         echo
         echo "Command: \`bench/cpu-per-op.sh\` (ROUNDS=$ROUNDS RUN_SECS=$RUN_SECS PERF_SECS=$PERF_SECS RECORDS=$RECORDS"
-        echo "CONNS=$CONNS SIZES=\"$SIZES\" MIXES=\"$MIXES\"${BASE_BUILD:+ BASE_BUILD=$BASE_BUILD}); build $BUILD_DIR"
+        echo "CONNS=$CONNS SIZES=\"$SIZES\" MIXES=\"$MIXES\" SYSTEMS=\"${SYSTEMS[*]}\"${BASE_BUILD:+ BASE_BUILD=$BASE_BUILD}); build $BUILD_DIR"
         echo "(source at $(git -C "$BUILD_DIR" rev-parse --short HEAD 2>/dev/null)$(git -C "$BUILD_DIR" diff --quiet HEAD -- ':(top)' ':(top,exclude)docs' 2>/dev/null || echo ' with local changes'))."
         md_machine
         echo
         echo "Load: cocytus-bench, $CONNS connections (one request in flight each, closed loop), zipfian keys over"
         echo "$RECORDS records, $RUN_SECS s per run. CPU = utime + stime of the server processes (/proc/PID/stat)"
         echo "per operation, summed over a role; medians over $ROUNDS rounds that alternate the order of the"
-        echo "systems; spread = (max - min) / median of the per-round totals. Ratios are medians of the"
+        echo "systems; ± = spread, (max - min) / median of the per-round totals. Ratios are medians of the"
         echo "per-round ratios. System calls: every call from \`perf stat -e raw_syscalls:sys_enter\` in a separate"
         echo "$PERF_SECS s window per run (tracepoints cost CPU, kept out of the CPU window); rw = read/write-family"
-        echo "calls from /proc/PID/io (syscr + syscw) in the CPU window."
+        echo "calls from /proc/PID/io (syscr + syscw) in the CPU window (send/recv and sendmsg are not counted there)."
         for size in $SIZES; do
             echo
-            echo "## $size B values: server CPU-us per operation"
+            echo "## $size B values: server CPU-us per operation (replicated systems: total (roles))"
             echo
-            printf '| mix |'
-            for sys in "${SYSTEMS[@]}"; do printf ' %s |' "${LABEL[$(kind_of "$sys")]}${sys#"$(kind_of "$sys")"}"; done
-            printf ' RS / memcached | RS / PBR |\n|---|'
-            for sys in "${SYSTEMS[@]}"; do printf -- '---:|'; done
-            printf -- '---:|---:|\n'
-            for rr in $MIXES; do
-                printf '| %s |' "$(wl_label "$rr")"
-                for sys in "${SYSTEMS[@]}"; do
-                    kind=$(kind_of "$sys")
-                    parts=""
-                    if [ "$kind" = pbr ] || [ "$kind" = rs ]; then
-                        for role in ${ROLES_OF[$kind]}; do
-                            parts="$parts${parts:+ + }$(f1 "$(sys_us "$size" "$rr" "$sys" "$role")")"
-                        done
-                        parts=" ($parts)"
-                    fi
-                    printf ' %s%s ±%s%% |' "$(f1 "$(sys_us "$size" "$rr" "$sys")")" "$parts" "$(sys_spread "$size" "$rr" "$sys")"
-                done
-                printf ' %sx | %sx |\n' "$(f2 "$(pair_ratio "$size" "$rr" rs memcached)")" "$(f2 "$(pair_ratio "$size" "$rr" rs pbr)")"
-            done
+            cpu_table "$size"
+            echo
+            echo "Ratios of server CPU per operation:"
+            echo
+            ratio_table "$size"
+            echo
+            echo "Targets of issue #13:"
+            echo
+            targets_table "$size"
             [ -s "$SCSV" ] || continue
             echo
             echo "## $size B values: system calls per operation (perf window)"
             echo
-            echo "| mix | system | role | all | epoll_wait | read | recvfrom | sendto | writev + sendmsg | other | rw (/proc) |"
-            echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-            for rr in $MIXES; do
-                for sys in "${SYSTEMS[@]}"; do
-                    kind=$(kind_of "$sys")
-                    for role in ${ROLES_OF[$kind]} ""; do
-                        [ -z "$role" ] && [ "$kind" != pbr ] && [ "$kind" != rs ] && continue
-                        local all ep rv sd rd wv other
-                        all=$(sc "$size" "$rr" "$sys" "$role" all)
-                        ep=$(sc "$size" "$rr" "$sys" "$role" epoll_wait)
-                        rd=$(sc "$size" "$rr" "$sys" "$role" read)
-                        rv=$(sc "$size" "$rr" "$sys" "$role" recvfrom)
-                        sd=$(sc "$size" "$rr" "$sys" "$role" sendto)
-                        wv=$(awk -v a="$(sc "$size" "$rr" "$sys" "$role" writev)" -v b="$(sc "$size" "$rr" "$sys" "$role" sendmsg)" \
-                            'BEGIN { if (a == "nan") print "nan"; else printf "%.3f", a + b }')
-                        other=$(awk -v a="$all" -v b="$ep" -v c="$rv" -v d="$sd" -v e="$rd" -v f="$wv" \
-                            'BEGIN { if (a == "nan") print "nan"; else printf "%.3f", a - b - c - d - e - f }')
-                        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(wl_label "$rr")" \
-                            "${LABEL[$kind]}${sys#"$kind"}" "${role:-**total**}" "$(f2 "$all")" "$(f2 "$ep")" "$(f2 "$rd")" \
-                            "$(f2 "$rv")" "$(f2 "$sd")" "$(f2 "$wv")" "$(f2 "$other")" \
-                            "$([ -n "$role" ] && f2 "$(io_per_op "$size" "$rr" "$sys" "$role")" || echo -)"
-                    done
-                done
-            done
+            syscall_table "$size"
         done
     } >"$md"
 }
