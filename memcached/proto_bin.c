@@ -384,7 +384,7 @@ static void bin_add_value(struct resp *r, const char *key, size_t nkey, bool wit
     resp_add(r, flags, sizeof(flags));
     if (keylen > 0)
         resp_add(r, key, keylen);
-    resp_add_ref(r, v->data, v->nbytes, v->handle);
+    resp_add_value(r, v, v->nbytes);
 }
 
 /* A miss: getk/gatk return the key as the body, the others "Not found". */

@@ -501,18 +501,22 @@ static void schedule_flush(struct link *l)
     event_active(l->flush_ev, EV_WRITE, 0);
 }
 
-/* Append one frame (header + payload pieces) to the output buffer.
+/* Append one frame (header + payload pieces) to the output buffer; the
+ * payload's CRC is computed here unless the caller gives it (have_crc).
  * 0, or -1 if too large or out of memory (nothing appended). */
-static int queue_frame_iov(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+static int queue_frame_crc(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt,
+                           bool have_crc, uint32_t crc)
 {
     size_t total = 0;
-    uint32_t crc = 0;
 
+    if (!have_crc)
+        crc = 0;
     for (int i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len > FRAME_MAX_PAYLOAD - total)
             return -1;
         total += iov[i].iov_len;
-        crc = crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+        if (!have_crc)
+            crc = crc32c(crc, iov[i].iov_base, iov[i].iov_len);
     }
     if (buf_make_room(&l->out, FRAME_HEADER_SIZE + total) < 0)
         return -1;
@@ -527,6 +531,11 @@ static int queue_frame_iov(struct link *l, uint16_t type, const struct iovec *io
     l->out.end += FRAME_HEADER_SIZE + total;
     schedule_flush(l);
     return 0;
+}
+
+static int queue_frame_iov(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+{
+    return queue_frame_crc(l, type, iov, iovcnt, false, 0);
 }
 
 static int queue_frame(struct link *l, uint16_t type, const void *payload, size_t len)
@@ -888,6 +897,8 @@ static void read_input(struct link *l)
         budget -= (size_t)n;
     }
     buf_release_if_idle(&l->in);
+    if (l->state == LS_UP && l->cb.on_read_end != NULL)
+        l->cb.on_read_end(l, l->ctx);
 }
 
 /* ---- libevent callbacks ---- */
@@ -1193,7 +1204,8 @@ void link_listener_free(struct link_listener *ll)
 
 /* ---- the public operations ---- */
 
-int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+static int send_frame(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt,
+                      bool have_crc, uint32_t crc)
 {
     if (l->state != LS_UP || l->fail_pending != NULL)
         return -1;
@@ -1208,7 +1220,7 @@ int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcn
         }
         total += iov[i].iov_len;
     }
-    if (queue_frame_iov(l, type, iov, iovcnt) < 0) {
+    if (queue_frame_crc(l, type, iov, iovcnt, have_crc, crc) < 0) {
         /* Out of memory: the frame is lost and later ones must not overtake
          * it, so the connection goes down (from the loop, not inside this
          * call: the caller may be iterating over its links). */
@@ -1222,10 +1234,22 @@ int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcn
     return 0;
 }
 
+int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+{
+    return send_frame(l, type, iov, iovcnt, false, 0);
+}
+
 int link_send(struct link *l, uint16_t type, const void *payload, uint32_t len)
 {
     struct iovec iov = { .iov_base = (void *)payload, .iov_len = len };
-    return link_sendv(l, type, &iov, 1);
+    return send_frame(l, type, &iov, 1, false, 0);
+}
+
+int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t len,
+                  uint32_t crc)
+{
+    struct iovec iov = { .iov_base = (void *)payload, .iov_len = len };
+    return send_frame(l, type, &iov, 1, true, crc);
 }
 
 bool link_is_up(const struct link *l)

@@ -57,6 +57,11 @@ struct link_callbacks {
     /* Optional: everything queued so far has been handed to the kernel
      * (what semi-synchronous replication waits for). */
     void (*on_drained)(struct link *l, void *ctx);
+    /* Optional: the frames of one read batch were all delivered (the
+     * socket had no more bytes for now).  A receiver answers the whole
+     * batch here with one frame (a cumulative ACK) instead of one per
+     * frame; it leaves with the rest of this loop iteration's output. */
+    void (*on_read_end)(struct link *l, void *ctx);
 };
 
 /* Callback rules.  Callbacks run on the event loop thread, never from inside
@@ -97,6 +102,11 @@ void link_listener_free(struct link_listener *ll);
  * in one send(). */
 int link_send(struct link *l, uint16_t type, const void *payload, uint32_t len);
 int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt);
+/* link_send for a payload whose CRC-32C the caller computed already
+ * (crc32c(0, payload, len)): a sender putting the same record on M links
+ * computes it once. */
+int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t len,
+                  uint32_t crc);
 bool link_is_up(const struct link *l);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);
