@@ -222,7 +222,7 @@ ok "corrupt state files refused: $(tail -1 <<<"$msg")"
 # off; with restarts the group is back at full redundancy within about a
 # second, which test/integration/soak.sh checks) ---
 rsdir=$dir/rs
-cluster_up "$rsdir" 20 2000 10000 --nodes 3 --scheme rs:2:3 --no-proxy --memory 16 --region 16 \
+cluster_up "$rsdir" 20 9000 12000 --nodes 3 --scheme rs:2:3 --no-proxy --memory 16 --region 16 \
     --restart off \
     || fail "rs:2:3 cluster up"
 if [ -s "$rsdir/endpoints" ]; then
