@@ -40,7 +40,8 @@
 #   SIZES="1024 4096"  MIXES="0.5 0.95 0 1"  (read ratios: 0 = set only, 1 = get only)
 #   SYSTEMS="memcached plain plain3 pbr pbr3 rs"  PERF=1 (0: no perf window)
 #   BASE_BUILD=  BASE_SYSTEMS="pbr rs"
-#   OUT=docs/evaluation/cpu-per-op  (writes OUT.csv, OUT-syscalls.csv, OUT.md)
+#   OUT=docs/evaluation/cpu-per-op-run  (writes OUT.csv, OUT-syscalls.csv, OUT.md; the
+#   discussion, docs/evaluation/cpu-per-op.md, quotes the -before and -after runs)
 # Environment of bench/eval/lib.sh too (COCYTUS_BUILD_DIR, MEMCACHED, EVAL_KEEP).
 # Exit 0 when every run completed without client errors, 1 otherwise.
 
@@ -56,7 +57,7 @@ MIXES=${MIXES:-"0.5 0.95 0 1"}
 PERF=${PERF:-1}
 BASE_BUILD=${BASE_BUILD:-}
 BASE_SYSTEMS=${BASE_SYSTEMS:-"pbr rs"}
-OUT=${OUT:-$REPO_DIR/docs/evaluation/cpu-per-op}
+OUT=${OUT:-$REPO_DIR/docs/evaluation/cpu-per-op-run}
 read -r -a SYSTEMS <<<"${SYSTEMS:-memcached plain plain3 pbr pbr3 rs}"
 
 for v in ROUNDS RUN_SECS PERF_SECS RECORDS CONNS; do
