@@ -278,6 +278,7 @@ struct px_worker {
     size_t nclients;
     struct px_client *dirty_clients;
     struct px_backend *dirty_be;
+    struct px_resolved *resolved;   /* addresses looked up once (px_backend.c) */
     int64_t last_idle_scan_ms;
     struct px_rbuf scratch;         /* clients with nothing buffered are read here */
     bool scratch_busy;
@@ -306,8 +307,12 @@ bool px_backend_send(struct px_backend *be, struct px_op *op);
 void px_backend_flush(struct px_backend *be);
 void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
 void px_backend_close_all(struct px_worker *w);
-/* A non-blocking connect to a, started; -1 with errno. */
-int px_connect_start(const struct lc_addr *a);
+/* A non-blocking connect to a, started; -1 with errno.  A numeric host
+ * never blocks; a host name is looked up once per worker and remembered
+ * (px_resolved), so reconnecting to a dead server does not stall the
+ * worker's loop in getaddrinfo. */
+int px_connect_start(struct px_worker *w, const struct lc_addr *a);
+void px_resolved_free(struct px_worker *w);
 
 /* ---- routing (px_route.c) ---- */
 bool px_route_init(struct px_worker *w, const struct lc_map *first);
