@@ -37,6 +37,8 @@ struct conn {
     bool close_after_write;
     bool closing;
     bool import;                  /* "cocytus import begin": no slot check */
+    bool flush_queued;            /* on srv->flush_queue (holds c alive) */
+    struct conn *flush_next;
 };
 
 struct conn *conn_new(struct server *s, int fd);
