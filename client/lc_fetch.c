@@ -164,8 +164,47 @@ static size_t read_reply(int fd, struct rbuf *b, int64_t deadline, char *err, si
     }
 }
 
+/* Sends the authentication set and reads its one-line answer. */
+static bool authenticate(int fd, const struct lc_addr *a, const char *auth, int64_t deadline,
+                         char *err, size_t errlen)
+{
+    char line[128];
+    size_t n = 0;
+
+    if (!send_all(fd, auth, strlen(auth), deadline)) {
+        snprintf(err, errlen, "send to %s:%d failed", a->host, a->port);
+        return false;
+    }
+    while (n == 0 || line[n - 1] != '\n') {
+        if (n == sizeof(line) - 1)
+            break;
+        ssize_t r = recv(fd, line + n, 1, 0);
+        if (r > 0) {
+            n++;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            if (!wait_fd(fd, POLLIN, deadline))
+                break;
+        } else {
+            break;
+        }
+    }
+    line[n] = '\0';
+    if (strcmp(line, "STORED\r\n") == 0)
+        return true;
+    line[strcspn(line, "\r\n")] = '\0';
+    snprintf(err, errlen, "%s:%d refused the credentials: %s", a->host, a->port,
+             n ? line : "no answer");
+    return false;
+}
+
 enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, struct lc_map **out,
                            char *err, size_t errlen)
+{
+    return lc_fetch_map_as(a, timeout_ms, NULL, out, err, errlen);
+}
+
+enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const char *auth,
+                              struct lc_map **out, char *err, size_t errlen)
 {
     struct rbuf b = { NULL, 0, 0 };
     enum lc_fetch result = LC_FETCH_FAILED;
@@ -177,6 +216,10 @@ enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, struct lc_ma
         return LC_FETCH_FAILED;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (auth != NULL && !authenticate(fd, a, auth, deadline, err, errlen)) {
+        close(fd);
+        return LC_FETCH_FAILED;
+    }
     if (!send_all(fd, request, sizeof(request) - 1, deadline)) {
         snprintf(err, errlen, "send to %s:%d failed", a->host, a->port);
         close(fd);

@@ -254,8 +254,10 @@ static struct lc_map *first_map(const struct proxy *px)
     for (int round = 0;; round++) {
         for (size_t i = 0; i < px->nseeds; i++) {
             struct lc_map *m = NULL;
-            if (lc_fetch_map(&px->seeds[i], px->opt.timeout_ms, &m, err, sizeof(err)) !=
-                LC_FETCH_FAILED)
+            char auth[600];
+            bool as = px->has_server_auth && px_auth_ascii_request(px, auth, sizeof(auth)) > 0;
+            if (lc_fetch_map_as(&px->seeds[i], px->opt.timeout_ms, as ? auth : NULL, &m, err,
+                                sizeof(err)) != LC_FETCH_FAILED)
                 return m;
         }
         if (round >= px->opt.wait_s) {
@@ -283,6 +285,10 @@ static void usage(FILE *f)
             "  -T, --threads N       worker threads (default %d)\n"
             "  -c, --max-conns N     refuse clients beyond N open connections (default: no limit)\n"
             "  -i, --idle-timeout S  close a client idle for S seconds (default: never)\n"
+            "  -Y, --auth-file FILE  clients must authenticate (user:password lines, as\n"
+            "                        memcached -Y): ASCII auth set, or binary SASL PLAIN\n"
+            "      --server-auth FILE  user:password (first line) the proxy presents to\n"
+            "                        servers that run with -Y (default: none)\n"
             "  -B, --binary-backend  accepted for compatibility: servers are always spoken\n"
             "                        to in the binary protocol\n"
             "  -v, --verbose         log the map's endpoints and idle closes\n"
@@ -318,6 +324,8 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         { "threads", required_argument, NULL, 'T' },
         { "max-conns", required_argument, NULL, 'c' },
         { "idle-timeout", required_argument, NULL, 'i' },
+        { "auth-file", required_argument, NULL, 'Y' },
+        { "server-auth", required_argument, NULL, 'S' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -325,9 +333,11 @@ static int parse_args(int argc, char **argv, struct px_options *o)
     int ch;
     long v;
 
-    while ((ch = getopt_long(argc, argv, "s:p:l:BAt:D:r:I:W:T:c:i:vh", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:p:l:BAt:D:r:I:W:T:c:i:Y:vh", longopts, NULL)) != -1) {
         switch (ch) {
         case 's': o->seeds = optarg; break;
+        case 'Y': o->auth_file = optarg; break;
+        case 'S': o->server_auth_file = optarg; break;
         case 'l': o->addr = optarg; break;
         case 'B': break;
         case 'A':
@@ -431,6 +441,8 @@ static int setup_and_run(struct proxy *px)
         fprintf(stderr, "cocytus-proxy: --seeds: %s\n", err);
         return 1;
     }
+    if (!px_auth_setup(px, px->opt.auth_file, px->opt.server_auth_file))
+        return 1;
     px->first_map = first_map(px);
     if (px->first_map == NULL)
         return 1;
@@ -477,6 +489,7 @@ int main(int argc, char **argv)
     free(px.workers);
     free(px.seeds);
     lc_map_free(px.first_map);
+    authfile_free(&px.auth);
     for (size_t i = 0; i < px.nbstats; i++)
         free(px.bstats[i]);
     pthread_mutex_destroy(&px.stats_lock);

@@ -34,6 +34,7 @@
 #include <event2/event.h>
 
 #include "lc_map.h"
+#include "authfile.h"
 #include "proto_text.h"
 
 #define PX_VERSION "1.6.18-cocytus-proxy-" PACKAGE_VERSION
@@ -69,6 +70,7 @@ struct px_counters {
     uint64_t cmd_set, cmd_delete, cmd_incr_decr, cmd_touch, cmd_flush;
     uint64_t errors;
     uint64_t routed, redirects, refreshes, retries, conn_failures, timeouts;
+    uint64_t auth_cmds, auth_errors;
 };
 
 struct px_options {
@@ -84,6 +86,8 @@ struct px_options {
     int verbose;
     int idle_timeout_s;             /* 0: never */
     int max_conns;                  /* 0: no limit */
+    const char *auth_file;          /* -Y: clients must authenticate */
+    const char *server_auth_file;   /* --server-auth: our pair for the servers */
 };
 
 struct px_worker;
@@ -103,6 +107,9 @@ struct proxy {
     struct px_be_stats *bstats[PX_MAX_BACKEND_STATS];
     size_t nbstats;
     struct px_be_stats spare_stats; /* counts for addresses beyond the table */
+    struct authfile auth;           /* -Y pairs (n == 0: no client auth) */
+    struct auth_pair server_auth;   /* presented to the servers */
+    bool has_server_auth;
 };
 
 /* ---- buffers ---- */
@@ -202,6 +209,7 @@ struct px_backend {
     struct px_op *head, *tail;      /* in-flight FIFO */
     size_t ninflight;
     uint32_t next_opaque;
+    bool auth_pending;              /* our SASL request's answer still to come */
     bool dirty;
     struct px_backend *next_dirty;
     struct px_backend *next_all;
@@ -220,6 +228,7 @@ struct px_client {
     bool parsing;                   /* inside client_parse: no nested parse */
     bool closing;                   /* close once out is written */
     bool dead;                      /* closed: freed by the flush step */
+    bool authed;                    /* -Y: authenticated */
     bool dirty;
     struct px_client *next_dirty;
     struct px_client *prev, *next;  /* the worker's clients */
@@ -239,8 +248,11 @@ struct px_fetch {
     int fd;
     struct event *ev;
     struct px_rbuf in;
+    char req[600];                  /* [auth set] config get cluster */
     const char *req_pos;            /* unsent part of the request */
     size_t req_left;
+    bool auth_reply;                /* STORED of the auth set still to come */
+    bool auth_logged;               /* a refusal of our credentials was logged */
     struct lc_addr src[PX_FETCH_MAX_SOURCES];
     size_t nsrc, cur;
     int same;                       /* answers with the cached epoch */
@@ -313,6 +325,17 @@ void px_backend_close_all(struct px_worker *w);
  * worker's loop in getaddrinfo. */
 int px_connect_start(struct px_worker *w, const struct lc_addr *a);
 void px_resolved_free(struct px_worker *w);
+
+/* ---- authentication (px_auth.c) ---- */
+/* Loads -Y and --server-auth (either may be NULL).  False after a message. */
+bool px_auth_setup(struct proxy *px, const char *client_file, const char *server_file);
+/* A request of a client that has not authenticated yet: bytes used, 0 for
+ * more, SIZE_MAX to close. */
+size_t px_auth_request(struct px_client *c, const char *buf, size_t len);
+/* The proxy's own pair as a binary SASL PLAIN request (opaque 0) or as the
+ * ASCII authentication set; length, 0 if it does not fit. */
+size_t px_auth_sasl_request(const struct proxy *px, char *buf, size_t cap);
+size_t px_auth_ascii_request(const struct proxy *px, char *buf, size_t cap);
 
 /* ---- routing (px_route.c) ---- */
 bool px_route_init(struct px_worker *w, const struct lc_map *first);

@@ -258,6 +258,16 @@ static bool be_connect(struct px_backend *be)
     be->state = BE_CONNECTING;
     be->in.off = be->in.len = 0;
     be->connect_started_ms = px_now_ms();
+    be->auth_pending = false;
+    if (be->w->px->has_server_auth) {
+        /* first on the connection, before any op (out is empty here) */
+        char req[BIN_HEADER_LEN + 5 + 2 * AUTHFILE_FIELD_MAX + 3];
+        size_t n = px_auth_sasl_request(be->w->px, req, sizeof(req));
+        if (n > 0 && evbuffer_add(be->out, req, n) == 0) {
+            be->queued_bytes += n;
+            be->auth_pending = true;
+        }
+    }
     event_add(be->wev, NULL);
     return true;
 }
@@ -373,6 +383,20 @@ static bool be_replies(struct px_backend *be)
                 return false;
             }
             break;
+        }
+        if (be->auth_pending) {
+            /* the answer to our SASL PLAIN request (opaque 0) */
+            uint16_t st = bin_load16(h + BIN_OFF_STATUS);
+            if (st != BIN_STATUS_OK || bin_load32(h + BIN_OFF_OPAQUE) != 0) {
+                char why[80];
+                snprintf(why, sizeof(why), "the server refused our credentials (status 0x%02x)",
+                         st);
+                be_fail(be, why, false);
+                return false;
+            }
+            be->auth_pending = false;
+            px_rbuf_consume(in, total);
+            continue;
         }
         struct px_op *op = be->head;
         if (op == NULL || bin_load32(h + BIN_OFF_OPAQUE) != bin_load32(op->wire + BIN_OFF_OPAQUE)) {

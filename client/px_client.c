@@ -407,7 +407,8 @@ static void client_parse_from(struct px_client *c, struct px_rbuf *in)
         if (c->proto == PX_PROTO_UNKNOWN)
             c->proto = (unsigned char)buf[0] == BIN_MAGIC_REQUEST ? PX_PROTO_BINARY
                                                                   : PX_PROTO_TEXT;
-        size_t used = c->proto == PX_PROTO_TEXT ? px_text_request(c, buf, in->len)
+        size_t used = c->w->px->auth.n > 0 && !c->authed ? px_auth_request(c, buf, in->len)
+                    : c->proto == PX_PROTO_TEXT ? px_text_request(c, buf, in->len)
                                                 : px_bin_request(c, buf, in->len);
         if (used == 0)
             break;

@@ -392,6 +392,23 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
         fetch_source_failed(w);
         return;
     }
+    if (f->auth_reply) {
+        /* the servers run with -Y: our authentication set comes first */
+        const char *p = f->in.data + f->in.off;
+        const char *nl = memchr(p, '\n', f->in.len);
+        if (nl == NULL)
+            return;
+        if (nl - p != 7 || memcmp(p, "STORED\r", 7) != 0) {
+            if (w->id == 0 && !f->auth_logged)
+                fprintf(stderr, "cocytus-proxy: %s:%d refused the proxy's credentials (%.*s)\n",
+                        f->src[f->cur].host, f->src[f->cur].port, (int)(nl - p > 80 ? 80 : nl - p), p);
+            f->auth_logged = true;      /* once: every fetch would say it again */
+            fetch_source_failed(w);
+            return;
+        }
+        px_rbuf_consume(&f->in, (size_t)(nl - p) + 1);
+        f->auth_reply = false;
+    }
     size_t len = lc_config_reply_length(f->in.data + f->in.off, f->in.len);
     if (len > 0)
         fetch_answer(w, len);
@@ -410,8 +427,13 @@ static void fetch_next(struct px_worker *w)
             continue;
         f->fd = fd;
         f->in.off = f->in.len = 0;
-        f->req_pos = fetch_request;
-        f->req_left = sizeof(fetch_request) - 1;
+        size_t nauth = w->px->has_server_auth
+                     ? px_auth_ascii_request(w->px, f->req, sizeof(f->req) - sizeof(fetch_request))
+                     : 0;
+        memcpy(f->req + nauth, fetch_request, sizeof(fetch_request));
+        f->auth_reply = nauth > 0;
+        f->req_pos = f->req;
+        f->req_left = nauth + sizeof(fetch_request) - 1;
         f->ev = event_new(w->base, fd, EV_READ | EV_WRITE | EV_PERSIST, on_fetch, w);
         if (f->ev == NULL || event_add(f->ev, NULL) != 0) {
             fetch_close(f);

@@ -125,6 +125,8 @@ static void sum_counters(const struct proxy *px, struct px_counters *t)
         t->retries += get(&s->retries);
         t->conn_failures += get(&s->conn_failures);
         t->timeouts += get(&s->timeouts);
+        t->auth_cmds += get(&s->auth_cmds);
+        t->auth_errors += get(&s->auth_errors);
     }
 }
 
@@ -153,6 +155,8 @@ static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "cmd_touch", t.cmd_touch);
     emit_u64(emit, ctx, "cmd_flush", t.cmd_flush);
     emit_u64(emit, ctx, "errors", t.errors);
+    emit_u64(emit, ctx, "auth_cmds", t.auth_cmds);
+    emit_u64(emit, ctx, "auth_errors", t.auth_errors);
     emit_u64(emit, ctx, "cluster_epoch", w->map->epoch);
     emit_u64(emit, ctx, "cluster_endpoints", w->map->n);
     emit_u64(emit, ctx, "routed_requests", t.routed);
