@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <netdb.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -426,6 +427,38 @@ void conn_swallow(struct conn *c, size_t n)
 }
 
 /* ---- slot migration ---- */
+
+struct auth_admin *conn_admin_auth(struct conn *c)
+{
+    return &c->admin;
+}
+
+bool conn_is_admin(const struct conn *c)
+{
+    return c->admin.ok;
+}
+
+const char *conn_peer_name(const struct conn *c, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0 ||
+        getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(buf, cap, "?");
+        return buf;
+    }
+    snprintf(buf, cap, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+    return buf;
+}
+
+bool conn_first_refusal(struct conn *c)
+{
+    bool first = !c->refusal_logged;
+    c->refusal_logged = true;
+    return first;
+}
 
 void conn_set_import(struct conn *c)
 {

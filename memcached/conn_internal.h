@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "auth.h"
 #include "conn.h"
 
 struct event;
@@ -37,6 +38,8 @@ struct conn {
     bool close_after_write;
     bool closing;
     bool import;                  /* "cocytus import begin": no slot check */
+    bool refusal_logged;          /* a refused admin command was logged */
+    struct auth_admin admin;      /* "cocytus auth": proved the cluster secret? */
 };
 
 struct conn *conn_new(struct server *s, int fd);

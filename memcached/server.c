@@ -249,6 +249,8 @@ static int server_load_cluster(struct server *s)
         fprintf(stderr, "cocytus-server: %s: %s\n", st->cluster_file, s->cluster ? err : "out of memory");
         return -1;
     }
+    auth_derive_key(s->cluster->secret, AUTH_FOR_ADMIN, s->admin_key);
+    s->admin_key_set = true;
     if (strcmp(st->role, COORD_ROLE) == 0)
         return coord_settings(s->cluster, st);
     enum cluster_role role;

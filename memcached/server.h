@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "auth.h"
 #include "slotmap.h"
 
 #define SERVER_MAX_LISTEN 8
@@ -70,6 +71,8 @@ struct server {
     struct event_base *base;
     struct engine *engine;
     struct cluster *cluster;  /* loaded from settings.cluster_file, or NULL */
+    uint8_t admin_key[AUTH_KEY_SIZE]; /* "cocytus auth" key, from the cluster secret */
+    bool admin_key_set;       /* false without a cluster: no admin command at all */
     struct slotmap *slotmap;  /* with a cluster: the slot map, else NULL */
     int slot_self;            /* own endpoint index in slotmap, -1 if none */
     bool routes;              /* keys of other processes' slots get MOVED */
