@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #define DEFAULT_THREADS 1
 #define MAX_THREADS 64
 #define IDLE_TICK_MS 1000
+#define TRIM_EVERY_MS 5000
 
 void px_clients_flush_dirty(struct px_worker *w);
 
@@ -67,6 +69,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (now - w->last_idle_scan_ms >= IDLE_TICK_MS) {
         w->last_idle_scan_ms = now;
         px_clients_idle_scan(w, now);
+    }
+    /* A flood of connections or a huge multi-get leaves freed heap pages
+     * behind that malloc keeps; hand them back (docs/security.md has the
+     * figures with and without). */
+    if (now - w->last_trim_ms >= TRIM_EVERY_MS) {
+        w->last_trim_ms = now;
+        malloc_trim(0);
     }
 }
 

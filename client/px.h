@@ -280,6 +280,7 @@ struct px_worker {
     struct px_backend *dirty_be;
     struct px_resolved *resolved;   /* addresses looked up once (px_backend.c) */
     int64_t last_idle_scan_ms;
+    int64_t last_trim_ms;           /* last malloc_trim (proxy.c) */
     struct px_rbuf scratch;         /* clients with nothing buffered are read here */
     bool scratch_busy;
     struct px_counters st;

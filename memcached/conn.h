@@ -131,6 +131,10 @@ const char *conn_peer_name(const struct conn *c, char *buf, size_t cap);
  * connection, so a client repeating a refused command cannot fill the log. */
 bool conn_first_refusal(struct conn *c);
 
+/* Close the client connections idle for timeout_s seconds of the server's
+ * clock (-o idle_timeout); returns how many. */
+unsigned conn_close_idle(struct server *s, int timeout_s);
+
 /* ---- Slot migration (migrate.c) ---- */
 
 /* Mark the connection as an import connection: its keyed requests skip the

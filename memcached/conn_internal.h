@@ -39,6 +39,7 @@ struct conn {
     bool closing;
     bool import;                  /* "cocytus import begin": no slot check */
     bool refusal_logged;          /* a refused admin command was logged */
+    unsigned long last_read;      /* server tick (seconds) of the last bytes read */
     struct auth_admin admin;      /* "cocytus auth": proved the cluster secret? */
 };
 

@@ -850,8 +850,12 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
     case TP_NEED_MORE:
         return CONN_PARSE_NEED_MORE;
     case TP_CLOSE:
-        if (s->settings.verbose)
-            fprintf(stderr, "closing connection: request line too long\n");
+        if (s->settings.verbose) {
+            char peer[96];
+            fprintf(stderr, "closing the connection from %s: request line too long\n",
+                    conn_peer_name(c, peer, sizeof(peer)));
+        }
+        reply_line(c, "CLIENT_ERROR line too long", false);
         return CONN_PARSE_CLOSE;
     case TP_ERROR:
         *consumed = req.total;

@@ -177,6 +177,8 @@ static void on_clock(evutil_socket_t fd, short what, void *arg)
      * stored. */
     if (++s->ticks % TRIM_EVERY_SECONDS == 0)
         malloc_trim(0);
+    if (s->settings.idle_timeout > 0)
+        s->stats.idle_kicks += conn_close_idle(s, s->settings.idle_timeout);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

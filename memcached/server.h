@@ -39,6 +39,7 @@ struct settings {
     bool shutdown_enabled;    /* -A */
     int backlog;              /* -b */
     unsigned hashpower;       /* -o hashpower=N */
+    int idle_timeout;         /* -o idle_timeout=S: close clients idle S s (0: never) */
     size_t max_line;          /* longest request line accepted without a newline */
     const char *role;         /* --role (plain by default) */
     const char *cluster_file; /* --cluster: replicated roles */
@@ -49,6 +50,7 @@ struct settings {
 /* Counters kept by the protocol layer, common to every engine. */
 struct server_stats {
     uint64_t curr_conns, total_conns, rejected_conns, conn_structs;
+    uint64_t idle_kicks;      /* connections closed by the idle timeout */
     uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch;
     uint64_t get_hits, get_misses;
     uint64_t delete_hits, delete_misses;
