@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# limits.sh - make-check test of the limits against misuse
+# (docs/security.md): a plain server with -c 4 and -o idle_timeout=1 and a
+# cocytus-proxy with -c 4 -i 1 in front of it.  Each refuses a connection
+# beyond its limit with an error, closes an idle client (waited for up to
+# 20 s: nothing here depends on speed), and answers a request line that
+# can never be valid with "CLIENT_ERROR line too long" before closing.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+
+proxy_bin=${COCYTUS_PROXY:-$build_dir/client/cocytus-proxy}
+need_built "$server_bin" "$proxy_bin"
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed"; exit 77; }
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/limits.XXXXXX")
+server_pid="" proxy_pid=""
+cleanup() {
+    stop_pid "$proxy_pid"
+    stop_pid "$server_pid"
+    rm -rf "$dir"
+}
+on_exit cleanup
+
+start_server "$dir/server.log" -c 4 -o idle_timeout=1 -v || { fail "server did not start"; exit 1; }
+proxy_port=""
+for _ in 1 2 3 4 5; do
+    proxy_port=$(pick_port) || continue
+    "$proxy_bin" -p "$proxy_port" -l 127.0.0.1 --seeds "127.0.0.1:$server_port" -c 4 -i 1 \
+        </dev/null >"$dir/proxy.log" 2>&1 &
+    proxy_pid=$!
+    wait_port "$proxy_pid" "$proxy_port" && break
+    stop_pid "$proxy_pid"
+    proxy_pid=""
+done
+[ -n "$proxy_pid" ] || { fail "proxy did not start"; exit 1; }
+
+# probe PORT WHAT: one python client that checks the three limits on PORT
+# and prints one line per finding.
+probe() {
+    python3 - "$1" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+
+def connect():
+    return socket.create_connection(("127.0.0.1", port), timeout=20)
+
+def read_all(s):
+    """Everything until the peer closes (or 20 s)."""
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                return data, True
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        return data, False if not data else True
+
+# An overlong line (no newline, not a get): an error, then the close.
+s = connect()
+s.sendall(b"set " + b"k" * 5000)
+data, closed = read_all(s)
+print("long-line %s %s" % (data.split(b"\r\n")[0].decode(errors="replace").replace(" ", "_"),
+                           "closed" if closed else "open"))
+s.close()
+
+# An idle client is closed (within 20 s; the timeout is 1 s).
+s = connect()
+s.sendall(b"version\r\n")
+first = s.recv(100)
+data, closed = read_all(s)
+print("idle %s" % ("closed" if closed and first.startswith(b"VERSION") else "open"))
+s.close()
+
+# Connections beyond the limit: refused with an error, or closed at once.
+held, refused = [], 0
+for i in range(8):
+    c = connect()
+    c.sendall(b"version\r\n")
+    reply = b""
+    try:
+        reply = c.recv(100)
+    except (socket.timeout, ConnectionResetError):
+        pass
+    if not reply.startswith(b"VERSION"):
+        refused += 1
+    held.append(c)
+print("limit refused %d" % refused)
+PY
+}
+
+for target in server proxy; do
+    port=$server_port
+    [ "$target" = proxy ] && port=$proxy_port
+    out=$(probe "$port")
+    grep -q "^long-line CLIENT_ERROR_line_too_long closed$" <<<"$out" \
+        && ok "$target: an overlong line gets 'CLIENT_ERROR line too long' and the close" \
+        || fail "$target: overlong line: $(grep long-line <<<"$out")"
+    grep -q "^idle closed$" <<<"$out" && ok "$target: an idle client is closed" \
+        || fail "$target: idle client: $(grep idle <<<"$out")"
+    refused=$(awk '$1 == "limit" { print $3 }' <<<"$out")
+    [ -n "$refused" ] && [ "$refused" -ge 4 ] && ok "$target: $refused of 8 connections beyond -c 4 refused" \
+        || fail "$target: connections beyond the limit: '$out'"
+done
+grep -q "idle for 1 s" "$dir/server.log" || fail "the server's log does not say it closed an idle client"
+
+finish
