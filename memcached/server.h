@@ -51,6 +51,7 @@ struct settings {
 struct server_stats {
     uint64_t curr_conns, total_conns, rejected_conns, conn_structs;
     uint64_t idle_kicks;      /* connections closed by the idle timeout */
+    uint64_t listen_disabled; /* pauses of accepting: out of descriptors */
     uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch;
     uint64_t get_hits, get_misses;
     uint64_t delete_hits, delete_misses;
@@ -85,6 +86,7 @@ struct server {
     int listen_fd[SERVER_MAX_LISTEN];
     int nlisten;
     struct event *clock_ev;
+    struct event *accept_ev;  /* resumes accepting after running out of descriptors */
     struct event *sigterm_ev, *sigint_ev;
     int bound_port;           /* actual port (when -p 0 asks for any) */
     struct conn *conns;       /* all open connections */

@@ -32,6 +32,7 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "total_connections", "%llu", (unsigned long long)st->total_conns);
     emit(ctx, "rejected_connections", "%llu", (unsigned long long)st->rejected_conns);
     emit(ctx, "idle_kicks", "%llu", (unsigned long long)st->idle_kicks);
+    emit(ctx, "listen_disabled_num", "%llu", (unsigned long long)st->listen_disabled);
     emit(ctx, "connection_structures", "%llu", (unsigned long long)st->curr_conns);
     emit(ctx, "cmd_get", "%llu", (unsigned long long)st->cmd_get);
     emit(ctx, "cmd_set", "%llu", (unsigned long long)st->cmd_set);

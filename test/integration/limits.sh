@@ -5,6 +5,7 @@
 # beyond its limit with an error, closes an idle client (waited for up to
 # 20 s: nothing here depends on speed), and answers a request line that
 # can never be valid with "CLIENT_ERROR line too long" before closing.
+# A server out of file descriptors pauses accepting and recovers.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -106,5 +107,43 @@ for target in server proxy; do
         || fail "$target: connections beyond the limit: '$out'"
 done
 grep -q "idle for 1 s" "$dir/server.log" || fail "the server's log does not say it closed an idle client"
+
+# Out of file descriptors (ulimit -n 80 below -c 1024): the server stops
+# accepting for a while instead of waking up for the same connection again
+# and again, and serves the waiting connections once descriptors are free.
+stop_pid "$proxy_pid"
+proxy_pid=""
+fd_port=$(pick_port)
+(ulimit -Sn 80 && ulimit -Hn 80 && exec "$server_bin" -p "$fd_port" -l 127.0.0.1 -U 0 \
+    </dev/null >"$dir/fd.log" 2>&1) &
+fd_pid=$!
+if wait_port "$fd_pid" "$fd_port"; then
+    out=$(python3 - "$fd_port" <<'PY'
+import socket, sys
+port = int(sys.argv[1])
+socks = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(120)]
+for s in socks[:60]:
+    s.close()
+answered = 0
+for s in socks[60:]:
+    try:
+        s.sendall(b"version\r\n")
+        if s.recv(100).startswith(b"VERSION"):
+            answered += 1
+    except OSError:
+        pass
+print("answered %d of 60" % answered)
+PY
+)
+    paused=$(mc "127.0.0.1:$fd_port" "stats\r\n" | awk '$2 == "listen_disabled_num" { print $3 }')
+    [ "$out" = "answered 60 of 60" ] && [ "${paused:-0}" -gt 0 ] \
+        && ok "out of descriptors: accepting paused ($paused times), all 60 waiting connections served" \
+        || fail "out of descriptors: '$out', listen_disabled_num '$paused'"
+    grep -q "open-files limit (80) is below -c 1024" "$dir/fd.log" \
+        || fail "the server does not warn about the open-files limit: $(head -2 "$dir/fd.log")"
+else
+    fail "server with ulimit -n 80 did not start: $(head -3 "$dir/fd.log")"
+fi
+stop_pid "$fd_pid"
 
 finish
