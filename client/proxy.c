@@ -223,6 +223,37 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
 }
 
+#define ACCEPT_PAUSE_MS 100
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct proxy *px = arg;
+
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(px->listener);
+}
+
+/* accept() failed.  Out of descriptors, the pending connection would wake
+ * the listener again at once (and libevent would log each time): stop
+ * accepting for a while instead, as the server does. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    struct proxy *px = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    struct timeval tv = { 0, ACCEPT_PAUSE_MS * 1000 };
+
+    if (err != EMFILE && err != ENFILE) {
+        fprintf(stderr, "cocytus-proxy: accept: %s\n", evutil_socket_error_to_string(err));
+        return;
+    }
+    evconnlistener_disable(l);
+    evtimer_add(px->accept_resume, &tv);
+    if (px->accept_pauses++ == 0 || px->opt.verbose)
+        fprintf(stderr, "cocytus-proxy: accept: %s; not accepting for %d ms (raise ulimit -n "
+                "or lower -c)\n", evutil_socket_error_to_string(err), ACCEPT_PAUSE_MS);
+}
+
 static bool listen_on(struct proxy *px, const char *addr, int port)
 {
     struct sockaddr_storage ss;
@@ -242,6 +273,10 @@ static bool listen_on(struct proxy *px, const char *addr, int port)
         fprintf(stderr, "cocytus-proxy: cannot listen on %s: %s\n", spec, strerror(errno));
         return false;
     }
+    px->accept_resume = evtimer_new(px->base, on_accept_resume, px);
+    if (px->accept_resume == NULL)
+        return false;
+    evconnlistener_set_error_cb(px->listener, on_accept_error);
     return true;
 }
 
@@ -428,6 +463,7 @@ static int run(struct proxy *px)
     event_free(sigint);
     event_free(sigterm);
     evconnlistener_free(px->listener);
+    event_free(px->accept_resume);
     return 0;
 }
 

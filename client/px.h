@@ -92,6 +92,8 @@ struct proxy {
     struct px_options opt;
     struct event_base *base;        /* the accepting thread's loop */
     struct evconnlistener *listener;
+    struct event *accept_resume;    /* re-enables the listener after EMFILE */
+    uint64_t accept_pauses;         /* times accepting paused: out of descriptors */
     struct px_worker *workers;
     int nworkers;
     int next_worker;

@@ -108,17 +108,17 @@ for target in server proxy; do
 done
 grep -q "idle for 1 s" "$dir/server.log" || fail "the server's log does not say it closed an idle client"
 
-# Out of file descriptors (ulimit -n 80 below -c 1024): the server stops
+# Out of file descriptors (ulimit -n 80): the server and the proxy stop
 # accepting for a while instead of waking up for the same connection again
-# and again, and serves the waiting connections once descriptors are free.
+# and again (the proxy's libevent listener logged a line each time), and
+# serve the waiting connections once descriptors are free.
 stop_pid "$proxy_pid"
 proxy_pid=""
-fd_port=$(pick_port)
-(ulimit -Sn 80 && ulimit -Hn 80 && exec "$server_bin" -p "$fd_port" -l 127.0.0.1 -U 0 \
-    </dev/null >"$dir/fd.log" 2>&1) &
-fd_pid=$!
-if wait_port "$fd_pid" "$fd_port"; then
-    out=$(python3 - "$fd_port" <<'PY'
+
+# flood PORT: 120 connections at once, 60 closed, the other 60 asked for
+# their version; prints "answered N of 60".
+flood() {
+    python3 - "$1" <<'PY'
 import socket, sys
 port = int(sys.argv[1])
 socks = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(120)]
@@ -134,15 +134,42 @@ for s in socks[60:]:
         pass
 print("answered %d of 60" % answered)
 PY
-)
+}
+
+# low_fds LOG PROGRAM ARGS...: PROGRAM with an open-files limit of 80, in
+# the background; sets fd_pid.
+low_fds() {
+    local log=$1
+    shift
+    (ulimit -Sn 80 && ulimit -Hn 80 && exec "$@" </dev/null >"$log" 2>&1) &
+    fd_pid=$!
+}
+
+fd_port=$(pick_port)
+low_fds "$dir/fd.log" "$server_bin" -p "$fd_port" -l 127.0.0.1 -U 0
+if wait_port "$fd_pid" "$fd_port"; then
+    out=$(flood "$fd_port")
     paused=$(mc "127.0.0.1:$fd_port" "stats\r\n" | awk '$2 == "listen_disabled_num" { print $3 }')
     [ "$out" = "answered 60 of 60" ] && [ "${paused:-0}" -gt 0 ] \
-        && ok "out of descriptors: accepting paused ($paused times), all 60 waiting connections served" \
-        || fail "out of descriptors: '$out', listen_disabled_num '$paused'"
+        && ok "server out of descriptors: accepting paused ($paused times), all 60 waiting connections served" \
+        || fail "server out of descriptors: '$out', listen_disabled_num '$paused'"
     grep -q "open-files limit (80) is below -c 1024" "$dir/fd.log" \
         || fail "the server does not warn about the open-files limit: $(head -2 "$dir/fd.log")"
 else
     fail "server with ulimit -n 80 did not start: $(head -3 "$dir/fd.log")"
+fi
+stop_pid "$fd_pid"
+
+fd_port=$(pick_port)
+low_fds "$dir/fd-proxy.log" "$proxy_bin" -p "$fd_port" -l 127.0.0.1 --seeds "127.0.0.1:$server_port"
+if wait_port "$fd_pid" "$fd_port"; then
+    out=$(flood "$fd_port")
+    lines=$(wc -l <"$dir/fd-proxy.log")
+    [ "$out" = "answered 60 of 60" ] && [ "$lines" -lt 50 ] \
+        && ok "proxy out of descriptors: all 60 waiting connections served, $lines log lines" \
+        || fail "proxy out of descriptors: '$out', $lines log lines: $(sort "$dir/fd-proxy.log" | uniq -c | sort -rn | head -2)"
+else
+    fail "proxy with ulimit -n 80 did not start: $(head -3 "$dir/fd-proxy.log")"
 fi
 stop_pid "$fd_pid"
 
