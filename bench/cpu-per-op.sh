@@ -36,7 +36,7 @@
 # rounds: a before/after comparison under the same machine load.
 #
 # usage: bench/cpu-per-op.sh
-#   ROUNDS=3 RUN_SECS=5 PERF_SECS=3 RECORDS=20000 CONNS=4
+#   ROUNDS=3 RUN_SECS=5 PERF_SECS=3 RECORDS=20000 CONNS=4 DEPTH=1 (requests in flight per connection: cocytus-bench --depth)
 #   SIZES="1024 4096"  MIXES="0.5 0.95 0 1"  (read ratios: 0 = set only, 1 = get only)
 #   SYSTEMS="memcached plain plain3 pbr pbr3 rs"  PERF=1 (0: no perf window)
 #   BASE_BUILD=  BASE_SYSTEMS="pbr rs"
@@ -52,6 +52,7 @@ RUN_SECS=${RUN_SECS:-5}
 PERF_SECS=${PERF_SECS:-3}
 RECORDS=${RECORDS:-20000}
 CONNS=${CONNS:-4}
+DEPTH=${DEPTH:-1}
 SIZES=${SIZES:-"1024 4096"}
 MIXES=${MIXES:-"0.5 0.95 0 1"}
 PERF=${PERF:-1}
@@ -60,7 +61,7 @@ BASE_SYSTEMS=${BASE_SYSTEMS:-"pbr rs"}
 OUT=${OUT:-$REPO_DIR/docs/evaluation/cpu-per-op-run}
 read -r -a SYSTEMS <<<"${SYSTEMS:-memcached plain plain3 pbr pbr3 rs}"
 
-for v in ROUNDS RUN_SECS PERF_SECS RECORDS CONNS; do
+for v in ROUNDS RUN_SECS PERF_SECS RECORDS CONNS DEPTH; do
     is_uint "${!v}" && [ "${!v}" -ge 1 ] || { echo "cpu-per-op.sh: $v must be a positive number" >&2; exit 2; }
 done
 
@@ -119,7 +120,9 @@ snapshot() {
 bench() {
     local name=$1
     shift
-    timeout -k 5 $((RUN_SECS + PERF_SECS + 60)) "$BENCH" -s "${SYS_SEEDS[$name]}" -q "$@"
+    local depth=()
+    [ "$DEPTH" -gt 1 ] && case " $* " in *" --run "*) depth=(--depth "$DEPTH") ;; esac
+    timeout -k 5 $((RUN_SECS + PERF_SECS + 60)) "$BENCH" -s "${SYS_SEEDS[$name]}" -q "${depth[@]}" "$@"
 }
 
 load_size() {
@@ -327,7 +330,7 @@ report() {
         echo "(source at $(git -C "$BUILD_DIR" rev-parse --short HEAD 2>/dev/null)$(git -C "$BUILD_DIR" diff --quiet HEAD -- ':(top)' ':(top,exclude)docs' 2>/dev/null || echo ' with local changes'))."
         md_machine
         echo
-        echo "Load: cocytus-bench, $CONNS connections (one request in flight each, closed loop), zipfian keys over"
+        echo "Load: cocytus-bench, $CONNS connections ($DEPTH request(s) in flight each, closed loop), zipfian keys over"
         echo "$RECORDS records, $RUN_SECS s per run. CPU = utime + stime of the server processes (/proc/PID/stat)"
         echo "per operation, summed over a role; medians over $ROUNDS rounds that alternate the order of the"
         echo "systems; ± = spread, (max - min) / median of the per-round totals. Ratios are medians of the"

@@ -307,6 +307,50 @@ static void mutation_finish(struct resp *r, const struct eng_result *res)
     r->done = true;
 }
 
+/* ---- flushing after a batch of completions ----
+ *
+ * One acknowledgement from the parity processes or a backup completes every
+ * write it covers at once, often several of one pipelining connection (a
+ * proxy's, say).  Writing each reply as it completes costs one writev per
+ * request; instead a completed connection is queued and a one-shot event,
+ * activated behind the callback that is running, writes each queued
+ * connection once, with every reply that completed meanwhile. */
+
+static void flush_queued(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *s = arg;
+    struct conn *list = s->flush_queue;
+    (void)fd;
+    (void)what;
+    s->flush_queue = NULL;
+    while (list) {
+        struct conn *c = list;
+        list = c->flush_next;
+        c->flush_queued = false;
+        c->flush_next = NULL;
+        if (!c->closing)
+            conn_flush(c);
+        conn_release(c);
+    }
+}
+
+static void conn_flush_later(struct conn *c)
+{
+    struct server *s = c->srv;
+    if (c->flush_queued || c->closing)
+        return;
+    if (s->flush_ev == NULL)
+        s->flush_ev = event_new(s->base, -1, 0, flush_queued, s);
+    if (s->flush_ev == NULL) {
+        conn_flush(c);
+        return;
+    }
+    c->flush_queued = true;
+    c->flush_next = s->flush_queue;
+    s->flush_queue = c;
+    event_active(s->flush_ev, EV_TIMEOUT, 0);
+}
+
 /* The engine's asynchronous completion. */
 static void mutation_done(void *cookie, const struct eng_result *res)
 {
@@ -317,14 +361,23 @@ static void mutation_done(void *cookie, const struct eng_result *res)
     mutation_finish(r, res);
     if (conn_release(c))
         return;
+    bool parsed = false;
     if (c->inflight == 0 && c->blocked) {
         c->blocked = false;
         conn_process(c);
+        parsed = true;
     } else if (c->throttled && c->inflight <= CONN_MAX_INFLIGHT / 2) {
         c->throttled = false;
         conn_process(c);
+        parsed = true;
     }
-    conn_flush(c);
+    /* New input may have queued transient bytes, which must be written or
+     * copied before control returns to the loop: flush now.  A bare
+     * completion waits for the others of the same acknowledgement. */
+    if (parsed || c->transient > 0)
+        conn_flush(c);
+    else
+        conn_flush_later(c);
     conn_release(c);
 }
 
@@ -573,7 +626,7 @@ static bool conn_release(struct conn *c)
 {
     if (!c->closing)
         return false;
-    if (c->inflight == 0)
+    if (c->inflight == 0 && !c->flush_queued)
         conn_destroy(c);
     return true;
 }
@@ -878,5 +931,10 @@ void conn_close_all(struct server *s)
         struct conn *c = s->conns;
         conn_close(c);
         conn_release(c);
+    }
+    flush_queued(-1, 0, s);      /* releases what the queue held */
+    if (s->flush_ev) {
+        event_free(s->flush_ev);
+        s->flush_ev = NULL;
     }
 }

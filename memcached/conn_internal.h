@@ -41,6 +41,8 @@ struct conn {
     bool refusal_logged;          /* a refused admin command was logged */
     unsigned long last_read;      /* server tick (seconds) of the last bytes read */
     struct auth_admin admin;      /* "cocytus auth": proved the cluster secret? */
+    bool flush_queued;            /* on srv->flush_queue (holds c alive) */
+    struct conn *flush_next;
 };
 
 struct conn *conn_new(struct server *s, int fd);
