@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # control_auth.sh - make-check test of the authenticated control plane
 # (docs/security.md): on the servers of every role (data, parity, primary,
-# backup) and on the coordinator, every `cocytus ...` control command sent
+# backup, plain) and on the coordinator, every `cocytus ...` control command sent
 # on an ordinary connection is refused with a clear error and changes
 # nothing, and the same commands are accepted after `cocytus auth` proved
 # the cluster secret (through cocytus-cli admin).  The forged slot takeover
 # of issue 15 (import begin, set, import commit) is tried both ways.
-# Two clusters (rs:3:5 and pbr:1, one node each); the trap stops both.
+# Three clusters, one node each (rs:3:5, then pbr:1, then plain in the
+# second one's directory); the trap stops them.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -173,5 +174,16 @@ done
 out=$("$cli" --dir "$pbrdir" --timeout 3000 admin "$backup" promote 2>&1)
 grep -q "^STAT promoted 1" <<<"$out" || fail "promote with the secret: '$out'"
 ok "backup: promote accepted with the secret"
+
+# --- a plain process: the server's own words (migrate, import) ---
+cluster_remove "$pbrdir"
+mkdir -p "$pbrdir"
+cluster_up "$pbrdir" 4 14000 22000 --nodes 1 --scheme plain --no-proxy --memory 16 \
+    || { fail "plain cluster up"; finish; }
+plain=$(addr_of "$pbrdir" plain 0)
+for c in "cocytus migrate status" "cocytus import begin" "cocytus import commit 1 2"; do
+    refused "$plain" "$c" "plain"
+done
+accepted "$pbrdir" "$plain" "cocytus migrate status" "plain"
 
 finish
