@@ -190,11 +190,8 @@ move_slot() {
             ;;
         coord*)
             read -r _ host port <<<"$MOVE_HOW"
-            exec 5<>"/dev/tcp/$host/$port" || { echo "coordinator $host:$port does not answer"; return 1; }
-            printf 'cocytus move %s %s\r\n' "$slot" "$group" >&5
-            IFS= read -r -t 30 line <&5
-            exec 5<&- 5>&-
-            line=${line%$'\r'}
+            # control commands need the cluster secret: cocytus-cli admin proves it
+            line=$("$CLI" --dir "$d" --timeout 30000 admin "$host:$port" move "$slot" "$group" 2>&1 | head -1)
             echo "$line"
             case $line in '' | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) return 1 ;; esac
             return 0

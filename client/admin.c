@@ -2,6 +2,7 @@
  * byte reads over the memcached text protocol, and the parsers for the
  * `cocytus info|meta|used|region` replies. */
 #include "admin.h"
+#include "auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,7 +69,8 @@ static int connect_addr(const struct addrinfo *ai, int timeout_ms)
     return fd;
 }
 
-int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms)
+int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms,
+               const char *secret)
 {
     c->fd = -1;
     c->start = c->len = 0;
@@ -91,7 +93,29 @@ int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms)
     if (c->fd < 0)
         set_err(c, "cannot connect", strerror(errno));
     freeaddrinfo(res);
+    if (c->fd >= 0 && secret != NULL && secret[0] != '\0' && admin_auth(c, secret) < 0) {
+        admin_close(c);
+        return -1;
+    }
     return c->fd < 0 ? -1 : 0;
+}
+
+int admin_auth(struct admin_conn *c, const char *secret)
+{
+    char reply[128], line[96];
+    if (admin_send_line(c, "cocytus auth") < 0 || admin_read_line(c, reply, sizeof reply) < 0)
+        return -1;
+    if (auth_admin_reply_line(secret, reply, line, sizeof line) < 0) {
+        set_err(c, "no admin authentication offered", reply);
+        return -1;
+    }
+    if (admin_send_line(c, line) < 0 || admin_read_line(c, reply, sizeof reply) < 0)
+        return -1;
+    if (strcmp(reply, "OK") != 0) {
+        set_err(c, "authentication refused (not this cluster's secret?)", reply);
+        return -1;
+    }
+    return 0;
 }
 
 void admin_close(struct admin_conn *c)

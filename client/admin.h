@@ -44,8 +44,14 @@ struct admin_ranges {
     size_t n, cap;
 };
 
-/* Connect with a timeout.  0, or -1 with c->err set. */
-int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms);
+/* Connect with a timeout and, when secret is neither NULL nor "", prove
+ * it ("cocytus auth", repl/auth.h): the server accepts `cocytus ...`
+ * control commands only on such a connection.  0, or -1 with c->err set
+ * (the connection is then closed). */
+int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms,
+               const char *secret);
+/* The handshake alone, on an open connection.  0, or -1 with c->err. */
+int admin_auth(struct admin_conn *c, const char *secret);
 void admin_close(struct admin_conn *c);
 
 /* Send one request line; "\r\n" is appended.  0 or -1. */

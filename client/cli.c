@@ -48,6 +48,9 @@ static void usage(FILE *out)
         "  map            the slot map (config get cluster) and whether every process has it\n"
         "  move SLOT GROUP [INDEX]\n"
         "                 move a slot to a group's serving process (through the coordinator)\n"
+        "  admin ADDR WORD...\n"
+        "                 send 'cocytus WORD...' to ADDR (<host>:<port>, or 'coordinator')\n"
+        "                 after proving the cluster secret; print the reply\n"
         "options:\n"
         "  --dir DIR        cluster directory with the endpoints file (default " DEFAULT_DIR ")\n"
         "  --cluster FILE   take the processes from a cluster file instead\n"
@@ -193,12 +196,14 @@ static int parse_args(int argc, char **argv, struct args *a)
         fprintf(stderr, "cocytus-cli: no command given\n");
         return -1;
     }
-    /* Only move takes arguments. */
+    /* Only move and admin take arguments. */
     bool is_move = strcmp(argv[optind], "move") == 0;
+    bool is_admin = strcmp(argv[optind], "admin") == 0;
     int nargs = argc - optind - 1;
-    if (is_move ? (nargs < 2 || nargs > 3) : nargs != 0) {
-        fprintf(stderr, "cocytus-cli: %s\n", is_move ? "usage: move SLOT GROUP [INDEX]"
-                                                     : "one command at a time");
+    if (is_admin ? nargs < 2 : is_move ? (nargs < 2 || nargs > 3) : nargs != 0) {
+        fprintf(stderr, "cocytus-cli: %s\n", is_admin ? "usage: admin ADDR WORD..."
+                                            : is_move ? "usage: move SLOT GROUP [INDEX]"
+                                                      : "one command at a time");
         return -1;
     }
     a->o.args = argv + optind + 1;
@@ -255,7 +260,7 @@ static int fetch_map(const struct proc_info *p, int timeout_ms, struct slotmap *
     int rc = -1;
     if (!c)
         snprintf(err, errlen, "out of memory");
-    else if (admin_open(c, p->host, p->port, timeout_ms) < 0 ||
+    else if (admin_open(c, p->host, p->port, timeout_ms, NULL) < 0 ||
              admin_send_line(c, "config get cluster") < 0 ||
              admin_read_line(c, header, sizeof header) < 0)
         snprintf(err, errlen, "%s", c->err);
@@ -474,7 +479,7 @@ int cmd_move(const struct proc_list *l, const struct cli_opts *o)
     unsigned long slot;
     unsigned long long epoch;
     const char *ep;
-    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms) < 0 ||
+    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms, o->secret) < 0 ||
         admin_send_line(c, request) < 0 || admin_read_line(c, line, sizeof line) < 0) {
         printf("move: coordinator %s:%d not answering (%s)\n", o->coord_host, o->coord_port,
                c->err);
@@ -504,6 +509,7 @@ static command_fn find_command(const char *name)
         { "decode-check", cmd_decode_check },
         { "map", cmd_map },
         { "move", cmd_move },
+        { "admin", cmd_admin },
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(name, commands[i].name) == 0)
@@ -536,6 +542,10 @@ int main(int argc, char **argv)
         procs_free(&procs);
         return CLI_USAGE;
     }
+    if (procs_load_secret(&procs, a.dir ? a.dir : DEFAULT_DIR, a.cluster, err, sizeof err) < 0)
+        fprintf(stderr, "cocytus-cli: no cluster secret (%s); control commands will be refused\n",
+                err);
+    a.o.secret = procs.secret;
     rc = procs_coordinator(a.dir ? a.dir : DEFAULT_DIR, a.cluster, a.o.coord_host,
                            sizeof a.o.coord_host, &a.o.coord_port, err, sizeof err);
     if (rc < 0)

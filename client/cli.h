@@ -27,6 +27,7 @@ struct cli_opts {
     uint64_t chunk;         /* bytes fetched per region request */
     char coord_host[PROC_HOST_MAX]; /* the coordinator, when coord_port > 0 */
     int coord_port;
+    const char *secret;     /* the cluster secret, proved before control commands */
     char *const *args;      /* words after the command (move) */
     int nargs;
 };
@@ -36,6 +37,10 @@ int cmd_decode_check(const struct proc_list *l, const struct cli_opts *o);
 int cmd_mem(const struct proc_list *l, const struct cli_opts *o);
 int cmd_status(const struct proc_list *l, const struct cli_opts *o);
 int cmd_move(const struct proc_list *l, const struct cli_opts *o);
+/* admin ADDR WORD... (cli_admin.c): one authenticated control command;
+ * prints the reply; CLI_OK, CLI_MISMATCH when the reply is an error,
+ * CLI_UNREACHABLE when the process does not answer or refuses the proof. */
+int cmd_admin(const struct proc_list *l, const struct cli_opts *o);
 /* wait-healthy (health.c): polls the coordinator until every coding group
  * is healthy at full redundancy and every process is alive and answers;
  * CLI_OK, or CLI_MISMATCH at the deadline (o->wait_ms) with what is still

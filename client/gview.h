@@ -65,6 +65,7 @@ struct gview {
     struct admin_conn *conn[GVIEW_MAX_BLOCKS];
     int server[GVIEW_MAX_BLOCKS];        /* GVIEW_SERVED: the parity index that serves it */
     uint64_t stable[GVIEW_MAX_BLOCKS];   /* data blocks: stable xid seen by wait_quiet */
+    const char *secret;                  /* the cluster secret (the proc list's) */
 };
 
 /* Connects to the processes of the group and reads k, m and the region

@@ -138,6 +138,23 @@ int procs_from_cluster(const char *path, struct proc_list *out, char *err, size_
     return rc;
 }
 
+int procs_load_secret(struct proc_list *l, const char *dir, const char *cluster_file,
+                      char *err, size_t errlen)
+{
+    char path[4096];
+    if (cluster_file != NULL)
+        snprintf(path, sizeof path, "%s", cluster_file);
+    else
+        snprintf(path, sizeof path, "%s/cluster.conf", dir);
+    struct cluster c;
+    memset(&c, 0, sizeof c);
+    if (cluster_load(path, &c, err, errlen) < 0)
+        return -1;
+    snprintf(l->secret, sizeof l->secret, "%s", c.secret);
+    cluster_free(&c);
+    return 0;
+}
+
 static int coordinator_from_dir(const char *dir, char *host, size_t hostcap, int *port,
                                 char *err, size_t errlen)
 {

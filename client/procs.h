@@ -22,6 +22,7 @@ struct proc_info {
 struct proc_list {
     struct proc_info *v;
     int n, cap;
+    char secret[128];           /* the cluster secret ("" when unknown) */
 };
 
 /* DIR/endpoints: lines "<role> <group> <index> <node> <host>:<port> <pid>";
@@ -31,6 +32,10 @@ int procs_from_endpoints(const char *dir, struct proc_list *out, char *err, size
 /* Every process a cluster file lays out (repl/cluster.h). */
 int procs_from_cluster(const char *path, struct proc_list *out, char *err, size_t errlen);
 void procs_free(struct proc_list *l);
+/* The cluster secret into l->secret, from cluster_file or else
+ * DIR/cluster.conf.  0, or -1 with err (l->secret stays ""). */
+int procs_load_secret(struct proc_list *l, const char *dir, const char *cluster_file,
+                      char *err, size_t errlen);
 
 /* Where the coordinator answers: DIR/coordinator ("<host>:<port>", written
  * by scripts/cluster up) when dir is given, else the cluster file's

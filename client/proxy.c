@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #define DEFAULT_THREADS 1
 #define MAX_THREADS 64
 #define IDLE_TICK_MS 1000
+#define TRIM_EVERY_MS 5000
 
 void px_clients_flush_dirty(struct px_worker *w);
 
@@ -67,6 +69,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (now - w->last_idle_scan_ms >= IDLE_TICK_MS) {
         w->last_idle_scan_ms = now;
         px_clients_idle_scan(w, now);
+    }
+    /* A flood of connections or a huge multi-get leaves freed heap pages
+     * behind that malloc keeps; hand them back (docs/security.md has the
+     * figures with and without). */
+    if (now - w->last_trim_ms >= TRIM_EVERY_MS) {
+        w->last_trim_ms = now;
+        malloc_trim(0);
     }
 }
 
@@ -214,6 +223,37 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
 }
 
+#define ACCEPT_PAUSE_MS 100
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct proxy *px = arg;
+
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(px->listener);
+}
+
+/* accept() failed.  Out of descriptors, the pending connection would wake
+ * the listener again at once (and libevent would log each time): stop
+ * accepting for a while instead, as the server does. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    struct proxy *px = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    struct timeval tv = { 0, ACCEPT_PAUSE_MS * 1000 };
+
+    if (err != EMFILE && err != ENFILE) {
+        fprintf(stderr, "cocytus-proxy: accept: %s\n", evutil_socket_error_to_string(err));
+        return;
+    }
+    evconnlistener_disable(l);
+    evtimer_add(px->accept_resume, &tv);
+    if (px->accept_pauses++ == 0 || px->opt.verbose)
+        fprintf(stderr, "cocytus-proxy: accept: %s; not accepting for %d ms (raise ulimit -n "
+                "or lower -c)\n", evutil_socket_error_to_string(err), ACCEPT_PAUSE_MS);
+}
+
 static bool listen_on(struct proxy *px, const char *addr, int port)
 {
     struct sockaddr_storage ss;
@@ -233,6 +273,10 @@ static bool listen_on(struct proxy *px, const char *addr, int port)
         fprintf(stderr, "cocytus-proxy: cannot listen on %s: %s\n", spec, strerror(errno));
         return false;
     }
+    px->accept_resume = evtimer_new(px->base, on_accept_resume, px);
+    if (px->accept_resume == NULL)
+        return false;
+    evconnlistener_set_error_cb(px->listener, on_accept_error);
     return true;
 }
 
@@ -429,6 +473,7 @@ static int run(struct proxy *px)
     event_free(sigint);
     event_free(sigterm);
     evconnlistener_free(px->listener);
+    event_free(px->accept_resume);
     return 0;
 }
 

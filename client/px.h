@@ -96,6 +96,8 @@ struct proxy {
     struct px_options opt;
     struct event_base *base;        /* the accepting thread's loop */
     struct evconnlistener *listener;
+    struct event *accept_resume;    /* re-enables the listener after EMFILE */
+    uint64_t accept_pauses;         /* times accepting paused: out of descriptors */
     struct px_worker *workers;
     int nworkers;
     int next_worker;
@@ -292,6 +294,7 @@ struct px_worker {
     struct px_backend *dirty_be;
     struct px_resolved *resolved;   /* addresses looked up once (px_backend.c) */
     int64_t last_idle_scan_ms;
+    int64_t last_trim_ms;           /* last malloc_trim (proxy.c) */
     struct px_rbuf scratch;         /* clients with nothing buffered are read here */
     bool scratch_busy;
     struct px_counters st;

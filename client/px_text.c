@@ -226,7 +226,16 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
     case TP_NEED_MORE:
         return 0;
     case TP_CLOSE:
-        return SIZE_MAX;
+        /* A line that can never be valid: say so, then hang up (as the
+         * server does); the rest of the input is dropped. */
+        rq = px_req_new(c, PX_PROTO_TEXT, 0);
+        if (rq == NULL)
+            return SIZE_MAX;
+        rq->text_cmd = TC_NONE;
+        local_line(rq, "CLIENT_ERROR line too long");
+        rq->close_after = true;
+        px_req_finish(rq);
+        return len;
     case TP_ERROR:
         rq = px_req_new(c, PX_PROTO_TEXT, 0);
         if (rq == NULL)

@@ -49,6 +49,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "auth.h"
+#include "cluster.h"
 #include "conn.h"
 #include "migrate.h"
 #include "server.h"
@@ -72,7 +74,9 @@ static const char *const phase_names[] = {
     [MG_SWITCH] = "switch", [MG_COMMIT] = "commit", [MG_CLEAN] = "clean",
 };
 
-enum mg_cmd_kind { CMD_BEGIN, CMD_ITEM, CMD_FORWARD, CMD_COMMIT };
+/* CMD_AUTH asks the destination for a nonce, CMD_PROOF answers it: the
+ * import connection proves the cluster secret before anything else. */
+enum mg_cmd_kind { CMD_AUTH, CMD_PROOF, CMD_BEGIN, CMD_ITEM, CMD_FORWARD, CMD_COMMIT };
 
 struct mg_fwd;
 
@@ -120,6 +124,8 @@ struct migration {
     void *done_ctx;
 
     struct bufferevent *bev;
+    struct evbuffer *held;  /* commands written before the proof went out */
+    bool authed;            /* the proof is written: commands go straight out */
     struct mg_cmd *fifo;    /* ring of commands in flight */
     size_t fifo_head, fifo_len, fifo_cap;
     size_t unacked_bytes;
@@ -147,6 +153,7 @@ struct migration {
 
 static void mg_fail(struct migration *mg, const char *why);
 static void mg_pump(struct migration *mg);
+static struct evbuffer *mg_out(struct migration *mg);
 static void mg_dial_commit(struct migration *mg);
 
 static void mg_log(const struct migration *mg, const char *fmt, ...)
@@ -367,7 +374,7 @@ static enum send_result send_state(struct migration *mg, const char *key, size_t
                nkey);
         return NOT_TEXT;
     }
-    struct evbuffer *out = bufferevent_get_output(mg->bev);
+    struct evbuffer *out = mg_out(mg);
     struct eng_value v;
     struct eng_result r = { .status = ENG_SUCCESS };
     memset(&v, 0, sizeof(v));
@@ -585,6 +592,36 @@ static void close_import(struct migration *mg)
         bufferevent_free(mg->bev);
         mg->bev = NULL;
     }
+    if (mg->held) {
+        evbuffer_free(mg->held);
+        mg->held = NULL;
+    }
+    mg->authed = false;
+}
+
+/* Where commands go: held back until the proof of the secret is written
+ * (the destination refuses control commands before it), then the socket. */
+static struct evbuffer *mg_out(struct migration *mg)
+{
+    return mg->authed ? bufferevent_get_output(mg->bev) : mg->held;
+}
+
+/* The destination's nonce arrived: write the proof, then everything held. */
+static void answer_nonce(struct migration *mg, const char *line)
+{
+    char proof[96], why[200];
+    struct evbuffer *out = bufferevent_get_output(mg->bev);
+    if (auth_admin_reply_line(mg->srv->cluster ? mg->srv->cluster->secret : NULL, line,
+                              proof, sizeof(proof)) < 0) {
+        snprintf(why, sizeof(why), "destination did not offer authentication: %.150s", line);
+        mg_fail(mg, why);
+        return;
+    }
+    if (evbuffer_add_printf(out, "%s\r\n", proof) < 0 || evbuffer_add_buffer(out, mg->held) < 0) {
+        mg_fail(mg, "out of memory sending the proof");
+        return;
+    }
+    mg->authed = true;
 }
 
 /* Take every forwarded write still waiting (sent or about to be) out of
@@ -708,6 +745,16 @@ static void on_reply(struct migration *mg, const char *line)
     struct mg_cmd c = fifo_pop(mg);
     char why[200];
     switch (c.kind) {
+    case CMD_AUTH:
+        answer_nonce(mg, line);
+        return;
+    case CMD_PROOF:
+        if (line_is(line, "OK"))
+            return;
+        snprintf(why, sizeof(why), "destination refused our proof of the cluster secret: %.130s",
+                 line);
+        mg_fail(mg, why);
+        return;
     case CMD_BEGIN:
         if (line_is(line, "OK")) {
             mg->begun = true;
@@ -815,7 +862,12 @@ static int open_import(struct migration *mg, bool purge, char *err, size_t errle
     char begin[64];
     int n = purge ? snprintf(begin, sizeof(begin), "cocytus import begin %u\r\n", mg->slot)
                   : snprintf(begin, sizeof(begin), "cocytus import begin\r\n");
-    if (bufferevent_write(bev, begin, (size_t)n) < 0 || !fifo_push(mg, CMD_BEGIN, NULL, (size_t)n)) {
+    static const char ask[] = "cocytus auth\r\n";
+    mg->held = evbuffer_new();
+    mg->authed = false;
+    if (!mg->held || bufferevent_write(bev, ask, sizeof(ask) - 1) < 0 ||
+        !fifo_push(mg, CMD_AUTH, NULL, sizeof(ask) - 1) || !fifo_push(mg, CMD_PROOF, NULL, 0) ||
+        evbuffer_add(mg->held, begin, (size_t)n) < 0 || !fifo_push(mg, CMD_BEGIN, NULL, (size_t)n)) {
         snprintf(err, errlen, "out of memory");
         close_import(mg);
         return -1;
@@ -825,7 +877,7 @@ static int open_import(struct migration *mg, bool purge, char *err, size_t errle
 
 static void send_commit(struct migration *mg)
 {
-    struct evbuffer *out = bufferevent_get_output(mg->bev);
+    struct evbuffer *out = mg_out(mg);
     size_t before = evbuffer_get_length(out);
     if (evbuffer_add_printf(out, "cocytus import commit %u %" PRIu64 "\r\n", mg->slot,
                             mg->epoch) < 0 ||

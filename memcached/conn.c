@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <netdb.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -480,6 +481,38 @@ void conn_swallow(struct conn *c, size_t n)
 
 /* ---- slot migration ---- */
 
+struct auth_admin *conn_admin_auth(struct conn *c)
+{
+    return &c->admin;
+}
+
+bool conn_is_admin(const struct conn *c)
+{
+    return c->admin.ok;
+}
+
+const char *conn_peer_name(const struct conn *c, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0 ||
+        getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(buf, cap, "?");
+        return buf;
+    }
+    snprintf(buf, cap, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+    return buf;
+}
+
+bool conn_first_refusal(struct conn *c)
+{
+    bool first = !c->refusal_logged;
+    c->refusal_logged = true;
+    return first;
+}
+
 void conn_set_import(struct conn *c)
 {
     c->import = true;
@@ -534,6 +567,7 @@ struct conn *conn_new(struct server *s, int fd)
     }
     event_add(c->ev, NULL);
     c->ev_flags = EV_READ;
+    c->last_read = s->ticks;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -836,6 +870,7 @@ static void conn_read(struct conn *c)
         }
         c->srv->stats.bytes_read += (uint64_t)n;
         c->rend += (size_t)n;
+        c->last_read = c->srv->ticks;
         conn_process(c);
         if (c->closing || c->close_after_write || c->blocked || c->throttled)
             return;
@@ -858,6 +893,35 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     if (!c->closing)
         conn_flush(c);
     conn_release(c);
+}
+
+/* Idle: nothing read for timeout_s ticks, no request in flight, no reply
+ * waiting.  A connection that proved the cluster secret (a slot move's
+ * import connection, cocytus-cli) is the cluster's own and never idle. */
+static bool conn_is_idle(const struct conn *c, unsigned long now, int timeout_s)
+{
+    return !c->admin.ok && c->inflight == 0 && c->head == NULL &&
+           now - c->last_read >= (unsigned long)timeout_s;
+}
+
+unsigned conn_close_idle(struct server *s, int timeout_s)
+{
+    unsigned n = 0;
+    struct conn *next;
+    for (struct conn *c = s->conns; c; c = next) {
+        next = c->next;
+        if (!conn_is_idle(c, s->ticks, timeout_s))
+            continue;
+        if (s->settings.verbose) {
+            char peer[96];
+            fprintf(stderr, "closing a connection from %s idle for %d s\n",
+                    conn_peer_name(c, peer, sizeof(peer)), timeout_s);
+        }
+        conn_close(c);
+        conn_release(c);
+        n++;
+    }
+    return n;
 }
 
 /* Close every connection (server shutdown). */

@@ -118,6 +118,23 @@ void conn_request_shutdown(struct conn *c);
  * rejected oversized request) without buffering them. */
 void conn_swallow(struct conn *c, size_t n);
 
+/* ---- Admin authentication ("cocytus auth", proto_text.c) ---- */
+
+struct auth_admin;
+/* The connection's handshake state (nonce issued, secret proved). */
+struct auth_admin *conn_admin_auth(struct conn *c);
+/* Whether the peer proved the cluster secret on this connection. */
+bool conn_is_admin(const struct conn *c);
+/* "host:port" of the peer, for logs ("?" when unknown); returns buf. */
+const char *conn_peer_name(const struct conn *c, char *buf, size_t cap);
+/* true the first time it is asked on this connection: log one refusal per
+ * connection, so a client repeating a refused command cannot fill the log. */
+bool conn_first_refusal(struct conn *c);
+
+/* Close the client connections idle for timeout_s seconds of the server's
+ * clock (-o idle_timeout); returns how many. */
+unsigned conn_close_idle(struct server *s, int timeout_s);
+
 /* ---- Slot migration (migrate.c) ---- */
 
 /* Mark the connection as an import connection: its keyed requests skip the

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "auth.h"
 #include "conn.h"
 
 struct event;
@@ -37,6 +38,9 @@ struct conn {
     bool close_after_write;
     bool closing;
     bool import;                  /* "cocytus import begin": no slot check */
+    bool refusal_logged;          /* a refused admin command was logged */
+    unsigned long last_read;      /* server tick (seconds) of the last bytes read */
+    struct auth_admin admin;      /* "cocytus auth": proved the cluster secret? */
     bool flush_queued;            /* on srv->flush_queue (holds c alive) */
     struct conn *flush_next;
 };

@@ -39,7 +39,8 @@ static void usage(FILE *out)
         "  -A, --enable-shutdown     allow the shutdown command\n"
         "  -b, --listen-backlog=<n>  listen backlog (default 1024)\n"
         "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
-        "  -o, --extended=<opts>     hashpower=N (others ignored)\n"
+        "  -o, --extended=<opts>     hashpower=N, idle_timeout=S (close clients idle S\n"
+        "                            seconds; 0 = never, the default; others ignored)\n"
         "      --role=<role>         plain (default), data, parity, primary, backup, coordinator\n"
         "      --cluster=<file>      cluster file (replicated roles)\n"
         "      --group=<g> --index=<i>  this process's group and index within its role\n"
@@ -83,9 +84,11 @@ static void parse_extended(struct settings *st, char *opts)
 {
     char *save = NULL;
     for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-        int hp;
+        int hp, idle;
         if (strncmp(o, "hashpower=", 10) == 0 && parse_int(o + 10, 12, 32, &hp))
             st->hashpower = (unsigned)hp;
+        else if (strncmp(o, "idle_timeout=", 13) == 0 && parse_int(o + 13, 0, 86400 * 365, &idle))
+            st->idle_timeout = idle;
         else
             fprintf(stderr, "cocytus-server: ignoring extended option '%s'\n", o);
     }

@@ -654,8 +654,52 @@ static void admin_write(void *ctx, const void *p, size_t n)
 }
 
 #define ADMIN_MAX_WORDS 16
+#define ADMIN_REFUSED "CLIENT_ERROR cocytus commands need authentication (cocytus auth)\r\n"
 
-/* "cocytus <words>": handed to the engine, which writes the whole reply. */
+/* "cocytus auth" asks for a nonce; "cocytus auth <proof>" answers it
+ * (repl/auth.h).  A good proof makes the connection admin. */
+static void handle_admin_auth(struct conn *c, int argc, char **argv, struct resp *r)
+{
+    struct server *s = conn_server(c);
+    struct auth_admin *a = conn_admin_auth(c);
+    char peer[96], hex[AUTH_NONCE_HEX + 1];
+    if (!s->admin_key_set) {
+        resp_str(r, "CLIENT_ERROR no cluster secret here (started without --cluster)\r\n");
+        return;
+    }
+    if (argc == 1) {
+        if (auth_admin_challenge(a, hex) < 0)
+            resp_str(r, "SERVER_ERROR no random bytes for a nonce\r\n");
+        else
+            resp_printf(r, "AUTH %s\r\n", hex);
+        return;
+    }
+    if (argc == 2 && auth_admin_verify(a, s->admin_key, argv[1])) {
+        if (s->settings.verbose)
+            fprintf(stderr, "admin connection from %s authenticated\n",
+                    conn_peer_name(c, peer, sizeof(peer)));
+        resp_str(r, "OK\r\n");
+        return;
+    }
+    if (conn_first_refusal(c))
+        fprintf(stderr, "cocytus-server: admin authentication from %s failed "
+                "(wrong cluster secret, or no nonce asked first)\n",
+                conn_peer_name(c, peer, sizeof(peer)));
+    resp_str(r, "CLIENT_ERROR authentication failed\r\n");
+}
+
+/* A control command on a connection that did not prove the secret. */
+static void refuse_admin(struct conn *c, const char *word, struct resp *r)
+{
+    char peer[96];
+    if (conn_first_refusal(c))
+        fprintf(stderr, "cocytus-server: refused 'cocytus %.40s' from %s: not authenticated\n",
+                word, conn_peer_name(c, peer, sizeof(peer)));
+    resp_str(r, ADMIN_REFUSED);
+}
+
+/* "cocytus <words>": handed to the engine, which writes the whole reply,
+ * once the connection proved the cluster secret (docs/security.md). */
 static void handle_admin(struct conn *c, const struct text_req *req)
 {
     struct engine *e = conn_engine(c);
@@ -670,6 +714,16 @@ static void handle_admin(struct conn *c, const struct text_req *req)
         for (char *w = strtok_r(line, " ", &save); w && argc < ADMIN_MAX_WORDS;
              w = strtok_r(NULL, " ", &save))
             argv[argc++] = w;
+    }
+    if (argc > 0 && strcmp(argv[0], "auth") == 0) {
+        handle_admin_auth(c, argc, argv, r);
+        resp_done(r);
+        return;
+    }
+    if (argc > 0 && !conn_is_admin(c)) {
+        refuse_admin(c, argv[0], r);
+        resp_done(r);
+        return;
     }
     /* Slot migration's words are the server's, whatever the engine. */
     if (argc > 0 && migrate_admin(conn_server(c), c, argc, argv, admin_write, r)) {
@@ -796,8 +850,12 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
     case TP_NEED_MORE:
         return CONN_PARSE_NEED_MORE;
     case TP_CLOSE:
-        if (s->settings.verbose)
-            fprintf(stderr, "closing connection: request line too long\n");
+        if (s->settings.verbose) {
+            char peer[96];
+            fprintf(stderr, "closing the connection from %s: request line too long\n",
+                    conn_peer_name(c, peer, sizeof(peer)));
+        }
+        reply_line(c, "CLIENT_ERROR line too long", false);
         return CONN_PARSE_CLOSE;
     case TP_ERROR:
         *consumed = req.total;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -55,6 +56,50 @@ static void set_nodelay(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+#define ACCEPT_PAUSE_MS 100     /* out of descriptors: stop accepting this long */
+#define FD_RESERVE 64           /* descriptors beyond -c: listeners, links, logs */
+
+/* Out of file descriptors: a pending connection would wake the loop again
+ * at once, so stop listening for a while (as memcached does). */
+static void pause_accepting(struct server *s, int err)
+{
+    if (!s->accepting)
+        return;
+    s->accepting = false;
+    s->stats.listen_disabled++;
+    for (int i = 0; i < s->nlisten; i++)
+        event_del(s->listen_ev[i]);
+    if (s->stats.listen_disabled == 1 || s->settings.verbose)
+        fprintf(stderr, "cocytus-server: accept: %s; not accepting for %d ms "
+                "(listen_disabled_num counts these pauses)\n", strerror(err), ACCEPT_PAUSE_MS);
+    struct timeval tv = { 0, ACCEPT_PAUSE_MS * 1000 };
+    evtimer_add(s->accept_ev, &tv);
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *s = arg;
+    s->accepting = true;
+    for (int i = 0; i < s->nlisten; i++)
+        event_add(s->listen_ev[i], NULL);
+}
+
+/* Room for -c connections: raise the soft open-files limit up to the hard
+ * one if needed, and say so when even that is too low. */
+static void fit_fd_limit(const struct server *s)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)s->settings.max_conns + FD_RESERVE;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < want)
+        fprintf(stderr, "cocytus-server: the open-files limit (%llu) is below -c %d + %d; "
+                "connections beyond it wait (raise ulimit -n)\n",
+                (unsigned long long)rl.rlim_cur, s->settings.max_conns, FD_RESERVE);
+}
+
 /* Accept every pending connection; over the limit, say so and hang up. */
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
@@ -64,7 +109,9 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         if (fd < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK && s->settings.verbose)
+            if (errno == EMFILE || errno == ENFILE)
+                pause_accepting(s, errno);
+            else if (errno != EAGAIN && errno != EWOULDBLOCK && s->settings.verbose)
                 fprintf(stderr, "accept: %s\n", strerror(errno));
             return;
         }
@@ -177,6 +224,8 @@ static void on_clock(evutil_socket_t fd, short what, void *arg)
      * stored. */
     if (++s->ticks % TRIM_EVERY_SECONDS == 0)
         malloc_trim(0);
+    if (s->settings.idle_timeout > 0)
+        s->stats.idle_kicks += conn_close_idle(s, s->settings.idle_timeout);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -249,6 +298,8 @@ static int server_load_cluster(struct server *s)
         fprintf(stderr, "cocytus-server: %s: %s\n", st->cluster_file, s->cluster ? err : "out of memory");
         return -1;
     }
+    auth_derive_key(s->cluster->secret, AUTH_FOR_ADMIN, s->admin_key);
+    s->admin_key_set = true;
     if (strcmp(st->role, COORD_ROLE) == 0)
         return coord_settings(s->cluster, st);
     enum cluster_role role;
@@ -350,7 +401,11 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
+    fit_fd_limit(s);
     if (server_listen(s) < 0)
+        return -1;
+    s->accept_ev = evtimer_new(base, on_accept_resume, s);
+    if (!s->accept_ev)
         return -1;
     /* Every other process of a cluster with a coordinator reports to it. */
     if (s->cluster && s->cluster->has_coordinator && strcmp(settings->role, COORD_ROLE) != 0)
@@ -387,6 +442,8 @@ void server_destroy(struct server *s)
     }
     if (s->clock_ev)
         event_free(s->clock_ev);
+    if (s->accept_ev)
+        event_free(s->accept_ev);
     if (s->sigterm_ev)
         event_free(s->sigterm_ev);
     if (s->sigint_ev)

@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "auth.h"
 #include "slotmap.h"
 
 #define SERVER_MAX_LISTEN 8
@@ -38,6 +39,7 @@ struct settings {
     bool shutdown_enabled;    /* -A */
     int backlog;              /* -b */
     unsigned hashpower;       /* -o hashpower=N */
+    int idle_timeout;         /* -o idle_timeout=S: close clients idle S s (0: never) */
     size_t max_line;          /* longest request line accepted without a newline */
     const char *role;         /* --role (plain by default) */
     const char *cluster_file; /* --cluster: replicated roles */
@@ -48,6 +50,8 @@ struct settings {
 /* Counters kept by the protocol layer, common to every engine. */
 struct server_stats {
     uint64_t curr_conns, total_conns, rejected_conns, conn_structs;
+    uint64_t idle_kicks;      /* connections closed by the idle timeout */
+    uint64_t listen_disabled; /* pauses of accepting: out of descriptors */
     uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch;
     uint64_t get_hits, get_misses;
     uint64_t delete_hits, delete_misses;
@@ -70,6 +74,8 @@ struct server {
     struct event_base *base;
     struct engine *engine;
     struct cluster *cluster;  /* loaded from settings.cluster_file, or NULL */
+    uint8_t admin_key[AUTH_KEY_SIZE]; /* "cocytus auth" key, from the cluster secret */
+    bool admin_key_set;       /* false without a cluster: no admin command at all */
     struct slotmap *slotmap;  /* with a cluster: the slot map, else NULL */
     int slot_self;            /* own endpoint index in slotmap, -1 if none */
     bool routes;              /* keys of other processes' slots get MOVED */
@@ -80,6 +86,7 @@ struct server {
     int listen_fd[SERVER_MAX_LISTEN];
     int nlisten;
     struct event *clock_ev;
+    struct event *accept_ev;  /* resumes accepting after running out of descriptors */
     struct event *sigterm_ev, *sigint_ev;
     int bound_port;           /* actual port (when -p 0 asks for any) */
     struct conn *conns;       /* all open connections */

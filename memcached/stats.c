@@ -31,6 +31,8 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "curr_connections", "%llu", (unsigned long long)st->curr_conns);
     emit(ctx, "total_connections", "%llu", (unsigned long long)st->total_conns);
     emit(ctx, "rejected_connections", "%llu", (unsigned long long)st->rejected_conns);
+    emit(ctx, "idle_kicks", "%llu", (unsigned long long)st->idle_kicks);
+    emit(ctx, "listen_disabled_num", "%llu", (unsigned long long)st->listen_disabled);
     emit(ctx, "connection_structures", "%llu", (unsigned long long)st->curr_conns);
     emit(ctx, "cmd_get", "%llu", (unsigned long long)st->cmd_get);
     emit(ctx, "cmd_set", "%llu", (unsigned long long)st->cmd_set);
@@ -78,6 +80,7 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "item_size_max", "%zu", st->item_size_max);
     emit(ctx, "num_threads", "%d", 1);
     emit(ctx, "hashpower_init", "%u", st->hashpower);
+    emit(ctx, "idle_timeout", "%d", st->idle_timeout);
     emit(ctx, "shutdown_command", "%s", st->shutdown_enabled ? "yes" : "no");
     emit(ctx, "role", "%s", st->role);
 }

@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "crc32c.h"
 #include "frame.h"
 #include "siphash.h"
@@ -68,9 +69,6 @@
 /* HELLO identity part: u8 len, cluster, u32 group, u8 role, u32 index. */
 #define HELLO_IDENT_MAX LINK_HELLO_IDENT_MAX
 
-/* Fixed SipHash keys that turn the secret into the 128-bit proof key. */
-static const uint8_t kdf_key0[SIPHASH_KEY_SIZE] = "cocytus-kv-key-0";
-static const uint8_t kdf_key1[SIPHASH_KEY_SIZE] = "cocytus-kv-key-1";
 
 enum link_state {
     LS_IDLE,             /* connector: no socket; the timer redials */
@@ -178,14 +176,6 @@ static struct timeval ms_to_timeval(unsigned ms)
     return tv;
 }
 
-static bool equal_const_time(const uint8_t *a, const uint8_t *b, size_t n)
-{
-    uint8_t diff = 0;
-    for (size_t i = 0; i < n; i++)
-        diff |= a[i] ^ b[i];
-    return diff == 0;
-}
-
 /* A NUL-terminated name of 1..LINK_NAME_MAX-1 bytes. */
 static bool name_ok(const char *s)
 {
@@ -221,10 +211,7 @@ static void note_error(struct link *l, const char *msg)
 
 static void derive_key(const char *secret, uint8_t key[SIPHASH_KEY_SIZE])
 {
-    const char *s = secret ? secret : "";
-    size_t n = strlen(s);
-    store_u64le(key, siphash24(kdf_key0, s, n));
-    store_u64le(key + 8, siphash24(kdf_key1, s, n));
+    auth_derive_key(secret, AUTH_FOR_LINK, key);
 }
 
 /* The proof: SipHash-2-4 under key of nonce || identity bytes. */
@@ -234,22 +221,12 @@ static void compute_proof(const uint8_t key[SIPHASH_KEY_SIZE], const uint8_t *no
     uint8_t msg[LINK_NONCE_SIZE + HELLO_IDENT_MAX];
     memcpy(msg, nonce, LINK_NONCE_SIZE);
     memcpy(msg + LINK_NONCE_SIZE, ident, ident_len);
-    store_u64le(proof, siphash24(key, msg, LINK_NONCE_SIZE + ident_len));
+    auth_proof(key, msg, LINK_NONCE_SIZE + ident_len, proof);
 }
 
 static int fill_random(uint8_t *buf, size_t n)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(buf + got, n - got, 0);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)r;
-    }
-    return 0;
+    return auth_random(buf, n);
 }
 
 /* Low latency and prompt detection of a dead peer.  Failures only cost
@@ -711,7 +688,7 @@ static void handle_hello(struct link *l, const uint8_t *payload, uint32_t len)
         return;
     }
     compute_proof(ll->key, l->nonce, payload, len - LINK_PROOF_SIZE, proof);
-    if (!equal_const_time(proof, payload + len - LINK_PROOF_SIZE, LINK_PROOF_SIZE)) {
+    if (!auth_equal(proof, payload + len - LINK_PROOF_SIZE, LINK_PROOF_SIZE)) {
         send_reject(l, "bad proof (wrong secret?)");
         return;
     }

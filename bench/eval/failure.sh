@@ -127,28 +127,19 @@ kill_node() {
 
 # ---- the coordinator poller -----------------------------------------------------
 
-# poll_groups COORD OUT END_MS: every POLL_MS until END_MS, "poll <unix ms>"
-# and the reply lines of `cocytus groups` appended to OUT.  One connection,
-# opened again when it breaks.
+# poll_groups DIR COORD OUT END_MS: every POLL_MS until END_MS, "poll <unix
+# ms>" and the reply lines of `cocytus groups` appended to OUT.  Control
+# commands need the cluster secret (docs/security.md), so each poll is one
+# `cocytus-cli admin` (its own authenticated connection; the poll time is
+# taken before it starts).
 poll_groups() {
-    local hp=$1 out=$2 end=$3 line t open=0
+    local d=$1 hp=$2 out=$3 end=$4 t
     while [ "$(now_ms)" -lt "$end" ]; do
-        if [ "$open" = 0 ]; then
-            { exec 3<>"/dev/tcp/${hp%:*}/${hp##*:}"; } 2>/dev/null && open=1
-        fi
         t=$(now_ms)
-        if [ "$open" = 1 ] && printf 'cocytus groups\r\n' >&3 2>/dev/null; then
-            echo "poll $t"
-            while IFS= read -r -t 2 line <&3; do
-                line=${line%$'\r'}
-                echo "$line"
-                case $line in END | ERROR* | *_ERROR*) break ;; esac
-            done
-            [ "${line:-}" = END ] || { exec 3<&- 3>&-; open=0; }
-        fi
+        echo "poll $t"
+        "$CLUSTER_CLI" --dir "$d" --timeout 2000 admin "$hp" groups 2>/dev/null
         sleep "$(awk -v m="$POLL_MS" 'BEGIN { printf "%.3f", m / 1000 }')"
     done >>"$out"
-    [ "$open" = 1 ] && exec 3<&- 3>&-
     return 0
 }
 
@@ -211,7 +202,7 @@ run_one() {
         -r "$rr" -c "$CONNS" -t "$DURATION" -i "$INTERVAL_MS" --csv "$out.csv" -q \
         >"$out.txt" 2>"$out.err" &
     bench_pid=$!
-    poll_groups "$coord" "$out.polls" $((t0 + (DURATION + 30) * 1000)) &
+    poll_groups "$d" "$coord" "$out.polls" $((t0 + (DURATION + 30) * 1000)) &
     poll_pid=$!
     # The run's clock: t_s of the first CSV row against the wall clock.
     for _ in $(seq 200); do

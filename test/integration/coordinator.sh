@@ -38,11 +38,11 @@ epoch_of() {
 
 # state_of ADDR: the coordinator's liveness word for server ADDR.
 state_of() {
-    mc "$coord" "cocytus status\r\n" 2>/dev/null | awk -v a="$1" '$1 == "proc" && $6 == a { print $7 }'
+    ctl "$dir" "$coord" "cocytus status\r\n" 2>/dev/null | awk -v a="$1" '$1 == "proc" && $6 == a { print $7 }'
 }
 
 all_alive() {
-    [ "$(mc "$coord" "cocytus status\r\n" 2>/dev/null | grep -c '^proc .* alive pid=')" -eq 3 ]
+    [ "$(ctl "$dir" "$coord" "cocytus status\r\n" 2>/dev/null | grep -c '^proc .* alive pid=')" -eq 3 ]
 }
 
 all_at_epoch() {
@@ -68,8 +68,8 @@ ok "cluster up on ports $base_port+, coordinator $coord"
 
 # --- epoch 1 everywhere, everyone alive ---
 all_at_epoch 1 || fail "not every process answers epoch 1"
-wait_for 30 all_alive || fail "coordinator does not see 3 live processes: $(mc "$coord" "cocytus status\r\n")"
-status=$(mc "$coord" "cocytus status\r\n")
+wait_for 30 all_alive || fail "coordinator does not see 3 live processes: $(ctl "$dir" "$coord" "cocytus status\r\n")"
+status=$(ctl "$dir" "$coord" "cocytus status\r\n")
 [ "$(head -1 <<<"$status")" = "epoch 1" ] || fail "cocytus status starts with '$(head -1 <<<"$status")'"
 grep -Eq "^proc 1 plain 0 1 ${addrs[1]} alive pid=[0-9]+ rss=[0-9]+ epoch=1 hb_age_ms=[0-9]+\$" <<<"$status" \
     || fail "status line of group 1: $status"
@@ -113,11 +113,11 @@ moved=$(mc "${addrs[1]}" "get $key\r\n")
 slot=$(awk '{ print $3 }' <<<"$moved")
 [[ $moved == "SERVER_ERROR MOVED $slot 1 ${addrs[0]}" ]] || fail "endpoint 1 on $key: '$moved'"
 
-reply=$(mc "$coord" "cocytus move 16384 1\r\n")
+reply=$(ctl "$dir" "$coord" "cocytus move 16384 1\r\n")
 [[ $reply == "SERVER_ERROR bad slot"* ]] || fail "move of slot 16384: '$reply'"
-reply=$(mc "$coord" "cocytus move $slot 0\r\n")
+reply=$(ctl "$dir" "$coord" "cocytus move $slot 0\r\n")
 [[ $reply == "SERVER_ERROR slot $slot is already served by ${addrs[0]}" ]] || fail "move to its owner: '$reply'"
-reply=$(mc "$coord" "cocytus move $slot 9\r\n")
+reply=$(ctl "$dir" "$coord" "cocytus move $slot 9\r\n")
 [[ $reply == "SERVER_ERROR no group 9"* ]] || fail "move to group 9: '$reply'"
 
 move_out=$("$cli" --dir "$dir" --timeout 2000 move "$slot" 1 2>&1)
@@ -132,19 +132,18 @@ reply=$(mc "${addrs[1]}" "get $key\r\n" | tr '\n' '|')
 [ "$reply" = "VALUE $key 0 ${#value}|$value|END|" ] || fail "get $key at its new owner: '$reply'"
 reply=$(mc "${addrs[0]}" "get $key\r\n")
 [ "$reply" = "SERVER_ERROR MOVED $slot 2 ${addrs[1]}" ] || fail "old owner on $key: '$reply'"
-reply=$(mc "$coord" "cocytus moves\r\n" | tr '\n' '|')
+reply=$(ctl "$dir" "$coord" "cocytus moves\r\n" | tr '\n' '|')
 [ "$reply" = "move $slot ${addrs[0]} ${addrs[1]} 2 done|END|" ] || fail "cocytus moves: '$reply'"
 grep -qx "epoch 2" <(sed -n 2p "$dir/coordinator.state") || fail "state file does not hold epoch 2"
 ok "slot $slot moved to group 1 at epoch 2; every process has the new map"
 
 # A destination takes a commit only for the epoch after its own: one that
 # missed a map must not build a map nobody else has.
-exec 3<>"/dev/tcp/${addrs[2]%:*}/${addrs[2]##*:}"
-printf 'cocytus import begin\r\ncocytus import commit 7 4\r\n' >&3
-IFS= read -r -t 2 r1 <&3
-IFS= read -r -t 2 r2 <&3
-exec 3<&- 3>&-
-[[ ${r1%$'\r'} == OK && ${r2%$'\r'} == "SERVER_ERROR this process's map is at epoch 2, the commit is for 4: it missed a map" ]] \
+replies=$(printf 'cocytus import begin\ncocytus import commit 7 4\n' |
+    "$cli" --dir "$dir" --timeout 2000 admin "${addrs[2]}" - 2>&1)
+r1=$(sed -n 1p <<<"$replies")
+r2=$(sed -n 2p <<<"$replies")
+[[ $r1 == OK && $r2 == "SERVER_ERROR this process's map is at epoch 2, the commit is for 4: it missed a map" ]] \
     || fail "commit two epochs ahead: '$r1' '$r2'"
 [ "$(epoch_of "${addrs[2]}")" = 2 ] || fail "a refused commit changed the epoch"
 ok "a commit for an epoch other than the next one is refused"
@@ -154,11 +153,11 @@ pid2=$(awk '$2 == 2 { print $6 }' "$dir/endpoints")
 kill -KILL "$pid2"
 start=$SECONDS
 wait_for 30 eval '[ "$(state_of "${addrs[2]}")" = dead ]' \
-    || fail "group 2 not reported dead within 3 s: $(mc "$coord" "cocytus status\r\n" | tr '\n' ';')"
+    || fail "group 2 not reported dead within 3 s: $(ctl "$dir" "$coord" "cocytus status\r\n" | tr '\n' ';')"
 ok "killed group 2 (pid $pid2); reported dead after ~$((SECONDS - start)) s"
 grep -q "group 2 plain 0 ${addrs[2]} dead: control link down" "$dir/coordinator.log" \
     || fail "coordinator.log does not say group 2 is dead"
-reply=$(mc "$coord" "cocytus move $slot 2\r\n")
+reply=$(ctl "$dir" "$coord" "cocytus move $slot 2\r\n")
 [ "$reply" = "SERVER_ERROR destination ${addrs[2]} is dead" ] || fail "move to a dead process: '$reply'"
 "$cli" --dir "$dir" status >/dev/null 2>&1
 cli_rc=$?
@@ -179,7 +178,7 @@ wait_for 30 eval '! (exec 3<>"/dev/tcp/${coord%:*}/${coord##*:}") 2>/dev/null' \
 "$server_bin" --cluster "$dir/cluster.conf" --role coordinator </dev/null >>"$dir/coordinator-2.log" 2>&1 &
 coord_pid=$!
 wait_for 50 eval '[ -n "$(epoch_of "$coord")" ]' || fail "the restarted coordinator does not answer"
-[ "$(mc "$coord" "cocytus status\r\n" | head -1)" = "epoch 2" ] || fail "restarted coordinator is not at epoch 2"
+[ "$(ctl "$dir" "$coord" "cocytus status\r\n" | head -1)" = "epoch 2" ] || fail "restarted coordinator is not at epoch 2"
 wait_for 40 eval '[ "$(state_of "${addrs[0]}")" = alive ] && [ "$(state_of "${addrs[1]}")" = alive ]' \
     || fail "live processes did not report to the restarted coordinator"
 wait_for 50 eval '[ "$(state_of "${addrs[2]}")" = dead ]' \
@@ -194,7 +193,7 @@ cp "$dir/epoch1.state" "$dir/coordinator.state"
 coord_pid=$!
 wait_for 50 eval '[ "$(state_of "${addrs[0]}")" = alive ] && [ "$(state_of "${addrs[1]}")" = alive ]' \
     || fail "live processes did not report to the coordinator on the old state"
-reply=$(mc "$coord" "cocytus move $slot 0\r\n")
+reply=$(ctl "$dir" "$coord" "cocytus move $slot 0\r\n")
 [[ $reply == "SERVER_ERROR 127.0.0.1:"*" holds epoch 2, newer than the coordinator's 1"* ]] \
     || fail "move with processes ahead of the coordinator: '$reply'"
 grep -q "reports epoch 2, newer than the coordinator's 1" "$dir/coordinator-3.log" \

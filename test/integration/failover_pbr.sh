@@ -35,7 +35,7 @@ on_exit cleanup
 
 # groups_line: group 0's line of the coordinator's `cocytus groups`.
 groups_line() {
-    mc "$coord" 'cocytus groups\r\n' 2>/dev/null | grep '^group 0 '
+    ctl "$dir" "$coord" 'cocytus groups\r\n' 2>/dev/null | grep '^group 0 '
 }
 
 # group_is STATE: group 0's state is STATE.
@@ -79,7 +79,7 @@ kill_member() {
 digests_equal() {
     local k first="" d
     for k in 0 1 2; do
-        d=$(mc "127.0.0.1:$(member_port "$k")" 'cocytus meta\r\n' | tr -d '\r' | tr '\n' ' ')
+        d=$(ctl "$dir" "127.0.0.1:$(member_port "$k")" 'cocytus meta' | tr -d '\r' | tr '\n' ' ')
         [ -n "$first" ] || first=$d
         [ "$d" = "$first" ] || return 1
     done

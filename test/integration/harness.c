@@ -2,6 +2,7 @@
  * readiness wait, guaranteed stop) and raw-socket helpers. */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -621,6 +622,18 @@ static char *find_crlf(const char *buf, size_t len)
             return (char *)buf + i;
     }
     return NULL;
+}
+
+bool raw_auth(raw_conn *c, const char *secret)
+{
+    char reply[256], proof[96], line[128];
+    if (raw_command(c, "cocytus auth\r\n", reply, sizeof reply) <= 0)
+        return false;
+    reply[strcspn(reply, "\r\n")] = '\0';
+    if (auth_admin_reply_line(secret, reply, proof, sizeof proof) < 0)
+        return false;
+    snprintf(line, sizeof line, "%s\r\n", proof);
+    return raw_command(c, line, reply, sizeof reply) > 0 && strcmp(reply, "OK\r\n") == 0;
 }
 
 int raw_read_line(raw_conn *c, char *out, size_t cap, int timeout_ms)

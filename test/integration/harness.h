@@ -127,6 +127,11 @@ bool raw_wait_closed(raw_conn *c, int timeout_ms);
  * as raw_read_line does, or -1 if sending failed. */
 int raw_command(raw_conn *c, const char *request, char *out, size_t cap);
 
+/* Proves the cluster secret on the connection ("cocytus auth", repl/auth.h),
+ * so that `cocytus ...` control commands are accepted on it.  True when
+ * the server answered OK. */
+bool raw_auth(raw_conn *c, const char *secret);
+
 /* ---- raw binary protocol ---- */
 
 #define BIN_REQ_MAGIC 0x80

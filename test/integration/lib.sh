@@ -12,7 +12,8 @@
 # and defines small functions: checks (fail, ok, finish), binaries
 # (need_built), clean-up (on_exit), ports (port_is_open, port_busy,
 # port_free, pick_port, pick_base_port, wait_port, wait_for), processes
-# (stop_pid, start_server) and a one-request memcached text client (mc).
+# (stop_pid, start_server), a one-request memcached text client (mc) and
+# an authenticated control command (ctl).
 
 top_srcdir=$script_dir/../..
 cluster_script=$top_srcdir/scripts/cluster
@@ -243,6 +244,15 @@ memccapable_check() {
 }
 
 # --- a memcached text client ---
+
+# ctl DIR HOST:PORT 'cocytus WORDS': a control command on a connection that
+# proved the cluster secret of DIR/cluster.conf (cocytus-cli admin; the
+# servers and the coordinator refuse "cocytus ..." otherwise); prints the
+# reply lines.  HOST:PORT may be "coordinator".  A trailing \r\n is dropped.
+ctl() {
+    local d=$1 addr=$2 cmd=${3%\\r\\n}
+    "$build_dir/client/cocytus-cli" --dir "$d" --timeout 2000 admin "$addr" $cmd 2>&1
+}
 
 # mc HOST:PORT REQUEST: sends one request (printf %b escapes, so \r\n may be
 # written as such) on a new connection and prints the reply lines without

@@ -109,6 +109,12 @@ static bool serving(const struct proc *p)
            strcmp(p->role, "primary") == 0;
 }
 
+/* The secret of the cluster file this test writes ("mg-<pid>"). */
+static void test_secret(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "mg-%d", (int)getpid());
+}
+
 static bool write_conf(struct cluster *c, const char *scheme)
 {
     FILE *f = fopen(c->conf, "w");
@@ -116,8 +122,10 @@ static bool write_conf(struct cluster *c, const char *scheme)
         fchmod(fileno(f), 0600);   /* it holds the secret */
     if (!f)
         return false;
-    fprintf(f, "# written by test/integration/migrate.c\ncluster mgtest\nsecret mg-%d\n"
-            "scheme %s\nregion 32m\nmemory 64m\nnode 0 127.0.0.1\n", (int)getpid(), scheme);
+    char secret[32];
+    test_secret(secret, sizeof secret);
+    fprintf(f, "# written by test/integration/migrate.c\ncluster mgtest\nsecret %s\n"
+            "scheme %s\nregion 32m\nmemory 64m\nnode 0 127.0.0.1\n", secret, scheme);
     for (int i = 0; i < c->nprocs; i++) {
         const struct proc *p = &c->p[i];
         fprintf(f, "proc %d %s %d 0 %d %d\n", p->group, p->role, p->index, p->port,
@@ -232,13 +240,18 @@ static bool cluster_start(struct cluster *c, const char *scheme)
 
 /* ---- raw admin helpers ---- */
 
-/* One request, the reply up to `until` (or one line when until is NULL). */
+/* One request, the reply up to `until` (or one line when until is NULL).
+ * A control command ("cocytus ...") goes on a connection that proved the
+ * cluster secret first. */
 static bool admin(int port, const char *req, const char *until, char *out, size_t cap)
 {
     raw_conn *rc = malloc(sizeof *rc);
     bool ok = false;
+    char secret[32];
+    test_secret(secret, sizeof secret);
     out[0] = '\0';
-    if (rc && raw_open(rc, port)) {
+    if (rc && raw_open(rc, port) &&
+        (strncmp(req, "cocytus ", 8) != 0 || raw_auth(rc, secret))) {
         if (until)
             ok = raw_send_str(rc, req) && raw_read_until(rc, until, out, cap, 3000) > 0;
         else

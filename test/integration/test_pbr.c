@@ -73,6 +73,12 @@ static int64_t now_ms(void)
 
 /* Client ports in the file are placeholders: the harness gives each
  * server its own -p, and the endpoints file tells cocytus-cli. */
+/* The secret of the cluster file this test writes ("test-<pid>"). */
+static void test_secret(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "test-%d", (int)getpid());
+}
+
 static bool write_cluster(struct group *g, const char *sync)
 {
     FILE *f = fopen(g->cluster, "w");
@@ -80,9 +86,10 @@ static bool write_cluster(struct group *g, const char *sync)
         fchmod(fileno(f), 0600);   /* it holds the secret */
     if (f == NULL)
         return false;
-    fprintf(f, "cluster pbrtest\nsecret test-%d-%ld\nscheme pbr %d\nsync %s\n"
-            "memory " MEMORY_MB "m\nnode 0 127.0.0.1\n", (int)getpid(), (long)time(NULL),
-            NBACKUPS, sync);
+    char secret[32];
+    test_secret(secret, sizeof secret);
+    fprintf(f, "cluster pbrtest\nsecret %s\nscheme pbr %d\nsync %s\n"
+            "memory " MEMORY_MB "m\nnode 0 127.0.0.1\n", secret, NBACKUPS, sync);
     fprintf(f, "proc 0 primary 0 0 %d %d\n", harness_free_port(), harness_free_port());
     for (int i = 0; i < NBACKUPS; i++)
         fprintf(f, "proc 0 backup %d 0 %d %d\n", i, harness_free_port(), harness_free_port());
@@ -378,7 +385,10 @@ static long long info_stat(int port, const char *name)
     char line[LINE_MAX_LEN], want[96];
     long long v = -1;
     snprintf(want, sizeof want, "STAT %s ", name);
-    if (c != NULL && raw_open(c, port) && raw_send_str(c, "cocytus info\r\n")) {
+    char secret[32];
+    test_secret(secret, sizeof secret);
+    if (c != NULL && raw_open(c, port) && raw_auth(c, secret) &&
+        raw_send_str(c, "cocytus info\r\n")) {
         while (read_reply_line(c, line) && strcmp(line, "END\r\n") != 0)
             if (strncmp(line, want, strlen(want)) == 0)
                 v = atoll(line + strlen(want));
@@ -392,7 +402,11 @@ static void expect_reply(int port, const char *req, const char *prefix)
 {
     raw_conn *c = malloc(sizeof *c);
     char line[LINE_MAX_LEN];
+    char secret[32];
+    test_secret(secret, sizeof secret);
     ck_assert(c != NULL && raw_open(c, port));
+    if (strncmp(req, "cocytus ", 8) == 0)
+        ck_assert(raw_auth(c, secret));
     ck_assert(raw_send_str(c, req) && read_reply_line(c, line));
     ck_assert_msg(strncmp(line, prefix, strlen(prefix)) == 0, "%s-> %s (wanted %s)", req, line,
                   prefix);
