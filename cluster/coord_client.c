@@ -9,12 +9,15 @@
  * destination already hold the new map when the coordinator publishes it).
  * "migrate" starts migrate_start(); its outcome goes back as "migrated";
  * an outcome that finds the link down is kept and sent after the next
- * hello. */
+ * hello.  With several coordinator lines (a ZooKeeper backend, where only
+ * the elected leader listens), a link that stays down for
+ * SWITCH_AFTER_MS is closed and the next coordinator is dialed. */
 #include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -28,13 +31,24 @@
 #include "server.h"
 
 #define RESULT_MAX (COORD_WHY_MAX + 64)
+#define SWITCH_AFTER_MS 1500
 
 struct coord_client {
     struct server *s;
     struct link *link;
+    struct link_identity me;
+    int target;                     /* index in cluster->coords */
+    uint64_t down_since_ms;         /* the link is not up since (0: it is up) */
     struct event *hb_timer;
     char pending[RESULT_MAX];       /* a "migrated" not yet delivered ("" if none) */
 };
+
+static uint64_t client_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 static uint64_t current_epoch(const struct coord_client *cc)
 {
@@ -61,9 +75,12 @@ static void send_hello(struct coord_client *cc)
     send_text(cc, text);
 }
 
+static void switch_if_down(struct coord_client *cc);
+
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
 {
     struct coord_client *cc = arg;
+    switch_if_down(cc);
     struct engine *e = cc->s->engine;
     char text[256];
     int n = snprintf(text, sizeof(text), "hb %ld %llu %llu", (long)getpid(),
@@ -194,6 +211,43 @@ static uint8_t own_link_role(const char *role)
     return coord_link_role(r);
 }
 
+static int dial(struct coord_client *cc)
+{
+    const struct cluster_coord *k = &cc->s->cluster->coords[cc->target];
+    struct link_callbacks cb = { .on_up = on_up, .on_frame = on_frame, .on_down = on_down };
+    cc->link = link_connect(cc->s->base, k->host, k->link_port, &cc->me, cc->s->cluster->secret,
+                            &cb, cc);
+    cc->down_since_ms = client_now_ms();
+    if (!cc->link)
+        return -1;
+    if (cc->s->settings.verbose || cc->s->cluster->ncoords > 1)
+        fprintf(stderr, "dialing the coordinator at %s:%d\n", k->host, k->link_port);
+    return 0;
+}
+
+/* Only the leader of several coordinators listens: a link that stays down
+ * is moved to the next one. */
+static void switch_if_down(struct coord_client *cc)
+{
+    int n = cc->s->cluster->ncoords;
+    if (cc->link && link_is_up(cc->link)) {
+        cc->down_since_ms = 0;
+        return;
+    }
+    uint64_t now = client_now_ms();
+    if (cc->down_since_ms == 0)
+        cc->down_since_ms = now;
+    if (n <= 1 || now - cc->down_since_ms < SWITCH_AFTER_MS)
+        return;
+    if (cc->link)
+        link_close(cc->link);
+    cc->link = NULL;
+    cc->target = (cc->target + 1) % n;
+    if (dial(cc) < 0)
+        fprintf(stderr, "cocytus-server: cannot dial coordinator %d; trying the next later\n",
+                cc->target);
+}
+
 struct coord_client *coord_client_start(struct server *s)
 {
     const struct cluster *c = s->cluster;
@@ -203,24 +257,18 @@ struct coord_client *coord_client_start(struct server *s)
         return NULL;
     }
     cc->s = s;
-    struct link_identity me;
-    memset(&me, 0, sizeof(me));
-    snprintf(me.cluster, sizeof(me.cluster), "%s", c->name);
-    me.group = (uint32_t)s->settings.group;
-    me.role = own_link_role(s->settings.role);
-    me.index = (uint32_t)s->settings.index;
-    struct link_callbacks cb = { .on_up = on_up, .on_frame = on_frame, .on_down = on_down };
+    snprintf(cc->me.cluster, sizeof(cc->me.cluster), "%s", c->name);
+    cc->me.group = (uint32_t)s->settings.group;
+    cc->me.role = own_link_role(s->settings.role);
+    cc->me.index = (uint32_t)s->settings.index;
     struct timeval period = { .tv_sec = 0, .tv_usec = COORD_HEARTBEAT_MS * 1000 };
-    cc->link = link_connect(s->base, c->coord_host, c->coord_link_port, &me, c->secret, &cb, cc);
     cc->hb_timer = event_new(s->base, -1, EV_PERSIST, on_heartbeat, cc);
-    if (!cc->link || !cc->hb_timer || event_add(cc->hb_timer, &period) < 0) {
+    if (dial(cc) < 0 || !cc->hb_timer || event_add(cc->hb_timer, &period) < 0) {
         fprintf(stderr, "cocytus-server: cannot start the coordinator link to %s:%d; "
                 "running without the coordinator\n", c->coord_host, c->coord_link_port);
         coord_client_stop(cc);
         return NULL;
     }
-    if (s->settings.verbose)
-        fprintf(stderr, "dialing the coordinator at %s:%d\n", c->coord_host, c->coord_link_port);
     return cc;
 }
 

@@ -91,6 +91,7 @@ void coord_broadcast_view(struct coord *co, struct cgroup *cg)
     char view[256];
     group_view_format(&cg->view, view, sizeof(view));
     fprintf(stderr, "coordinator: group %d view %s\n", cg->g, view);
+    coord_save_progress(co);    /* before any member sees the view */
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
         if (m->proc->group == cg->g && coord_alive(m))
@@ -230,6 +231,7 @@ static void go_takeover(struct coord *co, struct cgroup *cg, int f)
     struct takeover *tk = &cg->tk[f];
     tk->phase = PH_TAKEOVER;
     tk->waiting = 1u << tk->r;
+    coord_save_progress(co);
     send_step(co, cg, f);
 }
 
@@ -248,6 +250,7 @@ static void prepared_all(struct coord *co, struct cgroup *cg, int f)
             (double)tk->prepare_us / 1000.0, tk->r);
     tk->phase = PH_TRUNCATE;
     tk->waiting = tk->participants & ~(1u << tk->r);
+    coord_save_progress(co);
     if (tk->waiting == 0)
         go_takeover(co, cg, f);
     else
