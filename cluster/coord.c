@@ -46,7 +46,7 @@
 #include "coord_zk.h"
 
 #define CHECK_EVERY_MS 250          /* membership check period */
-#define STARTUP_GRACE_MS 3000       /* never heard of after this: dead */
+#define STARTUP_GRACE_MS COORD_STARTUP_GRACE_MS
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
 
 static const char not_a_server[] = "this is the coordinator; use a server";
@@ -411,11 +411,21 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     switch (msg.kind) {
     case CTL_HELLO: {
-        bool restarted = m->state == MEMBER_DEAD || (m->pid != 0 && m->pid != msg.pid);
+        bool unseen = m->saved_pid != 0 && m->saved_pid != msg.pid;
+        bool restarted = m->state == MEMBER_DEAD || (m->pid != 0 && m->pid != msg.pid) || unseen;
+        bool new_pid = m->pid != msg.pid;
         m->pushed_epoch = 0;    /* a new process, or a new link: it has no pushed map */
+        if (unseen) {
+            coord_log_member(m, "restarted while no coordinator watched (pid %ld, an earlier "
+                             "leader saw pid %ld): it comes back empty", msg.pid, m->saved_pid);
+            coord_recovery_on_unseen_restart(co_of(m), m);
+        }
+        m->saved_pid = 0;
         member_heard(m, &msg);
         coord_recovery_on_hello(co_of(m), m);
         coord_pbr_on_hello(co_of(m), m, restarted);
+        if (new_pid)
+            coord_save_progress(co_of(m));   /* the next leader knows this pid */
         break;
     }
     case CTL_HB:

@@ -26,6 +26,7 @@ struct coord_zk;
 #define MEMBER_NAME_MAX (CLUSTER_HOST_MAX + 64)
 #define ADDR_MAX (SLOTMAP_HOST_MAX + 8)
 #define REPLY_LINE_MAX 512
+#define COORD_STARTUP_GRACE_MS 3000 /* never heard of after this: dead */
 
 enum member_state { MEMBER_UNKNOWN, MEMBER_ALIVE, MEMBER_DEAD };
 
@@ -44,6 +45,7 @@ struct member {
     uint64_t pushed_epoch;          /* the last map sent to it, and when */
     uint64_t pushed_at_ms;
     uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
+    long saved_pid;                 /* its pid as an earlier leader saved it (0: none) */
 };
 
 enum move_state { MOVE_RUNNING, MOVE_DONE, MOVE_FAILED };
@@ -121,6 +123,9 @@ void coord_recovery_on_progress(struct coord *co, struct member *m, const char *
 void coord_recovery_check(struct coord *co);
 /* "cocytus groups": one line per group. */
 void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx);
+/* m restarted while no leader watched (a new pid in its hello): its death
+ * was never handled.  Called before coord_recovery_on_hello. */
+void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
 

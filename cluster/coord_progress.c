@@ -3,8 +3,11 @@
  *
  *   view <g> <version> <dps> <pps>                 each coding group's view
  *   tk <g> <f> <phase> <r> <stable> <participants> a takeover of dead DP f
+ *                                                  (phase 0: not started yet)
  *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
  *   move <slot> <to endpoint> <epoch>              the running slot move
+ *   pid <member> <pid>                             each process's pid, as
+ *                                                  seen in its last hello
  *
  * The coordinator saves them at every step (a view change, a takeover or
  * migration phase, a move starting or ending).  A new leader applies them
@@ -20,7 +23,10 @@
  *   - a move waits for its source's outcome (its "migrated" is sent again
  *     after the hello, or its epoch shows the move done).
  * Without the view lines a restarted data process that came back empty
- * during a takeover would look like the original serving its keys. */
+ * during a takeover would look like the original serving its keys; without
+ * the pids, one that died and came back while no leader watched (between
+ * the old leader's death and the new one's election) would too: a hello
+ * with another pid is that process's death, handled late. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -78,7 +84,7 @@ static void put_group(struct textbuf *b, const struct cgroup *cg)
     put(b, "view %d %s\n", cg->g, view);
     for (int f = 0; f < cg->view.k; f++) {
         const struct takeover *tk = &cg->tk[f];
-        if (tk->phase != PH_NONE)
+        if (tk->phase != PH_NONE || tk->deferred)
             put(b, "tk %d %d %d %d %" PRIu64 " %u\n", cg->g, f, (int)tk->phase, tk->r,
                 tk->stable, (unsigned)tk->participants);
         const struct migration *mg = &cg->mig[f];
@@ -93,6 +99,9 @@ char *coord_progress_encode(struct coord *co, size_t *len)
     put(&b, "progress 1\n");
     for (int g = 0; co->groups && g < co->groups->n; g++)
         put_group(&b, &co->groups->g[g]);
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].pid > 0)
+            put(&b, "pid %d %ld\n", i, co->members[i].pid);
     if (co->running >= 0) {
         const struct move *mv = &co->moves[co->running];
         put(&b, "move %u %d %" PRIu64 "\n", mv->slot, mv->to_endpoint, mv->epoch);
@@ -144,10 +153,18 @@ static void apply_takeover(struct coord *co, const char *line)
     if (sscanf(line, "tk %d %d %d %d %llu %u", &g, &f, &phase, &r, &stable, &participants) != 6)
         return;
     struct cgroup *cg = coord_group_of(co, g);
-    if (!cg || f < 0 || f >= cg->view.k || phase <= PH_NONE || phase > PH_TAKEOVER)
+    if (!cg || f < 0 || f >= cg->view.k || phase < PH_NONE || phase > PH_TAKEOVER)
         return;
     struct takeover *tk = &cg->tk[f];
     memset(tk, 0, sizeof(*tk));
+    cg->lost = false;
+    cg->lost_why[0] = '\0';
+    if (phase == PH_NONE) {
+        /* A death seen late whose takeover had not started. */
+        tk->deferred = true;
+        tk->dead_at_us = coord_now_us();
+        return;
+    }
     tk->phase = (enum dp_phase)phase;
     tk->participants = participants;
     tk->r = r;
@@ -202,6 +219,14 @@ static void apply_move(struct coord *co, const char *line)
     coord_resume_move(co, slot, to, epoch);
 }
 
+static void apply_pid(struct coord *co, const char *line)
+{
+    int i;
+    long pid;
+    if (sscanf(line, "pid %d %ld", &i, &pid) == 2 && i >= 0 && i < co->nmembers && pid > 0)
+        co->members[i].saved_pid = pid;
+}
+
 void coord_progress_apply(struct coord *co, const char *text, size_t len)
 {
     char line[LINE_MAX_LEN];
@@ -220,6 +245,8 @@ void coord_progress_apply(struct coord *co, const char *text, size_t len)
                 apply_migration(co, line);
             else if (strncmp(line, "move ", 5) == 0)
                 apply_move(co, line);
+            else if (strncmp(line, "pid ", 4) == 0)
+                apply_pid(co, line);
         }
         p += n + 1;
     }

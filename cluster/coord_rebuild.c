@@ -90,7 +90,7 @@ bool coord_rebuild_busy(const struct cgroup *cg, bool *migrating, bool *rebuildi
 static bool takeover_running(const struct cgroup *cg)
 {
     for (int f = 0; f < cg->view.k; f++)
-        if (cg->tk[f].phase != PH_NONE)
+        if (cg->tk[f].phase != PH_NONE || cg->tk[f].deferred)
             return true;
     return false;
 }
