@@ -345,7 +345,7 @@ static void log_death(const struct node *n, const struct child *c, int status)
                  p->group, p->index, (long)c->pid, p->host, p->port);
     else
         snprintf(what, sizeof(what), "coordinator (pid %ld, %s:%d)", (long)c->pid,
-                 n->cluster.coord_host, n->cluster.coord_port);
+                 n->cluster.coords[c->coord].host, n->cluster.coords[c->coord].port);
     if (WIFEXITED(status))
         snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status))
