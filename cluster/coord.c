@@ -239,8 +239,8 @@ void coord_save_progress(struct coord *co)
 int coord_publish_map(struct coord *co, struct slotmap *next)
 {
     char err[512];
-    /* Adopt first (the progress saved with it is the new one), persist
-     * before anyone is told. */
+    /* Persisted (with the progress as the caller left it) before anyone
+     * is told; then adopted and pushed. */
     struct slotmap copy;
     if (coord_map_copy(&copy, next) < 0) {
         slotmap_free(next);
