@@ -200,6 +200,19 @@ static void step_down(const char *why)
     exit(EXIT_NOT_LEADER);
 }
 
+/* The loop was blocked for ms in a synchronous ZooKeeper write: the
+ * heartbeats that came meanwhile are still unread, so nobody alive is
+ * blamed for that time (a slow write must not look like deaths). */
+static void excuse_blocked(struct coord *co, uint64_t ms)
+{
+    if (ms < COORD_HEARTBEAT_MS)
+        return;
+    fprintf(stderr, "coordinator: a ZooKeeper write took %llu ms\n", (unsigned long long)ms);
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].state == MEMBER_ALIVE)
+            co->members[i].last_heard_ms += ms;
+}
+
 /* Persist map m and the work in progress.  With ZooKeeper a failure to
  * write ends the leadership: a map that is not saved must never be shown
  * (the next leader would hand out its epoch again with another map).
@@ -220,12 +233,14 @@ static int persist(struct coord *co, const struct slotmap *m, char *err, size_t 
     }
     memcpy(all, map, nmap);
     memcpy(all + nmap, prog, nprog);
+    uint64_t start = coord_now_ms();
     int rc = coord_zk_save(co->zk, all, nmap + nprog, err, errlen);
     free(map);
     free(prog);
     free(all);
     if (rc < 0)
         step_down(err);
+    excuse_blocked(co, coord_now_ms() - start);
     return 0;
 }
 
