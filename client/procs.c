@@ -1,11 +1,18 @@
 /* procs.c - loading cocytus-cli's process list from DIR/endpoints (written
- * by scripts/cluster up) or from a cluster file (repl/cluster.c). */
+ * by scripts/cluster up) or from a cluster file (repl/cluster.c).  With
+ * several coordinators (ZooKeeper backend) only the leader listens: the
+ * coordinator is the first of them that takes a connection. */
 #include "procs.h"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
 
 #include "cluster.h"
 
@@ -155,10 +162,32 @@ int procs_load_secret(struct proc_list *l, const char *dir, const char *cluster_
     return 0;
 }
 
+static bool listening(const char *host, int port);
+
+/* DIR/coordinators (scripts/cluster up --zookeeper): the first that listens. */
+static int leader_from_dir(const char *dir, char *host, size_t hostcap, int *port)
+{
+    char path[4096], line[ENDPOINT_LINE_MAX];
+    snprintf(path, sizeof path, "%s/coordinators", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (split_hostport(line, host, hostcap, port) && listening(host, *port))
+            found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
 static int coordinator_from_dir(const char *dir, char *host, size_t hostcap, int *port,
                                 char *err, size_t errlen)
 {
     char path[4096], line[ENDPOINT_LINE_MAX];
+    if (leader_from_dir(dir, host, hostcap, port))
+        return 1;
     snprintf(path, sizeof path, "%s/coordinator", dir);
     FILE *f = fopen(path, "r");
     if (f == NULL)
@@ -173,6 +202,36 @@ static int coordinator_from_dir(const char *dir, char *host, size_t hostcap, int
     return 1;
 }
 
+#define PROBE_MS 500
+
+/* Does something take a TCP connection on host:port within PROBE_MS? */
+static bool listening(const char *host, int port)
+{
+    char service[16];
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai = NULL;
+    snprintf(service, sizeof service, "%d", port);
+    if (getaddrinfo(host, service, &hints, &ai) != 0)
+        return false;
+    bool ok = false;
+    int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd >= 0 && fcntl(fd, F_SETFL, O_NONBLOCK) == 0) {
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc == 0) {
+            ok = true;
+        } else {
+            struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            ok = poll(&pfd, 1, PROBE_MS) == 1 &&
+                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return ok;
+}
+
 static int coordinator_from_cluster(const char *path, char *host, size_t hostcap, int *port,
                                     char *err, size_t errlen)
 {
@@ -182,8 +241,14 @@ static int coordinator_from_cluster(const char *path, char *host, size_t hostcap
         return -1;
     int rc = 0;
     if (c.has_coordinator) {
-        snprintf(host, hostcap, "%s", c.coord_host);
-        *port = c.coord_port;
+        int pick = 0;
+        for (int i = 0; c.ncoords > 1 && i < c.ncoords; i++)
+            if (listening(c.coords[i].host, c.coords[i].port)) {
+                pick = i;
+                break;
+            }
+        snprintf(host, hostcap, "%s", c.coords[pick].host);
+        *port = c.coords[pick].port;
         rc = 1;
     }
     cluster_free(&c);

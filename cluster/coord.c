@@ -15,7 +15,15 @@
  * copies the items (cluster/migrate.c), switches itself and the
  * destination to the new map and answers "migrated ... ok".  Only then does
  * the coordinator adopt that map, persist it and push it to everyone else.
- * One move at a time. */
+ * One move at a time.
+ *
+ * With "coordinator zookeeper ..." in the cluster file the state lives in
+ * a znode instead of the file (coord_zk.c), several coordinator processes
+ * wait in an election, and only the leader starts listening; it writes
+ * the work in progress beside the map (coord_progress.c) so that the next
+ * leader finishes it.  A leader that loses its session or finds the state
+ * written by someone else exits (its node starts it again as a waiting
+ * candidate): it must not go on acting on a state it no longer owns. */
 #include "config.h"
 
 #include <errno.h>
@@ -24,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -34,9 +43,10 @@
 #include "link.h"
 #include "server.h"
 #include "coord_internal.h"
+#include "coord_zk.h"
 
 #define CHECK_EVERY_MS 250          /* membership check period */
-#define STARTUP_GRACE_MS 3000       /* never heard of after this: dead */
+#define STARTUP_GRACE_MS COORD_STARTUP_GRACE_MS
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
 
 static const char not_a_server[] = "this is the coordinator; use a server";
@@ -179,12 +189,82 @@ static void push_to_all(struct coord *co)
             push_if_behind(&co->members[i], now);
 }
 
+#define EXIT_NOT_LEADER 3
+
+/* Not the leader any more: stop at once (no map, no step may leave here). */
+static void step_down(const char *why)
+{
+    fprintf(stderr, "coordinator: stepping down: %s; exiting so that another coordinator "
+            "leads\n", why);
+    fflush(stderr);
+    exit(EXIT_NOT_LEADER);
+}
+
+/* The loop was blocked for ms in a synchronous ZooKeeper write: the
+ * heartbeats that came meanwhile are still unread, so nobody alive is
+ * blamed for that time (a slow write must not look like deaths). */
+static void excuse_blocked(struct coord *co, uint64_t ms)
+{
+    if (ms < COORD_HEARTBEAT_MS)
+        return;
+    fprintf(stderr, "coordinator: a ZooKeeper write took %llu ms\n", (unsigned long long)ms);
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].state == MEMBER_ALIVE)
+            co->members[i].last_heard_ms += ms;
+}
+
+/* Persist map m and the work in progress.  With ZooKeeper a failure to
+ * write ends the leadership: a map that is not saved must never be shown
+ * (the next leader would hand out its epoch again with another map).
+ * With the state file: 0 or -1 with a message in err. */
+static int persist(struct coord *co, const struct slotmap *m, char *err, size_t errlen)
+{
+    if (!co->zk)
+        return coord_state_save(co->c->coord_state, m, err, errlen);
+    size_t nmap = 0, nprog = 0;
+    char *map = coord_state_encode(m, &nmap);
+    char *prog = coord_progress_encode(co, &nprog);
+    char *all = map && prog ? malloc(nmap + nprog + 1) : NULL;
+    if (!all) {
+        free(map);
+        free(prog);
+        step_down("out of memory encoding the state");
+        return -1;
+    }
+    memcpy(all, map, nmap);
+    memcpy(all + nmap, prog, nprog);
+    uint64_t start = coord_now_ms();
+    int rc = coord_zk_save(co->zk, all, nmap + nprog, err, errlen);
+    free(map);
+    free(prog);
+    free(all);
+    if (rc < 0)
+        step_down(err);
+    excuse_blocked(co, coord_now_ms() - start);
+    return 0;
+}
+
+void coord_save_progress(struct coord *co)
+{
+    char err[512];
+    if (co->zk)
+        persist(co, &co->map, err, sizeof(err));
+}
+
 int coord_publish_map(struct coord *co, struct slotmap *next)
 {
     char err[512];
-    if (coord_state_save(co->c->coord_state, next, err, sizeof(err)) < 0)
+    /* Persisted (with the progress as the caller left it) before anyone
+     * is told; then adopted and pushed. */
+    struct slotmap copy;
+    if (coord_map_copy(&copy, next) < 0) {
+        slotmap_free(next);
+        return -1;
+    }
+    if (persist(co, &copy, err, sizeof(err)) < 0)
         fprintf(stderr, "coordinator: cannot persist epoch %llu: %s (publishing it anyway)\n",
                 (unsigned long long)next->epoch, err);
+    slotmap_free(&copy);
     if (adopt_map(co, next) < 0) {
         slotmap_free(next);
         return -1;
@@ -201,6 +281,7 @@ static void move_finish(struct coord *co, struct move *mv, enum move_state st, c
     snprintf(mv->why, sizeof(mv->why), "%s", why ? why : "");
     if (co->running >= 0 && &co->moves[co->running] == mv)
         co->running = -1;
+    coord_save_progress(co);
     fprintf(stderr, "coordinator: move of slot %u %s -> %s epoch %llu %s%s%s\n", mv->slot,
             mv->from, mv->to, (unsigned long long)mv->epoch,
             st == MOVE_DONE ? "done" : "failed", why && *why ? ": " : "", why ? why : "");
@@ -219,7 +300,11 @@ static void move_commit(struct coord *co, struct move *mv)
     next.slot[mv->slot] = (uint16_t)mv->to_endpoint;
     next.epoch = mv->epoch;
     const char *note = NULL;
-    if (coord_state_save(co->c->coord_state, &next, err, sizeof(err)) < 0) {
+    int running = co->running;
+    co->running = -1;     /* saved with the new map: the move is over */
+    int saved = persist(co, &next, err, sizeof(err));
+    co->running = running;
+    if (saved < 0) {
         /* Source and destination already serve the new map: adopt it anyway
          * so the cluster converges, and say loudly that a restart would
          * start from the older state. */
@@ -300,6 +385,13 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
                    "outcome was lost?)", (unsigned long long)m->epoch,
                    (unsigned long long)co->map.epoch);
     }
+    struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
+    if (mv && mv->source == m && m->epoch >= mv->epoch && m->epoch == co->map.epoch + 1) {
+        /* A move an earlier leader started: its source switched. */
+        coord_log_member(m, "holds epoch %llu: the move of slot %u it ran for an earlier "
+                         "leader is done", (unsigned long long)m->epoch, mv->slot);
+        move_commit(co, mv);
+    }
     push_if_behind(m, now);
 }
 
@@ -334,11 +426,21 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     switch (msg.kind) {
     case CTL_HELLO: {
-        bool restarted = m->state == MEMBER_DEAD || (m->pid != 0 && m->pid != msg.pid);
+        bool unseen = m->saved_pid != 0 && m->saved_pid != msg.pid;
+        bool restarted = m->state == MEMBER_DEAD || (m->pid != 0 && m->pid != msg.pid) || unseen;
+        bool new_pid = m->pid != msg.pid;
         m->pushed_epoch = 0;    /* a new process, or a new link: it has no pushed map */
+        if (unseen) {
+            coord_log_member(m, "restarted while no coordinator watched (pid %ld, an earlier "
+                             "leader saw pid %ld): it comes back empty", msg.pid, m->saved_pid);
+            coord_recovery_on_unseen_restart(co_of(m), m);
+        }
+        m->saved_pid = 0;
         member_heard(m, &msg);
         coord_recovery_on_hello(co_of(m), m);
         coord_pbr_on_hello(co_of(m), m, restarted);
+        if (new_pid)
+            coord_save_progress(co_of(m));   /* the next leader knows this pid */
         break;
     }
     case CTL_HB:
@@ -401,6 +503,8 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     struct coord *co = arg;
     uint64_t now = coord_now_ms();
     char why[128];
+    if (co->zk && !coord_zk_leading(co->zk, why, sizeof(why)))
+        step_down(why);
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
         if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > COORD_DEAD_AFTER_MS) {
@@ -617,16 +721,42 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
     char text[64 + ADDR_MAX];
     int n = snprintf(text, sizeof(text), "migrate %u %s %llu", mv->slot, mv->to,
                      (unsigned long long)mv->epoch);
+    /* Saved before the source hears of it: a next leader waits for it. */
+    mv->state = MOVE_RUNNING;
+    co->running = co->nmoves++;
+    coord_save_progress(co);
     if (link_send(mv->source->link, FT_CONTROL, text, (uint32_t)n) < 0) {
+        co->running = -1;
+        co->nmoves--;
+        coord_save_progress(co);
         reply(write, wctx, "SERVER_ERROR cannot reach the source %s", mv->from);
         return;
     }
-    mv->state = MOVE_RUNNING;
-    co->running = co->nmoves++;
     fprintf(stderr, "coordinator: moving slot %u %s -> %s at epoch %llu\n", mv->slot, mv->from,
             mv->to, (unsigned long long)mv->epoch);
     reply(write, wctx, "OK moving %u %s -> %s epoch %llu", mv->slot, mv->from, mv->to,
           (unsigned long long)mv->epoch);
+}
+
+void coord_resume_move(struct coord *co, unsigned slot, int to, uint64_t epoch)
+{
+    if (slot >= SLOTMAP_SLOTS || to < 0 || to >= co->map.nendpoints || epoch != co->map.epoch + 1 ||
+        grow_moves(co) < 0)
+        return;
+    struct move *mv = &co->moves[co->nmoves];
+    memset(mv, 0, sizeof(*mv));
+    mv->slot = slot;
+    endpoint_addr(&co->map.endpoints[co->map.slot[slot]], mv->from, sizeof(mv->from));
+    endpoint_addr(&co->map.endpoints[to], mv->to, sizeof(mv->to));
+    mv->to_endpoint = to;
+    mv->epoch = epoch;
+    mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
+    mv->dest = member_at(co, &co->map.endpoints[to]);
+    mv->state = MOVE_RUNNING;
+    co->running = co->nmoves++;
+    fprintf(stderr, "coordinator: an earlier leader was moving slot %u %s -> %s at epoch %llu; "
+            "waiting for the source's outcome\n", slot, mv->from, mv->to,
+            (unsigned long long)epoch);
 }
 
 static bool coord_admin(struct engine *e, int argc, char **argv, eng_write_fn write, void *wctx)
@@ -705,6 +835,8 @@ static void coord_destroy(struct engine *e)
         event_free(co->timer);
     coord_recovery_free(co);
     coord_pbr_free(co);
+    coord_zk_close(co->zk);
+    free(co->resume);
     slotmap_free(&co->map);
     free(co->body);
     free(co->members);
@@ -727,6 +859,19 @@ static const struct engine_ops coord_ops = {
 
 /* ---- start ---- */
 
+/* Our coordinator line: the one whose port (and address, if given) the
+ * command line names, else the first.  -1 if none matches. */
+static int own_line(const struct cluster *c, const struct settings *st)
+{
+    if (!st->port_given)
+        return 0;
+    for (int i = 0; i < c->ncoords; i++)
+        if (c->coords[i].port == st->port &&
+            (!st->listen_addr || strcmp(st->listen_addr, c->coords[i].host) == 0))
+            return i;
+    return -1;
+}
+
 int coord_settings(const struct cluster *c, struct settings *st)
 {
     if (!c->has_coordinator) {
@@ -734,11 +879,47 @@ int coord_settings(const struct cluster *c, struct settings *st)
                 st->cluster_file);
         return -1;
     }
+    int self = own_line(c, st);
+    if (self < 0 && c->ncoords > 1) {
+        fprintf(stderr, "cocytus-server: no coordinator line of %s has port %d%s%s; which "
+                "coordinator is this?\n", st->cluster_file, st->port,
+                st->listen_addr ? " on " : "", st->listen_addr ? st->listen_addr : "");
+        return -1;
+    }
+    if (self < 0)
+        self = 0;
     if (!st->port_given)
-        st->port = c->coord_port;
+        st->port = c->coords[self].port;
     if (!st->listen_addr)
-        st->listen_addr = c->coord_host;
+        st->listen_addr = c->coords[self].host;
     return 0;
+}
+
+/* With ZooKeeper: wait to lead, then read the state (a map, maybe
+ * progress lines after it).  0 loaded, 1 none yet, -1 failed. */
+static int load_from_zookeeper(struct coord *co, struct slotmap *m, char *err, size_t errlen)
+{
+    const struct cluster_coord *me = &co->c->coords[co->self];
+    char who[128];
+    snprintf(who, sizeof(who), "%s:%d pid %ld", me->host, me->port, (long)getpid());
+    co->zk = coord_zk_open(co->c->zk_connect, co->c->name, err, errlen);
+    if (!co->zk || coord_zk_lead(co->zk, who, err, errlen) < 0)
+        return -1;
+    char *text = NULL;
+    size_t len = 0, used = 0;
+    int rc = coord_zk_load(co->zk, &text, &len, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = coord_state_decode("the ZooKeeper state", text, len, co->c, m, &used, err, errlen);
+    if (rc == 0 && used < len) {
+        co->resume = malloc(len - used + 1);
+        if (co->resume) {
+            memcpy(co->resume, text + used, len - used);
+            co->nresume = len - used;
+        }
+    }
+    free(text);
+    return rc;
 }
 
 /* The state file's map, or at a first start the server's initial map
@@ -747,7 +928,9 @@ static int load_map(struct coord *co)
 {
     char err[768];
     struct slotmap m;
-    int rc = coord_state_load(co->c->coord_state, co->c, &m, err, sizeof(err));
+    const char *where = co->c->has_zookeeper ? "ZooKeeper" : co->c->coord_state;
+    int rc = co->c->has_zookeeper ? load_from_zookeeper(co, &m, err, sizeof(err))
+                                  : coord_state_load(co->c->coord_state, co->c, &m, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "cocytus-server: coordinator refuses to start: %s\n", err);
         return -1;
@@ -757,16 +940,16 @@ static int load_map(struct coord *co)
             fprintf(stderr, "cocytus-server: out of memory\n");
             return -1;
         }
-        if (coord_state_save(co->c->coord_state, &m, err, sizeof(err)) < 0) {
+        if (persist(co, &m, err, sizeof(err)) < 0) {
             fprintf(stderr, "cocytus-server: coordinator cannot write its state file: %s\n", err);
             slotmap_free(&m);
             return -1;
         }
-        fprintf(stderr, "coordinator: no state file; starting at epoch %llu (%s written)\n",
-                (unsigned long long)m.epoch, co->c->coord_state);
+        fprintf(stderr, "coordinator: no saved state; starting at epoch %llu (%s written)\n",
+                (unsigned long long)m.epoch, where);
     } else {
-        fprintf(stderr, "coordinator: state file %s: epoch %llu\n", co->c->coord_state,
-                (unsigned long long)m.epoch);
+        fprintf(stderr, "coordinator: state in %s: epoch %llu%s\n", where,
+                (unsigned long long)m.epoch, co->nresume ? ", with work in progress" : "");
     }
     if (adopt_map(co, &m) < 0) {
         fprintf(stderr, "cocytus-server: out of memory\n");
@@ -792,11 +975,12 @@ static int make_members(struct coord *co)
 static int start_listening(struct coord *co)
 {
     const struct cluster *c = co->c;
-    co->listener = link_listen(co->s->base, c->coord_host, c->coord_link_port, c->name,
+    const struct cluster_coord *me = &c->coords[co->self];
+    co->listener = link_listen(co->s->base, me->host, me->link_port, c->name,
                                LINK_GROUP_ANY, c->secret, on_accept, co);
     if (!co->listener) {
         fprintf(stderr, "cocytus-server: coordinator cannot listen for control links on %s port %d\n",
-                c->coord_host, c->coord_link_port);
+                me->host, me->link_port);
         return -1;
     }
     struct timeval tv = { .tv_sec = 0, .tv_usec = CHECK_EVERY_MS * 1000 };
@@ -820,16 +1004,29 @@ struct engine *coord_engine_new(struct server *s)
     co->s = s;
     co->c = s->cluster;
     co->running = -1;
-    co->started_ms = coord_now_ms();
+    co->self = own_line(co->c, &s->settings);
+    if (co->self < 0)
+        co->self = 0;
     e->ops = &coord_ops;
     e->priv = co;
-    if (load_map(co) < 0 || make_members(co) < 0 || coord_recovery_init(co) < 0 ||
-        coord_pbr_init(co) < 0 || start_listening(co) < 0) {
+    if (make_members(co) < 0 || load_map(co) < 0 || coord_recovery_init(co) < 0 ||
+        coord_pbr_init(co) < 0) {
+        coord_destroy(e);
+        return NULL;
+    }
+    if (co->resume) {
+        coord_progress_apply(co, co->resume, co->nresume);
+        free(co->resume);
+        co->resume = NULL;
+    }
+    /* Startup grace counts from now: a waiting candidate may have waited long. */
+    co->started_ms = coord_now_ms();
+    if (start_listening(co) < 0) {
         coord_destroy(e);
         return NULL;
     }
     fprintf(stderr, "coordinator: %d processes in %s, epoch %llu, control links on %s:%d\n",
             co->nmembers, s->settings.cluster_file, (unsigned long long)co->map.epoch,
-            co->c->coord_host, link_listener_port(co->listener));
+            co->c->coords[co->self].host, link_listener_port(co->listener));
     return e;
 }

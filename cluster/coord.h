@@ -85,6 +85,15 @@ int coord_state_save(const char *path, const struct slotmap *m, char *err, size_
 int coord_state_load(const char *path, const struct cluster *c, struct slotmap *m,
                      char *err, size_t errlen);
 
+/* The state file's bytes for map m (malloc'd, NUL-terminated, *len
+ * without the NUL); NULL when out of memory. */
+char *coord_state_encode(const struct slotmap *m, size_t *len);
+/* Decode such bytes (name for messages).  With used NULL they must be
+ * exactly one state; otherwise more may follow and *used is set to the
+ * state's length.  0, or -1 with a message in err. */
+int coord_state_decode(const char *name, const char *text, size_t len, const struct cluster *c,
+                       struct slotmap *m, size_t *used, char *err, size_t errlen);
+
 /* A deep copy of *src into *dst.  0, or -1 when out of memory. */
 int coord_map_copy(struct slotmap *dst, const struct slotmap *src);
 

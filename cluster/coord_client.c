@@ -9,7 +9,11 @@
  * destination already hold the new map when the coordinator publishes it).
  * "migrate" starts migrate_start(); its outcome goes back as "migrated";
  * an outcome that finds the link down is kept and sent after the next
- * hello. */
+ * hello.  With several coordinator lines (a ZooKeeper backend, where only
+ * the elected leader listens) there is one link per coordinator, each
+ * redialing by itself; whatever the process says goes on every link that
+ * is up (normally the leader's only), so no link is ever closed to switch
+ * and a new leader is reached as soon as it listens. */
 #include "config.h"
 
 #include <stdio.h>
@@ -31,7 +35,9 @@
 
 struct coord_client {
     struct server *s;
-    struct link *link;
+    struct link *links[CLUSTER_MAX_COORDS];   /* one per coordinator line */
+    int nlinks;
+    struct link_identity me;
     struct event *hb_timer;
     char pending[RESULT_MAX];       /* a "migrated" not yet delivered ("" if none) */
 };
@@ -41,11 +47,15 @@ static uint64_t current_epoch(const struct coord_client *cc)
     return cc->s->slotmap ? cc->s->slotmap->epoch : 0;
 }
 
+/* Send on every link that is up: 0 if one took it, -1 if none is up. */
 static int send_text(struct coord_client *cc, const char *text)
 {
-    if (!cc->link || !link_is_up(cc->link))
-        return -1;
-    return link_send(cc->link, FT_CONTROL, text, (uint32_t)strlen(text));
+    int rc = -1;
+    for (int i = 0; i < cc->nlinks; i++)
+        if (cc->links[i] && link_is_up(cc->links[i]) &&
+            link_send(cc->links[i], FT_CONTROL, text, (uint32_t)strlen(text)) == 0)
+            rc = 0;
+    return rc;
 }
 
 int coord_client_send(struct coord_client *cc, const char *text)
@@ -53,12 +63,12 @@ int coord_client_send(struct coord_client *cc, const char *text)
     return send_text(cc, text);
 }
 
-static void send_hello(struct coord_client *cc)
+static void send_hello(struct coord_client *cc, struct link *l)
 {
     char text[64];
     snprintf(text, sizeof(text), "hello %ld %llu", (long)getpid(),
              (unsigned long long)current_epoch(cc));
-    send_text(cc, text);
+    link_send(l, FT_CONTROL, text, (uint32_t)strlen(text));
 }
 
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
@@ -82,7 +92,7 @@ static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
     struct coord_client *cc = ctx;
     fprintf(stderr, "coordinator link to %s up (epoch %llu)\n", link_peer_name(l),
             (unsigned long long)current_epoch(cc));
-    send_hello(cc);
+    send_hello(cc, l);
     if (cc->pending[0] && send_text(cc, cc->pending) == 0)
         cc->pending[0] = '\0';
 }
@@ -194,6 +204,19 @@ static uint8_t own_link_role(const char *role)
     return coord_link_role(r);
 }
 
+static int dial(struct coord_client *cc, int i)
+{
+    const struct cluster_coord *k = &cc->s->cluster->coords[i];
+    struct link_callbacks cb = { .on_up = on_up, .on_frame = on_frame, .on_down = on_down };
+    cc->links[i] = link_connect(cc->s->base, k->host, k->link_port, &cc->me,
+                                cc->s->cluster->secret, &cb, cc);
+    if (!cc->links[i])
+        return -1;
+    if (cc->s->settings.verbose)
+        fprintf(stderr, "dialing the coordinator at %s:%d\n", k->host, k->link_port);
+    return 0;
+}
+
 struct coord_client *coord_client_start(struct server *s)
 {
     const struct cluster *c = s->cluster;
@@ -203,24 +226,22 @@ struct coord_client *coord_client_start(struct server *s)
         return NULL;
     }
     cc->s = s;
-    struct link_identity me;
-    memset(&me, 0, sizeof(me));
-    snprintf(me.cluster, sizeof(me.cluster), "%s", c->name);
-    me.group = (uint32_t)s->settings.group;
-    me.role = own_link_role(s->settings.role);
-    me.index = (uint32_t)s->settings.index;
-    struct link_callbacks cb = { .on_up = on_up, .on_frame = on_frame, .on_down = on_down };
+    snprintf(cc->me.cluster, sizeof(cc->me.cluster), "%s", c->name);
+    cc->me.group = (uint32_t)s->settings.group;
+    cc->me.role = own_link_role(s->settings.role);
+    cc->me.index = (uint32_t)s->settings.index;
     struct timeval period = { .tv_sec = 0, .tv_usec = COORD_HEARTBEAT_MS * 1000 };
-    cc->link = link_connect(s->base, c->coord_host, c->coord_link_port, &me, c->secret, &cb, cc);
     cc->hb_timer = event_new(s->base, -1, EV_PERSIST, on_heartbeat, cc);
-    if (!cc->link || !cc->hb_timer || event_add(cc->hb_timer, &period) < 0) {
+    int dialed = 0;
+    cc->nlinks = c->ncoords;
+    for (int i = 0; i < cc->nlinks; i++)
+        dialed += dial(cc, i) == 0;
+    if (dialed < cc->nlinks || !cc->hb_timer || event_add(cc->hb_timer, &period) < 0) {
         fprintf(stderr, "cocytus-server: cannot start the coordinator link to %s:%d; "
                 "running without the coordinator\n", c->coord_host, c->coord_link_port);
         coord_client_stop(cc);
         return NULL;
     }
-    if (s->settings.verbose)
-        fprintf(stderr, "dialing the coordinator at %s:%d\n", c->coord_host, c->coord_link_port);
     return cc;
 }
 
@@ -228,8 +249,9 @@ void coord_client_stop(struct coord_client *cc)
 {
     if (!cc)
         return;
-    if (cc->link)
-        link_close(cc->link);
+    for (int i = 0; i < cc->nlinks; i++)
+        if (cc->links[i])
+            link_close(cc->links[i]);
     if (cc->hb_timer)
         event_free(cc->hb_timer);
     free(cc);

@@ -25,6 +25,8 @@ struct takeover {
     uint64_t step_at_ms;            /* the last step was sent then */
     uint64_t prepare_us;            /* preparation time (prepare sent -> all answered) */
     uint64_t prepare_started_us;
+    bool deferred;                  /* PH_NONE: start it once the group's parity
+                                     * processes have said hello (a death seen late) */
 };
 
 struct progress {

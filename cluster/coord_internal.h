@@ -21,10 +21,12 @@ struct event;
 struct server;
 struct coord_groups;
 struct coord_pbr;
+struct coord_zk;
 
 #define MEMBER_NAME_MAX (CLUSTER_HOST_MAX + 64)
 #define ADDR_MAX (SLOTMAP_HOST_MAX + 8)
 #define REPLY_LINE_MAX 512
+#define COORD_STARTUP_GRACE_MS 3000 /* never heard of after this: dead */
 
 enum member_state { MEMBER_UNKNOWN, MEMBER_ALIVE, MEMBER_DEAD };
 
@@ -43,6 +45,7 @@ struct member {
     uint64_t pushed_epoch;          /* the last map sent to it, and when */
     uint64_t pushed_at_ms;
     uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
+    long saved_pid;                 /* its pid as an earlier leader saved it (0: none) */
 };
 
 enum move_state { MOVE_RUNNING, MOVE_DONE, MOVE_FAILED };
@@ -74,6 +77,10 @@ struct coord {
     char msg[REPLY_LINE_MAX];       /* engine result text */
     struct coord_groups *groups;    /* coding groups' failure state (coord_recovery.c) */
     struct coord_pbr *pbr;          /* PBR groups' state (coord_pbr.c) */
+    struct coord_zk *zk;            /* the ZooKeeper backend, NULL: the state file */
+    int self;                       /* our line in cluster->coords */
+    char *resume;                   /* saved progress lines, applied once at start */
+    size_t nresume;
 };
 
 /* ---- coord.c, for coord_recovery.c ---- */
@@ -87,6 +94,18 @@ int coord_send(struct member *m, const char *text);
  * push to everyone.  0, or -1 (out of memory; next is freed). */
 int coord_publish_map(struct coord *co, struct slotmap *next);
 struct member *coord_member(struct coord *co, int group, enum cluster_role role, int index);
+/* Save the work in progress beside the map (ZooKeeper backend; nothing
+ * with the state file).  A leader that cannot save steps down. */
+void coord_save_progress(struct coord *co);
+/* A saved running move (coord_progress.c): wait for its outcome. */
+void coord_resume_move(struct coord *co, unsigned slot, int to_endpoint, uint64_t epoch);
+
+/* ---- coord_progress.c ---- */
+
+/* The progress lines of co (malloc'd), NULL when out of memory. */
+char *coord_progress_encode(struct coord *co, size_t *len);
+/* Apply saved lines at start, before anyone is heard from. */
+void coord_progress_apply(struct coord *co, const char *text, size_t len);
 
 /* ---- coord_recovery.c ---- */
 
@@ -104,6 +123,9 @@ void coord_recovery_on_progress(struct coord *co, struct member *m, const char *
 void coord_recovery_check(struct coord *co);
 /* "cocytus groups": one line per group. */
 void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx);
+/* m restarted while no leader watched (a new pid in its hello): its death
+ * was never handled.  Called before coord_recovery_on_hello. */
+void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
 

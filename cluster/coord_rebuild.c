@@ -90,7 +90,7 @@ bool coord_rebuild_busy(const struct cgroup *cg, bool *migrating, bool *rebuildi
 static bool takeover_running(const struct cgroup *cg)
 {
     for (int f = 0; f < cg->view.k; f++)
-        if (cg->tk[f].phase != PH_NONE)
+        if (cg->tk[f].phase != PH_NONE || cg->tk[f].deferred)
             return true;
     return false;
 }
@@ -166,6 +166,7 @@ static void mig_abort(struct coord *co, struct cgroup *cg, int f, const char *wh
     if (mg->phase == MIG_HANDOFF)
         send_to(coord_pp_member(co, cg->g, mg->r), "resume %d %d", cg->g, f);
     mg->phase = MIG_NONE;
+    coord_save_progress(co);
 }
 
 /* r holds f's writes at xid: f takes over. */
@@ -193,6 +194,7 @@ static void mig_served(struct coord *co, struct cgroup *cg, int f)
     fprintf(stderr, "coordinator: group %d dp %d serves its keys again (migration took %.1f ms)\n",
             cg->g, f, (double)(coord_now_us() - mg->started_us) / 1000.0);
     mg->phase = MIG_NONE;
+    coord_save_progress(co);
 }
 
 /* ---- rebuild of a parity process ---- */
@@ -362,6 +364,7 @@ bool coord_rebuild_on_answer(struct coord *co, struct cgroup *cg, struct member 
         if (verb[0] == 'c' && mg->phase == MIG_COPY) {
             mg->phase = MIG_HANDOFF;
             mg->progress_at_ms = coord_now_ms();
+            coord_save_progress(co);
             mig_send_step(co, cg, a);
         } else if (verb[0] == 's' && mg->phase == MIG_SERVE) {
             mig_served(co, cg, a);

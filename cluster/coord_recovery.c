@@ -91,6 +91,7 @@ void coord_broadcast_view(struct coord *co, struct cgroup *cg)
     char view[256];
     group_view_format(&cg->view, view, sizeof(view));
     fprintf(stderr, "coordinator: group %d view %s\n", cg->g, view);
+    coord_save_progress(co);    /* before any member sees the view */
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
         if (m->proc->group == cg->g && coord_alive(m))
@@ -230,6 +231,7 @@ static void go_takeover(struct coord *co, struct cgroup *cg, int f)
     struct takeover *tk = &cg->tk[f];
     tk->phase = PH_TAKEOVER;
     tk->waiting = 1u << tk->r;
+    coord_save_progress(co);
     send_step(co, cg, f);
 }
 
@@ -248,6 +250,7 @@ static void prepared_all(struct coord *co, struct cgroup *cg, int f)
             (double)tk->prepare_us / 1000.0, tk->r);
     tk->phase = PH_TRUNCATE;
     tk->waiting = tk->participants & ~(1u << tk->r);
+    coord_save_progress(co);
     if (tk->waiting == 0)
         go_takeover(co, cg, f);
     else
@@ -345,6 +348,51 @@ void coord_recovery_on_hello(struct coord *co, struct member *m)
     if (coord_recovery_joining(co, m))
         coord_log_member(m, "restarted, but its place is taken (group view); it stays "
                          "joining and serves nothing until it is rebuilt");
+}
+
+void coord_recovery_on_unseen_restart(struct coord *co, struct member *m)
+{
+    const struct cluster_proc *p = m->proc;
+    struct cgroup *cg = coord_group_of(co, p->group);
+    if (!cg)
+        return;
+    if (p->role == ROLE_PARITY) {
+        coord_recovery_on_dead(co, m);   /* no parity there: rebuilt later */
+        return;
+    }
+    if (p->role != ROLE_DATA || cg->view.dp_server[p->index] != -1 ||
+        cg->tk[p->index].phase != PH_NONE)
+        return;
+    /* Nobody serves its keys until the takeover; it starts once the
+     * parity processes are heard from (they must all take part). */
+    struct takeover *tk = &cg->tk[p->index];
+    tk->deferred = true;
+    tk->dead_at_us = coord_now_us();
+    cg->view.dp_server[p->index] = -2;
+    if (!cg->degraded_since_us)
+        cg->degraded_since_us = coord_now_us();
+    fprintf(stderr, "coordinator: group %d dp %d died unseen; its takeover starts once the "
+            "group's parity processes are heard from\n", cg->g, p->index);
+    coord_broadcast_view(co, cg);
+}
+
+/* A deferred takeover may start: every parity process holding parity is
+ * alive, or the startup grace is over (the dead ones are known by then). */
+static void start_deferred(struct coord *co, struct cgroup *cg)
+{
+    bool all = coord_now_ms() - co->started_ms > COORD_STARTUP_GRACE_MS;
+    if (!all) {
+        all = true;
+        for (int j = 0; j < cg->view.m; j++)
+            if (cg->view.pp_state[j] != GV_PP_DEAD && !coord_alive(coord_pp_member(co, cg->g, j)))
+                all = false;
+    }
+    for (int f = 0; all && f < cg->view.k; f++) {
+        if (!cg->tk[f].deferred)
+            continue;
+        cg->tk[f].deferred = false;
+        start_takeover(co, cg, f);
+    }
 }
 
 bool coord_recovery_joining(const struct coord *co, const struct member *m)
@@ -461,6 +509,7 @@ void coord_recovery_check(struct coord *co)
     uint64_t now = coord_now_ms();
     for (int g = 0; g < co->groups->n; g++) {
         struct cgroup *cg = &co->groups->g[g];
+        start_deferred(co, cg);
         for (int f = 0; f < cg->view.k; f++) {
             struct takeover *tk = &cg->tk[f];
             if (tk->phase != PH_NONE && now - tk->step_at_ms > RESEND_AFTER_MS)
@@ -487,7 +536,7 @@ static const char *group_state(const struct coord *co, const struct cgroup *cg, 
             recovering = true;   /* no progress heard yet */
     }
     for (int f = 0; f < cg->view.k; f++)
-        if (cg->tk[f].phase != PH_NONE)
+        if (cg->tk[f].phase != PH_NONE || cg->tk[f].deferred)
             busy = true;
     bool migrating, rebuilding;
     coord_rebuild_busy(cg, &migrating, &rebuilding);

@@ -79,36 +79,52 @@ static int sync_parent_dir(const char *path)
     return rc;
 }
 
+char *coord_state_encode(const struct slotmap *m, size_t *len)
+{
+    size_t nbody;
+    char head[128];
+    char *body = slotmap_encode(m, &nbody);
+    if (!body)
+        return NULL;
+    int hl = snprintf(head, sizeof(head), STATE_MAGIC "\nepoch %llu\nbytes %zu\ncrc32c %08x\n",
+                      (unsigned long long)m->epoch, nbody, (unsigned)crc32c(0, body, nbody));
+    char *out = malloc((size_t)hl + nbody + 1);
+    if (out) {
+        memcpy(out, head, (size_t)hl);
+        memcpy(out + hl, body, nbody);
+        out[(size_t)hl + nbody] = '\0';
+        *len = (size_t)hl + nbody;
+    }
+    free(body);
+    return out;
+}
+
 int coord_state_save(const char *path, const struct slotmap *m, char *err, size_t errlen)
 {
     char tmp[STATE_PATH_MAX];
-    char head[128];
-    size_t nbody;
+    size_t nall;
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
         snprintf(err, errlen, "state path %s is too long", path);
         return -1;
     }
-    char *body = slotmap_encode(m, &nbody);
-    if (!body) {
+    char *all = coord_state_encode(m, &nall);
+    if (!all) {
         snprintf(err, errlen, "out of memory encoding the map");
         return -1;
     }
-    int hl = snprintf(head, sizeof(head), STATE_MAGIC "\nepoch %llu\nbytes %zu\ncrc32c %08x\n",
-                      (unsigned long long)m->epoch, nbody, (unsigned)crc32c(0, body, nbody));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        free(body);
+        free(all);
         return -1;
     }
-    bool written = write_all(fd, head, (size_t)hl) == 0 && write_all(fd, body, nbody) == 0 &&
-                   fsync(fd) == 0;
+    bool written = write_all(fd, all, nall) == 0 && fsync(fd) == 0;
     int saved = errno;
     if (close(fd) < 0 && written) {
         written = false;
         saved = errno;
     }
-    free(body);
+    free(all);
     if (!written) {
         snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(saved));
         unlink(tmp);
@@ -272,27 +288,22 @@ static int check_endpoints(const char *path, const struct cluster *c, struct slo
     return rc;
 }
 
-int coord_state_load(const char *path, const struct cluster *c, struct slotmap *m,
-                     char *err, size_t errlen)
+int coord_state_decode(const char *path, const char *text, size_t len, const struct cluster *c,
+                       struct slotmap *m, size_t *used, char *err, size_t errlen)
 {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = read_file(path, &text, &len, err, errlen);
-    if (rc != 0)
-        return rc;
     const char *p = text, *end = text + len;
     size_t ml = strlen(STATE_MAGIC);
     uint64_t epoch, nbody;
     uint32_t crc;
     char derr[256];
-    rc = -1;
+    int rc = -1;
     if (len < ml + 1 || memcmp(p, STATE_MAGIC, ml) != 0 || p[ml] != '\n') {
         snprintf(err, errlen, "%s is not a coordinator state file (first line is not '%s')",
                  path, STATE_MAGIC);
     } else if ((p += ml + 1, !header_number(&p, end, "epoch", &epoch)) ||
                !header_number(&p, end, "bytes", &nbody) || !header_crc(&p, end, &crc)) {
         snprintf(err, errlen, "%s is corrupt: bad 'epoch', 'bytes' or 'crc32c' line", path);
-    } else if (nbody != (uint64_t)(end - p)) {
+    } else if (used ? nbody > (uint64_t)(end - p) : nbody != (uint64_t)(end - p)) {
         snprintf(err, errlen, "%s is corrupt: %llu bytes of map announced, %zu present", path,
                  (unsigned long long)nbody, (size_t)(end - p));
     } else if (crc32c(0, p, (size_t)nbody) != crc) {
@@ -311,7 +322,21 @@ int coord_state_load(const char *path, const struct cluster *c, struct slotmap *
         slotmap_free(m);
     } else {
         rc = 0;
+        if (used)
+            *used = (size_t)(p - text) + (size_t)nbody;
     }
+    return rc;
+}
+
+int coord_state_load(const char *path, const struct cluster *c, struct slotmap *m,
+                     char *err, size_t errlen)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_file(path, &text, &len, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = coord_state_decode(path, text, len, c, m, NULL, err, errlen);
     free(text);
     return rc;
 }

@@ -874,10 +874,13 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
                          void *cookie)
 {
     struct data_engine *dp = dp_of(eng);
-    /* A replacement that does not serve yet, and a recovery process that
+    /* A replacement that does not serve yet, a recovery process that
      * handed its keys over (reads must not see its frozen state once the
-     * replacement takes writes): everything waits until the map moves. */
-    bool all_wait = dp->replica || dp->handed;
+     * replacement takes writes), and a process that restarted without its
+     * state (its empty table would answer misses for keys the group holds,
+     * e.g. while no coordinator leads to take it over): everything waits
+     * until the map moves. */
+    bool all_wait = dp->replica || dp->handed || dp->tx.refusing;
     if (!dp->recovering && !all_wait)
         return false;
     struct item *e = all_wait ? NULL : meta_find(&dp->meta, key, nkey);
@@ -926,6 +929,10 @@ void engine_data_set_view(struct engine *eng, const struct group_view *v)
     for (int j = 0; j < v->m; j++)
         if (v->pp_state[j] == GV_PP_DEAD && sender_has_peer(&dp->tx, j))
             sender_drop_peer(&dp->tx, j);
+    /* Restarted without state: reads wait for a map in which another
+     * process serves our keys; it comes just before such a view. */
+    if (dp->tx.refusing)
+        wake_waiters(dp);
 }
 
 static void ctl_replica(struct data_engine *dp, int from);

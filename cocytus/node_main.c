@@ -45,7 +45,8 @@
 #define RESTART_RESET_MS 60000
 
 struct child {
-    const struct cluster_proc *proc;   /* NULL for the coordinator */
+    const struct cluster_proc *proc;   /* NULL for a coordinator */
+    int coord;                  /* which coordinator line (proc NULL) */
     pid_t pid;                  /* 0 once it has died and been reaped */
     uint64_t started_ms;        /* monotonic */
     uint64_t restart_at_ms;     /* dead, to be started then (0: not) */
@@ -178,7 +179,7 @@ static bool role_uses_memory(enum cluster_role r)
 
 /* Sends the child's stdout and stderr to its log file, or stdout to our
  * stderr (our stdout carries the endpoint lines only). */
-static void redirect_child_output(const struct node *n, const struct cluster_proc *p)
+static void redirect_child_output(const struct node *n, const struct cluster_proc *p, int coord)
 {
     int fd = STDERR_FILENO;
     if (n->log_dir) {
@@ -186,8 +187,10 @@ static void redirect_child_output(const struct node *n, const struct cluster_pro
         if (p)
             snprintf(path, sizeof(path), "%s/%s-%d-%d.log", n->log_dir,
                      cluster_role_name(p->role), p->group, p->index);
-        else
+        else if (coord == 0)
             snprintf(path, sizeof(path), "%s/coordinator.log", n->log_dir);
+        else
+            snprintf(path, sizeof(path), "%s/coordinator-%d.log", n->log_dir, coord);
         fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd < 0) {
             fprintf(stderr, "cocytus-node: cannot open %s: %s\n", path, strerror(errno));
@@ -205,10 +208,10 @@ static void redirect_child_output(const struct node *n, const struct cluster_pro
 
 /* In the child: becomes cocytus-server for process p (NULL: the
  * coordinator). */
-static void exec_server(const struct node *n, const struct cluster_proc *p,
+static void exec_server(const struct node *n, const struct cluster_proc *p, int coord,
                         const sigset_t *orig_mask)
 {
-    char group[16], index[16], memory[32];
+    char group[16], index[16], memory[32], cport[16];
     const char *argv[20];
     int argc = 0;
     argv[argc++] = n->server;
@@ -223,6 +226,13 @@ static void exec_server(const struct node *n, const struct cluster_proc *p,
         argv[argc++] = group;
         argv[argc++] = "--index";
         argv[argc++] = index;
+    } else {
+        /* Which coordinator line this one is: its address and port. */
+        snprintf(cport, sizeof(cport), "%d", n->cluster.coords[coord].port);
+        argv[argc++] = "-l";
+        argv[argc++] = n->cluster.coords[coord].host;
+        argv[argc++] = "-p";
+        argv[argc++] = cport;
     }
     argv[argc++] = "-U";
     argv[argc++] = "0";
@@ -237,7 +247,7 @@ static void exec_server(const struct node *n, const struct cluster_proc *p,
     }
     argv[argc] = NULL;
 
-    redirect_child_output(n, p);
+    redirect_child_output(n, p, coord);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
@@ -252,9 +262,9 @@ static void print_child(const struct node *n, const struct child *c)
 {
     const struct cluster_proc *p = c->proc;
     if (!p) {
+        const struct cluster_coord *k = &n->cluster.coords[c->coord];
         fprintf(stderr, "cocytus-node %d: coordinator %s:%d (control links on port %d) pid %ld\n",
-                n->node, n->cluster.coord_host, n->cluster.coord_port,
-                n->cluster.coord_link_port, (long)c->pid);
+                n->node, k->host, k->port, k->link_port, (long)c->pid);
         return;
     }
     printf("%s %d %d %d %s:%d %ld\n", cluster_role_name(p->role), p->group, p->index,
@@ -273,7 +283,7 @@ static int fork_child(struct node *n, struct child *ch, const sigset_t *orig_mas
         return -1;
     }
     if (ch->pid == 0)
-        exec_server(n, ch->proc, orig_mask);
+        exec_server(n, ch->proc, ch->coord, orig_mask);
     ch->started_ms = mono_ms();
     ch->restart_at_ms = 0;
     n->alive++;
@@ -281,11 +291,13 @@ static int fork_child(struct node *n, struct child *ch, const sigset_t *orig_mas
     return 0;
 }
 
-/* Fork one child for process p (NULL: the coordinator). */
-static int start_child(struct node *n, const struct cluster_proc *p, const sigset_t *orig_mask)
+/* Fork one child for process p (NULL: coordinator line coord). */
+static int start_child(struct node *n, const struct cluster_proc *p, int coord,
+                       const sigset_t *orig_mask)
 {
     struct child *ch = &n->children[n->nchildren];
     ch->proc = p;
+    ch->coord = coord;
     ch->backoff_ms = RESTART_FIRST_MS;
     if (fork_child(n, ch, orig_mask) < 0)
         return -1;
@@ -296,19 +308,20 @@ static int start_child(struct node *n, const struct cluster_proc *p, const sigse
 static int start_children(struct node *n, const sigset_t *orig_mask)
 {
     const struct cluster *c = &n->cluster;
-    /* One more slot for the coordinator. */
-    n->children = calloc((size_t)c->nprocs + 1, sizeof(*n->children));
+    /* More slots for coordinators. */
+    n->children = calloc((size_t)c->nprocs + CLUSTER_MAX_COORDS, sizeof(*n->children));
     if (!n->children) {
         fprintf(stderr, "cocytus-node: out of memory\n");
         return -1;
     }
     /* The coordinator first: the servers' control links find it sooner. */
-    if (cluster_coordinator_node(c) == n->node && start_child(n, NULL, orig_mask) < 0)
-        return -1;
+    for (int k = 0; k < c->ncoords; k++)
+        if (cluster_coordinator_node_of(c, k) == n->node && start_child(n, NULL, k, orig_mask) < 0)
+            return -1;
     for (int i = 0; i < c->nprocs; i++) {
         if (c->procs[i].node != n->node)
             continue;
-        if (start_child(n, &c->procs[i], orig_mask) < 0)
+        if (start_child(n, &c->procs[i], 0, orig_mask) < 0)
             return -1;
     }
     return 0;
@@ -332,7 +345,7 @@ static void log_death(const struct node *n, const struct child *c, int status)
                  p->group, p->index, (long)c->pid, p->host, p->port);
     else
         snprintf(what, sizeof(what), "coordinator (pid %ld, %s:%d)", (long)c->pid,
-                 n->cluster.coord_host, n->cluster.coord_port);
+                 n->cluster.coords[c->coord].host, n->cluster.coords[c->coord].port);
     if (WIFEXITED(status))
         snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status))

@@ -38,7 +38,7 @@ struct parser {
     int line;                       /* current line number (0: whole file) */
     int name_line, secret_line, scheme_line, sync_line, routing_line, recovery_line;
     int region_line, memory_line, base_port_line;
-    int coordinator_line, coord_state_line;
+    int coordinator_line, coord_state_line, zookeeper_line, second_coordinator_line;
     char coord_state[CLUSTER_PATH_MAX];     /* as written; resolved at the end */
     int node_line[CLUSTER_MAX_NODES];
     struct proc_line *procs;        /* explicit proc lines */
@@ -355,20 +355,49 @@ static int dir_proc(struct parser *p, int argc, char **argv)
     return 0;
 }
 
+/* coordinator zookeeper <host:port,...[/chroot]> */
+static int dir_coordinator_zookeeper(struct parser *p, int argc, char **argv)
+{
+    if (want_fields(p, argc, 3, "coordinator zookeeper <host:port,...[/chroot]>") < 0 ||
+        once(p, &p->zookeeper_line, "coordinator zookeeper") < 0)
+        return -1;
+    p->c->has_zookeeper = true;
+    return copy_text(p, p->c->zk_connect, sizeof(p->c->zk_connect), argv[2],
+                     "the ZooKeeper connect string");
+}
+
 static int dir_coordinator(struct parser *p, int argc, char **argv)
 {
     struct cluster *c = p->c;
-    if (want_fields(p, argc, 4, "coordinator <host> <port> <link_port>") < 0 ||
-        once(p, &p->coordinator_line, "coordinator") < 0)
+    if (argc >= 2 && strcmp(argv[1], "zookeeper") == 0)
+        return dir_coordinator_zookeeper(p, argc, argv);
+    if (want_fields(p, argc, 4, "coordinator <host> <port> <link_port>") < 0)
         return -1;
-    if (copy_text(p, c->coord_host, sizeof(c->coord_host), argv[1], "the coordinator host") < 0)
+    if (c->ncoords == CLUSTER_MAX_COORDS)
+        return fail(p, "more than %d coordinator lines", CLUSTER_MAX_COORDS);
+    struct cluster_coord *k = &c->coords[c->ncoords];
+    if (copy_text(p, k->host, sizeof(k->host), argv[1], "the coordinator host") < 0)
         return -1;
-    if (!parse_int(argv[2], 1, MAX_PORT, &c->coord_port))
+    if (!parse_int(argv[2], 1, MAX_PORT, &k->port))
         return fail(p, "bad coordinator port '%s' (1 to 65535)", argv[2]);
-    if (!parse_int(argv[3], 1, MAX_PORT, &c->coord_link_port))
+    if (!parse_int(argv[3], 1, MAX_PORT, &k->link_port))
         return fail(p, "bad coordinator link port '%s' (1 to 65535)", argv[3]);
-    if (c->coord_port == c->coord_link_port)
-        return fail(p, "coordinator port and link port are both %d", c->coord_port);
+    if (k->port == k->link_port)
+        return fail(p, "coordinator port and link port are both %d", k->port);
+    for (int i = 0; i < c->ncoords; i++)
+        if (strcmp(c->coords[i].host, k->host) == 0 &&
+            (c->coords[i].port == k->port || c->coords[i].link_port == k->link_port ||
+             c->coords[i].port == k->link_port || c->coords[i].link_port == k->port))
+            return fail(p, "coordinator ports %d/%d on %s clash with another coordinator line",
+                        k->port, k->link_port, k->host);
+    if (c->ncoords++ == 0) {
+        p->coordinator_line = p->line;
+        snprintf(c->coord_host, sizeof(c->coord_host), "%s", k->host);
+        c->coord_port = k->port;
+        c->coord_link_port = k->link_port;
+    } else {
+        p->second_coordinator_line = p->line;
+    }
     c->has_coordinator = true;
     return 0;
 }
@@ -664,19 +693,22 @@ static int use_explicit_procs(struct parser *p)
 static int check_coordinator_ports(struct parser *p)
 {
     const struct cluster *c = p->c;
-    for (int i = 0; i < c->nprocs; i++) {
-        const struct cluster_proc *q = &c->procs[i];
-        if (strcmp(q->host, c->coord_host) != 0)
-            continue;
-        int clash = 0;
-        if (c->coord_port == q->port || c->coord_port == q->link_port)
-            clash = c->coord_port;
-        else if (c->coord_link_port == q->port || c->coord_link_port == q->link_port)
-            clash = c->coord_link_port;
-        if (clash) {
-            p->line = p->coordinator_line;
-            return fail(p, "coordinator port %d on %s is already used by %s process %d of group %d",
-                        clash, c->coord_host, cluster_role_name(q->role), q->index, q->group);
+    for (int k = 0; k < c->ncoords; k++) {
+        const struct cluster_coord *co = &c->coords[k];
+        for (int i = 0; i < c->nprocs; i++) {
+            const struct cluster_proc *q = &c->procs[i];
+            if (strcmp(q->host, co->host) != 0)
+                continue;
+            int clash = 0;
+            if (co->port == q->port || co->port == q->link_port)
+                clash = co->port;
+            else if (co->link_port == q->port || co->link_port == q->link_port)
+                clash = co->link_port;
+            if (clash) {
+                p->line = k == 0 ? p->coordinator_line : p->second_coordinator_line;
+                return fail(p, "coordinator port %d on %s is already used by %s process %d of group %d",
+                            clash, co->host, cluster_role_name(q->role), q->index, q->group);
+            }
         }
     }
     return 0;
@@ -702,6 +734,17 @@ static int resolve_coord_state(struct parser *p, const char *path)
 
 static int finish_coordinator(struct parser *p, const char *path)
 {
+    if (p->zookeeper_line && !p->c->has_coordinator) {
+        p->line = p->zookeeper_line;
+        return fail(p, "'coordinator zookeeper' needs 'coordinator <host> <port> <link_port>' "
+                    "lines for the coordinator processes");
+    }
+    if (p->c->ncoords > 1 && !p->c->has_zookeeper) {
+        p->line = p->second_coordinator_line;
+        return fail(p, "'coordinator' given twice (first on line %d); a second coordinator "
+                    "needs 'coordinator zookeeper <host:port,...>' (only ZooKeeper decides which "
+                    "one leads)", p->coordinator_line);
+    }
     if (!p->c->has_coordinator) {
         if (p->coord_state_line) {
             p->line = p->coord_state_line;
@@ -722,6 +765,26 @@ int cluster_coordinator_node(const struct cluster *c)
         if (strcmp(c->hosts[i], c->coord_host) == 0)
             return i;
     return -1;
+}
+
+int cluster_coordinator_node_of(const struct cluster *c, int i)
+{
+    if (i < 0 || i >= c->ncoords)
+        return -1;
+    int first = -1;
+    for (int n = 0; n < c->nnodes; n++) {
+        if (strcmp(c->hosts[n], c->coords[i].host) != 0)
+            continue;
+        if (first < 0)
+            first = n;
+        bool taken = false;
+        for (int j = 0; j < i; j++)
+            if (cluster_coordinator_node_of(c, j) == n)
+                taken = true;
+        if (!taken)
+            return n;
+    }
+    return first;
 }
 
 static void set_defaults(struct cluster *c)

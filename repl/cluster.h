@@ -24,6 +24,12 @@
  *   proc      <group> <role> <index> <node> <port> <link_port>   (optional, explicit)
  *   coordinator <host> <port> <link_port>   (optional) the coordinator process:
  *                                   memcached-protocol port and control-link port
+ *   coordinator <host> <port> <link_port>   may repeat (at most
+ *                                   CLUSTER_MAX_COORDS) with a ZooKeeper line:
+ *                                   one line per coordinator process
+ *   coordinator zookeeper <host:port,...[/chroot]>   (optional) keep the
+ *                                   coordinator's state in ZooKeeper and elect
+ *                                   a leader among the coordinator processes
  *   coord_state <path>              (optional) the coordinator's state file; a
  *                                   relative path is taken from the cluster
  *                                   file's directory (default coordinator.state
@@ -46,6 +52,7 @@
 #define CLUSTER_HOST_MAX 64
 #define CLUSTER_MAX_NODES 64
 #define CLUSTER_PATH_MAX 1024
+#define CLUSTER_MAX_COORDS 4
 
 enum cluster_scheme { SCHEME_PLAIN = 0, SCHEME_PBR = 1, SCHEME_RS = 2 };
 enum cluster_role { ROLE_PLAIN = 0, ROLE_DATA = 1, ROLE_PARITY = 2, ROLE_PRIMARY = 3, ROLE_BACKUP = 4 };
@@ -83,6 +90,15 @@ struct cluster {
     int coord_port;                 /* memcached text protocol (admin words) */
     int coord_link_port;            /* control links from every server process */
     char coord_state[CLUSTER_PATH_MAX]; /* state file, resolved against the file's directory */
+    /* Every coordinator process (coord_* above is the first); more than one
+     * only with a ZooKeeper backend, which elects the leader among them. */
+    int ncoords;
+    struct cluster_coord {
+        char host[CLUSTER_HOST_MAX];
+        int port, link_port;
+    } coords[CLUSTER_MAX_COORDS];
+    bool has_zookeeper;             /* "coordinator zookeeper <connect>" */
+    char zk_connect[CLUSTER_PATH_MAX];
 };
 
 /* Parse path.  0, or -1 with a clear message (line number and what is
@@ -102,6 +118,10 @@ int cluster_role_from_name(const char *name, enum cluster_role *out);
 /* Node index of the coordinator: the first node whose host is the
  * coordinator's host, or -1 (no coordinator, or on no node's host). */
 int cluster_coordinator_node(const struct cluster *c);
+/* Node index that runs coordinator i (coords[i]): the first node on its host
+ * not taken by an earlier coordinator line, else the first on its host; -1
+ * if on no node's host. */
+int cluster_coordinator_node_of(const struct cluster *c, int i);
 /* "plain", "pbr", "rs". */
 const char *cluster_scheme_name(enum cluster_scheme s);
 

@@ -364,6 +364,37 @@ START_TEST(test_coordinator)
 }
 END_TEST
 
+/* coordinator zookeeper: several coordinator lines, each started by a node
+ * of its host (one node each while there are enough). */
+START_TEST(test_coordinator_zookeeper)
+{
+    struct cluster c;
+    load_ok(HEAD "scheme plain\nbase_port 30000\nnode 0 10.0.0.1\nnode 1 10.0.0.1\n"
+            "node 2 10.0.0.3\ncoordinator 10.0.0.1 30100 30101\n"
+            "coordinator zookeeper 10.0.0.7:2181,10.0.0.8:2181/cocytus\n"
+            "coordinator 10.0.0.1 30102 30103\ncoordinator 10.0.0.3 30100 30101\n", &c);
+    ck_assert(c.has_coordinator);
+    ck_assert(c.has_zookeeper);
+    ck_assert_str_eq(c.zk_connect, "10.0.0.7:2181,10.0.0.8:2181/cocytus");
+    ck_assert_int_eq(c.ncoords, 3);
+    ck_assert_int_eq(c.coord_port, 30100);              /* the first line */
+    ck_assert_int_eq(c.coords[1].port, 30102);
+    ck_assert_int_eq(c.coords[2].link_port, 30101);
+    ck_assert_int_eq(cluster_coordinator_node_of(&c, 0), 0);
+    ck_assert_int_eq(cluster_coordinator_node_of(&c, 1), 1);
+    ck_assert_int_eq(cluster_coordinator_node_of(&c, 2), 2);
+    ck_assert_int_eq(cluster_coordinator_node_of(&c, 3), -1);
+    cluster_free(&c);
+    /* One node on the host: it runs both. */
+    load_ok(HEAD "scheme plain\nbase_port 30000\nnode 0 10.0.0.1\n"
+            "coordinator 10.0.0.1 30100 30101\ncoordinator 10.0.0.1 30102 30103\n"
+            "coordinator zookeeper 10.0.0.7:2181\n", &c);
+    ck_assert_int_eq(cluster_coordinator_node_of(&c, 0), 0);
+    ck_assert_int_eq(cluster_coordinator_node_of(&c, 1), 0);
+    cluster_free(&c);
+}
+END_TEST
+
 START_TEST(test_errors_coordinator)
 {
     const char *plain = HEAD "scheme plain\nbase_port 30000\nnode 0 a\nnode 1 b\n";
@@ -380,6 +411,13 @@ START_TEST(test_errors_coordinator)
     load_fails(WITH("coordinator a 30001 30101\n"),
                "line 7: coordinator port 30001 on a is already used by plain process 0 of group 0");
     load_fails(WITH("coord_state x\n"), "line 7: 'coord_state' without a 'coordinator' line");
+    load_fails(WITH("coordinator zookeeper z:2181\n"),
+               "line 7: 'coordinator zookeeper' needs 'coordinator <host> <port> <link_port>' lines");
+    load_fails(WITH("coordinator zookeeper\n"), "line 7: expected 'coordinator zookeeper <host:port,...[/chroot]>'");
+    load_fails(WITH("coordinator zookeeper z:1\ncoordinator zookeeper z:2\n"),
+               "line 8: 'coordinator zookeeper' given twice");
+    load_fails(WITH("coordinator zookeeper z:1\ncoordinator a 30100 30101\ncoordinator a 30101 30102\n"),
+               "line 9: coordinator ports 30101/30102 on a clash with another coordinator line");
     load_fails(WITH("coordinator a 30100 30101\ncoord_state\n"), "line 8: expected 'coord_state <path>'");
 #undef WITH
 }
@@ -410,6 +448,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(errors, test_errors_nodes);
     tcase_add_test(errors, test_errors_procs);
     tcase_add_test(errors, test_errors_coordinator);
+    tcase_add_test(errors, test_coordinator_zookeeper);
     suite_add_tcase(s, errors);
     return s;
 }

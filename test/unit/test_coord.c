@@ -273,6 +273,43 @@ START_TEST(test_state_other_layout)
 }
 END_TEST
 
+/* The ZooKeeper backend's bytes: the state, then progress lines, which the
+ * file loader refuses and the decoder with `used` leaves to the caller. */
+START_TEST(test_state_with_progress)
+{
+    struct slotmap m, back;
+    size_t len, used = 0;
+    build_map(&m, 1);
+    m.epoch = 4;
+    char *bytes = coord_state_encode(&m, &len);
+    ck_assert_ptr_nonnull(bytes);
+    const char *extra = "progress 1\nview 0 7 -,-,- p,p\npid 3 4711\n";
+    char *all = malloc(len + strlen(extra) + 1);
+    memcpy(all, bytes, len);
+    strcpy(all + len, extra);
+    ck_assert_msg(coord_state_decode("zk", all, len + strlen(extra), &cl, &back, &used, err,
+                                     sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(used, len);
+    ck_assert_uint_eq(back.epoch, 4);
+    ck_assert_mem_eq(back.slot, m.slot, sizeof(m.slot));
+    slotmap_free(&back);
+    /* Exactly one state without `used`: the extra bytes are refused. */
+    ck_assert_int_eq(coord_state_decode("zk", all, len + strlen(extra), &cl, &back, NULL, err,
+                                        sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "bytes of map announced"));
+    /* And what the file backend writes is exactly the encoded bytes. */
+    ck_assert_int_eq(coord_state_save(state, &m, err, sizeof(err)), 0);
+    size_t flen;
+    char *file = read_text(state, &flen);
+    ck_assert_uint_eq(flen, len);
+    ck_assert_mem_eq(file, bytes, len);
+    free(file);
+    free(all);
+    free(bytes);
+    slotmap_free(&m);
+}
+END_TEST
+
 START_TEST(test_state_unwritable)
 {
     struct slotmap m;
@@ -297,6 +334,7 @@ static Suite *coord_suite(void)
     tcase_add_test(st, test_state_corrupt);
     tcase_add_test(st, test_state_other_layout);
     tcase_add_test(st, test_state_unwritable);
+    tcase_add_test(st, test_state_with_progress);
     suite_add_tcase(s, st);
     return s;
 }

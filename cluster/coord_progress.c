@@ -1,0 +1,253 @@
+/* coord_progress.c - the work in progress that a new leader must finish,
+ * as text lines saved beside the slot map in ZooKeeper (coord_zk.c):
+ *
+ *   view <g> <version> <dps> <pps>                 each coding group's view
+ *   tk <g> <f> <phase> <r> <stable> <participants> a takeover of dead DP f
+ *                                                  (phase 0: not started yet)
+ *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
+ *   move <slot> <to endpoint> <epoch>              the running slot move
+ *   pid <member> <pid>                             each process's pid, as
+ *                                                  seen in its last hello
+ *
+ * The coordinator saves them at every step (a view change, a takeover or
+ * migration phase, a move starting or ending).  A new leader applies them
+ * before anyone is heard from, and each piece continues with the messages
+ * that the old leader would have resent anyway (every step is resent until
+ * answered, so the processes take a repeated step as the same step):
+ *   - a takeover goes on from its phase (prepare again, or truncate/takeover
+ *     with the recorded recovery process and stable xid);
+ *   - a migration in handoff or serve goes on there (the recovery process
+ *     holds writes in handoff: it must be answered); one still copying
+ *     starts over later by itself;
+ *   - a parity process being rebuilt is rebuilt again from the start;
+ *   - a move waits for its source's outcome (its "migrated" is sent again
+ *     after the hello, or its epoch shows the move done).
+ * Without the view lines a restarted data process that came back empty
+ * during a takeover would look like the original serving its keys; without
+ * the pids, one that died and came back while no leader watched (between
+ * the old leader's death and the new one's election) would too: a hello
+ * with another pid is that process's death, handled late. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coord_group.h"
+#include "coord_internal.h"
+
+#define LINE_MAX_LEN 512
+
+/* ---- saving ---- */
+
+struct textbuf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+
+static void put(struct textbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct textbuf *b, const char *fmt, ...)
+{
+    char line[LINE_MAX_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line) || b->failed) {
+        b->failed = true;
+        return;
+    }
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->failed = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, line, (size_t)n + 1);
+    b->len += (size_t)n;
+}
+
+static void put_group(struct textbuf *b, const struct cgroup *cg)
+{
+    char view[256];
+    group_view_format(&cg->view, view, sizeof(view));
+    put(b, "view %d %s\n", cg->g, view);
+    for (int f = 0; f < cg->view.k; f++) {
+        const struct takeover *tk = &cg->tk[f];
+        if (tk->phase != PH_NONE || tk->deferred)
+            put(b, "tk %d %d %d %d %" PRIu64 " %u\n", cg->g, f, (int)tk->phase, tk->r,
+                tk->stable, (unsigned)tk->participants);
+        const struct migration *mg = &cg->mig[f];
+        if (mg->phase != MIG_NONE)
+            put(b, "mig %d %d %d %d %" PRIu64 "\n", cg->g, f, (int)mg->phase, mg->r, mg->xid);
+    }
+}
+
+char *coord_progress_encode(struct coord *co, size_t *len)
+{
+    struct textbuf b = { NULL, 0, 0, false };
+    put(&b, "progress 1\n");
+    for (int g = 0; co->groups && g < co->groups->n; g++)
+        put_group(&b, &co->groups->g[g]);
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].pid > 0)
+            put(&b, "pid %d %ld\n", i, co->members[i].pid);
+    if (co->running >= 0) {
+        const struct move *mv = &co->moves[co->running];
+        put(&b, "move %u %d %" PRIu64 "\n", mv->slot, mv->to_endpoint, mv->epoch);
+    }
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}
+
+/* ---- resuming ---- */
+
+static void apply_view(struct coord *co, const char *line)
+{
+    int g, off = 0;
+    if (sscanf(line, "view %d %n", &g, &off) != 1 || off == 0)
+        return;
+    struct cgroup *cg = coord_group_of(co, g);
+    if (!cg)
+        return;
+    const char *rest = line + off;
+    struct group_view v = cg->view;
+    if (group_view_parse(&v, cg->view.k, cg->view.m, rest, strlen(rest)) < 0) {
+        fprintf(stderr, "coordinator: saved view of group %d is malformed; ignored\n", g);
+        return;
+    }
+    /* Versions only grow, whichever clock this leader has. */
+    uint64_t now_version = (uint64_t)time(NULL) * 1000u;
+    v.version = v.version > now_version ? v.version : now_version;
+    for (int j = 0; j < v.m; j++) {
+        if (v.pp_state[j] == GV_PP_REBUILDING)
+            v.pp_state[j] = GV_PP_DEAD;       /* rebuilt again from the start */
+    }
+    cg->view = v;
+    for (int f = 0; f < v.k; f++)
+        if (v.dp_server[f] == -2 && !cg->lost) {
+            cg->lost = true;                  /* unless a takeover line follows */
+            snprintf(cg->lost_why, sizeof(cg->lost_why), "dp %d: lost before this leader", f);
+        }
+}
+
+static void apply_takeover(struct coord *co, const char *line)
+{
+    int g, f, phase, r;
+    unsigned long long stable;
+    unsigned participants;
+    if (sscanf(line, "tk %d %d %d %d %llu %u", &g, &f, &phase, &r, &stable, &participants) != 6)
+        return;
+    struct cgroup *cg = coord_group_of(co, g);
+    if (!cg || f < 0 || f >= cg->view.k || phase < PH_NONE || phase > PH_TAKEOVER)
+        return;
+    struct takeover *tk = &cg->tk[f];
+    memset(tk, 0, sizeof(*tk));
+    cg->lost = false;
+    cg->lost_why[0] = '\0';
+    if (phase == PH_NONE) {
+        /* A death seen late whose takeover had not started. */
+        tk->deferred = true;
+        tk->dead_at_us = coord_now_us();
+        return;
+    }
+    tk->phase = (enum dp_phase)phase;
+    tk->participants = participants;
+    tk->r = r;
+    tk->dead_at_us = coord_now_us();
+    tk->prepare_started_us = tk->dead_at_us;
+    tk->step_at_ms = 0;                       /* sent at the first check */
+    if (tk->phase == PH_PREPARE) {
+        tk->stable = UINT64_MAX;
+        tk->waiting = participants;
+    } else {
+        tk->stable = stable;
+        tk->waiting = tk->phase == PH_TAKEOVER ? 1u << r : participants & ~(1u << r);
+    }
+    cg->lost = false;
+    cg->lost_why[0] = '\0';
+    if (!cg->degraded_since_us)
+        cg->degraded_since_us = coord_now_us();
+    fprintf(stderr, "coordinator: resuming the takeover of group %d dp %d in phase %d "
+            "(recovery process %d, stable xid %llu)\n", g, f, phase, r, stable);
+}
+
+static void apply_migration(struct coord *co, const char *line)
+{
+    int g, f, phase, r;
+    unsigned long long xid;
+    if (sscanf(line, "mig %d %d %d %d %llu", &g, &f, &phase, &r, &xid) != 5)
+        return;
+    struct cgroup *cg = coord_group_of(co, g);
+    if (!cg || f < 0 || f >= cg->view.k || r < 0 || r >= cg->view.m)
+        return;
+    if (phase != MIG_HANDOFF && phase != MIG_SERVE)
+        return;                               /* a copy starts over by itself */
+    struct migration *mg = &cg->mig[f];
+    memset(mg, 0, sizeof(*mg));
+    mg->phase = (enum mig_phase)phase;
+    mg->r = r;
+    mg->xid = xid;
+    mg->started_us = coord_now_us();
+    mg->progress_at_ms = coord_now_ms();
+    mg->step_at_ms = 0;
+    fprintf(stderr, "coordinator: resuming the migration of group %d dp %d from parity process "
+            "%d in phase %s\n", g, f, r, phase == MIG_HANDOFF ? "handoff" : "serve");
+}
+
+static void apply_move(struct coord *co, const char *line)
+{
+    unsigned slot;
+    int to;
+    unsigned long long epoch;
+    if (sscanf(line, "move %u %d %llu", &slot, &to, &epoch) != 3)
+        return;
+    coord_resume_move(co, slot, to, epoch);
+}
+
+static void apply_pid(struct coord *co, const char *line)
+{
+    int i;
+    long pid;
+    if (sscanf(line, "pid %d %ld", &i, &pid) == 2 && i >= 0 && i < co->nmembers && pid > 0)
+        co->members[i].saved_pid = pid;
+}
+
+void coord_progress_apply(struct coord *co, const char *text, size_t len)
+{
+    char line[LINE_MAX_LEN];
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (n < sizeof(line)) {
+            memcpy(line, p, n);
+            line[n] = '\0';
+            if (strncmp(line, "view ", 5) == 0)
+                apply_view(co, line);
+            else if (strncmp(line, "tk ", 3) == 0)
+                apply_takeover(co, line);
+            else if (strncmp(line, "mig ", 4) == 0)
+                apply_migration(co, line);
+            else if (strncmp(line, "move ", 5) == 0)
+                apply_move(co, line);
+            else if (strncmp(line, "pid ", 4) == 0)
+                apply_pid(co, line);
+        }
+        p += n + 1;
+    }
+}

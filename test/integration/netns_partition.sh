@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# netns_partition.sh - the multi-host run (scripts/netns-cluster): the
+# default cluster as 5 hosts in network namespaces with ZooKeeper and the
+# proxy in two more, then the partition drill: node 2 is cut off from the
+# others, ZooKeeper and the proxy for 6 s while a writer on its own host
+# keeps setting keys on its data process.  Must end with no acknowledged
+# write lost, nothing the cut-off process acknowledged during the cut
+# (there must be nothing) contradicted, every group healthy again and
+# cocytus-cli verify clean.  Skipped (77) without root, network namespaces,
+# ZooKeeper or a build with libzookeeper.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$build_dir/bench/drill-writer" "$build_dir/client/cocytus-cli" \
+    "$build_dir/client/cocytus-proxy" "$build_dir/cocytus/cocytus-node"
+netns=$top_srcdir/scripts/netns-cluster
+dir=$(mktemp -d "${TMPDIR:-/tmp}/netns_partition.XXXXXX")
+cleanup() {
+    bash "$netns" down --dir "$dir" >/dev/null 2>&1
+    rm -rf "$dir"
+}
+on_exit cleanup
+
+out=$(bash "$netns" up --dir "$dir" 2>&1)
+rc=$?
+if [ $rc -eq 77 ]; then
+    echo "SKIP: ${out##*cannot run here: }"
+    exit 77
+fi
+if [ $rc -ne 0 ]; then
+    printf '%s\n' "$out" | tail -20
+    fail "netns-cluster up exited $rc"
+    finish
+fi
+ok "$(printf '%s\n' "$out" | tail -1)"
+if grep -q '127\.0\.0\.1' "$dir/cluster.conf" "$dir/endpoints"; then
+    fail "the multi-host cluster file or endpoints name 127.0.0.1"
+fi
+
+out=$(bash "$netns" drill --kind partition --node 2 --seconds 10 --cut-ms 6000 --dir "$dir" 2>&1)
+rc=$?
+line=$(printf '%s\n' "$out" | grep '^netns drill partition')
+if [ $rc -ne 0 ] || [ -z "$line" ]; then
+    printf '%s\n' "$out" | tail -20
+    for f in "$dir"/coordinator*.log; do
+        [ -f "$f" ] && { echo "--- $f"; grep -v ZOO_ "$f" | tail -20; }
+    done
+    fail "partition drill exited $rc: ${line:-no result line}"
+else
+    case $line in
+        *"cutoff_stored 0, "*) ok "$line" ;;
+        *) fail "a cut-off process acknowledged writes during the cut: $line" ;;
+    esac
+fi
+bad=$(grep -l -E "AddressSanitizer|LeakSanitizer|runtime error" "$dir"/*.log 2>/dev/null)
+[ -z "$bad" ] || { grep -h -A 20 -E "AddressSanitizer|LeakSanitizer|runtime error" $bad | head -60;
+                   fail "sanitizer report in $bad"; }
+finish

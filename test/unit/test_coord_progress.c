@@ -1,0 +1,160 @@
+/* test_coord_progress.c - the work in progress a coordinator saves beside
+ * the map for the next leader (cluster/coord_progress.c): what one leader
+ * encodes, a fresh one applies back before anyone is heard from - views,
+ * takeover phases, handoff migrations, the running move, pids. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "coord_group.h"
+#include "coord_internal.h"
+#include "slotmap.h"
+
+static char err[512];
+static char conf[64];
+static struct cluster cl;
+
+static void setup(void)
+{
+    snprintf(conf, sizeof(conf), "/tmp/test_coord_progress.XXXXXX");
+    int fd = mkstemp(conf);
+    ck_assert_int_ge(fd, 0);
+    const char *text = "cluster demo\nsecret s\nscheme rs 3 5\nbase_port 30000\n"
+                       "node 0 10.0.0.1\nnode 1 10.0.0.2\nnode 2 10.0.0.3\nnode 3 10.0.0.4\n"
+                       "node 4 10.0.0.5\ncoordinator 10.0.0.1 30100 30101\n";
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    ck_assert_msg(cluster_load(conf, &cl, err, sizeof(err)) == 0, "%s", err);
+}
+
+static void teardown(void)
+{
+    cluster_free(&cl);
+    unlink(conf);
+}
+
+/* A coordinator as coord_engine_new builds it, without a server. */
+static void coord_make(struct coord *co)
+{
+    memset(co, 0, sizeof(*co));
+    co->c = &cl;
+    co->running = -1;
+    co->members = calloc((size_t)cl.nprocs, sizeof(*co->members));
+    ck_assert_ptr_nonnull(co->members);
+    for (int i = 0; i < cl.nprocs; i++) {
+        co->members[i].co = co;
+        co->members[i].proc = &cl.procs[i];
+    }
+    co->nmembers = cl.nprocs;
+    ck_assert_msg(slotmap_build(&co->map, &cl, 5, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(coord_recovery_init(co), 0);
+}
+
+static void coord_unmake(struct coord *co)
+{
+    coord_recovery_free(co);
+    slotmap_free(&co->map);
+    free(co->members);
+    free(co->moves);
+}
+
+START_TEST(test_progress_round_trip)
+{
+    struct coord a, b;
+    coord_make(&a);
+    coord_make(&b);
+    /* Group 1: dp 2 dead, parity process 0 chosen at stable xid 812,
+     * truncating; parity 1 dead.  Group 3: dp 0 handed off by parity 1. */
+    struct cgroup *g1 = &a.groups->g[1], *g3 = &a.groups->g[3];
+    g1->view.dp_server[2] = -2;
+    g1->view.pp_state[1] = GV_PP_DEAD;
+    g1->view.version = 9000000000000ull;
+    g1->tk[2].phase = PH_TRUNCATE;
+    g1->tk[2].r = 0;
+    g1->tk[2].stable = 812;
+    g1->tk[2].participants = 1;
+    g3->mig[0].phase = MIG_HANDOFF;
+    g3->mig[0].r = 1;
+    g3->view.pp_state[1] = GV_PP_SERVING;
+    g3->view.pp_serves[1] = 0;
+    g3->view.dp_server[0] = 1;
+    a.members[4].pid = 4711;
+    /* Group 4: dp 1 died unseen; its takeover waits. */
+    a.groups->g[4].tk[1].deferred = true;
+    a.groups->g[4].view.dp_server[1] = -2;
+
+    size_t len;
+    char *text = coord_progress_encode(&a, &len);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_ptr_nonnull(strstr(text, "tk 1 2 2 0 812 1\n"));
+    coord_progress_apply(&b, text, len);
+
+    const struct cgroup *h1 = &b.groups->g[1], *h3 = &b.groups->g[3], *h4 = &b.groups->g[4];
+    ck_assert_int_eq(h1->view.dp_server[2], -2);
+    ck_assert_int_eq(h1->view.pp_state[1], GV_PP_DEAD);
+    ck_assert_uint_ge(h1->view.version, 9000000000000ull);   /* never older */
+    ck_assert_int_eq(h1->tk[2].phase, PH_TRUNCATE);
+    ck_assert_int_eq(h1->tk[2].r, 0);
+    ck_assert_uint_eq(h1->tk[2].stable, 812);
+    ck_assert_uint_eq(h1->tk[2].waiting, 0);          /* participants minus r */
+    ck_assert(!h1->lost);                             /* -2 with a takeover: not lost */
+    ck_assert_int_eq(h3->mig[0].phase, MIG_HANDOFF);
+    ck_assert_int_eq(h3->mig[0].r, 1);
+    ck_assert_int_eq(h3->view.dp_server[0], 1);
+    ck_assert_int_eq(h3->view.pp_state[1], GV_PP_SERVING);
+    ck_assert(h4->tk[1].deferred);
+    ck_assert(!h4->lost);
+    ck_assert_int_eq(b.members[4].saved_pid, 4711);
+    free(text);
+    coord_unmake(&a);
+    coord_unmake(&b);
+}
+END_TEST
+
+START_TEST(test_progress_rebuild_and_loss)
+{
+    struct coord a, b;
+    coord_make(&a);
+    coord_make(&b);
+    /* A rebuild in progress starts over as dead; a dp nobody serves and
+     * no takeover for it is lost. */
+    a.groups->g[0].view.pp_state[0] = GV_PP_REBUILDING;
+    a.groups->g[2].view.dp_server[1] = -2;
+    size_t len;
+    char *text = coord_progress_encode(&a, &len);
+    coord_progress_apply(&b, text, len);
+    ck_assert_int_eq(b.groups->g[0].view.pp_state[0], GV_PP_DEAD);
+    ck_assert(b.groups->g[2].lost);
+    ck_assert(!b.groups->g[0].lost);
+    /* Malformed lines are ignored. */
+    const char *junk = "view 99 1 -,-,- p,p\ntk 1 9 2 0 1 1\nmig x\npid -1 5\nmove 99999 0 6\n";
+    coord_progress_apply(&b, junk, strlen(junk));
+    ck_assert_int_eq(b.running, -1);
+    free(text);
+    coord_unmake(&a);
+    coord_unmake(&b);
+}
+END_TEST
+
+static Suite *progress_suite(void)
+{
+    Suite *s = suite_create("coord_progress");
+    TCase *tc = tcase_create("progress");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_progress_round_trip);
+    tcase_add_test(tc, test_progress_rebuild_and_loss);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(progress_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
