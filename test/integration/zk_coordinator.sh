@@ -79,9 +79,8 @@ leader_of() {
     return 1
 }
 
-admin_line() {  # admin_line HOST:PORT COMMAND: the first reply line
-    timeout 3 bash -c 'exec 3<>"/dev/tcp/${1%:*}/${1##*:}" || exit 1; printf "%s\r\n" "$2" >&3
-        IFS= read -r -t 2 l <&3; echo "${l%$'"'"'\r'"'"'}"' _ "$1" "$2" 2>/dev/null
+admin_line() {  # admin_line DIR HOST:PORT COMMAND: the first reply line (authenticated)
+    ctl "$1" "$2" "$3" | head -n 1
 }
 
 move_across_leaders() {
@@ -97,7 +96,7 @@ move_across_leaders() {
     src=$(awk '$3 == 0 && $4 == 0 { print $6 }' "$d/endpoints")
     sleep 1     # every process said hello
     kill -STOP "$src"
-    reply=$(admin_line "$leader" "cocytus move 7 2")
+    reply=$(admin_line "$d" "$leader" "cocytus move 7 2")
     kill -KILL "$lpid"
     sleep 0.2
     kill -CONT "$src"
@@ -108,12 +107,11 @@ move_across_leaders() {
     local new=""
     for _ in $(seq 150); do
         new=$(leader_of "$d") && [ "$new" != "$leader" ] &&
-            moves=$(timeout 3 bash -c 'exec 3<>"/dev/tcp/${1%:*}/${1##*:}"; printf "cocytus moves\r\n" >&3
-                while IFS= read -r -t 2 l <&3; do echo "${l%$'"'"'\r'"'"'}"; [ "${l%$'"'"'\r'"'"'}" = END ] && break; done' _ "$new") &&
+            moves=$(ctl "$d" "$new" "cocytus moves") &&
             grep -q "^move 7 .* done" <<<"$moves" && break
         sleep 0.1
     done
-    epoch=$(admin_line "${new:-$leader}" "cocytus status")
+    epoch=$(admin_line "$d" "${new:-$leader}" "cocytus status")
     if grep -q "^move 7 .* done" <<<"${moves:-}" && [ "$epoch" = "epoch 2" ]; then
         ok "move: the next leader ($new) finished the move of slot 7 started by $leader ($epoch)"
     else
