@@ -69,6 +69,7 @@ static struct resp *resp_alloc(struct conn *c)
     r->opcode = 0;
     r->opaque = 0;
     r->arg = 0;
+    r->scratch = 0;
     r->complete = NULL;
     return r;
 }
@@ -207,6 +208,19 @@ void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle)
 void resp_done(struct resp *r)
 {
     r->done = true;
+}
+
+void *resp_scratch_reserve(struct resp *r, size_t n)
+{
+    resp_reserve(r, n);
+    r->scratch = (uint32_t)n;
+    r->buflen += (uint32_t)n;
+    return r->buf;
+}
+
+void *resp_scratch(struct resp *r)
+{
+    return r->scratch ? r->buf : NULL;
 }
 
 struct resp *conn_resp_new(struct conn *c)
@@ -370,6 +384,29 @@ eng_status conn_get(struct conn *c, const char *key, size_t nkey,
         c->srv->stats.get_hits++;
     else if (st == ENG_NOT_FOUND)
         c->srv->stats.get_misses++;
+    return st;
+}
+
+eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
+                       struct eng_value *out, struct eng_result *res)
+{
+    struct engine *e = c->srv->engine;
+    res->status = ENG_SUCCESS;
+    res->msg = NULL;
+    out->marks = 0;
+    out->fetched = false;
+    out->idle = 0;
+    out->exptime = 0;
+    eng_status st = e->ops->get_ex ? e->ops->get_ex(e, key, nkey, opts, out, res)
+                                   : e->ops->get(e, key, nkey, out, res);
+    res->status = st;
+    if (!(opts & ENG_GET_PEEK)) {
+        c->srv->stats.cmd_get++;
+        if (st == ENG_SUCCESS)
+            c->srv->stats.get_hits++;
+        else if (st == ENG_NOT_FOUND)
+            c->srv->stats.get_misses++;
+    }
     return st;
 }
 

@@ -61,6 +61,7 @@ struct resp {
     uint32_t opaque;        /* binary */
     uint64_t arg;           /* free for the protocol */
     int mop;                /* engine op of the mutation (for counting) */
+    uint32_t scratch;       /* buf[0..scratch): protocol bytes that are never sent */
     resp_complete_fn complete;
 };
 
@@ -77,6 +78,12 @@ void resp_printf(struct resp *r, const char *fmt, ...) __attribute__((format(pri
 void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle);
 /* Mark the slot complete. */
 void resp_done(struct resp *r);
+/* Scratch space of n bytes kept in the slot until it is recycled and never
+ * sent: what a completion needs of a request whose bytes are gone.  Call
+ * before adding reply bytes; resp_scratch() finds it again (the address
+ * may change when reply bytes are added). */
+void *resp_scratch_reserve(struct resp *r, size_t n);
+void *resp_scratch(struct resp *r);
 
 /* Run a mutation for slot r.  When the engine completes, complete(r, res)
  * formats the reply (or leaves the slot empty under noreply) and the slot is
@@ -88,6 +95,11 @@ void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
 /* Reads: look up key through the engine, counting get hits/misses. */
 eng_status conn_get(struct conn *c, const char *key, size_t nkey,
                     struct eng_value *out, struct eng_result *res);
+/* The same with the engine's get_ex (meta commands): marks, fetched and
+ * idle are filled (zero when the engine has no get_ex); counted as a get
+ * unless opts has ENG_GET_PEEK. */
+eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
+                       struct eng_value *out, struct eng_result *res);
 /* Count a touch/gat hit or miss (the touch itself goes through conn_mutate). */
 
 /* True when a mutation of this connection is still in flight: a protocol

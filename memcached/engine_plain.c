@@ -76,10 +76,11 @@ static void count_miss(struct plain *p, enum item_miss why)
         p->store.stats.get_flushed++;
 }
 
-static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
-                            struct eng_value *out, struct eng_result *res)
+/* A read: the item, referenced for the caller; with ENG_GET_PEEK its LRU
+ * position and fetched bit stay as they are. */
+static eng_status plain_lookup(struct plain *p, const char *key, size_t nkey, unsigned opts,
+                               struct eng_value *out, struct eng_result *res)
 {
-    struct plain *p = plain_of(e);
     result_clear(res);
     res->status = ENG_NOT_FOUND;
     if (!key_ok(nkey))
@@ -94,8 +95,13 @@ static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
     if (!item_ref(it))
         return ENG_NOT_FOUND;   /* 65535 readers already: treat as a miss */
 
-    it->iflags |= ITEM_FETCHED;
-    item_bump(&p->store, it);
+    out->marks = item_marks(it);
+    out->fetched = (it->iflags & ITEM_FETCHED) != 0;
+    out->idle = item_write_age(&p->store, it);
+    if (!(opts & ENG_GET_PEEK)) {
+        it->iflags |= ITEM_FETCHED;
+        item_bump(&p->store, it);
+    }
 
     out->key = item_key(it);
     out->nkey = it->nkey;
@@ -108,6 +114,18 @@ static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
     res->status = ENG_SUCCESS;
     res->cas = out->cas;
     return ENG_SUCCESS;
+}
+
+static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
+                            struct eng_value *out, struct eng_result *res)
+{
+    return plain_lookup(plain_of(e), key, nkey, 0, out, res);
+}
+
+static eng_status plain_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
+                               struct eng_value *out, struct eng_result *res)
+{
+    return plain_lookup(plain_of(e), key, nkey, opts, out, res);
 }
 
 static void plain_release(struct engine *e, void *handle)
@@ -136,6 +154,7 @@ static eng_status do_store(struct plain *p, const struct eng_mutation *m,
         item_discard(s, it);
         return st;
     }
+    item_set_marks(it, store_marks(m, old != NULL, old ? old->cas : 0, p->cas_enabled));
     if (old != NULL)
         item_replace(s, old, it, hv);
     else
@@ -188,6 +207,7 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
         memcpy(dst, m->data, m->nbytes);
         memcpy(dst + m->nbytes, item_value(old), old->nbytes);
     }
+    item_set_marks(it, m->marks);
     swap_in(s, old, it, hv);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
@@ -206,12 +226,16 @@ static eng_status arith_create(struct plain *p, const struct eng_mutation *m,
     if (it == NULL)
         return st;
     memcpy(item_value(it), buf, len);
+    item_set_marks(it, m->marks);
     item_link(&p->store, it, hv);
     res->value = m->initial;
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
 }
 
+/* memcached's rule (arith.h): a result that fits the stored value's length
+ * is written in place, padded with spaces, when nobody holds the item (its
+ * marks stay); otherwise a new item holds the number alone. */
 static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
                            struct eng_result *res)
 {
@@ -228,13 +252,11 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
     if (!arith_parse_u64(item_value(old), old->nbytes, &v))
         return ENG_NON_NUMERIC;
     v = arith_apply(m->op, v, m->delta);
-    char buf[ARITH_DIGITS_MAX];
-    size_t len = arith_format_u64(buf, v);
     res->value = v;
 
+    size_t len = arith_result_len(v, old->nbytes, old->refcount == 0);
     if (len == old->nbytes && old->refcount == 0) {
-        /* Same length and nobody reading it: rewrite in place. */
-        memcpy(item_value(old), buf, len);
+        arith_write(item_value(old), v, len);
         old->cas = item_next_cas(s);
         item_bump(s, old);
         res->cas = visible_cas(p, old);
@@ -251,7 +273,8 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
         item_release(s, old);
         return st;
     }
-    memcpy(item_value(it), buf, len);
+    arith_write(item_value(it), v, len);
+    item_set_marks(it, m->marks);
     swap_in(s, old, it, hv);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
@@ -284,6 +307,26 @@ static eng_status do_touch(struct plain *p, const struct eng_mutation *m,
         return ENG_EXISTS;
     it->exptime = clock_exptime(&p->clock, m->exptime);
     item_bump(&p->store, it);
+    res->cas = visible_cas(p, it);
+    return ENG_SUCCESS;
+}
+
+/* md I (stale, new cas, maybe a TTL) and mg's recache win (a mark only). */
+static eng_status do_mark(struct plain *p, const struct eng_mutation *m,
+                          struct eng_result *res)
+{
+    uint64_t hv = hash_key(m->key, m->nkey);
+    enum item_miss why;
+    struct item *it = item_lookup(&p->store, m->key, m->nkey, hv, &why);
+    if (it == NULL)
+        return ENG_NOT_FOUND;
+    if (!cas_condition_ok(p, m, it))
+        return ENG_EXISTS;
+    item_change_marks(it, m->marks, m->marks_clear);
+    if (m->new_cas)
+        it->cas = item_next_cas(&p->store);
+    if (m->touch)
+        it->exptime = clock_exptime(&p->clock, m->exptime);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
 }
@@ -336,6 +379,8 @@ static eng_status dispatch(struct plain *p, const struct eng_mutation *m,
         return do_arith(p, m, res);
     case ENG_OP_TOUCH:
         return do_touch(p, m, res);
+    case ENG_OP_MARK:
+        return do_mark(p, m, res);
     default:
         res->msg = "unknown operation";
         return ENG_FAILED;
@@ -502,6 +547,7 @@ static const struct engine_ops plain_ops = {
     .tick = plain_tick,
     .destroy = plain_destroy,
     .slot_keys = plain_slot_keys,
+    .get_ex = plain_get_ex,
 };
 
 struct engine *engine_plain_new(const struct engine_config *cfg)

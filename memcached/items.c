@@ -31,6 +31,7 @@ int item_store_init(struct item_store *s, const struct engine_config *cfg,
     s->mem_limit = cfg->mem_limit;
     s->item_size_max = cfg->item_size_max;
     s->evict = cfg->evict;
+    s->cas_enabled = cfg->cas_enabled;
     s->sweep_budget = SWEEP_BUDGET_PER_TICK;
     s->marks[0].cas = 0;
     s->marks[0].time = clock->now;
@@ -212,7 +213,8 @@ struct item *item_alloc(struct item_store *s, const char *key, size_t nkey,
         return NULL;
     }
     size_t total = sizeof(struct item) + nkey + nbytes + 2;
-    if (total > s->item_size_max) {
+    if (total > s->item_size_max ||
+        engine_too_large(s->item_size_max, s->cas_enabled, nkey, nbytes, flags)) {
         *st = ENG_TOO_LARGE;
         return NULL;
     }
@@ -355,12 +357,15 @@ static rel_time_t stored_since(const struct item_store *s, uint64_t cas)
     return s->marks[lo].time;
 }
 
+rel_time_t item_write_age(const struct item_store *s, const struct item *it)
+{
+    rel_time_t since = stored_since(s, it->cas);
+    return s->clock->now > since ? s->clock->now - since : 0;
+}
+
 rel_time_t item_tail_age(const struct item_store *s)
 {
-    if (s->lru_tail == NULL)
-        return 0;
-    rel_time_t since = stored_since(s, s->lru_tail->cas);
-    return s->clock->now > since ? s->clock->now - since : 0;
+    return s->lru_tail == NULL ? 0 : item_write_age(s, s->lru_tail);
 }
 
 /* ---- keys of one slot ---- */

@@ -28,8 +28,16 @@
 
 enum item_flag {
     ITEM_LINKED = 1,    /* in the hash table and on the LRU */
-    ITEM_FETCHED = 2    /* read at least once since stored */
+    ITEM_FETCHED = 2,   /* read at least once since stored */
+    /* The meta commands' marks (ENG_MARK_*), also used by the coding
+     * group's metadata entries (cocytus/meta.h), whose other bits are
+     * 0x10 and 0x20. */
+    ITEM_STALE = 4,
+    ITEM_WON = 8,
+    ITEM_BINKEY = 0x40
 };
+
+#define ITEM_MARK_BITS (ITEM_STALE | ITEM_WON | ITEM_BINKEY)
 
 struct item {
     struct item *h_next;    /* hash chain */
@@ -77,6 +85,7 @@ struct item_store {
     size_t mem_used;        /* malloc_usable_size of every live allocation */
     size_t item_size_max;
     bool evict;
+    bool cas_enabled;       /* -C: memcached's item size limit is 8 bytes larger */
 
     uint64_t curr_items;
     uint64_t bytes;         /* sum of item_total() of linked items */
@@ -103,6 +112,28 @@ static inline char *item_value(struct item *it)
 static inline size_t item_total(const struct item *it)
 {
     return sizeof(struct item) + it->nkey + (size_t)it->nbytes + 2;
+}
+
+/* The item's marks as ENG_MARK_* bits, and setting them. */
+static inline uint8_t item_marks(const struct item *it)
+{
+    return (uint8_t)(((it->iflags & ITEM_STALE) ? ENG_MARK_STALE : 0) |
+                     ((it->iflags & ITEM_WON) ? ENG_MARK_WON : 0) |
+                     ((it->iflags & ITEM_BINKEY) ? ENG_MARK_BINKEY : 0));
+}
+
+static inline void item_set_marks(struct item *it, uint8_t marks)
+{
+    it->iflags = (uint8_t)((it->iflags & ~ITEM_MARK_BITS) |
+                           ((marks & ENG_MARK_STALE) ? ITEM_STALE : 0) |
+                           ((marks & ENG_MARK_WON) ? ITEM_WON : 0) |
+                           ((marks & ENG_MARK_BINKEY) ? ITEM_BINKEY : 0));
+}
+
+/* ENG_OP_MARK's change: set, then clear. */
+static inline void item_change_marks(struct item *it, uint8_t set, uint8_t clear)
+{
+    item_set_marks(it, (uint8_t)((item_marks(it) | set) & ~clear));
 }
 
 static inline bool item_is_linked(const struct item *it)
@@ -171,6 +202,9 @@ size_t item_sweep(struct item_store *s, size_t budget);
 
 /* Seconds since the LRU tail item was stored (0 when empty). */
 rel_time_t item_tail_age(const struct item_store *s);
+/* Seconds since the item was last written (stored, or given a new cas):
+ * estimated from the age marks, as items carry no time stamp. */
+rel_time_t item_write_age(const struct item_store *s, const struct item *it);
 
 /* Calls fn for the key of every live item whose slot is `slot` (slot
  * migration: the keys to move), in table order.  Returns how many. */

@@ -20,6 +20,8 @@
 
 #include "arith.h"
 #include "migrate.h"
+#include "proto_meta.h"
+#include "proto_meta_run.h"
 #include "proto_text.h"
 #include "server.h"
 
@@ -780,11 +782,81 @@ static bool needs_own_writes(enum text_cmd cmd)
     return is_retrieval(cmd) || cmd == TC_STATS || cmd == TC_ADMIN;
 }
 
+/* Does the line start with a meta command (mg ms md ma mn me and a
+ * separator)? */
+static bool looks_meta(const char *buf, size_t len)
+{
+    size_t i = 0;
+    while (i < len && buf[i] == ' ')
+        i++;
+    if (i + 2 >= len || buf[i] != 'm')
+        return false;
+    char sep = buf[i + 2];
+    return (sep == ' ' || sep == '\r' || sep == '\n') && meta_is_command(buf + i, 2);
+}
+
+/* A meta command: parse, route, run.  CONN_PARSE_OK with *consumed 0 means
+ * it was not one after all. */
+static enum conn_parse process_meta(struct conn *c, const char *buf, size_t len,
+                                    size_t *consumed, bool *handled)
+{
+    struct server *s = conn_server(c);
+    struct meta_req req;
+    *handled = true;
+    switch (meta_parse(buf, len, s->settings.item_size_max, &req)) {
+    case MP_NOT_META:
+        *handled = false;
+        return CONN_PARSE_OK;
+    case MP_NEED_MORE:
+        return CONN_PARSE_NEED_MORE;
+    case MP_CLOSE:
+        return CONN_PARSE_CLOSE;
+    case MP_ERROR:
+        *consumed = req.total;
+        if (req.too_large) {
+            meta_run_too_large(c, req.key, req.nkey);
+        } else {
+            struct resp *r = conn_resp_new(c);
+            resp_str(r, req.error);
+            resp_add(r, "\r\n", 2);
+            resp_done(r);
+        }
+        conn_swallow(c, req.swallow);
+        return CONN_PARSE_OK;
+    case MP_OK:
+        break;
+    }
+    bool read = req.cmd == MC_GET || req.cmd == MC_DEBUG;
+    if (read && conn_writes_inflight(c))
+        return CONN_PARSE_BLOCKED;
+    if (read && conn_read_waits(c, req.key, req.nkey))
+        return CONN_PARSE_BLOCKED;
+    *consumed = req.total;
+    if (req.cmd != MC_NOOP && s->routes && !conn_is_import(c)) {
+        const char *moved = server_moved(s, req.key, req.nkey);
+        if (moved) {
+            struct resp *r = conn_resp_new(c);
+            resp_printf(r, "SERVER_ERROR MOVED %s\r\n", moved);
+            resp_done(r);
+            return CONN_PARSE_OK;
+        }
+    }
+    meta_run(c, &req);
+    return CONN_PARSE_OK;
+}
+
 enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
                                    size_t *consumed)
 {
     struct server *s = conn_server(c);
     struct text_req req;
+    if (looks_meta(buf, len)) {
+        bool handled;
+        *consumed = 0;
+        enum conn_parse mp = process_meta(c, buf, len, consumed, &handled);
+        if (handled)
+            return mp;
+    }
     enum text_parse_result pr = text_parse(buf, len, s->settings.item_size_max, &req);
     *consumed = 0;
     switch (pr) {

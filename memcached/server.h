@@ -56,6 +56,7 @@ struct server_stats {
     uint64_t touch_hits, touch_misses;
     uint64_t bytes_read, bytes_written;
     uint64_t auth_cmds, auth_errors;
+    uint64_t meta_cmds;
     /* Slot migration (migrate.c): moves finished here as the source, keys
      * copied, client writes forwarded; set/delete taken on import
      * connections as the destination. */

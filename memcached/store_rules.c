@@ -21,10 +21,20 @@ eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas,
             return ENG_NOT_STORED;
         return m->cas == 0 ? ENG_SUCCESS : cas_outcome(m, cas, cas_enabled);
     case ENG_OP_CAS:
-        return found ? cas_outcome(m, cas, cas_enabled) : ENG_NOT_FOUND;
+        if (!found)
+            return ENG_NOT_FOUND;
+        if (m->cas_stale && cas_enabled && m->cas < cas)
+            return ENG_SUCCESS;   /* stored, marked stale (store_marks) */
+        return cas_outcome(m, cas, cas_enabled);
     default: /* SET */
         if (m->cas == 0)
             return ENG_SUCCESS;
         return found ? cas_outcome(m, cas, cas_enabled) : ENG_NOT_FOUND;
     }
+}
+
+uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled)
+{
+    bool stale = m->op == ENG_OP_CAS && m->cas_stale && found && cas_enabled && m->cas < cas;
+    return (uint8_t)(m->marks | (stale ? ENG_MARK_STALE : 0));
 }

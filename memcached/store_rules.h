@@ -1,7 +1,9 @@
 /* store_rules.h - memcached's rules for whether a store applies, shared by
  * every engine: add needs the key absent, replace/append/prepend need it
  * present, cas needs the item's cas to match, and any other store that
- * carries a cas (the binary protocol) applies only if it matches. */
+ * carries a cas (the binary protocol) applies only if it matches.  The
+ * meta commands' ms C<cas> I also stores over a newer item, marking the
+ * result stale. */
 #ifndef MC_STORE_RULES_H
 #define MC_STORE_RULES_H
 
@@ -19,5 +21,9 @@ static inline bool store_cas_matches(bool cas_enabled, uint64_t have, uint64_t w
 /* ENG_SUCCESS if store mutation m (SET..CAS) applies; otherwise the status
  * to answer.  found: the key holds a live item, whose cas is cas. */
 eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled);
+
+/* The marks (ENG_MARK_*) of the item a successful store creates: the
+ * request's, and stale for a cas_stale CAS whose cas was older. */
+uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled);
 
 #endif

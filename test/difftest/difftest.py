@@ -52,8 +52,9 @@ ITEM_MAX = 1 << 20
 STEP_TIMEOUT = 0.5          # seconds without the sentinel reply: the step is over
 CLOSE_TIMEOUT = 0.5         # after the half-close, waiting for the server's close
 CASES_PER_SESSION = 300     # servers are restarted this often (memory, slabs)
-SENTINEL_TEXT = b"mn\r\n"
-SENTINEL_TEXT_REPLY = b"MN\r\n"
+# A miss of a key no case uses, with an opaque: "EN O<tag>" is unique.
+SENTINEL_TEXT = b"mg difftest_sentinel O%s\r\n"
+SENTINEL_TEXT_REPLY = b"EN O%s\r\n"
 SENTINEL_OPAQUE = 0x5E5E5E5E
 NOW = int(time.time())
 
@@ -899,16 +900,14 @@ def run_case(port, steps, prefix, session=None):
     pre = auth_prefix(session)
     if pre and not binary:
         out, closed, _ = exchange(sock, pre, lambda b: b.endswith(b"\r\n"), 2.0)
-    sentinel = bin_sentinel().render(ctx) if binary else SENTINEL_TEXT
-    reply = bin_sentinel_reply() if binary else SENTINEL_TEXT_REPLY
-    if binary:
-        def done(b):
-            return b.endswith(reply)
-    else:
-        def done(b):
-            return b == reply or b.endswith(b"\r\n" + reply)
     closed = False
-    for step in steps:
+    for si, step in enumerate(steps):
+        tag = b"s%d" % si
+        sentinel = bin_sentinel().render(ctx) if binary else SENTINEL_TEXT % tag
+        reply = bin_sentinel_reply() if binary else SENTINEL_TEXT_REPLY % tag
+
+        def done(b, reply=reply):
+            return b.endswith(reply)
         if closed:
             results.append(StepResult(b"", True, False))
             continue
@@ -1117,7 +1116,9 @@ class Runner:
         return None
 
     def shrink(self, steps):
-        """Removes requests while a difference remains (ddmin-style)."""
+        """Removes requests while a difference remains (ddmin-style).
+        Returns the smallest sequence found and its outputs."""
+        self.last_fail = None
         flat = [(si, r) for si, step in enumerate(steps) for r in step]
 
         def build(items):
@@ -1130,10 +1131,12 @@ class Runner:
             if not items:
                 return False
             st = build(items)
-            d = self.differs(st)[0]
+            d, a, b, raw, prefix = self.differs(st)
             if not self.session.co.alive():
                 self.new_session()
                 return True
+            if d:
+                self.last_fail = (st, a, b, prefix)
             return d
         chunk = max(1, len(flat) // 2)
         tries = 0
@@ -1158,12 +1161,15 @@ class Runner:
             flat = merged
         return build(flat)
 
-    def report(self, seed, n, steps, why=None):
+    def report(self, seed, n, steps, why=None, outputs=None):
         print("difftest: DIFFERENCE in case %d of seed %d (replay: --seed %d --case %d, "
               "session %s)" % (n, seed, seed, n, self.session.variant[1]))
         if why:
             print(why)
-        d, a, b, raw, prefix = self.differs(steps)
+        if outputs:
+            steps, a, b, prefix = outputs
+        else:
+            d, a, b, raw, prefix = self.differs(steps)
         print("  key prefix of this run: %r" % prefix)
         for si, step in enumerate(steps):
             print("  step %d:" % (si + 1))
@@ -1247,9 +1253,15 @@ def main():
                     runner.report(args.seed, n, steps, dead)
                     runner.new_session()
                 else:
+                    outputs = (steps, a, b, prefix)
                     if not args.no_shrink:
-                        steps = runner.shrink(steps)
-                    runner.report(args.seed, n, steps)
+                        runner.shrink(steps)
+                        if runner.last_fail:
+                            outputs = runner.last_fail
+                        else:
+                            print("difftest: the difference did not show again while "
+                                  "shrinking (timing?); the first run:")
+                    runner.report(args.seed, n, outputs[0], outputs=outputs)
                 if not args.keep_going:
                     done += 1
                     break

@@ -1,0 +1,615 @@
+/* proto_meta_run.c - running memcached's meta commands (mg ms md ma mn me)
+ * against the engine.
+ *
+ * proto_meta.c has parsed the request; here every meta command becomes the
+ * engine calls the classic commands use (get_ex, conn_mutate), so meta
+ * commands work on every engine that serves keys, through replication and
+ * recovery, with MOVED in a cluster (checked by the caller).  The meta
+ * commands' item state - stale, recache won, stored through a base64 key -
+ * is kept by the engine as marks (engine.h, ENG_MARK_*).
+ *
+ * mg answers from the value it read and then, like gat, issues the touch (T)
+ * and the recache-win mark (W) as mutations; its slot is complete once they
+ * are.  ms, md and ma are one mutation each whose outcome may come later
+ * (a replicated engine), when the request's bytes are gone: what the reply
+ * needs (flags in order, key token, opaque) is kept in the slot's scratch
+ * space (struct plan) and the reply is formatted by the completion.
+ *
+ * Replies follow memcached 1.6.18 (learned by sending it requests; see
+ * docs/compat.md): flags are answered in request order, the key of k is
+ * followed by " b" when it is shown in base64, Z X W come last in that
+ * order, q hides EN (mg) and HD (ms md ma, also ma's VA), errors are always
+ * sent. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "arith.h"
+#include "proto_meta.h"
+#include "proto_meta_run.h"
+#include "server.h"
+
+#define TOO_LARGE "SERVER_ERROR object too large for cache\r\n"
+
+/* What a completion needs of its request (kept in the slot's scratch). */
+struct plan {
+    uint8_t cmd;              /* enum meta_cmd */
+    uint8_t nflags;
+    char flags[META_MAX_FLAGS];
+    bool quiet;
+    bool base64;              /* show the key token with " b" */
+    bool value;               /* v */
+    bool vivify;              /* mg N: a miss created the item */
+    uint8_t nkey;             /* key token bytes after the struct */
+    uint8_t nopaque;          /* opaque bytes after the key */
+    int64_t ttl_found;        /* t of ma: the item was there */
+    int64_t ttl_created;      /* t of ma: N created it; t of mg N */
+    char bytes[];             /* key token, then opaque */
+};
+
+static void plan_save(struct resp *r, const struct meta_req *req, int64_t ttl_found,
+                      int64_t ttl_created)
+{
+    size_t nopaque = req->opaque ? req->nopaque : 0;
+    struct plan *p = resp_scratch_reserve(r, sizeof(struct plan) + req->nkey_token + nopaque);
+    memset(p, 0, sizeof(*p));
+    p->cmd = (uint8_t)req->cmd;
+    p->nflags = (uint8_t)req->nflags;
+    for (int i = 0; i < req->nflags; i++)
+        p->flags[i] = req->flags[i].flag;
+    p->quiet = meta_has(req, 'q');
+    p->base64 = req->base64;
+    p->value = meta_has(req, 'v');
+    p->nkey = (uint8_t)req->nkey_token;
+    p->nopaque = (uint8_t)nopaque;
+    p->ttl_found = ttl_found;
+    p->ttl_created = ttl_created;
+    memcpy(p->bytes, req->key_token, req->nkey_token);
+    if (nopaque)
+        memcpy(p->bytes + req->nkey_token, req->opaque, nopaque);
+}
+
+/* A copy of the slot's plan (the scratch moves when reply bytes are added). */
+static void plan_load(struct resp *r, struct plan *p, char *key, char *opaque)
+{
+    const struct plan *s = resp_scratch(r);
+    *p = *s;
+    memcpy(key, s->bytes, s->nkey);
+    memcpy(opaque, s->bytes + s->nkey, s->nopaque);
+}
+
+/* ---- reply pieces ---- */
+
+/* " k<key>", with " b" when the key is shown in base64: binary keys are
+ * encoded here, tokens already are. */
+static void put_key(struct resp *r, const char *key, size_t nkey, bool encode, bool b)
+{
+    resp_add(r, " k", 2);
+    if (encode) {
+        char enc[((META_KEY_MAX + 2) / 3) * 4];
+        resp_add(r, enc, meta_base64_encode(key, nkey, enc));
+    } else {
+        resp_add(r, key, nkey);
+    }
+    if (b)
+        resp_add(r, " b", 2);
+}
+
+static void put_opaque(struct resp *r, const char *o, size_t n)
+{
+    resp_add(r, " O", 2);
+    resp_add(r, o, n);
+}
+
+static void put_num(struct resp *r, char flag, long long v)
+{
+    resp_printf(r, " %c%lld", flag, v);
+}
+
+static void put_unum(struct resp *r, char flag, unsigned long long v)
+{
+    resp_printf(r, " %c%llu", flag, v);
+}
+
+/* Seconds left of an absolute exptime (0 = never: -1), as memcached prints
+ * them: an exptime already past wraps around 32 bits. */
+static long long ttl_left(struct server *s, int64_t exptime)
+{
+    if (exptime == 0)
+        return -1;
+    return (long long)(uint32_t)(int64_t)(exptime - (int64_t)clock_wall(&s->clock));
+}
+
+/* The TTL an exptime from a request gives (memcached's rules). */
+static long long ttl_of_request(struct server *s, int64_t exptime)
+{
+    rel_time_t rel = clock_exptime(&s->clock, exptime);
+    if (rel == 0)
+        return -1;
+    return (long long)(uint32_t)(rel - s->clock.now);
+}
+
+static void line_end(struct resp *r)
+{
+    resp_add(r, "\r\n", 2);
+}
+
+/* Failure lines shared with the classic commands. */
+static void put_failure(struct resp *r, const struct eng_result *res)
+{
+    switch (res->status) {
+    case ENG_TOO_LARGE:
+        resp_str(r, TOO_LARGE);
+        break;
+    case ENG_NO_MEMORY:
+        resp_str(r, "SERVER_ERROR out of memory storing object\r\n");
+        break;
+    case ENG_NON_NUMERIC:
+        resp_str(r, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+        break;
+    case ENG_MOVED:
+        resp_printf(r, "SERVER_ERROR MOVED %s\r\n", res->msg ? res->msg : "");
+        break;
+    case ENG_FAILED:
+        resp_printf(r, "SERVER_ERROR %s\r\n", res->msg ? res->msg : "failure");
+        break;
+    default:
+        resp_str(r, "SERVER_ERROR unexpected engine result\r\n");
+        break;
+    }
+}
+
+static void reply_line(struct conn *c, const char *line)
+{
+    struct resp *r = conn_resp_new(c);
+    resp_str(r, line);
+    resp_done(r);
+}
+
+/* ---- mg ---- */
+
+/* The flags of an mg answer from an item (found, or just created by N). */
+struct hit {
+    const char *key;
+    size_t nkey;
+    bool binkey;
+    uint64_t cas;
+    uint32_t flags;
+    bool fetched;
+    uint32_t idle;
+    uint32_t nbytes;
+    long long ttl;
+};
+
+static void put_hit_flags(struct resp *r, const struct plan *p, const char *opaque,
+                          const struct hit *h)
+{
+    for (int i = 0; i < p->nflags; i++) {
+        switch (p->flags[i]) {
+        case 'c': put_unum(r, 'c', h->cas); break;
+        case 'f': put_unum(r, 'f', h->flags); break;
+        case 'h': resp_add(r, h->fetched ? " h1" : " h0", 3); break;
+        case 'k': put_key(r, h->key, h->nkey, h->binkey, h->binkey); break;
+        case 'l': put_unum(r, 'l', h->idle); break;
+        case 'O': put_opaque(r, opaque, p->nopaque); break;
+        case 's': put_unum(r, 's', h->nbytes); break;
+        case 't': put_num(r, 't', h->ttl); break;
+        default: break;
+        }
+    }
+}
+
+/* k and O of a miss, as the request sent them. */
+static void put_miss_flags(struct resp *r, const struct plan *p, const char *key,
+                           const char *opaque)
+{
+    for (int i = 0; i < p->nflags; i++) {
+        if (p->flags[i] == 'k')
+            put_key(r, key, p->nkey, false, p->base64);
+        else if (p->flags[i] == 'O')
+            put_opaque(r, opaque, p->nopaque);
+    }
+}
+
+/* The value slot of an mg completes once its touch and mark have. */
+static void mg_part_complete(struct resp *t, const struct eng_result *res)
+{
+    (void)res;
+    struct resp *vr = (struct resp *)(uintptr_t)t->arg;
+    if (--vr->arg == 0)
+        resp_done(vr);
+}
+
+static void mg_issue(struct conn *c, struct resp *vr, const struct eng_mutation *m)
+{
+    struct resp *t = conn_resp_new(c);
+    t->noreply = true;
+    t->arg = (uint64_t)(uintptr_t)vr;
+    vr->arg++;
+    conn_mutate(c, t, m, mg_part_complete);
+}
+
+/* mg N on a miss: the item was created (or someone else's was there). */
+static void vivify_complete(struct resp *r, const struct eng_result *res)
+{
+    struct plan p;
+    char key[META_KEY_MAX], opaque[META_OPAQUE_MAX + 1];
+    plan_load(r, &p, key, opaque);
+    if (res->status != ENG_SUCCESS) {
+        if (res->status != ENG_NOT_STORED) {
+            put_failure(r, res);
+            return;
+        }
+        if (!p.quiet) {
+            resp_add(r, "EN", 2);
+            put_miss_flags(r, &p, key, opaque);
+            line_end(r);
+        }
+        return;
+    }
+    char decoded[META_KEY_MAX];
+    long n = p.base64 ? meta_base64_decode(key, p.nkey, decoded) : -1;
+    struct hit h = {
+        .key = n > 0 ? decoded : key, .nkey = n > 0 ? (size_t)n : p.nkey,
+        .binkey = n > 0, .cas = res->cas, .ttl = p.ttl_created,
+    };
+    resp_add(r, p.value ? "VA 0" : "HD", p.value ? 4 : 2);
+    put_hit_flags(r, &p, opaque, &h);
+    resp_add(r, " W\r\n", 4);
+    if (p.value)
+        line_end(r);
+}
+
+static void mg_vivify(struct conn *c, const struct meta_req *req)
+{
+    struct server *s = conn_server(c);
+    int64_t exptime = meta_has(req, 'T') ? req->ttl : req->vivify_ttl;
+    struct resp *r = conn_resp_new(c);
+    plan_save(r, req, 0, ttl_of_request(s, exptime));
+    struct eng_mutation m = {
+        .op = ENG_OP_ADD, .key = req->key, .nkey = req->nkey, .data = "", .nbytes = 0,
+        .exptime = exptime,
+        .marks = (uint8_t)(ENG_MARK_WON | (req->base64 ? ENG_MARK_BINKEY : 0)),
+    };
+    conn_mutate(c, r, &m, vivify_complete);
+}
+
+static void handle_mg(struct conn *c, const struct meta_req *req)
+{
+    struct server *s = conn_server(c);
+    struct eng_value v;
+    struct eng_result res;
+    unsigned opts = meta_has(req, 'u') ? ENG_GET_PEEK : 0;
+    eng_status st = conn_get_ex(c, req->key, req->nkey, opts, &v, &res);
+    if (st == ENG_NOT_FOUND && meta_has(req, 'N')) {
+        mg_vivify(c, req);
+        return;
+    }
+    struct resp *r = conn_resp_new(c);
+    plan_save(r, req, 0, 0);
+    struct plan p;
+    char key[META_KEY_MAX], opaque[META_OPAQUE_MAX + 1];
+    plan_load(r, &p, key, opaque);
+    if (st == ENG_NOT_FOUND) {
+        if (!p.quiet) {
+            resp_add(r, "EN", 2);
+            put_miss_flags(r, &p, key, opaque);
+            line_end(r);
+        }
+        resp_done(r);
+        return;
+    }
+    if (st != ENG_SUCCESS) {
+        put_failure(r, &res);
+        resp_done(r);
+        return;
+    }
+
+    long long ttl = ttl_left(s, v.exptime);
+    bool stale = v.marks & ENG_MARK_STALE;
+    bool won = v.marks & ENG_MARK_WON;
+    bool win = false, z = false;
+    if (stale || won) {
+        win = !won;
+        z = won;
+    } else if (meta_has(req, 'R') && v.exptime != 0 && ttl < req->recache_ttl) {
+        win = true;
+    }
+    if (meta_has(req, 'T'))
+        ttl = ttl_of_request(s, req->ttl);
+    struct hit h = {
+        .key = v.key, .nkey = v.nkey, .binkey = v.marks & ENG_MARK_BINKEY, .cas = v.cas,
+        .flags = v.flags, .fetched = v.fetched, .idle = v.idle, .nbytes = v.nbytes, .ttl = ttl,
+    };
+    if (p.value)
+        resp_printf(r, "VA %u", (unsigned)v.nbytes);
+    else
+        resp_add(r, "HD", 2);
+    put_hit_flags(r, &p, opaque, &h);
+    if (z)
+        resp_add(r, " Z", 2);
+    if (stale)
+        resp_add(r, " X", 2);
+    if (win)
+        resp_add(r, " W", 2);
+    line_end(r);
+    /* The item stays referenced until the reply is written, as memcached
+     * holds it (an incr behind it then makes a new item). */
+    resp_add_ref(r, v.data, p.value ? (size_t)v.nbytes + 2 : 0, v.handle);
+
+    r->arg = 1;   /* guard until the mutations are issued */
+    if (win) {
+        struct eng_mutation m = { .op = ENG_OP_MARK, .key = req->key, .nkey = req->nkey,
+                                  .marks = ENG_MARK_WON };
+        mg_issue(c, r, &m);
+    }
+    if (meta_has(req, 'T')) {
+        struct eng_mutation m = { .op = ENG_OP_TOUCH, .key = req->key, .nkey = req->nkey,
+                                  .exptime = req->ttl };
+        mg_issue(c, r, &m);
+    }
+    if (--r->arg == 0)
+        resp_done(r);
+}
+
+/* ---- ms, md, ma ---- */
+
+/* The status code of a mutation's outcome, or NULL for a failure line. */
+static const char *code_of(eng_status st)
+{
+    switch (st) {
+    case ENG_SUCCESS: return "HD";
+    case ENG_NOT_STORED: return "NS";
+    case ENG_EXISTS: return "EX";
+    case ENG_NOT_FOUND: return "NF";
+    default: return NULL;
+    }
+}
+
+/* ms md ma: the outcome with k, O (all), c (ms: 0 on failure; ma on
+ * success), t (ma on success) in request order. */
+static void mutation_complete(struct resp *r, const struct eng_result *res)
+{
+    struct plan p;
+    char key[META_KEY_MAX], opaque[META_OPAQUE_MAX + 1];
+    plan_load(r, &p, key, opaque);
+    const char *code = code_of(res->status);
+    if (!code) {
+        put_failure(r, res);
+        return;
+    }
+    bool ok = res->status == ENG_SUCCESS;
+    if (ok && p.quiet)
+        return;
+    bool va = ok && p.cmd == MC_ARITH && p.value;
+    char digits[ARITH_DIGITS_MAX];
+    size_t nd = va ? arith_format_u64(digits, res->value) : 0;
+    if (va)
+        resp_printf(r, "VA %zu", nd);
+    else
+        resp_str(r, code);
+    for (int i = 0; i < p.nflags; i++) {
+        switch (p.flags[i]) {
+        case 'k':
+            put_key(r, key, p.nkey, false, p.base64);
+            break;
+        case 'O':
+            put_opaque(r, opaque, p.nopaque);
+            break;
+        case 'c':
+            if (p.cmd == MC_SET)
+                put_unum(r, 'c', ok ? res->cas : 0);
+            else if (p.cmd == MC_ARITH && ok)
+                put_unum(r, 'c', res->cas);
+            break;
+        case 't':
+            if (p.cmd == MC_ARITH && ok)
+                put_num(r, 't', p.vivify ? p.ttl_created : p.ttl_found);
+            break;
+        default:
+            break;
+        }
+    }
+    line_end(r);
+    if (va) {
+        resp_add(r, digits, nd);
+        line_end(r);
+    }
+}
+
+static void handle_ms(struct conn *c, const struct meta_req *req)
+{
+    struct server *s = conn_server(c);
+    uint32_t flags = meta_has(req, 'F') ? req->client_flags : 0;
+    if (engine_too_large(s->settings.item_size_max, s->settings.cas_enabled, req->nkey,
+                         (size_t)req->vlen, flags)) {
+        meta_run_too_large(c, req->key, req->nkey);
+        return;
+    }
+    struct eng_mutation m = {
+        .key = req->key, .nkey = req->nkey, .data = req->data, .nbytes = (size_t)req->vlen,
+        .flags = flags, .exptime = meta_has(req, 'T') ? req->ttl : 0,
+        .marks = req->base64 ? ENG_MARK_BINKEY : 0,
+    };
+    bool has_cas = meta_has(req, 'C');
+    switch (req->mode ? req->mode : META_MODE_SET) {
+    case META_MODE_ADD:
+        m.op = ENG_OP_ADD;
+        break;
+    case META_MODE_APPEND:
+        m.op = ENG_OP_APPEND;
+        m.cas = has_cas ? req->cas : 0;
+        break;
+    case META_MODE_PREPEND:
+        m.op = ENG_OP_PREPEND;
+        m.cas = has_cas ? req->cas : 0;
+        break;
+    case META_MODE_REPLACE:
+        m.op = ENG_OP_REPLACE;
+        m.cas = has_cas ? req->cas : 0;
+        break;
+    default:
+        m.op = has_cas ? ENG_OP_CAS : ENG_OP_SET;
+        m.cas = has_cas ? req->cas : 0;
+        m.cas_stale = has_cas && meta_has(req, 'I');
+        break;
+    }
+    /* A cas of 0 is a cas nothing has: the store cannot match. */
+    if (has_cas && req->cas == 0 && m.op == ENG_OP_REPLACE)
+        m.op = ENG_OP_CAS;
+    struct resp *r = conn_resp_new(c);
+    plan_save(r, req, 0, 0);
+    conn_mutate(c, r, &m, mutation_complete);
+}
+
+static void handle_md(struct conn *c, const struct meta_req *req)
+{
+    struct eng_mutation m = { .key = req->key, .nkey = req->nkey,
+                              .cas = meta_has(req, 'C') ? req->cas : 0 };
+    if (meta_has(req, 'I')) {
+        m.op = ENG_OP_MARK;
+        m.marks = ENG_MARK_STALE;
+        m.marks_clear = ENG_MARK_WON;
+        m.new_cas = true;
+        m.touch = meta_has(req, 'T');
+        m.exptime = req->ttl;
+    } else {
+        m.op = ENG_OP_DELETE;
+    }
+    struct resp *r = conn_resp_new(c);
+    plan_save(r, req, 0, 0);
+    conn_mutate(c, r, &m, mutation_complete);
+}
+
+static void handle_ma(struct conn *c, const struct meta_req *req)
+{
+    struct server *s = conn_server(c);
+    long long ttl_found = -1;
+    bool vivify = meta_has(req, 'N');
+    if (meta_has(req, 't') && !meta_has(req, 'T')) {
+        struct eng_value v;
+        struct eng_result res;
+        if (conn_get_ex(c, req->key, req->nkey, ENG_GET_PEEK, &v, &res) == ENG_SUCCESS) {
+            ttl_found = ttl_left(s, v.exptime);
+            conn_engine(c)->ops->release(conn_engine(c), v.handle);
+            vivify = false;
+        }
+    }
+    if (meta_has(req, 'T'))
+        ttl_found = ttl_of_request(s, req->ttl);
+    struct eng_mutation m = {
+        .op = req->mode == META_MODE_DECR ? ENG_OP_DECR : ENG_OP_INCR,
+        .key = req->key, .nkey = req->nkey, .delta = req->delta,
+        .cas = meta_has(req, 'C') ? req->cas : 0,
+        .create = meta_has(req, 'N'), .initial = req->initial,
+        .exptime = meta_has(req, 'T') ? req->ttl : req->vivify_ttl,
+        .touch = meta_has(req, 'T'),
+        .marks = req->base64 ? ENG_MARK_BINKEY : 0,
+    };
+    struct resp *r = conn_resp_new(c);
+    long long ttl_created = ttl_of_request(s, m.exptime);
+    plan_save(r, req, ttl_found, ttl_created);
+    ((struct plan *)resp_scratch(r))->vivify = vivify;
+    conn_mutate(c, r, &m, mutation_complete);
+}
+
+/* ---- me ---- */
+
+/* memcached's slab class of an item of size bytes (-I 1m: 39 classes from
+ * 96 bytes, factor 1.25, up to 512 KB; larger items are chunked and
+ * reported in the largest class). */
+static unsigned slab_class(size_t size, size_t item_size_max)
+{
+    size_t chunk_max = item_size_max < (512u << 10) ? item_size_max : (512u << 10);
+    size_t chunk = 96;
+    unsigned cls = 1;
+    while (chunk <= chunk_max * 4 / 5) {
+        if (size <= chunk)
+            return cls;
+        size_t next = chunk * 5 / 4;
+        chunk = (next + 7) & ~(size_t)7;
+        cls++;
+    }
+    return cls;
+}
+
+unsigned meta_run_slab_class(size_t size, size_t item_size_max)
+{
+    return slab_class(size, item_size_max);
+}
+
+static void handle_me(struct conn *c, const struct meta_req *req)
+{
+    struct server *s = conn_server(c);
+    struct eng_value v;
+    struct eng_result res;
+    struct resp *r = conn_resp_new(c);
+    eng_status st = conn_get_ex(c, req->key, req->nkey, ENG_GET_PEEK, &v, &res);
+    if (st == ENG_NOT_FOUND) {
+        resp_str(r, "EN\r\n");
+    } else if (st != ENG_SUCCESS) {
+        put_failure(r, &res);
+    } else {
+        size_t size = meta_item_size(v.nkey, v.nbytes, v.flags, s->settings.cas_enabled);
+        resp_add(r, "ME ", 3);
+        if (v.marks & ENG_MARK_BINKEY) {
+            char enc[((META_KEY_MAX + 2) / 3) * 4];
+            resp_add(r, enc, meta_base64_encode(v.key, v.nkey, enc));
+        } else {
+            resp_add(r, v.key, v.nkey);
+        }
+        resp_printf(r, " exp=%lld la=%u cas=%llu fetch=%s cls=%u size=%zu\r\n",
+                    v.exptime == 0 ? -1LL : (long long)(v.exptime - clock_wall(&s->clock)),
+                    (unsigned)v.idle, (unsigned long long)v.cas, v.fetched ? "yes" : "no",
+                    slab_class(size, s->settings.item_size_max), size);
+        conn_engine(c)->ops->release(conn_engine(c), v.handle);
+    }
+    resp_done(r);
+}
+
+/* ---- entry points ---- */
+
+static void silent_complete(struct resp *r, const struct eng_result *res)
+{
+    (void)r;
+    (void)res;
+}
+
+void meta_run_too_large(struct conn *c, const char *key, size_t nkey)
+{
+    /* memcached drops the key's current value, so nobody reads stale data. */
+    struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
+    struct resp *d = conn_resp_new(c);
+    d->noreply = true;
+    conn_mutate(c, d, &m, silent_complete);
+    reply_line(c, TOO_LARGE);
+}
+
+void meta_run(struct conn *c, const struct meta_req *req)
+{
+    conn_server(c)->stats.meta_cmds++;
+    switch (req->cmd) {
+    case MC_GET:
+        handle_mg(c, req);
+        break;
+    case MC_SET:
+        handle_ms(c, req);
+        break;
+    case MC_DELETE:
+        handle_md(c, req);
+        break;
+    case MC_ARITH:
+        handle_ma(c, req);
+        break;
+    case MC_DEBUG:
+        handle_me(c, req);
+        break;
+    case MC_NOOP:
+        reply_line(c, "MN\r\n");
+        break;
+    default:
+        reply_line(c, "ERROR\r\n");
+        break;
+    }
+}
