@@ -84,7 +84,9 @@ enum bin_opcode {
     BIN_OP_GAT        = 0x1d,
     BIN_OP_GATQ       = 0x1e,
     BIN_OP_GATK       = 0x23,
-    BIN_OP_GATKQ      = 0x24
+    BIN_OP_GATKQ      = 0x24,
+    BIN_OP_SASL_LIST  = 0x20,   /* SASL: not built in, answered as unknown */
+    BIN_OP_SASL_STEP  = 0x22
 };
 
 enum bin_status {

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -70,6 +73,7 @@ static struct resp *resp_alloc(struct conn *c)
     r->opaque = 0;
     r->arg = 0;
     r->scratch = 0;
+    r->dropped = false;
     r->complete = NULL;
     return r;
 }
@@ -228,6 +232,7 @@ struct resp *conn_resp_new(struct conn *c)
     struct resp *r = resp_alloc(c);
     if (!r)
         oom_exit();
+    r->seq = c->next_seq++;
     if (c->tail)
         c->tail->next = r;
     else
@@ -300,7 +305,7 @@ static void mutation_finish(struct resp *r, const struct eng_result *res)
 {
     struct conn *c = r->c;
     count_mutation(&c->srv->stats, (eng_op)r->mop, res->status);
-    if (r->complete && !c->closing)
+    if (r->complete && !c->closing && !r->dropped)
         r->complete(r, res);
     r->done = true;
 }
@@ -446,6 +451,52 @@ void conn_swallow(struct conn *c, size_t n)
     c->swallow += n;
 }
 
+void conn_flush_point(struct conn *c)
+{
+    c->flush_seq = c->next_seq;
+    c->flush_now = true;
+}
+
+void conn_flush_through(struct resp *r)
+{
+    struct conn *c = r->c;
+    if (c->flush_seq < r->seq + 1)
+        c->flush_seq = r->seq + 1;
+    c->flush_now = true;
+}
+
+void conn_hold_output(struct conn *c)
+{
+    c->hold_request = true;
+}
+
+void conn_close_discard(struct conn *c)
+{
+    c->discard = true;
+    c->holding = true;
+    c->close_after_write = true;
+}
+
+void conn_discard_unflushed(struct conn *c)
+{
+    struct engine *e = c->srv->engine;
+    for (struct resp *r = c->head; r; r = r->next) {
+        if (r->seq < c->flush_seq || (r == c->head && (c->head_seg || c->head_off)))
+            continue;
+        r->dropped = true;
+        for (uint32_t i = 0; i < r->nsegs; i++)
+            if (r->segs[i].ref && r->segs[i].handle)
+                e->ops->release(e, r->segs[i].handle);
+        r->nsegs = 0;
+    }
+}
+
+/* May slot r be written now? */
+static bool resp_writable(const struct conn *c, const struct resp *r)
+{
+    return r->done && (!c->holding || r->seq < c->flush_seq);
+}
+
 /* ---- slot migration ---- */
 
 void conn_set_import(struct conn *c)
@@ -508,6 +559,7 @@ struct conn *conn_new(struct server *s, int fd)
     s->conns = c;
     s->stats.curr_conns++;
     s->stats.total_conns++;
+    c->last_cmd = time(NULL);
     return c;
 }
 
@@ -586,7 +638,7 @@ static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max)
     size_t total = 0;
     uint32_t seg = c->head_seg;
     uint32_t off = c->head_off;
-    for (struct resp *r = c->head; r && r->done && n < max; r = r->next) {
+    for (struct resp *r = c->head; r && resp_writable(c, r) && n < max; r = r->next) {
         for (; seg < r->nsegs && n < max; seg++) {
             struct out_seg *s = &r->segs[seg];
             const char *base = s->ref ? s->ref : r->buf + s->off;
@@ -605,7 +657,7 @@ static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max)
 /* Advance the head of the queue past n written bytes, recycling finished slots. */
 static void conn_consume_output(struct conn *c, size_t n)
 {
-    while (c->head && c->head->done) {
+    while (c->head && resp_writable(c, c->head)) {
         struct resp *r = c->head;
         while (c->head_seg < r->nsegs) {
             struct out_seg *s = &r->segs[c->head_seg];
@@ -669,7 +721,11 @@ static void conn_flush(struct conn *c)
         return;
     if (!c->head)
         c->out_blocked = false;
-    if ((c->close_after_write) && !c->head && c->inflight == 0) {
+    /* Closing after a protocol violation waits only for the replies before
+     * the last flush point; the rest is dropped. */
+    bool drained = c->discard ? !c->head || c->head->seq >= c->flush_seq
+                              : !c->head && c->inflight == 0;
+    if (c->close_after_write && drained) {
         conn_close(c);
         return;
     }
@@ -706,7 +762,8 @@ static bool conn_make_room(struct conn *c)
 
 static void conn_choose_protocol(struct conn *c)
 {
-    if ((unsigned char)c->rbuf[c->rstart] == 0x80)
+    /* With ASCII authentication (-Y) memcached speaks only ASCII. */
+    if ((unsigned char)c->rbuf[c->rstart] == 0x80 && !c->srv->settings.auth_file)
         c->process = proto_bin_process;
     else
         c->process = proto_text_process;
@@ -726,19 +783,41 @@ static void conn_process(struct conn *c)
             size_t n = avail < c->swallow ? avail : c->swallow;
             c->rstart += n;
             c->swallow -= n;
-            if (c->swallow > 0)
+            if (c->swallow > 0) {
+                c->holding = true;    /* memcached writes nothing while it drops data */
                 break;
+            }
             continue;
         }
-        if (avail == 0)
+        if (avail == 0) {
+            if (!c->discard)
+                c->holding = false;   /* out of requests: everything may go */
             break;
+        }
         if (!c->process)
             conn_choose_protocol(c);
         size_t used = 0;
+        c->hold_request = false;
+        bool waited = c->holding && !c->discard;
         enum conn_parse pr = c->process(c, c->rbuf + c->rstart, avail, &used);
+        if (waited && pr == CONN_PARSE_OK && used > 0) {
+            /* memcached reads the rest of a data block it waited for
+             * straight into the item, so it then has no input left and
+             * writes what it has. */
+            c->holding = false;
+            conn_flush_point(c);
+        }
         c->rstart += used;
+        if (used > 0)
+            c->last_cmd = c->srv->clock.epoch + (time_t)c->srv->clock.now;
+        if (c->flush_now) {
+            c->flush_now = false;
+            conn_flush(c);
+        }
         if (pr == CONN_PARSE_OK)
             continue;
+        if (!c->discard)
+            c->holding = pr == CONN_PARSE_NEED_MORE && c->hold_request;
         if (pr == CONN_PARSE_BLOCKED)
             c->blocked = true;
         else if (pr == CONN_PARSE_CLOSE)
@@ -749,9 +828,25 @@ static void conn_process(struct conn *c)
         c->rstart = c->rend = 0;
 }
 
+/* The peer closed its side.  memcached has written what it could before
+ * it read the end (unless it was inside a data block) and closes. */
+static void conn_eof(struct conn *c)
+{
+    if (!c->holding)
+        c->flush_seq = c->next_seq;
+    c->discard = true;
+    c->holding = true;
+    c->close_after_write = true;
+}
+
+/* memcached reads up to 16 KB before it parses: whether a line is whole
+ * (or too long) must be judged on as much input as it would have. */
+#define READ_CHUNK 16384
+
 static void conn_read(struct conn *c)
 {
-    for (int round = 0; round < 4 && !c->closing; round++) {
+    size_t unparsed = 0;
+    for (int round = 0; round < 8 && !c->closing; round++) {
         if (c->swallow > 0 && c->rstart == c->rend)
             c->rstart = c->rend = 0;
         if (c->rend == c->rcap && !conn_make_room(c)) {
@@ -760,19 +855,28 @@ static void conn_read(struct conn *c)
         }
         ssize_t n = read(c->fd, c->rbuf + c->rend, c->rcap - c->rend);
         if (n == 0) {
-            conn_close(c);
+            if (unparsed)
+                conn_process(c);
+            conn_eof(c);
             return;
         }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (unparsed)
+                    conn_process(c);
                 return;
+            }
             conn_close(c);
             return;
         }
         c->srv->stats.bytes_read += (uint64_t)n;
         c->rend += (size_t)n;
+        unparsed += (size_t)n;
+        if (c->rend == c->rcap && unparsed < READ_CHUNK)
+            continue;
+        unparsed = 0;
         conn_process(c);
         if (c->closing || c->close_after_write || c->blocked || c->throttled)
             return;
@@ -780,6 +884,8 @@ static void conn_read(struct conn *c)
         if (c->rend < c->rcap)
             return;
     }
+    if (unparsed)
+        conn_process(c);
 }
 
 static void conn_event(evutil_socket_t fd, short what, void *arg)
@@ -795,6 +901,87 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     if (!c->closing)
         conn_flush(c);
     conn_release(c);
+}
+
+bool conn_authenticated(const struct conn *c)
+{
+    return c->authenticated;
+}
+
+void conn_set_authenticated(struct conn *c)
+{
+    c->authenticated = true;
+}
+
+void conn_kick(struct conn *c)
+{
+    conn_flush(c);
+    conn_release(c);
+}
+
+/* stats conns: listening sockets, then connections, by descriptor. */
+static void put_sockaddr(struct resp *r, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "";
+    int port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        resp_printf(r, "tcp:%s:%d", host, port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+        port = ntohs(in->sin6_port);
+        resp_printf(r, "tcp6:[%s]:%d", host, port);
+    } else {
+        resp_str(r, "unknown");
+    }
+}
+
+void conn_stats_conns(struct conn *c, struct resp *r)
+{
+    struct server *s = conn_server(c);
+    time_t now = clock_wall(&s->clock);
+    int maxfd = 0;
+    for (int i = 0; i < s->nlisten; i++)
+        if (s->listen_fd[i] > maxfd)
+            maxfd = s->listen_fd[i];
+    for (struct conn *x = s->conns; x; x = x->next)
+        if (x->fd > maxfd)
+            maxfd = x->fd;
+    for (int fd = 0; fd <= maxfd; fd++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        for (int i = 0; i < s->nlisten; i++) {
+            if (s->listen_fd[i] != fd || getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+                continue;
+            resp_printf(r, "STAT %d:addr ", fd);
+            put_sockaddr(r, &ss);
+            resp_printf(r, "\r\nSTAT %d:state conn_listening\r\nSTAT %d:secs_since_last_cmd %ld\r\n",
+                        fd, fd, (long)(now - s->started));
+        }
+        for (struct conn *x = s->conns; x; x = x->next) {
+            if (x->fd != fd)
+                continue;
+            resp_printf(r, "STAT %d:addr ", fd);
+            len = sizeof(ss);
+            if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+                put_sockaddr(r, &ss);
+            resp_printf(r, "\r\nSTAT %d:listen_addr ", fd);
+            len = sizeof(ss);
+            if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+                put_sockaddr(r, &ss);
+            const char *state = x == c ? "conn_parse_cmd"
+                              : x->swallow ? "conn_swallow"
+                              : x->holding ? "conn_nread"
+                              : x->out_blocked ? "conn_mwrite"
+                              : x->close_after_write ? "conn_closing" : "conn_waiting";
+            resp_printf(r, "\r\nSTAT %d:state %s\r\nSTAT %d:secs_since_last_cmd %ld\r\n", fd,
+                        state, fd, (long)(now - x->last_cmd));
+        }
+    }
+    resp_str(r, "END\r\n");
 }
 
 /* Close every connection (server shutdown). */

@@ -62,6 +62,8 @@ struct resp {
     uint64_t arg;           /* free for the protocol */
     int mop;                /* engine op of the mutation (for counting) */
     uint32_t scratch;       /* buf[0..scratch): protocol bytes that are never sent */
+    uint64_t seq;           /* order of the slot on its connection */
+    bool dropped;           /* its reply is dropped (conn_discard_unflushed) */
     resp_complete_fn complete;
 };
 
@@ -124,6 +126,40 @@ void conn_request_shutdown(struct conn *c);
 /* Set the connection to skip the next n input bytes (the data block of a
  * rejected oversized request) without buffering them. */
 void conn_swallow(struct conn *c, size_t n);
+
+/* ---- when replies are written: memcached's timing ----
+ *
+ * memcached writes the replies it has when it runs out of complete
+ * requests, and at once after get, gets, gat, gats and mn (binary: noop).
+ * While it waits for the rest of a data block (or drops one that was
+ * refused) it writes nothing more, and a protocol violation that closes
+ * the connection (a line too long, an HTTP request, a bad binary magic)
+ * drops the replies it had not written.  A client sees the difference only
+ * when it stops inside a data block or breaks the protocol; we follow it so
+ * that even then the bytes are memcached's. */
+
+/* The replies queued so far are written now. */
+void conn_flush_point(struct conn *c);
+/* The replies up to and including slot r are written now (binary error
+ * replies, which memcached writes at once). */
+void conn_flush_through(struct resp *r);
+/* Called by a protocol that returns CONN_PARSE_NEED_MORE inside a data
+ * block (or a binary body): hold replies after the last flush point. */
+void conn_hold_output(struct conn *c);
+/* Close the connection, dropping replies after the last flush point
+ * (return CONN_PARSE_CLOSE after calling it). */
+void conn_close_discard(struct conn *c);
+/* Drop the replies after the last flush point (memcached does when a
+ * retrieval command has a bad key); mutations still run. */
+void conn_discard_unflushed(struct conn *c);
+
+/* -Y: has the connection authenticated? */
+bool conn_authenticated(const struct conn *c);
+void conn_set_authenticated(struct conn *c);
+
+/* stats conns: memcached's lines for the listening sockets and every
+ * connection (self is the one asking), then END. */
+void conn_stats_conns(struct conn *self, struct resp *r);
 
 /* ---- Slot migration (migrate.c) ---- */
 

@@ -58,7 +58,9 @@ typedef enum eng_op {
 enum eng_mark {
     ENG_MARK_STALE = 1,   /* invalidated (md I, ms I with an older cas): mg says X */
     ENG_MARK_WON = 2,     /* a reader was told it won the recache (W): others get Z */
-    ENG_MARK_BINKEY = 4   /* stored through a base64 key (b): shown in base64 */
+    ENG_MARK_BINKEY = 4,  /* stored through a base64 key (b): shown in base64 */
+    ENG_MARK_FETCHED = 8  /* in a store's m->marks only: the new item counts as read
+                           * (mg N creates an item it has read) */
 };
 #define ENG_MARKS_ALL 7
 
@@ -198,6 +200,13 @@ struct engine_ops {
      * no marks, never fetched, idle 0. */
     eng_status (*get_ex)(struct engine *e, const char *key, size_t nkey, unsigned opts,
                          struct eng_value *out, struct eng_result *res);
+    /* Optional: cache_memlimit: a new memory limit in bytes (items over it
+     * are evicted as new ones come).  False when it cannot be changed. */
+    bool (*set_mem_limit)(struct engine *e, size_t bytes);
+    /* Optional: stats cachedump: fn for the most recently used live items
+     * (newest first) until it returns false. */
+    void (*visit_recent)(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+                         void *ctx);
 };
 
 struct engine {

@@ -511,6 +511,31 @@ static void plain_stats_reset(struct engine *e)
     memset(&plain_of(e)->store.stats, 0, sizeof(struct item_counters));
 }
 
+/* ---- cache_memlimit, stats cachedump ---- */
+
+static bool plain_set_mem_limit(struct engine *e, size_t bytes)
+{
+    plain_of(e)->store.mem_limit = bytes;
+    return true;
+}
+
+static void plain_visit_recent(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+                               void *ctx)
+{
+    struct plain *p = plain_of(e);
+    for (struct item *it = p->store.lru_head; it; it = it->next) {
+        if (item_is_dead(&p->store, it))
+            continue;
+        struct eng_value v = {
+            .key = item_key(it), .nkey = it->nkey, .data = item_value(it),
+            .nbytes = it->nbytes, .flags = it->flags, .cas = visible_cas(p, it),
+            .exptime = it->exptime == 0 ? 0 : (int64_t)p->clock.epoch + (int64_t)it->exptime,
+        };
+        if (!fn(ctx, &v))
+            break;
+    }
+}
+
 /* ---- keys of one slot (slot migration) ---- */
 
 static size_t plain_slot_keys(struct engine *e, unsigned slot,
@@ -548,6 +573,8 @@ static const struct engine_ops plain_ops = {
     .destroy = plain_destroy,
     .slot_keys = plain_slot_keys,
     .get_ex = plain_get_ex,
+    .set_mem_limit = plain_set_mem_limit,
+    .visit_recent = plain_visit_recent,
 };
 
 struct engine *engine_plain_new(const struct engine_config *cfg)

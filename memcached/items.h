@@ -124,6 +124,8 @@ static inline uint8_t item_marks(const struct item *it)
 
 static inline void item_set_marks(struct item *it, uint8_t marks)
 {
+    if (marks & ENG_MARK_FETCHED)
+        it->iflags |= ITEM_FETCHED;
     it->iflags = (uint8_t)((it->iflags & ~ITEM_MARK_BITS) |
                            ((marks & ENG_MARK_STALE) ? ITEM_STALE : 0) |
                            ((marks & ENG_MARK_WON) ? ITEM_WON : 0) |

@@ -107,35 +107,33 @@ static int b64_value(char c)
     return -1;
 }
 
+/* memcached's decoding: the length must be a multiple of 4; the first
+ * quad with padding ends the key (what follows is ignored); "xy=z" is
+ * read as "xyA=" (the '=' as zero); padding in the first two places of a
+ * quad, or any other character, is an error. */
 long meta_base64_decode(const char *in, size_t n, char *out)
 {
     if (n == 0 || n % 4 != 0)
         return -1;
     size_t o = 0;
     for (size_t i = 0; i < n; i += 4) {
-        bool last = i + 4 == n;
-        int v[4];
-        int pad = 0;
-        for (int j = 0; j < 4; j++) {
-            char c = in[i + j];
-            if (c == '=' && last && j >= 2) {
-                v[j] = 0;
-                pad++;
-                continue;
-            }
-            if (pad > 0)
-                return -1;          /* data after padding */
-            v[j] = b64_value(c);
-            if (v[j] < 0)
-                return -1;
-        }
-        uint32_t x = ((uint32_t)v[0] << 18) | ((uint32_t)v[1] << 12) |
-                     ((uint32_t)v[2] << 6) | (uint32_t)v[3];
-        out[o++] = (char)(x >> 16);
-        if (pad < 2)
-            out[o++] = (char)(x >> 8);
-        if (pad < 1)
-            out[o++] = (char)x;
+        int a = b64_value(in[i]), b = b64_value(in[i + 1]);
+        if (a < 0 || b < 0)
+            return -1;
+        out[o++] = (char)((a << 2) | (b >> 4));
+        bool pad3 = in[i + 2] == '=', pad4 = in[i + 3] == '=';
+        int c = pad3 ? 0 : b64_value(in[i + 2]);
+        if (c < 0)
+            return -1;
+        if (pad3 && pad4)
+            break;
+        out[o++] = (char)(((b & 15) << 4) | (c >> 2));
+        if (pad3 || pad4)
+            break;
+        int d = b64_value(in[i + 3]);
+        if (d < 0)
+            return -1;
+        out[o++] = (char)(((c & 3) << 6) | d);
     }
     return (long)o;
 }
@@ -302,8 +300,11 @@ static enum meta_parse_result parse_ms(struct meta_req *req, const struct mtoks 
         return fail(req, bad_format);
     if (too_many_tokens(t))
         return fail(req, "CLIENT_ERROR options flags too long");
-    int64_t vlen;
-    if (!mcnum_i64(t->s[2], t->n[2], &vlen) || vlen < 0 || vlen > INT32_MAX - 2)
+    int64_t v;
+    if (!mcnum_i64(t->s[2], t->n[2], &v))
+        return fail(req, bad_format);
+    int64_t vlen = (int32_t)(uint32_t)(uint64_t)v;     /* kept as a 32-bit int */
+    if (vlen < 0 || vlen > INT32_MAX - 2)
         return fail(req, bad_format);
     req->vlen = vlen;
     const char *err = preparse(req, t, 3);
@@ -425,8 +426,14 @@ enum meta_parse_result meta_parse(const char *buf, size_t len, size_t max_item,
     if (!nl)
         return len > META_LINE_MAX ? MP_CLOSE : MP_NEED_MORE;
     size_t total = (size_t)(nl - buf) + 1;
+    if (total > META_READ_CHUNK)
+        return MP_CLOSE;          /* never whole in memcached's 16 KB buffer */
     size_t nline = (size_t)(nl - buf);
     if (nline > 0 && buf[nline - 1] == '\r')
         nline--;
+    /* memcached reads the line as a C string: a NUL ends it. */
+    const char *nul = memchr(buf, '\0', nline);
+    if (nul)
+        nline = (size_t)(nul - buf);
     return meta_parse_line(buf, len, nline, total, max_item, req);
 }

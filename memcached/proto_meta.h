@@ -42,6 +42,7 @@
 #define META_MAX_FLAGS 17
 #define META_OPAQUE_MAX 31        /* longer O tokens are refused */
 #define META_LINE_MAX 2048        /* a longer line without a newline closes the connection */
+#define META_READ_CHUNK 16384     /* and so does any line longer than memcached's buffer */
 
 enum meta_cmd {
     MC_NONE = 0,
@@ -145,8 +146,9 @@ enum meta_parse_result meta_parse_line(const char *buf, size_t len, size_t nline
  * (4 * ceil(n / 3) bytes; no NUL is written). */
 size_t meta_base64_encode(const char *in, size_t n, char *out);
 
-/* Decodes base64 in[0..n) into out (room for 3 * n / 4 bytes): n a
- * multiple of 4, padding only at the end.  Returns the length, or -1. */
+/* Decodes base64 in[0..n) into out (room for 3 * n / 4 bytes) as
+ * memcached does: n a multiple of 4, the first padded quad ends the key.
+ * Returns the length, or -1. */
 long meta_base64_decode(const char *in, size_t n, char *out);
 
 /* memcached's item size for the too-large check: header 48, cas 8 (when

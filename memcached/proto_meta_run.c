@@ -38,21 +38,21 @@ struct plan {
     uint8_t nflags;
     char flags[META_MAX_FLAGS];
     bool quiet;
-    bool base64;              /* show the key token with " b" */
+    bool base64;              /* the key came in base64: show it so, with " b" */
     bool value;               /* v */
     bool vivify;              /* mg N: a miss created the item */
-    uint8_t nkey;             /* key token bytes after the struct */
+    uint8_t nkey;             /* key bytes (decoded) after the struct */
     uint8_t nopaque;          /* opaque bytes after the key */
     int64_t ttl_found;        /* t of ma: the item was there */
     int64_t ttl_created;      /* t of ma: N created it; t of mg N */
-    char bytes[];             /* key token, then opaque */
+    char bytes[];             /* key, then opaque */
 };
 
 static void plan_save(struct resp *r, const struct meta_req *req, int64_t ttl_found,
                       int64_t ttl_created)
 {
     size_t nopaque = req->opaque ? req->nopaque : 0;
-    struct plan *p = resp_scratch_reserve(r, sizeof(struct plan) + req->nkey_token + nopaque);
+    struct plan *p = resp_scratch_reserve(r, sizeof(struct plan) + req->nkey + nopaque);
     memset(p, 0, sizeof(*p));
     p->cmd = (uint8_t)req->cmd;
     p->nflags = (uint8_t)req->nflags;
@@ -61,13 +61,13 @@ static void plan_save(struct resp *r, const struct meta_req *req, int64_t ttl_fo
     p->quiet = meta_has(req, 'q');
     p->base64 = req->base64;
     p->value = meta_has(req, 'v');
-    p->nkey = (uint8_t)req->nkey_token;
+    p->nkey = (uint8_t)req->nkey;
     p->nopaque = (uint8_t)nopaque;
     p->ttl_found = ttl_found;
     p->ttl_created = ttl_created;
-    memcpy(p->bytes, req->key_token, req->nkey_token);
+    memcpy(p->bytes, req->key, req->nkey);
     if (nopaque)
-        memcpy(p->bytes + req->nkey_token, req->opaque, nopaque);
+        memcpy(p->bytes + req->nkey, req->opaque, nopaque);
 }
 
 /* A copy of the slot's plan (the scratch moves when reply bytes are added). */
@@ -81,19 +81,18 @@ static void plan_load(struct resp *r, struct plan *p, char *key, char *opaque)
 
 /* ---- reply pieces ---- */
 
-/* " k<key>", with " b" when the key is shown in base64: binary keys are
- * encoded here, tokens already are. */
-static void put_key(struct resp *r, const char *key, size_t nkey, bool encode, bool b)
+/* " k<key>"; in base64 followed by " b" (memcached encodes the decoded
+ * key again, it does not echo the token). */
+static void put_key(struct resp *r, const char *key, size_t nkey, bool b64)
 {
     resp_add(r, " k", 2);
-    if (encode) {
+    if (b64) {
         char enc[((META_KEY_MAX + 2) / 3) * 4];
         resp_add(r, enc, meta_base64_encode(key, nkey, enc));
+        resp_add(r, " b", 2);
     } else {
         resp_add(r, key, nkey);
     }
-    if (b)
-        resp_add(r, " b", 2);
 }
 
 static void put_opaque(struct resp *r, const char *o, size_t n)
@@ -190,7 +189,7 @@ static void put_hit_flags(struct resp *r, const struct plan *p, const char *opaq
         case 'c': put_unum(r, 'c', h->cas); break;
         case 'f': put_unum(r, 'f', h->flags); break;
         case 'h': resp_add(r, h->fetched ? " h1" : " h0", 3); break;
-        case 'k': put_key(r, h->key, h->nkey, h->binkey, h->binkey); break;
+        case 'k': put_key(r, h->key, h->nkey, h->binkey); break;
         case 'l': put_unum(r, 'l', h->idle); break;
         case 'O': put_opaque(r, opaque, p->nopaque); break;
         case 's': put_unum(r, 's', h->nbytes); break;
@@ -206,7 +205,7 @@ static void put_miss_flags(struct resp *r, const struct plan *p, const char *key
 {
     for (int i = 0; i < p->nflags; i++) {
         if (p->flags[i] == 'k')
-            put_key(r, key, p->nkey, false, p->base64);
+            put_key(r, key, p->nkey, p->base64);
         else if (p->flags[i] == 'O')
             put_opaque(r, opaque, p->nopaque);
     }
@@ -248,11 +247,8 @@ static void vivify_complete(struct resp *r, const struct eng_result *res)
         }
         return;
     }
-    char decoded[META_KEY_MAX];
-    long n = p.base64 ? meta_base64_decode(key, p.nkey, decoded) : -1;
     struct hit h = {
-        .key = n > 0 ? decoded : key, .nkey = n > 0 ? (size_t)n : p.nkey,
-        .binkey = n > 0, .cas = res->cas, .ttl = p.ttl_created,
+        .key = key, .nkey = p.nkey, .binkey = p.base64, .cas = res->cas, .ttl = p.ttl_created,
     };
     resp_add(r, p.value ? "VA 0" : "HD", p.value ? 4 : 2);
     put_hit_flags(r, &p, opaque, &h);
@@ -261,16 +257,63 @@ static void vivify_complete(struct resp *r, const struct eng_result *res)
         line_end(r);
 }
 
+/* memcached applies mg's T and N (and judges R) in request order while
+ * it writes the reply: t shows the TTL at its own place in the flags (so
+ * "N30 t T0" shows 30 and leaves no TTL), and R compares with the TTL as
+ * it is then. */
+struct mg_walk {
+    long long t_shown;        /* what t shows */
+    bool r_win;               /* R won the recache */
+    bool set;                 /* T (or N on a created item) set the TTL... */
+    int64_t exptime;          /* ...to this client exptime (the last one) */
+};
+
+static void mg_walk(struct server *s, const struct meta_req *req, rel_time_t start,
+                    bool created, bool token_sent, struct mg_walk *w)
+{
+    rel_time_t cur = start;
+    memset(w, 0, sizeof(*w));
+    w->t_shown = -1;
+    for (int i = 0; i < req->nflags; i++) {
+        switch (req->flags[i].flag) {
+        case 'T':
+            cur = clock_exptime(&s->clock, req->ttl);
+            w->set = true;
+            w->exptime = req->ttl;
+            break;
+        case 'N':
+            if (created) {
+                cur = clock_exptime(&s->clock, req->vivify_ttl);
+                w->set = true;
+                w->exptime = req->vivify_ttl;
+            }
+            break;
+        case 'R':
+            if (!created && !token_sent && cur != 0 &&
+                cur < clock_exptime(&s->clock, req->recache_ttl))
+                w->r_win = true;
+            break;
+        case 't':
+            w->t_shown = cur == 0 ? -1 : (long long)(uint32_t)(cur - s->clock.now);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
 static void mg_vivify(struct conn *c, const struct meta_req *req)
 {
     struct server *s = conn_server(c);
-    int64_t exptime = meta_has(req, 'T') ? req->ttl : req->vivify_ttl;
+    struct mg_walk w;
+    mg_walk(s, req, 0, true, false, &w);
     struct resp *r = conn_resp_new(c);
-    plan_save(r, req, 0, ttl_of_request(s, exptime));
+    plan_save(r, req, 0, w.t_shown);
     struct eng_mutation m = {
         .op = ENG_OP_ADD, .key = req->key, .nkey = req->nkey, .data = "", .nbytes = 0,
-        .exptime = exptime,
-        .marks = (uint8_t)(ENG_MARK_WON | (req->base64 ? ENG_MARK_BINKEY : 0)),
+        .exptime = w.set ? w.exptime : 0,
+        .marks = (uint8_t)(ENG_MARK_WON | ENG_MARK_FETCHED |
+                           (req->base64 ? ENG_MARK_BINKEY : 0)),
     };
     conn_mutate(c, r, &m, vivify_complete);
 }
@@ -306,21 +349,17 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
         return;
     }
 
-    long long ttl = ttl_left(s, v.exptime);
     bool stale = v.marks & ENG_MARK_STALE;
-    bool won = v.marks & ENG_MARK_WON;
-    bool win = false, z = false;
-    if (stale || won) {
-        win = !won;
-        z = won;
-    } else if (meta_has(req, 'R') && v.exptime != 0 && ttl < req->recache_ttl) {
-        win = true;
-    }
-    if (meta_has(req, 'T'))
-        ttl = ttl_of_request(s, req->ttl);
+    bool token_sent = v.marks & ENG_MARK_WON;
+    rel_time_t start = v.exptime == 0 ? 0 : (rel_time_t)(v.exptime - s->clock.epoch);
+    struct mg_walk w;
+    mg_walk(s, req, start, false, token_sent, &w);
+    bool win = w.r_win || (stale && !token_sent);
+    bool z = token_sent;
     struct hit h = {
         .key = v.key, .nkey = v.nkey, .binkey = v.marks & ENG_MARK_BINKEY, .cas = v.cas,
-        .flags = v.flags, .fetched = v.fetched, .idle = v.idle, .nbytes = v.nbytes, .ttl = ttl,
+        .flags = v.flags, .fetched = v.fetched, .idle = v.idle, .nbytes = v.nbytes,
+        .ttl = w.t_shown,
     };
     if (p.value)
         resp_printf(r, "VA %u", (unsigned)v.nbytes);
@@ -344,9 +383,9 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
                                   .marks = ENG_MARK_WON };
         mg_issue(c, r, &m);
     }
-    if (meta_has(req, 'T')) {
+    if (w.set) {
         struct eng_mutation m = { .op = ENG_OP_TOUCH, .key = req->key, .nkey = req->nkey,
-                                  .exptime = req->ttl };
+                                  .exptime = w.exptime };
         mg_issue(c, r, &m);
     }
     if (--r->arg == 0)
@@ -354,6 +393,15 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
 }
 
 /* ---- ms, md, ma ---- */
+
+/* The cas a C token compares with: the engines read 0 as "no compare", and
+ * C0 must compare (and fail: no item has cas 0 while cas is enabled). */
+static uint64_t compare_cas(const struct meta_req *req)
+{
+    if (!meta_has(req, 'C'))
+        return 0;
+    return req->cas ? req->cas : UINT64_MAX;
+}
 
 /* The status code of a mutation's outcome, or NULL for a failure line. */
 static const char *code_of(eng_status st)
@@ -392,7 +440,7 @@ static void mutation_complete(struct resp *r, const struct eng_result *res)
     for (int i = 0; i < p.nflags; i++) {
         switch (p.flags[i]) {
         case 'k':
-            put_key(r, key, p.nkey, false, p.base64);
+            put_key(r, key, p.nkey, p.base64);
             break;
         case 'O':
             put_opaque(r, opaque, p.nopaque);
@@ -439,25 +487,22 @@ static void handle_ms(struct conn *c, const struct meta_req *req)
         break;
     case META_MODE_APPEND:
         m.op = ENG_OP_APPEND;
-        m.cas = has_cas ? req->cas : 0;
+        m.cas = compare_cas(req);
         break;
     case META_MODE_PREPEND:
         m.op = ENG_OP_PREPEND;
-        m.cas = has_cas ? req->cas : 0;
+        m.cas = compare_cas(req);
         break;
     case META_MODE_REPLACE:
         m.op = ENG_OP_REPLACE;
-        m.cas = has_cas ? req->cas : 0;
+        m.cas = compare_cas(req);
         break;
     default:
         m.op = has_cas ? ENG_OP_CAS : ENG_OP_SET;
-        m.cas = has_cas ? req->cas : 0;
+        m.cas = req->cas;           /* CAS always compares, 0 too */
         m.cas_stale = has_cas && meta_has(req, 'I');
         break;
     }
-    /* A cas of 0 is a cas nothing has: the store cannot match. */
-    if (has_cas && req->cas == 0 && m.op == ENG_OP_REPLACE)
-        m.op = ENG_OP_CAS;
     struct resp *r = conn_resp_new(c);
     plan_save(r, req, 0, 0);
     conn_mutate(c, r, &m, mutation_complete);
@@ -465,8 +510,7 @@ static void handle_ms(struct conn *c, const struct meta_req *req)
 
 static void handle_md(struct conn *c, const struct meta_req *req)
 {
-    struct eng_mutation m = { .key = req->key, .nkey = req->nkey,
-                              .cas = meta_has(req, 'C') ? req->cas : 0 };
+    struct eng_mutation m = { .key = req->key, .nkey = req->nkey, .cas = compare_cas(req) };
     if (meta_has(req, 'I')) {
         m.op = ENG_OP_MARK;
         m.marks = ENG_MARK_STALE;
@@ -501,7 +545,7 @@ static void handle_ma(struct conn *c, const struct meta_req *req)
     struct eng_mutation m = {
         .op = req->mode == META_MODE_DECR ? ENG_OP_DECR : ENG_OP_INCR,
         .key = req->key, .nkey = req->nkey, .delta = req->delta,
-        .cas = meta_has(req, 'C') ? req->cas : 0,
+        .cas = req->cas,            /* ma reads C0 as no compare */
         .create = meta_has(req, 'N'), .initial = req->initial,
         .exptime = meta_has(req, 'T') ? req->ttl : req->vivify_ttl,
         .touch = meta_has(req, 'T'),
@@ -560,7 +604,8 @@ static void handle_me(struct conn *c, const struct meta_req *req)
             resp_add(r, v.key, v.nkey);
         }
         resp_printf(r, " exp=%lld la=%u cas=%llu fetch=%s cls=%u size=%zu\r\n",
-                    v.exptime == 0 ? -1LL : (long long)(v.exptime - clock_wall(&s->clock)),
+                    /* memcached prints the time since expiry: minus the TTL */
+                    v.exptime == 0 ? -1LL : (long long)(clock_wall(&s->clock) - v.exptime),
                     (unsigned)v.idle, (unsigned long long)v.cas, v.fetched ? "yes" : "no",
                     slab_class(size, s->settings.item_size_max), size);
         conn_engine(c)->ops->release(conn_engine(c), v.handle);
