@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@
  * mutations in flight, and resumes at half of it: memory stays bounded
  * instead of queueing every request the client sends. */
 #define CONN_MAX_INFLIGHT 128
+/* memcached's read buffer: it parses out of at most this much input. */
+#define READ_CHUNK 16384
 
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_process(struct conn *c);
@@ -477,6 +480,11 @@ void conn_close_discard(struct conn *c)
     c->close_after_write = true;
 }
 
+bool conn_has_unflushed(const struct conn *c)
+{
+    return c->tail && c->tail->seq >= c->flush_seq && !(c->tail == c->head && (c->head_seg || c->head_off));
+}
+
 void conn_discard_unflushed(struct conn *c)
 {
     struct engine *e = c->srv->engine;
@@ -560,6 +568,7 @@ struct conn *conn_new(struct server *s, int fd)
     s->stats.curr_conns++;
     s->stats.total_conns++;
     c->last_cmd = time(NULL);
+    c->win_left = READ_CHUNK;
     return c;
 }
 
@@ -771,6 +780,14 @@ static void conn_choose_protocol(struct conn *c)
 
 /* Run the protocol over buffered input until it needs more bytes, blocks
  * behind a write in flight, or asks to close. */
+/* memcached parses out of a 16 KB read buffer: a line it finds whole, a
+ * line it finds too long, and where it writes its replies (whenever it
+ * must read more in the middle of a line) depend on where that buffer
+ * ends.  We show the protocol the same window of input: at most 16 KB
+ * from where memcached's buffer would start, which is after the last
+ * read at a line boundary, after a data block read straight into its
+ * item, after dropped data; a line longer than the window (a long
+ * multi-get) makes it grow, as memcached's buffer does. */
 static void conn_process(struct conn *c)
 {
     while (!c->closing && !c->close_after_write && !c->blocked) {
@@ -780,44 +797,89 @@ static void conn_process(struct conn *c)
         }
         size_t avail = c->rend - c->rstart;
         if (c->swallow > 0) {
+            /* Beyond its buffer memcached drops data read straight from
+             * the socket, then has no input left and writes. */
+            bool direct = c->in_data || c->swallow > c->win_left;
             size_t n = avail < c->swallow ? avail : c->swallow;
             c->rstart += n;
             c->swallow -= n;
+            c->win_left = n < c->win_left ? c->win_left - n : 0;
             if (c->swallow > 0) {
                 c->holding = true;    /* memcached writes nothing while it drops data */
+                c->in_data = direct;
                 break;
+            }
+            if (direct) {
+                c->in_data = false;
+                c->holding = false;
+                c->win_left = READ_CHUNK;
+                conn_flush_point(c);
+                c->flush_now = false;
+                conn_flush(c);
             }
             continue;
         }
         if (avail == 0) {
-            if (!c->discard)
+            if (!c->discard) {
                 c->holding = false;   /* out of requests: everything may go */
+                c->flush_seq = c->next_seq;
+            }
+            if (!c->in_data)
+                c->win_left = READ_CHUNK;     /* the next read fills an empty buffer */
             break;
         }
         if (!c->process)
             conn_choose_protocol(c);
         size_t used = 0;
+        size_t view = c->in_data || avail < c->win_left ? avail : c->win_left;
         c->hold_request = false;
-        bool waited = c->holding && !c->discard;
-        enum conn_parse pr = c->process(c, c->rbuf + c->rstart, avail, &used);
-        if (waited && pr == CONN_PARSE_OK && used > 0) {
-            /* memcached reads the rest of a data block it waited for
-             * straight into the item, so it then has no input left and
-             * writes what it has. */
-            c->holding = false;
-            conn_flush_point(c);
-        }
+        bool waited = c->in_data;
+        enum conn_parse pr = c->process(c, c->rbuf + c->rstart, view, &used);
         c->rstart += used;
+        c->win_left = used < c->win_left ? c->win_left - used : 0;
         if (used > 0)
             c->last_cmd = c->srv->clock.epoch + (time_t)c->srv->clock.now;
+        if (waited && used > 0) {
+            /* memcached reads the rest of a data block straight into the
+             * item: it then has no input left, writes what it has and
+             * reads a new buffer. */
+            c->in_data = false;
+            c->holding = false;
+            c->win_left = READ_CHUNK;
+            conn_flush_point(c);
+        }
         if (c->flush_now) {
             c->flush_now = false;
             conn_flush(c);
         }
         if (pr == CONN_PARSE_OK)
             continue;
+        if (pr == CONN_PARSE_NEED_MORE && c->hold_request) {
+            c->in_data = true;        /* the rest of the block is read directly */
+            if (view < avail)
+                continue;
+            if (!c->discard)
+                c->holding = true;
+            break;
+        }
+        if (pr == CONN_PARSE_NEED_MORE) {
+            /* Within a line memcached writes all it has and reads on; a
+             * partial line over 2048 bytes (a long multi-get, or the
+             * protocol would have closed) moves it to a growing buffer
+             * into which it reads all there is before parsing on. */
+            if (!c->discard) {
+                c->holding = false;
+                c->flush_seq = c->next_seq;
+            }
+            c->win_left = view > TEXT_LINE_MAX ? SIZE_MAX / 2 : READ_CHUNK;
+            if (view < avail) {
+                conn_flush(c);
+                continue;
+            }
+            break;
+        }
         if (!c->discard)
-            c->holding = pr == CONN_PARSE_NEED_MORE && c->hold_request;
+            c->holding = false;
         if (pr == CONN_PARSE_BLOCKED)
             c->blocked = true;
         else if (pr == CONN_PARSE_CLOSE)
@@ -839,14 +901,12 @@ static void conn_eof(struct conn *c)
     c->close_after_write = true;
 }
 
-/* memcached reads up to 16 KB before it parses: whether a line is whole
- * (or too long) must be judged on as much input as it would have. */
-#define READ_CHUNK 16384
-
 static void conn_read(struct conn *c)
 {
     size_t unparsed = 0;
-    for (int round = 0; round < 8 && !c->closing; round++) {
+    /* In a long multi-get memcached reads all there is before it parses. */
+    bool big = c->win_left > READ_CHUNK;
+    for (int round = 0; (round < 8 || big) && !c->closing; round++) {
         if (c->swallow > 0 && c->rstart == c->rend)
             c->rstart = c->rend = 0;
         if (c->rend == c->rcap && !conn_make_room(c)) {
@@ -874,10 +934,11 @@ static void conn_read(struct conn *c)
         c->srv->stats.bytes_read += (uint64_t)n;
         c->rend += (size_t)n;
         unparsed += (size_t)n;
-        if (c->rend == c->rcap && unparsed < READ_CHUNK)
+        if (c->rend == c->rcap && (big || unparsed < READ_CHUNK))
             continue;
         unparsed = 0;
         conn_process(c);
+        big = c->win_left > READ_CHUNK;
         if (c->closing || c->close_after_write || c->blocked || c->throttled)
             return;
         /* A short read means the socket is drained. */

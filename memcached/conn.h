@@ -149,6 +149,9 @@ void conn_hold_output(struct conn *c);
 /* Close the connection, dropping replies after the last flush point
  * (return CONN_PARSE_CLOSE after calling it). */
 void conn_close_discard(struct conn *c);
+/* Are there replies after the last flush point (memcached's "watch"
+ * refuses to start behind them)? */
+bool conn_has_unflushed(const struct conn *c);
 /* Drop the replies after the last flush point (memcached does when a
  * retrieval command has a bad key); mutations still run. */
 void conn_discard_unflushed(struct conn *c);

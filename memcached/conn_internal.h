@@ -45,6 +45,8 @@ struct conn {
     bool hold_request;            /* the protocol asked to hold (this parse call) */
     bool flush_now;               /* a flush point was reached: write before parsing on */
     bool discard;                 /* closing: replies not yet flushable are dropped */
+    bool in_data;                 /* inside a data block memcached reads directly */
+    size_t win_left;              /* input memcached's buffer holds from rstart */
 
     time_t last_cmd;              /* wall time of the last request (idle_timeout, stats conns) */
     bool authenticated;           /* -Y: the connection has authenticated */

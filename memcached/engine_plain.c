@@ -196,8 +196,9 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
     struct item *it = item_alloc(s, m->key, m->nkey, old->flags, old->exptime,
                                  (size_t)old->nbytes + m->nbytes, &st);
     if (it == NULL) {
+        /* memcached answers NOT_STORED when the joined item cannot be made. */
         item_release(s, old);
-        return st;
+        return st == ENG_TOO_LARGE || st == ENG_NO_MEMORY ? ENG_NOT_STORED : st;
     }
     char *dst = item_value(it);
     if (m->op == ENG_OP_APPEND) {
@@ -306,6 +307,7 @@ static eng_status do_touch(struct plain *p, const struct eng_mutation *m,
     if (!cas_condition_ok(p, m, it))
         return ENG_EXISTS;
     it->exptime = clock_exptime(&p->clock, m->exptime);
+    it->iflags |= ITEM_FETCHED;     /* memcached counts a touch as a read */
     item_bump(&p->store, it);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
@@ -337,20 +339,34 @@ static void flush_now(struct plain *p)
     item_flush(&p->store);
 }
 
-/* A later flush_all replaces an armed delayed one, as in memcached. */
+/* A later flush_all replaces an armed delayed one, as in memcached.  A
+ * delay takes effect at memcached's time: its exptime less a second (so a
+ * delay of 1 is at once); an absolute time before the process started is
+ * memcached's "no flush" (it cancels an armed one). */
 static eng_status do_flush(struct plain *p, const struct eng_mutation *m)
 {
     if (m->exptime <= 0) {
         flush_now(p);
         return ENG_SUCCESS;
     }
-    rel_time_t at = clock_exptime(&p->clock, m->exptime);
-    if (at <= p->clock.now) {
-        flush_now(p);
+    int64_t rel;
+    if (m->exptime > CLOCK_MAX_RELATIVE_EXPTIME) {
+        if (m->exptime <= (int64_t)p->clock.epoch) {
+            p->flush_pending = false;
+            return ENG_SUCCESS;
+        }
+        rel = m->exptime - (int64_t)p->clock.epoch;
+    } else {
+        rel = (int64_t)p->clock.now + m->exptime;
+    }
+    int64_t at = rel - 1;
+    if (at <= (int64_t)p->clock.now) {
+        p->flush_pending = false;
+        item_flush_until(&p->store, at < 0 ? 0 : (rel_time_t)at);
         return ENG_SUCCESS;
     }
     p->flush_pending = true;
-    p->flush_at = at;
+    p->flush_at = at > UINT32_MAX ? UINT32_MAX : (rel_time_t)at;
     return ENG_SUCCESS;
 }
 
@@ -550,8 +566,10 @@ static void plain_tick(struct engine *e, time_t now)
 {
     struct plain *p = plain_of(e);
     clock_set(&p->clock, now);
-    if (p->flush_pending && p->clock.now >= p->flush_at)
-        flush_now(p);
+    if (p->flush_pending && p->clock.now >= p->flush_at) {
+        p->flush_pending = false;
+        item_flush_until(&p->store, p->flush_at);
+    }
     item_store_tick(&p->store);
 }
 

@@ -261,6 +261,12 @@ void item_discard(struct item_store *s, struct item *it)
 struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
                          uint64_t hv, enum item_miss *why)
 {
+    if (s->flush_hold != 0) {
+        if (s->flush_hold >= s->clock->now)
+            s->flush_cas = s->cas_counter;
+        else
+            s->flush_hold = 0;
+    }
     struct item *it = assoc_find(&s->table, key, nkey, hv);
     if (it == NULL) {
         *why = ITEM_MISS_ABSENT;
@@ -282,6 +288,13 @@ struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
 void item_flush(struct item_store *s)
 {
     s->flush_cas = s->cas_counter;
+    s->flush_hold = 0;
+}
+
+void item_flush_until(struct item_store *s, rel_time_t second)
+{
+    s->flush_cas = s->cas_counter;
+    s->flush_hold = second >= s->clock->now ? second : 0;
 }
 
 /* ---- background work ---- */

@@ -80,6 +80,9 @@ struct item_store {
 
     uint64_t cas_counter;   /* last cas handed out */
     uint64_t flush_cas;     /* items with cas <= this are dead */
+    rel_time_t flush_hold;  /* a delayed flush_all took effect in this second: every
+                             * item stored up to its end is dead too (memcached's
+                             * flush by time); 0 = none */
 
     size_t mem_limit;
     size_t mem_used;        /* malloc_usable_size of every live allocation */
@@ -195,6 +198,9 @@ void item_release(struct item_store *s, struct item *it);
 
 /* Makes every item stored so far dead. */
 void item_flush(struct item_store *s);
+/* Makes every item stored until the end of second `second` (relative)
+ * dead: memcached's delayed flush_all, which compares store times. */
+void item_flush_until(struct item_store *s, rel_time_t second);
 
 /* Once-a-second background work: hash table migration, a slice of the
  * expiry sweep and an age mark.  Returns the number of items swept. */

@@ -314,7 +314,7 @@ enum bin_frame_result bin_frame_request(const char *buf, size_t len, size_t item
     /* memcached reads key and extras into its 16 KB buffer after the
      * header: when they cannot fit it closes the connection. */
     if (out->head > BIN_HEAD_MAX)
-        return BF_BAD_MAGIC;
+        return len >= BIN_HEAD_MAX ? BF_BAD_MAGIC : BF_NEED_MORE;
     /* Key and extras come first; then the opcode and lengths are judged. */
     if (len < out->head)
         return BF_NEED_MORE;
@@ -323,6 +323,21 @@ enum bin_frame_result bin_frame_request(const char *buf, size_t len, size_t item
     /* memcached 1.6 answers verbosity as an unknown command. */
     if (!known || h->opcode == BIN_OP_VERBOSITY)
         return BF_UNKNOWN;
+    /* touch, gat* and stat: memcached reads the header, extras and key
+     * only; body bytes beyond them are read as the next request. */
+    bool head_only = h->opcode == BIN_OP_TOUCH || h->opcode == BIN_OP_GAT ||
+                     h->opcode == BIN_OP_GATQ || h->opcode == BIN_OP_GATK ||
+                     h->opcode == BIN_OP_GATKQ || h->opcode == BIN_OP_STAT;
+    if (head_only && h->bodylen > (uint32_t)h->extlen + h->keylen) {
+        struct bin_header trimmed = *h;
+        trimmed.bodylen = (uint32_t)h->extlen + h->keylen;
+        if (!bin_lengths_valid(&trimmed, &shape))
+            return BF_EINVAL;
+        out->hdr.bodylen = trimmed.bodylen;
+        out->total = out->head;
+        bin_split_body(buf, out);
+        return BF_OK;
+    }
     if (!bin_lengths_valid(h, &shape))
         return BF_EINVAL;
     if (sasl)
@@ -482,9 +497,9 @@ static void bin_add_miss(struct resp *r, const char *key, size_t nkey, bool with
         bin_add_error(r, BIN_STATUS_KEY_ENOENT, bin_status_text(BIN_STATUS_KEY_ENOENT));
         return;
     }
+    /* (Not written at once: memcached sends this one as a response.) */
     bin_add_header(r, BIN_STATUS_KEY_ENOENT, 0, (uint16_t)nkey, (uint32_t)nkey, 0);
     resp_add(r, key, nkey);
-    conn_flush_through(r);
 }
 
 /* A whole reply that is just a status (for requests refused before dispatch). */
@@ -873,6 +888,12 @@ static void bin_flush(struct conn *c, const struct bin_request *rq)
 {
     struct resp *r = bin_resp_new(c, rq);
     struct eng_mutation m;
+
+    if (!conn_server(c)->settings.flush_enabled) {   /* -F: memcached's answer */
+        bin_add_error(r, BIN_STATUS_AUTH_ERROR, "Auth failure.");
+        resp_done(r);
+        return;
+    }
 
     r->noreply = bin_opcode_is_quiet(rq->hdr.opcode);
     memset(&m, 0, sizeof(m));

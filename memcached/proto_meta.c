@@ -255,16 +255,16 @@ static const char *preparse(struct meta_req *req, const struct mtoks *t, int fir
     return err;
 }
 
-/* After preparse: F (and ms's mode) in request order, then the opaque. */
+/* After preparse: F, then ms's mode, then the opaque. */
 static const char *postparse(struct meta_req *req, bool ms)
 {
     for (int i = 0; i < req->nflags; i++) {
         const struct meta_flag *f = &req->flags[i];
         if (f->flag == 'F' && !flags_of(f, &req->client_flags))
             return bad_format;
-        if (f->flag == 'M' && ms && !strchr("EAPRS", req->mode))
-            return "CLIENT_ERROR invalid mode for ms M token";
     }
+    if (ms && meta_has(req, 'M') && !strchr("EAPRS", req->mode))
+        return "CLIENT_ERROR invalid mode for ms M token";
     if (req->opaque && req->nopaque > META_OPAQUE_MAX)
         return "CLIENT_ERROR opaque token too long";
     return NULL;
@@ -371,8 +371,12 @@ static enum meta_parse_result parse_md_ma(struct meta_req *req, const struct mto
         default: return fail(req, "CLIENT_ERROR invalid mode for ma M token");
         }
     }
-    if (req->opaque && req->nopaque > META_OPAQUE_MAX)
-        return fail(req, "CLIENT_ERROR opaque token too long");
+    if (req->opaque && req->nopaque > META_OPAQUE_MAX) {
+        /* memcached's ma runs first and then answers this instead. */
+        if (req->cmd != MC_ARITH)
+            return fail(req, "CLIENT_ERROR opaque token too long");
+        req->opaque_too_long = true;
+    }
     return MP_OK;
 }
 

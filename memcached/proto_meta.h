@@ -110,6 +110,10 @@ struct meta_req {
                                * 0 without M */
     const char *opaque;       /* O: token to echo (NULL without O) */
     size_t nopaque;
+    bool opaque_too_long;     /* ma only: the O token is over META_OPAQUE_MAX; memcached
+                               * applies the ma and then answers "CLIENT_ERROR opaque
+                               * token too long" (unless the ma itself failed with an
+                               * error line) */
 
     int64_t vlen;             /* ms: data block length */
     const char *data;         /* ms: the data block (vlen bytes, CRLF not included) */

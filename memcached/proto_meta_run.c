@@ -41,6 +41,7 @@ struct plan {
     bool base64;              /* the key came in base64: show it so, with " b" */
     bool value;               /* v */
     bool vivify;              /* mg N: a miss created the item */
+    bool opaque_error;        /* ma: answer "opaque token too long" */
     uint8_t nkey;             /* key bytes (decoded) after the struct */
     uint8_t nopaque;          /* opaque bytes after the key */
     int64_t ttl_found;        /* t of ma: the item was there */
@@ -63,6 +64,7 @@ static void plan_save(struct resp *r, const struct meta_req *req, int64_t ttl_fo
     p->value = meta_has(req, 'v');
     p->nkey = (uint8_t)req->nkey;
     p->nopaque = (uint8_t)nopaque;
+    p->opaque_error = req->opaque_too_long;
     p->ttl_found = ttl_found;
     p->ttl_created = ttl_created;
     memcpy(p->bytes, req->key, req->nkey);
@@ -109,24 +111,6 @@ static void put_num(struct resp *r, char flag, long long v)
 static void put_unum(struct resp *r, char flag, unsigned long long v)
 {
     resp_printf(r, " %c%llu", flag, v);
-}
-
-/* Seconds left of an absolute exptime (0 = never: -1), as memcached prints
- * them: an exptime already past wraps around 32 bits. */
-static long long ttl_left(struct server *s, int64_t exptime)
-{
-    if (exptime == 0)
-        return -1;
-    return (long long)(uint32_t)(int64_t)(exptime - (int64_t)clock_wall(&s->clock));
-}
-
-/* The TTL an exptime from a request gives (memcached's rules). */
-static long long ttl_of_request(struct server *s, int64_t exptime)
-{
-    rel_time_t rel = clock_exptime(&s->clock, exptime);
-    if (rel == 0)
-        return -1;
-    return (long long)(uint32_t)(rel - s->clock.now);
 }
 
 static void line_end(struct resp *r)
@@ -248,7 +232,7 @@ static void vivify_complete(struct resp *r, const struct eng_result *res)
         return;
     }
     struct hit h = {
-        .key = key, .nkey = p.nkey, .binkey = p.base64, .cas = res->cas, .ttl = p.ttl_created,
+        .key = key, .nkey = p.nkey, .binkey = false, .cas = res->cas, .ttl = p.ttl_created,
     };
     resp_add(r, p.value ? "VA 0" : "HD", p.value ? 4 : 2);
     put_hit_flags(r, &p, opaque, &h);
@@ -312,8 +296,8 @@ static void mg_vivify(struct conn *c, const struct meta_req *req)
     struct eng_mutation m = {
         .op = ENG_OP_ADD, .key = req->key, .nkey = req->nkey, .data = "", .nbytes = 0,
         .exptime = w.set ? w.exptime : 0,
-        .marks = (uint8_t)(ENG_MARK_WON | ENG_MARK_FETCHED |
-                           (req->base64 ? ENG_MARK_BINKEY : 0)),
+        /* (memcached does not mark the key of an item mg creates binary) */
+        .marks = (uint8_t)(ENG_MARK_WON | (meta_has(req, 'u') ? 0 : ENG_MARK_FETCHED)),
     };
     conn_mutate(c, r, &m, vivify_complete);
 }
@@ -427,8 +411,13 @@ static void mutation_complete(struct resp *r, const struct eng_result *res)
         put_failure(r, res);
         return;
     }
+    if (p.opaque_error) {
+        resp_str(r, "CLIENT_ERROR opaque token too long\r\n");
+        return;
+    }
     bool ok = res->status == ENG_SUCCESS;
-    if (ok && p.quiet)
+    /* q hides success, but memcached reports an item ma N created. */
+    if (ok && p.quiet && !(p.cmd == MC_ARITH && p.vivify))
         return;
     bool va = ok && p.cmd == MC_ARITH && p.value;
     char digits[ARITH_DIGITS_MAX];
@@ -529,19 +518,23 @@ static void handle_md(struct conn *c, const struct meta_req *req)
 static void handle_ma(struct conn *c, const struct meta_req *req)
 {
     struct server *s = conn_server(c);
-    long long ttl_found = -1;
+    /* t shows the TTL at its place among the flags, T and N applied in
+     * order before it (as for mg): from the item found, or from nothing
+     * (no TTL) for an item N creates. */
+    struct mg_walk found, created;
+    rel_time_t start = 0;
     bool vivify = meta_has(req, 'N');
-    if (meta_has(req, 't') && !meta_has(req, 'T')) {
+    if (meta_has(req, 't') || vivify) {
         struct eng_value v;
         struct eng_result res;
         if (conn_get_ex(c, req->key, req->nkey, ENG_GET_PEEK, &v, &res) == ENG_SUCCESS) {
-            ttl_found = ttl_left(s, v.exptime);
+            start = v.exptime == 0 ? 0 : (rel_time_t)(v.exptime - s->clock.epoch);
             conn_engine(c)->ops->release(conn_engine(c), v.handle);
             vivify = false;
         }
     }
-    if (meta_has(req, 'T'))
-        ttl_found = ttl_of_request(s, req->ttl);
+    mg_walk(s, req, start, false, true, &found);
+    mg_walk(s, req, 0, true, true, &created);
     struct eng_mutation m = {
         .op = req->mode == META_MODE_DECR ? ENG_OP_DECR : ENG_OP_INCR,
         .key = req->key, .nkey = req->nkey, .delta = req->delta,
@@ -549,11 +542,10 @@ static void handle_ma(struct conn *c, const struct meta_req *req)
         .create = meta_has(req, 'N'), .initial = req->initial,
         .exptime = meta_has(req, 'T') ? req->ttl : req->vivify_ttl,
         .touch = meta_has(req, 'T'),
-        .marks = req->base64 ? ENG_MARK_BINKEY : 0,
+        /* (memcached's ma does not mark the key of an item it makes binary) */
     };
     struct resp *r = conn_resp_new(c);
-    long long ttl_created = ttl_of_request(s, m.exptime);
-    plan_save(r, req, ttl_found, ttl_created);
+    plan_save(r, req, found.t_shown, created.t_shown);
     ((struct plan *)resp_scratch(r))->vivify = vivify;
     conn_mutate(c, r, &m, mutation_complete);
 }

@@ -120,7 +120,7 @@ static const struct command_name command_names[] = {
     { "touch", TC_TOUCH }, { "flush_all", TC_FLUSH_ALL }, { "version", TC_VERSION },
     { "verbosity", TC_VERBOSITY }, { "stats", TC_STATS }, { "quit", TC_QUIT },
     { "shutdown", TC_SHUTDOWN }, { "cocytus", TC_ADMIN },
-    { "cache_memlimit", TC_CACHE_MEMLIMIT },
+    { "cache_memlimit", TC_CACHE_MEMLIMIT }, { "watch", TC_WATCH },
 };
 
 static bool word_is(const char *s, size_t n, const char *w, size_t wn)
@@ -353,6 +353,12 @@ static enum text_parse_result parse_line(struct text_req *req, const char *buf, 
         return parse_verbosity(req, &t);
     case TC_CACHE_MEMLIMIT:
         return parse_cache_memlimit(req, &t);
+    case TC_WATCH:
+        if (t.count > 1) {
+            req->arg = t.s[1];
+            req->narg = (size_t)(end - t.s[1]);
+        }
+        return TP_OK;
     case TC_VERSION:
         /* memcached ignores anything after "version"; memcapable relies on it. */
         return TP_OK;
@@ -802,6 +808,32 @@ static void handle_stats(struct conn *c, const struct text_req *req)
     resp_done(r);
 }
 
+/* watch: memcached's log streams are not supported; the refusals it
+ * makes itself are its (behind pipelined replies, unknown streams). */
+static void handle_watch(struct conn *c, const struct text_req *req)
+{
+    static const char *const streams[] = {
+        "fetchers", "mutations", "evictions", "connevents", "proxyreqs", "proxyevents",
+        "proxyuser", "deletions",
+    };
+    if (conn_has_unflushed(c)) {
+        reply_line(c, "ERROR cannot pipeline other commands before watch", false);
+        return;
+    }
+    const char *p = req->arg, *end = req->arg ? req->arg + req->narg : NULL, *w;
+    size_t n;
+    while (p && text_next_key(&p, end, &w, &n)) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++)
+            known |= strlen(streams[i]) == n && memcmp(streams[i], w, n) == 0;
+        if (!known) {
+            reply_line(c, "ERROR", false);
+            return;
+        }
+    }
+    reply_line(c, "ERROR watch is not supported", false);
+}
+
 /* cache_memlimit <megabytes>: memcached's answers and bounds. */
 static void handle_cache_memlimit(struct conn *c, const struct text_req *req)
 {
@@ -1238,6 +1270,9 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
         break;
     case TC_CACHE_MEMLIMIT:
         handle_cache_memlimit(c, &req);
+        break;
+    case TC_WATCH:
+        handle_watch(c, &req);
         break;
     case TC_QUIT:
         return CONN_PARSE_CLOSE;

@@ -27,7 +27,8 @@ enum text_cmd {
     TC_DELETE, TC_INCR, TC_DECR, TC_TOUCH,
     TC_FLUSH_ALL, TC_VERSION, TC_VERBOSITY, TC_STATS, TC_QUIT, TC_SHUTDOWN,
     TC_ADMIN,       /* "cocytus <words>": engine admin commands */
-    TC_CACHE_MEMLIMIT
+    TC_CACHE_MEMLIMIT,
+    TC_WATCH
 };
 
 enum text_parse_result {

@@ -23,7 +23,7 @@ eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas,
     case ENG_OP_CAS:
         if (!found)
             return ENG_NOT_FOUND;
-        if (m->cas_stale && cas_enabled && m->cas < cas)
+        if (m->cas_stale && cas_enabled && m->cas != 0 && m->cas < cas)
             return ENG_SUCCESS;   /* stored, marked stale (store_marks) */
         return cas_outcome(m, cas, cas_enabled);
     default: /* SET */
@@ -35,6 +35,7 @@ eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas,
 
 uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled)
 {
-    bool stale = m->op == ENG_OP_CAS && m->cas_stale && found && cas_enabled && m->cas < cas;
+    bool stale = m->op == ENG_OP_CAS && m->cas_stale && found && cas_enabled && m->cas != 0 &&
+                 m->cas < cas;
     return (uint8_t)(m->marks | (stale ? ENG_MARK_STALE : 0));
 }
