@@ -156,6 +156,8 @@ static void worker_free(struct px_worker *w)
         px_route_free(w);
         px_backend_close_all(w);
     }
+    px_resolved_free(w);
+    px_rbuf_free(&w->scratch);
     if (w->notify_ev)
         event_free(w->notify_ev);
     if (w->tick)

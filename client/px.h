@@ -43,6 +43,7 @@
                                        no longer read */
 #define PX_OUT_HIGH (4u << 20)      /* ...or unsent output above this */
 #define PX_READ_CHUNK 16384
+#define PX_SEND_IOV 64
 #define PX_FETCH_TIMEOUT_MS 200     /* one server's map fetch */
 #define PX_FETCH_MAX_SOURCES 8      /* servers asked in one refresh */
 #define PX_BACKOFF_MIN_MS 5
@@ -115,7 +116,11 @@ struct px_rbuf {
 bool px_rbuf_reserve(struct px_rbuf *b, size_t room);
 void px_rbuf_consume(struct px_rbuf *b, size_t n);
 void px_rbuf_free(struct px_rbuf *b);
-/* One read() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
+/* One sendmsg() of the front of out (up to PX_SEND_IOV chains), drained by
+ * what was sent: a socket call, not writev's trip through the VFS.  Bytes
+ * sent, or -1 with errno (EAGAIN included). */
+ssize_t px_send_buffer(struct evbuffer *out, int fd);
+/* One recv() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd);
 
 /* ---- requests ---- */
@@ -273,7 +278,10 @@ struct px_worker {
     size_t nclients;
     struct px_client *dirty_clients;
     struct px_backend *dirty_be;
+    struct px_resolved *resolved;   /* addresses looked up once (px_backend.c) */
     int64_t last_idle_scan_ms;
+    struct px_rbuf scratch;         /* clients with nothing buffered are read here */
+    bool scratch_busy;
     struct px_counters st;
     char ebuf[256];
 };
@@ -299,8 +307,12 @@ bool px_backend_send(struct px_backend *be, struct px_op *op);
 void px_backend_flush(struct px_backend *be);
 void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
 void px_backend_close_all(struct px_worker *w);
-/* A non-blocking connect to a, started; -1 with errno. */
-int px_connect_start(const struct lc_addr *a);
+/* A non-blocking connect to a, started; -1 with errno.  A numeric host
+ * never blocks; a host name is looked up once per worker and remembered
+ * (px_resolved), so reconnecting to a dead server does not stall the
+ * worker's loop in getaddrinfo. */
+int px_connect_start(struct px_worker *w, const struct lc_addr *a);
+void px_resolved_free(struct px_worker *w);
 
 /* ---- routing (px_route.c) ---- */
 bool px_route_init(struct px_worker *w, const struct lc_map *first);
@@ -331,6 +343,9 @@ void px_req_finish(struct px_req *rq);
 /* A reply (header and body, status already checked for MOVED) for op. */
 void px_op_reply(struct px_worker *w, struct px_op *op, const char *hdr, const char *body,
                  size_t nbody);
+/* Keeps the first error of a request of several ops (one line, no CR/LF)
+ * for its final reply. */
+void px_req_note_error(struct px_req *rq, const char *text, size_t n);
 /* op failed inside the proxy (gave up, lost): answer the client. */
 void px_op_fail(struct px_worker *w, struct px_op *op, const char *why);
 void px_op_free(struct px_op *op);

@@ -4,7 +4,7 @@
  * protocol, with requests pipelined: an op is appended to the output
  * buffer and to the in-flight FIFO, and the worker's flush step writes
  * everything queued in one writev per loop iteration.  Replies are read on
- * readiness (persistent read event, one read() per wake-up into a plain
+ * readiness (persistent read event, one recv() per wake-up into a plain
  * buffer), framed by their 24-byte header, and matched to the FIFO's first
  * op, whose opaque they must carry: the server answers a connection's
  * requests in order.
@@ -36,39 +36,101 @@
 
 #define SMALL_COPY 4096        /* ops smaller than this are copied into the output */
 
-int px_connect_start(const struct lc_addr *a)
+/* One looked-up endpoint: up to PX_ADDRS_MAX of its addresses, tried in
+ * the resolver's order.  Entries live as long as the worker: cluster
+ * endpoints are few and their names do not move under a running cluster
+ * (a renamed host means a new slot map, hence a new endpoint anyway). */
+#define PX_ADDRS_MAX 4
+
+struct px_resolved {
+    struct lc_addr addr;
+    struct sockaddr_storage sa[PX_ADDRS_MAX];
+    socklen_t salen[PX_ADDRS_MAX];
+    int n;
+    struct px_resolved *next;
+};
+
+/* getaddrinfo for a into r; numeric hosts first with AI_NUMERICHOST, which
+ * never consults a resolver.  0 or an EAI_ code. */
+static int resolve_one(const struct lc_addr *a, struct px_resolved *r)
 {
     struct addrinfo hints, *res = NULL;
     char port[16];
-    int fd = -1, err = ECONNREFUSED;
+    int rc;
 
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
     snprintf(port, sizeof(port), "%d", a->port);
-    if (getaddrinfo(a->host, port, &hints, &res) != 0) {
-        errno = EHOSTUNREACH;
-        return -1;
+    rc = getaddrinfo(a->host, port, &hints, &res);
+    if (rc == EAI_NONAME) {
+        hints.ai_flags = AI_NUMERICSERV;
+        rc = getaddrinfo(a->host, port, &hints, &res);
     }
-    for (const struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
+    if (rc != 0)
+        return rc;
+    r->n = 0;
+    for (const struct addrinfo *ai = res; ai != NULL && r->n < PX_ADDRS_MAX; ai = ai->ai_next) {
+        if (ai->ai_addrlen > sizeof(r->sa[0]))
+            continue;
+        memcpy(&r->sa[r->n], ai->ai_addr, ai->ai_addrlen);
+        r->salen[r->n++] = ai->ai_addrlen;
+    }
+    freeaddrinfo(res);
+    return r->n > 0 ? 0 : EAI_FAIL;
+}
+
+static const struct px_resolved *resolve_cached(struct px_worker *w, const struct lc_addr *a)
+{
+    for (const struct px_resolved *r = w->resolved; r; r = r->next)
+        if (lc_addr_equal(&r->addr, a))
+            return r;
+    struct px_resolved *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    int rc = resolve_one(a, r);
+    if (rc != 0) {
+        fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d: %s\n", a->host, a->port,
+                gai_strerror(rc));
+        free(r);
+        return NULL;
+    }
+    r->addr = *a;
+    r->next = w->resolved;
+    w->resolved = r;
+    return r;
+}
+
+void px_resolved_free(struct px_worker *w)
+{
+    while (w->resolved) {
+        struct px_resolved *r = w->resolved;
+        w->resolved = r->next;
+        free(r);
+    }
+}
+
+int px_connect_start(struct px_worker *w, const struct lc_addr *a)
+{
+    const struct px_resolved *r = resolve_cached(w, a);
+    int err = EHOSTUNREACH;
+
+    for (int i = 0; r != NULL && i < r->n; i++) {
+        int fd = socket(r->sa[i].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             err = errno;
             continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS)
-            break;
+        if (connect(fd, (const struct sockaddr *)&r->sa[i], r->salen[i]) == 0 || errno == EINPROGRESS)
+            return fd;
         err = errno;
         close(fd);
-        fd = -1;
     }
-    freeaddrinfo(res);
-    if (fd < 0)
-        errno = err;
-    return fd;
+    errno = err;
+    return -1;
 }
 
 static void on_be_read(evutil_socket_t fd, short what, void *arg);
@@ -178,7 +240,7 @@ static void be_connected(struct px_backend *be)
 
 static bool be_connect(struct px_backend *be)
 {
-    int fd = px_connect_start(&be->addr);
+    int fd = px_connect_start(be->w, &be->addr);
 
     if (fd < 0) {
         char why[120];
@@ -240,9 +302,9 @@ void px_backend_flush(struct px_backend *be)
     if (be->state != BE_UP)
         return;
     for (int i = 0; i < 8 && evbuffer_get_length(be->out) > 0; i++) {
-        int n = evbuffer_write(be->out, be->fd);
+        ssize_t n = px_send_buffer(be->out, be->fd);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
             char why[120];
             snprintf(why, sizeof(why), "write: %s", strerror(errno));

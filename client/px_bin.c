@@ -302,8 +302,8 @@ void px_bin_reply(struct px_op *op, uint16_t status, const char *hdr, const char
     bool quiet = bin_opcode_is_quiet(rq->bin_opcode);
 
     if (loud == BIN_OP_FLUSH) {
-        if (status != BIN_STATUS_OK && rq->err[0] == '\0')
-            snprintf(rq->err, sizeof(rq->err), "%.*s", (int)(nbody < 150 ? nbody : 150), body);
+        if (status != BIN_STATUS_OK)
+            px_req_note_error(rq, body, nbody);
         return;
     }
     struct evbuffer *out = px_req_sink(rq);

@@ -1,7 +1,7 @@
 /* px_client.c - cocytus-proxy: client connections and the requests they
  * have in progress.
  *
- * A client socket is read on readiness with one read() into a plain buffer
+ * A client socket is read on readiness with one recv() into a plain buffer
  * (no FIONREAD, no re-arming: the read event is persistent), and every
  * complete request in it is started at once: its ops go to their backends'
  * output.  Requests wait in the client's FIFO; the reply of the first one
@@ -29,6 +29,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "bin_wire.h"
 #include "px.h"
@@ -82,6 +83,28 @@ void px_rbuf_free(struct px_rbuf *b)
     memset(b, 0, sizeof(*b));
 }
 
+ssize_t px_send_buffer(struct evbuffer *out, int fd)
+{
+    struct evbuffer_iovec vec[PX_SEND_IOV];
+    struct iovec iov[PX_SEND_IOV];
+    int n = evbuffer_peek(out, -1, NULL, vec, PX_SEND_IOV);
+
+    if (n > PX_SEND_IOV)
+        n = PX_SEND_IOV;
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = vec[i].iov_base;
+        iov[i].iov_len = vec[i].iov_len;
+    }
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+    ssize_t w;
+    do
+        w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w > 0)
+        evbuffer_drain(out, (size_t)w);
+    return w;
+}
+
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd)
 {
     if (!px_rbuf_reserve(b, PX_READ_CHUNK / 2)) {
@@ -90,7 +113,7 @@ ssize_t px_rbuf_read(struct px_rbuf *b, int fd)
     }
     ssize_t n;
     do
-        n = read(fd, b->data + b->off + b->len, b->cap - b->off - b->len);
+        n = recv(fd, b->data + b->off + b->len, b->cap - b->off - b->len, 0);
     while (n < 0 && errno == EINTR);
     if (n > 0)
         b->len += (size_t)n;
@@ -264,6 +287,19 @@ void px_op_reply(struct px_worker *w, struct px_op *op, const char *hdr, const c
     px_req_finish(rq);
 }
 
+void px_req_note_error(struct px_req *rq, const char *text, size_t n)
+{
+    if (rq->err[0] != '\0')
+        return;
+    if (n >= sizeof(rq->err))
+        n = sizeof(rq->err) - 1;
+    memcpy(rq->err, text, n);
+    rq->err[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (rq->err[i] == '\r' || rq->err[i] == '\n')
+            rq->err[i] = ' ';
+}
+
 void px_op_fail(struct px_worker *w, struct px_op *op, const char *why)
 {
     struct px_req *rq = op->req;
@@ -350,11 +386,9 @@ static void client_set_reading(struct px_client *c, bool on)
         event_del(c->rev);
 }
 
-/* Starts every complete request buffered, while the client is not too busy. */
-static void client_parse(struct px_client *c)
+/* Starts every complete request in in, while the client is not too busy. */
+static void client_parse_from(struct px_client *c, struct px_rbuf *in)
 {
-    struct px_rbuf *in = &c->in;
-
     /* A request finishing inside the loop must not start another parse of
      * the same buffer (client_advance -> client_resume_check). */
     if (c->parsing)
@@ -388,6 +422,13 @@ static void client_parse(struct px_client *c)
     client_set_reading(c, !c->closing && !too_busy(c));
 }
 
+static void client_parse(struct px_client *c)
+{
+    client_parse_from(c, &c->in);
+    if (c->in.len == 0 && c->in.data != NULL)
+        px_rbuf_free(&c->in);       /* an idle client holds no buffer */
+}
+
 /* After requests finished or output drained: read again if it was stopped. */
 static void client_resume_check(struct px_client *c)
 {
@@ -396,37 +437,73 @@ static void client_resume_check(struct px_client *c)
     }
 }
 
+/* Keeps what is left of the worker's scratch buffer (a partial request, or
+ * requests not started while the client was too busy) in the client's own. */
+static bool keep_leftover(struct px_client *c, struct px_rbuf *scratch)
+{
+    bool ok = true;
+
+    if (scratch->len > 0 && !c->dead) {
+        ok = px_rbuf_reserve(&c->in, scratch->len);
+        if (ok) {
+            memcpy(c->in.data + c->in.off + c->in.len, scratch->data + scratch->off,
+                   scratch->len);
+            c->in.len += scratch->len;
+        }
+    }
+    scratch->off = scratch->len = 0;
+    return ok;
+}
+
+/* A client is read into the worker's scratch buffer when it has nothing
+ * buffered (nearly always: a whole request arrives in one segment), so
+ * that thousands of idle clients hold no read buffer; only a partial
+ * request is copied into the client's own. */
 static void on_client_read(evutil_socket_t fd, short what, void *arg)
 {
     struct px_client *c = arg;
+    struct px_worker *w = c->w;
+    bool scratch = c->in.len == 0 && !w->scratch_busy;
+    struct px_rbuf *in = scratch ? &w->scratch : &c->in;
 
     (void)fd;
     (void)what;
-    ssize_t n = px_rbuf_read(&c->in, c->fd);
-    if (n == 0) {
-        /* the client is done sending: answer what it asked, then close */
-        client_parse(c);
-        c->closing = true;
-        client_set_reading(c, false);
-        px_client_mark_dirty(c);
-        return;
-    }
+    ssize_t n = px_rbuf_read(in, c->fd);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        if (scratch)
+            in->off = in->len = 0;
         client_close(c);
         return;
     }
-    if (n < 0)
-        return;
-    c->last_active_ms = px_now_ms();
-    client_parse(c);
+    if (n > 0)
+        c->last_active_ms = px_now_ms();
+    if (n > 0 || n == 0) {
+        if (scratch) {
+            w->scratch_busy = true;
+            client_parse_from(c, in);
+            w->scratch_busy = false;
+            if (!keep_leftover(c, in)) {
+                client_close(c);
+                return;
+            }
+        } else {
+            client_parse(c);
+        }
+    }
+    if (n == 0) {
+        /* the client is done sending: answer what it asked, then close */
+        c->closing = true;
+        client_set_reading(c, false);
+        px_client_mark_dirty(c);
+    }
 }
 
 void px_client_flush(struct px_client *c)
 {
     for (int i = 0; i < 8 && evbuffer_get_length(c->out) > 0; i++) {
-        int n = evbuffer_write(c->out, c->fd);
+        ssize_t n = px_send_buffer(c->out, c->fd);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
             client_close(c);
             return;

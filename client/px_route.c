@@ -405,7 +405,7 @@ static void fetch_next(struct px_worker *w)
     struct px_fetch *f = &w->fetch;
 
     for (; f->cur < f->nsrc; f->cur++) {
-        int fd = px_connect_start(&f->src[f->cur]);
+        int fd = px_connect_start(w, &f->src[f->cur]);
         if (fd < 0)
             continue;
         f->fd = fd;

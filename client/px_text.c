@@ -364,21 +364,17 @@ void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const cha
                 text_value(out, op, cmd == TC_GETS || cmd == TC_GATS, hdr, body, nbody);
         } else if (status == BIN_STATUS_KEY_ENOENT) {
             px_count(&w->st.get_misses, 1);
-        } else if (rq->err[0] == '\0') {
+        } else if (status != PX_FAIL) {
             /* kept for the end of the reply: values so far, then the error */
             const char *line = status_line(cmd, status);
-            size_t n = line ? strlen(line) : nbody;
-            if (n >= sizeof(rq->err))
-                n = sizeof(rq->err) - 1;
-            memcpy(rq->err, line ? line : body, n);
-            rq->err[n] = '\0';
+            px_req_note_error(rq, line ? line : body, line ? strlen(line) : nbody);
             px_count(&w->st.errors, 1);
         }
         return;
     }
     if (cmd == TC_FLUSH_ALL) {
-        if (status != BIN_STATUS_OK && status != PX_FAIL && rq->err[0] == '\0')
-            snprintf(rq->err, sizeof(rq->err), "%.*s", (int)(nbody < 150 ? nbody : 150), body);
+        if (status != BIN_STATUS_OK)
+            px_req_note_error(rq, body, nbody);
         return;
     }
     struct evbuffer *out = px_req_sink(rq);

@@ -95,7 +95,7 @@ int coord_state_save(const char *path, const struct slotmap *m, char *err, size_
     }
     int hl = snprintf(head, sizeof(head), STATE_MAGIC "\nepoch %llu\nbytes %zu\ncrc32c %08x\n",
                       (unsigned long long)m->epoch, nbody, (unsigned)crc32c(0, body, nbody));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         free(body);

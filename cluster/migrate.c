@@ -383,7 +383,9 @@ static enum send_result send_state(struct migration *mg, const char *key, size_t
         rc = evbuffer_add_printf(out, "set %.*s %" PRIu32 " %" PRId64 " %" PRIu32 "\r\n",
                                  (int)nkey, key, v.flags, v.exptime, v.nbytes);
         if (rc >= 0)
-            rc = evbuffer_add(out, v.data, (size_t)v.nbytes + 2);
+            rc = evbuffer_add(out, v.data, (size_t)v.nbytes + (v.bare ? 0 : 2));
+        if (rc >= 0 && v.bare)
+            rc = evbuffer_add(out, "\r\n", 2);
     } else if (kind == CMD_ITEM) {
         rc = 1;
     } else {

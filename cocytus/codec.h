@@ -66,6 +66,12 @@ int codec_backend_from_string(const char *name, enum codec_backend *out);
 /* 1 if the backend can be used in this build. */
 int codec_backend_available(enum codec_backend backend);
 
+/* dst ^= src (the coefficient 1), vectorised; any alignment. */
+void codec_xor(uint8_t *dst, const uint8_t *src, size_t len);
+/* out = a ^ b, e.g. a delta = new value ^ the bytes it replaces.  out may
+ * be a or b but must not overlap them otherwise. */
+void codec_xor_pair(uint8_t *out, const uint8_t *a, const uint8_t *b, size_t len);
+
 /* dst ^= coef * src over GF(2^8), for any coefficient. */
 void codec_mul_xor(const struct codec *codec, uint8_t coef, uint8_t *dst,
                    const uint8_t *src, size_t len);

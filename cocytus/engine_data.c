@@ -37,6 +37,7 @@
 #include "store_rules.h"
 #include "clock.h"
 #include "cluster.h"
+#include "codec.h"
 #include "engine.h"
 #include "frame.h"
 #include "link.h"
@@ -285,8 +286,9 @@ static void emit_usable_frees(struct data_engine *dp)
     while (dp->df_head < dp->df_len && dp->df[dp->df_head].tag <= dp->tx.committed) {
         struct deferred_free *f = &dp->df[dp->df_head++];
         uint64_t freed = 0;
-        if (dalloc_free(dp->alloc, f->off, &freed) < 0) {
-            dp_log(dp, "BUG: deferred free of offset %" PRIu64 " rejected by the allocator", f->off);
+        if (dalloc_free(dp->alloc, f->off, &freed) < 0 || freed != f->size) {
+            dp_log(dp, "BUG: deferred free of offset %" PRIu64 " (%" PRIu64 " bytes) rejected "
+                   "by the allocator or of another size (%" PRIu64 ")", f->off, f->size, freed);
             abort();
         }
         dp->deferred_bytes -= f->size;
@@ -303,13 +305,21 @@ static void begin_record(struct data_engine *dp)
     emit_usable_frees(dp);
 }
 
+/* The piece holding an entry's value: write_value allocates exactly
+ * max(nbytes, 1) bytes for it (every replica and copy of the table keeps
+ * the pair), so its size is known without asking the allocator; the one
+ * lookup is dalloc_free's, which checks the size (emit_usable_frees). */
+static uint64_t entry_piece_size(const struct item *e)
+{
+    return dalloc_round_size(e->nbytes ? e->nbytes : 1);
+}
+
 /* Give an entry's space back once this record is stable. */
 static void defer_entry_space(struct data_engine *dp, const struct item *e)
 {
     uint64_t off = meta_off(e);
-    uint64_t size = dalloc_size_of(dp->alloc, off);
-    if (size == 0 || !df_push(dp, off, size, next_xid(dp))) {
-        dp_log(dp, "BUG: entry at offset %" PRIu64 " has no allocation", off);
+    if (!df_push(dp, off, entry_piece_size(e), next_xid(dp))) {
+        dp_log(dp, "out of memory deferring the free of offset %" PRIu64, off);
         abort();
     }
 }
@@ -417,24 +427,29 @@ static uint8_t *scratch(uint8_t **buf, size_t *cap, size_t need)
     return *buf;
 }
 
-/* The bytes a store writes: the client's data, or old+data / data+old. */
-static uint8_t *compose_value(struct data_engine *dp, const struct eng_mutation *m,
-                              const struct item *old, size_t *len)
+/* The bytes a store writes: the client's data as it is (no copy: only the
+ * delta is taken from it), or old+data / data+old built in scratch. */
+static const uint8_t *compose_value(struct data_engine *dp, const struct eng_mutation *m,
+                                    const struct item *old, size_t *len)
 {
-    size_t oldlen = (m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND) ? old->nbytes : 0;
+    if (m->op != ENG_OP_APPEND && m->op != ENG_OP_PREPEND) {
+        *len = m->nbytes;
+        return m->nbytes ? (const uint8_t *)m->data : (const uint8_t *)"";
+    }
+    size_t oldlen = old->nbytes;
     *len = oldlen + m->nbytes;
     uint8_t *v = scratch(&dp->value_buf, &dp->value_cap, *len);
     if (!v)
         return NULL;
-    const uint8_t *oldbytes = oldlen ? dp->region + meta_off(old) : NULL;
+    const uint8_t *oldbytes = dp->region + meta_off(old);
     if (m->op == ENG_OP_APPEND) {
         memcpy(v, oldbytes, oldlen);
-        memcpy(v + oldlen, m->data, m->nbytes);
-    } else if (m->op == ENG_OP_PREPEND) {
-        memcpy(v, m->data, m->nbytes);
+        if (m->nbytes)
+            memcpy(v + oldlen, m->data, m->nbytes);
+    } else {
+        if (m->nbytes)
+            memcpy(v, m->data, m->nbytes);
         memcpy(v + m->nbytes, oldbytes, oldlen);
-    } else if (m->nbytes) {
-        memcpy(v, m->data, m->nbytes);
     }
     return v;
 }
@@ -486,9 +501,7 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
         dp_log(dp, "out of memory building a delta");
         abort();
     }
-    const uint8_t *cur = dp->region + off;
-    for (size_t i = 0; i < len; i++)
-        delta[i] = value[i] ^ cur[i];
+    codec_xor_pair(delta, value, dp->region + off, len);
 
     op = op_push(dp, ROP_PUT);
     op->key = key;
@@ -538,7 +551,7 @@ static enum try_result try_store(struct data_engine *dp, const struct eng_mutati
     if ((m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND) &&
         !units_ready(dp, meta_off(e), e->nbytes))
         return TRY_BLOCKED;
-    uint8_t *value = compose_value(dp, m, e, &len);
+    const uint8_t *value = compose_value(dp, m, e, &len);
     if (!value) {
         res->status = ENG_NO_MEMORY;
         return TRY_DONE;
@@ -757,9 +770,7 @@ static void drain_queue(struct data_engine *dp)
 static void apply_committed(void *ctx, const struct record *r)
 {
     struct data_engine *dp = ctx;
-    uint8_t *dst = dp->region + r->data_off;
-    for (uint32_t i = 0; i < r->data_len; i++)
-        dst[i] ^= r->data[i];
+    codec_xor(dp->region + r->data_off, r->data, r->data_len);
     for (uint32_t i = 0; i < r->nops; i++) {
         const struct rec_op *op = &r->ops[i];
         struct item *e;
@@ -838,24 +849,22 @@ static eng_status dp_get(struct engine *eng, const char *key, size_t nkey,
     struct item *e = meta_find(&dp->meta, key, nkey);
     if (!entry_visible(dp, e))
         return ENG_NOT_FOUND;
-    /* Copy out: once a later record is stable the range may be reused. */
-    char *copy = malloc((size_t)e->nbytes + 2);
-    if (!copy) {
-        res->msg = "out of memory";
-        return ENG_FAILED;
-    }
-    memcpy(copy, dp->region + meta_off(e), e->nbytes);
-    copy[e->nbytes] = '\r';
-    copy[e->nbytes + 1] = '\n';
+    /* Straight from the region, as memcached answers from its item.  The
+     * range changes only when a later record that reuses it commits,
+     * which needs its FREE sent after this entry was replaced and then
+     * acknowledgements: never before the caller returns to the event
+     * loop, which is all a transient value promises (engine.h). */
     meta_bump(&dp->meta, e);
     out->key = item_key(e);
     out->nkey = e->nkey;
-    out->data = copy;
+    out->data = (const char *)dp->region + meta_off(e);
     out->nbytes = e->nbytes;
     out->flags = e->flags;
     out->cas = e->cas;
-    out->handle = copy;
+    out->handle = NULL;
     out->exptime = (int64_t)e->exptime;
+    out->bare = true;
+    out->transient = true;
     return ENG_SUCCESS;
 }
 
@@ -1069,9 +1078,11 @@ static size_t dp_slot_keys(struct engine *eng, unsigned slot,
     return w.n;
 }
 
+/* Values are transient views of the region (dp_get): nothing to release. */
 static void dp_release(struct engine *eng, void *handle)
 {
-    free(handle);
+    (void)eng;
+    (void)handle;
 }
 
 static eng_status dp_mutate(struct engine *eng, const struct eng_mutation *m,

@@ -279,6 +279,8 @@ static void stats_peer(const struct parity_engine *pe, int dp, eng_stat_fn emit,
     emit(ctx, name, "%" PRIu64, st.records);
     snprintf(name, sizeof(name), "dp%d_duplicates", dp);
     emit(ctx, name, "%" PRIu64, st.duplicates);
+    snprintf(name, sizeof(name), "dp%d_acks", dp);
+    emit(ctx, name, "%" PRIu64, st.acks);
 }
 
 static void stats_general(struct parity_engine *pe, eng_stat_fn emit, void *ctx)

@@ -479,7 +479,11 @@ static int supervise(struct node *n, const sigset_t *wait_set, const sigset_t *o
 
 static int load_cluster(struct node *n)
 {
-    char err[320];
+    char err[512];
+    if (cluster_check_private(n->cluster_file, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-node: %s\n", err);
+        return -1;
+    }
     if (cluster_load(n->cluster_file, &n->cluster, err, sizeof(err)) < 0) {
         fprintf(stderr, "cocytus-node: %s: %s\n", n->cluster_file, err);
         return -1;

@@ -156,6 +156,10 @@ int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct dal
             uint8_t nkey = *q++;
             if (nkey == 0 || end - q < (ptrdiff_t)nkey + 32)
                 goto short_msg;
+            if (nkey > ITEM_KEY_MAX) {
+                snprintf(err, errlen, "entry with a %u-byte key (at most %d)", nkey, ITEM_KEY_MAX);
+                return -1;
+            }
             const char *key = (const char *)q;
             q += nkey;
             uint64_t off = get_le(q, 8);
@@ -164,6 +168,15 @@ int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct dal
             int64_t exptime = (int64_t)get_le(q + 16, 8);
             uint64_t cas = get_le(q + 24, 8);
             q += 32;
+            /* As a PUT's replay requires: the value lies in the region
+             * (readers take region + off, nbytes without looking again). */
+            uint64_t region = dalloc_region_size(a);
+            if (off > region || nbytes > region - off) {
+                snprintf(err, errlen, "entry of %u bytes at %llu is outside the region (%llu)",
+                         (unsigned)nbytes, (unsigned long long)off,
+                         (unsigned long long)region);
+                return -1;
+            }
             if (!meta_put(t, key, nkey, off, nbytes, flags, exptime, cas)) {
                 snprintf(err, errlen, "out of memory");
                 return -1;

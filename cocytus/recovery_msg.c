@@ -105,16 +105,16 @@ int group_view_parse(struct group_view *v, int k, int m, const char *text, size_
     const char *sp2 = memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1));
     if (!sp2 || sp2 + 1 >= end || memchr(sp2 + 1, ' ', (size_t)(end - sp2 - 1)))
         return -1;
-    char num[24];
-    size_t nl = (size_t)(sp1 - text);
-    if (nl == 0 || nl >= sizeof(num))
+    /* The version: digits only (a NUL must not end it early), below 2^64. */
+    uint64_t version = 0;
+    if (sp1 == text)
         return -1;
-    memcpy(num, text, nl);
-    num[nl] = '\0';
-    char *numend;
-    unsigned long long version = strtoull(num, &numend, 10);
-    if (*numend != '\0' || num[0] < '0' || num[0] > '9')
-        return -1;
+    for (const char *p = text; p < sp1; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (*p < '0' || *p > '9' || version > (UINT64_MAX - d) / 10)
+            return -1;
+        version = version * 10 + d;
+    }
     struct group_view nv;
     group_view_init(&nv, k, m);
     nv.version = version;

@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "cluster.h"
+#include "codec.h"
 #include "link.h"
 #include "rebuild.h"
 #include "receiver.h"
@@ -50,10 +51,7 @@ static void rp_log(struct replica *r, const char *fmt, ...)
 static void xor_run(void *ctx, uint64_t off, uint64_t len)
 {
     struct replica *r = ctx;
-    const uint8_t *src = r->cur->data + (off - r->cur->data_off);
-    uint8_t *dst = r->region + off;
-    for (uint64_t i = 0; i < len; i++)
-        dst[i] ^= src[i];
+    codec_xor(r->region + off, r->cur->data + (off - r->cur->data_off), (size_t)len);
 }
 
 static int apply_record(void *ctx, const struct record *rec)

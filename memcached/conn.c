@@ -86,7 +86,9 @@ static void resp_recycle(struct conn *c, struct resp *r)
 {
     struct engine *e = c->srv->engine;
     for (uint32_t i = 0; i < r->nsegs; i++) {
-        if (r->segs[i].ref && r->segs[i].handle)
+        if (r->segs[i].copied)
+            free(r->segs[i].handle);
+        else if (r->segs[i].ref && r->segs[i].handle)
             e->ops->release(e, r->segs[i].handle);
     }
     if (r->buf != r->ibuf)
@@ -167,6 +169,7 @@ static void resp_note_bytes(struct resp *r, uint32_t off, uint32_t n)
     s->off = off;
     s->len = n;
     s->handle = NULL;
+    s->transient = s->copied = false;
 }
 
 void resp_add(struct resp *r, const void *p, size_t n)
@@ -210,6 +213,18 @@ void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle)
     s->off = 0;
     s->len = (uint32_t)n;
     s->handle = handle;
+    s->transient = s->copied = false;
+}
+
+void resp_add_value(struct resp *r, const struct eng_value *v, size_t n)
+{
+    if (!v->transient) {
+        resp_add_ref(r, v->data, n, v->handle);
+        return;
+    }
+    resp_add_ref(r, v->data, n, NULL);
+    r->segs[r->nsegs - 1].transient = true;
+    r->c->transient++;
 }
 
 void resp_done(struct resp *r)
@@ -385,6 +400,7 @@ eng_status conn_get(struct conn *c, const char *key, size_t nkey,
     struct engine *e = c->srv->engine;
     res->status = ENG_SUCCESS;
     res->msg = NULL;
+    memset(out, 0, sizeof(*out));
     eng_status st = e->ops->get(e, key, nkey, out, res);
     res->status = st;
     c->srv->stats.cmd_get++;
@@ -401,10 +417,7 @@ eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned op
     struct engine *e = c->srv->engine;
     res->status = ENG_SUCCESS;
     res->msg = NULL;
-    out->marks = 0;
-    out->fetched = false;
-    out->idle = 0;
-    out->exptime = 0;
+    memset(out, 0, sizeof(*out));
     eng_status st = e->ops->get_ex ? e->ops->get_ex(e, key, nkey, opts, out, res)
                                    : e->ops->get(e, key, nkey, out, res);
     res->status = st;
@@ -697,7 +710,33 @@ static size_t conn_backlog(const struct conn *c)
     return total;
 }
 
-/* Write as much of the completed head of the queue as the socket takes. */
+/* Transient engine bytes (eng_value.transient) still queued when the
+ * socket pushed back, or behind a slot that is not complete: copy them
+ * now, before the event loop runs anything that may change them.  The
+ * common case writes them at once and copies nothing. */
+static void conn_keep_transient(struct conn *c)
+{
+    for (struct resp *r = c->head; r; r = r->next) {
+        for (uint32_t i = r == c->head ? c->head_seg : 0; i < r->nsegs; i++) {
+            struct out_seg *s = &r->segs[i];
+            if (!s->transient)
+                continue;
+            char *copy = malloc(s->len ? s->len : 1);
+            if (!copy)
+                oom_exit();
+            memcpy(copy, s->ref, s->len);
+            s->ref = copy;
+            s->handle = copy;
+            s->transient = false;
+            s->copied = true;
+        }
+    }
+    c->transient = 0;
+}
+
+/* Write as much of the completed head of the queue as the socket takes.
+ * Every path that queues a read's reply ends here before returning to the
+ * event loop, which is what makes transient values safe. */
 static void conn_flush(struct conn *c)
 {
     struct iovec iov[IOV_BATCH];
@@ -728,6 +767,11 @@ static void conn_flush(struct conn *c)
     }
     if (c->closing)
         return;
+    if (c->transient > 0) {
+        if (c->head)
+            conn_keep_transient(c);
+        c->transient = 0;
+    }
     if (!c->head)
         c->out_blocked = false;
     /* Closing after a protocol violation waits only for the replies before

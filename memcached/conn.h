@@ -34,6 +34,8 @@ struct out_seg {
     uint32_t off;
     uint32_t len;
     void *handle;
+    bool transient;         /* ref is valid until the event loop runs again */
+    bool copied;            /* ref is our own copy of transient bytes (handle) */
 };
 
 typedef void (*resp_complete_fn)(struct resp *r, const struct eng_result *res);
@@ -78,6 +80,9 @@ void resp_printf(struct resp *r, const char *fmt, ...) __attribute__((format(pri
 /* Send engine memory without copying; release(handle) after it is written.
  * handle may be NULL when the memory lives at least as long as the slot. */
 void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle);
+/* Send a read's value (engine memory, copied only if it cannot leave
+ * before control returns to the event loop: eng_value.transient). */
+void resp_add_value(struct resp *r, const struct eng_value *v, size_t n);
 /* Mark the slot complete. */
 void resp_done(struct resp *r);
 /* Scratch space of n bytes kept in the slot until it is recycled and never

@@ -26,6 +26,7 @@ struct conn {
     struct resp *head, *tail;     /* reply queue, in request order */
     uint32_t head_seg, head_off;  /* write progress inside head */
     int niov;
+    unsigned transient;           /* queued segments with transient engine bytes */
     struct resp *free_resps;
     unsigned nfree_resps;
 

@@ -104,7 +104,9 @@ struct eng_result {
 
 /* A read result: views into engine memory, valid until release(handle).
  * data[nbytes] and data[nbytes+1] are '\r' '\n' (engines store the
- * terminator so the text protocol can send value and CRLF in one piece). */
+ * terminator so the text protocol can send value and CRLF in one piece),
+ * unless the engine sets bare.  Callers zero *out before get(), so an
+ * engine that does not know the two flags below leaves them false. */
 struct eng_value {
     const char *key;
     size_t nkey;
@@ -124,6 +126,15 @@ struct eng_value {
     uint8_t marks;
     bool fetched;
     uint32_t idle;
+    /* data is the value alone, without the "\r\n" after it (a data
+     * process's region holds value bytes only). */
+    bool bare;
+    /* The bytes are only guaranteed until control returns to the event
+     * loop: a data process answers from its region, where a range may be
+     * reused once a later record commits (memcached pins its item instead).
+     * handle is NULL and need not be released; a caller that keeps the
+     * bytes longer (a reply the socket did not take at once) copies them. */
+    bool transient;
 };
 
 /* Options of get_ex(). */

@@ -487,7 +487,7 @@ static void bin_add_value(struct resp *r, const char *key, size_t nkey, bool wit
     resp_add(r, flags, sizeof(flags));
     if (keylen > 0)
         resp_add(r, key, keylen);
-    resp_add_ref(r, v->data, v->nbytes, v->handle);
+    resp_add_value(r, v, v->nbytes);
 }
 
 /* A miss: getk/gatk return the key as the body, the others "Not found". */
@@ -866,7 +866,8 @@ static void bin_touch(struct conn *c, const struct bin_request *rq)
 
     if (conn_get_ex(c, rq->key, rq->nkey, ENG_GET_PEEK, &v, &res) == ENG_SUCCESS) {
         r->arg = v.flags;
-        conn_engine(c)->ops->release(conn_engine(c), v.handle);
+        if (v.handle)
+            conn_engine(c)->ops->release(conn_engine(c), v.handle);
     }
     memset(&m, 0, sizeof(m));
     m.op = ENG_OP_TOUCH;

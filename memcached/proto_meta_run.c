@@ -358,8 +358,17 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
         resp_add(r, " W", 2);
     line_end(r);
     /* The item stays referenced until the reply is written, as memcached
-     * holds it (an incr behind it then makes a new item). */
-    resp_add_ref(r, v.data, p.value ? (size_t)v.nbytes + 2 : 0, v.handle);
+     * holds it (an incr behind it then makes a new item).  A bare value
+     * (a data process's region) has no CRLF after it; a transient one has
+     * no reference to hold and is copied if it must wait (conn.c). */
+    if (p.value && v.bare) {
+        resp_add_value(r, &v, v.nbytes);
+        line_end(r);
+    } else if (p.value) {
+        resp_add_value(r, &v, (size_t)v.nbytes + 2);
+    } else if (v.handle) {
+        resp_add_ref(r, v.data, 0, v.handle);
+    }
 
     r->arg = 1;   /* guard until the mutations are issued */
     if (win) {
@@ -529,7 +538,8 @@ static void handle_ma(struct conn *c, const struct meta_req *req)
         struct eng_result res;
         if (conn_get_ex(c, req->key, req->nkey, ENG_GET_PEEK, &v, &res) == ENG_SUCCESS) {
             start = v.exptime == 0 ? 0 : (rel_time_t)(v.exptime - s->clock.epoch);
-            conn_engine(c)->ops->release(conn_engine(c), v.handle);
+            if (v.handle)
+                conn_engine(c)->ops->release(conn_engine(c), v.handle);
             vivify = false;
         }
     }
@@ -600,7 +610,8 @@ static void handle_me(struct conn *c, const struct meta_req *req)
                     v.exptime == 0 ? -1LL : (long long)(clock_wall(&s->clock) - v.exptime),
                     (unsigned)v.idle, (unsigned long long)v.cas, v.fetched ? "yes" : "no",
                     slab_class(size, s->settings.item_size_max), size);
-        conn_engine(c)->ops->release(conn_engine(c), v.handle);
+        if (v.handle)
+            conn_engine(c)->ops->release(conn_engine(c), v.handle);
     }
     resp_done(r);
 }

@@ -518,7 +518,12 @@ static void reply_value(struct resp *r, const struct eng_value *v, bool with_cas
     line[n++] = '\r';
     line[n++] = '\n';
     resp_add(r, line, n);
-    resp_add_ref(r, v->data, (size_t)v->nbytes + 2, v->handle);
+    if (v->bare) {
+        resp_add_value(r, v, v->nbytes);
+        resp_add(r, "\r\n", 2);
+    } else {
+        resp_add_value(r, v, (size_t)v->nbytes + 2);
+    }
 }
 
 /* ---- handlers ---- */

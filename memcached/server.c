@@ -261,7 +261,11 @@ static int server_load_cluster(struct server *s)
     struct settings *st = &s->settings;
     if (!st->cluster_file)
         return 0;
-    char err[256];
+    char err[512];
+    if (cluster_check_private(st->cluster_file, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-server: %s\n", err);
+        return -1;
+    }
     s->cluster = calloc(1, sizeof(*s->cluster));
     if (!s->cluster || cluster_load(st->cluster_file, s->cluster, err, sizeof(err)) < 0) {
         fprintf(stderr, "cocytus-server: %s: %s\n", st->cluster_file, s->cluster ? err : "out of memory");

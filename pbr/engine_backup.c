@@ -323,6 +323,7 @@ static void stats_xids(const struct backup *be, eng_stat_fn emit, void *ctx)
     emit(ctx, "buffered_records", "%zu", be->src.buffer.count);
     emit(ctx, "primary_link", "%s", ps.link_up ? "up" : "down");
     emit(ctx, "primary_records", "%" PRIu64, ps.records);
+    emit(ctx, "primary_acks", "%" PRIu64, ps.acks);
     emit(ctx, "diverged", "%d", be->src.diverged ? 1 : 0);
     emit(ctx, "promoted", "%d", be->promoted ? 1 : 0);
 }

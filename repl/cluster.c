@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_FIELDS 8
 #define MAX_PORT 65535
@@ -754,6 +755,27 @@ int cluster_load(const char *path, struct cluster *c, char *err, size_t errlen)
     if (rc < 0)
         cluster_free(c);
     return rc;
+}
+
+int cluster_check_private(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (stat(path, &st) < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s is not a regular file", path);
+        return -1;
+    }
+    if ((st.st_mode & 077) != 0) {
+        snprintf(err, errlen,
+                 "%s holds the cluster secret but its mode is %04o (others may read it); "
+                 "run: chmod 600 %s", path, (unsigned)(st.st_mode & 07777), path);
+        return -1;
+    }
+    return 0;
 }
 
 void cluster_free(struct cluster *c)

@@ -89,6 +89,12 @@ struct cluster {
  * wrong) in err. */
 int cluster_load(const char *path, struct cluster *c, char *err, size_t errlen);
 void cluster_free(struct cluster *c);
+
+/* The cluster file holds the secret that authenticates every link, so a
+ * process refuses to start from one that others may read or change, as ssh
+ * refuses such a private key: 0 if path is a regular file with no group or
+ * other permission bits, else -1 with the reason and the fix in err. */
+int cluster_check_private(const char *path, char *err, size_t errlen);
 const struct cluster_proc *cluster_find(const struct cluster *c, int group,
                                         enum cluster_role role, int index);
 const char *cluster_role_name(enum cluster_role r);

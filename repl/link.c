@@ -52,7 +52,7 @@
 #define LINK_REJECT_LINGER_MS 1000         /* time to flush a REJECT */
 #define LINK_HANDSHAKE_MAX_PAYLOAD 1024    /* frames before WELCOME are small */
 #define LINK_NONCE_SIZE 16
-#define LINK_PROOF_SIZE 8
+#define LINK_PROOF_SIZE LINK_HELLO_PROOF_SIZE
 #define LINK_REJECT_TEXT_MAX 200
 #define LINK_HOST_MAX 256
 #define LINK_ERROR_MAX 512
@@ -66,7 +66,7 @@
 #define LINK_USER_TIMEOUT_MS 10000         /* unacknowledged data: peer is gone */
 
 /* HELLO identity part: u8 len, cluster, u32 group, u8 role, u32 index. */
-#define HELLO_IDENT_MAX (1 + (LINK_NAME_MAX - 1) + 4 + 1 + 4)
+#define HELLO_IDENT_MAX LINK_HELLO_IDENT_MAX
 
 /* Fixed SipHash keys that turn the secret into the 128-bit proof key. */
 static const uint8_t kdf_key0[SIPHASH_KEY_SIZE] = "cocytus-kv-key-0";
@@ -501,18 +501,22 @@ static void schedule_flush(struct link *l)
     event_active(l->flush_ev, EV_WRITE, 0);
 }
 
-/* Append one frame (header + payload pieces) to the output buffer.
+/* Append one frame (header + payload pieces) to the output buffer; the
+ * payload's CRC is computed here unless the caller gives it (have_crc).
  * 0, or -1 if too large or out of memory (nothing appended). */
-static int queue_frame_iov(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+static int queue_frame_crc(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt,
+                           bool have_crc, uint32_t crc)
 {
     size_t total = 0;
-    uint32_t crc = 0;
 
+    if (!have_crc)
+        crc = 0;
     for (int i = 0; i < iovcnt; i++) {
         if (iov[i].iov_len > FRAME_MAX_PAYLOAD - total)
             return -1;
         total += iov[i].iov_len;
-        crc = crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+        if (!have_crc)
+            crc = crc32c(crc, iov[i].iov_base, iov[i].iov_len);
     }
     if (buf_make_room(&l->out, FRAME_HEADER_SIZE + total) < 0)
         return -1;
@@ -527,6 +531,11 @@ static int queue_frame_iov(struct link *l, uint16_t type, const struct iovec *io
     l->out.end += FRAME_HEADER_SIZE + total;
     schedule_flush(l);
     return 0;
+}
+
+static int queue_frame_iov(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+{
+    return queue_frame_crc(l, type, iov, iovcnt, false, 0);
 }
 
 static int queue_frame(struct link *l, uint16_t type, const void *payload, size_t len)
@@ -583,7 +592,7 @@ static void flush_output(struct link *l)
 /* ---- the handshake ---- */
 
 /* HELLO identity bytes; returns their length. */
-static size_t hello_encode_identity(const struct link_identity *me, uint8_t *out)
+size_t link_hello_encode_identity(const struct link_identity *me, uint8_t *out)
 {
     size_t clen = strnlen(me->cluster, LINK_NAME_MAX - 1);
     uint8_t *p = out;
@@ -599,7 +608,7 @@ static size_t hello_encode_identity(const struct link_identity *me, uint8_t *out
 }
 
 /* Parse a HELLO payload; the proof is its last LINK_PROOF_SIZE bytes. */
-static bool hello_decode(const uint8_t *p, size_t len, struct link_identity *id)
+bool link_hello_decode(const uint8_t *p, size_t len, struct link_identity *id)
 {
     if (len < 1)
         return false;
@@ -642,7 +651,7 @@ static void handle_challenge(struct link *l, const uint8_t *payload, uint32_t le
         link_fail(l, "malformed CHALLENGE");
         return;
     }
-    size_t n = hello_encode_identity(&l->me, hello);
+    size_t n = link_hello_encode_identity(&l->me, hello);
     compute_proof(l->key, payload, hello, n, hello + n);
     if (queue_frame(l, FT_HELLO, hello, n + LINK_PROOF_SIZE) < 0) {
         link_fail(l, "out of memory");
@@ -685,7 +694,7 @@ static void handle_hello(struct link *l, const uint8_t *payload, uint32_t len)
     uint8_t proof[LINK_PROOF_SIZE];
     char why[LINK_ERROR_MAX];
 
-    if (!hello_decode(payload, len, &l->peer)) {
+    if (!link_hello_decode(payload, len, &l->peer)) {
         send_reject(l, "malformed HELLO");
         return;
     }
@@ -888,6 +897,8 @@ static void read_input(struct link *l)
         budget -= (size_t)n;
     }
     buf_release_if_idle(&l->in);
+    if (l->state == LS_UP && l->cb.on_read_end != NULL)
+        l->cb.on_read_end(l, l->ctx);
 }
 
 /* ---- libevent callbacks ---- */
@@ -1193,7 +1204,8 @@ void link_listener_free(struct link_listener *ll)
 
 /* ---- the public operations ---- */
 
-int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+static int send_frame(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt,
+                      bool have_crc, uint32_t crc)
 {
     if (l->state != LS_UP || l->fail_pending != NULL)
         return -1;
@@ -1208,7 +1220,7 @@ int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcn
         }
         total += iov[i].iov_len;
     }
-    if (queue_frame_iov(l, type, iov, iovcnt) < 0) {
+    if (queue_frame_crc(l, type, iov, iovcnt, have_crc, crc) < 0) {
         /* Out of memory: the frame is lost and later ones must not overtake
          * it, so the connection goes down (from the loop, not inside this
          * call: the caller may be iterating over its links). */
@@ -1222,10 +1234,22 @@ int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcn
     return 0;
 }
 
+int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt)
+{
+    return send_frame(l, type, iov, iovcnt, false, 0);
+}
+
 int link_send(struct link *l, uint16_t type, const void *payload, uint32_t len)
 {
     struct iovec iov = { .iov_base = (void *)payload, .iov_len = len };
-    return link_sendv(l, type, &iov, 1);
+    return send_frame(l, type, &iov, 1, false, 0);
+}
+
+int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t len,
+                  uint32_t crc)
+{
+    struct iovec iov = { .iov_base = (void *)payload, .iov_len = len };
+    return send_frame(l, type, &iov, 1, true, crc);
 }
 
 bool link_is_up(const struct link *l)

@@ -57,6 +57,11 @@ struct link_callbacks {
     /* Optional: everything queued so far has been handed to the kernel
      * (what semi-synchronous replication waits for). */
     void (*on_drained)(struct link *l, void *ctx);
+    /* Optional: the frames of one read batch were all delivered (the
+     * socket had no more bytes for now).  A receiver answers the whole
+     * batch here with one frame (a cumulative ACK) instead of one per
+     * frame; it leaves with the rest of this loop iteration's output. */
+    void (*on_read_end)(struct link *l, void *ctx);
 };
 
 /* Callback rules.  Callbacks run on the event loop thread, never from inside
@@ -97,6 +102,11 @@ void link_listener_free(struct link_listener *ll);
  * in one send(). */
 int link_send(struct link *l, uint16_t type, const void *payload, uint32_t len);
 int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcnt);
+/* link_send for a payload whose CRC-32C the caller computed already
+ * (crc32c(0, payload, len)): a sender putting the same record on M links
+ * computes it once. */
+int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t len,
+                  uint32_t crc);
 bool link_is_up(const struct link *l);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);
@@ -107,5 +117,19 @@ const char *link_peer_name(const struct link *l);   /* "host:port" for logs */
 const char *link_last_error(const struct link *l);
 /* Close and free (no more callbacks). */
 void link_close(struct link *l);
+
+/* The HELLO payload (docs/wire-format.md section 3): the identity bytes
+ * (u8 clen, clen bytes of cluster name, u32 group, u8 role, u32 index)
+ * followed by the 8-byte proof.  Pure functions, used by the handshake and
+ * exposed for the tests and the frame fuzzer (test/fuzz/fuzz_frame.c). */
+#define LINK_HELLO_IDENT_MAX (1 + (LINK_NAME_MAX - 1) + 4 + 1 + 4)
+#define LINK_HELLO_PROOF_SIZE 8
+/* Writes me's identity bytes to out (room for LINK_HELLO_IDENT_MAX);
+ * returns their length.  A cluster name is cut at LINK_NAME_MAX - 1 bytes. */
+size_t link_hello_encode_identity(const struct link_identity *me, uint8_t *out);
+/* Parses a whole HELLO payload into *id (the proof is not checked here).
+ * False, *id untouched, unless its length is exactly 18 + clen with clen
+ * 1..LINK_NAME_MAX-1 and the name holds no NUL byte. */
+bool link_hello_decode(const uint8_t *p, size_t len, struct link_identity *id);
 
 #endif

@@ -10,7 +10,10 @@
  *
  * A repl_receiver keeps one peer per source: its current link, a timer that
  * closes the link outside the link's own callbacks, counters and the text of
- * the last REJECT.  Records are acknowledged as soon as they are buffered;
+ * the last REJECT.  Records are acknowledged as soon as they are buffered,
+ * with one cumulative ACK for every read batch of the link (all the records
+ * one recv() brought), not one per record: a data process needs only the
+ * newest xid, and a batch of acks costs the same send() and wakeup as one;
  * the stable xid a record carries, or a STABLE frame, triggers application
  * through the owner's apply hook. */
 #include "receiver.h"
@@ -199,6 +202,8 @@ struct peer {
     char fence_why[REJECT_MAX];
     uint64_t records;
     uint64_t duplicates;
+    uint64_t acks;                /* ACK frames sent */
+    bool ack_due;                 /* records taken in this read batch: ACK at its end */
     char reject[REJECT_MAX];      /* the last REJECT reason, kept for link.c */
 };
 
@@ -263,9 +268,13 @@ static void send_ack(struct peer *pr, uint64_t xid)
     uint8_t buf[8];
     for (int i = 0; i < 8; i++)
         buf[i] = (uint8_t)(xid >> (8 * i));
-    if (link_send(pr->link, FT_ACK, buf, sizeof(buf)) != 0 && pr->rx->cfg.verbose)
-        rx_log(pr->rx, "%s %d: ack %" PRIu64 " not sent: link down", pr->rx->cfg.tag,
-               pr->index, xid);
+    if (link_send(pr->link, FT_ACK, buf, sizeof(buf)) != 0) {
+        if (pr->rx->cfg.verbose)
+            rx_log(pr->rx, "%s %d: ack %" PRIu64 " not sent: link down", pr->rx->cfg.tag,
+                   pr->index, xid);
+        return;
+    }
+    pr->acks++;
 }
 
 static void apply_upto(struct peer *pr, uint64_t stable)
@@ -281,12 +290,12 @@ static void on_record(struct peer *pr, const uint8_t *payload, uint32_t len)
     pr->records++;
     switch (repl_source_receive(pr->src, payload, len, &stable)) {
     case REPL_RX_BUFFERED:
-        send_ack(pr, pr->src->received_xid);
+        pr->ack_due = true;
         apply_upto(pr, stable);
         break;
     case REPL_RX_DUPLICATE:
         pr->duplicates++;
-        send_ack(pr, pr->src->received_xid);
+        pr->ack_due = true;
         break;
     case REPL_RX_REFUSED:
         report_divergence(pr);
@@ -351,6 +360,18 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
     }
 }
 
+/* The end of a read batch: one cumulative ACK for every record in it
+ * (also when a later record of the batch diverged the source: the ones
+ * before it are held, and the sender may be waiting for them). */
+static void on_read_end(struct link *l, void *ctx)
+{
+    struct peer *pr = ctx;
+    if (l != pr->link || !pr->ack_due)
+        return;
+    pr->ack_due = false;
+    send_ack(pr, pr->src->received_xid);
+}
+
 static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
 {
     struct peer *pr = ctx;
@@ -367,6 +388,7 @@ static void on_down(struct link *l, const char *why, void *ctx)
     rx_log(pr->rx, "%s %d: link from %s down: %s", pr->rx->cfg.tag, pr->index,
            link_peer_name(l), why);
     pr->link = NULL;
+    pr->ack_due = false;
     evtimer_del(pr->close_ev);
 }
 
@@ -374,6 +396,7 @@ static const struct link_callbacks peer_callbacks = {
     .on_up = on_up,
     .on_frame = on_frame,
     .on_down = on_down,
+    .on_read_end = on_read_end,
 };
 
 /* ---- accepting senders ---- */
@@ -493,6 +516,7 @@ void repl_receiver_peer_stats(const struct repl_receiver *rx, int index,
     out->link_up = pr->link != NULL && link_is_up(pr->link);
     out->records = pr->records;
     out->duplicates = pr->duplicates;
+    out->acks = pr->acks;
 }
 
 void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason)
@@ -535,5 +559,5 @@ bool repl_receiver_link_up(const struct repl_receiver *rx, int index)
 void repl_receiver_stats_reset(struct repl_receiver *rx)
 {
     for (int i = 0; i < rx->cfg.nsources; i++)
-        rx->peers[i].records = rx->peers[i].duplicates = 0;
+        rx->peers[i].records = rx->peers[i].duplicates = rx->peers[i].acks = 0;
 }

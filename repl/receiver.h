@@ -13,7 +13,7 @@
  * never corrupted to keep going.
  *
  * struct repl_receiver puts sources on links: it accepts a sender by role
- * and index, acknowledges every record, applies on piggybacked and STABLE
+ * and index, acknowledges every record (one cumulative ACK per read batch), applies on piggybacked and STABLE
  * xids through its owner's hook, and drops and refuses diverged senders. */
 #ifndef REPL_RECEIVER_H
 #define REPL_RECEIVER_H
@@ -135,6 +135,7 @@ struct repl_peer_stats {
     bool link_up;
     uint64_t records;              /* RECORD frames taken, duplicates included */
     uint64_t duplicates;
+    uint64_t acks;                 /* ACK frames sent (one per read batch) */
 };
 
 void repl_receiver_peer_stats(const struct repl_receiver *rx, int index,

@@ -104,6 +104,7 @@ struct sender {
     struct rec_op *ops;        /* decoding scratch for commits */
     uint32_t ops_cap;
     uint64_t records_sent;
+    uint64_t stable_frames;    /* lone STABLE frames (no record to carry it) */
     /* For sender_add_peer. */
     const struct cluster *cluster;
     int group;

@@ -433,6 +433,11 @@ static int decode_endpoint(struct slotmap_endpoint *e, struct span tok, int i,
     if (name.n == 0 || name.n >= sizeof(e->host))
         return fail(err, errlen, "line 2: endpoint %d has %s host", i,
                     name.n ? "too long a" : "no");
+    /* A NUL would cut the name short (to nothing, even) and a control byte
+     * would end up in MOVED lines: neither is any host's name. */
+    for (size_t k = 0; k < name.n; k++)
+        if ((unsigned char)name.p[k] < 0x20 || name.p[k] == 0x7f)
+            return fail(err, errlen, "line 2: endpoint %d has a control byte in its host", i);
     memset(e, 0, sizeof(*e));
     memcpy(e->host, name.p, name.n);
     e->port = (int)port;

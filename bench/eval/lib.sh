@@ -215,6 +215,8 @@ sys_up_conf() {
     SYS_KIND[$name]=conf
     SYS_DIR[$name]=$d
     base=$(free_run $((2 * count))) || die "no run of $((2 * count)) free ports"
+    rm -f "$d/cluster.conf"
+    (umask 077
     {
         echo "cluster eval"
         echo "secret $(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
@@ -222,7 +224,7 @@ sys_up_conf() {
         echo "memory ${mem}m"
         echo "base_port $base"
         for ((i = 0; i < count; i++)); do echo "node $i ${adv:-$host}"; done
-    } >"$d/cluster.conf"
+    } >"$d/cluster.conf")
     for ((i = 0; i < count; i++)); do
         if [ -z "$adv" ]; then
             setsid "$NODE_BIN" --cluster "$d/cluster.conf" --node "$i" --server "$SERVER_BIN" \

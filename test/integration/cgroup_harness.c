@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -42,6 +43,8 @@ static int64_t now_ms(void)
 static bool write_conf(const struct cgroup *g)
 {
     FILE *f = fopen(g->conf, "w");
+    if (f != NULL)
+        fchmod(fileno(f), 0600);   /* it holds the secret */
     if (f == NULL)
         return false;
     fprintf(f, "# written by test/integration/cgroup_harness.c\n");

@@ -41,6 +41,23 @@ for f in cluster.conf endpoints node-0.pid node-1.pid; do
 done
 grep -q '^scheme plain$' "$dir/cluster.conf" || fail "cluster.conf has no 'scheme plain'"
 grep -Eq '^secret [0-9a-f]{32}$' "$dir/cluster.conf" || fail "cluster.conf has no random secret"
+mode=$(stat -c %a "$dir/cluster.conf")
+[ "$mode" = 600 ] || fail "cluster.conf (it holds the secret) has mode $mode, want 600"
+# A process refuses a cluster file others can read, and says how to fix it.
+cp "$dir/cluster.conf" "$dir/open.conf" && chmod 644 "$dir/open.conf"
+msg=$(timeout 10 "$server_bin" --cluster "$dir/open.conf" --role plain --group 0 --index 0 2>&1 </dev/null)
+rc=$?
+if [ "$rc" -ne 0 ] && printf '%s' "$msg" | grep -q "chmod 600"; then
+    ok "a world-readable cluster file is refused: $msg"
+else
+    fail "server with a 0644 cluster file: exit $rc, '$msg'"
+fi
+msg=$(timeout 10 "$build_dir/cocytus/cocytus-node" --cluster "$dir/open.conf" --node 0 \
+    --server "$server_bin" 2>&1 </dev/null)
+rc=$?
+printf '%s' "$msg" | grep -q "chmod 600" && [ "$rc" -ne 0 ] \
+    || fail "cocytus-node with a 0644 cluster file: exit $rc, '$msg'"
+rm -f "$dir/open.conf"
 
 # --- endpoints: 2 plain lines, one per node, live pids ---
 [ "$(wc -l <"$dir/endpoints")" -eq 2 ] || fail "endpoints has $(wc -l <"$dir/endpoints") lines, want 2"

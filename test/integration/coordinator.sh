@@ -56,7 +56,7 @@ all_at_epoch() {
 # 3 servers and the coordinator: 2 ports each (base_port + 6 is the coordinator's).
 # The nodes do not restart dead processes: this test restarts the
 # coordinator by hand and checks that a killed process stays dead.
-cluster_up "$dir" 8 32000 40000 --nodes 3 --scheme plain --no-proxy --memory 16 --restart off \
+cluster_up "$dir" 8 12000 20000 --nodes 3 --scheme plain --no-proxy --memory 16 --restart off \
     || { fail "cluster up"; exit 1; }
 coord=$(cat "$dir/coordinator" 2>/dev/null)
 [ "$coord" = "127.0.0.1:$((base_port + 6))" ] || fail "coordinator file holds '$coord', want 127.0.0.1:$((base_port + 6))"
@@ -222,7 +222,7 @@ ok "corrupt state files refused: $(tail -1 <<<"$msg")"
 # off; with restarts the group is back at full redundancy within about a
 # second, which test/integration/soak.sh checks) ---
 rsdir=$dir/rs
-cluster_up "$rsdir" 20 40000 48000 --nodes 3 --scheme rs:2:3 --no-proxy --memory 16 --region 16 \
+cluster_up "$rsdir" 20 9000 12000 --nodes 3 --scheme rs:2:3 --no-proxy --memory 16 --region 16 \
     --restart off \
     || fail "rs:2:3 cluster up"
 if [ -s "$rsdir/endpoints" ]; then

@@ -76,7 +76,9 @@ port_is_open() {
 # port_busy PORT: PORT accepts, or ss lists a socket on it (a listener not
 # yet accepting, a connection in TIME_WAIT) that would make a bind fail.
 port_busy() {
-    port_is_open "$1" || ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"
+    # TIME-WAIT leftovers do not count: every listener here binds with
+    # SO_REUSEADDR, and a busy machine holds thousands of them.
+    port_is_open "$1" || ss -Htan exclude time-wait 2>/dev/null | awk '{print $4}' | grep -q ":$1\$"
 }
 
 port_free() {

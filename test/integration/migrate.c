@@ -112,6 +112,8 @@ static bool serving(const struct proc *p)
 static bool write_conf(struct cluster *c, const char *scheme)
 {
     FILE *f = fopen(c->conf, "w");
+    if (f != NULL)
+        fchmod(fileno(f), 0600);   /* it holds the secret */
     if (!f)
         return false;
     fprintf(f, "# written by test/integration/migrate.c\ncluster mgtest\nsecret mg-%d\n"

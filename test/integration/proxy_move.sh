@@ -51,7 +51,7 @@ run_scheme() {
     # servers and coordinator: 2 ports a process, 2 more; the proxy's port
     # is the kernel's choice.
     proxy_port=$(pick_port)
-    if ! cluster_up "$dir" $((2 * nprocs + 2)) 34000 42000 --nodes "$nodes" --scheme "$scheme" \
+    if ! cluster_up "$dir" $((2 * nprocs + 2)) 3000 6000 --nodes "$nodes" --scheme "$scheme" \
         --memory 32 --region 32 --proxy-port "$proxy_port"; then
         fail "scripts/cluster up --scheme $scheme --nodes $nodes"
         cleanup

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -75,6 +76,8 @@ static int64_t now_ms(void)
 static bool write_cluster(struct group *g, const char *sync)
 {
     FILE *f = fopen(g->cluster, "w");
+    if (f != NULL)
+        fchmod(fileno(f), 0600);   /* it holds the secret */
     if (f == NULL)
         return false;
     fprintf(f, "cluster pbrtest\nsecret test-%d-%ld\nscheme pbr %d\nsync %s\n"

@@ -493,6 +493,11 @@ void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle)
     r->c->last_handle = handle;
 }
 
+void resp_add_value(struct resp *r, const struct eng_value *v, size_t n)
+{
+    resp_add_ref(r, v->data, n, v->handle);
+}
+
 void resp_done(struct resp *r)
 {
     r->done = true;

@@ -65,6 +65,37 @@ START_TEST(test_view_refusals)
 }
 END_TEST
 
+/* Found by test/fuzz/fuzz_frame (a CONTROL frame "group 0 12\0\1 -,p1,x,-
+ * p,s1,x,b"): the version was read with strtoull() from a copy, so a NUL
+ * ended it early and the bytes after it were ignored; and a version over
+ * 2^64 - 1 became 2^64 - 1 (strtoull's ERANGE was not looked at), a view
+ * no later version could replace.  Both are refused now. */
+START_TEST(test_view_version_is_plain_decimal)
+{
+    static const char nul[] = "12\0\1 -,p1,x,- p,s1,x,b";
+    struct group_view v;
+    group_view_init(&v, 4, 4);
+    v.version = 99;
+    ck_assert_int_eq(group_view_parse(&v, 4, 4, nul, sizeof(nul) - 1), -1);
+    ck_assert_int_eq(group_view_parse(&v, 4, 4, "12\0 -,p1,x,- p,s1,x,b", 22), -1);
+    static const char *bad[] = {
+        "18446744073709551616 -,-,- p,p", "99999999999999999999 -,-,- p,p",
+        "123456789012345678901234 -,-,- p,p", "+1 -,-,- p,p", "1x -,-,- p,p", " 1 -,-,- p,p",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_msg(group_view_parse(&v, 3, 2, bad[i], strlen(bad[i])) < 0, "accepted '%s'",
+                      bad[i]);
+        ck_assert_uint_eq(v.version, 99);
+    }
+    const char *max = "18446744073709551615 -,-,- p,p";
+    ck_assert_int_eq(group_view_parse(&v, 3, 2, max, strlen(max)), 0);
+    ck_assert_uint_eq(v.version, UINT64_MAX);
+    const char *zeros = "0007 -,-,- p,p";
+    ck_assert_int_eq(group_view_parse(&v, 3, 2, zeros, strlen(zeros)), 0);
+    ck_assert_uint_eq(v.version, 7);
+}
+END_TEST
+
 /* ---- unit map ---- */
 
 START_TEST(test_unit_map)
@@ -362,6 +393,104 @@ START_TEST(test_rebuild_messages)
 }
 END_TEST
 
+/* A META message of one entry, off and nbytes as given. */
+static size_t meta_entry_message(uint8_t *buf, const char *key, uint64_t off, uint32_t nbytes)
+{
+    struct rb_msg m = { 0 };
+    struct meta_table t;
+    ck_assert_int_eq(meta_init(&t, 4), 0);
+    struct item *e = meta_put(&t, key, strlen(key), off, nbytes, 0, 0, 1);
+    ck_assert_ptr_nonnull(e);
+    rb_msg_meta_start(&m);
+    rb_msg_meta_entry(&m, e);
+    ck_assert(rb_msg_meta_finish(&m));
+    memcpy(buf, m.buf, m.len);
+    size_t len = m.len;
+    rb_msg_free(&m);
+    meta_destroy(&t);
+    return len;
+}
+
+/* Found by test/fuzz/fuzz_frame: a META entry whose value lies beyond the
+ * region was taken into the table (a PUT's replay refuses it), and a data
+ * engine later reads region + off for nbytes without looking again. */
+START_TEST(test_rebuild_meta_entry_outside_region)
+{
+    /* The fuzzer's input: two pieces and two entries, alpha's value of
+     * 64 MiB + 100 bytes at offset 0 in a 1 MiB region. */
+    static const uint8_t fuzz_input[] =
+        "\x00\x00\x00\x00\x00\x00\x00\x00\x21\x04\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+        "\x00\x00\x70\x00\x00\x00\x00\x00\x00\x00\x01\x70\x00\x00\x00\x00\x00\x00\x00\x90"
+        "\x13\x00\x00\x00\x00\x00\x00\x02\x04\x62\x65\x74\x61\x70\x00\x00\x00\x00\x00\x00"
+        "\x00\x88\x13\x00\x00\x03\x00\x00\x00\x00\xf1\x53\x65\x00\x00\x00\x00\x02\x00\x00"
+        "\x00\x00\x00\x00\x00\x02\x05\x61\x6c\x70\x68\x61\x00\x00\x00\x00\x00\x00\x00\x00"
+        "\x64\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00"
+        "\x00\x00\x00\x00";
+    struct meta_table t;
+    struct dalloc *a = dalloc_new(1 << 20);
+    ck_assert_int_eq(meta_init(&t, 4), 0);
+    uint8_t buf[512];
+    char err[192];
+    ck_assert_int_eq(rb_apply_meta(fuzz_input, sizeof(fuzz_input) - 1, &t, a, err, sizeof(err)),
+                     -1);
+    ck_assert_ptr_nonnull(strstr(err, "outside the region"));
+    meta_destroy(&t);
+    ck_assert_int_eq(meta_init(&t, 4), 0);
+    dalloc_reset(a);
+    static const struct {
+        uint64_t off;
+        uint32_t nbytes;
+    } outside[] = { { 1 << 20, 1 }, { (1 << 20) - 10, 11 }, { UINT64_MAX - 5, 10 },
+                    { 0x7000000000000000ull, 0 }, { 0, UINT32_MAX } };
+    for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
+        size_t len = meta_entry_message(buf, "beta", outside[i].off, outside[i].nbytes);
+        ck_assert_int_eq(rb_apply_meta(buf, len, &t, a, err, sizeof(err)), -1);
+        ck_assert_ptr_nonnull(strstr(err, "outside the region"));
+        ck_assert_uint_eq(t.count, 0);
+    }
+    /* Up to the region's last byte is fine. */
+    size_t len = meta_entry_message(buf, "beta", (1 << 20) - 10, 10);
+    ck_assert_int_eq(rb_apply_meta(buf, len, &t, a, err, sizeof(err)), 0);
+    ck_assert_uint_eq(t.count, 1);
+    meta_destroy(&t);
+    dalloc_destroy(a);
+}
+END_TEST
+
+/* Seen while writing fuzz_frame's META checks (the fuzzer had not hit
+ * it): a META entry with a 251..255-byte key was refused as "out of
+ * memory" (meta_put's refusal); it is refused for its key now. */
+START_TEST(test_rebuild_meta_key_too_long)
+{
+    uint8_t buf[9 + 4 + 2 + 255 + 32];
+    memset(buf, 0, sizeof(buf));
+    buf[8] = RB_META;
+    buf[9] = 1;                       /* count */
+    buf[13] = 2;                      /* an entry */
+    struct meta_table t;
+    struct dalloc *a = dalloc_new(1 << 20);
+    ck_assert_int_eq(meta_init(&t, 4), 0);
+    char err[192];
+    for (unsigned nkey = 250; nkey <= 255; nkey++) {
+        buf[14] = (uint8_t)nkey;
+        memset(buf + 15, 'k', nkey);
+        size_t len = 15 + nkey + 32;
+        memset(buf + 15 + nkey, 0, 32);
+        buf[15 + nkey + 8] = 1;       /* nbytes 1 at offset 0 */
+        int rc = rb_apply_meta(buf, len, &t, a, err, sizeof(err));
+        if (nkey == 250) {
+            ck_assert_msg(rc == 0, "%s", err);
+            continue;
+        }
+        ck_assert_int_eq(rc, -1);
+        ck_assert_msg(strstr(err, "-byte key") != NULL, "key of %u: %s", nkey, err);
+    }
+    ck_assert_uint_eq(t.count, 1);
+    meta_destroy(&t);
+    dalloc_destroy(a);
+}
+END_TEST
+
 /* A parity process rebuilt while its source writes ends with the same
  * parity as one that received every record: units arrive tagged with the
  * source's committed xid, before and after the records that touch them. */
@@ -445,12 +574,15 @@ static Suite *recovery_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_view_round_trip);
     tcase_add_test(tc, test_view_refusals);
+    tcase_add_test(tc, test_view_version_is_plain_decimal);
     tcase_add_test(tc, test_unit_map);
     tcase_add_test(tc, test_message_round_trip);
     tcase_add_test(tc, test_message_refusals);
     tcase_add_test(tc, test_parity_skips_data_units);
     tcase_add_test(tc, test_rebuild_unit_tags);
     tcase_add_test(tc, test_rebuild_messages);
+    tcase_add_test(tc, test_rebuild_meta_entry_outside_region);
+    tcase_add_test(tc, test_rebuild_meta_key_too_long);
     tcase_add_test(tc, test_rebuild_matches_full_stream);
     suite_add_tcase(s, tc);
     return s;

@@ -367,6 +367,43 @@ START_TEST(test_malformed_rejected)
 }
 END_TEST
 
+/* Found by test/fuzz/fuzz_control: a host holding a NUL byte was accepted
+ * and cut short at the NUL ("o" here; "" for a name starting with NUL), so
+ * the map no longer encoded to what was decoded.  Control bytes in a host
+ * are refused too (they would end up in MOVED lines). */
+START_TEST(test_host_with_control_bytes_rejected)
+{
+    static const char fuzz_input[] =
+        "7\n127.0.0.1|127.0&0.1|11211 o\0\0\0\0\0\0\0&mple||11311\n"
+        "0-4999:0 5000-11999:1 12000-16383:0\n";
+    struct slotmap m;
+    ck_assert_int_eq(slotmap_decode(&m, fuzz_input, sizeof(fuzz_input) - 1, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "control byte"));
+    ck_assert_ptr_null(m.endpoints);
+    static const struct {
+        const char *p;
+        size_t n;
+    } hosts[] = { { "\0h||1", 5 }, { "|\0|1", 4 }, { "h\0||1", 5 }, { "a\tb||1", 6 },
+                  { "a\rb||1", 6 }, { "a\x7f||1", 5 }, { "\x1b||1", 4 } };
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
+        char text[64];
+        int n = snprintf(text, sizeof(text), "7\n");
+        memcpy(text + n, hosts[i].p, hosts[i].n);
+        n += (int)hosts[i].n;
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "\n0-16383:0\n");
+        ck_assert_msg(slotmap_decode(&m, text, (size_t)n, err, sizeof(err)) == -1,
+                      "accepted host %zu", i);
+        ck_assert_msg(strstr(err, "control byte") != NULL, "host %zu: %s", i, err);
+    }
+    /* The ip field is not looked at when a host is given, and printable
+     * names (IPv6 too) still decode. */
+    ck_assert_msg(decode_text("7\nh|\t|1 [::1]|::1|2\n0-9:0 10-16383:1\n", &m) == 0, "%s", err);
+    ck_assert_str_eq(m.endpoints[0].host, "h");
+    ck_assert_str_eq(m.endpoints[1].host, "[::1]");
+    slotmap_free(&m);
+}
+END_TEST
+
 START_TEST(test_config_reply_malformed)
 {
     static const char *const bad[] = {
@@ -411,6 +448,7 @@ static Suite *slotmap_suite(void)
     tcase_add_test(text, test_decode_exact);
     tcase_add_test(text, test_round_trip);
     tcase_add_test(text, test_malformed_rejected);
+    tcase_add_test(text, test_host_with_control_bytes_rejected);
     tcase_add_test(text, test_config_reply_malformed);
     suite_add_tcase(s, text);
     return s;
