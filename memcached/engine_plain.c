@@ -154,7 +154,10 @@ static eng_status do_store(struct plain *p, const struct eng_mutation *m,
         item_discard(s, it);
         return st;
     }
-    item_set_marks(it, store_marks(m, old != NULL, old ? old->cas : 0, p->cas_enabled));
+    item_set_marks(it, store_marks(m, old != NULL, old ? old->cas : 0, old ? item_marks(old) : 0,
+                                   p->cas_enabled));
+    if (store_is_stale(m, old != NULL, old ? old->cas : 0, p->cas_enabled))
+        it->exptime = old->exptime;     /* memcached keeps the TTL of a stale set */
     if (old != NULL)
         item_replace(s, old, it, hv);
     else
@@ -246,6 +249,8 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
     if (old == NULL)
         return m->create ? arith_create(p, m, hv, res) : ENG_NOT_FOUND;
+    if (old->nbytes == 0)
+        return ENG_NON_NUMERIC;     /* memcached: judged before the cas */
     if (!cas_condition_ok(p, m, old))
         return ENG_EXISTS;
 

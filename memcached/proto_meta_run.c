@@ -483,13 +483,13 @@ static void handle_ms(struct conn *c, const struct meta_req *req)
     case META_MODE_ADD:
         m.op = ENG_OP_ADD;
         break;
-    case META_MODE_APPEND:
+    case META_MODE_APPEND:        /* memcached: C0 does not compare here */
         m.op = ENG_OP_APPEND;
-        m.cas = compare_cas(req);
+        m.cas = req->cas;
         break;
     case META_MODE_PREPEND:
         m.op = ENG_OP_PREPEND;
-        m.cas = compare_cas(req);
+        m.cas = req->cas;
         break;
     case META_MODE_REPLACE:
         m.op = ENG_OP_REPLACE;

@@ -1040,8 +1040,11 @@ static enum conn_parse process_meta(struct conn *c, const char *buf, size_t len,
     case MP_OK:
         break;
     }
+    /* ma with t or N peeks at the item first: like a read, it waits for
+     * this connection's writes in flight (a replicated engine). */
+    bool peeks = req.cmd == MC_ARITH && (meta_has(&req, 't') || meta_has(&req, 'N'));
     bool read = req.cmd == MC_GET || req.cmd == MC_DEBUG;
-    if (read && conn_writes_inflight(c))
+    if ((read || peeks) && conn_writes_inflight(c))
         return CONN_PARSE_BLOCKED;
     if (read && conn_read_waits(c, req.key, req.nkey))
         return CONN_PARSE_BLOCKED;

@@ -33,9 +33,16 @@ eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas,
     }
 }
 
-uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled)
+bool store_is_stale(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled)
 {
-    bool stale = m->op == ENG_OP_CAS && m->cas_stale && found && cas_enabled && m->cas != 0 &&
-                 m->cas < cas;
-    return (uint8_t)(m->marks | (stale ? ENG_MARK_STALE : 0));
+    return m->op == ENG_OP_CAS && m->cas_stale && found && cas_enabled && m->cas != 0 &&
+           m->cas < cas;
+}
+
+uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, uint8_t old_marks,
+                    bool cas_enabled)
+{
+    if (!store_is_stale(m, found, cas, cas_enabled))
+        return m->marks;
+    return (uint8_t)(m->marks | ENG_MARK_STALE | (old_marks & ENG_MARK_WON));
 }

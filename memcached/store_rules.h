@@ -22,8 +22,14 @@ static inline bool store_cas_matches(bool cas_enabled, uint64_t have, uint64_t w
  * to answer.  found: the key holds a live item, whose cas is cas. */
 eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled);
 
+/* Is a successful store a stale one (a cas_stale CAS whose cas was older)?
+ * memcached then keeps the old item's TTL and its won mark. */
+bool store_is_stale(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled);
+
 /* The marks (ENG_MARK_*) of the item a successful store creates: the
- * request's, and stale for a cas_stale CAS whose cas was older. */
-uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled);
+ * request's, and for a stale store stale plus the old item's won mark
+ * (old_marks). */
+uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, uint8_t old_marks,
+                    bool cas_enabled);
 
 #endif

@@ -524,6 +524,26 @@ START_TEST(test_incr_non_numeric)
 }
 END_TEST
 
+/* difftest seed 14014 case 2037: memcached judges an empty value
+ * non-numeric before it compares the cas (binary incr with a wrong cas). */
+START_TEST(test_incr_empty_before_cas)
+{
+    struct engine *e = new_engine();
+    ck_assert_int_eq(set(e, "k", ""), ENG_SUCCESS);
+    struct eng_mutation m;
+    memset(&m, 0, sizeof(m));
+    m.op = ENG_OP_INCR;
+    m.key = "k";
+    m.nkey = 1;
+    m.delta = 1;
+    m.cas = 999999;
+    ck_assert_int_eq(run(e, &m, NULL), ENG_NON_NUMERIC);
+    ck_assert_int_eq(set(e, "k", "5"), ENG_SUCCESS);
+    ck_assert_int_eq(run(e, &m, NULL), ENG_EXISTS);     /* then the cas */
+    e->ops->destroy(e);
+}
+END_TEST
+
 START_TEST(test_incr_create)
 {
     struct engine *e = new_engine();
@@ -890,6 +910,7 @@ static Suite *plain_suite(void)
     tcase_add_test(tc, test_cas_disabled);
     tcase_add_test(tc, test_incr_decr);
     tcase_add_test(tc, test_incr_non_numeric);
+    tcase_add_test(tc, test_incr_empty_before_cas);
     tcase_add_test(tc, test_incr_create);
     tcase_add_test(tc, test_incr_while_read);
     tcase_add_test(tc, test_touch);
