@@ -137,7 +137,7 @@ class Script:
         text = re.sub(rb"(^| )l[0-9]+", rb"\1l*", text)
         text = re.sub(rb"exp=[0-9]+", b"exp=+", text)
         text = re.sub(rb"la=[0-9]+", b"la=*", text)
-        text = re.sub(rb"size=[0-9]+ ", b"size=* ", text)
+        text = re.sub(rb"size=[0-9]+", b"size=*", text)
         text = re.sub(rb"cls=[0-9]+ ", b"cls=* ", text)
         text = re.sub(rb"(^| )c[0-9]+", rb"\1c*", text)
         text = re.sub(rb"^(VALUE \S+ [0-9]+ [0-9]+) [0-9]+$", rb"\1 *", text)
