@@ -653,18 +653,15 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
         flags = m->flags;
         exptime = dp_abs_exptime(dp, m->exptime);
     } else {
-        if (e->nbytes == 0) {
-            res->status = ENG_NON_NUMERIC;   /* memcached: judged before the cas */
+        if (!units_ready(dp, meta_off(e), e->nbytes))
+            return TRY_BLOCKED;
+        /* memcached judges the number before the cas */
+        if (!arith_parse_u64((const char *)dp->region + meta_off(e), e->nbytes, &value)) {
+            res->status = ENG_NON_NUMERIC;
             return TRY_DONE;
         }
         if (m->cas && e->cas != m->cas) {
             res->status = ENG_EXISTS;
-            return TRY_DONE;
-        }
-        if (!units_ready(dp, meta_off(e), e->nbytes))
-            return TRY_BLOCKED;
-        if (!arith_parse_u64((const char *)dp->region + meta_off(e), e->nbytes, &value)) {
-            res->status = ENG_NON_NUMERIC;
             return TRY_DONE;
         }
         value = arith_apply(m->op, value, m->delta);
@@ -678,7 +675,10 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
     char digits[ARITH_DIGITS_MAX + 1];
     size_t n = arith_result_len(value, visible ? e->nbytes : 0, visible);
     arith_write(digits, value, n);
-    uint8_t marks = visible && n == e->nbytes ? entry_marks(e) : m->marks;
+    bool in_place = visible && n == e->nbytes;
+    uint8_t marks = in_place ? entry_marks(e) : m->marks;
+    if (in_place && m->touch)       /* ma T: memcached sets the TTL of an in-place result */
+        exptime = dp_abs_exptime(dp, m->exptime);
     uint64_t cas = ++dp->cas_counter;
     begin_record(dp);
     res->value = value;

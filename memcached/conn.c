@@ -822,6 +822,23 @@ static void conn_choose_protocol(struct conn *c)
         c->process = proto_text_process;
 }
 
+/* One more read while memcached's buffer would still be filling (read_more):
+ * true if bytes came. */
+static bool conn_read_some(struct conn *c)
+{
+    c->read_more = false;
+    if (c->rend == c->rcap && !conn_make_room(c))
+        return false;
+    size_t room = c->rcap - c->rend;
+    ssize_t n = read(c->fd, c->rbuf + c->rend, room);
+    if (n <= 0)
+        return false;               /* drained, the end or an error: conn_read sees it */
+    c->srv->stats.bytes_read += (uint64_t)n;
+    c->rend += (size_t)n;
+    c->read_more = (size_t)n == room;
+    return true;
+}
+
 /* Run the protocol over buffered input until it needs more bytes, blocks
  * behind a write in flight, or asks to close. */
 /* memcached parses out of a 16 KB read buffer: a line it finds whole, a
@@ -864,6 +881,11 @@ static void conn_process(struct conn *c)
             continue;
         }
         if (avail == 0) {
+            /* Our input ended inside memcached's buffer but the socket
+             * has more: memcached would have read it in the same read and
+             * parsed on without writing.  Read first (conn_read). */
+            if (c->read_more && c->win_left > 0 && !c->in_data && conn_read_some(c))
+                continue;
             if (!c->discard) {
                 c->holding = false;   /* out of requests: everything may go */
                 c->flush_seq = c->next_seq;
@@ -890,6 +912,7 @@ static void conn_process(struct conn *c)
             c->in_data = false;
             c->holding = false;
             c->win_left = READ_CHUNK;
+            c->read_more = true;      /* ...with a read of its own, after this one */
             conn_flush_point(c);
         }
         if (c->flush_now) {
@@ -898,6 +921,9 @@ static void conn_process(struct conn *c)
         }
         if (pr == CONN_PARSE_OK)
             continue;
+        if (pr == CONN_PARSE_NEED_MORE && c->hold_request && !waited && c->read_more &&
+            view == avail && view < c->win_left && conn_read_some(c))
+            continue;                 /* memcached's buffer would hold more of it */
         if (pr == CONN_PARSE_NEED_MORE && c->hold_request) {
             c->in_data = true;        /* the rest of the block is read directly */
             if (view < avail)
@@ -907,6 +933,9 @@ static void conn_process(struct conn *c)
             break;
         }
         if (pr == CONN_PARSE_NEED_MORE) {
+            /* (the line may just not be read yet, as above) */
+            if (c->read_more && view == avail && view < c->win_left && conn_read_some(c))
+                continue;
             /* Within a line memcached writes all it has and reads on; a
              * partial line over 2048 bytes (a long multi-get, or the
              * protocol would have closed) moves it to a growing buffer
@@ -957,10 +986,11 @@ static void conn_read(struct conn *c)
             conn_close(c);
             return;
         }
-        ssize_t n = read(c->fd, c->rbuf + c->rend, c->rcap - c->rend);
+        size_t room = c->rcap - c->rend;
+        ssize_t n = read(c->fd, c->rbuf + c->rend, room);
+        c->read_more = n > 0 && (size_t)n == room;
         if (n == 0) {
-            if (unparsed)
-                conn_process(c);
+            conn_process(c);
             conn_eof(c);
             return;
         }
@@ -968,8 +998,8 @@ static void conn_read(struct conn *c)
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (unparsed)
-                    conn_process(c);
+                /* drained: also what was left waiting for more input (read_more) */
+                conn_process(c);
                 return;
             }
             conn_close(c);

@@ -48,6 +48,8 @@ struct conn {
     bool discard;                 /* closing: replies not yet flushable are dropped */
     bool in_data;                 /* inside a data block memcached reads directly */
     size_t win_left;              /* input memcached's buffer holds from rstart */
+    bool read_more;               /* the last read filled our buffer: the socket may
+                                   * hold more that memcached's read would have had */
 
     time_t last_cmd;              /* wall time of the last request (idle_timeout, stats conns) */
     bool authenticated;           /* -Y: the connection has authenticated */

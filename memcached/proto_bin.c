@@ -770,7 +770,10 @@ static void bin_store(struct conn *c, const struct bin_request *rq)
 
     r->noreply = bin_opcode_is_quiet(rq->hdr.opcode);
     memset(&m, 0, sizeof(m));
-    m.op = bin_store_op(rq->hdr.opcode, rq->hdr.cas);
+    /* Without cas (-C) memcached never sees a request's cas: a store
+     * with one is a plain store (difftest seed 14014 case 4825). */
+    uint64_t cas = conn_server(c)->settings.cas_enabled ? rq->hdr.cas : 0;
+    m.op = bin_store_op(rq->hdr.opcode, cas);
     m.key = rq->key;
     m.nkey = rq->nkey;
     m.data = rq->value;
@@ -779,7 +782,7 @@ static void bin_store(struct conn *c, const struct bin_request *rq)
         m.flags = bin_load32(rq->extras);
         m.exptime = bin_load32(rq->extras + 4);
     }
-    m.cas = rq->hdr.cas;
+    m.cas = cas;
     if (m.data == NULL)
         m.data = "";
     conn_mutate(c, r, &m, bin_store_complete);

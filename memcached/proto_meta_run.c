@@ -388,12 +388,16 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
 /* ---- ms, md, ma ---- */
 
 /* The cas a C token compares with: the engines read 0 as "no compare", and
- * C0 must compare (and fail: no item has cas 0 while cas is enabled). */
-static uint64_t compare_cas(const struct meta_req *req)
+ * C0 must compare (and fail: no item has cas 0 while cas is enabled).
+ * Without cas (-C) memcached's items have cas 0, which C0 matches
+ * (difftest seed 14014 case 4983). */
+static uint64_t compare_cas(struct conn *c, const struct meta_req *req)
 {
     if (!meta_has(req, 'C'))
         return 0;
-    return req->cas ? req->cas : UINT64_MAX;
+    if (req->cas == 0)
+        return conn_server(c)->settings.cas_enabled ? UINT64_MAX : 0;
+    return req->cas;
 }
 
 /* The status code of a mutation's outcome, or NULL for a failure line. */
@@ -493,7 +497,7 @@ static void handle_ms(struct conn *c, const struct meta_req *req)
         break;
     case META_MODE_REPLACE:
         m.op = ENG_OP_REPLACE;
-        m.cas = compare_cas(req);
+        m.cas = compare_cas(c, req);
         break;
     default:
         m.op = has_cas ? ENG_OP_CAS : ENG_OP_SET;
@@ -508,7 +512,7 @@ static void handle_ms(struct conn *c, const struct meta_req *req)
 
 static void handle_md(struct conn *c, const struct meta_req *req)
 {
-    struct eng_mutation m = { .key = req->key, .nkey = req->nkey, .cas = compare_cas(req) };
+    struct eng_mutation m = { .key = req->key, .nkey = req->nkey, .cas = compare_cas(c, req) };
     if (meta_has(req, 'I')) {
         m.op = ENG_OP_MARK;
         m.marks = ENG_MARK_STALE;

@@ -23,6 +23,10 @@ eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas,
     case ENG_OP_CAS:
         if (!found)
             return ENG_NOT_FOUND;
+        /* memcached: a cas of 0, or any cas without cas support (-C), has
+         * nothing to match (difftest seed 14014 case 4829) */
+        if (!cas_enabled || m->cas == 0)
+            return ENG_EXISTS;
         if (m->cas_stale && cas_enabled && m->cas != 0 && m->cas < cas)
             return ENG_SUCCESS;   /* stored, marked stale (store_marks) */
         return cas_outcome(m, cas, cas_enabled);

@@ -379,20 +379,21 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
         flags = m->flags;
         exptime = clock_exptime(pe->clock, m->exptime);
     } else {
-        if (old->nbytes == 0)       /* memcached: judged before the cas */
+        /* memcached judges the number before the cas */
+        if (!arith_parse_u64(item_value(old), old->nbytes, &v))
             return finish_now(pe, res, ENG_NON_NUMERIC);
         if (!cas_condition_ok(pe, m, old))
             return finish_now(pe, res, ENG_EXISTS);
-        if (!arith_parse_u64(item_value(old), old->nbytes, &v))
-            return finish_now(pe, res, ENG_NON_NUMERIC);
         v = arith_apply(m->op, v, m->delta);
         flags = old->flags;
         exptime = old->exptime;
     }
     /* memcached's rule (arith.h): a result that fits the old length keeps
      * it, padded with spaces, and the item's marks; else the digits alone. */
-    size_t n = arith_result_len(v, old ? old->nbytes : 0, old != NULL);
-    bool in_place = old != NULL && n == old->nbytes;
+    size_t n = arith_result_len(v, old ? old->nbytes : 0, old != NULL && old->refcount == 0);
+    bool in_place = old != NULL && old->refcount == 0 && n == old->nbytes;
+    if (in_place && m->touch)       /* ma T: memcached sets the TTL of an in-place result */
+        exptime = clock_exptime(pe->clock, m->exptime);
     eng_status st;
     struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, n, &st);
     if (it == NULL)

@@ -195,6 +195,15 @@ def script(s, k):
     s.run("ma on a non-number and on an empty value with a wrong C",
           b"ms " + K("a") + b" 2\r\nhi\r\nma " + K("a") + b"\r\nms " + K("e0") +
           b" 0\r\n\r\nma " + K("e0") + b" C999\r\n")
+    # difftest seed 14014 case 3346: ma T sets the TTL of a result written
+    # in place (not of a longer one, which is a new item)
+    s.run("ma T on a number without a TTL, then read the TTL",
+          b"ms " + K("nT") + b" 1\r\n5\r\nma " + K("nT") + b" T1814441\r\nmg " + K("nT") +
+          b" s t v\r\n")
+    s.run("ma T0 clears it", b"ma " + K("nT") + b" T0 v\r\nmg " + K("nT") + b" t\r\n")
+    s.run("ma T on a result that grows keeps the TTL",
+          b"ms " + K("nG") + b" 1 T50\r\n9\r\nma " + K("nG") + b" T80\r\nmg " + K("nG") +
+          b" t v\r\n")
     s.run("ma N with a TTL, quiet, read the TTL",
           b"ma " + K("nt") + b" N100 J5 q v\r\nmg " + K("nt") + b" t v\r\n")
     r = s.run("invalidation: md I, then readers see X W, X Z",

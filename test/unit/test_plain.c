@@ -427,9 +427,11 @@ START_TEST(test_cas_disabled)
     struct got g;
     get(e, "k", &g);
     ck_assert_uint_eq(g.cas, 0);
-    /* as memcached -C: cas compares always pass */
-    ck_assert_int_eq(store(e, ENG_OP_CAS, "k", "2", 0, 0, 12345, NULL), ENG_SUCCESS);
-    assert_value(e, "k", "2");
+    /* as memcached -C: items have no cas, so no cas matches (difftest
+     * seed 14014 case 4829) */
+    ck_assert_int_eq(store(e, ENG_OP_CAS, "k", "2", 0, 0, 12345, NULL), ENG_EXISTS);
+    ck_assert_int_eq(store(e, ENG_OP_CAS, "k", "2", 0, 0, 0, NULL), ENG_EXISTS);
+    assert_value(e, "k", "1");
     ck_assert_int_eq(store(e, ENG_OP_CAS, "nope", "2", 0, 0, 1, NULL), ENG_NOT_FOUND);
     /* flush still works without visible cas */
     ck_assert_int_eq(flush(e, 0), ENG_SUCCESS);
@@ -524,8 +526,8 @@ START_TEST(test_incr_non_numeric)
 }
 END_TEST
 
-/* difftest seed 14014 case 2037: memcached judges an empty value
- * non-numeric before it compares the cas (binary incr with a wrong cas). */
+/* difftest seed 14014 cases 2037, 5824: memcached judges the value a
+ * number or not before it compares the cas (binary incr, ma C). */
 START_TEST(test_incr_empty_before_cas)
 {
     struct engine *e = new_engine();
@@ -538,8 +540,28 @@ START_TEST(test_incr_empty_before_cas)
     m.delta = 1;
     m.cas = 999999;
     ck_assert_int_eq(run(e, &m, NULL), ENG_NON_NUMERIC);
+    ck_assert_int_eq(set(e, "k", "99999999999999999999999"), ENG_SUCCESS);   /* case 5824 */
+    ck_assert_int_eq(run(e, &m, NULL), ENG_NON_NUMERIC);
     ck_assert_int_eq(set(e, "k", "5"), ENG_SUCCESS);
     ck_assert_int_eq(run(e, &m, NULL), ENG_EXISTS);     /* then the cas */
+    e->ops->destroy(e);
+}
+END_TEST
+
+/* difftest seed 14014 case 4820: without cas (-C) memcached's flush_all
+ * compares store times, so what is stored in the same second is dead too. */
+START_TEST(test_flush_without_cas)
+{
+    struct engine *e = new_engine_with(MB, MB, true, false);
+    tick_at(e, 10);
+    ck_assert_int_eq(set(e, "a", "1"), ENG_SUCCESS);
+    ck_assert_int_eq(flush(e, 0), ENG_SUCCESS);
+    assert_missing(e, "a");
+    ck_assert_int_eq(set(e, "b", "2"), ENG_SUCCESS);
+    assert_missing(e, "b");                 /* same second as the flush */
+    tick_at(e, 11);
+    ck_assert_int_eq(set(e, "c", "3"), ENG_SUCCESS);
+    assert_value(e, "c", "3");
     e->ops->destroy(e);
 }
 END_TEST
@@ -911,6 +933,7 @@ static Suite *plain_suite(void)
     tcase_add_test(tc, test_incr_decr);
     tcase_add_test(tc, test_incr_non_numeric);
     tcase_add_test(tc, test_incr_empty_before_cas);
+    tcase_add_test(tc, test_flush_without_cas);
     tcase_add_test(tc, test_incr_create);
     tcase_add_test(tc, test_incr_while_read);
     tcase_add_test(tc, test_touch);

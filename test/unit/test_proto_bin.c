@@ -675,6 +675,7 @@ static struct conn *fake_conn(void)
     ck_assert_ptr_nonnull(c);
     c->srv.settings.item_size_max = MAX_ITEM;
     c->srv.settings.flush_enabled = true;
+    c->srv.settings.cas_enabled = true;
     c->engine.ops = &fake_engine_ops;
     c->get_status = ENG_NOT_FOUND;
     c->mut_result.status = ENG_SUCCESS;
@@ -813,6 +814,14 @@ START_TEST(test_process_set_family)
                                 .key = "key", .nkey = 3, .cas = 55 });
     ck_assert_int_eq(c->last_m.op, ENG_OP_CAS);
     ck_assert(c->last_m.cas == 55);
+    /* without cas (-C) memcached ignores a request's cas (difftest seed
+     * 14014 case 4825) */
+    c->srv.settings.cas_enabled = false;
+    feed(c, &(struct req_spec){ .opcode = BIN_OP_SET, .extras = ex, .nextras = 8,
+                                .key = "key", .nkey = 3, .cas = 55 });
+    ck_assert_int_eq(c->last_m.op, ENG_OP_SET);
+    ck_assert(c->last_m.cas == 0);
+    c->srv.settings.cas_enabled = true;
     /* append/prepend keep the cas check */
     feed(c, &(struct req_spec){ .opcode = BIN_OP_APPEND, .key = "key", .nkey = 3,
                                 .value = "more", .nvalue = 4, .cas = 7 });
@@ -822,9 +831,9 @@ START_TEST(test_process_set_family)
     feed(c, &(struct req_spec){ .opcode = BIN_OP_PREPENDQ, .key = "key", .nkey = 3,
                                 .value = "less", .nvalue = 4 });
     ck_assert_int_eq(c->last_m.op, ENG_OP_PREPEND);
-    ck_assert_int_eq(c->nslots, 7);
-    ck_assert_uint_eq(c->slots[6]->buflen, 0);   /* quiet success */
-    ck_assert(c->slots[6]->done);
+    ck_assert_int_eq(c->nslots, 8);
+    ck_assert_uint_eq(c->slots[7]->buflen, 0);   /* quiet success */
+    ck_assert(c->slots[7]->done);
     free_conn(c);
 }
 END_TEST
