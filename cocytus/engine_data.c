@@ -653,15 +653,19 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
         flags = m->flags;
         exptime = dp_abs_exptime(dp, m->exptime);
     } else {
-        if (!units_ready(dp, meta_off(e), e->nbytes))
-            return TRY_BLOCKED;
-        /* memcached judges the number before the cas */
-        if (!arith_parse_u64((const char *)dp->region + meta_off(e), e->nbytes, &value)) {
+        /* memcached's order: empty or chunked values, the cas, the number */
+        if (arith_rejected_early(e->nkey, e->nbytes, e->flags, true)) {
             res->status = ENG_NON_NUMERIC;
             return TRY_DONE;
         }
         if (m->cas && e->cas != m->cas) {
             res->status = ENG_EXISTS;
+            return TRY_DONE;
+        }
+        if (!units_ready(dp, meta_off(e), e->nbytes))
+            return TRY_BLOCKED;
+        if (!arith_parse_u64((const char *)dp->region + meta_off(e), e->nbytes, &value)) {
+            res->status = ENG_NON_NUMERIC;
             return TRY_DONE;
         }
         value = arith_apply(m->op, value, m->delta);

@@ -17,6 +17,17 @@
 
 #define ARITH_DIGITS_MAX 20
 
+/* Values memcached calls non-numeric before it even compares a request's
+ * cas: empty ones, and ones its slab allocator stores in chunks (an item
+ * of more than 512 KB, its header counted as in engine_too_large()).
+ * Other values are judged after the cas (arith_parse_u64). */
+static inline bool arith_rejected_early(size_t nkey, size_t nbytes, uint32_t flags,
+                                        bool cas_enabled)
+{
+    size_t item = 48 + (cas_enabled ? 8 : 0) + nkey + 1 + nbytes + 2 + (flags ? 4 : 0);
+    return nbytes == 0 || item > (512u << 10);
+}
+
 /* Parse a stored value s[0..n) as incr/decr do; false if it is not a number. */
 bool arith_parse_u64(const char *s, size_t n, uint64_t *out);
 /* The result of INCR or DECR by delta. */

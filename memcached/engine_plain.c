@@ -24,8 +24,6 @@ struct plain {
     struct mc_clock clock;
     struct item_store store;
     bool cas_enabled;
-    bool flush_pending;
-    rel_time_t flush_at;
 };
 
 
@@ -249,13 +247,15 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
     if (old == NULL)
         return m->create ? arith_create(p, m, hv, res) : ENG_NOT_FOUND;
-    /* memcached judges the number before the cas (difftest seed 14014
-     * cases 2037, 5824) */
-    uint64_t v;
-    if (!arith_parse_u64(item_value(old), old->nbytes, &v))
+    /* memcached's order (difftest seed 14014 cases 2037, 5824): empty or
+     * chunked values, then the cas, then the number */
+    if (arith_rejected_early(old->nkey, old->nbytes, old->flags, p->cas_enabled))
         return ENG_NON_NUMERIC;
     if (!cas_condition_ok(p, m, old))
         return ENG_EXISTS;
+    uint64_t v;
+    if (!arith_parse_u64(item_value(old), old->nbytes, &v))
+        return ENG_NON_NUMERIC;
     v = arith_apply(m->op, v, m->delta);
     res->value = v;
 
@@ -341,47 +341,34 @@ static eng_status do_mark(struct plain *p, const struct eng_mutation *m,
     return ENG_SUCCESS;
 }
 
-/* With cas (the default) memcached kills what was stored before the
- * flush; without (-C) it compares store times, so everything stored until
- * the end of the current second is dead too (difftest seed 14014 case
- * 4820). */
-static void flush_now(struct plain *p)
+/* The second memcached's realtime() gives flush_all's argument (the
+ * current one without a delay or with one of 0 or less; an absolute time
+ * before the process started is 1). */
+static rel_time_t flush_time(const struct plain *p, int64_t exptime)
 {
-    p->flush_pending = false;
-    if (p->cas_enabled)
-        item_flush(&p->store);
-    else
-        item_flush_until(&p->store, p->clock.now);
+    if (exptime <= 0)
+        return p->clock.now;
+    int64_t rel;
+    if (exptime > CLOCK_MAX_RELATIVE_EXPTIME) {
+        if (exptime <= (int64_t)p->clock.epoch)
+            return 1;
+        rel = exptime - (int64_t)p->clock.epoch;
+    } else {
+        rel = (int64_t)p->clock.now + exptime;
+    }
+    return rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
 }
 
-/* A later flush_all replaces an armed delayed one, as in memcached.  A
- * delay takes effect at memcached's time: its exptime less a second (so a
- * delay of 1 is at once); an absolute time before the process started is
- * memcached's "no flush" (it cancels an armed one). */
+/* memcached's flush_all sets one flush time, judged lazily (items.h): with
+ * cas a second before the request's time, items older than the flush dead
+ * at once; without cas (-C) by store time, so what is stored in the rest
+ * of that second is dead too (difftest seed 14014 case 4820); a later
+ * flush_all replaces the time, and one in the future revives what the
+ * earlier one hid until it is reached (cases 12049, and 1736 of seed
+ * 20261124). */
 static eng_status do_flush(struct plain *p, const struct eng_mutation *m)
 {
-    if (m->exptime <= 0) {
-        flush_now(p);
-        return ENG_SUCCESS;
-    }
-    int64_t rel;
-    if (m->exptime > CLOCK_MAX_RELATIVE_EXPTIME) {
-        if (m->exptime <= (int64_t)p->clock.epoch) {
-            p->flush_pending = false;
-            return ENG_SUCCESS;
-        }
-        rel = m->exptime - (int64_t)p->clock.epoch;
-    } else {
-        rel = (int64_t)p->clock.now + m->exptime;
-    }
-    int64_t at = rel - 1;
-    if (at <= (int64_t)p->clock.now) {
-        p->flush_pending = false;
-        item_flush_until(&p->store, at < 0 ? 0 : (rel_time_t)at);
-        return ENG_SUCCESS;
-    }
-    p->flush_pending = true;
-    p->flush_at = at > UINT32_MAX ? UINT32_MAX : (rel_time_t)at;
+    item_flush_at(&p->store, flush_time(p, m->exptime), p->cas_enabled);
     return ENG_SUCCESS;
 }
 
@@ -581,10 +568,6 @@ static void plain_tick(struct engine *e, time_t now)
 {
     struct plain *p = plain_of(e);
     clock_set(&p->clock, now);
-    if (p->flush_pending && p->clock.now >= p->flush_at) {
-        p->flush_pending = false;
-        item_flush_until(&p->store, p->flush_at);
-    }
     item_store_tick(&p->store);
 }
 

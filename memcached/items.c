@@ -97,7 +97,10 @@ void item_bump(struct item_store *s, struct item *it)
 
 uint64_t item_next_cas(struct item_store *s)
 {
-    return ++s->cas_counter;
+    ++s->cas_counter;
+    if (s->oldest_live != 0 && s->clock->now <= s->oldest_live)
+        s->live_cut = s->cas_counter;       /* stored by the flush time */
+    return s->cas_counter;
 }
 
 void item_link(struct item_store *s, struct item *it, uint64_t hv)
@@ -261,18 +264,12 @@ void item_discard(struct item_store *s, struct item *it)
 struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
                          uint64_t hv, enum item_miss *why)
 {
-    if (s->flush_hold != 0) {
-        if (s->flush_hold >= s->clock->now)
-            s->flush_cas = s->cas_counter;
-        else
-            s->flush_hold = 0;
-    }
     struct item *it = assoc_find(&s->table, key, nkey, hv);
     if (it == NULL) {
         *why = ITEM_MISS_ABSENT;
         return NULL;
     }
-    if (it->cas <= s->flush_cas) {
+    if (item_flushed(s, it)) {
         *why = ITEM_MISS_FLUSHED;
         item_unlink(s, it, hv);
         return NULL;
@@ -285,16 +282,21 @@ struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
     return it;
 }
 
-void item_flush(struct item_store *s)
+void item_flush_at(struct item_store *s, rel_time_t new_oldest, bool by_cas)
 {
-    s->flush_cas = s->cas_counter;
-    s->flush_hold = 0;
-}
-
-void item_flush_until(struct item_store *s, rel_time_t second)
-{
-    s->flush_cas = s->cas_counter;
-    s->flush_hold = second >= s->clock->now ? second : 0;
+    rel_time_t now = s->clock->now;
+    if (by_cas) {
+        s->oldest_live = new_oldest - 1;    /* 0 (none) for memcached's "1" */
+        if (s->oldest_live <= now)
+            s->oldest_cas = s->cas_counter + 1;
+    } else {
+        s->oldest_live = new_oldest;
+    }
+    /* Items stored by the flush time: all so far when it is now or later
+     * (and those to come until then, item_next_cas); a past one is taken
+     * as covering every item (we keep no store times; with cas the
+     * oldest_cas rule decides anyway). */
+    s->live_cut = s->cas_counter;
 }
 
 /* ---- background work ---- */

@@ -79,10 +79,15 @@ struct item_store {
     const struct mc_clock *clock;
 
     uint64_t cas_counter;   /* last cas handed out */
-    uint64_t flush_cas;     /* items with cas <= this are dead */
-    rel_time_t flush_hold;  /* a delayed flush_all took effect in this second: every
-                             * item stored up to its end is dead too (memcached's
-                             * flush by time); 0 = none */
+    /* flush_all, as memcached keeps it: one flush time (0: none) that
+     * applies once reached, to items stored by then (their cas up to
+     * live_cut, the last cas handed out while the clock was not past it)
+     * and, with cas, to items older than oldest_cas.  A new flush time
+     * replaces the old one, so a future one revives what the old one hid
+     * until it is reached, as in memcached. */
+    rel_time_t oldest_live;
+    uint64_t oldest_cas;    /* 0: none */
+    uint64_t live_cut;
 
     size_t mem_limit;
     size_t mem_used;        /* malloc_usable_size of every live allocation */
@@ -152,10 +157,18 @@ int item_store_init(struct item_store *s, const struct engine_config *cfg,
 /* Frees every item, referenced or not. */
 void item_store_destroy(struct item_store *s);
 
+/* Hidden by a flush_all (see struct item_store). */
+static inline bool item_flushed(const struct item_store *s, const struct item *it)
+{
+    if (s->oldest_live == 0 || s->oldest_live > s->clock->now)
+        return false;
+    return it->cas <= s->live_cut || (s->oldest_cas != 0 && it->cas < s->oldest_cas);
+}
+
 /* Expired by time or killed by a flush. */
 static inline bool item_is_dead(const struct item_store *s, const struct item *it)
 {
-    return it->cas <= s->flush_cas || clock_expired(s->clock, it->exptime);
+    return item_flushed(s, it) || clock_expired(s->clock, it->exptime);
 }
 
 /* A new unlinked item with refcount 0, its "\r\n" already in place and the
@@ -196,11 +209,11 @@ uint64_t item_next_cas(struct item_store *s);
 bool item_ref(struct item *it);
 void item_release(struct item_store *s, struct item *it);
 
-/* Makes every item stored so far dead. */
-void item_flush(struct item_store *s);
-/* Makes every item stored until the end of second `second` (relative)
- * dead: memcached's delayed flush_all, which compares store times. */
-void item_flush_until(struct item_store *s, rel_time_t second);
+/* flush_all as memcached 1.6 sets it: new_oldest is the relative second
+ * its realtime() gives the request (the current second without a delay);
+ * by_cas as with cas enabled (memcached's flush time is then a second
+ * earlier and existing items are judged by their cas). */
+void item_flush_at(struct item_store *s, rel_time_t new_oldest, bool by_cas);
 
 /* Once-a-second background work: hash table migration, a slice of the
  * expiry sweep and an age mark.  Returns the number of items swept. */

@@ -377,8 +377,10 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
         mg_issue(c, r, &m);
     }
     if (w.set) {
-        struct eng_mutation m = { .op = ENG_OP_TOUCH, .key = req->key, .nkey = req->nkey,
-                                  .exptime = w.exptime };
+        /* the TTL alone: unlike touch, mg's T does not count as a fetch
+         * (mg u T leaves an item unfetched; seed 20261124 case 3142) */
+        struct eng_mutation m = { .op = ENG_OP_MARK, .key = req->key, .nkey = req->nkey,
+                                  .touch = true, .exptime = w.exptime };
         mg_issue(c, r, &m);
     }
     if (--r->arg == 0)

@@ -379,11 +379,13 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
         flags = m->flags;
         exptime = clock_exptime(pe->clock, m->exptime);
     } else {
-        /* memcached judges the number before the cas */
-        if (!arith_parse_u64(item_value(old), old->nbytes, &v))
+        /* memcached's order: empty or chunked values, the cas, the number */
+        if (arith_rejected_early(old->nkey, old->nbytes, old->flags, pe->cas_enabled))
             return finish_now(pe, res, ENG_NON_NUMERIC);
         if (!cas_condition_ok(pe, m, old))
             return finish_now(pe, res, ENG_EXISTS);
+        if (!arith_parse_u64(item_value(old), old->nbytes, &v))
+            return finish_now(pe, res, ENG_NON_NUMERIC);
         v = arith_apply(m->op, v, m->delta);
         flags = old->flags;
         exptime = old->exptime;

@@ -238,6 +238,9 @@ def script(s, k):
           b" t\r\ngat 0 " + K("g") + b"\r\nmg " + K("g") + b" t\r\ntouch " + K("nx") +
           b" 10\r\n")
     r = s.run("gats", b"gats 300 " + K("g") + b"\r\nmg " + K("g") + b" t f v\r\n")
+    # difftest seed 20261124 case 3142: mg u T leaves the item unfetched
+    s.run("mg u with T does not fetch", b"ms " + K("uT") + b" 1\r\nu\r\nmg " + K("uT") +
+          b" u T100 s\r\nme " + K("uT") + b"\r\nmg " + K("uT") + b" h t\r\n")
     s.run("TTL in the past: gone", b"mg " + K("g") + b" T-1\r\nmg " + K("g") + b" v\r\n")
     s.run("a value over 4 KB", b"ms " + K("big") + b" 5000\r\n" + b"x" * 5000 +
           b"\r\nmg " + K("big") + b" s\r\n")

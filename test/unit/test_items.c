@@ -163,7 +163,7 @@ START_TEST(test_no_evict_out_of_memory)
         ck_assert_ptr_nonnull(find(&f, i));
 
     /* Dead items are reclaimed even without eviction. */
-    item_flush(&f.s);
+    item_flush_at(&f.s, f.s.clock->now, true);     /* flush_all now, with cas */
     ck_assert_int_eq(put(&f, 500, 1000, 0), ENG_SUCCESS);
     ck_assert_uint_eq(f.s.stats.reclaimed, 1);
     ck_assert_uint_eq(f.s.stats.expired_unfetched, 1);
@@ -318,7 +318,7 @@ START_TEST(test_flush_by_cas)
     setup_store(&f, 1 << 20, 1 << 20, true);
     ck_assert_int_eq(put(&f, 1, 10, 0), ENG_SUCCESS);
     ck_assert_int_eq(put(&f, 2, 10, 0), ENG_SUCCESS);
-    item_flush(&f.s);
+    item_flush_at(&f.s, f.s.clock->now, true);     /* flush_all now, with cas */
     ck_assert_int_eq(put(&f, 3, 10, 0), ENG_SUCCESS);
     enum item_miss why = ITEM_MISS_ABSENT;
     char key[32];

@@ -526,8 +526,9 @@ START_TEST(test_incr_non_numeric)
 }
 END_TEST
 
-/* difftest seed 14014 cases 2037, 5824: memcached judges the value a
- * number or not before it compares the cas (binary incr, ma C). */
+/* difftest seed 14014 cases 2037, 5824: memcached calls an empty or a
+ * chunked value non-numeric before it compares the cas (binary incr, ma
+ * C); other values after. */
 START_TEST(test_incr_empty_before_cas)
 {
     struct engine *e = new_engine();
@@ -540,10 +541,21 @@ START_TEST(test_incr_empty_before_cas)
     m.delta = 1;
     m.cas = 999999;
     ck_assert_int_eq(run(e, &m, NULL), ENG_NON_NUMERIC);
-    ck_assert_int_eq(set(e, "k", "99999999999999999999999"), ENG_SUCCESS);   /* case 5824 */
+    /* a value memcached stores in chunks (over 512 KB): also before the
+     * cas (case 5824) */
+    size_t big = 600 * 1024;
+    char *v = malloc(big + 1);
+    ck_assert_ptr_nonnull(v);
+    memset(v, 'z', big);
+    v[big] = '\0';
+    ck_assert_int_eq(set(e, "k", v), ENG_SUCCESS);
     ck_assert_int_eq(run(e, &m, NULL), ENG_NON_NUMERIC);
+    free(v);
+    /* any other value: the cas first (seed 20261124 cases 644, 680) */
+    ck_assert_int_eq(set(e, "k", "abc"), ENG_SUCCESS);
+    ck_assert_int_eq(run(e, &m, NULL), ENG_EXISTS);
     ck_assert_int_eq(set(e, "k", "5"), ENG_SUCCESS);
-    ck_assert_int_eq(run(e, &m, NULL), ENG_EXISTS);     /* then the cas */
+    ck_assert_int_eq(run(e, &m, NULL), ENG_EXISTS);
     e->ops->destroy(e);
 }
 END_TEST
@@ -562,6 +574,23 @@ START_TEST(test_flush_without_cas)
     tick_at(e, 11);
     ck_assert_int_eq(set(e, "c", "3"), ENG_SUCCESS);
     assert_value(e, "c", "3");
+    e->ops->destroy(e);
+}
+END_TEST
+
+/* memcached keeps one flush time: a later flush_all with a future time
+ * replaces it and revives what the earlier one hid until then (difftest
+ * seed 14014 case 12049, seed 20261124 case 1736). */
+START_TEST(test_flush_future_revives)
+{
+    struct engine *e = new_engine();
+    tick_at(e, 10);
+    ck_assert_int_eq(set(e, "a", "1"), ENG_SUCCESS);
+    ck_assert_int_eq(flush(e, 0), ENG_SUCCESS);
+    ck_assert_int_eq(flush(e, 7200), ENG_SUCCESS);
+    assert_value(e, "a", "1");
+    tick_at(e, 10 + 7199);
+    assert_missing(e, "a");
     e->ops->destroy(e);
 }
 END_TEST
@@ -934,6 +963,7 @@ static Suite *plain_suite(void)
     tcase_add_test(tc, test_incr_non_numeric);
     tcase_add_test(tc, test_incr_empty_before_cas);
     tcase_add_test(tc, test_flush_without_cas);
+    tcase_add_test(tc, test_flush_future_revives);
     tcase_add_test(tc, test_incr_create);
     tcase_add_test(tc, test_incr_while_read);
     tcase_add_test(tc, test_touch);
