@@ -1110,6 +1110,32 @@ class Session:
                 s.close()
             except OSError:
                 pass
+        if self.variant[1] == "-C":
+            self.wait_flush_second()
+
+    def wait_flush_second(self):
+        """Without cas (-C) a flush_all also kills what is stored in the
+        rest of its second, and the two servers' seconds do not start
+        together: the next case waits until a probe stored on each server
+        survives on both, or items of its first steps would live on one
+        server only."""
+        probe = (auth_prefix(self) + b"set difftest_probe 0 0 1\r\nx\r\n"
+                 b"mg difftest_probe v\r\nmd difftest_probe q\r\nmn\r\n")
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            alive = 0
+            for srv in (self.mc, self.co):
+                try:
+                    s = socket.create_connection(("127.0.0.1", srv.port), timeout=2)
+                    s.setblocking(False)
+                    out, _, _ = exchange(s, probe, lambda b: b.endswith(b"MN\r\n"), 2.0)
+                    s.close()
+                    alive += b"VA 1" in out
+                except OSError:
+                    pass
+            if alive == 2:
+                return
+            time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------
