@@ -102,13 +102,15 @@ static void local_reply(struct px_req *rq, const char *text, size_t n)
         evbuffer_add(out, text, n);
 }
 
-/* The server's reply (or the proxy's error line) goes to the client. */
+/* A request finished: launches that waited for it may go (on_kick, from
+ * the event loop, not from inside the reply path). */
 void px_meta_kick(struct px_worker *w)
 {
     if (w->meta != NULL && w->meta->dhead != NULL)
         event_active(w->meta->kick, EV_TIMEOUT, 0);
 }
 
+/* The server's reply (or the proxy's error line) goes to the client. */
 static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
 {
     struct px_op *op = mop->op;
