@@ -630,13 +630,18 @@ static void silent_complete(struct resp *r, const struct eng_result *res)
     (void)res;
 }
 
-void meta_run_too_large(struct conn *c, const char *key, size_t nkey)
+void meta_run_drop_key(struct conn *c, const char *key, size_t nkey)
 {
     /* memcached drops the key's current value, so nobody reads stale data. */
     struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
     struct resp *d = conn_resp_new(c);
     d->noreply = true;
     conn_mutate(c, d, &m, silent_complete);
+}
+
+void meta_run_too_large(struct conn *c, const char *key, size_t nkey)
+{
+    meta_run_drop_key(c, key, nkey);
     reply_line(c, TOO_LARGE);
 }
 

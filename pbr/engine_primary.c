@@ -347,6 +347,10 @@ static enum try_result try_store(struct primary *pe, const struct eng_mutation *
     rel_time_t exptime = concat ? old->exptime : clock_exptime(pe->clock, m->exptime);
     if (store_is_stale(m, old != NULL, old ? old->cas : 0, pe->cas_enabled))
         exptime = old->exptime;     /* memcached keeps the TTL of a stale set */
+    /* (old may be evicted by new_item's room-making unless referenced:
+     * everything needed of it is read first) */
+    uint8_t marks = store_marks(m, old != NULL, old ? old->cas : 0, old ? item_marks(old) : 0,
+                                pe->cas_enabled);
     /* A reader's reference keeps the old value from being evicted meanwhile. */
     if (concat && !item_ref(old)) {
         res->msg = "item busy";
@@ -355,8 +359,7 @@ static enum try_result try_store(struct primary *pe, const struct eng_mutation *
     struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, len, &st);
     if (it != NULL) {
         compose_value(m, old, item_value(it));
-        item_set_marks(it, store_marks(m, old != NULL, old ? old->cas : 0,
-                                       old ? item_marks(old) : 0, pe->cas_enabled));
+        item_set_marks(it, marks);
     }
     if (concat)
         item_release(pe->store, old);
@@ -396,17 +399,16 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
     bool in_place = old != NULL && old->refcount == 0 && n == old->nbytes;
     if (in_place && m->touch)       /* ma T: memcached sets the TTL of an in-place result */
         exptime = clock_exptime(pe->clock, m->exptime);
+    /* (read of old before new_item, which may evict it) */
+    uint8_t marks = in_place ? (uint8_t)(item_marks(old) |
+                                         ((old->iflags & ITEM_FETCHED) ? ENG_MARK_FETCHED : 0))
+                             : m->marks;
     eng_status st;
     struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, n, &st);
     if (it == NULL)
         return alloc_failed(pe, st, res);
     arith_write(item_value(it), v, n);
-    if (in_place) {
-        item_set_marks(it, item_marks(old));
-        it->iflags |= old->iflags & ITEM_FETCHED;
-    } else {
-        item_set_marks(it, m->marks);
-    }
+    item_set_marks(it, marks);
     res->value = v;
     return put_item(pe, it, hv, item_next_cas(pe->store), done, cookie, res);
 }

@@ -242,6 +242,10 @@ def script(s, k):
     s.run("mg u with T does not fetch", b"ms " + K("uT") + b" 1\r\nu\r\nmg " + K("uT") +
           b" u T100 s\r\nme " + K("uT") + b"\r\nmg " + K("uT") + b" h t\r\n")
     s.run("TTL in the past: gone", b"mg " + K("g") + b" T-1\r\nmg " + K("g") + b" v\r\n")
+    # difftest seed 20261124 case 4523: noreply hides "object too large"
+    s.run("too large with noreply: nothing, and the old value is gone",
+          b"set " + K("tl") + b" 0 0 1\r\nx\r\nset " + K("tl") + b" 0 0 1048577 noreply\r\n" +
+          b"z" * 1048577 + b"\r\nget " + K("tl") + b"\r\n")
     s.run("a value over 4 KB", b"ms " + K("big") + b" 5000\r\n" + b"x" * 5000 +
           b"\r\nmg " + K("big") + b" s\r\n")
     s.run("me: debug of a hit and a miss", b"me " + K("big") + b"\r\nme " + K("nx") + b"\r\n")
