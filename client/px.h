@@ -369,6 +369,9 @@ void px_meta_close_all(struct px_worker *w);
 bool px_meta_defer_classic(struct px_worker *w, struct px_req *rq);
 /* A request finished: deferred launches may go. */
 void px_meta_kick(struct px_worker *w);
+/* rq (a refused too-large set or ms) also deletes key on its server,
+ * silently: memcached drops the old value. */
+void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey);
 
 /* ---- protocols (px_text.c, px_bin.c) ---- */
 /* Parse and start one request from c's input.  Returns bytes consumed,

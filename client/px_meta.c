@@ -46,6 +46,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
+#include "bin_wire.h"
 #include "proto_meta.h"
 #include "px.h"
 
@@ -510,6 +511,17 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     mop_launch(w, mop);
 }
 
+void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey)
+{
+    struct px_op *op = px_op_new(rq, BIN_OP_DELETE, NULL, 0, key, nkey, NULL, 0, 0);
+    if (op == NULL)
+        return;
+    rq->noreply = true;             /* the delete's outcome is not shown */
+    op->retry_lost = true;
+    if (!px_meta_defer_classic(c->w, rq))
+        px_route_op(c->w, op);
+}
+
 size_t px_meta_request(struct px_client *c, const char *buf, size_t len, bool *handled)
 {
     struct meta_req req;
@@ -530,13 +542,14 @@ size_t px_meta_request(struct px_client *c, const char *buf, size_t len, bool *h
     case MP_CLOSE:
         return SIZE_MAX;
     case MP_ERROR:
-        rq = px_req_new(c, PX_PROTO_TEXT, 0);
+        rq = px_req_new(c, PX_PROTO_TEXT, 1);
         if (rq == NULL)
             return SIZE_MAX;
         rq->text_cmd = TC_NONE;
-        if (req.too_large)
+        if (req.too_large) {
             local_reply(rq, "SERVER_ERROR object too large for cache\r\n", 41);
-        else {
+            px_meta_drop_key(c, rq, req.key, req.nkey);
+        } else {
             local_reply(rq, req.error, strlen(req.error));
             local_reply(rq, "\r\n", 2);
         }

@@ -232,13 +232,17 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
     case TP_CLOSE:
         return SIZE_MAX;
     case TP_ERROR:
-        rq = px_req_new(c, PX_PROTO_TEXT, 0);
+        rq = px_req_new(c, PX_PROTO_TEXT, 1);
         if (rq == NULL)
             return SIZE_MAX;
         rq->text_cmd = TC_NONE;
         if (!t.noreply)
             local_line(rq, t.error);
         c->swallow = t.swallow;
+        /* A set refused as too large also drops the key's value, as
+         * memcached does (px_meta.c) */
+        if (t.cmd == TC_SET && t.swallow > 0 && t.nkey > 0)
+            px_meta_drop_key(c, rq, t.key, t.nkey);
         px_req_finish(rq);
         return t.total;
     case TP_OK:
