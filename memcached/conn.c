@@ -493,6 +493,11 @@ void conn_close_discard(struct conn *c)
     c->close_after_write = true;
 }
 
+bool conn_input_may_grow(const struct conn *c, size_t len)
+{
+    return c->read_more && len == c->rend - c->rstart && len < c->win_left;
+}
+
 bool conn_has_unflushed(const struct conn *c)
 {
     return c->tail && c->tail->seq >= c->flush_seq && !(c->tail == c->head && (c->head_seg || c->head_off));

@@ -154,6 +154,11 @@ void conn_hold_output(struct conn *c);
 /* Close the connection, dropping replies after the last flush point
  * (return CONN_PARSE_CLOSE after calling it). */
 void conn_close_discard(struct conn *c);
+/* A protocol that sees len bytes without a newline: may more of the line
+ * still come in what memcached's read buffer would already hold (our read
+ * stopped short of it)?  Then it waits instead of closing for a line too
+ * long (difftest seed 1414 cases 7503, 7648). */
+bool conn_input_may_grow(const struct conn *c, size_t len);
 /* Are there replies after the last flush point (memcached's "watch"
  * refuses to start behind them)? */
 bool conn_has_unflushed(const struct conn *c);

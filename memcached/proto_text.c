@@ -554,6 +554,37 @@ static void handle_get(struct conn *c, const struct text_req *req)
 }
 
 /* The value slot of a gat completes once every touch it issued has. */
+static void quiet_complete(struct resp *r, const struct eng_result *res)
+{
+    (void)r;
+    (void)res;
+}
+
+/* A retrieval whose key list holds a key too long: memcached has served
+ * the keys before it when it meets that one (and then drops the replies):
+ * a gat has touched them, a get fetched them (difftest seed 77 case 858). */
+static void serve_keys_before_bad(struct conn *c, const struct text_req *req)
+{
+    const char *p = req->keys, *end = req->keys + req->nkeys_len, *key;
+    size_t nkey;
+    bool gat = req->cmd == TC_GAT || req->cmd == TC_GATS;
+    while (req->keys && text_next_key(&p, end, &key, &nkey) && nkey <= TEXT_KEY_MAX) {
+        struct eng_value v;
+        struct eng_result res;
+        if (conn_get(c, key, nkey, &v, &res) != ENG_SUCCESS)
+            continue;
+        if (v.handle)
+            conn_engine(c)->ops->release(conn_engine(c), v.handle);
+        if (!gat)
+            continue;
+        struct eng_mutation m = { .op = ENG_OP_TOUCH, .key = key, .nkey = nkey,
+                                  .exptime = req->exptime };
+        struct resp *t = conn_resp_new(c);
+        t->noreply = true;
+        conn_mutate(c, t, &m, quiet_complete);
+    }
+}
+
 static void gat_touch_complete(struct resp *t, const struct eng_result *res)
 {
     struct resp *vr = (struct resp *)(uintptr_t)t->arg;
@@ -1022,6 +1053,8 @@ static enum conn_parse process_meta(struct conn *c, const char *buf, size_t len,
             conn_hold_output(c);      /* the line is there: waiting for its data */
         return CONN_PARSE_NEED_MORE;
     case MP_CLOSE:
+        if (!memchr(buf, '\n', len) && conn_input_may_grow(c, len))
+            return CONN_PARSE_NEED_MORE;
         conn_close_discard(c);
         return CONN_PARSE_CLOSE;
     case MP_ERROR:
@@ -1196,6 +1229,8 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
             conn_hold_output(c);      /* the line is there: waiting for its data */
         return CONN_PARSE_NEED_MORE;
     case TP_CLOSE:
+        if (!memchr(buf, '\n', len) && conn_input_may_grow(c, len))
+            return CONN_PARSE_NEED_MORE;
         if (s->settings.verbose)
             fprintf(stderr, "closing connection: request line too long\n");
         conn_close_discard(c);
@@ -1206,8 +1241,10 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
             handle_config_cluster(c);
             return CONN_PARSE_OK;
         }
-        if (is_retrieval(req.cmd) && req.error == bad_format)
+        if (is_retrieval(req.cmd) && req.error == bad_format) {
             conn_discard_unflushed(c);   /* memcached drops what it had not written */
+            serve_keys_before_bad(c, &req);
+        }
         if (req.cmd == TC_FLUSH_ALL && !s->settings.flush_enabled && req.error[0] == 'C') {
             reply_line(c, "CLIENT_ERROR flush_all not allowed", req.noreply);
             return CONN_PARSE_OK;
