@@ -164,6 +164,7 @@ static void worker_free(struct px_worker *w)
         px_clients_close_all(w);
         px_route_free(w);
         px_backend_close_all(w);
+        px_meta_close_all(w);
     }
     px_resolved_free(w);
     px_rbuf_free(&w->scratch);

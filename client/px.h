@@ -299,6 +299,7 @@ struct px_worker {
     bool scratch_busy;
     struct px_counters st;
     char ebuf[256];
+    struct px_meta *meta;           /* meta commands' connections (px_meta.c) */
 };
 
 /* ---- clock ---- */
@@ -380,6 +381,23 @@ void px_client_flush(struct px_client *c);
 void px_client_mark_dirty(struct px_client *c);
 void px_clients_idle_scan(struct px_worker *w, int64_t now_ms);
 void px_clients_close_all(struct px_worker *w);
+
+/* ---- meta commands (px_meta.c) ---- */
+struct px_meta;
+/* A meta command at the front of c's input: *handled, and the bytes
+ * consumed (0: more must arrive; SIZE_MAX: close).  Not a meta command:
+ * *handled false. */
+size_t px_meta_request(struct px_client *c, const char *buf, size_t len, bool *handled);
+bool px_meta_init(struct px_worker *w);
+void px_meta_close_all(struct px_worker *w);
+/* A classic request about to be launched: true if it must wait behind an
+ * earlier meta command of its client (px_meta.c launches it later). */
+bool px_meta_defer_classic(struct px_worker *w, struct px_req *rq);
+/* A request finished: deferred launches may go. */
+void px_meta_kick(struct px_worker *w);
+/* rq (a refused too-large set or ms) also deletes key on its server,
+ * silently: memcached drops the old value. */
+void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey);
 
 /* ---- protocols (px_text.c, px_bin.c) ---- */
 /* Parse and start one request from c's input.  Returns bytes consumed,

@@ -221,7 +221,11 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
 {
     struct text_req t;
     struct px_req *rq;
+    bool meta;
 
+    size_t used = px_meta_request(c, buf, len, &meta);      /* px_meta.c */
+    if (meta)
+        return used;
     switch (text_parse(buf, len, c->w->px->opt.item_max, &t)) {
     case TP_NEED_MORE:
         return 0;
@@ -237,13 +241,17 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
         px_req_finish(rq);
         return len;
     case TP_ERROR:
-        rq = px_req_new(c, PX_PROTO_TEXT, 0);
+        rq = px_req_new(c, PX_PROTO_TEXT, 1);
         if (rq == NULL)
             return SIZE_MAX;
         rq->text_cmd = TC_NONE;
         if (!t.noreply)
             local_line(rq, t.error);
         c->swallow = t.swallow;
+        /* A set refused as too large also drops the key's value, as
+         * memcached does (px_meta.c) */
+        if (t.cmd == TC_SET && t.swallow > 0 && t.nkey > 0)
+            px_meta_drop_key(c, rq, t.key, t.nkey);
         px_req_finish(rq);
         return t.total;
     case TP_OK:
@@ -269,8 +277,9 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
     } else {
         local_request(rq, &t);
     }
-    for (unsigned i = 0; i < rq->nops; i++)
-        px_route_op(c->w, rq->ops[i]);
+    if (!px_meta_defer_classic(c->w, rq))      /* px_meta.c: order behind meta commands */
+        for (unsigned i = 0; i < rq->nops; i++)
+            px_route_op(c->w, rq->ops[i]);
     px_req_finish(rq);          /* the launch hold */
     return t.total;
 }
@@ -430,6 +439,8 @@ void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const cha
 void px_text_finish(struct px_req *rq)
 {
     int cmd = rq->text_cmd;
+
+    px_meta_kick(rq->c->w);     /* px_meta.c: a launch may wait for this one */
 
     if (is_retrieval(cmd)) {
         struct evbuffer *out = px_req_sink(rq);

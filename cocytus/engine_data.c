@@ -16,7 +16,14 @@
  * in a FIFO write queue that is drained whenever the stable xid advances.
  * Sending, acknowledgements, the stable xid and commit order are the shared
  * replication sender's (repl/sender.c); this file decides what a record
- * says and what committing it means here. */
+ * says and what committing it means here.
+ *
+ * The meta commands' item marks (stale, recache won, base64 key) and the
+ * fetched bit live in the entry's iflags on this process only (they are
+ * not in records, so parity processes and a recovery process do not have
+ * them: docs/compat.md).  A write's marks are known when it is sent and
+ * take effect when it commits: they wait in a short list keyed by the
+ * write's cas (mark_note). */
 #include "config.h"
 
 #include <errno.h>
@@ -163,6 +170,9 @@ struct data_engine {
     int (*ctl_send)(void *arg, const char *text);
     void *ctl_arg;
 
+    struct mark_note *notes;      /* marks of writes in flight (meta commands) */
+    size_t nnotes, notes_cap;
+
     /* counters */
     uint64_t evictions, expired_removed, total_items, blocked_waits;
     char msg[256];
@@ -171,6 +181,12 @@ struct data_engine {
 struct read_waiter {
     eng_done_fn done;
     void *cookie;
+};
+
+/* The marks a write in flight gives its entry when it commits. */
+struct mark_note {
+    uint64_t cas;
+    uint8_t marks;                /* ENG_MARK_* (ENG_MARK_FETCHED: counts as read) */
 };
 
 static struct data_engine *dp_of(struct engine *e)
@@ -229,6 +245,52 @@ static bool entry_visible(const struct data_engine *dp, const struct item *e)
 static bool entry_busy(const struct item *e)
 {
     return e && (e->iflags & META_PENDING);
+}
+
+/* ---- meta marks ---- */
+
+/* An entry's marks with its fetched bit, as a write that keeps them notes them. */
+static uint8_t entry_marks(const struct item *e)
+{
+    return (uint8_t)(item_marks(e) | ((e->iflags & ITEM_FETCHED) ? ENG_MARK_FETCHED : 0));
+}
+
+/* Remember the marks of the write with this cas (nothing to remember for
+ * none).  False when out of memory: the write then commits without them. */
+static bool note_marks(struct data_engine *dp, uint64_t cas, uint8_t marks)
+{
+    if (marks == 0)
+        return true;
+    if (dp->nnotes == dp->notes_cap) {
+        size_t cap = dp->notes_cap ? dp->notes_cap * 2 : 16;
+        struct mark_note *n = realloc(dp->notes, cap * sizeof(*n));
+        if (!n)
+            return false;
+        dp->notes = n;
+        dp->notes_cap = cap;
+    }
+    dp->notes[dp->nnotes++] = (struct mark_note){ .cas = cas, .marks = marks };
+    return true;
+}
+
+/* The marks noted for the write with this cas (removed), 0 if none. */
+static uint8_t take_marks(struct data_engine *dp, uint64_t cas)
+{
+    for (size_t i = 0; i < dp->nnotes; i++) {
+        if (dp->notes[i].cas != cas)
+            continue;
+        uint8_t marks = dp->notes[i].marks;
+        dp->notes[i] = dp->notes[--dp->nnotes];
+        return marks;
+    }
+    return 0;
+}
+
+/* A committed write replaced the entry's item: the new item's marks. */
+static void entry_take_marks(struct data_engine *dp, struct item *e)
+{
+    e->iflags &= (uint8_t)~(ITEM_FETCHED | ITEM_MARK_BITS);
+    item_set_marks(e, take_marks(dp, e->cas));
 }
 
 /* ---- the record under construction ---- */
@@ -563,9 +625,16 @@ static enum try_result try_store(struct data_engine *dp, const struct eng_mutati
     bool keep_meta = m->op == ENG_OP_APPEND || m->op == ENG_OP_PREPEND;
     uint32_t flags = keep_meta ? e->flags : m->flags;
     int64_t exptime = keep_meta ? (int64_t)e->exptime : dp_abs_exptime(dp, m->exptime);
+    uint8_t marks = store_marks(m, visible, visible ? e->cas : 0, visible ? item_marks(e) : 0, true);
+    if (store_is_stale(m, visible, visible ? e->cas : 0, true))
+        exptime = (int64_t)e->exptime;  /* memcached keeps the TTL of a stale set */
+    uint64_t cas = ++dp->cas_counter;
     begin_record(dp);
-    return write_value(dp, m->key, m->nkey, e, value, len, flags, exptime,
-                       ++dp->cas_counter, done, cookie, res);
+    enum try_result tr = write_value(dp, m->key, m->nkey, e, value, len, flags, exptime,
+                                     cas, done, cookie, res);
+    if (tr == TRY_SENT)
+        note_marks(dp, cas, marks);
+    return tr;
 }
 
 static enum try_result try_arith(struct data_engine *dp, const struct eng_mutation *m,
@@ -584,6 +653,11 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
         flags = m->flags;
         exptime = dp_abs_exptime(dp, m->exptime);
     } else {
+        /* memcached's order: empty or chunked values, the cas, the number */
+        if (arith_rejected_early(e->nkey, e->nbytes, e->flags, true)) {
+            res->status = ENG_NON_NUMERIC;
+            return TRY_DONE;
+        }
         if (m->cas && e->cas != m->cas) {
             res->status = ENG_EXISTS;
             return TRY_DONE;
@@ -598,13 +672,26 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
         flags = e->flags;
         exptime = e->exptime;
     }
-    char digits[24];
-    int n = snprintf(digits, sizeof(digits), "%" PRIu64, value);
+    /* memcached's rule (arith.h): a result that fits the old length keeps
+     * it, padded with spaces, and the item's marks; else the digits alone
+     * (nobody holds a data process's entry, so "in place" always may). */
+    bool visible = entry_visible(dp, e);
+    char digits[ARITH_DIGITS_MAX + 1];
+    size_t n = arith_result_len(value, visible ? e->nbytes : 0, visible);
+    arith_write(digits, value, n);
+    bool in_place = visible && n == e->nbytes;
+    uint8_t marks = in_place ? entry_marks(e) : m->marks;
+    if (in_place && m->touch)       /* ma T: memcached sets the TTL of an in-place result */
+        exptime = dp_abs_exptime(dp, m->exptime);
+    uint64_t cas = ++dp->cas_counter;
     begin_record(dp);
     res->value = value;
     /* An expired entry still owns its space: it is replaced like a live one. */
-    return write_value(dp, m->key, m->nkey, e, (const uint8_t *)digits, (size_t)n, flags,
-                       exptime, ++dp->cas_counter, done, cookie, res);
+    enum try_result tr = write_value(dp, m->key, m->nkey, e, (const uint8_t *)digits, n,
+                                     flags, exptime, cas, done, cookie, res);
+    if (tr == TRY_SENT)
+        note_marks(dp, cas, marks);
+    return tr;
 }
 
 static enum try_result try_delete(struct data_engine *dp, const struct eng_mutation *m,
@@ -643,9 +730,51 @@ static enum try_result try_touch(struct data_engine *dp, const struct eng_mutati
     op->flags = e->flags;
     op->exptime = dp_abs_exptime(dp, m->exptime);
     op->cas = e->cas;
-    e->iflags |= META_PENDING;
+    e->iflags |= META_PENDING | ITEM_FETCHED;   /* memcached counts a touch as a read */
     res->status = ENG_SUCCESS;
     res->cas = e->cas;
+    finish_record(dp, 0, NULL, 0, done, cookie, res);
+    return TRY_SENT;
+}
+
+/* ENG_OP_MARK (md I, mg's recache win).  Marks alone change at once and
+ * locally; a new cas or TTL is a record (a PUT of the same value, as a
+ * touch is) and the marks come with its commit. */
+static enum try_result try_mark(struct data_engine *dp, const struct eng_mutation *m,
+                                struct item *e, eng_done_fn done, void *cookie,
+                                struct eng_result *res)
+{
+    if (!entry_visible(dp, e)) {
+        res->status = ENG_NOT_FOUND;
+        return TRY_DONE;
+    }
+    if (m->cas && e->cas != m->cas) {
+        res->status = ENG_EXISTS;
+        return TRY_DONE;
+    }
+    uint8_t marks = (uint8_t)((item_marks(e) | m->marks) & ~m->marks_clear);
+    res->status = ENG_SUCCESS;
+    if (!m->new_cas && !m->touch) {
+        item_set_marks(e, marks);
+        res->cas = e->cas;
+        return TRY_DONE;
+    }
+    uint64_t cas = m->new_cas ? ++dp->cas_counter : e->cas;
+    begin_record(dp);
+    struct rec_op *op = op_push(dp, ROP_PUT);
+    op->key = item_key(e);
+    op->nkey = e->nkey;
+    op->off = meta_off(e);
+    op->nbytes = e->nbytes;
+    op->flags = e->flags;
+    op->exptime = m->touch ? dp_abs_exptime(dp, m->exptime) : (int64_t)e->exptime;
+    op->cas = cas;
+    if (m->new_cas)
+        note_marks(dp, cas, (uint8_t)(marks | ((e->iflags & ITEM_FETCHED) ? ENG_MARK_FETCHED : 0)));
+    else
+        item_set_marks(e, marks);
+    e->iflags |= META_PENDING;
+    res->cas = cas;
     finish_record(dp, 0, NULL, 0, done, cookie, res);
     return TRY_SENT;
 }
@@ -727,6 +856,8 @@ static enum try_result try_mutation(struct data_engine *dp, const struct eng_mut
         return try_delete(dp, m, e, done, cookie, res);
     case ENG_OP_TOUCH:
         return try_touch(dp, m, e, done, cookie, res);
+    case ENG_OP_MARK:
+        return try_mark(dp, m, e, done, cookie, res);
     default:
         res->status = ENG_FAILED;
         res->msg = "unsupported operation";
@@ -775,8 +906,10 @@ static void apply_committed(void *ctx, const struct record *r)
         const struct rec_op *op = &r->ops[i];
         struct item *e;
         switch (op->type) {
-        case ROP_PUT:
+        case ROP_PUT: {
             e = meta_find(&dp->meta, op->key, op->nkey);
+            /* a new item (not a touch or a mark of the same one) */
+            bool replaced = !e || (e->iflags & DP_NEW) || e->cas != op->cas;
             if (e && (e->iflags & DP_NEW)) {
                 dp->placeholders--;
                 dp->total_items++;
@@ -790,7 +923,10 @@ static void apply_committed(void *ctx, const struct record *r)
                 abort();
             }
             e->iflags &= (uint8_t)~(META_PENDING | DP_NEW);
+            if (replaced)
+                entry_take_marks(dp, e);
             break;
+        }
         case ROP_DEL:
             meta_del(&dp->meta, op->key, op->nkey);
             break;
@@ -842,19 +978,26 @@ static const struct sender_callbacks dp_sender_callbacks = {
 
 /* ---- engine operations ---- */
 
-static eng_status dp_get(struct engine *eng, const char *key, size_t nkey,
-                         struct eng_value *out, struct eng_result *res)
+static eng_status dp_lookup(struct data_engine *dp, const char *key, size_t nkey,
+                            unsigned opts, struct eng_value *out)
 {
-    struct data_engine *dp = dp_of(eng);
     struct item *e = meta_find(&dp->meta, key, nkey);
     if (!entry_visible(dp, e))
         return ENG_NOT_FOUND;
+    /* For the meta commands: marks and fetched as they were; no access
+     * times here, so idle stays 0 (docs/compat.md). */
+    out->marks = item_marks(e);
+    out->fetched = (e->iflags & ITEM_FETCHED) != 0;
+    out->idle = 0;
+    if (!(opts & ENG_GET_PEEK)) {
+        e->iflags |= ITEM_FETCHED;
+        meta_bump(&dp->meta, e);
+    }
     /* Straight from the region, as memcached answers from its item.  The
      * range changes only when a later record that reuses it commits,
      * which needs its FREE sent after this entry was replaced and then
      * acknowledgements: never before the caller returns to the event
      * loop, which is all a transient value promises (engine.h). */
-    meta_bump(&dp->meta, e);
     out->key = item_key(e);
     out->nkey = e->nkey;
     out->data = (const char *)dp->region + meta_off(e);
@@ -866,6 +1009,20 @@ static eng_status dp_get(struct engine *eng, const char *key, size_t nkey,
     out->bare = true;
     out->transient = true;
     return ENG_SUCCESS;
+}
+
+static eng_status dp_get(struct engine *eng, const char *key, size_t nkey,
+                         struct eng_value *out, struct eng_result *res)
+{
+    (void)res;
+    return dp_lookup(dp_of(eng), key, nkey, 0, out);
+}
+
+static eng_status dp_get_ex(struct engine *eng, const char *key, size_t nkey, unsigned opts,
+                            struct eng_value *out, struct eng_result *res)
+{
+    (void)res;
+    return dp_lookup(dp_of(eng), key, nkey, opts, out);
 }
 
 /* A recovery process cannot read a value whose units are not rebuilt: the
@@ -1660,6 +1817,7 @@ static void dp_destroy(struct engine *eng)
     free(dp->waiters);
     free(dp->df);
     free(dp->ops);
+    free(dp->notes);
     free(dp->value_buf);
     free(dp->delta_buf);
     free(dp);
@@ -1668,6 +1826,7 @@ static void dp_destroy(struct engine *eng)
 static const struct engine_ops data_ops = {
     .name = "data",
     .get = dp_get,
+    .get_ex = dp_get_ex,
     .release = dp_release,
     .mutate = dp_mutate,
     .stats = dp_stats,

@@ -217,6 +217,16 @@ static eng_status parity_get(struct engine *e, const char *key, size_t nkey,
     return ENG_NOT_FOUND;
 }
 
+/* The meta commands' read: the recovery process's (a data engine). */
+static eng_status parity_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
+                                struct eng_value *out, struct eng_result *res)
+{
+    struct parity_engine *pe = pe_of(e);
+    if (pe->serving && pe->serving->ops->get_ex)
+        return pe->serving->ops->get_ex(pe->serving, key, nkey, opts, out, res);
+    return parity_get(e, key, nkey, out, res);
+}
+
 static void parity_release(struct engine *e, void *handle)
 {
     struct parity_engine *pe = pe_of(e);
@@ -579,6 +589,7 @@ static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len);
 static const struct engine_ops parity_ops = {
     .name = "parity",
     .get = parity_get,
+    .get_ex = parity_get_ex,
     .release = parity_release,
     .mutate = parity_mutate,
     .stats = parity_stats,

@@ -1,21 +1,13 @@
 /* arith.c - incr/decr arithmetic shared by the engines (see arith.h). */
 #include "arith.h"
 
+#include <string.h>
+
+#include "mcnum.h"
+
 bool arith_parse_u64(const char *s, size_t n, uint64_t *out)
 {
-    if (n == 0 || n > ARITH_DIGITS_MAX)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
+    return mcnum_u64(s, n, out);
 }
 
 uint64_t arith_apply(eng_op op, uint64_t value, uint64_t delta)
@@ -36,4 +28,18 @@ size_t arith_format_u64(char *buf, uint64_t v)
     for (size_t i = 0; i < n; i++)
         buf[i] = tmp[n - 1 - i];
     return n;
+}
+
+size_t arith_result_len(uint64_t v, size_t oldlen, bool in_place_ok)
+{
+    char tmp[ARITH_DIGITS_MAX];
+    size_t n = arith_format_u64(tmp, v);
+    return in_place_ok && n <= oldlen ? oldlen : n;
+}
+
+void arith_write(char *dst, uint64_t v, size_t len)
+{
+    size_t n = arith_format_u64(dst, v);
+    if (len > n)
+        memset(dst + n, ' ', len - n);
 }

@@ -84,7 +84,9 @@ enum bin_opcode {
     BIN_OP_GAT        = 0x1d,
     BIN_OP_GATQ       = 0x1e,
     BIN_OP_GATK       = 0x23,
-    BIN_OP_GATKQ      = 0x24
+    BIN_OP_GATKQ      = 0x24,
+    BIN_OP_SASL_LIST  = 0x20,   /* SASL: not built in, answered as unknown */
+    BIN_OP_SASL_STEP  = 0x22
 };
 
 enum bin_status {
@@ -96,6 +98,7 @@ enum bin_status {
     BIN_STATUS_NOT_STORED      = 0x0005,
     BIN_STATUS_DELTA_BADVAL    = 0x0006,
     BIN_STATUS_NOT_MY_VBUCKET  = 0x0007,
+    BIN_STATUS_AUTH_ERROR      = 0x0020,   /* also flush under -F, as memcached */
     BIN_STATUS_UNKNOWN_COMMAND = 0x0081,
     BIN_STATUS_ENOMEM          = 0x0082,
     BIN_STATUS_INTERNAL_ERROR  = 0x0084

@@ -3,15 +3,16 @@
 
 void clock_init(struct mc_clock *c, time_t started)
 {
-    /* Start two seconds back so relative time is never 0 or 1, values that
-     * mean "never" and "already expired". */
-    c->epoch = started - 2;
-    c->now = 2;
+    /* Start back so relative time is never 0 or 1, values that mean
+     * "never" and "already expired"; as far back as memcached does, so
+     * that the wrapped TTLs it prints for expired items are ours too. */
+    c->epoch = started - CLOCK_START;
+    c->now = CLOCK_START;
 }
 
 void clock_set(struct mc_clock *c, time_t wall_now)
 {
-    if (wall_now > c->epoch + 2)
+    if (wall_now > c->epoch + CLOCK_START)
         c->now = (rel_time_t)(wall_now - c->epoch);
 }
 

@@ -12,12 +12,15 @@
 
 typedef uint32_t rel_time_t;
 
+/* Relative time at the start: memcached's (60 + 2 seconds). */
+#define CLOCK_START 62
+
 /* Relative times above 30 days in a request are absolute unix times. */
 #define CLOCK_MAX_RELATIVE_EXPTIME (60 * 60 * 24 * 30)
 
 struct mc_clock {
     time_t epoch;      /* wall time that relative time 0 stands for */
-    rel_time_t now;    /* current relative time, always >= 2 */
+    rel_time_t now;    /* current relative time, always >= CLOCK_START */
 };
 
 void clock_init(struct mc_clock *c, time_t started);

@@ -10,11 +10,15 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <netdb.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -34,6 +38,8 @@
  * mutations in flight, and resumes at half of it: memory stays bounded
  * instead of queueing every request the client sends. */
 #define CONN_MAX_INFLIGHT 128
+/* memcached's read buffer: it parses out of at most this much input. */
+#define READ_CHUNK 16384
 
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_process(struct conn *c);
@@ -70,6 +76,8 @@ static struct resp *resp_alloc(struct conn *c)
     r->opcode = 0;
     r->opaque = 0;
     r->arg = 0;
+    r->scratch = 0;
+    r->dropped = false;
     r->complete = NULL;
     return r;
 }
@@ -225,11 +233,25 @@ void resp_done(struct resp *r)
     r->done = true;
 }
 
+void *resp_scratch_reserve(struct resp *r, size_t n)
+{
+    resp_reserve(r, n);
+    r->scratch = (uint32_t)n;
+    r->buflen += (uint32_t)n;
+    return r->buf;
+}
+
+void *resp_scratch(struct resp *r)
+{
+    return r->scratch ? r->buf : NULL;
+}
+
 struct resp *conn_resp_new(struct conn *c)
 {
     struct resp *r = resp_alloc(c);
     if (!r)
         oom_exit();
+    r->seq = c->next_seq++;
     if (c->tail)
         c->tail->next = r;
     else
@@ -302,7 +324,7 @@ static void mutation_finish(struct resp *r, const struct eng_result *res)
 {
     struct conn *c = r->c;
     count_mutation(&c->srv->stats, (eng_op)r->mop, res->status);
-    if (r->complete && !c->closing)
+    if (r->complete && !c->closing && !r->dropped)
         r->complete(r, res);
     r->done = true;
 }
@@ -443,6 +465,26 @@ eng_status conn_get(struct conn *c, const char *key, size_t nkey,
     return st;
 }
 
+eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
+                       struct eng_value *out, struct eng_result *res)
+{
+    struct engine *e = c->srv->engine;
+    res->status = ENG_SUCCESS;
+    res->msg = NULL;
+    memset(out, 0, sizeof(*out));
+    eng_status st = e->ops->get_ex ? e->ops->get_ex(e, key, nkey, opts, out, res)
+                                   : e->ops->get(e, key, nkey, out, res);
+    res->status = st;
+    if (!(opts & ENG_GET_PEEK)) {
+        c->srv->stats.cmd_get++;
+        if (st == ENG_SUCCESS)
+            c->srv->stats.get_hits++;
+        else if (st == ENG_NOT_FOUND)
+            c->srv->stats.get_misses++;
+    }
+    return st;
+}
+
 bool conn_writes_inflight(const struct conn *c)
 {
     return c->inflight > 0;
@@ -477,6 +519,62 @@ void conn_request_shutdown(struct conn *c)
 void conn_swallow(struct conn *c, size_t n)
 {
     c->swallow += n;
+}
+
+void conn_flush_point(struct conn *c)
+{
+    c->flush_seq = c->next_seq;
+    c->flush_now = true;
+}
+
+void conn_flush_through(struct resp *r)
+{
+    struct conn *c = r->c;
+    if (c->flush_seq < r->seq + 1)
+        c->flush_seq = r->seq + 1;
+    c->flush_now = true;
+}
+
+void conn_hold_output(struct conn *c)
+{
+    c->hold_request = true;
+}
+
+void conn_close_discard(struct conn *c)
+{
+    c->discard = true;
+    c->holding = true;
+    c->close_after_write = true;
+}
+
+bool conn_input_may_grow(const struct conn *c, size_t len)
+{
+    return c->read_more && len == c->rend - c->rstart && len < c->win_left;
+}
+
+bool conn_has_unflushed(const struct conn *c)
+{
+    return c->tail && c->tail->seq >= c->flush_seq && !(c->tail == c->head && (c->head_seg || c->head_off));
+}
+
+void conn_discard_unflushed(struct conn *c)
+{
+    struct engine *e = c->srv->engine;
+    for (struct resp *r = c->head; r; r = r->next) {
+        if (r->seq < c->flush_seq || (r == c->head && (c->head_seg || c->head_off)))
+            continue;
+        r->dropped = true;
+        for (uint32_t i = 0; i < r->nsegs; i++)
+            if (r->segs[i].ref && r->segs[i].handle)
+                e->ops->release(e, r->segs[i].handle);
+        r->nsegs = 0;
+    }
+}
+
+/* May slot r be written now? */
+static bool resp_writable(const struct conn *c, const struct resp *r)
+{
+    return r->done && (!c->holding || r->seq < c->flush_seq);
 }
 
 /* ---- slot migration ---- */
@@ -567,13 +665,14 @@ struct conn *conn_new(struct server *s, int fd)
     }
     event_add(c->ev, NULL);
     c->ev_flags = EV_READ;
-    c->last_read = s->ticks;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
     s->conns = c;
     s->stats.curr_conns++;
     s->stats.total_conns++;
+    c->last_cmd = time(NULL);
+    c->win_left = READ_CHUNK;
     return c;
 }
 
@@ -652,7 +751,7 @@ static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max)
     size_t total = 0;
     uint32_t seg = c->head_seg;
     uint32_t off = c->head_off;
-    for (struct resp *r = c->head; r && r->done && n < max; r = r->next) {
+    for (struct resp *r = c->head; r && resp_writable(c, r) && n < max; r = r->next) {
         for (; seg < r->nsegs && n < max; seg++) {
             struct out_seg *s = &r->segs[seg];
             const char *base = s->ref ? s->ref : r->buf + s->off;
@@ -671,7 +770,7 @@ static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max)
 /* Advance the head of the queue past n written bytes, recycling finished slots. */
 static void conn_consume_output(struct conn *c, size_t n)
 {
-    while (c->head && c->head->done) {
+    while (c->head && resp_writable(c, c->head)) {
         struct resp *r = c->head;
         while (c->head_seg < r->nsegs) {
             struct out_seg *s = &r->segs[c->head_seg];
@@ -766,7 +865,11 @@ static void conn_flush(struct conn *c)
     }
     if (!c->head)
         c->out_blocked = false;
-    if ((c->close_after_write) && !c->head && c->inflight == 0) {
+    /* Closing after a protocol violation waits only for the replies before
+     * the last flush point; the rest is dropped. */
+    bool drained = c->discard ? !c->head || c->head->seq >= c->flush_seq
+                              : !c->head && c->inflight == 0;
+    if (c->close_after_write && drained) {
         conn_close(c);
         return;
     }
@@ -803,14 +906,40 @@ static bool conn_make_room(struct conn *c)
 
 static void conn_choose_protocol(struct conn *c)
 {
-    if ((unsigned char)c->rbuf[c->rstart] == 0x80)
+    /* With ASCII authentication (-Y) memcached speaks only ASCII. */
+    if ((unsigned char)c->rbuf[c->rstart] == 0x80 && !c->srv->settings.auth_file)
         c->process = proto_bin_process;
     else
         c->process = proto_text_process;
 }
 
+/* One more read while memcached's buffer would still be filling (read_more):
+ * true if bytes came. */
+static bool conn_read_some(struct conn *c)
+{
+    c->read_more = false;
+    if (c->rend == c->rcap && !conn_make_room(c))
+        return false;
+    size_t room = c->rcap - c->rend;
+    ssize_t n = read(c->fd, c->rbuf + c->rend, room);
+    if (n <= 0)
+        return false;               /* drained, the end or an error: conn_read sees it */
+    c->srv->stats.bytes_read += (uint64_t)n;
+    c->rend += (size_t)n;
+    c->read_more = (size_t)n == room;
+    return true;
+}
+
 /* Run the protocol over buffered input until it needs more bytes, blocks
  * behind a write in flight, or asks to close. */
+/* memcached parses out of a 16 KB read buffer: a line it finds whole, a
+ * line it finds too long, and where it writes its replies (whenever it
+ * must read more in the middle of a line) depend on where that buffer
+ * ends.  We show the protocol the same window of input: at most 16 KB
+ * from where memcached's buffer would start, which is after the last
+ * read at a line boundary, after a data block read straight into its
+ * item, after dropped data; a line longer than the window (a long
+ * multi-get) makes it grow, as memcached's buffer does. */
 static void conn_process(struct conn *c)
 {
     while (!c->closing && !c->close_after_write && !c->blocked) {
@@ -820,22 +949,101 @@ static void conn_process(struct conn *c)
         }
         size_t avail = c->rend - c->rstart;
         if (c->swallow > 0) {
+            /* Beyond its buffer memcached drops data read straight from
+             * the socket, then has no input left and writes. */
+            bool direct = c->in_data || c->swallow > c->win_left;
             size_t n = avail < c->swallow ? avail : c->swallow;
             c->rstart += n;
             c->swallow -= n;
-            if (c->swallow > 0)
+            c->win_left = n < c->win_left ? c->win_left - n : 0;
+            if (c->swallow > 0) {
+                c->holding = true;    /* memcached writes nothing while it drops data */
+                c->in_data = direct;
                 break;
+            }
+            if (direct) {
+                c->in_data = false;
+                c->holding = false;
+                c->win_left = READ_CHUNK;
+                conn_flush_point(c);
+                c->flush_now = false;
+                conn_flush(c);
+            }
             continue;
         }
-        if (avail == 0)
+        if (avail == 0) {
+            /* Our input ended inside memcached's buffer but the socket
+             * has more: memcached would have read it in the same read and
+             * parsed on without writing.  Read first (conn_read). */
+            if (c->read_more && c->win_left > 0 && !c->in_data && conn_read_some(c))
+                continue;
+            if (!c->discard) {
+                c->holding = false;   /* out of requests: everything may go */
+                c->flush_seq = c->next_seq;
+            }
+            if (!c->in_data)
+                c->win_left = READ_CHUNK;     /* the next read fills an empty buffer */
             break;
+        }
         if (!c->process)
             conn_choose_protocol(c);
         size_t used = 0;
-        enum conn_parse pr = c->process(c, c->rbuf + c->rstart, avail, &used);
+        size_t view = c->in_data || avail < c->win_left ? avail : c->win_left;
+        c->hold_request = false;
+        bool waited = c->in_data;
+        enum conn_parse pr = c->process(c, c->rbuf + c->rstart, view, &used);
         c->rstart += used;
+        c->win_left = used < c->win_left ? c->win_left - used : 0;
+        if (used > 0)
+            c->last_cmd = c->srv->clock.epoch + (time_t)c->srv->clock.now;
+        if (waited && used > 0) {
+            /* memcached reads the rest of a data block straight into the
+             * item: it then has no input left, writes what it has and
+             * reads a new buffer. */
+            c->in_data = false;
+            c->holding = false;
+            c->win_left = READ_CHUNK;
+            c->read_more = true;      /* ...with a read of its own, after this one */
+            conn_flush_point(c);
+        }
+        if (c->flush_now) {
+            c->flush_now = false;
+            conn_flush(c);
+        }
         if (pr == CONN_PARSE_OK)
             continue;
+        if (pr == CONN_PARSE_NEED_MORE && c->hold_request && !waited && c->read_more &&
+            view == avail && view < c->win_left && conn_read_some(c))
+            continue;                 /* memcached's buffer would hold more of it */
+        if (pr == CONN_PARSE_NEED_MORE && c->hold_request) {
+            c->in_data = true;        /* the rest of the block is read directly */
+            if (view < avail)
+                continue;
+            if (!c->discard)
+                c->holding = true;
+            break;
+        }
+        if (pr == CONN_PARSE_NEED_MORE) {
+            /* (the line may just not be read yet, as above) */
+            if (c->read_more && view == avail && view < c->win_left && conn_read_some(c))
+                continue;
+            /* Within a line memcached writes all it has and reads on; a
+             * partial line over 2048 bytes (a long multi-get, or the
+             * protocol would have closed) moves it to a growing buffer
+             * into which it reads all there is before parsing on. */
+            if (!c->discard) {
+                c->holding = false;
+                c->flush_seq = c->next_seq;
+            }
+            c->win_left = view > TEXT_LINE_MAX ? SIZE_MAX / 2 : READ_CHUNK;
+            if (view < avail) {
+                conn_flush(c);
+                continue;
+            }
+            break;
+        }
+        if (!c->discard)
+            c->holding = false;
         if (pr == CONN_PARSE_BLOCKED)
             c->blocked = true;
         else if (pr == CONN_PARSE_CLOSE)
@@ -846,38 +1054,64 @@ static void conn_process(struct conn *c)
         c->rstart = c->rend = 0;
 }
 
+/* The peer closed its side.  memcached has written what it could before
+ * it read the end (unless it was inside a data block) and closes. */
+static void conn_eof(struct conn *c)
+{
+    if (!c->holding)
+        c->flush_seq = c->next_seq;
+    c->discard = true;
+    c->holding = true;
+    c->close_after_write = true;
+}
+
 static void conn_read(struct conn *c)
 {
-    for (int round = 0; round < 4 && !c->closing; round++) {
+    size_t unparsed = 0;
+    /* In a long multi-get memcached reads all there is before it parses. */
+    bool big = c->win_left > READ_CHUNK;
+    for (int round = 0; (round < 8 || big) && !c->closing; round++) {
         if (c->swallow > 0 && c->rstart == c->rend)
             c->rstart = c->rend = 0;
         if (c->rend == c->rcap && !conn_make_room(c)) {
             conn_close(c);
             return;
         }
-        ssize_t n = read(c->fd, c->rbuf + c->rend, c->rcap - c->rend);
+        size_t room = c->rcap - c->rend;
+        ssize_t n = read(c->fd, c->rbuf + c->rend, room);
+        c->read_more = n > 0 && (size_t)n == room;
         if (n == 0) {
-            conn_close(c);
+            conn_process(c);
+            conn_eof(c);
             return;
         }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                /* drained: also what was left waiting for more input (read_more) */
+                conn_process(c);
                 return;
+            }
             conn_close(c);
             return;
         }
         c->srv->stats.bytes_read += (uint64_t)n;
         c->rend += (size_t)n;
-        c->last_read = c->srv->ticks;
+        unparsed += (size_t)n;
+        if (c->rend == c->rcap && (big || unparsed < READ_CHUNK))
+            continue;
+        unparsed = 0;
         conn_process(c);
+        big = c->win_left > READ_CHUNK;
         if (c->closing || c->close_after_write || c->blocked || c->throttled)
             return;
         /* A short read means the socket is drained. */
         if (c->rend < c->rcap)
             return;
     }
+    if (unparsed)
+        conn_process(c);
 }
 
 static void conn_event(evutil_socket_t fd, short what, void *arg)
@@ -895,33 +1129,85 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     conn_release(c);
 }
 
-/* Idle: nothing read for timeout_s ticks, no request in flight, no reply
- * waiting.  A connection that proved the cluster secret (a slot move's
- * import connection, cocytus-cli) is the cluster's own and never idle. */
-static bool conn_is_idle(const struct conn *c, unsigned long now, int timeout_s)
+bool conn_authenticated(const struct conn *c)
 {
-    return !c->admin.ok && c->inflight == 0 && c->head == NULL &&
-           now - c->last_read >= (unsigned long)timeout_s;
+    return c->authenticated;
 }
 
-unsigned conn_close_idle(struct server *s, int timeout_s)
+void conn_set_authenticated(struct conn *c)
 {
-    unsigned n = 0;
-    struct conn *next;
-    for (struct conn *c = s->conns; c; c = next) {
-        next = c->next;
-        if (!conn_is_idle(c, s->ticks, timeout_s))
-            continue;
-        if (s->settings.verbose) {
-            char peer[96];
-            fprintf(stderr, "closing a connection from %s idle for %d s\n",
-                    conn_peer_name(c, peer, sizeof(peer)), timeout_s);
-        }
-        conn_close(c);
-        conn_release(c);
-        n++;
+    c->authenticated = true;
+}
+
+void conn_kick(struct conn *c)
+{
+    conn_flush(c);
+    conn_release(c);
+}
+
+/* stats conns: listening sockets, then connections, by descriptor. */
+static void put_sockaddr(struct resp *r, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "";
+    int port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        resp_printf(r, "tcp:%s:%d", host, port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+        port = ntohs(in->sin6_port);
+        resp_printf(r, "tcp6:[%s]:%d", host, port);
+    } else {
+        resp_str(r, "unknown");
     }
-    return n;
+}
+
+void conn_stats_conns(struct conn *c, struct resp *r)
+{
+    struct server *s = conn_server(c);
+    time_t now = clock_wall(&s->clock);
+    int maxfd = 0;
+    for (int i = 0; i < s->nlisten; i++)
+        if (s->listen_fd[i] > maxfd)
+            maxfd = s->listen_fd[i];
+    for (struct conn *x = s->conns; x; x = x->next)
+        if (x->fd > maxfd)
+            maxfd = x->fd;
+    for (int fd = 0; fd <= maxfd; fd++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        for (int i = 0; i < s->nlisten; i++) {
+            if (s->listen_fd[i] != fd || getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+                continue;
+            resp_printf(r, "STAT %d:addr ", fd);
+            put_sockaddr(r, &ss);
+            resp_printf(r, "\r\nSTAT %d:state conn_listening\r\nSTAT %d:secs_since_last_cmd %ld\r\n",
+                        fd, fd, (long)(now - s->started));
+        }
+        for (struct conn *x = s->conns; x; x = x->next) {
+            if (x->fd != fd)
+                continue;
+            resp_printf(r, "STAT %d:addr ", fd);
+            len = sizeof(ss);
+            if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+                put_sockaddr(r, &ss);
+            resp_printf(r, "\r\nSTAT %d:listen_addr ", fd);
+            len = sizeof(ss);
+            if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+                put_sockaddr(r, &ss);
+            const char *state = x == c ? "conn_parse_cmd"
+                              : x->swallow ? "conn_swallow"
+                              : x->holding ? "conn_nread"
+                              : x->out_blocked ? "conn_mwrite"
+                              : x->close_after_write ? "conn_closing" : "conn_waiting";
+            resp_printf(r, "\r\nSTAT %d:state %s\r\nSTAT %d:secs_since_last_cmd %ld\r\n", fd,
+                        state, fd, (long)(now - x->last_cmd));
+        }
+    }
+    resp_str(r, "END\r\n");
 }
 
 /* Close every connection (server shutdown). */

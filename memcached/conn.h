@@ -63,6 +63,9 @@ struct resp {
     uint32_t opaque;        /* binary */
     uint64_t arg;           /* free for the protocol */
     int mop;                /* engine op of the mutation (for counting) */
+    uint32_t scratch;       /* buf[0..scratch): protocol bytes that are never sent */
+    uint64_t seq;           /* order of the slot on its connection */
+    bool dropped;           /* its reply is dropped (conn_discard_unflushed) */
     resp_complete_fn complete;
 };
 
@@ -82,6 +85,12 @@ void resp_add_ref(struct resp *r, const char *p, size_t n, void *handle);
 void resp_add_value(struct resp *r, const struct eng_value *v, size_t n);
 /* Mark the slot complete. */
 void resp_done(struct resp *r);
+/* Scratch space of n bytes kept in the slot until it is recycled and never
+ * sent: what a completion needs of a request whose bytes are gone.  Call
+ * before adding reply bytes; resp_scratch() finds it again (the address
+ * may change when reply bytes are added). */
+void *resp_scratch_reserve(struct resp *r, size_t n);
+void *resp_scratch(struct resp *r);
 
 /* Run a mutation for slot r.  When the engine completes, complete(r, res)
  * formats the reply (or leaves the slot empty under noreply) and the slot is
@@ -93,6 +102,11 @@ void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
 /* Reads: look up key through the engine, counting get hits/misses. */
 eng_status conn_get(struct conn *c, const char *key, size_t nkey,
                     struct eng_value *out, struct eng_result *res);
+/* The same with the engine's get_ex (meta commands): marks, fetched and
+ * idle are filled (zero when the engine has no get_ex); counted as a get
+ * unless opts has ENG_GET_PEEK. */
+eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
+                       struct eng_value *out, struct eng_result *res);
 /* Count a touch/gat hit or miss (the touch itself goes through conn_mutate). */
 
 /* True when a mutation of this connection is still in flight: a protocol
@@ -131,9 +145,47 @@ const char *conn_peer_name(const struct conn *c, char *buf, size_t cap);
  * connection, so a client repeating a refused command cannot fill the log. */
 bool conn_first_refusal(struct conn *c);
 
-/* Close the client connections idle for timeout_s seconds of the server's
- * clock (-o idle_timeout); returns how many. */
-unsigned conn_close_idle(struct server *s, int timeout_s);
+/* ---- when replies are written: memcached's timing ----
+ *
+ * memcached writes the replies it has when it runs out of complete
+ * requests, and at once after get, gets, gat, gats and mn (binary: noop).
+ * While it waits for the rest of a data block (or drops one that was
+ * refused) it writes nothing more, and a protocol violation that closes
+ * the connection (a line too long, an HTTP request, a bad binary magic)
+ * drops the replies it had not written.  A client sees the difference only
+ * when it stops inside a data block or breaks the protocol; we follow it so
+ * that even then the bytes are memcached's. */
+
+/* The replies queued so far are written now. */
+void conn_flush_point(struct conn *c);
+/* The replies up to and including slot r are written now (binary error
+ * replies, which memcached writes at once). */
+void conn_flush_through(struct resp *r);
+/* Called by a protocol that returns CONN_PARSE_NEED_MORE inside a data
+ * block (or a binary body): hold replies after the last flush point. */
+void conn_hold_output(struct conn *c);
+/* Close the connection, dropping replies after the last flush point
+ * (return CONN_PARSE_CLOSE after calling it). */
+void conn_close_discard(struct conn *c);
+/* A protocol that sees len bytes without a newline: may more of the line
+ * still come in what memcached's read buffer would already hold (our read
+ * stopped short of it)?  Then it waits instead of closing for a line too
+ * long (difftest seed 1414 cases 7503, 7648). */
+bool conn_input_may_grow(const struct conn *c, size_t len);
+/* Are there replies after the last flush point (memcached's "watch"
+ * refuses to start behind them)? */
+bool conn_has_unflushed(const struct conn *c);
+/* Drop the replies after the last flush point (memcached does when a
+ * retrieval command has a bad key); mutations still run. */
+void conn_discard_unflushed(struct conn *c);
+
+/* -Y: has the connection authenticated? */
+bool conn_authenticated(const struct conn *c);
+void conn_set_authenticated(struct conn *c);
+
+/* stats conns: memcached's lines for the listening sockets and every
+ * connection (self is the one asking), then END. */
+void conn_stats_conns(struct conn *self, struct resp *r);
 
 /* ---- Slot migration (migrate.c) ---- */
 

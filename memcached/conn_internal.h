@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "auth.h"
 #include "conn.h"
@@ -39,14 +40,30 @@ struct conn {
     bool closing;
     bool import;                  /* "cocytus import begin": no slot check */
     bool refusal_logged;          /* a refused admin command was logged */
-    unsigned long last_read;      /* server tick (seconds) of the last bytes read */
     struct auth_admin admin;      /* "cocytus auth": proved the cluster secret? */
     bool flush_queued;            /* on srv->flush_queue (holds c alive) */
     struct conn *flush_next;
+
+    /* memcached's reply timing (conn.h) */
+    uint64_t next_seq;            /* seq of the next slot */
+    uint64_t flush_seq;           /* slots with seq < this may be written while holding */
+    bool holding;                 /* inside a data block: write only up to flush_seq */
+    bool hold_request;            /* the protocol asked to hold (this parse call) */
+    bool flush_now;               /* a flush point was reached: write before parsing on */
+    bool discard;                 /* closing: replies not yet flushable are dropped */
+    bool in_data;                 /* inside a data block memcached reads directly */
+    size_t win_left;              /* input memcached's buffer holds from rstart */
+    bool read_more;               /* the last read filled our buffer: the socket may
+                                   * hold more that memcached's read would have had */
+
+    time_t last_cmd;              /* wall time of the last request (idle_timeout, stats conns) */
+    bool authenticated;           /* -Y: the connection has authenticated */
 };
 
 struct conn *conn_new(struct server *s, int fd);
 void conn_close(struct conn *c);
 void conn_close_all(struct server *s);
+/* Writes what can be written and closes if it was asked to (idle timeout). */
+void conn_kick(struct conn *c);
 
 #endif

@@ -47,8 +47,22 @@ typedef enum eng_op {
     ENG_OP_INCR,
     ENG_OP_DECR,
     ENG_OP_TOUCH,     /* change exptime only */
-    ENG_OP_FLUSH      /* invalidate everything, now or after m->exptime seconds */
+    ENG_OP_FLUSH,     /* invalidate everything, now or after m->exptime seconds */
+    ENG_OP_MARK       /* meta commands: change an item's marks (m->marks set,
+                       * m->marks_clear cleared), with m->new_cas give it a new
+                       * cas, with m->touch set its exptime; m->cas as for DELETE */
 } eng_op;
+
+/* Marks memcached's meta commands keep with an item.  The process serving
+ * the item keeps them; they are not replicated (docs/compat.md). */
+enum eng_mark {
+    ENG_MARK_STALE = 1,   /* invalidated (md I, ms I with an older cas): mg says X */
+    ENG_MARK_WON = 2,     /* a reader was told it won the recache (W): others get Z */
+    ENG_MARK_BINKEY = 4,  /* stored through a base64 key (b): shown in base64 */
+    ENG_MARK_FETCHED = 8  /* in a store's m->marks only: the new item counts as read
+                           * (mg N creates an item it has read) */
+};
+#define ENG_MARKS_ALL 7
 
 /* A mutation request.  All pointers are borrowed for the duration of the
  * mutate() call only: an engine that completes later must copy what it keeps. */
@@ -66,6 +80,17 @@ struct eng_mutation {
     bool create;          /* INCR/DECR: when the key is missing, create it holding
                            * `initial` (binary protocol); otherwise ENG_NOT_FOUND */
     uint64_t initial;
+    /* Meta commands (0/false for every other caller):
+     * marks: SET..PREPEND and an INCR/DECR that creates or lengthens the
+     * item: the new item's marks (ENG_MARK_*); MARK: marks to set.
+     * marks_clear, new_cas, touch: see ENG_OP_MARK.
+     * cas_stale: CAS also stores when m->cas is older (smaller) than the
+     * item's cas, and the new item is then marked stale (ms C<cas> I). */
+    uint8_t marks;
+    uint8_t marks_clear;
+    bool new_cas;
+    bool touch;
+    bool cas_stale;
 };
 
 /* Result of a call.  For ENG_MOVED/ENG_FAILED, msg points to a string owned by
@@ -94,6 +119,13 @@ struct eng_value {
      * engines that support slot migration (those with slot_keys), which
      * must send it on; callers that need it zero *out before get(). */
     int64_t exptime;
+    /* Filled by get_ex() only, as they were before the call: the item's
+     * ENG_MARK_* marks, whether it had been read since it was stored, and
+     * the seconds since it was last accessed (an engine without access
+     * times reports the seconds since it was written). */
+    uint8_t marks;
+    bool fetched;
+    uint32_t idle;
     /* data is the value alone, without the "\r\n" after it (a data
      * process's region holds value bytes only). */
     bool bare;
@@ -104,6 +136,9 @@ struct eng_value {
      * bytes longer (a reply the socket did not take at once) copies them. */
     bool transient;
 };
+
+/* Options of get_ex(). */
+#define ENG_GET_PEEK 1    /* leave LRU position, fetched bit and access time alone */
 
 /* Stats are emitted one name/value pair at a time. */
 typedef void (*eng_stat_fn)(void *ctx, const char *name, const char *fmt, ...)
@@ -170,6 +205,19 @@ struct engine_ops {
     /* Optional: words appended to the heartbeat (recovery progress);
      * returns their length (0: none). */
     size_t (*heartbeat_extra)(struct engine *e, char *buf, size_t len);
+    /* Optional (the engines serving keys have it): get() for the meta
+     * commands, also filling out->marks, fetched and idle; opts is
+     * ENG_GET_* bits.  Without it the meta commands use get() and see
+     * no marks, never fetched, idle 0. */
+    eng_status (*get_ex)(struct engine *e, const char *key, size_t nkey, unsigned opts,
+                         struct eng_value *out, struct eng_result *res);
+    /* Optional: cache_memlimit: a new memory limit in bytes (items over it
+     * are evicted as new ones come).  False when it cannot be changed. */
+    bool (*set_mem_limit)(struct engine *e, size_t bytes);
+    /* Optional: stats cachedump: fn for the most recently used live items
+     * (newest first) until it returns false. */
+    void (*visit_recent)(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+                         void *ctx);
 };
 
 struct engine {
@@ -207,6 +255,16 @@ struct engine *engine_primary_new(const struct engine_config *cfg);
 struct engine *engine_backup_new(const struct engine_config *cfg);
 
 /* Helpers shared by engines. */
+
+/* memcached 1.6's item size limit: its header (48 bytes, 8 more for the
+ * cas unless -C), the key and a NUL, the value and CRLF, 4 bytes for
+ * nonzero client flags.  Every engine refuses larger items with
+ * ENG_TOO_LARGE, so that the same requests are refused as by memcached. */
+static inline bool engine_too_large(size_t item_size_max, bool cas_enabled, size_t nkey,
+                                    size_t nbytes, uint32_t flags)
+{
+    return 48 + (cas_enabled ? 8 : 0) + nkey + 1 + nbytes + 2 + (flags ? 4 : 0) > item_size_max;
+}
 
 /* Resident set size of this process in bytes (0 if unknown), for the
  * memory figures engines report. */

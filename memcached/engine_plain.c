@@ -24,8 +24,6 @@ struct plain {
     struct mc_clock clock;
     struct item_store store;
     bool cas_enabled;
-    bool flush_pending;
-    rel_time_t flush_at;
 };
 
 
@@ -76,10 +74,11 @@ static void count_miss(struct plain *p, enum item_miss why)
         p->store.stats.get_flushed++;
 }
 
-static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
-                            struct eng_value *out, struct eng_result *res)
+/* A read: the item, referenced for the caller; with ENG_GET_PEEK its LRU
+ * position and fetched bit stay as they are. */
+static eng_status plain_lookup(struct plain *p, const char *key, size_t nkey, unsigned opts,
+                               struct eng_value *out, struct eng_result *res)
 {
-    struct plain *p = plain_of(e);
     result_clear(res);
     res->status = ENG_NOT_FOUND;
     if (!key_ok(nkey))
@@ -94,8 +93,13 @@ static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
     if (!item_ref(it))
         return ENG_NOT_FOUND;   /* 65535 readers already: treat as a miss */
 
-    it->iflags |= ITEM_FETCHED;
-    item_bump(&p->store, it);
+    out->marks = item_marks(it);
+    out->fetched = (it->iflags & ITEM_FETCHED) != 0;
+    out->idle = item_write_age(&p->store, it);
+    if (!(opts & ENG_GET_PEEK)) {
+        it->iflags |= ITEM_FETCHED;
+        item_bump(&p->store, it);
+    }
 
     out->key = item_key(it);
     out->nkey = it->nkey;
@@ -108,6 +112,18 @@ static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
     res->status = ENG_SUCCESS;
     res->cas = out->cas;
     return ENG_SUCCESS;
+}
+
+static eng_status plain_get(struct engine *e, const char *key, size_t nkey,
+                            struct eng_value *out, struct eng_result *res)
+{
+    return plain_lookup(plain_of(e), key, nkey, 0, out, res);
+}
+
+static eng_status plain_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
+                               struct eng_value *out, struct eng_result *res)
+{
+    return plain_lookup(plain_of(e), key, nkey, opts, out, res);
 }
 
 static void plain_release(struct engine *e, void *handle)
@@ -136,6 +152,10 @@ static eng_status do_store(struct plain *p, const struct eng_mutation *m,
         item_discard(s, it);
         return st;
     }
+    item_set_marks(it, store_marks(m, old != NULL, old ? old->cas : 0, old ? item_marks(old) : 0,
+                                   p->cas_enabled));
+    if (store_is_stale(m, old != NULL, old ? old->cas : 0, p->cas_enabled))
+        it->exptime = old->exptime;     /* memcached keeps the TTL of a stale set */
     if (old != NULL)
         item_replace(s, old, it, hv);
     else
@@ -177,8 +197,9 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
     struct item *it = item_alloc(s, m->key, m->nkey, old->flags, old->exptime,
                                  (size_t)old->nbytes + m->nbytes, &st);
     if (it == NULL) {
+        /* memcached answers NOT_STORED when the joined item cannot be made. */
         item_release(s, old);
-        return st;
+        return st == ENG_TOO_LARGE || st == ENG_NO_MEMORY ? ENG_NOT_STORED : st;
     }
     char *dst = item_value(it);
     if (m->op == ENG_OP_APPEND) {
@@ -188,6 +209,7 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
         memcpy(dst, m->data, m->nbytes);
         memcpy(dst + m->nbytes, item_value(old), old->nbytes);
     }
+    item_set_marks(it, m->marks);
     swap_in(s, old, it, hv);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
@@ -206,12 +228,16 @@ static eng_status arith_create(struct plain *p, const struct eng_mutation *m,
     if (it == NULL)
         return st;
     memcpy(item_value(it), buf, len);
+    item_set_marks(it, m->marks);
     item_link(&p->store, it, hv);
     res->value = m->initial;
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
 }
 
+/* memcached's rule (arith.h): a result that fits the stored value's length
+ * is written in place, padded with spaces, when nobody holds the item (its
+ * marks stay); otherwise a new item holds the number alone. */
 static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
                            struct eng_result *res)
 {
@@ -221,20 +247,25 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
     if (old == NULL)
         return m->create ? arith_create(p, m, hv, res) : ENG_NOT_FOUND;
+    /* memcached's order (difftest seed 14014 cases 2037, 5824): empty or
+     * chunked values, then the cas, then the number */
+    if (arith_rejected_early(old->nkey, old->nbytes, old->flags, p->cas_enabled))
+        return ENG_NON_NUMERIC;
     if (!cas_condition_ok(p, m, old))
         return ENG_EXISTS;
-
     uint64_t v;
     if (!arith_parse_u64(item_value(old), old->nbytes, &v))
         return ENG_NON_NUMERIC;
     v = arith_apply(m->op, v, m->delta);
-    char buf[ARITH_DIGITS_MAX];
-    size_t len = arith_format_u64(buf, v);
     res->value = v;
 
+    /* ma T: memcached sets the TTL only of an item it changes in place
+     * (a new item keeps the old one's) */
+    size_t len = arith_result_len(v, old->nbytes, old->refcount == 0);
     if (len == old->nbytes && old->refcount == 0) {
-        /* Same length and nobody reading it: rewrite in place. */
-        memcpy(item_value(old), buf, len);
+        arith_write(item_value(old), v, len);
+        if (m->touch)
+            old->exptime = clock_exptime(&p->clock, m->exptime);
         old->cas = item_next_cas(s);
         item_bump(s, old);
         res->cas = visible_cas(p, old);
@@ -251,7 +282,8 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
         item_release(s, old);
         return st;
     }
-    memcpy(item_value(it), buf, len);
+    arith_write(item_value(it), v, len);
+    item_set_marks(it, m->marks);
     swap_in(s, old, it, hv);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
@@ -283,31 +315,60 @@ static eng_status do_touch(struct plain *p, const struct eng_mutation *m,
     if (!cas_condition_ok(p, m, it))
         return ENG_EXISTS;
     it->exptime = clock_exptime(&p->clock, m->exptime);
+    it->iflags |= ITEM_FETCHED;     /* memcached counts a touch as a read */
     item_bump(&p->store, it);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;
 }
 
-static void flush_now(struct plain *p)
+/* md I (stale, new cas, maybe a TTL) and mg's recache win (a mark only). */
+static eng_status do_mark(struct plain *p, const struct eng_mutation *m,
+                          struct eng_result *res)
 {
-    p->flush_pending = false;
-    item_flush(&p->store);
+    uint64_t hv = hash_key(m->key, m->nkey);
+    enum item_miss why;
+    struct item *it = item_lookup(&p->store, m->key, m->nkey, hv, &why);
+    if (it == NULL)
+        return ENG_NOT_FOUND;
+    if (!cas_condition_ok(p, m, it))
+        return ENG_EXISTS;
+    item_change_marks(it, m->marks, m->marks_clear);
+    if (m->new_cas)
+        it->cas = item_next_cas(&p->store);
+    if (m->touch)
+        it->exptime = clock_exptime(&p->clock, m->exptime);
+    res->cas = visible_cas(p, it);
+    return ENG_SUCCESS;
 }
 
-/* A later flush_all replaces an armed delayed one, as in memcached. */
+/* The second memcached's realtime() gives flush_all's argument (the
+ * current one without a delay or with one of 0 or less; an absolute time
+ * before the process started is 1). */
+static rel_time_t flush_time(const struct plain *p, int64_t exptime)
+{
+    if (exptime <= 0)
+        return p->clock.now;
+    int64_t rel;
+    if (exptime > CLOCK_MAX_RELATIVE_EXPTIME) {
+        if (exptime <= (int64_t)p->clock.epoch)
+            return 1;
+        rel = exptime - (int64_t)p->clock.epoch;
+    } else {
+        rel = (int64_t)p->clock.now + exptime;
+    }
+    return rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
+}
+
+/* memcached's flush_all sets one flush time, judged lazily (items.h): with
+ * cas a second before the request's time, items older than the flush dead
+ * at once; without cas (-C) by store time, so what is stored in the rest
+ * of that second is dead too (difftest seed 14014 case 4820); a later
+ * flush_all replaces the time, and one in the future revives what the
+ * earlier one hid until it is reached (cases 12049, and 1736 of seed
+ * 20261124). */
 static eng_status do_flush(struct plain *p, const struct eng_mutation *m)
 {
-    if (m->exptime <= 0) {
-        flush_now(p);
-        return ENG_SUCCESS;
-    }
-    rel_time_t at = clock_exptime(&p->clock, m->exptime);
-    if (at <= p->clock.now) {
-        flush_now(p);
-        return ENG_SUCCESS;
-    }
-    p->flush_pending = true;
-    p->flush_at = at;
+    item_flush_at(&p->store, flush_time(p, m->exptime), p->cas_enabled);
     return ENG_SUCCESS;
 }
 
@@ -336,6 +397,8 @@ static eng_status dispatch(struct plain *p, const struct eng_mutation *m,
         return do_arith(p, m, res);
     case ENG_OP_TOUCH:
         return do_touch(p, m, res);
+    case ENG_OP_MARK:
+        return do_mark(p, m, res);
     default:
         res->msg = "unknown operation";
         return ENG_FAILED;
@@ -466,6 +529,31 @@ static void plain_stats_reset(struct engine *e)
     memset(&plain_of(e)->store.stats, 0, sizeof(struct item_counters));
 }
 
+/* ---- cache_memlimit, stats cachedump ---- */
+
+static bool plain_set_mem_limit(struct engine *e, size_t bytes)
+{
+    plain_of(e)->store.mem_limit = bytes;
+    return true;
+}
+
+static void plain_visit_recent(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+                               void *ctx)
+{
+    struct plain *p = plain_of(e);
+    for (struct item *it = p->store.lru_head; it; it = it->next) {
+        if (item_is_dead(&p->store, it))
+            continue;
+        struct eng_value v = {
+            .key = item_key(it), .nkey = it->nkey, .data = item_value(it),
+            .nbytes = it->nbytes, .flags = it->flags, .cas = visible_cas(p, it),
+            .exptime = it->exptime == 0 ? 0 : (int64_t)p->clock.epoch + (int64_t)it->exptime,
+        };
+        if (!fn(ctx, &v))
+            break;
+    }
+}
+
 /* ---- keys of one slot (slot migration) ---- */
 
 static size_t plain_slot_keys(struct engine *e, unsigned slot,
@@ -480,8 +568,6 @@ static void plain_tick(struct engine *e, time_t now)
 {
     struct plain *p = plain_of(e);
     clock_set(&p->clock, now);
-    if (p->flush_pending && p->clock.now >= p->flush_at)
-        flush_now(p);
     item_store_tick(&p->store);
 }
 
@@ -502,6 +588,9 @@ static const struct engine_ops plain_ops = {
     .tick = plain_tick,
     .destroy = plain_destroy,
     .slot_keys = plain_slot_keys,
+    .get_ex = plain_get_ex,
+    .set_mem_limit = plain_set_mem_limit,
+    .visit_recent = plain_visit_recent,
 };
 
 struct engine *engine_plain_new(const struct engine_config *cfg)

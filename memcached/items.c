@@ -31,6 +31,7 @@ int item_store_init(struct item_store *s, const struct engine_config *cfg,
     s->mem_limit = cfg->mem_limit;
     s->item_size_max = cfg->item_size_max;
     s->evict = cfg->evict;
+    s->cas_enabled = cfg->cas_enabled;
     s->sweep_budget = SWEEP_BUDGET_PER_TICK;
     s->marks[0].cas = 0;
     s->marks[0].time = clock->now;
@@ -96,7 +97,10 @@ void item_bump(struct item_store *s, struct item *it)
 
 uint64_t item_next_cas(struct item_store *s)
 {
-    return ++s->cas_counter;
+    ++s->cas_counter;
+    if (s->oldest_live != 0 && s->clock->now <= s->oldest_live)
+        s->live_cut = s->cas_counter;       /* stored by the flush time */
+    return s->cas_counter;
 }
 
 void item_link(struct item_store *s, struct item *it, uint64_t hv)
@@ -212,7 +216,8 @@ struct item *item_alloc(struct item_store *s, const char *key, size_t nkey,
         return NULL;
     }
     size_t total = sizeof(struct item) + nkey + nbytes + 2;
-    if (total > s->item_size_max) {
+    if (total > s->item_size_max ||
+        engine_too_large(s->item_size_max, s->cas_enabled, nkey, nbytes, flags)) {
         *st = ENG_TOO_LARGE;
         return NULL;
     }
@@ -264,7 +269,7 @@ struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
         *why = ITEM_MISS_ABSENT;
         return NULL;
     }
-    if (it->cas <= s->flush_cas) {
+    if (item_flushed(s, it)) {
         *why = ITEM_MISS_FLUSHED;
         item_unlink(s, it, hv);
         return NULL;
@@ -277,9 +282,21 @@ struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
     return it;
 }
 
-void item_flush(struct item_store *s)
+void item_flush_at(struct item_store *s, rel_time_t new_oldest, bool by_cas)
 {
-    s->flush_cas = s->cas_counter;
+    rel_time_t now = s->clock->now;
+    if (by_cas) {
+        s->oldest_live = new_oldest - 1;    /* 0 (none) for memcached's "1" */
+        if (s->oldest_live <= now)
+            s->oldest_cas = s->cas_counter + 1;
+    } else {
+        s->oldest_live = new_oldest;
+    }
+    /* Items stored by the flush time: all so far when it is now or later
+     * (and those to come until then, item_next_cas); a past one is taken
+     * as covering every item (we keep no store times; with cas the
+     * oldest_cas rule decides anyway). */
+    s->live_cut = s->cas_counter;
 }
 
 /* ---- background work ---- */
@@ -355,12 +372,15 @@ static rel_time_t stored_since(const struct item_store *s, uint64_t cas)
     return s->marks[lo].time;
 }
 
+rel_time_t item_write_age(const struct item_store *s, const struct item *it)
+{
+    rel_time_t since = stored_since(s, it->cas);
+    return s->clock->now > since ? s->clock->now - since : 0;
+}
+
 rel_time_t item_tail_age(const struct item_store *s)
 {
-    if (s->lru_tail == NULL)
-        return 0;
-    rel_time_t since = stored_since(s, s->lru_tail->cas);
-    return s->clock->now > since ? s->clock->now - since : 0;
+    return s->lru_tail == NULL ? 0 : item_write_age(s, s->lru_tail);
 }
 
 /* ---- keys of one slot ---- */

@@ -28,8 +28,16 @@
 
 enum item_flag {
     ITEM_LINKED = 1,    /* in the hash table and on the LRU */
-    ITEM_FETCHED = 2    /* read at least once since stored */
+    ITEM_FETCHED = 2,   /* read at least once since stored */
+    /* The meta commands' marks (ENG_MARK_*), also used by the coding
+     * group's metadata entries (cocytus/meta.h), whose other bits are
+     * 0x10 and 0x20. */
+    ITEM_STALE = 4,
+    ITEM_WON = 8,
+    ITEM_BINKEY = 0x40
 };
+
+#define ITEM_MARK_BITS (ITEM_STALE | ITEM_WON | ITEM_BINKEY)
 
 struct item {
     struct item *h_next;    /* hash chain */
@@ -71,12 +79,21 @@ struct item_store {
     const struct mc_clock *clock;
 
     uint64_t cas_counter;   /* last cas handed out */
-    uint64_t flush_cas;     /* items with cas <= this are dead */
+    /* flush_all, as memcached keeps it: one flush time (0: none) that
+     * applies once reached, to items stored by then (their cas up to
+     * live_cut, the last cas handed out while the clock was not past it)
+     * and, with cas, to items older than oldest_cas.  A new flush time
+     * replaces the old one, so a future one revives what the old one hid
+     * until it is reached, as in memcached. */
+    rel_time_t oldest_live;
+    uint64_t oldest_cas;    /* 0: none */
+    uint64_t live_cut;
 
     size_t mem_limit;
     size_t mem_used;        /* malloc_usable_size of every live allocation */
     size_t item_size_max;
     bool evict;
+    bool cas_enabled;       /* -C: memcached's item size limit is 8 bytes larger */
 
     uint64_t curr_items;
     uint64_t bytes;         /* sum of item_total() of linked items */
@@ -105,6 +122,30 @@ static inline size_t item_total(const struct item *it)
     return sizeof(struct item) + it->nkey + (size_t)it->nbytes + 2;
 }
 
+/* The item's marks as ENG_MARK_* bits, and setting them. */
+static inline uint8_t item_marks(const struct item *it)
+{
+    return (uint8_t)(((it->iflags & ITEM_STALE) ? ENG_MARK_STALE : 0) |
+                     ((it->iflags & ITEM_WON) ? ENG_MARK_WON : 0) |
+                     ((it->iflags & ITEM_BINKEY) ? ENG_MARK_BINKEY : 0));
+}
+
+static inline void item_set_marks(struct item *it, uint8_t marks)
+{
+    if (marks & ENG_MARK_FETCHED)
+        it->iflags |= ITEM_FETCHED;
+    it->iflags = (uint8_t)((it->iflags & ~ITEM_MARK_BITS) |
+                           ((marks & ENG_MARK_STALE) ? ITEM_STALE : 0) |
+                           ((marks & ENG_MARK_WON) ? ITEM_WON : 0) |
+                           ((marks & ENG_MARK_BINKEY) ? ITEM_BINKEY : 0));
+}
+
+/* ENG_OP_MARK's change: set, then clear. */
+static inline void item_change_marks(struct item *it, uint8_t set, uint8_t clear)
+{
+    item_set_marks(it, (uint8_t)((item_marks(it) | set) & ~clear));
+}
+
 static inline bool item_is_linked(const struct item *it)
 {
     return (it->iflags & ITEM_LINKED) != 0;
@@ -116,10 +157,18 @@ int item_store_init(struct item_store *s, const struct engine_config *cfg,
 /* Frees every item, referenced or not. */
 void item_store_destroy(struct item_store *s);
 
+/* Hidden by a flush_all (see struct item_store). */
+static inline bool item_flushed(const struct item_store *s, const struct item *it)
+{
+    if (s->oldest_live == 0 || s->oldest_live > s->clock->now)
+        return false;
+    return it->cas <= s->live_cut || (s->oldest_cas != 0 && it->cas < s->oldest_cas);
+}
+
 /* Expired by time or killed by a flush. */
 static inline bool item_is_dead(const struct item_store *s, const struct item *it)
 {
-    return it->cas <= s->flush_cas || clock_expired(s->clock, it->exptime);
+    return item_flushed(s, it) || clock_expired(s->clock, it->exptime);
 }
 
 /* A new unlinked item with refcount 0, its "\r\n" already in place and the
@@ -160,8 +209,11 @@ uint64_t item_next_cas(struct item_store *s);
 bool item_ref(struct item *it);
 void item_release(struct item_store *s, struct item *it);
 
-/* Makes every item stored so far dead. */
-void item_flush(struct item_store *s);
+/* flush_all as memcached 1.6 sets it: new_oldest is the relative second
+ * its realtime() gives the request (the current second without a delay);
+ * by_cas as with cas enabled (memcached's flush time is then a second
+ * earlier and existing items are judged by their cas). */
+void item_flush_at(struct item_store *s, rel_time_t new_oldest, bool by_cas);
 
 /* Once-a-second background work: hash table migration, a slice of the
  * expiry sweep and an age mark.  Returns the number of items swept. */
@@ -171,6 +223,9 @@ size_t item_sweep(struct item_store *s, size_t budget);
 
 /* Seconds since the LRU tail item was stored (0 when empty). */
 rel_time_t item_tail_age(const struct item_store *s);
+/* Seconds since the item was last written (stored, or given a new cas):
+ * estimated from the age marks, as items carry no time stamp. */
+rel_time_t item_write_age(const struct item_store *s, const struct item *it);
 
 /* Calls fn for the key of every live item whose slot is `slot` (slot
  * migration: the keys to move), in table order.  Returns how many. */

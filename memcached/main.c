@@ -39,8 +39,12 @@ static void usage(FILE *out)
         "  -A, --enable-shutdown     allow the shutdown command\n"
         "  -b, --listen-backlog=<n>  listen backlog (default 1024)\n"
         "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
-        "  -o, --extended=<opts>     hashpower=N, idle_timeout=S (close clients idle S\n"
-        "                            seconds; 0 = never, the default; others ignored)\n"
+        "  -F, --disable-flush-all   refuse flush_all\n"
+        "  -Y, --auth-file=<file>    ASCII authentication: user:pass lines (memcached's format)\n"
+        "  -D <char>                 stats detail's key prefix delimiter (turns stats detail on)\n"
+        "  -o, --extended=<opts>     hashpower=N, idle_timeout=S (close clients idle S s), track_sizes
+"
+        "                            (others ignored)\n"
         "      --role=<role>         plain (default), data, parity, primary, backup, coordinator\n"
         "      --cluster=<file>      cluster file (replicated roles)\n"
         "      --group=<g> --index=<i>  this process's group and index within its role\n"
@@ -87,8 +91,10 @@ static void parse_extended(struct settings *st, char *opts)
         int hp, idle;
         if (strncmp(o, "hashpower=", 10) == 0 && parse_int(o + 10, 12, 32, &hp))
             st->hashpower = (unsigned)hp;
-        else if (strncmp(o, "idle_timeout=", 13) == 0 && parse_int(o + 13, 0, 86400 * 365, &idle))
-            st->idle_timeout = idle;
+        else if (strncmp(o, "idle_timeout=", 13) == 0 && parse_int(o + 13, 0, 1 << 30, &hp))
+            st->idle_timeout = hp;
+        else if (strcmp(o, "track_sizes") == 0)
+            st->sizes_enabled = true;
         else
             fprintf(stderr, "cocytus-server: ignoring extended option '%s'\n", o);
     }
@@ -115,6 +121,8 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "listen-backlog", required_argument, NULL, 'b' },
         { "threads", required_argument, NULL, 't' },
         { "extended", required_argument, NULL, 'o' },
+        { "disable-flush-all", no_argument, NULL, 'F' },
+        { "auth-file", required_argument, NULL, 'Y' },
         { "role", required_argument, NULL, OPT_ROLE },
         { "cluster", required_argument, NULL, OPT_CLUSTER },
         { "group", required_argument, NULL, OPT_GROUP },
@@ -124,7 +132,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { NULL, 0, NULL, 0 },
     };
     int ch, n;
-    while ((ch = getopt_long(argc, argv, "p:l:U:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrL", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "p:l:U:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &st->port))
@@ -186,6 +194,18 @@ static int parse_args(int argc, char **argv, struct settings *st)
             break;
         case 'o':
             parse_extended(st, optarg);
+            break;
+        case 'F':
+            st->flush_enabled = false;
+            break;
+        case 'Y':
+            st->auth_file = optarg;
+            break;
+        case 'D':
+            if (strlen(optarg) != 1)
+                goto bad;
+            st->prefix_delimiter = optarg[0];
+            st->detail_enabled = true;
             break;
         case 'R': case 'B': case 'f': case 'n': case 'r': case 'L':
             /* memcached tuning flags with no meaning here. */

@@ -41,6 +41,10 @@
  * limit still reaches the engine, which refuses it with ENG_TOO_LARGE. */
 #define BIN_BODY_SLACK 1024
 
+/* Header, extras and key must fit memcached's read buffer (16 KB less a
+ * header's room), or it closes the connection. */
+#define BIN_HEAD_MAX 16360
+
 /* memcached caps the verbosity level at this. */
 #define BIN_MAX_VERBOSITY 2
 
@@ -179,11 +183,6 @@ bool bin_opcode_is_read(uint8_t opcode)
     }
 }
 
-size_t bin_max_body(size_t item_size_max)
-{
-    return item_size_max + BIN_EXTRAS_ARITH + BIN_KEY_MAX + BIN_BODY_SLACK;
-}
-
 static void bin_decode_header(const char *buf, struct bin_header *h)
 {
     h->magic = (uint8_t)buf[BIN_OFF_MAGIC];
@@ -237,6 +236,24 @@ static void bin_split_body(const char *buf, struct bin_request *out)
     out->value = out->nvalue ? body + h->extlen + h->keylen : NULL;
 }
 
+/* A store of a value memcached would refuse as too large: its item size
+ * (engine_too_large) is known from the header and extras, before the value
+ * is read. */
+static bool bin_store_too_large(const struct bin_request *rq, size_t item_size_max,
+                                bool cas_enabled)
+{
+    switch (rq->hdr.opcode) {
+    case BIN_OP_SET: case BIN_OP_SETQ: case BIN_OP_ADD: case BIN_OP_ADDQ:
+    case BIN_OP_REPLACE: case BIN_OP_REPLACEQ: case BIN_OP_APPEND: case BIN_OP_APPENDQ:
+    case BIN_OP_PREPEND: case BIN_OP_PREPENDQ:
+        break;
+    default:
+        return false;
+    }
+    uint32_t flags = rq->hdr.extlen == BIN_EXTRAS_STORE ? bin_load32(rq->extras) : 0;
+    return engine_too_large(item_size_max, cas_enabled, rq->nkey, rq->nvalue, flags);
+}
+
 enum bin_parse_result bin_parse_request(const char *buf, size_t len, size_t max_body,
                                         struct bin_request *out)
 {
@@ -263,6 +280,84 @@ enum bin_parse_result bin_parse_request(const char *buf, size_t len, size_t max_
 
     bin_split_body(buf, out);
     return BIN_PARSE_OK;
+}
+
+enum bin_frame_result bin_frame_request(const char *buf, size_t len, size_t item_size_max,
+                                        bool cas_enabled, struct bin_request *out)
+{
+    memset(out, 0, sizeof(*out));
+
+    /* memcached reads a whole header before it looks at the magic. */
+    if (len < BIN_HEADER_LEN)
+        return BF_NEED_MORE;
+    if ((uint8_t)buf[0] != BIN_MAGIC_REQUEST)
+        return BF_BAD_MAGIC;
+
+    bin_decode_header(buf, &out->hdr);
+    const struct bin_header *h = &out->hdr;
+    out->head = BIN_HEADER_LEN + (size_t)h->keylen + h->extlen;
+    out->total = BIN_HEADER_LEN + (size_t)h->bodylen;
+
+    struct bin_shape shape;
+    bool known = bin_shape_of(h->opcode, &shape);
+    bool sasl = h->opcode >= BIN_OP_SASL_LIST && h->opcode <= BIN_OP_SASL_STEP;
+    if (sasl) {
+        /* Not built in (as in Debian's memcached), but their shapes are
+         * checked: list takes nothing, auth and step a key and a value. */
+        shape_set(&shape, 0, h->opcode == BIN_OP_SASL_LIST ? BIN_KEY_NONE : BIN_KEY_REQUIRED,
+                  h->opcode != BIN_OP_SASL_LIST);
+        known = true;
+    }
+    /* (A key over 250 bytes is read first, then refused as EINVAL.) */
+    if (known && h->keylen <= BIN_KEY_MAX && (uint32_t)h->extlen + h->keylen > h->bodylen)
+        return BF_BAD_LENGTHS;
+    /* memcached reads key and extras into its 16 KB buffer after the
+     * header: when they cannot fit it closes the connection. */
+    if (out->head > BIN_HEAD_MAX)
+        return len >= BIN_HEAD_MAX ? BF_BAD_MAGIC : BF_NEED_MORE;
+    /* Key and extras come first; then the opcode and lengths are judged. */
+    if (len < out->head)
+        return BF_NEED_MORE;
+    if (known && (uint32_t)h->extlen + h->keylen > h->bodylen)
+        return BF_BAD_LENGTHS;
+    /* memcached 1.6 answers verbosity as an unknown command. */
+    if (!known || h->opcode == BIN_OP_VERBOSITY)
+        return BF_UNKNOWN;
+    /* touch, gat* and stat: memcached reads the header, extras and key
+     * only; body bytes beyond them are read as the next request. */
+    bool head_only = h->opcode == BIN_OP_TOUCH || h->opcode == BIN_OP_GAT ||
+                     h->opcode == BIN_OP_GATQ || h->opcode == BIN_OP_GATK ||
+                     h->opcode == BIN_OP_GATKQ || h->opcode == BIN_OP_STAT;
+    if (head_only && h->bodylen > (uint32_t)h->extlen + h->keylen) {
+        struct bin_header trimmed = *h;
+        trimmed.bodylen = (uint32_t)h->extlen + h->keylen;
+        if (!bin_lengths_valid(&trimmed, &shape))
+            return BF_EINVAL;
+        out->hdr.bodylen = trimmed.bodylen;
+        out->total = out->head;
+        bin_split_body(buf, out);
+        return BF_OK;
+    }
+    if (!bin_lengths_valid(h, &shape))
+        return BF_EINVAL;
+    if (sasl)
+        return len < out->total ? BF_NEED_MORE : BF_UNKNOWN;
+
+    out->extras = h->extlen ? buf + BIN_HEADER_LEN : NULL;
+    out->nkey = h->keylen;
+    out->key = h->keylen ? buf + BIN_HEADER_LEN + h->extlen : NULL;
+    out->nvalue = h->bodylen - h->extlen - h->keylen;
+    if (bin_store_too_large(out, item_size_max, cas_enabled))
+        return BF_TOO_LARGE;
+    if (len < out->total)
+        return BF_NEED_MORE;
+    bin_split_body(buf, out);
+    return BF_OK;
+}
+
+size_t bin_max_body(size_t item_size_max)
+{
+    return item_size_max + BIN_EXTRAS_ARITH + BIN_KEY_MAX + BIN_BODY_SLACK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -352,12 +447,20 @@ static void bin_add_ok(struct resp *r, uint64_t cas)
 }
 
 /* An error reply: status, cas 0, the message as body. */
-static void bin_add_error(struct resp *r, uint16_t status, const char *msg)
+static void bin_add_error_raw(struct resp *r, uint16_t status, const char *msg)
 {
     size_t n = strlen(msg);
     bin_add_header(r, status, 0, 0, (uint32_t)n, 0);
     if (n > 0)
         resp_add(r, msg, n);
+}
+
+/* memcached writes an error reply at once (unless it then drops a body:
+ * bin_add_error_raw). */
+static void bin_add_error(struct resp *r, uint16_t status, const char *msg)
+{
+    bin_add_error_raw(r, status, msg);
+    conn_flush_through(r);
 }
 
 /* The error reply for an engine outcome; moved/failed carry the engine's text. */
@@ -394,6 +497,7 @@ static void bin_add_miss(struct resp *r, const char *key, size_t nkey, bool with
         bin_add_error(r, BIN_STATUS_KEY_ENOENT, bin_status_text(BIN_STATUS_KEY_ENOENT));
         return;
     }
+    /* (Not written at once: memcached sends this one as a response.) */
     bin_add_header(r, BIN_STATUS_KEY_ENOENT, 0, (uint16_t)nkey, (uint32_t)nkey, 0);
     resp_add(r, key, nkey);
 }
@@ -403,6 +507,18 @@ static void bin_reply_status(struct conn *c, const struct bin_request *rq, uint1
 {
     struct resp *r = bin_resp_new(c, rq);
     bin_add_error(r, status, bin_status_text(status));
+    resp_done(r);
+}
+
+/* The same before dropping bytes: memcached writes it only afterwards. */
+static void bin_reply_status_swallow(struct conn *c, const struct bin_request *rq,
+                                     uint16_t status, size_t swallow)
+{
+    struct resp *r = bin_resp_new(c, rq);
+    if (swallow > 0)
+        bin_add_error_raw(r, status, bin_status_text(status));
+    else
+        bin_add_error(r, status, bin_status_text(status));
     resp_done(r);
 }
 
@@ -533,6 +649,29 @@ static void bin_stat_emit(void *ctx, const char *name, const char *fmt, ...)
     free(big);
 }
 
+/* Text gathered for the binary "detail dump" stat. */
+struct bin_dump {
+    char *p;
+    size_t n, cap;
+};
+
+static void bin_dump_write(void *ctx, const void *p, size_t n)
+{
+    struct bin_dump *d = ctx;
+    if (d->n + n > d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 256;
+        while (cap < d->n + n)
+            cap *= 2;
+        char *np = realloc(d->p, cap);
+        if (!np)
+            return;
+        d->p = np;
+        d->cap = cap;
+    }
+    memcpy(d->p + d->n, p, n);
+    d->n += n;
+}
+
 static void bin_stat(struct conn *c, const struct bin_request *rq)
 {
     struct server *s = conn_server(c);
@@ -550,6 +689,34 @@ static void bin_stat(struct conn *c, const struct bin_request *rq)
 
     if (strcmp(group, "reset") == 0) {
         server_stats_reset(s);
+        bin_add_ok(r, 0);
+        resp_done(r);
+        return;
+    }
+    /* stats detail: on and off answer the terminator alone; dump answers
+     * one stat "detailed" holding the text dump, as memcached does. */
+    if (strcmp(group, "detail on") == 0 || strcmp(group, "detail off") == 0) {
+        s->settings.detail_enabled = group[8] == 'n';
+        bin_add_ok(r, 0);
+        resp_done(r);
+        return;
+    }
+    if (strcmp(group, "detail dump") == 0) {
+        struct bin_dump dump = { NULL, 0, 0 };
+        prefix_stats_dump(s, bin_dump_write, &dump);
+        bin_add_stat(r, "detailed", 8, dump.p ? dump.p : "", dump.n);
+        free(dump.p);
+        bin_add_ok(r, 0);
+        resp_done(r);
+        return;
+    }
+    if (strcmp(group, "sizes") == 0 && !s->settings.sizes_enabled) {
+        bin_add_stat(r, "sizes_status", 12, "disabled", 8);
+        bin_add_ok(r, 0);
+        resp_done(r);
+        return;
+    }
+    if (strcmp(group, "extstore") == 0) {
         bin_add_ok(r, 0);
         resp_done(r);
         return;
@@ -581,7 +748,7 @@ static eng_op bin_store_op(uint8_t opcode, uint64_t cas)
     switch (opcode) {
     case BIN_OP_ADD:
     case BIN_OP_ADDQ:
-        return ENG_OP_ADD;          /* add ignores a request cas */
+        return cas != 0 ? ENG_OP_CAS : ENG_OP_ADD;   /* memcached: a cas makes it a cas */
     case BIN_OP_REPLACE:
     case BIN_OP_REPLACEQ:
         return cas != 0 ? ENG_OP_CAS : ENG_OP_REPLACE;
@@ -603,7 +770,10 @@ static void bin_store(struct conn *c, const struct bin_request *rq)
 
     r->noreply = bin_opcode_is_quiet(rq->hdr.opcode);
     memset(&m, 0, sizeof(m));
-    m.op = bin_store_op(rq->hdr.opcode, rq->hdr.cas);
+    /* Without cas (-C) memcached never sees a request's cas: a store
+     * with one is a plain store (difftest seed 14014 case 4825). */
+    uint64_t cas = conn_server(c)->settings.cas_enabled ? rq->hdr.cas : 0;
+    m.op = bin_store_op(rq->hdr.opcode, cas);
     m.key = rq->key;
     m.nkey = rq->nkey;
     m.data = rq->value;
@@ -612,8 +782,7 @@ static void bin_store(struct conn *c, const struct bin_request *rq)
         m.flags = bin_load32(rq->extras);
         m.exptime = bin_load32(rq->extras + 4);
     }
-    if (m.op != ENG_OP_ADD)
-        m.cas = rq->hdr.cas;
+    m.cas = cas;
     if (m.data == NULL)
         m.data = "";
     conn_mutate(c, r, &m, bin_store_complete);
@@ -677,19 +846,32 @@ static void bin_arith(struct conn *c, const struct bin_request *rq)
     conn_mutate(c, r, &m, bin_arith_complete);
 }
 
+/* A touched item's reply carries its flags as extras, as memcached's does
+ * (read before the touch; r->arg holds them). */
 static void bin_touch_complete(struct resp *r, const struct eng_result *res)
 {
-    if (res->status != ENG_SUCCESS)
+    if (res->status != ENG_SUCCESS) {
         bin_add_engine_error(r, res);
-    else
-        bin_add_ok(r, res->cas);
+        return;
+    }
+    char flags[BIN_EXTRAS_GET];
+    bin_add_header(r, BIN_STATUS_OK, BIN_EXTRAS_GET, 0, BIN_EXTRAS_GET, res->cas);
+    bin_store32(flags, (uint32_t)r->arg);
+    resp_add(r, flags, sizeof(flags));
 }
 
 static void bin_touch(struct conn *c, const struct bin_request *rq)
 {
     struct resp *r = bin_resp_new(c, rq);
     struct eng_mutation m;
+    struct eng_value v;
+    struct eng_result res;
 
+    if (conn_get_ex(c, rq->key, rq->nkey, ENG_GET_PEEK, &v, &res) == ENG_SUCCESS) {
+        r->arg = v.flags;
+        if (v.handle)
+            conn_engine(c)->ops->release(conn_engine(c), v.handle);
+    }
     memset(&m, 0, sizeof(m));
     m.op = ENG_OP_TOUCH;
     m.key = rq->key;
@@ -710,6 +892,12 @@ static void bin_flush(struct conn *c, const struct bin_request *rq)
 {
     struct resp *r = bin_resp_new(c, rq);
     struct eng_mutation m;
+
+    if (!conn_server(c)->settings.flush_enabled) {   /* -F: memcached's answer */
+        bin_add_error(r, BIN_STATUS_AUTH_ERROR, "Auth failure.");
+        resp_done(r);
+        return;
+    }
 
     r->noreply = bin_opcode_is_quiet(rq->hdr.opcode);
     memset(&m, 0, sizeof(m));
@@ -827,6 +1015,31 @@ static void bin_dispatch(struct conn *c, const struct bin_request *rq)
     }
 }
 
+static void bin_silent_complete(struct resp *r, const struct eng_result *res)
+{
+    (void)r;
+    (void)res;
+}
+
+/* A store too large for memcached's item size limit: E2BIG (written once
+ * the value has been dropped); a set also drops the key's current value, as
+ * memcached does, so nobody reads stale data. */
+static void bin_reject_too_large(struct conn *c, const struct bin_request *rq)
+{
+    uint8_t op = rq->hdr.opcode;
+    if ((op == BIN_OP_SET || op == BIN_OP_SETQ) && !server_moved(conn_server(c), rq->key, rq->nkey)) {
+        struct eng_mutation m;
+        memset(&m, 0, sizeof(m));
+        m.op = ENG_OP_DELETE;
+        m.key = rq->key;
+        m.nkey = rq->nkey;
+        struct resp *d = bin_resp_new(c, rq);
+        d->noreply = true;
+        conn_mutate(c, d, &m, bin_silent_complete);
+    }
+    bin_reply_status_swallow(c, rq, BIN_STATUS_E2BIG, rq->nvalue);
+}
+
 /* Routing: a keyed request for a slot this process does not serve gets
  * not-my-vbucket with the MOVED text.  True if it did. */
 static bool bin_reply_if_moved(struct conn *c, const struct bin_request *rq)
@@ -845,17 +1058,6 @@ static bool bin_reply_if_moved(struct conn *c, const struct bin_request *rq)
     return true;
 }
 
-/* A body too long to accept: refuse it, drop what is buffered, and have the
- * connection skip the rest as it arrives. */
-static void bin_reject_too_large(struct conn *c, const struct bin_request *rq,
-                                 size_t len, size_t *consumed)
-{
-    bin_reply_status(c, rq, BIN_STATUS_E2BIG);
-    *consumed = len < rq->total ? len : rq->total;
-    if (rq->total > *consumed)
-        conn_swallow(c, rq->total - *consumed);
-}
-
 enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
                                   size_t *consumed)
 {
@@ -863,23 +1065,47 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
     struct bin_request rq;
 
     *consumed = 0;
-    switch (bin_parse_request(buf, len, bin_max_body(s->settings.item_size_max), &rq)) {
-    case BIN_PARSE_NEED_MORE:
+    switch (bin_frame_request(buf, len, s->settings.item_size_max, s->settings.cas_enabled,
+                              &rq)) {
+    case BF_NEED_MORE:
+        /* Waiting for a value memcached writes nothing until it is
+         * complete (waiting for a header or a key it does). */
+        if (rq.head > 0 && len >= rq.head)
+            conn_hold_output(c);
         return CONN_PARSE_NEED_MORE;
-    case BIN_PARSE_BAD_MAGIC:
+    case BF_BAD_MAGIC:
+        conn_close_discard(c);
         return CONN_PARSE_CLOSE;
-    case BIN_PARSE_TOO_LARGE:
-        bin_reject_too_large(c, &rq, len, consumed);
-        return CONN_PARSE_OK;
-    case BIN_PARSE_EINVAL:
-        bin_reply_status(c, &rq, BIN_STATUS_EINVAL);
-        *consumed = rq.total;
-        return CONN_PARSE_OK;
-    case BIN_PARSE_UNKNOWN:
+    case BF_BAD_LENGTHS:
+        /* memcached answers "unknown command" and closes. */
         bin_reply_status(c, &rq, BIN_STATUS_UNKNOWN_COMMAND);
-        *consumed = rq.total;
+        *consumed = len;
+        return CONN_PARSE_CLOSE;
+    case BF_EINVAL:
+        /* memcached closes the connection after the reply. */
+        bin_reply_status(c, &rq, BIN_STATUS_EINVAL);
+        *consumed = len;
+        return CONN_PARSE_CLOSE;
+    case BF_UNKNOWN:
+        if (rq.hdr.opcode >= BIN_OP_SASL_LIST && rq.hdr.opcode <= BIN_OP_SASL_STEP) {
+            /* The SASL commands (not built in, as in Debian's memcached)
+             * are unknown, their body read and dropped. */
+            bin_reply_status(c, &rq, BIN_STATUS_UNKNOWN_COMMAND);
+            *consumed = len < rq.total ? len : rq.total;
+            conn_swallow(c, rq.total - *consumed);
+            return CONN_PARSE_OK;
+        }
+        /* memcached drops bodylen more bytes after the key and extras. */
+        bin_reply_status_swallow(c, &rq, BIN_STATUS_UNKNOWN_COMMAND, rq.hdr.bodylen);
+        *consumed = rq.head;
+        conn_swallow(c, rq.hdr.bodylen);
         return CONN_PARSE_OK;
-    case BIN_PARSE_OK:
+    case BF_TOO_LARGE:
+        bin_reject_too_large(c, &rq);
+        *consumed = rq.head;
+        conn_swallow(c, rq.nvalue);
+        return CONN_PARSE_OK;
+    case BF_OK:
         break;
     }
 
@@ -891,5 +1117,7 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
     if (!bin_reply_if_moved(c, &rq))
         bin_dispatch(c, &rq);
     *consumed = rq.total;
+    if (rq.hdr.opcode == BIN_OP_NOOP)
+        conn_flush_point(c);
     return CONN_PARSE_OK;
 }

@@ -37,6 +37,7 @@ struct bin_request {
     size_t nkey;
     const char *value;
     size_t nvalue;
+    size_t head;           /* header + extras + key: read before the opcode is judged */
     size_t total;          /* header + body: bytes the request occupies */
 };
 
@@ -49,14 +50,40 @@ enum bin_parse_result {
     BIN_PARSE_UNKNOWN      /* complete, opcode not supported; hdr/total set */
 };
 
-/* Validate and split the request at buf[0..len).  max_body is the largest
- * body accepted (see bin_max_body).  Never reads past buf + len. */
+/* A simple framing (cocytus-proxy uses it): validate and split the
+ * request at buf[0..len).  max_body is the largest body accepted (see
+ * bin_max_body).  Never reads past buf + len. */
 enum bin_parse_result bin_parse_request(const char *buf, size_t len, size_t max_body,
                                         struct bin_request *out);
 
 /* Largest request body accepted for an item size limit: anything longer is
  * refused with E2BIG without being buffered. */
 size_t bin_max_body(size_t item_size_max);
+
+/* The server's framing, memcached 1.6's reading, in order: a whole header (then the magic), the key
+ * and extras (an opcode it knows whose key and extras do not fit the body
+ * is refused before that), then the opcode and lengths are judged, then a
+ * store too large for the item size limit is refused before its value is
+ * read; only then is the value read. */
+enum bin_frame_result {
+    BF_OK,          /* complete and valid: every field of out is set */
+    BF_NEED_MORE,   /* incomplete; out->head/total are set once the header is in */
+    BF_BAD_MAGIC,   /* a header that is not a request (or whose key and extras would not
+                     * fit memcached's buffer): close, dropping unsent replies */
+    BF_BAD_LENGTHS, /* known opcode, key + extras longer than the body: memcached
+                     * answers "unknown command" and closes */
+    BF_EINVAL,      /* lengths wrong for the opcode: answer, then close */
+    BF_UNKNOWN,     /* opcode not supported (or a verbosity of the wrong shape):
+                     * answer, consume out->head, then drop hdr.bodylen more bytes
+                     * as memcached does */
+    BF_TOO_LARGE    /* a store memcached refuses as too large: key, extras and
+                     * nvalue are set; consume out->head, drop nvalue bytes */
+};
+
+/* Validate and split the request at buf[0..len) (item size limit and -C
+ * decide "too large" as memcached does).  Never reads past buf + len. */
+enum bin_frame_result bin_frame_request(const char *buf, size_t len, size_t item_size_max,
+                                        bool cas_enabled, struct bin_request *out);
 
 /* Opcode classes. */
 bool bin_opcode_known(uint8_t opcode);

@@ -19,7 +19,10 @@
 #include <string.h>
 
 #include "arith.h"
+#include "mcnum.h"
 #include "migrate.h"
+#include "proto_meta.h"
+#include "proto_meta_run.h"
 #include "proto_text.h"
 #include "server.h"
 
@@ -69,24 +72,31 @@ static bool tok_is(const struct tokens *t, int i, const char *word)
     return i < t->count && t->n[i] == n && memcmp(t->s[i], word, n) == 0;
 }
 
+/* Numbers are read as memcached reads them (mcnum.h): client flags with
+ * strtoul and kept as 32 bits, exptimes and lengths with strtol and kept
+ * as a 32-bit int (so 4294967296 is 0 and 2147483648 is negative), cas
+ * values and deltas with strtoull. */
 static bool parse_u32(const char *s, size_t n, uint32_t *out)
 {
     uint64_t v;
-    if (!arith_parse_u64(s, n, &v) || v > UINT32_MAX)
+    if (!mcnum_u64(s, n, &v))
         return false;
     *out = (uint32_t)v;
     return true;
 }
 
-/* Signed decimal within 32-bit range, as memcached reads exptime and length. */
 static bool parse_i32(const char *s, size_t n, int64_t *out)
 {
-    bool neg = n > 0 && s[0] == '-';
-    uint64_t v;
-    if (!arith_parse_u64(s + neg, n - neg, &v) || v > (neg ? 2147483648ull : 2147483647ull))
+    int64_t v;
+    if (!mcnum_i64(s, n, &v))
         return false;
-    *out = neg ? -(int64_t)v : (int64_t)v;
+    *out = (int32_t)(uint32_t)(uint64_t)v;
     return true;
+}
+
+static bool parse_u64(const char *s, size_t n, uint64_t *out)
+{
+    return mcnum_u64(s, n, out);
 }
 
 static enum text_parse_result parse_error(struct text_req *req, const char *msg)
@@ -110,6 +120,7 @@ static const struct command_name command_names[] = {
     { "touch", TC_TOUCH }, { "flush_all", TC_FLUSH_ALL }, { "version", TC_VERSION },
     { "verbosity", TC_VERBOSITY }, { "stats", TC_STATS }, { "quit", TC_QUIT },
     { "shutdown", TC_SHUTDOWN }, { "cocytus", TC_ADMIN },
+    { "cache_memlimit", TC_CACHE_MEMLIMIT }, { "watch", TC_WATCH },
 };
 
 static bool word_is(const char *s, size_t n, const char *w, size_t wn)
@@ -137,16 +148,18 @@ static bool is_retrieval(enum text_cmd cmd)
     return cmd == TC_GET || cmd == TC_GETS || cmd == TC_GAT || cmd == TC_GATS;
 }
 
-/* A line too long to be anything but a multi-get may still be one. */
+/* A line too long to be anything but a multi-get may still be one: memcached
+ * keeps reading a line that starts with "get " or "gets " (after at most 100
+ * spaces). */
 static bool starts_with_retrieval(const char *buf, size_t len)
 {
     size_t i = 0;
-    while (i < len && i < 64 && buf[i] == ' ')
+    while (i < len && buf[i] == ' ')
         i++;
-    size_t n = 0;
-    while (i + n < len && n < 5 && buf[i + n] != ' ')
-        n++;
-    return i + n < len && buf[i + n] == ' ' && is_retrieval(lookup_command(buf + i, n));
+    if (i > 100)
+        return false;
+    return (len - i >= 4 && memcmp(buf + i, "get ", 4) == 0) ||
+           (len - i >= 5 && memcmp(buf + i, "gets ", 5) == 0);
 }
 
 bool text_next_key(const char **p, const char *end, const char **key, size_t *nkey)
@@ -170,11 +183,16 @@ static enum text_parse_result parse_retrieval(struct text_req *req, const struct
 {
     int first_key = 1;
     if (req->cmd == TC_GAT || req->cmd == TC_GATS) {
-        if (t->count < 3)
+        if (t->count < 2)
             return parse_error(req, "ERROR");
         if (!parse_i32(t->s[1], t->n[1], &req->exptime))
             return parse_error(req, "CLIENT_ERROR invalid exptime argument");
         first_key = 2;
+        if (t->count == 2) {            /* memcached answers an empty END */
+            req->keys = end;
+            req->nkeys_len = 0;
+            return TP_OK;
+        }
     }
     if (t->count <= first_key)
         return parse_error(req, "ERROR");
@@ -197,21 +215,21 @@ static enum text_parse_result parse_storage(struct text_req *req, const struct t
     int want = req->cmd == TC_CAS ? 6 : 5;
     if (t->more || t->count < want || t->count > want + 1)
         return parse_error(req, "ERROR");
-    req->noreply = t->count == want + 1 && tok_is(t, want, "noreply");
+    /* memcached's noreply: the last token, whatever the count (an error
+     * of the line is then not answered either). */
+    req->noreply = tok_is(t, t->count - 1, "noreply");
     req->key = t->s[1];
     req->nkey = t->n[1];
     bool ok = parse_u32(t->s[2], t->n[2], &req->flags) &&
               parse_i32(t->s[3], t->n[3], &req->exptime) &&
-              parse_i32(t->s[4], t->n[4], &req->vlen) && req->vlen >= 0;
+              parse_i32(t->s[4], t->n[4], &req->vlen) && req->vlen >= 0 &&
+              req->vlen <= INT32_MAX - 2;
     if (ok && req->cmd == TC_CAS)
-        ok = arith_parse_u64(t->s[5], t->n[5], &req->cas);
+        ok = parse_u64(t->s[5], t->n[5], &req->cas);
     if (!ok)
         return parse_error(req, bad_format);
-    if (req->nkey > TEXT_KEY_MAX) {
-        /* The length is sound, so skip the data block rather than read it as commands. */
-        req->swallow = (size_t)req->vlen + 2;
+    if (req->nkey > TEXT_KEY_MAX)   /* memcached then reads the data block as a command */
         return parse_error(req, bad_format);
-    }
     if ((size_t)req->vlen > max_item) {
         req->swallow = (size_t)req->vlen + 2;
         return parse_error(req, "SERVER_ERROR object too large for cache");
@@ -251,12 +269,12 @@ static enum text_parse_result parse_arith(struct text_req *req, const struct tok
 {
     if (t->more || t->count < 3 || t->count > 4)
         return parse_error(req, "ERROR");
-    req->noreply = t->count == 4 && tok_is(t, 3, "noreply");
+    req->noreply = tok_is(t, t->count - 1, "noreply");
     req->key = t->s[1];
     req->nkey = t->n[1];
     if (req->nkey > TEXT_KEY_MAX)
         return parse_error(req, bad_format);
-    if (!arith_parse_u64(t->s[2], t->n[2], &req->delta))
+    if (!parse_u64(t->s[2], t->n[2], &req->delta))
         return parse_error(req, "CLIENT_ERROR invalid numeric delta argument");
     return TP_OK;
 }
@@ -265,7 +283,7 @@ static enum text_parse_result parse_touch(struct text_req *req, const struct tok
 {
     if (t->more || t->count < 3 || t->count > 4)
         return parse_error(req, "ERROR");
-    req->noreply = t->count == 4 && tok_is(t, 3, "noreply");
+    req->noreply = tok_is(t, t->count - 1, "noreply");
     req->key = t->s[1];
     req->nkey = t->n[1];
     if (req->nkey > TEXT_KEY_MAX)
@@ -275,18 +293,16 @@ static enum text_parse_result parse_touch(struct text_req *req, const struct tok
     return TP_OK;
 }
 
+/* flush_all [delay] [noreply]: a token after the delay is ignored; the
+ * delay is read even when it is "noreply" followed by something else.
+ * (The server refuses flush_all under -F before it looks at the delay.) */
 static enum text_parse_result parse_flush_all(struct text_req *req, const struct tokens *t)
 {
     if (t->more || t->count > 3)
         return parse_error(req, "ERROR");
     req->noreply = tok_is(t, t->count - 1, "noreply");
-    int nargs = t->count - 1 - (req->noreply ? 1 : 0);
-    if (nargs == 1) {
-        if (!parse_i32(t->s[1], t->n[1], &req->exptime) || req->exptime < 0)
-            return parse_error(req, bad_format);
-    } else if (nargs != 0) {
-        return parse_error(req, "ERROR");
-    }
+    if (t->count > (req->noreply ? 2 : 1) && !parse_i32(t->s[1], t->n[1], &req->exptime))
+        return parse_error(req, "CLIENT_ERROR invalid exptime argument");
     return TP_OK;
 }
 
@@ -295,11 +311,20 @@ static enum text_parse_result parse_verbosity(struct text_req *req, const struct
     if (t->more || t->count < 2 || t->count > 3)
         return parse_error(req, "ERROR");
     req->noreply = tok_is(t, t->count - 1, "noreply");
-    /* memcached takes whatever number is there; anything else means 0. */
-    uint64_t level = 0;
-    if (!arith_parse_u64(t->s[1], t->n[1], &level))
-        level = 0;
-    req->delta = level;
+    if (!parse_u64(t->s[1], t->n[1], &req->delta))
+        return parse_error(req, bad_format);
+    return TP_OK;
+}
+
+/* cache_memlimit <megabytes> [noreply]: one token after the number is
+ * ignored; a number strtoul does not take is an unknown command. */
+static enum text_parse_result parse_cache_memlimit(struct text_req *req, const struct tokens *t)
+{
+    if (t->more || t->count < 2 || t->count > 3)
+        return parse_error(req, "ERROR");
+    req->noreply = tok_is(t, t->count - 1, "noreply");
+    if (!parse_u64(t->s[1], t->n[1], &req->delta))
+        return parse_error(req, "ERROR");
     return TP_OK;
 }
 
@@ -326,11 +351,19 @@ static enum text_parse_result parse_line(struct text_req *req, const char *buf, 
         return parse_flush_all(req, &t);
     case TC_VERBOSITY:
         return parse_verbosity(req, &t);
+    case TC_CACHE_MEMLIMIT:
+        return parse_cache_memlimit(req, &t);
+    case TC_WATCH:
+        if (t.count > 1) {
+            req->arg = t.s[1];
+            req->narg = (size_t)(end - t.s[1]);
+        }
+        return TP_OK;
     case TC_VERSION:
         /* memcached ignores anything after "version"; memcapable relies on it. */
         return TP_OK;
     case TC_QUIT:
-        return t.count == 1 ? TP_OK : parse_error(req, "ERROR");
+        return TP_OK;           /* memcached ignores anything after "quit" */
     case TC_SHUTDOWN:
         return t.count <= 2 ? TP_OK : parse_error(req, "ERROR");
     case TC_ADMIN:
@@ -364,11 +397,19 @@ enum text_parse_result text_parse(const char *buf, size_t len, size_t max_item,
         return TP_NEED_MORE;
     }
     size_t line = (size_t)(nl - buf) + 1;
-    if (line > TEXT_GET_LINE_MAX + 2)
+    /* memcached reads 16 KB at a time: a longer line is never whole in its
+     * buffer, and it closes as for any line over 2048 bytes without a
+     * newline, unless it is a get or gets. */
+    if (line > TEXT_GET_LINE_MAX + 2 ||
+        (line > TEXT_READ_CHUNK && !starts_with_retrieval(buf, len)))
         return TP_CLOSE;
     const char *end = nl;
     if (end > buf && end[-1] == '\r')
         end--;
+    /* memcached reads the line as a C string: a NUL ends it. */
+    const char *nul = memchr(buf, '\0', (size_t)(end - buf));
+    if (nul)
+        end = nul;
     req->total = line;
     return parse_line(req, buf, len, end, max_item);
 }
@@ -424,6 +465,10 @@ static void reply_outcome(struct resp *r, const struct eng_result *res, const ch
 
 static void store_complete(struct resp *r, const struct eng_result *res)
 {
+    if (res->status == ENG_TOO_LARGE)
+        conn_server(r->c)->stats.store_too_large++;
+    else if (res->status == ENG_NO_MEMORY)
+        conn_server(r->c)->stats.store_no_memory++;
     reply_outcome(r, res, "STORED\r\n");
 }
 
@@ -483,6 +528,8 @@ static void reply_value(struct resp *r, const struct eng_value *v, bool with_cas
 
 /* ---- handlers ---- */
 
+static void reply_line(struct conn *c, const char *line, bool noreply);
+
 static void handle_get(struct conn *c, const struct text_req *req)
 {
     struct resp *r = conn_resp_new(c);
@@ -493,6 +540,7 @@ static void handle_get(struct conn *c, const struct text_req *req)
         struct eng_value v;
         struct eng_result res;
         eng_status st = conn_get(c, key, nkey, &v, &res);
+        prefix_stats_get(conn_server(c), key, nkey, st == ENG_SUCCESS);
         if (st == ENG_SUCCESS) {
             reply_value(r, &v, with_cas);
         } else if (st != ENG_NOT_FOUND) {
@@ -506,6 +554,37 @@ static void handle_get(struct conn *c, const struct text_req *req)
 }
 
 /* The value slot of a gat completes once every touch it issued has. */
+static void quiet_complete(struct resp *r, const struct eng_result *res)
+{
+    (void)r;
+    (void)res;
+}
+
+/* A retrieval whose key list holds a key too long: memcached has served
+ * the keys before it when it meets that one (and then drops the replies):
+ * a gat has touched them, a get fetched them (difftest seed 77 case 858). */
+static void serve_keys_before_bad(struct conn *c, const struct text_req *req)
+{
+    const char *p = req->keys, *end = req->keys + req->nkeys_len, *key;
+    size_t nkey;
+    bool gat = req->cmd == TC_GAT || req->cmd == TC_GATS;
+    while (req->keys && text_next_key(&p, end, &key, &nkey) && nkey <= TEXT_KEY_MAX) {
+        struct eng_value v;
+        struct eng_result res;
+        if (conn_get(c, key, nkey, &v, &res) != ENG_SUCCESS)
+            continue;
+        if (v.handle)
+            conn_engine(c)->ops->release(conn_engine(c), v.handle);
+        if (!gat)
+            continue;
+        struct eng_mutation m = { .op = ENG_OP_TOUCH, .key = key, .nkey = nkey,
+                                  .exptime = req->exptime };
+        struct resp *t = conn_resp_new(c);
+        t->noreply = true;
+        conn_mutate(c, t, &m, quiet_complete);
+    }
+}
+
 static void gat_touch_complete(struct resp *t, const struct eng_result *res)
 {
     struct resp *vr = (struct resp *)(uintptr_t)t->arg;
@@ -527,6 +606,7 @@ static void handle_gat(struct conn *c, const struct text_req *req)
         struct eng_value v;
         struct eng_result res;
         eng_status st = conn_get(c, key, nkey, &v, &res);
+        prefix_stats_get(conn_server(c), key, nkey, st == ENG_SUCCESS);
         if (st == ENG_NOT_FOUND) {
             /* memcached counts a gat miss as a touch miss too. */
             conn_server(c)->stats.cmd_touch++;
@@ -553,12 +633,30 @@ static void handle_gat(struct conn *c, const struct text_req *req)
         resp_done(r);
 }
 
+/* A set refused as too large also drops the key's current value, as
+ * memcached does (the other stores leave it); noreply hides the error line
+ * here, as in memcached (difftest seed 20261124 case 4523). */
+static void store_too_large(struct conn *c, const struct text_req *req)
+{
+    conn_server(c)->stats.store_too_large++;
+    if (req->cmd == TC_SET)
+        meta_run_drop_key(c, req->key, req->nkey);
+    reply_line(c, "SERVER_ERROR object too large for cache", req->noreply);
+}
+
 static void handle_store(struct conn *c, const struct text_req *req)
 {
     static const eng_op ops[] = {
         [TC_SET] = ENG_OP_SET, [TC_ADD] = ENG_OP_ADD, [TC_REPLACE] = ENG_OP_REPLACE,
         [TC_APPEND] = ENG_OP_APPEND, [TC_PREPEND] = ENG_OP_PREPEND, [TC_CAS] = ENG_OP_CAS,
     };
+    struct server *s = conn_server(c);
+    prefix_stats_set(s, req->key, req->nkey);
+    if (engine_too_large(s->settings.item_size_max, s->settings.cas_enabled, req->nkey,
+                         (size_t)req->vlen, req->flags)) {
+        store_too_large(c, req);
+        return;
+    }
     struct eng_mutation m = {
         .op = ops[req->cmd], .key = req->key, .nkey = req->nkey,
         .data = req->data, .nbytes = (size_t)req->vlen,
@@ -567,12 +665,13 @@ static void handle_store(struct conn *c, const struct text_req *req)
     struct resp *r = conn_resp_new(c);
     r->noreply = req->noreply;
     if (conn_is_import(c))
-        conn_server(c)->stats.import_keys++;
+        s->stats.import_keys++;
     conn_mutate(c, r, &m, store_complete);
 }
 
 static void handle_delete(struct conn *c, const struct text_req *req)
 {
+    prefix_stats_delete(conn_server(c), req->key, req->nkey);
     struct eng_mutation m = { .op = ENG_OP_DELETE, .key = req->key, .nkey = req->nkey };
     struct resp *r = conn_resp_new(c);
     r->noreply = req->noreply;
@@ -603,6 +702,10 @@ static void handle_touch(struct conn *c, const struct text_req *req)
 
 static void handle_flush_all(struct conn *c, const struct text_req *req)
 {
+    if (!conn_server(c)->settings.flush_enabled) {
+        reply_line(c, "CLIENT_ERROR flush_all not allowed", req->noreply);
+        return;
+    }
     struct eng_mutation m = { .op = ENG_OP_FLUSH, .exptime = req->exptime };
     struct resp *r = conn_resp_new(c);
     r->noreply = req->noreply;
@@ -620,32 +723,167 @@ static void stat_line(void *ctx, const char *name, const char *fmt, ...)
     resp_printf(r, "STAT %s %s\r\n", name, value);
 }
 
+static void resp_write(void *ctx, const void *p, size_t n)
+{
+    resp_add(ctx, p, n);
+}
+
+/* stats cachedump <class> <limit>: the class's items, newest first. */
+struct cachedump {
+    struct resp *r;
+    unsigned cls;
+    unsigned long long limit;
+    unsigned long long n;
+    size_t bytes;
+    size_t item_size_max;
+    bool cas_enabled;
+};
+
+#define CACHEDUMP_MAX_BYTES (2u << 20)   /* memcached's cap on the reply */
+
+static bool cachedump_item(void *ctx, const struct eng_value *v)
+{
+    struct cachedump *d = ctx;
+    size_t size = meta_item_size(v->nkey, v->nbytes, v->flags, d->cas_enabled);
+    if (meta_run_slab_class(size, d->item_size_max) != d->cls)
+        return true;
+    char line[TEXT_KEY_MAX + 64];
+    int n = snprintf(line, sizeof(line), " [%u b; %lld s]\r\n", (unsigned)v->nbytes,
+                     (long long)v->exptime);
+    if (d->bytes + 5 + v->nkey + (size_t)n > CACHEDUMP_MAX_BYTES)
+        return false;
+    resp_add(d->r, "ITEM ", 5);
+    resp_add(d->r, v->key, v->nkey);
+    resp_add(d->r, line, (size_t)n);
+    d->bytes += 5 + v->nkey + (size_t)n;
+    return d->limit == 0 || ++d->n < d->limit;
+}
+
+static void stats_cachedump(struct conn *c, struct resp *r, int argc, char **argv)
+{
+    struct server *s = conn_server(c);
+    uint64_t cls, limit;
+    if (argc < 3) {
+        resp_str(r, "CLIENT_ERROR bad command line\r\n");
+        return;
+    }
+    if (!parse_u64(argv[1], strlen(argv[1]), &cls) || !parse_u64(argv[2], strlen(argv[2]), &limit)) {
+        resp_str(r, "CLIENT_ERROR bad command line format\r\n");
+        return;
+    }
+    if ((uint32_t)cls >= 64) {
+        resp_str(r, "CLIENT_ERROR Illegal slab id\r\n");
+        return;
+    }
+    struct engine *e = conn_engine(c);
+    struct cachedump d = { r, (uint32_t)cls, (uint32_t)limit, 0, 0,
+                           s->settings.item_size_max, s->settings.cas_enabled };
+    if (d.cls > 0 && e->ops->visit_recent)
+        e->ops->visit_recent(e, cachedump_item, &d);
+    resp_str(r, "END\r\n");
+}
+
+#define STATS_MAX_WORDS 8
+
+/* stats [group [args]]: memcached's groups and answers. */
 static void handle_stats(struct conn *c, const struct text_req *req)
 {
     struct server *s = conn_server(c);
     struct resp *r = conn_resp_new(c);
-    char group[64] = "";
+    char line[256];
+    char *argv[STATS_MAX_WORDS];
+    int argc = 0;
     if (req->arg) {
-        if (req->narg >= sizeof(group)) {
+        if (req->narg >= sizeof(line)) {
             resp_str(r, "ERROR\r\n");
             resp_done(r);
             return;
         }
-        memcpy(group, req->arg, req->narg);
-        group[req->narg] = '\0';
+        memcpy(line, req->arg, req->narg);
+        line[req->narg] = '\0';
+        char *save = NULL;
+        for (char *w = strtok_r(line, " ", &save); w && argc < STATS_MAX_WORDS;
+             w = strtok_r(NULL, " ", &save))
+            argv[argc++] = w;
     }
+    const char *group = argc > 0 ? argv[0] : "";
     if (strcmp(group, "reset") == 0) {
         server_stats_reset(s);
         resp_str(r, "RESET\r\n");
+    } else if (strcmp(group, "detail") == 0) {
+        const char *what = argc > 1 ? argv[1] : "";
+        if (strcmp(what, "on") == 0 || strcmp(what, "off") == 0) {
+            s->settings.detail_enabled = what[1] == 'n';
+            resp_str(r, "OK\r\n");
+        } else if (strcmp(what, "dump") == 0) {
+            prefix_stats_dump(s, resp_write, r);
+        } else {
+            resp_str(r, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+        }
+    } else if (strcmp(group, "cachedump") == 0) {
+        stats_cachedump(c, r, argc, argv);
+    } else if (strcmp(group, "conns") == 0) {
+        conn_stats_conns(c, r);
+    } else if (strcmp(group, "sizes_enable") == 0 || strcmp(group, "sizes_disable") == 0) {
+        s->settings.sizes_enabled = group[6] == 'e';
+        resp_str(r, s->settings.sizes_enabled ? "STAT sizes_status enabled\r\n"
+                                              : "STAT sizes_status disabled\r\n");
+    } else if (strcmp(group, "sizes") == 0 && !s->settings.sizes_enabled) {
+        resp_str(r, "STAT sizes_status disabled\r\nEND\r\n");
+    } else if (strcmp(group, "extstore") == 0) {
+        resp_str(r, "END\r\n");
     } else if (server_stats(s, group, stat_line, r)) {
         resp_str(r, "END\r\n");
     } else {
         /* Drop anything a failed group emitted before saying so. */
-        r->buflen = 0;
+        r->buflen = r->scratch;
         r->nsegs = 0;
         resp_str(r, "ERROR\r\n");
     }
     resp_done(r);
+}
+
+/* watch: memcached's log streams are not supported; the refusals it
+ * makes itself are its (behind pipelined replies, unknown streams). */
+static void handle_watch(struct conn *c, const struct text_req *req)
+{
+    static const char *const streams[] = {
+        "fetchers", "mutations", "evictions", "connevents", "proxyreqs", "proxyevents",
+        "proxyuser", "deletions",
+    };
+    if (conn_has_unflushed(c)) {
+        reply_line(c, "ERROR cannot pipeline other commands before watch", false);
+        return;
+    }
+    const char *p = req->arg, *end = req->arg ? req->arg + req->narg : NULL, *w;
+    size_t n;
+    while (p && text_next_key(&p, end, &w, &n)) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++)
+            known |= strlen(streams[i]) == n && memcmp(streams[i], w, n) == 0;
+        if (!known) {
+            reply_line(c, "ERROR", false);
+            return;
+        }
+    }
+    reply_line(c, "ERROR watch is not supported", false);
+}
+
+/* cache_memlimit <megabytes>: memcached's answers and bounds. */
+static void handle_cache_memlimit(struct conn *c, const struct text_req *req)
+{
+    struct server *s = conn_server(c);
+    uint32_t mb = (uint32_t)req->delta;
+    const char *reply;
+    if (mb < 8)
+        reply = "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m";
+    else if (mb > 1000000000)
+        reply = "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes";
+    else if (!server_set_mem_limit(s, (size_t)mb << 20))
+        reply = "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust";
+    else
+        reply = "OK";
+    reply_line(c, reply, req->noreply);
 }
 
 static void admin_write(void *ctx, const void *p, size_t n)
@@ -839,29 +1077,244 @@ static bool needs_own_writes(enum text_cmd cmd)
     return is_retrieval(cmd) || cmd == TC_STATS || cmd == TC_ADMIN;
 }
 
+/* Does the line start with a meta command (mg ms md ma mn me and a
+ * separator)? */
+static bool looks_meta(const char *buf, size_t len)
+{
+    size_t i = 0;
+    while (i < len && buf[i] == ' ')
+        i++;
+    if (i + 2 >= len || buf[i] != 'm')
+        return false;
+    char sep = buf[i + 2];
+    return (sep == ' ' || sep == '\r' || sep == '\n') && meta_is_command(buf + i, 2);
+}
+
+/* A meta command: parse, route, run.  CONN_PARSE_OK with *consumed 0 means
+ * it was not one after all. */
+static enum conn_parse process_meta(struct conn *c, const char *buf, size_t len,
+                                    size_t *consumed, bool *handled)
+{
+    struct server *s = conn_server(c);
+    struct meta_req req;
+    *handled = true;
+    switch (meta_parse(buf, len, s->settings.item_size_max, &req)) {
+    case MP_NOT_META:
+        *handled = false;
+        return CONN_PARSE_OK;
+    case MP_NEED_MORE:
+        if (memchr(buf, '\n', len))
+            conn_hold_output(c);      /* the line is there: waiting for its data */
+        return CONN_PARSE_NEED_MORE;
+    case MP_CLOSE:
+        if (!memchr(buf, '\n', len) && conn_input_may_grow(c, len))
+            return CONN_PARSE_NEED_MORE;
+        conn_close_discard(c);
+        return CONN_PARSE_CLOSE;
+    case MP_ERROR:
+        *consumed = req.total;
+        if (req.too_large) {
+            meta_run_too_large(c, req.key, req.nkey);
+        } else {
+            struct resp *r = conn_resp_new(c);
+            resp_str(r, req.error);
+            resp_add(r, "\r\n", 2);
+            resp_done(r);
+        }
+        conn_swallow(c, req.swallow);
+        return CONN_PARSE_OK;
+    case MP_OK:
+        break;
+    }
+    /* ma with t or N peeks at the item first: like a read, it waits for
+     * this connection's writes in flight (a replicated engine). */
+    bool peeks = req.cmd == MC_ARITH && (meta_has(&req, 't') || meta_has(&req, 'N'));
+    bool read = req.cmd == MC_GET || req.cmd == MC_DEBUG;
+    if ((read || peeks) && conn_writes_inflight(c))
+        return CONN_PARSE_BLOCKED;
+    if (read && conn_read_waits(c, req.key, req.nkey))
+        return CONN_PARSE_BLOCKED;
+    *consumed = req.total;
+    if (req.cmd != MC_NOOP && s->routes && !conn_is_import(c)) {
+        const char *moved = server_moved(s, req.key, req.nkey);
+        if (moved) {
+            struct resp *r = conn_resp_new(c);
+            resp_printf(r, "SERVER_ERROR MOVED %s\r\n", moved);
+            resp_done(r);
+            return CONN_PARSE_OK;
+        }
+    }
+    meta_run(c, &req);
+    if (req.cmd == MC_NOOP)
+        conn_flush_point(c);
+    return CONN_PARSE_OK;
+}
+
+/* memcached closes the connection on an unknown command whose last token
+ * starts with "HTTP/" (an HTTP request sent to it), without a reply.  Its
+ * tokenizer keeps at most 23 tokens and makes the rest of the line the
+ * 24th. */
+static bool looks_http(const char *buf, size_t total)
+{
+    const char *end = buf + total;
+    if (end > buf && end[-1] == '\n')
+        end--;
+    if (end > buf && end[-1] == '\r')
+        end--;
+    const char *p = buf, *last = NULL;
+    int n = 0;
+    while (p < end) {
+        while (p < end && *p == ' ')
+            p++;
+        if (p == end)
+            break;
+        last = p;
+        if (++n == 24)
+            break;
+        while (p < end && *p != ' ')
+            p++;
+    }
+    return last && end - last >= 5 && memcmp(last, "HTTP/", 5) == 0;
+}
+
+/* -Y: until a connection authenticates, only "set <key> <flags> <exptime>
+ * <bytes>" with "user password" as its data is taken (key, flags and
+ * exptime are ignored; the reply is STORED even with noreply); anything
+ * else is answered "CLIENT_ERROR unauthenticated" and the rest of the
+ * input received with it is dropped, as memcached does. */
+static bool credentials(const char *p, size_t n, const char **user, size_t *nuser,
+                        const char **pass, size_t *npass)
+{
+    const char *tok[2];
+    size_t ntok[2];
+    int count = 0;
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && p[i] == ' ')
+            i++;
+        if (i == n)
+            break;
+        if (count == 2)
+            return false;
+        tok[count] = p + i;
+        while (i < n && p[i] != ' ') {
+            if ((unsigned char)p[i] < 0x20)
+                return false;
+            i++;
+        }
+        ntok[count] = (size_t)(p + i - tok[count]);
+        count++;
+    }
+    if (count != 2)
+        return false;
+    *user = tok[0];
+    *nuser = ntok[0];
+    *pass = tok[1];
+    *npass = ntok[1];
+    return true;
+}
+
+static enum conn_parse process_auth(struct conn *c, const char *buf, size_t len,
+                                    size_t *consumed)
+{
+    struct server *s = conn_server(c);
+    const char *nl = memchr(buf, '\n', len);
+    if (!nl) {
+        if (len > TEXT_LINE_MAX) {
+            conn_close_discard(c);
+            return CONN_PARSE_CLOSE;
+        }
+        return CONN_PARSE_NEED_MORE;
+    }
+    size_t line = (size_t)(nl - buf) + 1;
+    const char *end = nl > buf && nl[-1] == '\r' ? nl - 1 : nl;
+    struct tokens t;
+    tokenize(buf, end, TEXT_MAX_TOKENS, &t);
+    int64_t vlen;
+    if (tok_is(&t, 0, "set") && t.count >= 5 && parse_i32(t.s[4], t.n[4], &vlen) &&
+        vlen >= 0 && vlen <= INT32_MAX - 2) {
+        size_t need = line + (size_t)vlen + 2;
+        if (len < need) {
+            conn_hold_output(c);
+            return CONN_PARSE_NEED_MORE;
+        }
+        const char *user, *pass;
+        size_t nuser, npass;
+        s->stats.auth_cmds++;
+        if (credentials(buf + line, (size_t)vlen, &user, &nuser, &pass, &npass)) {
+            if (server_auth_check(s, user, nuser, pass, npass)) {
+                conn_set_authenticated(c);
+                reply_line(c, "STORED", false);
+                *consumed = need;
+                return CONN_PARSE_OK;
+            }
+            s->stats.auth_errors++;
+            reply_line(c, "CLIENT_ERROR authentication failure", false);
+            *consumed = len;
+            return CONN_PARSE_OK;
+        }
+        s->stats.auth_errors++;
+    }
+    reply_line(c, "CLIENT_ERROR unauthenticated", false);
+    *consumed = len;
+    return CONN_PARSE_OK;
+}
+
 enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
                                    size_t *consumed)
 {
     struct server *s = conn_server(c);
     struct text_req req;
+    *consumed = 0;
+    if (s->settings.auth_file && !conn_authenticated(c))
+        return process_auth(c, buf, len, consumed);
+    if (looks_meta(buf, len)) {
+        bool handled;
+        *consumed = 0;
+        enum conn_parse mp = process_meta(c, buf, len, consumed, &handled);
+        if (handled)
+            return mp;
+    }
     enum text_parse_result pr = text_parse(buf, len, s->settings.item_size_max, &req);
     *consumed = 0;
     switch (pr) {
     case TP_NEED_MORE:
+        if (memchr(buf, '\n', len))
+            conn_hold_output(c);      /* the line is there: waiting for its data */
         return CONN_PARSE_NEED_MORE;
     case TP_CLOSE:
-        if (s->settings.verbose) {
-            char peer[96];
-            fprintf(stderr, "closing the connection from %s: request line too long\n",
-                    conn_peer_name(c, peer, sizeof(peer)));
-        }
-        reply_line(c, "CLIENT_ERROR line too long", false);
+        if (!memchr(buf, '\n', len) && conn_input_may_grow(c, len))
+            return CONN_PARSE_NEED_MORE;
+        if (s->settings.verbose)
+            fprintf(stderr, "closing connection: request line too long\n");
+        conn_close_discard(c);
         return CONN_PARSE_CLOSE;
     case TP_ERROR:
         *consumed = req.total;
         if (req.cmd == TC_NONE && s->slotmap && is_config_get_cluster(buf, req.total)) {
             handle_config_cluster(c);
             return CONN_PARSE_OK;
+        }
+        if (is_retrieval(req.cmd) && req.error == bad_format) {
+            conn_discard_unflushed(c);   /* memcached drops what it had not written */
+            serve_keys_before_bad(c, &req);
+        }
+        if (req.cmd == TC_FLUSH_ALL && !s->settings.flush_enabled && req.error[0] == 'C') {
+            reply_line(c, "CLIENT_ERROR flush_all not allowed", req.noreply);
+            return CONN_PARSE_OK;
+        }
+        if (req.swallow && req.key && strncmp(req.error, "SERVER_ERROR", 12) == 0) {
+            /* A value over -I: refused before its data is read. */
+            if (!reply_if_moved(c, &req))
+                store_too_large(c, &req);
+            conn_swallow(c, req.swallow);
+            return CONN_PARSE_OK;
+        }
+        if (req.cmd == TC_NONE && looks_http(buf, req.total)) {
+            if (s->settings.verbose)
+                fprintf(stderr, "closing connection: an HTTP request\n");
+            conn_close_discard(c);
+            return CONN_PARSE_CLOSE;
         }
         reply_line(c, req.error, req.noreply);
         conn_swallow(c, req.swallow);
@@ -879,9 +1332,11 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
     switch (req.cmd) {
     case TC_GET: case TC_GETS:
         handle_get(c, &req);
+        conn_flush_point(c);
         break;
     case TC_GAT: case TC_GATS:
         handle_gat(c, &req);
+        conn_flush_point(c);
         break;
     case TC_SET: case TC_ADD: case TC_REPLACE: case TC_APPEND: case TC_PREPEND: case TC_CAS:
         handle_store(c, &req);
@@ -908,8 +1363,14 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
         reply_line(c, "VERSION " MC_VERSION_STRING, false);
         break;
     case TC_VERBOSITY:
-        s->settings.verbose = req.delta > 2 ? 2 : (int)req.delta;
+        s->settings.verbose = req.delta > INT32_MAX ? INT32_MAX : (int)req.delta;
         reply_line(c, "OK", req.noreply);
+        break;
+    case TC_CACHE_MEMLIMIT:
+        handle_cache_memlimit(c, &req);
+        break;
+    case TC_WATCH:
+        handle_watch(c, &req);
         break;
     case TC_QUIT:
         return CONN_PARSE_CLOSE;

@@ -17,6 +17,8 @@
 #define TEXT_MAX_TOKENS 8         /* non-retrieval commands never need more */
 #define TEXT_LINE_MAX 2048        /* a longer line without newline closes the connection */
 #define TEXT_GET_LINE_MAX (1u << 20) /* ...unless it is a (long multi-)get */
+#define TEXT_READ_CHUNK 16384     /* memcached's read buffer: a longer line (but a
+                                     get's) closes the connection */
 
 enum text_cmd {
     TC_NONE = 0,
@@ -24,7 +26,9 @@ enum text_cmd {
     TC_SET, TC_ADD, TC_REPLACE, TC_APPEND, TC_PREPEND, TC_CAS,
     TC_DELETE, TC_INCR, TC_DECR, TC_TOUCH,
     TC_FLUSH_ALL, TC_VERSION, TC_VERBOSITY, TC_STATS, TC_QUIT, TC_SHUTDOWN,
-    TC_ADMIN        /* "cocytus <words>": engine admin commands */
+    TC_ADMIN,       /* "cocytus <words>": engine admin commands */
+    TC_CACHE_MEMLIMIT,
+    TC_WATCH
 };
 
 enum text_parse_result {

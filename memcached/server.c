@@ -45,6 +45,8 @@ void settings_defaults(struct settings *s)
     s->cas_enabled = true;
     s->backlog = 1024;
     s->hashpower = 16;
+    s->flush_enabled = true;
+    s->prefix_delimiter = ':';
     s->role = "plain";
 }
 
@@ -213,19 +215,41 @@ static int server_listen(struct server *s)
 
 #define TRIM_EVERY_SECONDS 5
 
+/* -o idle_timeout=N: connections without a request for N seconds are
+ * closed (their replies still go out first). */
+static void close_idle(struct server *s, time_t now)
+{
+    if (s->settings.idle_timeout <= 0)
+        return;
+    struct conn *next;
+    for (struct conn *c = s->conns; c; c = next) {
+        next = c->next;
+        /* a connection that proved the cluster secret (a slot move's
+         * import connection, cocytus-cli) is the cluster's own: never idle */
+        if (!c->close_after_write && !conn_is_admin(c) &&
+            now - c->last_cmd > s->settings.idle_timeout) {
+            s->stats.idle_kicks++;
+            if (s->settings.verbose)
+                fprintf(stderr, "closing connection %d: idle for %ld s\n", c->fd,
+                        (long)(now - c->last_cmd));
+            conn_close_after_write(c);
+            conn_kick(c);
+        }
+    }
+}
+
 static void on_clock(evutil_socket_t fd, short what, void *arg)
 {
     struct server *s = arg;
     time_t now = time(NULL);
     clock_set(&s->clock, now);
+    close_idle(s, now);
     s->engine->ops->tick(s->engine, now);
     /* Bursts (a pipelined load, records in flight) leave freed heap pages
      * behind that malloc keeps; hand them back so RSS reflects what is
      * stored. */
     if (++s->ticks % TRIM_EVERY_SECONDS == 0)
         malloc_trim(0);
-    if (s->settings.idle_timeout > 0)
-        s->stats.idle_kicks += conn_close_idle(s, s->settings.idle_timeout);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -398,6 +422,8 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     signal(SIGPIPE, SIG_IGN);
     if (server_load_cluster(s) < 0 || server_load_slotmap(s) < 0)
         return -1;
+    if (settings->auth_file && server_load_auth(s, settings->auth_file) < 0)
+        return -1;
     s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
@@ -431,8 +457,82 @@ void server_shutdown(struct server *s)
     event_base_loopexit(s->base, NULL);
 }
 
+int server_load_auth(struct server *s, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "cocytus-server: cannot open the auth file %s: %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int lineno = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        size_t n = strcspn(line, "\r\n");
+        line[n] = '\0';
+        if (n == 0)
+            continue;
+        char *colon = strchr(line, ':');
+        if (!colon || colon == line || colon[1] == '\0') {
+            fprintf(stderr, "cocytus-server: %s:%d: not user:password\n", path, lineno);
+            fclose(f);
+            return -1;
+        }
+        *colon = '\0';
+        struct auth_entry *n2 = realloc(s->auth, (size_t)(s->nauth + 1) * sizeof(*n2));
+        if (!n2) {
+            fclose(f);
+            return -1;
+        }
+        s->auth = n2;
+        s->auth[s->nauth].user = strdup(line);
+        s->auth[s->nauth].pass = strdup(colon + 1);
+        if (!s->auth[s->nauth].user || !s->auth[s->nauth].pass) {
+            fclose(f);
+            return -1;
+        }
+        s->nauth++;
+    }
+    fclose(f);
+    if (s->nauth == 0) {
+        fprintf(stderr, "cocytus-server: the auth file %s has no user\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+bool server_auth_check(const struct server *s, const char *user, size_t nuser,
+                       const char *pass, size_t npass)
+{
+    for (int i = 0; i < s->nauth; i++) {
+        const struct auth_entry *a = &s->auth[i];
+        if (strlen(a->user) == nuser && memcmp(a->user, user, nuser) == 0 &&
+            strlen(a->pass) == npass && memcmp(a->pass, pass, npass) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool server_set_mem_limit(struct server *s, size_t bytes)
+{
+    struct engine *e = s->engine;
+    if (!e->ops->set_mem_limit || !e->ops->set_mem_limit(e, bytes))
+        return false;
+    s->settings.mem_limit = bytes;
+    return true;
+}
+
 void server_destroy(struct server *s)
 {
+    for (int i = 0; i < s->nauth; i++) {
+        free(s->auth[i].user);
+        free(s->auth[i].pass);
+    }
+    free(s->auth);
+    s->auth = NULL;
+    s->nauth = 0;
+    prefix_stats_free(s);
     conn_close_all(s);
     coord_client_stop(s->coord);
     s->coord = NULL;

@@ -21,6 +21,13 @@ struct event_base;
 struct event;
 struct conn;
 struct coord_client;
+struct prefix_stats;
+
+/* -Y: the users and passwords of the auth file. */
+struct auth_entry {
+    char *user;
+    char *pass;
+};
 
 struct settings {
     int port;                 /* -p */
@@ -41,6 +48,12 @@ struct settings {
     unsigned hashpower;       /* -o hashpower=N */
     int idle_timeout;         /* -o idle_timeout=S: close clients idle S s (0: never) */
     size_t max_line;          /* longest request line accepted without a newline */
+    bool flush_enabled;       /* !-F */
+    const char *auth_file;    /* -Y: ASCII authentication (user:pass lines) */
+    int idle_timeout;         /* -o idle_timeout=N: close connections idle N seconds */
+    char prefix_delimiter;    /* -D: stats detail's key prefix delimiter (':') */
+    bool detail_enabled;      /* stats detail on|off (-D turns it on) */
+    bool sizes_enabled;       /* stats sizes_enable|sizes_disable (-o track_sizes) */
     const char *role;         /* --role (plain by default) */
     const char *cluster_file; /* --cluster: replicated roles */
     int group;                /* --group */
@@ -60,6 +73,8 @@ struct server_stats {
     uint64_t touch_hits, touch_misses;
     uint64_t bytes_read, bytes_written;
     uint64_t auth_cmds, auth_errors;
+    uint64_t meta_cmds;
+    uint64_t store_too_large, store_no_memory;
     /* Slot migration (migrate.c): moves finished here as the source, keys
      * copied, client writes forwarded; set/delete taken on import
      * connections as the destination. */
@@ -97,6 +112,9 @@ struct server {
     unsigned long ticks;      /* clock ticks since start */
     bool shutting_down;
     struct migration *migration; /* slot moves (migrate.c), NULL until the first */
+    struct prefix_stats *prefixes; /* stats detail: per key prefix counts (stats.c) */
+    struct auth_entry *auth;  /* -Y entries */
+    int nauth;
     struct coord_client *coord; /* control link to the coordinator (coord_client.c), or NULL */
 };
 
@@ -110,6 +128,25 @@ void server_destroy(struct server *s);
  * "conns".  Returns false for an unknown group. */
 bool server_stats(struct server *s, const char *group, eng_stat_fn emit, void *ctx);
 void server_stats_reset(struct server *s);
+
+/* stats detail (stats.c): count a get (and whether it hit), a store or a
+ * delete of key under its prefix when detail is on; the dump's lines
+ * ("PREFIX <p> get <n> hit <n> set <n> del <n>\r\n" ... "END\r\n") are
+ * written through write(ctx, ...). */
+void prefix_stats_get(struct server *s, const char *key, size_t nkey, bool hit);
+void prefix_stats_set(struct server *s, const char *key, size_t nkey);
+void prefix_stats_delete(struct server *s, const char *key, size_t nkey);
+void prefix_stats_dump(struct server *s, eng_write_fn write, void *ctx);
+void prefix_stats_free(struct server *s);
+
+/* -Y: loads the auth file into s (0, or -1 with a message). */
+int server_load_auth(struct server *s, const char *path);
+/* Does user/pass match an entry? */
+bool server_auth_check(const struct server *s, const char *user, size_t nuser,
+                       const char *pass, size_t npass);
+/* cache_memlimit: sets the memory limit (bytes); false if the engine
+ * cannot change it. */
+bool server_set_mem_limit(struct server *s, size_t bytes);
 
 /* Install slot map m (the server takes it; NULL removes the map): finds the
  * process's own endpoint, turns the slot check on when it serves slots, and

@@ -21,10 +21,32 @@ eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas,
             return ENG_NOT_STORED;
         return m->cas == 0 ? ENG_SUCCESS : cas_outcome(m, cas, cas_enabled);
     case ENG_OP_CAS:
-        return found ? cas_outcome(m, cas, cas_enabled) : ENG_NOT_FOUND;
+        if (!found)
+            return ENG_NOT_FOUND;
+        /* memcached: a cas of 0, or any cas without cas support (-C), has
+         * nothing to match (difftest seed 14014 case 4829) */
+        if (!cas_enabled || m->cas == 0)
+            return ENG_EXISTS;
+        if (m->cas_stale && cas_enabled && m->cas != 0 && m->cas < cas)
+            return ENG_SUCCESS;   /* stored, marked stale (store_marks) */
+        return cas_outcome(m, cas, cas_enabled);
     default: /* SET */
         if (m->cas == 0)
             return ENG_SUCCESS;
         return found ? cas_outcome(m, cas, cas_enabled) : ENG_NOT_FOUND;
     }
+}
+
+bool store_is_stale(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled)
+{
+    return m->op == ENG_OP_CAS && m->cas_stale && found && cas_enabled && m->cas != 0 &&
+           m->cas < cas;
+}
+
+uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, uint8_t old_marks,
+                    bool cas_enabled)
+{
+    if (!store_is_stale(m, found, cas, cas_enabled))
+        return m->marks;
+    return (uint8_t)(m->marks | ENG_MARK_STALE | (old_marks & ENG_MARK_WON));
 }

@@ -93,6 +93,17 @@ static eng_status pp_get(struct engine *e, const char *key, size_t nkey, struct 
     return in->ops->get(in, key, nkey, out, res);
 }
 
+/* The meta commands' read: the inner engine's, when it has one (a backup
+ * serves no keys and has none). */
+static eng_status pp_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
+                            struct eng_value *out, struct eng_result *res)
+{
+    struct engine *in = pp_of(e)->inner;
+    if (in->ops->get_ex)
+        return in->ops->get_ex(in, key, nkey, opts, out, res);
+    return in->ops->get(in, key, nkey, out, res);
+}
+
 /* Handles are items of the shared store, whichever engine handed them out. */
 static void pp_release(struct engine *e, void *handle)
 {
@@ -280,6 +291,7 @@ static void pp_destroy(struct engine *e)
 static const struct engine_ops pbr_ops = {
     .name = "pbr",
     .get = pp_get,
+    .get_ex = pp_get_ex,
     .release = pp_release,
     .mutate = pp_mutate,
     .stats = pp_stats,

@@ -18,7 +18,11 @@
  * record in flight or a reader are unlinked at once, each with a DEL op in
  * the same record as the PUT that needed the room, so backups drop them in
  * the same order.  Dead items are dropped silently: backups expire by their
- * own clock. */
+ * own clock.
+ *
+ * The meta commands' marks (stale, recache won, base64 key) and the fetched
+ * bit are kept on the primary's items only; records do not carry them, so a
+ * promoted backup starts without them (docs/compat.md). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -70,8 +74,9 @@ enum try_result {
 struct effect {
     enum pending_kind kind;
     struct item *it;              /* PUT */
-    uint64_t cas;                 /* PUT */
-    rel_time_t exptime;           /* TOUCH */
+    uint64_t cas;                 /* PUT, MARK */
+    rel_time_t exptime;           /* TOUCH, MARK */
+    uint8_t marks;                /* MARK */
 };
 
 struct primary {
@@ -201,6 +206,7 @@ static enum try_result send_record(struct primary *pe, const struct effect *ef, 
     p->it = ef->it;
     p->cas = ef->cas;
     p->exptime = ef->exptime;
+    p->marks = ef->marks;
     sender_send(&pe->tx, pe->nops, pe->ops, 0, (const uint8_t *)payload, len, done, cookie, res);
     begin_record(pe);
     return pe->sync == SENDER_SYNC_ASYNC ? TRY_DONE : TRY_SENT;
@@ -339,14 +345,22 @@ static enum try_result try_store(struct primary *pe, const struct eng_mutation *
     size_t len = m->nbytes + (concat ? old->nbytes : 0);
     uint32_t flags = concat ? old->flags : m->flags;
     rel_time_t exptime = concat ? old->exptime : clock_exptime(pe->clock, m->exptime);
+    if (store_is_stale(m, old != NULL, old ? old->cas : 0, pe->cas_enabled))
+        exptime = old->exptime;     /* memcached keeps the TTL of a stale set */
+    /* (old may be evicted by new_item's room-making unless referenced:
+     * everything needed of it is read first) */
+    uint8_t marks = store_marks(m, old != NULL, old ? old->cas : 0, old ? item_marks(old) : 0,
+                                pe->cas_enabled);
     /* A reader's reference keeps the old value from being evicted meanwhile. */
     if (concat && !item_ref(old)) {
         res->msg = "item busy";
         return finish_now(pe, res, ENG_FAILED);
     }
     struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, len, &st);
-    if (it != NULL)
+    if (it != NULL) {
         compose_value(m, old, item_value(it));
+        item_set_marks(it, marks);
+    }
     if (concat)
         item_release(pe->store, old);
     if (it == NULL)
@@ -368,6 +382,9 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
         flags = m->flags;
         exptime = clock_exptime(pe->clock, m->exptime);
     } else {
+        /* memcached's order: empty or chunked values, the cas, the number */
+        if (arith_rejected_early(old->nkey, old->nbytes, old->flags, pe->cas_enabled))
+            return finish_now(pe, res, ENG_NON_NUMERIC);
         if (!cas_condition_ok(pe, m, old))
             return finish_now(pe, res, ENG_EXISTS);
         if (!arith_parse_u64(item_value(old), old->nbytes, &v))
@@ -376,13 +393,22 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
         flags = old->flags;
         exptime = old->exptime;
     }
-    char digits[ARITH_DIGITS_MAX + 1];
-    int n = snprintf(digits, sizeof(digits), "%" PRIu64, v);
+    /* memcached's rule (arith.h): a result that fits the old length keeps
+     * it, padded with spaces, and the item's marks; else the digits alone. */
+    size_t n = arith_result_len(v, old ? old->nbytes : 0, old != NULL && old->refcount == 0);
+    bool in_place = old != NULL && old->refcount == 0 && n == old->nbytes;
+    if (in_place && m->touch)       /* ma T: memcached sets the TTL of an in-place result */
+        exptime = clock_exptime(pe->clock, m->exptime);
+    /* (read of old before new_item, which may evict it) */
+    uint8_t marks = in_place ? (uint8_t)(item_marks(old) |
+                                         ((old->iflags & ITEM_FETCHED) ? ENG_MARK_FETCHED : 0))
+                             : m->marks;
     eng_status st;
-    struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, (size_t)n, &st);
+    struct item *it = new_item(pe, m->key, m->nkey, flags, exptime, n, &st);
     if (it == NULL)
         return alloc_failed(pe, st, res);
-    memcpy(item_value(it), digits, (size_t)n);
+    arith_write(item_value(it), v, n);
+    item_set_marks(it, marks);
     res->value = v;
     return put_item(pe, it, hv, item_next_cas(pe->store), done, cookie, res);
 }
@@ -416,6 +442,35 @@ static enum try_result try_touch(struct primary *pe, const struct eng_mutation *
     op_put(pe, old, ef.exptime, old->cas);
     res->status = ENG_SUCCESS;
     res->cas = visible_cas(pe, old->cas);
+    return send_record(pe, &ef, m->key, m->nkey, hv, item_value(old), old->nbytes, done,
+                       cookie, res);
+}
+
+/* ENG_OP_MARK (md I, mg's recache win).  Marks alone change at once (they
+ * are not replicated); a new cas or TTL replicates as a PUT of the same
+ * value, and the marks come with its commit. */
+static enum try_result try_mark(struct primary *pe, const struct eng_mutation *m, uint64_t hv,
+                                struct item *old, eng_done_fn done, void *cookie,
+                                struct eng_result *res)
+{
+    if (old == NULL)
+        return finish_now(pe, res, ENG_NOT_FOUND);
+    if (!cas_condition_ok(pe, m, old))
+        return finish_now(pe, res, ENG_EXISTS);
+    uint8_t marks = (uint8_t)((item_marks(old) | m->marks) & ~m->marks_clear);
+    if (!m->new_cas && !m->touch) {
+        item_set_marks(old, marks);
+        res->cas = visible_cas(pe, old->cas);
+        return finish_now(pe, res, ENG_SUCCESS);
+    }
+    struct effect ef = {
+        .kind = PENDING_MARK, .marks = marks,
+        .cas = m->new_cas ? item_next_cas(pe->store) : old->cas,
+        .exptime = m->touch ? clock_exptime(pe->clock, m->exptime) : old->exptime,
+    };
+    op_put(pe, old, ef.exptime, ef.cas);
+    res->status = ENG_SUCCESS;
+    res->cas = visible_cas(pe, ef.cas);
     return send_record(pe, &ef, m->key, m->nkey, hv, item_value(old), old->nbytes, done,
                        cookie, res);
 }
@@ -461,6 +516,8 @@ static enum try_result try_keyed(struct primary *pe, const struct eng_mutation *
         return try_delete(pe, m, hv, old, done, cookie, res);
     case ENG_OP_TOUCH:
         return try_touch(pe, m, hv, old, done, cookie, res);
+    case ENG_OP_MARK:
+        return try_mark(pe, m, hv, old, done, cookie, res);
     default:
         res->msg = "unsupported operation";
         return finish_now(pe, res, ENG_FAILED);
@@ -566,7 +623,18 @@ static void commit_touch(struct primary *pe, const struct pending *p)
     if (it == NULL)
         return;
     it->exptime = p->exptime;
+    it->iflags |= ITEM_FETCHED;     /* memcached counts a touch as a read */
     item_bump(pe->store, it);
+}
+
+static void commit_mark(struct primary *pe, const struct pending *p)
+{
+    struct item *it = assoc_find(&pe->store->table, p->key, p->nkey, p->hv);
+    if (it == NULL)
+        return;
+    it->cas = p->cas;
+    it->exptime = p->exptime;
+    item_set_marks(it, p->marks);
 }
 
 /* The sender's commit callback: record r takes effect in our store. */
@@ -588,6 +656,9 @@ static void primary_commit(void *ctx, const struct record *r)
         break;
     case PENDING_TOUCH:
         commit_touch(pe, p);
+        break;
+    case PENDING_MARK:
+        commit_mark(pe, p);
         break;
     case PENDING_FLUSH:
         pbr_unlink_all(pe->store);
@@ -633,6 +704,40 @@ static eng_status primary_get(struct engine *e, const char *key, size_t nkey,
         out->exptime = pbr_abs_exptime(pe->clock, it->exptime);
     }
     return st;
+}
+
+/* The meta commands' read: marks, fetched and the seconds since the item
+ * was written as they were; a peek leaves LRU and fetched alone. */
+static eng_status primary_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
+                                 struct eng_value *out, struct eng_result *res)
+{
+    struct primary *pe = pe_of(e);
+    memset(res, 0, sizeof(*res));
+    res->status = ENG_NOT_FOUND;
+    if (nkey == 0 || nkey > ITEM_KEY_MAX)
+        return ENG_NOT_FOUND;
+    enum item_miss why = ITEM_MISS_ABSENT;
+    struct item *it = item_lookup(pe->store, key, nkey, hash_key(key, nkey), &why);
+    if (it == NULL || !item_ref(it))
+        return ENG_NOT_FOUND;
+    out->marks = item_marks(it);
+    out->fetched = (it->iflags & ITEM_FETCHED) != 0;
+    out->idle = item_write_age(pe->store, it);
+    if (!(opts & ENG_GET_PEEK)) {
+        it->iflags |= ITEM_FETCHED;
+        item_bump(pe->store, it);
+    }
+    out->key = item_key(it);
+    out->nkey = it->nkey;
+    out->data = item_value(it);
+    out->nbytes = it->nbytes;
+    out->flags = it->flags;
+    out->cas = visible_cas(pe, it->cas);
+    out->handle = it;
+    out->exptime = pbr_abs_exptime(pe->clock, it->exptime);
+    res->status = ENG_SUCCESS;
+    res->cas = out->cas;
+    return ENG_SUCCESS;
 }
 
 /* Keys of one slot (slot migration): live items of the committed store. */
@@ -884,6 +989,7 @@ static void primary_destroy(struct engine *e)
 static const struct engine_ops primary_ops = {
     .name = "primary",
     .get = primary_get,
+    .get_ex = primary_get_ex,
     .release = primary_release,
     .mutate = primary_mutate,
     .stats = primary_stats,

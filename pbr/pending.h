@@ -5,8 +5,9 @@
  *
  * An entry says what committing its record means on the primary's own
  * store: link a new item (PUT), unlink a key (DEL), change an exptime
- * (TOUCH), drop everything (FLUSH) or nothing (a record carrying only
- * evictions, which the primary applied when it made them). */
+ * (TOUCH), give an item a new cas, exptime and meta marks (MARK: md I),
+ * drop everything (FLUSH) or nothing (a record carrying only evictions,
+ * which the primary applied when it made them). */
 #ifndef PBR_PENDING_H
 #define PBR_PENDING_H
 
@@ -21,6 +22,7 @@ enum pending_kind {
     PENDING_PUT,
     PENDING_DEL,
     PENDING_TOUCH,
+    PENDING_MARK,
     PENDING_FLUSH
 };
 
@@ -31,8 +33,9 @@ struct pending {
     uint64_t hv;                 /* hash_key of the key */
     enum pending_kind kind;
     struct item *it;             /* PUT: the new item, allocated, not linked */
-    uint64_t cas;                /* PUT: the cas the record carries */
-    rel_time_t exptime;          /* TOUCH: the new exptime */
+    uint64_t cas;                /* PUT, MARK: the cas the record carries */
+    rel_time_t exptime;          /* TOUCH, MARK: the new exptime */
+    uint8_t marks;               /* MARK: the item's marks (ENG_MARK_*) */
     uint8_t nkey;                /* 0: no key (NONE, FLUSH), not indexed */
     char key[ITEM_KEY_MAX];
 };

@@ -157,16 +157,20 @@ static void age(struct mkey *k)
     }
 }
 
+/* Digits, then only the spaces an in-place incr/decr pads with. */
 static bool is_numeric(const uint8_t *v, size_t len, uint64_t *out)
 {
     uint64_t x = 0;
-    if (len == 0 || len > 20)
+    size_t digits = 0;
+    while (digits < len && v[digits] >= '0' && v[digits] <= '9')
+        digits++;
+    if (digits == 0 || digits > 20)
         return false;
-    for (size_t i = 0; i < len; i++) {
-        if (v[i] < '0' || v[i] > '9')
+    for (size_t i = digits; i < len; i++)
+        if (v[i] != ' ')
             return false;
+    for (size_t i = 0; i < digits; i++)
         x = x * 10 + (uint64_t)(v[i] - '0');
-    }
     *out = x;
     return true;
 }
@@ -524,8 +528,12 @@ static bool op_arith(struct workload *w, struct mkey *k, bool incr)
             !expect(w, got == want, "%s %s by %" PRIu64 ": %" PRIu64 ", want %" PRIu64, op,
                     k->key, delta, got, want))
             return false;
-        char text[24];
+        /* memcached's in-place rule: a result not longer than the old
+         * value keeps its length, padded with spaces */
+        char text[64];
         int n = sprintf(text, "%" PRIu64, got);
+        while ((size_t)n < k->len && (size_t)n < sizeof(text) - 1)
+            text[n++] = ' ';
         uint32_t flags = k->flags;
         int64_t lo = k->exp_lo, hi = k->exp_hi;
         set_present(k, (const uint8_t *)text, (size_t)n, flags);

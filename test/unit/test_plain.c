@@ -297,7 +297,8 @@ START_TEST(test_append_too_large)
     memset(big, 'b', 900);
     big[900] = '\0';
     ck_assert_int_eq(set(e, "k", big), ENG_SUCCESS);
-    ck_assert_int_eq(store(e, ENG_OP_APPEND, "k", big, 0, 0, 0, NULL), ENG_TOO_LARGE);
+    /* memcached answers NOT_STORED when the joined item is too large */
+    ck_assert_int_eq(store(e, ENG_OP_APPEND, "k", big, 0, 0, 0, NULL), ENG_NOT_STORED);
     ck_assert_int_eq(get(e, "k", NULL), ENG_SUCCESS);
     char huge[1100];
     memset(huge, 'h', sizeof(huge) - 1);
@@ -426,9 +427,11 @@ START_TEST(test_cas_disabled)
     struct got g;
     get(e, "k", &g);
     ck_assert_uint_eq(g.cas, 0);
-    /* as memcached -C: cas compares always pass */
-    ck_assert_int_eq(store(e, ENG_OP_CAS, "k", "2", 0, 0, 12345, NULL), ENG_SUCCESS);
-    assert_value(e, "k", "2");
+    /* as memcached -C: items have no cas, so no cas matches (difftest
+     * seed 14014 case 4829) */
+    ck_assert_int_eq(store(e, ENG_OP_CAS, "k", "2", 0, 0, 12345, NULL), ENG_EXISTS);
+    ck_assert_int_eq(store(e, ENG_OP_CAS, "k", "2", 0, 0, 0, NULL), ENG_EXISTS);
+    assert_value(e, "k", "1");
     ck_assert_int_eq(store(e, ENG_OP_CAS, "nope", "2", 0, 0, 1, NULL), ENG_NOT_FOUND);
     /* flush still works without visible cas */
     ck_assert_int_eq(flush(e, 0), ENG_SUCCESS);
@@ -467,21 +470,21 @@ START_TEST(test_incr_decr)
 
     ck_assert_int_eq(arith(e, ENG_OP_DECR, "n", 1, &v), ENG_SUCCESS);
     ck_assert_uint_eq(v, 99);
-    assert_value(e, "n", "99");             /* shrinks, no padding */
+    assert_value(e, "n", "99 ");            /* shrinks in place, padded: memcached's */
     ck_assert_int_eq(arith(e, ENG_OP_INCR, "n", 1, &v), ENG_SUCCESS);   /* same length: in place */
     assert_value(e, "n", "100");
     ck_assert_int_eq(arith(e, ENG_OP_DECR, "n", 1000, &v), ENG_SUCCESS);
     ck_assert_uint_eq(v, 0);                /* floors at 0 */
-    assert_value(e, "n", "0");
+    assert_value(e, "n", "0  ");
 
     ck_assert_int_eq(set(e, "w", "18446744073709551615"), ENG_SUCCESS);
     ck_assert_int_eq(arith(e, ENG_OP_INCR, "w", 1, &v), ENG_SUCCESS);
     ck_assert_uint_eq(v, 0);                /* wraps modulo 2^64 */
-    assert_value(e, "w", "0");
+    assert_value(e, "w", "0                   ");
     ck_assert_int_eq(set(e, "w", "18446744073709551610"), ENG_SUCCESS);
     ck_assert_int_eq(arith(e, ENG_OP_INCR, "w", 10, &v), ENG_SUCCESS);
     ck_assert_uint_eq(v, 4);
-    assert_value(e, "w", "4");
+    assert_value(e, "w", "4                   ");
     ck_assert_int_eq(arith(e, ENG_OP_INCR, "w", UINT64_MAX, &v), ENG_SUCCESS);
     ck_assert_uint_eq(v, 3);
     ck_assert_int_eq(set(e, "z", "0"), ENG_SUCCESS);
@@ -489,7 +492,7 @@ START_TEST(test_incr_decr)
     ck_assert_uint_eq(v, 0);
     ck_assert_int_eq(set(e, "lead", "007"), ENG_SUCCESS);
     ck_assert_int_eq(arith(e, ENG_OP_INCR, "lead", 1, &v), ENG_SUCCESS);
-    assert_value(e, "lead", "8");
+    assert_value(e, "lead", "8  ");
     e->ops->destroy(e);
 }
 END_TEST
@@ -498,10 +501,9 @@ START_TEST(test_incr_non_numeric)
 {
     struct engine *e = new_engine();
     const char *bad[] = {
-        "abc", "", "12a", " 12", "12 ", "-1", "+1", "1.5",
+        "abc", "", "12a", "-1", "1.5",
         "18446744073709551616",         /* 2^64: does not fit */
         "99999999999999999999",         /* 20 digits, too big */
-        "000000000000000000001",        /* 21 digits */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ck_assert_int_eq(set(e, "k", bad[i]), ENG_SUCCESS);
@@ -509,10 +511,86 @@ START_TEST(test_incr_non_numeric)
         ck_assert_int_eq(arith(e, ENG_OP_DECR, "k", 1, NULL), ENG_NON_NUMERIC);
         assert_value(e, "k", bad[i]);
     }
-    ck_assert_int_eq(set(e, "k", "00000000000000000001"), ENG_SUCCESS);  /* 20 digits ok */
-    uint64_t v;
-    ck_assert_int_eq(arith(e, ENG_OP_INCR, "k", 1, &v), ENG_SUCCESS);
-    ck_assert_uint_eq(v, 2);
+    /* memcached reads the value with strtoull: blanks around it, a plus
+     * sign and leading zeros are accepted (the result keeps the length,
+     * padded with spaces). */
+    const char *good[] = { "00000000000000000001", "000000000000000000001", " 1", "1 ", "+1" };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ck_assert_int_eq(set(e, "k", good[i]), ENG_SUCCESS);
+        uint64_t v;
+        ck_assert_int_eq(arith(e, ENG_OP_INCR, "k", 1, &v), ENG_SUCCESS);
+        ck_assert_uint_eq(v, 2);
+    }
+    assert_value(e, "k", "2 ");
+    e->ops->destroy(e);
+}
+END_TEST
+
+/* difftest seed 14014 cases 2037, 5824: memcached calls an empty or a
+ * chunked value non-numeric before it compares the cas (binary incr, ma
+ * C); other values after. */
+START_TEST(test_incr_empty_before_cas)
+{
+    struct engine *e = new_engine();
+    ck_assert_int_eq(set(e, "k", ""), ENG_SUCCESS);
+    struct eng_mutation m;
+    memset(&m, 0, sizeof(m));
+    m.op = ENG_OP_INCR;
+    m.key = "k";
+    m.nkey = 1;
+    m.delta = 1;
+    m.cas = 999999;
+    ck_assert_int_eq(run(e, &m, NULL), ENG_NON_NUMERIC);
+    /* a value memcached stores in chunks (over 512 KB): also before the
+     * cas (case 5824) */
+    size_t big = 600 * 1024;
+    char *v = malloc(big + 1);
+    ck_assert_ptr_nonnull(v);
+    memset(v, 'z', big);
+    v[big] = '\0';
+    ck_assert_int_eq(set(e, "k", v), ENG_SUCCESS);
+    ck_assert_int_eq(run(e, &m, NULL), ENG_NON_NUMERIC);
+    free(v);
+    /* any other value: the cas first (seed 20261124 cases 644, 680) */
+    ck_assert_int_eq(set(e, "k", "abc"), ENG_SUCCESS);
+    ck_assert_int_eq(run(e, &m, NULL), ENG_EXISTS);
+    ck_assert_int_eq(set(e, "k", "5"), ENG_SUCCESS);
+    ck_assert_int_eq(run(e, &m, NULL), ENG_EXISTS);
+    e->ops->destroy(e);
+}
+END_TEST
+
+/* difftest seed 14014 case 4820: without cas (-C) memcached's flush_all
+ * compares store times, so what is stored in the same second is dead too. */
+START_TEST(test_flush_without_cas)
+{
+    struct engine *e = new_engine_with(MB, MB, true, false);
+    tick_at(e, 10);
+    ck_assert_int_eq(set(e, "a", "1"), ENG_SUCCESS);
+    ck_assert_int_eq(flush(e, 0), ENG_SUCCESS);
+    assert_missing(e, "a");
+    ck_assert_int_eq(set(e, "b", "2"), ENG_SUCCESS);
+    assert_missing(e, "b");                 /* same second as the flush */
+    tick_at(e, 11);
+    ck_assert_int_eq(set(e, "c", "3"), ENG_SUCCESS);
+    assert_value(e, "c", "3");
+    e->ops->destroy(e);
+}
+END_TEST
+
+/* memcached keeps one flush time: a later flush_all with a future time
+ * replaces it and revives what the earlier one hid until then (difftest
+ * seed 14014 case 12049, seed 20261124 case 1736). */
+START_TEST(test_flush_future_revives)
+{
+    struct engine *e = new_engine();
+    tick_at(e, 10);
+    ck_assert_int_eq(set(e, "a", "1"), ENG_SUCCESS);
+    ck_assert_int_eq(flush(e, 0), ENG_SUCCESS);
+    ck_assert_int_eq(flush(e, 7200), ENG_SUCCESS);
+    assert_value(e, "a", "1");
+    tick_at(e, 10 + 7199);
+    assert_missing(e, "a");
     e->ops->destroy(e);
 }
 END_TEST
@@ -688,11 +766,12 @@ START_TEST(test_flush_delayed)
     ck_assert_int_eq(set(e, "b", "2"), ENG_SUCCESS);   /* stored before the flush fires */
     assert_value(e, "a", "1");
     assert_value(e, "b", "2");
-    tick_at(e, 9);
+    tick_at(e, 8);
     assert_value(e, "a", "1");
-    tick_at(e, 10);
+    tick_at(e, 9);          /* memcached's flush time is the exptime less a second */
     assert_missing(e, "a");
     assert_missing(e, "b");
+    tick_at(e, 10);
     ck_assert_int_eq(set(e, "c", "3"), ENG_SUCCESS);
     tick_at(e, 100);
     assert_value(e, "c", "3");                          /* fires only once */
@@ -700,10 +779,11 @@ START_TEST(test_flush_delayed)
     /* absolute delay, and a later flush replacing an armed one */
     ck_assert_int_eq(flush(e, (int64_t)STARTED + 200), ENG_SUCCESS);
     ck_assert_int_eq(flush(e, 50), ENG_SUCCESS);        /* now fires at 150 */
-    tick_at(e, 149);
+    tick_at(e, 148);
     assert_value(e, "c", "3");
-    tick_at(e, 150);
+    tick_at(e, 149);
     assert_missing(e, "c");
+    tick_at(e, 150);
     ck_assert_int_eq(set(e, "d", "4"), ENG_SUCCESS);
     tick_at(e, 250);
     assert_value(e, "d", "4");
@@ -881,6 +961,9 @@ static Suite *plain_suite(void)
     tcase_add_test(tc, test_cas_disabled);
     tcase_add_test(tc, test_incr_decr);
     tcase_add_test(tc, test_incr_non_numeric);
+    tcase_add_test(tc, test_incr_empty_before_cas);
+    tcase_add_test(tc, test_flush_without_cas);
+    tcase_add_test(tc, test_flush_future_revives);
     tcase_add_test(tc, test_incr_create);
     tcase_add_test(tc, test_incr_while_read);
     tcase_add_test(tc, test_touch);

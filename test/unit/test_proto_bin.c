@@ -445,6 +445,7 @@ struct conn {
     uint64_t get_cas;
     const char *get_msg;
     int ngets;
+    int npeeks;
     int nrefs;               /* values sent by reference */
     void *last_handle;
 
@@ -457,6 +458,11 @@ struct conn {
     struct eng_mutation last_m;
     char last_key[300];
     char last_data[300];
+
+    struct engine engine;    /* only release() is called on it */
+    int nflush_points;       /* conn_flush_point/_through calls */
+    bool held;               /* conn_hold_output was called */
+    bool discarding;         /* conn_close_discard was called */
 };
 
 struct resp *conn_resp_new(struct conn *c)
@@ -553,6 +559,57 @@ eng_status conn_get(struct conn *c, const char *key, size_t nkey,
     return c->get_status;
 }
 
+/* The fake has no marks or access times: get_ex answers as get does; a
+ * peek (touch reading the flags it returns) is counted apart. */
+eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
+                       struct eng_value *out, struct eng_result *res)
+{
+    out->marks = 0;
+    out->fetched = false;
+    out->idle = 0;
+    out->exptime = 0;
+    eng_status st = conn_get(c, key, nkey, out, res);
+    if (opts & ENG_GET_PEEK) {
+        c->ngets--;
+        c->npeeks++;
+    }
+    return st;
+}
+
+static void fake_release(struct engine *e, void *handle)
+{
+    (void)e;
+    (void)handle;
+}
+
+static const struct engine_ops fake_engine_ops = { .release = fake_release };
+
+struct engine *conn_engine(const struct conn *c)
+{
+    return (struct engine *)&c->engine;
+}
+
+void conn_flush_point(struct conn *c)
+{
+    c->nflush_points++;
+}
+
+void conn_flush_through(struct resp *r)
+{
+    r->c->nflush_points++;
+}
+
+void conn_hold_output(struct conn *c)
+{
+    c->held = true;
+}
+
+void conn_close_discard(struct conn *c)
+{
+    c->discarding = true;
+    c->close_after_write = true;
+}
+
 bool conn_writes_inflight(const struct conn *c)
 {
     return c->inflight > 0;
@@ -599,6 +656,13 @@ bool server_stats(struct server *s, const char *group, eng_stat_fn emit, void *c
     return false;
 }
 
+/* The fake keeps no per-prefix stats: the dump has one fixed line. */
+void prefix_stats_dump(struct server *s, eng_write_fn write, void *ctx)
+{
+    (void)s;
+    write(ctx, "PREFIX a get 1 hit 1 set 0 del 0\r\n", 34);
+}
+
 void server_stats_reset(struct server *s)
 {
     struct conn *c = (struct conn *)s;   /* srv is the first member */
@@ -610,6 +674,9 @@ static struct conn *fake_conn(void)
     struct conn *c = calloc(1, sizeof(*c));
     ck_assert_ptr_nonnull(c);
     c->srv.settings.item_size_max = MAX_ITEM;
+    c->srv.settings.flush_enabled = true;
+    c->srv.settings.cas_enabled = true;
+    c->engine.ops = &fake_engine_ops;
     c->get_status = ENG_NOT_FOUND;
     c->mut_result.status = ENG_SUCCESS;
     c->mut_result.cas = 1234;
@@ -702,6 +769,7 @@ START_TEST(test_process_need_more_and_close)
     buf[0] = (char)0x81;
     ck_assert_int_eq(proto_bin_process(c, buf, n, &consumed), CONN_PARSE_CLOSE);
     ck_assert_int_eq(c->nslots, 0);
+    ck_assert(c->discarding);       /* replies not yet written are dropped */
     free_conn(c);
 }
 END_TEST
@@ -735,7 +803,7 @@ START_TEST(test_process_set_family)
     ck_assert_int_eq(c->last_m.op, ENG_OP_CAS);
     ck_assert(c->last_m.cas == 55);
     ck_assert_uint_eq(c->last_m.nbytes, 0);
-    /* replace too; add ignores the cas */
+    /* replace too, and add (memcached makes any store with a cas a cas) */
     feed(c, &(struct req_spec){ .opcode = BIN_OP_REPLACE, .extras = ex, .nextras = 8,
                                 .key = "key", .nkey = 3, .cas = 55 });
     ck_assert_int_eq(c->last_m.op, ENG_OP_CAS);
@@ -744,8 +812,16 @@ START_TEST(test_process_set_family)
     ck_assert_int_eq(c->last_m.op, ENG_OP_REPLACE);
     feed(c, &(struct req_spec){ .opcode = BIN_OP_ADD, .extras = ex, .nextras = 8,
                                 .key = "key", .nkey = 3, .cas = 55 });
-    ck_assert_int_eq(c->last_m.op, ENG_OP_ADD);
+    ck_assert_int_eq(c->last_m.op, ENG_OP_CAS);
+    ck_assert(c->last_m.cas == 55);
+    /* without cas (-C) memcached ignores a request's cas (difftest seed
+     * 14014 case 4825) */
+    c->srv.settings.cas_enabled = false;
+    feed(c, &(struct req_spec){ .opcode = BIN_OP_SET, .extras = ex, .nextras = 8,
+                                .key = "key", .nkey = 3, .cas = 55 });
+    ck_assert_int_eq(c->last_m.op, ENG_OP_SET);
     ck_assert(c->last_m.cas == 0);
+    c->srv.settings.cas_enabled = true;
     /* append/prepend keep the cas check */
     feed(c, &(struct req_spec){ .opcode = BIN_OP_APPEND, .key = "key", .nkey = 3,
                                 .value = "more", .nvalue = 4, .cas = 7 });
@@ -755,9 +831,9 @@ START_TEST(test_process_set_family)
     feed(c, &(struct req_spec){ .opcode = BIN_OP_PREPENDQ, .key = "key", .nkey = 3,
                                 .value = "less", .nvalue = 4 });
     ck_assert_int_eq(c->last_m.op, ENG_OP_PREPEND);
-    ck_assert_int_eq(c->nslots, 7);
-    ck_assert_uint_eq(c->slots[6]->buflen, 0);   /* quiet success */
-    ck_assert(c->slots[6]->done);
+    ck_assert_int_eq(c->nslots, 8);
+    ck_assert_uint_eq(c->slots[7]->buflen, 0);   /* quiet success */
+    ck_assert(c->slots[7]->done);
     free_conn(c);
 }
 END_TEST
@@ -1075,8 +1151,8 @@ START_TEST(test_process_misc_commands)
     bin_store32(ex, 1);
     feed(c, &(struct req_spec){ .opcode = BIN_OP_VERBOSITY, .extras = ex, .nextras = 4 });
     only_reply(c, 2, &rp);
-    ck_assert_uint_eq(rp.status, 0);
-    ck_assert_int_eq(c->srv.settings.verbose, 1);
+    ck_assert_uint_eq(rp.status, 0x81);     /* memcached 1.6: an unknown command */
+    ck_assert_int_eq(c->srv.settings.verbose, 0);
 
     bin_store32(ex, 30);
     feed(c, &(struct req_spec){ .opcode = BIN_OP_FLUSH, .extras = ex, .nextras = 4 });
@@ -1108,18 +1184,25 @@ START_TEST(test_process_invalid_and_unknown)
     struct conn *c = fake_conn();
     struct reply rp;
 
-    /* get with extras: EINVAL, whole request consumed, connection goes on */
-    feed(c, &(struct req_spec){ .opcode = BIN_OP_GET, .extras = "abcd", .nextras = 4,
-                                .key = "k", .nkey = 1, .opaque = 2 });
+    /* get with extras: EINVAL, then memcached closes the connection */
+    char buf[64];
+    size_t consumed;
+    size_t n = build(buf, &(struct req_spec){ .opcode = BIN_OP_GET, .extras = "abcd",
+                                              .nextras = 4, .key = "k", .nkey = 1, .opaque = 2 });
+    ck_assert_int_eq(proto_bin_process(c, buf, n, &consumed), CONN_PARSE_CLOSE);
     only_reply(c, 0, &rp);
     ck_assert_uint_eq(rp.opcode, BIN_OP_GET);
     ck_assert_uint_eq(rp.status, BIN_STATUS_EINVAL);
     ck_assert_uint_eq(rp.opaque, 2);
     ck_assert_int_eq(c->ngets, 0);
+    free_conn(c);
+
+    /* SASL auth (not built in): unknown command, the body dropped */
+    c = fake_conn();
 
     feed(c, &(struct req_spec){ .opcode = 0x21, .key = "PLAIN", .nkey = 5,
                                 .value = "x", .nvalue = 1 });
-    only_reply(c, 1, &rp);
+    only_reply(c, 0, &rp);
     ck_assert_uint_eq(rp.opcode, 0x21);
     ck_assert_uint_eq(rp.status, BIN_STATUS_UNKNOWN_COMMAND);
     assert_value(&rp, "Unknown command");
@@ -1139,20 +1222,26 @@ START_TEST(test_process_too_large_swallows)
     uint32_t bodylen = (uint32_t)MAX_BODY + 100;
 
     bin_store32(buf + BIN_OFF_BODYLEN, bodylen);
-    /* header and part of the body buffered */
+    size_t head = BIN_HEADER_LEN + 8 + 3;
+    /* header, extras and key buffered, part of the value: memcached reads
+     * extras and key, then drops the value */
     ck_assert_int_eq(proto_bin_process(c, buf, n, &consumed), CONN_PARSE_OK);
-    ck_assert_uint_eq(consumed, n);
-    ck_assert_uint_eq(c->swallow, BIN_HEADER_LEN + bodylen - n);
-    only_reply(c, 0, &rp);
+    ck_assert_uint_eq(consumed, head);
+    ck_assert_uint_eq(c->swallow, BIN_HEADER_LEN + bodylen - head);
+    /* a set also deletes the key's current value, quietly, first */
+    ck_assert_int_eq(c->nmutations, 1);
+    ck_assert_int_eq(c->last_m.op, ENG_OP_DELETE);
+    ck_assert_str_eq(c->last_key, "big");
+    ck_assert_uint_eq(c->slots[0]->buflen, 0);
+    only_reply(c, 1, &rp);
     ck_assert_uint_eq(rp.opcode, BIN_OP_SETQ);   /* sent although quiet */
     ck_assert_uint_eq(rp.status, BIN_STATUS_E2BIG);
-    ck_assert_int_eq(c->nmutations, 0);
 
-    /* only the header buffered */
+    /* only the header buffered: the key is read before judging */
     c->swallow = 0;
-    ck_assert_int_eq(proto_bin_process(c, buf, BIN_HEADER_LEN, &consumed), CONN_PARSE_OK);
-    ck_assert_uint_eq(consumed, BIN_HEADER_LEN);
-    ck_assert_uint_eq(c->swallow, bodylen);
+    ck_assert_int_eq(proto_bin_process(c, buf, BIN_HEADER_LEN, &consumed), CONN_PARSE_NEED_MORE);
+    ck_assert_uint_eq(consumed, 0);
+    ck_assert_uint_eq(c->swallow, 0);
     free_conn(c);
 }
 END_TEST

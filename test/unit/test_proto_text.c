@@ -61,8 +61,9 @@ START_TEST(test_gat)
     ck_assert_int_eq(req.exptime, -1);
     ck_assert_int_eq(parse("gat abc k\r\n", &req), TP_ERROR);
     ck_assert_str_eq(req.error, "CLIENT_ERROR invalid exptime argument");
-    ck_assert_int_eq(parse("gat 10\r\n", &req), TP_ERROR);
-    ck_assert_str_eq(req.error, "ERROR");
+    /* memcached answers a gat without keys with END alone */
+    ck_assert_int_eq(parse("gat 10\r\n", &req), TP_OK);
+    ck_assert_uint_eq(req.nkey, 0);
 }
 END_TEST
 
@@ -106,7 +107,9 @@ START_TEST(test_storage_errors)
     ck_assert_str_eq(req.error, "CLIENT_ERROR bad command line format");
     ck_assert_int_eq(parse("set k -1 0 1\r\nx\r\n", &req), TP_ERROR);
     ck_assert_str_eq(req.error, "CLIENT_ERROR bad command line format");
-    ck_assert_int_eq(parse("set k 4294967296 0 1\r\nx\r\n", &req), TP_ERROR);
+    /* memcached reads flags with strtoul and keeps 32 bits: 2^32 is 0 */
+    ck_assert_int_eq(parse("set k 4294967296 0 1\r\nx\r\n", &req), TP_OK);
+    ck_assert_uint_eq(req.flags, 0);
     ck_assert_int_eq(parse("set k 0 0 -1\r\n", &req), TP_ERROR);
     ck_assert_int_eq(parse("set k 0 0\r\n", &req), TP_ERROR);
     ck_assert_str_eq(req.error, "ERROR");
@@ -147,7 +150,7 @@ START_TEST(test_key_lengths)
     snprintf(buf, sizeof(buf), "set %s 0 0 1\r\nx\r\n", key);
     ck_assert_int_eq(parse(buf, &req), TP_ERROR);
     ck_assert_str_eq(req.error, "CLIENT_ERROR bad command line format");
-    ck_assert_uint_eq(req.swallow, 3);
+    ck_assert_uint_eq(req.swallow, 0);     /* memcached reads the block as a command */
     snprintf(buf, sizeof(buf), "delete %s\r\n", key);
     ck_assert_int_eq(parse(buf, &req), TP_ERROR);
 }

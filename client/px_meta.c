@@ -1,0 +1,607 @@
+/* px_meta.c - cocytus-proxy: memcached's meta commands (mg ms md ma me mn).
+ *
+ * Design.  The binary protocol the proxy speaks to the servers cannot
+ * carry what the meta commands answer (TTL left, last access, hit-before,
+ * the stale/win/recache state), so a meta command is not translated: it is
+ * forwarded as the client sent it, over a text connection of its own to
+ * the server that owns the key's slot (one per worker and server, opened
+ * on first use).  The key is the decoded one for routing (a base64 key,
+ * flag b, is routed by its bytes, as the servers and libcocytus do); the
+ * request is checked first with the server's own pure parser
+ * (proto_meta.c), so malformed input is answered here exactly as a server
+ * would and the servers only ever see complete requests.
+ *
+ * Each forwarded request is followed by an "mn": the server answers it
+ * after the request's own reply, so the bytes before "MN" are that reply,
+ * whatever the request's quiet mode (q) left out.  Quiet replies and their
+ * order are therefore the server's own, and the client's requests keep
+ * their order through the client's request FIFO (px_client.c), meta and
+ * classic alike; the client's own mn is answered by the proxy in that
+ * order.  A MOVED reply (the map changed) asks for a new map and sends the
+ * request again to the server the MOVED names (it was not applied), up to
+ * PX_META_MOVES times.  A lost connection fails the requests in flight on
+ * it with a SERVER_ERROR (they may have been applied); the next request
+ * opens a new connection.  There is no per-request timeout here: a
+ * stopped server holds only the meta commands routed to it.
+ *
+ * Order.  A client's meta and classic requests travel on different server
+ * connections, so one could overtake the other (an mg right after a set
+ * would miss it).  A request therefore waits, in a worker FIFO of deferred
+ * launches, while an earlier request of its client of the other kind is
+ * unanswered (or anything is deferred already); it is launched from a
+ * worker event once that one answers.  Meta after meta and classic after
+ * classic never wait (each kind keeps its order on its own connections),
+ * and a worker with no meta command in flight adds nothing to the classic
+ * path.
+ *
+ * The client side of a request is an ordinary px_req with one px_op (kept
+ * in flight, so a client that goes away only detaches it, px_client.c);
+ * the op's wire bytes are unused. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include "bin_wire.h"
+#include "proto_meta.h"
+#include "px.h"
+
+#define PX_META_MOVES 3
+#define PX_TEXT_META (-2)           /* px_req.text_cmd of a meta command */
+#define SENTINEL "mn\r\n"
+#define SENTINEL_REPLY "MN"
+
+/* One meta command in flight to a server. */
+struct px_mop {
+    struct px_mop *next;
+    struct px_worker *w;
+    struct px_op *op;               /* the client's side (op->req NULL: client gone) */
+    int moves;                      /* MOVED replies followed */
+    size_t nwire;
+    char wire[];                    /* the request as the client sent it */
+};
+
+/* A text connection to one server. */
+struct px_mconn {
+    struct px_mconn *next;
+    struct px_worker *w;
+    struct lc_addr addr;
+    char name[LC_ADDR_TEXT_MAX];
+    int fd;
+    bool connected;
+    bool broken;                    /* a send failed: the read event ends it */
+    struct event *rev, *wev;
+    struct evbuffer *out;
+    struct px_rbuf in;
+    struct px_mop *head, *tail;     /* sent or queued, in order */
+};
+
+/* A launch that waits for earlier requests of the other kind. */
+struct px_defer {
+    struct px_defer *next;
+    struct px_mop *mop;             /* a meta command, or */
+    struct px_op *op;               /* one op of a classic request */
+};
+
+struct px_meta {
+    struct px_mconn *conns;
+    size_t inflight;                /* meta commands forwarded, not answered */
+    struct px_defer *dhead, *dtail;
+    struct event *kick;             /* launches what no longer waits */
+};
+
+/* ---- the client's side ---- */
+
+static void local_reply(struct px_req *rq, const char *text, size_t n)
+{
+    struct evbuffer *out = px_req_sink(rq);
+    if (out != NULL && n > 0)
+        evbuffer_add(out, text, n);
+}
+
+/* A request finished: launches that waited for it may go (on_kick, from
+ * the event loop, not from inside the reply path). */
+void px_meta_kick(struct px_worker *w)
+{
+    if (w->meta != NULL && w->meta->dhead != NULL)
+        event_active(w->meta->kick, EV_TIMEOUT, 0);
+}
+
+/* The server's reply (or the proxy's error line) goes to the client. */
+static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
+{
+    struct px_op *op = mop->op;
+    struct px_worker *w = mop->w;
+    free(mop);
+    w->meta->inflight--;
+    px_meta_kick(w);
+    if (op->req == NULL) {
+        px_op_free(op);
+        return;
+    }
+    struct px_req *rq = op->req;
+    op->state = OP_DONE;
+    local_reply(rq, reply, n);
+    px_req_finish(rq);
+}
+
+static void mop_fail(struct px_mop *mop, const char *why)
+{
+    char line[LC_ADDR_TEXT_MAX + 160];
+    int n = snprintf(line, sizeof(line), "SERVER_ERROR %s\r\n", why);
+    px_count(&mop->w->st.errors, 1);
+    mop_finish(mop, line, n > 0 && (size_t)n < sizeof(line) ? (size_t)n : 0);
+}
+
+/* ---- connections ---- */
+
+static void mconn_free(struct px_mconn *m)
+{
+    if (m->rev)
+        event_free(m->rev);
+    if (m->wev)
+        event_free(m->wev);
+    if (m->fd >= 0)
+        close(m->fd);
+    if (m->out)
+        evbuffer_free(m->out);
+    px_rbuf_free(&m->in);
+    free(m);
+}
+
+/* The connection is gone: its requests fail, the next one reconnects. */
+static void mconn_lost(struct px_mconn *m, const char *what)
+{
+    struct px_meta *pm = m->w->meta;
+    for (struct px_mconn **pp = &pm->conns; *pp; pp = &(*pp)->next) {
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    }
+    char why[LC_ADDR_TEXT_MAX + 96];
+    snprintf(why, sizeof(why), "%s %.*s; the request may have been applied", what,
+             (int)sizeof(m->name), m->name);
+    struct px_mop *mop = m->head;
+    m->head = m->tail = NULL;
+    mconn_free(m);
+    while (mop) {
+        struct px_mop *next = mop->next;
+        mop_fail(mop, why);
+        mop = next;
+    }
+}
+
+static void on_mconn_event(evutil_socket_t fd, short what, void *arg);
+
+static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a)
+{
+    struct px_mconn *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    m->w = w;
+    m->addr = *a;
+    lc_addr_format(a, m->name, sizeof(m->name));
+    m->fd = px_connect_start(w, a);
+    m->out = evbuffer_new();
+    if (m->fd < 0 || m->out == NULL) {
+        mconn_free(m);
+        return NULL;
+    }
+    m->rev = event_new(w->base, m->fd, EV_READ | EV_PERSIST, on_mconn_event, m);
+    m->wev = event_new(w->base, m->fd, EV_WRITE, on_mconn_event, m);
+    if (m->rev == NULL || m->wev == NULL || event_add(m->rev, NULL) < 0 ||
+        event_add(m->wev, NULL) < 0) {
+        mconn_free(m);
+        return NULL;
+    }
+    m->next = w->meta->conns;
+    w->meta->conns = m;
+    return m;
+}
+
+static struct px_mconn *mconn_get(struct px_worker *w, const struct lc_addr *a)
+{
+    for (struct px_mconn *m = w->meta->conns; m; m = m->next)
+        if (lc_addr_equal(&m->addr, a))
+            return m;
+    return mconn_open(w, a);
+}
+
+/* Bytes of the reply at the front of p[0..n) through the sentinel's MN
+ * line (a VA line's data block skipped whole); 0 if not all there.
+ * *body is set to the length before the MN line. */
+static size_t reply_end(const char *p, size_t n, size_t *body)
+{
+    size_t pos = 0;
+    for (;;) {
+        const char *eol = memchr(p + pos, '\n', n - pos);
+        if (eol == NULL)
+            return 0;
+        size_t next = (size_t)(eol - p) + 1;
+        size_t nline = next - pos;
+        if (nline == 4 && memcmp(p + pos, SENTINEL_REPLY "\r\n", 4) == 0) {
+            *body = pos;
+            return next;
+        }
+        if (nline > 3 && memcmp(p + pos, "VA ", 3) == 0) {
+            unsigned long long len = strtoull(p + pos + 3, NULL, 10);
+            if (len > n || next + len + 2 > n)
+                return 0;
+            next += (size_t)len + 2;
+        }
+        pos = next;
+    }
+}
+
+/* "SERVER_ERROR MOVED <slot> <epoch> <host>:<port>" as the whole reply:
+ * the epoch and address.  False for any other reply. */
+static bool parse_moved(const char *p, size_t n, uint64_t *epoch, struct lc_addr *to)
+{
+    static const char prefix[] = "SERVER_ERROR MOVED ";
+    size_t np = sizeof(prefix) - 1;
+    if (n < np + 2 || memcmp(p, prefix, np) != 0 || memchr(p, '\n', n) != p + n - 1)
+        return false;
+    char text[LC_ADDR_TEXT_MAX + 48];
+    size_t len = n - np - 2;
+    if (len >= sizeof(text))
+        return false;
+    memcpy(text, p + np, len);
+    text[len] = '\0';
+    char *end;
+    strtoul(text, &end, 10);                    /* the slot */
+    if (*end != ' ')
+        return false;
+    unsigned long long ep = strtoull(end + 1, &end, 10);
+    if (*end != ' ')
+        return false;
+    *epoch = ep;
+    return lc_addr_parse(end + 1, strlen(end + 1), to);
+}
+
+static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_addr *to);
+
+/* The reply of the oldest request on m: MOVED is followed, anything else
+ * goes to the client. */
+static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
+{
+    struct px_mop *mop = m->head;
+    m->head = mop->next;
+    if (m->head == NULL)
+        m->tail = NULL;
+    mop->next = NULL;
+    uint64_t epoch;
+    struct lc_addr to;
+    if (mop->op->req != NULL && mop->moves < PX_META_MOVES && parse_moved(p, n, &epoch, &to)) {
+        struct px_worker *w = m->w;
+        mop->moves++;
+        px_count(&w->st.redirects, 1);
+        px_route_refresh(w, &to, NULL, epoch);
+        mop_send(w, mop, &to);
+        return;
+    }
+    mop_finish(mop, p, n);
+}
+
+static void mconn_read(struct px_mconn *m)
+{
+    ssize_t got = px_rbuf_read(&m->in, m->fd);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to");
+        return;
+    }
+    for (;;) {
+        size_t body = 0;
+        size_t end = m->head ? reply_end(m->in.data + m->in.off, m->in.len, &body) : 0;
+        if (end == 0)
+            break;
+        /* the reply is copied out before the buffer moves */
+        mconn_reply(m, m->in.data + m->in.off, body);
+        px_rbuf_consume(&m->in, end);
+    }
+    if (m->head == NULL && m->in.len > 0)
+        mconn_lost(m, "unexpected bytes from");
+}
+
+/* Writes what the socket takes.  A failed send is left to the read event
+ * (the socket then reports the error or the end), so that a connection is
+ * only ever freed from its own event callback. */
+static void mconn_send_now(struct px_mconn *m)
+{
+    if (!m->connected || m->broken)
+        return;
+    while (evbuffer_get_length(m->out) > 0) {
+        ssize_t w = px_send_buffer(m->out, m->fd);
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                m->broken = true;
+            break;
+        }
+    }
+    if (!m->broken && evbuffer_get_length(m->out) > 0)
+        event_add(m->wev, NULL);
+}
+
+static void on_mconn_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_mconn *m = arg;
+    (void)fd;
+    if ((what & EV_WRITE) && !m->connected) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(m->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
+            mconn_lost(m, "cannot connect to");
+            return;
+        }
+        m->connected = true;
+    }
+    if (what & EV_WRITE) {
+        mconn_send_now(m);
+        return;
+    }
+    if (what & EV_READ)
+        mconn_read(m);
+}
+
+/* Queue mop on the connection to `to`. */
+static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_addr *to)
+{
+    struct px_mconn *m = mconn_get(w, to);
+    if (m == NULL) {
+        char name[LC_ADDR_TEXT_MAX], why[LC_ADDR_TEXT_MAX + 32];
+        lc_addr_format(to, name, sizeof(name));
+        snprintf(why, sizeof(why), "cannot connect to %s", name);
+        mop_fail(mop, why);
+        return;
+    }
+    if (evbuffer_add(m->out, mop->wire, mop->nwire) < 0 ||
+        evbuffer_add(m->out, SENTINEL, sizeof(SENTINEL) - 1) < 0) {
+        mop_fail(mop, "out of memory");
+        return;
+    }
+    if (m->tail)
+        m->tail->next = mop;
+    else
+        m->head = mop;
+    m->tail = mop;
+    mconn_send_now(m);
+}
+
+/* ---- requests ---- */
+
+static void count_command(struct px_worker *w, enum meta_cmd cmd)
+{
+    switch (cmd) {
+    case MC_GET: px_count(&w->st.cmd_get, 1); break;
+    case MC_SET: px_count(&w->st.cmd_set, 1); break;
+    case MC_DELETE: px_count(&w->st.cmd_delete, 1); break;
+    case MC_ARITH: px_count(&w->st.cmd_incr_decr, 1); break;
+    default: break;
+    }
+}
+
+/* Sends mop to its slot's owner now. */
+static void mop_launch(struct px_worker *w, struct px_mop *mop)
+{
+    if (mop->op->req == NULL) {
+        mop_finish(mop, NULL, 0);     /* its client is gone */
+        return;
+    }
+    struct px_backend *be = w->be[w->owner[mop->op->slot]];
+    if (be == NULL) {
+        mop_fail(mop, "no server for this request");
+        return;
+    }
+    px_count(&w->st.routed, 1);
+    mop_send(w, mop, &be->addr);
+}
+
+/* ---- order between meta and classic requests ---- */
+
+static bool is_meta(const struct px_req *rq)
+{
+    return rq->text_cmd == PX_TEXT_META;
+}
+
+/* Has rq's client an earlier request of the other kind unanswered? */
+static bool waits_for_other_kind(const struct px_req *rq)
+{
+    bool meta = is_meta(rq);
+    for (const struct px_req *e = rq->c->head; e != NULL && e != rq; e = e->next)
+        if (!e->done && e->pending > 0 && is_meta(e) != meta)
+            return true;
+    return false;
+}
+
+static bool defer_push(struct px_meta *pm, struct px_mop *mop, struct px_op *op)
+{
+    struct px_defer *d = malloc(sizeof(*d));
+    if (d == NULL)
+        return false;
+    d->next = NULL;
+    d->mop = mop;
+    d->op = op;
+    if (pm->dtail)
+        pm->dtail->next = d;
+    else
+        pm->dhead = d;
+    pm->dtail = d;
+    return true;
+}
+
+static struct px_req *defer_req(const struct px_defer *d)
+{
+    return d->mop ? d->mop->op->req : d->op->req;
+}
+
+/* Launches the deferred requests at the front that no longer wait. */
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_worker *w = arg;
+    struct px_meta *pm = w->meta;
+    (void)fd;
+    (void)what;
+    while (pm->dhead) {
+        struct px_defer *d = pm->dhead;
+        struct px_req *rq = defer_req(d);
+        if (rq != NULL && waits_for_other_kind(rq))
+            break;
+        pm->dhead = d->next;
+        if (pm->dhead == NULL)
+            pm->dtail = NULL;
+        if (d->mop) {
+            mop_launch(w, d->mop);
+        } else {
+            d->op->state = OP_NEW;
+            px_route_op(w, d->op);      /* frees it if its client is gone */
+        }
+        free(d);
+    }
+}
+
+bool px_meta_defer_classic(struct px_worker *w, struct px_req *rq)
+{
+    struct px_meta *pm = w->meta;
+    if (pm == NULL || (pm->inflight == 0 && pm->dhead == NULL))
+        return false;
+    if (pm->dhead == NULL && !waits_for_other_kind(rq))
+        return false;
+    for (unsigned i = 0; i < rq->nops; i++) {
+        /* "in flight" while deferred: a closing client detaches it */
+        rq->ops[i]->state = OP_INFLIGHT;
+        if (!defer_push(pm, NULL, rq->ops[i])) {
+            rq->ops[i]->state = OP_NEW;
+            px_route_op(w, rq->ops[i]);
+        }
+    }
+    return true;
+}
+
+/* A parsed keyed meta command: forwarded to its slot's owner, once no
+ * earlier classic request of the client is unanswered. */
+static void forward(struct px_client *c, struct px_req *rq, const struct meta_req *req,
+                    const char *buf)
+{
+    struct px_worker *w = c->w;
+    struct px_op *op = px_op_new(rq, 0, NULL, 0, req->key, req->nkey, NULL, 0, 0);
+    struct px_mop *mop = op ? malloc(sizeof(*mop) + req->total) : NULL;
+    if (mop == NULL) {
+        if (op) {
+            op->state = OP_DONE;
+            rq->pending--;
+        }
+        local_reply(rq, "SERVER_ERROR out of memory\r\n", 28);
+        return;
+    }
+    op->state = OP_INFLIGHT;        /* a closing client detaches it (px_client.c) */
+    mop->next = NULL;
+    mop->w = w;
+    mop->op = op;
+    mop->moves = 0;
+    mop->nwire = req->total;
+    memcpy(mop->wire, buf, req->total);
+    w->meta->inflight++;
+    count_command(w, req->cmd);
+    if ((w->meta->dhead != NULL || waits_for_other_kind(rq)) && defer_push(w->meta, mop, NULL))
+        return;
+    mop_launch(w, mop);
+}
+
+void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey)
+{
+    struct px_op *op = px_op_new(rq, BIN_OP_DELETE, NULL, 0, key, nkey, NULL, 0, 0);
+    if (op == NULL)
+        return;
+    rq->noreply = true;             /* the delete's outcome is not shown */
+    op->retry_lost = true;
+    if (!px_meta_defer_classic(c->w, rq))
+        px_route_op(c->w, op);
+}
+
+size_t px_meta_request(struct px_client *c, const char *buf, size_t len, bool *handled)
+{
+    struct meta_req req;
+    struct px_req *rq;
+
+    *handled = false;
+    if (len < 2 || buf[0] != 'm')
+        return 0;
+    if (c->w->meta == NULL && !px_meta_init(c->w))
+        return 0;
+    *handled = true;
+    switch (meta_parse(buf, len, c->w->px->opt.item_max, &req)) {
+    case MP_NOT_META:
+        *handled = false;
+        return 0;
+    case MP_NEED_MORE:
+        return 0;
+    case MP_CLOSE:
+        return SIZE_MAX;
+    case MP_ERROR:
+        rq = px_req_new(c, PX_PROTO_TEXT, 1);
+        if (rq == NULL)
+            return SIZE_MAX;
+        rq->text_cmd = TC_NONE;
+        if (req.too_large) {
+            local_reply(rq, "SERVER_ERROR object too large for cache\r\n", 41);
+            px_meta_drop_key(c, rq, req.key, req.nkey);
+        } else {
+            local_reply(rq, req.error, strlen(req.error));
+            local_reply(rq, "\r\n", 2);
+        }
+        c->swallow = req.swallow;
+        px_req_finish(rq);
+        return req.total;
+    case MP_OK:
+        break;
+    }
+    rq = px_req_new(c, PX_PROTO_TEXT, 1);
+    if (rq == NULL)
+        return SIZE_MAX;
+    rq->text_cmd = req.cmd == MC_NOOP ? TC_NONE : PX_TEXT_META;
+    if (req.cmd == MC_NOOP)
+        local_reply(rq, "MN\r\n", 4);
+    else
+        forward(c, rq, &req, buf);
+    px_req_finish(rq);              /* the launch hold */
+    return req.total;
+}
+
+bool px_meta_init(struct px_worker *w)
+{
+    w->meta = calloc(1, sizeof(*w->meta));
+    if (w->meta == NULL)
+        return false;
+    w->meta->kick = event_new(w->base, -1, 0, on_kick, w);
+    if (w->meta->kick == NULL) {
+        free(w->meta);
+        w->meta = NULL;
+        return false;
+    }
+    return true;
+}
+
+void px_meta_close_all(struct px_worker *w)
+{
+    if (w->meta == NULL)
+        return;
+    struct px_meta *pm = w->meta;
+    while (pm->conns)
+        mconn_lost(pm->conns, "proxy stopping, connection to");
+    while (pm->dhead) {
+        struct px_defer *d = pm->dhead;
+        pm->dhead = d->next;
+        if (d->mop)
+            mop_fail(d->mop, "proxy stopping");
+        else if (d->op->req == NULL)
+            px_op_free(d->op);
+        free(d);
+    }
+    event_free(pm->kick);
+    free(w->meta);
+    w->meta = NULL;
+}

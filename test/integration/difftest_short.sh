@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# difftest_short.sh - make check's short run of the differential tester
+# (test/difftest/difftest.py, scripts/difftest): a fixed number of random
+# request sequences from a fixed seed, each sent to Debian's memcached 1.6
+# and to a plain cocytus-server, replies compared byte for byte after the
+# masks of docs/compat.md; then every difference a long run ever found,
+# replayed.  Some seconds; long runs: scripts/difftest --seconds N.  Skipped (77) when memcached is not installed.  difftest.py
+# starts both servers itself and stops them.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$server_bin"
+memcached_bin=${MEMCACHED:-$(command -v memcached || echo /usr/bin/memcached)}
+if [ ! -x "$memcached_bin" ]; then
+    echo "SKIP: no memcached to compare with (apt-get install memcached)"
+    exit 77
+fi
+DIFFTEST_SEED=${DIFFTEST_SEED:-14}
+DIFFTEST_CASES=${DIFFTEST_CASES:-150}
+
+python3 "$top_srcdir/test/difftest/difftest.py" --seed "$DIFFTEST_SEED" --cases "$DIFFTEST_CASES" \
+    --memcached "$memcached_bin" --server "$server_bin"
+rc=$?
+case $rc in
+    0) ok "difftest seed $DIFFTEST_SEED, $DIFFTEST_CASES sequences: no difference" ;;
+    77) echo "SKIP: difftest could not start a server"; exit 77 ;;
+    *) fail "difftest seed $DIFFTEST_SEED: differences (replay commands above)" ;;
+esac
+
+# Every difference the long runs found (docs/compat.md), replayed:
+# seed:case:session.
+FOUND="14014:2037:default 14014:2819:default 14014:3346:default 14014:4820:-C
+14014:4825:-C 14014:4829:-C 14014:4983:-C 14014:5824:default 14014:12049:default
+14014:1173:-F 14014:2474:-Y 20261124:644:default 20261124:680:default
+20261124:1736:-C 20261124:3142:default 20261124:4523:default 1414:7503:default
+1414:7648:default 77:858:default"
+for f in $FOUND; do
+    IFS=: read -r seed n variant <<<"$f"
+    if python3 "$top_srcdir/test/difftest/difftest.py" --seed "$seed" --case "$n" \
+        --variant="$variant" --no-shrink --memcached "$memcached_bin" --server "$server_bin" \
+        >/dev/null 2>&1; then
+        ok "difftest seed $seed case $n ($variant)"
+    else
+        fail "difftest seed $seed case $n ($variant) differs again: scripts/difftest --seed $seed --case $n --variant=$variant"
+    fi
+done
+finish

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# meta_engines.sh - the meta commands in every engine that serves keys,
+# each compared with memcached itself by meta_check.py (one script of
+# mg/ms/md/ma/mn/me with their flags, touch, gat and TTL reads; replies
+# equal after masking CAS values, TTL counts and key names):
+#   - a plain cocytus-server;
+#   - an RS(2,3) cluster (3 nodes, coordinator, cocytus-proxy): a data
+#     process directly (keys of its own slots), then cocytus-proxy;
+#   - the same cluster after SIGKILL to a data process (nodes do not
+#     restart it): the recovery process that took its slots, directly;
+#   - a PBR group (a primary and 2 backups): the primary directly.
+# Skipped (77) without Debian's memcached to compare with.  The traps stop
+# everything the test started.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$build_dir/client/cocytus-proxy" "$build_dir/cocytus/cocytus-node"
+memcached_bin=${MEMCACHED:-$(command -v memcached || echo /usr/bin/memcached)}
+if [ ! -x "$memcached_bin" ]; then
+    echo "SKIP: no memcached to compare with (apt-get install memcached)"
+    exit 77
+fi
+export MEMCACHED=$memcached_bin
+check=$script_dir/meta_check.py
+RECOVERY_TENTHS=600     # a slow (sanitizer, busy) machine: the takeover within 60 s
+
+server_pid=""
+rsdir=""
+pbrdir=""
+cleanup() {
+    stop_pid "$server_pid"
+    cluster_remove "$rsdir"
+    cluster_remove "$pbrdir"
+}
+on_exit cleanup
+
+# meta LABEL HOST:PORT [--direct]: one meta_check.py run.
+meta() {
+    local label=$1 target=$2
+    shift 2
+    if python3 "$check" --target "$target" --label "$label" "$@"; then
+        return 0
+    fi
+    fail "meta commands on $label differ from memcached's"
+}
+
+# admin HOST:PORT COMMAND: the reply lines of one admin command.
+admin() {
+    local hp=$1 line
+    { exec 3<>"/dev/tcp/${hp%:*}/${hp##*:}"; } 2>/dev/null || return 1
+    printf '%s\r\n' "$2" >&3
+    while IFS= read -r -t 5 line <&3; do
+        line=${line%$'\r'}
+        echo "$line"
+        case $line in END | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;; esac
+    done
+    exec 3<&- 3>&-
+}
+
+# --- plain ---
+if start_server "$(mktemp "${TMPDIR:-/tmp}/meta_plain.XXXXXX")"; then
+    meta "a plain cocytus-server" "127.0.0.1:$server_port"
+    stop_pid "$server_pid"
+    server_pid=""
+else
+    fail "plain server did not start"
+fi
+
+# --- RS(2,3): data process, proxy, then a recovery process ---
+rsdir=$(mktemp -d "${TMPDIR:-/tmp}/meta_rs.XXXXXX")
+proxy_port=$(pick_port)
+# 9 processes and the coordinator: 2 ports each; the proxy's is the kernel's choice.
+if cluster_up "$rsdir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 16 --region 16 \
+    --restart off --proxy-port "$proxy_port"; then
+    dp=$(awk '$1 == "data" { print $5; exit }' "$rsdir/endpoints")
+    meta "data process $dp" "$dp" --direct
+    meta "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")"
+
+    victim_pid=$(awk '$1 == "data" { print $6; exit }' "$rsdir/endpoints")
+    kill -KILL "$victim_pid"
+    # The recovery process: a parity process that reports serving_dp and
+    # serves keys (its slots moved to it).
+    serving() {
+        local hp
+        for hp in $(awk '$1 == "parity" { print $5 }' "$rsdir/endpoints"); do
+            admin "$hp" "cocytus info" 2>/dev/null | grep -q '^STAT serving_dp' || continue
+            echo "$hp"
+            return 0
+        done
+        return 1
+    }
+    rp=""
+    for _ in $(seq "$RECOVERY_TENTHS"); do
+        rp=$(serving) && break
+        sleep 0.1
+    done
+    if [ -n "$rp" ]; then
+        ok "recovery process $rp serves the killed data process's slots"
+        meta "recovery process $rp" "$rp" --direct
+    else
+        fail "no recovery process took over after SIGKILL to data process $dp"
+    fi
+else
+    fail "RS(2,3) cluster up"
+fi
+cluster_remove "$rsdir"
+rsdir=""
+
+# --- PBR: the primary ---
+pbrdir=$(mktemp -d "${TMPDIR:-/tmp}/meta_pbr.XXXXXX")
+if cluster_up "$pbrdir" 8 6000 9000 --nodes 1 --scheme pbr:2 --memory 16 --no-proxy; then
+    primary=$(awk '$1 == "primary" { print $5; exit }' "$pbrdir/endpoints")
+    meta "PBR primary $primary" "$primary" --direct
+else
+    fail "PBR cluster up"
+fi
+finish

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# meta_proxy.sh - a client's meta and TTL operations through cocytus-proxy in
+# front of the default cluster (scripts/cluster up: 5 nodes, RS(3,5),
+# coordinator, proxy), compared with memcached itself by meta_check.py: mg
+# ms md ma mn me with their flags (base64 keys, opaque, quiet mode with mn,
+# TTL reads and updates, vivify, recache, invalidation, CAS, the ms and ma
+# modes), touch, gat and gats, as pymemcache-style clients issue them.
+# Two runs with different keys, so they land on different servers.
+# Skipped (77) without Debian's memcached.  The trap stops the cluster.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$build_dir/client/cocytus-proxy" "$build_dir/cocytus/cocytus-node"
+memcached_bin=${MEMCACHED:-$(command -v memcached || echo /usr/bin/memcached)}
+if [ ! -x "$memcached_bin" ]; then
+    echo "SKIP: no memcached to compare with (apt-get install memcached)"
+    exit 77
+fi
+export MEMCACHED=$memcached_bin
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/meta_proxy.XXXXXX")
+cleanup() {
+    cluster_remove "$dir"
+}
+on_exit cleanup
+
+# 25 processes and the coordinator: 2 ports each; the proxy's is the kernel's choice.
+proxy_port=$(pick_port)
+if ! cluster_up "$dir" 52 3000 12000 --memory 16 --region 16 --proxy-port "$proxy_port"; then
+    fail "the default cluster (5 nodes, RS(3,5)) did not come up"
+    finish
+fi
+proxy=$(cat "$dir/proxy")
+for prefix in pa_ pb_; do
+    python3 "$script_dir/meta_check.py" --target "$proxy" --prefix "$prefix" \
+        --label "cocytus-proxy in front of the default cluster (keys $prefix*)" \
+        || fail "meta operations through the proxy (keys $prefix*) differ from memcached's"
+done
+finish
