@@ -40,11 +40,11 @@ static void usage(FILE *out)
         "  -b, --listen-backlog=<n>  listen backlog (default 1024)\n"
         "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
         "  -F, --disable-flush-all   refuse flush_all\n"
-        "  -Y, --auth-file=<file>    ASCII authentication: user:pass lines (memcached's format)\n"
+        "  -Y, --auth-file=<file>    authentication: user:pass lines (memcached's format);\n"
+        "                            ASCII auth set, or binary SASL PLAIN\n"
         "  -D <char>                 stats detail's key prefix delimiter (turns stats detail on)\n"
-        "  -o, --extended=<opts>     hashpower=N, idle_timeout=S (close clients idle S s), track_sizes
-"
-        "                            (others ignored)\n"
+        "  -o, --extended=<opts>     hashpower=N, idle_timeout=S (close clients idle S s),\n"
+        "                            track_sizes (others ignored)\n"
         "      --role=<role>         plain (default), data, parity, primary, backup, coordinator\n"
         "      --cluster=<file>      cluster file (replicated roles)\n"
         "      --group=<g> --index=<i>  this process's group and index within its role\n"
@@ -88,7 +88,7 @@ static void parse_extended(struct settings *st, char *opts)
 {
     char *save = NULL;
     for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-        int hp, idle;
+        int hp;
         if (strncmp(o, "hashpower=", 10) == 0 && parse_int(o + 10, 12, 32, &hp))
             st->hashpower = (unsigned)hp;
         else if (strncmp(o, "idle_timeout=", 13) == 0 && parse_int(o + 13, 0, 1 << 30, &hp))

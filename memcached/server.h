@@ -46,7 +46,6 @@ struct settings {
     bool shutdown_enabled;    /* -A */
     int backlog;              /* -b */
     unsigned hashpower;       /* -o hashpower=N */
-    int idle_timeout;         /* -o idle_timeout=S: close clients idle S s (0: never) */
     size_t max_line;          /* longest request line accepted without a newline */
     bool flush_enabled;       /* !-F */
     const char *auth_file;    /* -Y: ASCII authentication (user:pass lines) */
