@@ -85,7 +85,8 @@ enum bin_opcode {
     BIN_OP_GATQ       = 0x1e,
     BIN_OP_GATK       = 0x23,
     BIN_OP_GATKQ      = 0x24,
-    BIN_OP_SASL_LIST  = 0x20,   /* SASL: not built in, answered as unknown */
+    BIN_OP_SASL_LIST  = 0x20,   /* SASL: PLAIN under -Y, else answered as unknown */
+    BIN_OP_SASL_AUTH  = 0x21,
     BIN_OP_SASL_STEP  = 0x22
 };
 

@@ -906,8 +906,9 @@ static bool conn_make_room(struct conn *c)
 
 static void conn_choose_protocol(struct conn *c)
 {
-    /* With ASCII authentication (-Y) memcached speaks only ASCII. */
-    if ((unsigned char)c->rbuf[c->rstart] == 0x80 && !c->srv->settings.auth_file)
+    /* memcached with -Y speaks only ASCII; here -Y also takes binary
+     * clients, which authenticate with SASL PLAIN (proto_bin.c). */
+    if ((unsigned char)c->rbuf[c->rstart] == 0x80)
         c->process = proto_bin_process;
     else
         c->process = proto_text_process;

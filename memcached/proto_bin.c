@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authfile.h"
 #include "proto_bin.h"
 #include "server.h"
 
@@ -1058,6 +1059,39 @@ static bool bin_reply_if_moved(struct conn *c, const struct bin_request *rq)
     return true;
 }
 
+/* -Y in the binary protocol: SASL with the PLAIN mechanism against the
+ * same credentials as the ASCII authentication (memcached's -Y answers
+ * binary requests as ASCII; cluster clients such as cocytus-proxy speak
+ * binary, so here they authenticate with SASL PLAIN).  List answers
+ * "PLAIN"; auth with key PLAIN checks "[authzid]\0user\0password"; step
+ * (no multi-step mechanism here) fails. */
+static void bin_sasl(struct conn *c, const struct bin_request *rq, const char *buf)
+{
+    struct server *s = conn_server(c);
+    const char *key = buf + BIN_HEADER_LEN + rq->hdr.extlen;
+    const char *val = key + rq->hdr.keylen;
+    size_t nval = rq->total - BIN_HEADER_LEN - rq->hdr.extlen - rq->hdr.keylen;
+    struct resp *r = bin_resp_new(c, rq);
+    const char *user, *pass;
+    size_t nuser, npass;
+
+    if (rq->hdr.opcode == BIN_OP_SASL_LIST) {
+        bin_add_error(r, BIN_STATUS_OK, "PLAIN");
+    } else if (rq->hdr.opcode == BIN_OP_SASL_AUTH && rq->hdr.keylen == 5 &&
+               memcmp(key, "PLAIN", 5) == 0 &&
+               authfile_split_plain(val, nval, &user, &nuser, &pass, &npass) &&
+               authfile_check(&s->auth, user, nuser, pass, npass)) {
+        s->stats.auth_cmds++;
+        conn_set_authenticated(c);
+        bin_add_error(r, BIN_STATUS_OK, "Authenticated");
+    } else {
+        s->stats.auth_cmds++;
+        s->stats.auth_errors++;
+        bin_add_error(r, BIN_STATUS_AUTH_ERROR, "Auth failure");
+    }
+    resp_done(r);
+}
+
 enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
                                   size_t *consumed)
 {
@@ -1087,6 +1121,14 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
         *consumed = len;
         return CONN_PARSE_CLOSE;
     case BF_UNKNOWN:
+        if (rq.hdr.opcode >= BIN_OP_SASL_LIST && rq.hdr.opcode <= BIN_OP_SASL_STEP &&
+            s->settings.auth_file) {
+            if (len < rq.total)
+                return CONN_PARSE_NEED_MORE;
+            bin_sasl(c, &rq, buf);
+            *consumed = rq.total;
+            return CONN_PARSE_OK;
+        }
         if (rq.hdr.opcode >= BIN_OP_SASL_LIST && rq.hdr.opcode <= BIN_OP_SASL_STEP) {
             /* The SASL commands (not built in, as in Debian's memcached)
              * are unknown, their body read and dropped. */
@@ -1109,6 +1151,15 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
         break;
     }
 
+    if (s->settings.auth_file && !conn_authenticated(c)) {
+        /* -Y: nothing but SASL before a client authenticated */
+        struct resp *r = bin_resp_new(c, &rq);
+        bin_add_error(r, BIN_STATUS_AUTH_ERROR, "Auth failure");
+        resp_done(r);
+        s->stats.auth_errors++;
+        *consumed = rq.total;
+        return CONN_PARSE_OK;
+    }
     if (bin_opcode_is_read(rq.hdr.opcode) && conn_writes_inflight(c))
         return CONN_PARSE_BLOCKED;
     if (bin_opcode_is_read(rq.hdr.opcode) && rq.nkey > 0 && conn_read_waits(c, rq.key, rq.nkey))

@@ -1182,38 +1182,6 @@ static bool looks_http(const char *buf, size_t total)
  * exptime are ignored; the reply is STORED even with noreply); anything
  * else is answered "CLIENT_ERROR unauthenticated" and the rest of the
  * input received with it is dropped, as memcached does. */
-static bool credentials(const char *p, size_t n, const char **user, size_t *nuser,
-                        const char **pass, size_t *npass)
-{
-    const char *tok[2];
-    size_t ntok[2];
-    int count = 0;
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && p[i] == ' ')
-            i++;
-        if (i == n)
-            break;
-        if (count == 2)
-            return false;
-        tok[count] = p + i;
-        while (i < n && p[i] != ' ') {
-            if ((unsigned char)p[i] < 0x20)
-                return false;
-            i++;
-        }
-        ntok[count] = (size_t)(p + i - tok[count]);
-        count++;
-    }
-    if (count != 2)
-        return false;
-    *user = tok[0];
-    *nuser = ntok[0];
-    *pass = tok[1];
-    *npass = ntok[1];
-    return true;
-}
-
 static enum conn_parse process_auth(struct conn *c, const char *buf, size_t len,
                                     size_t *consumed)
 {
@@ -1241,7 +1209,7 @@ static enum conn_parse process_auth(struct conn *c, const char *buf, size_t len,
         const char *user, *pass;
         size_t nuser, npass;
         s->stats.auth_cmds++;
-        if (credentials(buf + line, (size_t)vlen, &user, &nuser, &pass, &npass)) {
+        if (authfile_split_ascii(buf + line, (size_t)vlen, &user, &nuser, &pass, &npass)) {
             if (server_auth_check(s, user, nuser, pass, npass)) {
                 conn_set_authenticated(c);
                 reply_line(c, "STORED", false);

@@ -459,44 +459,9 @@ void server_shutdown(struct server *s)
 
 int server_load_auth(struct server *s, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "cocytus-server: cannot open the auth file %s: %s\n", path,
-                strerror(errno));
-        return -1;
-    }
-    char line[1024];
-    int lineno = 0;
-    while (fgets(line, sizeof(line), f)) {
-        lineno++;
-        size_t n = strcspn(line, "\r\n");
-        line[n] = '\0';
-        if (n == 0)
-            continue;
-        char *colon = strchr(line, ':');
-        if (!colon || colon == line || colon[1] == '\0') {
-            fprintf(stderr, "cocytus-server: %s:%d: not user:password\n", path, lineno);
-            fclose(f);
-            return -1;
-        }
-        *colon = '\0';
-        struct auth_entry *n2 = realloc(s->auth, (size_t)(s->nauth + 1) * sizeof(*n2));
-        if (!n2) {
-            fclose(f);
-            return -1;
-        }
-        s->auth = n2;
-        s->auth[s->nauth].user = strdup(line);
-        s->auth[s->nauth].pass = strdup(colon + 1);
-        if (!s->auth[s->nauth].user || !s->auth[s->nauth].pass) {
-            fclose(f);
-            return -1;
-        }
-        s->nauth++;
-    }
-    fclose(f);
-    if (s->nauth == 0) {
-        fprintf(stderr, "cocytus-server: the auth file %s has no user\n", path);
+    char err[300];
+    if (authfile_load(&s->auth, path, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-server: %s\n", err);
         return -1;
     }
     return 0;
@@ -505,13 +470,7 @@ int server_load_auth(struct server *s, const char *path)
 bool server_auth_check(const struct server *s, const char *user, size_t nuser,
                        const char *pass, size_t npass)
 {
-    for (int i = 0; i < s->nauth; i++) {
-        const struct auth_entry *a = &s->auth[i];
-        if (strlen(a->user) == nuser && memcmp(a->user, user, nuser) == 0 &&
-            strlen(a->pass) == npass && memcmp(a->pass, pass, npass) == 0)
-            return true;
-    }
-    return false;
+    return authfile_check(&s->auth, user, nuser, pass, npass);
 }
 
 bool server_set_mem_limit(struct server *s, size_t bytes)
@@ -525,13 +484,7 @@ bool server_set_mem_limit(struct server *s, size_t bytes)
 
 void server_destroy(struct server *s)
 {
-    for (int i = 0; i < s->nauth; i++) {
-        free(s->auth[i].user);
-        free(s->auth[i].pass);
-    }
-    free(s->auth);
-    s->auth = NULL;
-    s->nauth = 0;
+    authfile_free(&s->auth);
     prefix_stats_free(s);
     conn_close_all(s);
     coord_client_stop(s->coord);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "authfile.h"
 #include "clock.h"
 #include "engine.h"
 #include "auth.h"
@@ -23,11 +24,6 @@ struct conn;
 struct coord_client;
 struct prefix_stats;
 
-/* -Y: the users and passwords of the auth file. */
-struct auth_entry {
-    char *user;
-    char *pass;
-};
 
 struct settings {
     int port;                 /* -p */
@@ -112,8 +108,7 @@ struct server {
     bool shutting_down;
     struct migration *migration; /* slot moves (migrate.c), NULL until the first */
     struct prefix_stats *prefixes; /* stats detail: per key prefix counts (stats.c) */
-    struct auth_entry *auth;  /* -Y entries */
-    int nauth;
+    struct authfile auth;     /* -Y pairs */
     struct coord_client *coord; /* control link to the coordinator (coord_client.c), or NULL */
 };
 
