@@ -901,10 +901,6 @@ static void handle_admin_auth(struct conn *c, int argc, char **argv, struct resp
     struct server *s = conn_server(c);
     struct auth_admin *a = conn_admin_auth(c);
     char peer[96], hex[AUTH_NONCE_HEX + 1];
-    if (!s->admin_key_set) {
-        resp_str(r, "CLIENT_ERROR no cluster secret here (started without --cluster)\r\n");
-        return;
-    }
     if (argc == 1) {
         if (auth_admin_challenge(a, hex) < 0)
             resp_str(r, "SERVER_ERROR no random bytes for a nonce\r\n");
@@ -953,12 +949,16 @@ static void handle_admin(struct conn *c, const struct text_req *req)
              w = strtok_r(NULL, " ", &save))
             argv[argc++] = w;
     }
-    if (argc > 0 && strcmp(argv[0], "auth") == 0) {
+    /* Without a cluster there is no secret and no cluster state: the words
+     * go to the engine as before, which answers ERROR like memcached to
+     * what it does not know. */
+    bool secret = conn_server(c)->admin_key_set;
+    if (secret && argc > 0 && strcmp(argv[0], "auth") == 0) {
         handle_admin_auth(c, argc, argv, r);
         resp_done(r);
         return;
     }
-    if (argc > 0 && !conn_is_admin(c)) {
+    if (secret && argc > 0 && !conn_is_admin(c)) {
         refuse_admin(c, argv[0], r);
         resp_done(r);
         return;

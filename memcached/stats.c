@@ -97,7 +97,6 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "curr_connections", st->curr_conns);
     emit_u64(emit, ctx, "total_connections", st->total_conns);
     emit_u64(emit, ctx, "rejected_connections", st->rejected_conns);
-    emit_u64(emit, ctx, "idle_kicks", st->idle_kicks);
     emit_u64(emit, ctx, "connection_structures", st->curr_conns);
     emit_u64(emit, ctx, "response_obj_oom", 0);
     emit_u64(emit, ctx, "response_obj_count", resps);
@@ -135,7 +134,7 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "bytes_written", st->bytes_written);
     emit(ctx, "limit_maxbytes", "%s", engine_stat(&es, "limit_maxbytes"));
     emit(ctx, "accepting_conns", "%d", s->accepting ? 1 : 0);
-    emit_u64(emit, ctx, "listen_disabled_num", 0);
+    emit_u64(emit, ctx, "listen_disabled_num", st->listen_disabled);
     emit_u64(emit, ctx, "time_in_listen_disabled_us", 0);
     emit(ctx, "threads", "%d", 1);
     emit_u64(emit, ctx, "conn_yields", 0);
@@ -177,6 +176,7 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
         if (!es.used[i])
             emit(ctx, es.name[i], "%s", es.value[i]);
     emit(ctx, "role", "%s", s->settings.role);
+    emit_u64(emit, ctx, "idle_kicks", st->idle_kicks);     /* memcached 1.6.18 has none */
     emit_u64(emit, ctx, "migrate_moves", st->migrate_moves);
     emit_u64(emit, ctx, "migrate_keys_sent", st->migrate_keys_sent);
     emit_u64(emit, ctx, "migrate_forwards", st->migrate_forwards);

@@ -704,7 +704,7 @@ def make_case(seed, n):
 META_CODES = (b"VA", b"HD", b"EN", b"NF", b"NS", b"EX", b"MN", b"ME")
 # General stats cocytus-server adds after memcached's names (docs/compat.md).
 COCYTUS_STATS = {b"role", b"migrate_moves", b"migrate_keys_sent", b"migrate_forwards",
-                 b"import_keys"}
+                 b"import_keys", b"idle_kicks"}
 
 
 class Masker:
@@ -1329,6 +1329,11 @@ def main():
             if runner.session.cases >= CASES_PER_SESSION:
                 runner.new_session()
             steps = make_case(args.seed, n)
+            if args.case is None and runner.session.variant[1] == "-Y" and is_binary_case(steps):
+                # ours takes binary clients under -Y (SASL PLAIN), memcached
+                # reads them as text: a documented difference (docs/compat.md)
+                n += 1
+                continue
             runner.session.cases += 1
             runner.requests += sum(len(s) for s in steps)
             d, a, b, raw, prefix = runner.differs(steps)

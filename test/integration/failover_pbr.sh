@@ -102,7 +102,7 @@ run_mode() {
     local mode=$1 line ms first second
     dir=$(mktemp -d "${TMPDIR:-/tmp}/failover_pbr.XXXXXX")
     proxy_port=$(pick_port)
-    if ! cluster_up "$dir" 8 6000 9000 --nodes 1 --scheme pbr:2 --sync "$mode" --memory 64 \
+    if ! cluster_up "$dir" 8 6000 9000 --nodes 1 --scheme pbr:2 --sync "$mode" --memory 192 \
         --proxy-port "$proxy_port"; then
         fail "$mode: cluster did not come up"
         return

@@ -46,17 +46,10 @@ meta() {
     fail "meta commands on $label differ from memcached's"
 }
 
-# admin HOST:PORT COMMAND: the reply lines of one admin command.
+# admin HOST:PORT COMMAND: the reply lines of one admin command, on a
+# connection that proved the cluster secret of the RS cluster (ctl, lib.sh).
 admin() {
-    local hp=$1 line
-    { exec 3<>"/dev/tcp/${hp%:*}/${hp##*:}"; } 2>/dev/null || return 1
-    printf '%s\r\n' "$2" >&3
-    while IFS= read -r -t 5 line <&3; do
-        line=${line%$'\r'}
-        echo "$line"
-        case $line in END | ERROR* | CLIENT_ERROR* | SERVER_ERROR*) break ;; esac
-    done
-    exec 3<&- 3>&-
+    ctl "$rsdir" "$1" "$2"
 }
 
 # --- plain ---
