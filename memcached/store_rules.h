@@ -15,7 +15,8 @@
 /* A request's (nonzero) cas against the item's.  With cas disabled (-C)
  * memcached's items have no cas, so nothing matches: cas, ms/md/ma C and a
  * binary delete or incr with a cas answer EXISTS (a binary store ignores
- * its cas there: proto_bin.c). */
+ * its cas there: proto_bin.c, and so does an append or prepend:
+ * store_outcome). */
 static inline bool store_cas_matches(bool cas_enabled, uint64_t have, uint64_t want)
 {
     return cas_enabled && have == want;

@@ -433,6 +433,12 @@ START_TEST(test_cas_disabled)
     ck_assert_int_eq(store(e, ENG_OP_CAS, "k", "2", 0, 0, 0, NULL), ENG_EXISTS);
     assert_value(e, "k", "1");
     ck_assert_int_eq(store(e, ENG_OP_CAS, "nope", "2", 0, 0, 1, NULL), ENG_NOT_FOUND);
+    /* ... but an append or prepend ignores its cas there (difftest seed
+     * 1124 case 1720: ms MA C<n> under -C answers HD) */
+    ck_assert_int_eq(store(e, ENG_OP_APPEND, "k", "a", 0, 0, 777, NULL), ENG_SUCCESS);
+    ck_assert_int_eq(store(e, ENG_OP_PREPEND, "k", "p", 0, 0, 1, NULL), ENG_SUCCESS);
+    assert_value(e, "k", "p1a");
+    ck_assert_int_eq(store(e, ENG_OP_APPEND, "nope", "a", 0, 0, 1, NULL), ENG_NOT_STORED);
     /* flush still works without visible cas */
     ck_assert_int_eq(flush(e, 0), ENG_SUCCESS);
     assert_missing(e, "k");
