@@ -319,7 +319,9 @@ enum bin_frame_result bin_frame_request(const char *buf, size_t len, size_t item
     /* Key and extras come first; then the opcode and lengths are judged. */
     if (len < out->head)
         return BF_NEED_MORE;
-    if (known && (uint32_t)h->extlen + h->keylen > h->bodylen)
+    /* Then for every opcode, unknown ones too (difftest seed 2411 cases
+     * 1918, 2278). */
+    if ((uint32_t)h->extlen + h->keylen > h->bodylen)
         return BF_BAD_LENGTHS;
     /* memcached 1.6 answers verbosity as an unknown command. */
     if (!known || h->opcode == BIN_OP_VERBOSITY)
@@ -1131,8 +1133,11 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
         }
         if (rq.hdr.opcode >= BIN_OP_SASL_LIST && rq.hdr.opcode <= BIN_OP_SASL_STEP) {
             /* The SASL commands (not built in, as in Debian's memcached)
-             * are unknown, their body read and dropped. */
-            bin_reply_status(c, &rq, BIN_STATUS_UNKNOWN_COMMAND);
+             * are unknown, their body read and dropped; memcached reads
+             * the key, then drops the value (its reply then waits as for
+             * any dropped value: difftest seed 2411 case 1662). */
+            bin_reply_status_swallow(c, &rq, BIN_STATUS_UNKNOWN_COMMAND,
+                                     rq.hdr.bodylen - rq.hdr.keylen - rq.hdr.extlen);
             *consumed = len < rq.total ? len : rq.total;
             conn_swallow(c, rq.total - *consumed);
             return CONN_PARSE_OK;

@@ -1218,6 +1218,21 @@ START_TEST(test_process_invalid_and_unknown)
     ck_assert_uint_eq(rp.status, BIN_STATUS_UNKNOWN_COMMAND);
     assert_value(&rp, "Unknown command");
     free_conn(c);
+
+    /* an unknown opcode whose extras do not fit its body: memcached reads
+     * the extras, answers unknown command and closes (difftest seed 2411
+     * case 1918) */
+    c = fake_conn();
+    memset(buf, 0, sizeof(buf));
+    n = build(buf, &(struct req_spec){ .opcode = 0xfe, .opaque = 9 });
+    buf[BIN_OFF_EXTLEN] = 8;
+    ck_assert_int_eq(proto_bin_process(c, buf, n, &consumed), CONN_PARSE_NEED_MORE);
+    ck_assert_int_eq(c->nslots, 0);
+    ck_assert_int_eq(proto_bin_process(c, buf, n + 8, &consumed), CONN_PARSE_CLOSE);
+    only_reply(c, 0, &rp);
+    ck_assert_uint_eq(rp.opcode, 0xfe);
+    ck_assert_uint_eq(rp.status, BIN_STATUS_UNKNOWN_COMMAND);
+    free_conn(c);
 }
 END_TEST
 
