@@ -110,8 +110,9 @@ struct meta_req {
                                * 0 without M */
     const char *opaque;       /* O: token to echo (NULL without O) */
     size_t nopaque;
-    bool opaque_too_long;     /* ma only: the O token is over META_OPAQUE_MAX; memcached
-                               * applies the ma and then answers "CLIENT_ERROR opaque
+    bool opaque_too_long;     /* mg and ma: the O token is over META_OPAQUE_MAX; memcached
+                               * applies the ma (the mg's lookup, N and the flags
+                               * before the O) and then answers "CLIENT_ERROR opaque
                                * token too long" (unless the ma itself failed with an
                                * error line) */
 

@@ -52,7 +52,8 @@ struct plan {
 static void plan_save(struct resp *r, const struct meta_req *req, int64_t ttl_found,
                       int64_t ttl_created)
 {
-    size_t nopaque = req->opaque ? req->nopaque : 0;
+    /* (a refused opaque is never shown: not kept) */
+    size_t nopaque = req->opaque && !req->opaque_too_long ? req->nopaque : 0;
     struct plan *p = resp_scratch_reserve(r, sizeof(struct plan) + req->nkey + nopaque);
     memset(p, 0, sizeof(*p));
     p->cmd = (uint8_t)req->cmd;
@@ -224,11 +225,19 @@ static void vivify_complete(struct resp *r, const struct eng_result *res)
             put_failure(r, res);
             return;
         }
+        if (p.opaque_error) {
+            resp_str(r, "CLIENT_ERROR opaque token too long\r\n");
+            return;
+        }
         if (!p.quiet) {
             resp_add(r, "EN", 2);
             put_miss_flags(r, &p, key, opaque);
             line_end(r);
         }
+        return;
+    }
+    if (p.opaque_error) {
+        resp_str(r, "CLIENT_ERROR opaque token too long\r\n");
         return;
     }
     struct hit h = {
@@ -258,7 +267,15 @@ static void mg_walk(struct server *s, const struct meta_req *req, rel_time_t sta
     rel_time_t cur = start;
     memset(w, 0, sizeof(*w));
     w->t_shown = -1;
-    for (int i = 0; i < req->nflags; i++) {
+    /* an mg stops at an O too long (proto_meta.h: opaque_too_long) */
+    int nflags = req->nflags;
+    for (int i = 0; req->cmd == MC_GET && req->opaque_too_long && i < req->nflags; i++) {
+        if (req->flags[i].flag == 'O') {
+            nflags = i;
+            break;
+        }
+    }
+    for (int i = 0; i < nflags; i++) {
         switch (req->flags[i].flag) {
         case 'T':
             cur = clock_exptime(&s->clock, req->ttl);
@@ -297,7 +314,8 @@ static void mg_vivify(struct conn *c, const struct meta_req *req)
         .op = ENG_OP_ADD, .key = req->key, .nkey = req->nkey, .data = "", .nbytes = 0,
         .exptime = w.set ? w.exptime : 0,
         /* (memcached does not mark the key of an item mg creates binary) */
-        .marks = (uint8_t)(ENG_MARK_WON | (meta_has(req, 'u') ? 0 : ENG_MARK_FETCHED)),
+        .marks = req->opaque_too_long ? 0 :      /* nothing after the O: no win, no fetch */
+                 (uint8_t)(ENG_MARK_WON | (meta_has(req, 'u') ? 0 : ENG_MARK_FETCHED)),
     };
     conn_mutate(c, r, &m, vivify_complete);
 }
@@ -307,7 +325,8 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
     struct server *s = conn_server(c);
     struct eng_value v;
     struct eng_result res;
-    unsigned opts = meta_has(req, 'u') ? ENG_GET_PEEK : 0;
+    /* (memcached counts the fetch after the flags: not with an O too long) */
+    unsigned opts = meta_has(req, 'u') || req->opaque_too_long ? ENG_GET_PEEK : 0;
     eng_status st = conn_get_ex(c, req->key, req->nkey, opts, &v, &res);
     if (st == ENG_NOT_FOUND && meta_has(req, 'N')) {
         mg_vivify(c, req);
@@ -319,7 +338,9 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
     char key[META_KEY_MAX], opaque[META_OPAQUE_MAX + 1];
     plan_load(r, &p, key, opaque);
     if (st == ENG_NOT_FOUND) {
-        if (!p.quiet) {
+        if (p.opaque_error) {
+            resp_str(r, "CLIENT_ERROR opaque token too long\r\n");
+        } else if (!p.quiet) {
             resp_add(r, "EN", 2);
             put_miss_flags(r, &p, key, opaque);
             line_end(r);
@@ -338,6 +359,21 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
     rel_time_t start = v.exptime == 0 ? 0 : (rel_time_t)(v.exptime - s->clock.epoch);
     struct mg_walk w;
     mg_walk(s, req, start, false, token_sent, &w);
+    if (p.opaque_error) {
+        /* only the TTL of a T before the O is set: no win, no fetch */
+        if (v.handle)
+            conn_engine(c)->ops->release(conn_engine(c), v.handle);
+        resp_str(r, "CLIENT_ERROR opaque token too long\r\n");
+        r->arg = 1;
+        if (w.set) {
+            struct eng_mutation m = { .op = ENG_OP_MARK, .key = req->key, .nkey = req->nkey,
+                                      .touch = true, .exptime = w.exptime };
+            mg_issue(c, r, &m);
+        }
+        if (--r->arg == 0)
+            resp_done(r);
+        return;
+    }
     bool win = w.r_win || (stale && !token_sent);
     bool z = token_sent;
     struct hit h = {

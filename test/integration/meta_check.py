@@ -241,6 +241,13 @@ def script(s, k):
     # difftest seed 20261124 case 3142: mg u T leaves the item unfetched
     s.run("mg u with T does not fetch", b"ms " + K("uT") + b" 1\r\nu\r\nmg " + K("uT") +
           b" u T100 s\r\nme " + K("uT") + b"\r\nmg " + K("uT") + b" h t\r\n")
+    # difftest seed 2411 case 5531: an mg's O too long is met after the
+    # lookup and N (no fetch, no win counted); an ma's after the ma (its
+    # 200-byte O once overran a stack buffer)
+    s.run("O too long: mg vivifies, ma applies, then the error",
+          b"mg " + K("ol") + b" N30 t O" + b"x" * 40 + b" v\r\nmg " + K("ol") +
+          b" t v h\r\nma " + K("om") + b" N0 J5 O" + b"y" * 200 + b" v\r\nmg " + K("om") +
+          b" v\r\n")
     s.run("TTL in the past: gone", b"mg " + K("g") + b" T-1\r\nmg " + K("g") + b" v\r\n")
     # difftest seed 20261124 case 4523: noreply hides "object too large"
     s.run("too large with noreply: nothing, and the old value is gone",
