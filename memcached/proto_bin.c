@@ -323,9 +323,11 @@ enum bin_frame_result bin_frame_request(const char *buf, size_t len, size_t item
      * 1918, 2278). */
     if ((uint32_t)h->extlen + h->keylen > h->bodylen)
         return BF_BAD_LENGTHS;
-    /* memcached 1.6 answers verbosity as an unknown command. */
+    /* memcached 1.6 answers verbosity as an unknown command; but a key
+     * over 250 bytes, whatever the opcode, is invalid (seed 2411 case
+     * 7267). */
     if (!known || h->opcode == BIN_OP_VERBOSITY)
-        return BF_UNKNOWN;
+        return h->keylen > BIN_KEY_MAX ? BF_EINVAL : BF_UNKNOWN;
     /* touch, gat* and stat: memcached reads the header, extras and key
      * only; body bytes beyond them are read as the next request. */
     bool head_only = h->opcode == BIN_OP_TOUCH || h->opcode == BIN_OP_GAT ||

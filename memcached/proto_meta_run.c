@@ -592,7 +592,13 @@ static void handle_ma(struct conn *c, const struct meta_req *req)
         .key = req->key, .nkey = req->nkey, .delta = req->delta,
         .cas = req->cas,            /* ma reads C0 as no compare */
         .create = meta_has(req, 'N'), .initial = req->initial,
-        .exptime = meta_has(req, 'T') ? req->ttl : req->vivify_ttl,
+        /* an item N creates takes the TTL of the last of T and N in the
+         * request (memcached creates it without one and then applies the
+         * flags in order: "T-1 N60" lives 60 s; difftest seed 2411 case
+         * 6824); a found one T's.  (Created by another client between the
+         * peek and this ma, a found item would take the created TTL.) */
+        .exptime = vivify ? (created.set ? created.exptime : 0)
+                          : (meta_has(req, 'T') ? req->ttl : req->vivify_ttl),
         .touch = meta_has(req, 'T'),
         /* (memcached's ma does not mark the key of an item it makes binary) */
     };

@@ -248,6 +248,11 @@ def script(s, k):
           b"mg " + K("ol") + b" N30 t O" + b"x" * 40 + b" v\r\nmg " + K("ol") +
           b" t v h\r\nma " + K("om") + b" N0 J5 O" + b"y" * 200 + b" v\r\nmg " + K("om") +
           b" v\r\n")
+    # difftest seed 2411 case 6824: an item ma N creates takes the TTL of
+    # the last of T and N
+    s.run("ma N creates with the TTL of the last of T and N",
+          b"ma " + K("tn") + b" T-1 N60 v t\r\nmg " + K("tn") + b" v t\r\nma " + K("nt") +
+          b" N60 T50 v t\r\nmg " + K("nt") + b" v t\r\n")
     s.run("TTL in the past: gone", b"mg " + K("g") + b" T-1\r\nmg " + K("g") + b" v\r\n")
     # difftest seed 20261124 case 4523: noreply hides "object too large"
     s.run("too large with noreply: nothing, and the old value is gone",

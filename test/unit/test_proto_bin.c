@@ -1233,6 +1233,19 @@ START_TEST(test_process_invalid_and_unknown)
     ck_assert_uint_eq(rp.opcode, 0xfe);
     ck_assert_uint_eq(rp.status, BIN_STATUS_UNKNOWN_COMMAND);
     free_conn(c);
+
+    /* an unknown opcode with a key over 250 bytes: read, then invalid
+     * and closed, as for any opcode (seed 2411 case 7267) */
+    c = fake_conn();
+    char big[BIN_HEADER_LEN + 300];
+    char key300[300];
+    memset(key300, 'k', sizeof(key300));
+    n = build(big, &(struct req_spec){ .opcode = 0xfe, .key = key300, .nkey = 300 });
+    ck_assert_int_eq(proto_bin_process(c, big, n - 1, &consumed), CONN_PARSE_NEED_MORE);
+    ck_assert_int_eq(proto_bin_process(c, big, n, &consumed), CONN_PARSE_CLOSE);
+    only_reply(c, 0, &rp);
+    ck_assert_uint_eq(rp.status, BIN_STATUS_EINVAL);
+    free_conn(c);
 }
 END_TEST
 
