@@ -534,8 +534,15 @@ static void handle_ms(struct conn *c, const struct meta_req *req)
         m.cas = req->cas;
         break;
     case META_MODE_REPLACE:
-        m.op = ENG_OP_REPLACE;
-        m.cas = compare_cas(c, req);
+        /* memcached: a replace with a C is a cas (I included; difftest
+         * seed 4242 case 1295), and a cas under -C never matches */
+        if (has_cas) {
+            m.op = ENG_OP_CAS;
+            m.cas = req->cas;
+            m.cas_stale = meta_has(req, 'I');
+        } else {
+            m.op = ENG_OP_REPLACE;
+        }
         break;
     default:
         m.op = has_cas ? ENG_OP_CAS : ENG_OP_SET;

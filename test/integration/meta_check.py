@@ -213,6 +213,13 @@ def script(s, k):
     s.run("stale set with an older CAS and I, then a fresh set",
           b"ms " + K("i") + b" 3 I C%d\r\nnew\r\nmg " % (cas - 1 if cas else 0) + K("i") +
           b" v\r\nms " + K("i") + b" 3\r\nnew\r\nmg " + K("i") + b" v\r\n")
+    # difftest seed 4242 case 1295: a replace with C is a cas, I included
+    r = s.run("a replace with an older CAS and I is a stale cas",
+              b"ms " + K("sr") + b" 1 c\r\na\r\n")
+    cas = s.keep_cas("cas_sr", r)
+    s.run("... stored as stale, then read",
+          b"ms " + K("sr") + b" 1\r\nb\r\nms " + K("sr") + b" 1 MR I C%d\r\nc\r\nmg " % cas +
+          K("sr") + b" v\r\nms " + K("sr") + b" 1 MR C%d\r\nd\r\n" % cas)
     s.run("vivify on miss: W for the first, Z for the next",
           b"mg " + K("v") + b" N30 s t v\r\nmg " + K("v") + b" s v\r\nms " + K("v") +
           b" 3\r\nnew\r\nmg " + K("v") + b" v\r\n")
