@@ -107,33 +107,41 @@ static int b64_value(char c)
     return -1;
 }
 
-/* memcached's decoding: the length must be a multiple of 4; the first
- * quad with padding ends the key (what follows is ignored); "xy=z" is
- * read as "xyA=" (the '=' as zero); padding in the first two places of a
- * quad, or any other character, is an error. */
+/* memcached's decoding: characters outside the alphabet are skipped; the
+ * ones inside it ('=' included, read as zero) must number a multiple of 4
+ * and are taken four at a time; a group holding one '=' gives two bytes,
+ * two give one, more is an error, and a group with any '=' ends the key
+ * (what follows is ignored).  (Difftest seed 3011 case 1755: "ab_cd/x="
+ * is "abcd/x=".) */
 long meta_base64_decode(const char *in, size_t n, char *out)
 {
-    if (n == 0 || n % 4 != 0)
+    size_t valid = 0;
+    for (size_t i = 0; i < n; i++)
+        if (in[i] == '=' || b64_value(in[i]) >= 0)
+            valid++;
+    if (valid == 0 || valid % 4 != 0)
         return -1;
     size_t o = 0;
-    for (size_t i = 0; i < n; i += 4) {
-        int a = b64_value(in[i]), b = b64_value(in[i + 1]);
-        if (a < 0 || b < 0)
+    int quad[4], got = 0, pads = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = in[i] == '=' ? 0 : b64_value(in[i]);
+        if (v < 0)
+            continue;
+        if (in[i] == '=')
+            pads++;
+        quad[got++] = v;
+        if (got < 4)
+            continue;
+        got = 0;
+        if (pads > 2)
             return -1;
-        out[o++] = (char)((a << 2) | (b >> 4));
-        bool pad3 = in[i + 2] == '=', pad4 = in[i + 3] == '=';
-        int c = pad3 ? 0 : b64_value(in[i + 2]);
-        if (c < 0)
-            return -1;
-        if (pad3 && pad4)
+        out[o++] = (char)((quad[0] << 2) | (quad[1] >> 4));
+        if (pads < 2)
+            out[o++] = (char)(((quad[1] & 15) << 4) | (quad[2] >> 2));
+        if (pads < 1)
+            out[o++] = (char)(((quad[2] & 3) << 6) | quad[3]);
+        if (pads > 0)
             break;
-        out[o++] = (char)(((b & 15) << 4) | (c >> 2));
-        if (pad3 || pad4)
-            break;
-        int d = b64_value(in[i + 3]);
-        if (d < 0)
-            return -1;
-        out[o++] = (char)(((c & 3) << 6) | d);
     }
     return (long)o;
 }

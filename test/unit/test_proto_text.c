@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto_meta.h"
 #include "proto_text.h"
 
 #define MAX_ITEM (1024 * 1024)
@@ -275,6 +276,34 @@ START_TEST(test_byte_at_a_time)
 }
 END_TEST
 
+/* The meta commands' base64 keys, decoded as memcached decodes them. */
+static void assert_b64(const char *in, const char *want)
+{
+    char out[256];
+    long n = meta_base64_decode(in, strlen(in), out);
+    if (!want) {
+        ck_assert_msg(n < 0, "\"%s\" decoded", in);
+        return;
+    }
+    ck_assert_msg(n == (long)strlen(want) && memcmp(out, want, (size_t)n) == 0,
+                  "\"%s\" decoded to %ld bytes", in, n);
+}
+
+START_TEST(test_meta_base64)
+{
+    assert_b64("Zm9v", "foo");
+    assert_b64("Zm8=", "fo");
+    assert_b64("Zg==", "f");
+    assert_b64("Zg==Zm9v", "f");          /* a padded group ends the key */
+    assert_b64("Zm_9v", "foo");           /* others are skipped (seed 3011 case 1755) */
+    assert_b64("Z!m-9.v", "foo");
+    assert_b64("Zm_9", NULL);             /* three of the alphabet */
+    assert_b64("x===", NULL);             /* three pads */
+    assert_b64("!!!!", NULL);
+    assert_b64("", NULL);
+}
+END_TEST
+
 static Suite *text_suite(void)
 {
     Suite *s = suite_create("proto_text");
@@ -292,6 +321,7 @@ static Suite *text_suite(void)
     tcase_add_test(tc, test_misc_commands);
     tcase_add_test(tc, test_long_lines);
     tcase_add_test(tc, test_byte_at_a_time);
+    tcase_add_test(tc, test_meta_base64);
     suite_add_tcase(s, tc);
     return s;
 }
