@@ -398,7 +398,9 @@ static enum meta_parse_result parse_me(struct meta_req *req, const struct mtoks 
 {
     if (t->count < 2 || !set_key(req, t))
         return fail(req, bad_format);
-    if (t->count >= 3 && t->s[2][0] == 'b' && !decode_key(req))
+    /* me's only flag: exactly "b" (not "bx", nor "b\r" from a line ending
+     * in \r\r\n; difftest seed 5150 case 2951) */
+    if (t->count >= 3 && t->n[2] == 1 && t->s[2][0] == 'b' && !decode_key(req))
         return fail(req, bad_format);
     return MP_OK;
 }

@@ -610,6 +610,11 @@ void conn_close_discard(struct conn *c)
     c->close_after_write = true;
 }
 
+void conn_close_now(struct conn *c)
+{
+    c->close_after_write = true;
+}
+
 bool conn_authenticated(const struct conn *c)
 {
     (void)c;
