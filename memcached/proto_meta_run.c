@@ -325,8 +325,13 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
     struct server *s = conn_server(c);
     struct eng_value v;
     struct eng_result res;
-    /* (memcached counts the fetch after the flags: not with an O too long) */
-    unsigned opts = meta_has(req, 'u') || req->opaque_too_long ? ENG_GET_PEEK : 0;
+    /* memcached counts the fetch at the lookup, except when a flag needs
+     * the item locked (N T R l h): then after the flags, so not when an O
+     * too long stops them (difftest seed 8484 case 5046) */
+    bool late_fetch = meta_has(req, 'N') || meta_has(req, 'T') || meta_has(req, 'R') ||
+                      meta_has(req, 'l') || meta_has(req, 'h');
+    unsigned opts = meta_has(req, 'u') || (req->opaque_too_long && late_fetch)
+                        ? ENG_GET_PEEK : 0;
     eng_status st = conn_get_ex(c, req->key, req->nkey, opts, &v, &res);
     if (st == ENG_NOT_FOUND && meta_has(req, 'N')) {
         mg_vivify(c, req);
@@ -360,7 +365,7 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
     struct mg_walk w;
     mg_walk(s, req, start, false, token_sent, &w);
     if (p.opaque_error) {
-        /* only the TTL of a T before the O is set: no win, no fetch */
+        /* only the TTL of a T before the O is set: no win (the fetch: above) */
         if (v.handle)
             conn_engine(c)->ops->release(conn_engine(c), v.handle);
         resp_str(r, "CLIENT_ERROR opaque token too long\r\n");

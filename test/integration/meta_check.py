@@ -255,6 +255,12 @@ def script(s, k):
           b"mg " + K("ol") + b" N30 t O" + b"x" * 40 + b" v\r\nmg " + K("ol") +
           b" t v h\r\nma " + K("om") + b" N0 J5 O" + b"y" * 200 + b" v\r\nmg " + K("om") +
           b" v\r\n")
+    # seed 8484 case 5046: a plain mg has fetched the item by then, one
+    # with h (or N T R l) has not
+    s.run("O too long: fetched or not",
+          b"ms " + K("of") + b" 1\r\nx\r\nmg " + K("of") + b" h O" + b"x" * 40 + b"\r\nmg " +
+          K("of") + b" h\r\nmg " + K("of") + b" v O" + b"x" * 40 + b"\r\nmg " + K("of") +
+          b" h\r\n")
     # difftest seed 2411 case 6824: an item ma N creates takes the TTL of
     # the last of T and N
     s.run("ma N creates with the TTL of the last of T and N",
