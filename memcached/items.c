@@ -295,8 +295,10 @@ void item_flush_at(struct item_store *s, rel_time_t new_oldest, bool by_cas)
     /* Items stored by the flush time: all so far when it is now or later
      * (and those to come until then, item_next_cas); a past one is taken
      * as covering every item (we keep no store times; with cas the
-     * oldest_cas rule decides anyway). */
-    s->live_cut = s->cas_counter;
+     * oldest_cas rule decides anyway), except memcached's "1", an
+     * absolute time before the process started: before anything was
+     * stored, so it covers nothing (difftest seed 1066 case 616, -C). */
+    s->live_cut = !by_cas && new_oldest <= 1 ? 0 : s->cas_counter;
 }
 
 /* ---- background work ---- */

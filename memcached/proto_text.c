@@ -824,6 +824,9 @@ static void handle_stats(struct conn *c, const struct text_req *req)
         stats_cachedump(c, r, argc, argv);
     } else if (strcmp(group, "conns") == 0) {
         conn_stats_conns(c, r);
+    } else if (strcmp(group, "sizes_enable") == 0 && !s->settings.cas_enabled) {
+        /* memcached's size histogram needs cas (difftest seed 1066 case 661) */
+        resp_str(r, "STAT sizes_status error\r\nSTAT sizes_error cas_support_disabled\r\n");
     } else if (strcmp(group, "sizes_enable") == 0 || strcmp(group, "sizes_disable") == 0) {
         s->settings.sizes_enabled = group[6] == 'e';
         resp_str(r, s->settings.sizes_enabled ? "STAT sizes_status enabled\r\n"

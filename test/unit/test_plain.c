@@ -580,6 +580,11 @@ START_TEST(test_flush_without_cas)
     tick_at(e, 11);
     ck_assert_int_eq(set(e, "c", "3"), ENG_SUCCESS);
     assert_value(e, "c", "3");
+    /* an absolute time before the process started (memcached's "1")
+     * covers nothing stored since (difftest seed 1066 case 616) */
+    tick_at(e, 12);
+    ck_assert_int_eq(flush(e, 2592001), ENG_SUCCESS);
+    assert_value(e, "c", "3");
     e->ops->destroy(e);
 }
 END_TEST
