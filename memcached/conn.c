@@ -1118,6 +1118,7 @@ static void conn_read(struct conn *c)
 static void conn_event(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
+    server_clock_update(c->srv);  /* requests see the current second */
     if (what & EV_WRITE) {
         conn_flush(c);
         if (!c->closing && !c->paused && !c->blocked && !c->throttled)

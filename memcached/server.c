@@ -238,13 +238,29 @@ static void close_idle(struct server *s, time_t now)
     }
 }
 
+/* Sets the server's and the engine's clocks to the wall clock's second,
+ * and runs the engine's once-a-second work, when the second has changed.
+ * The timer alone is not enough: a process the machine did not schedule
+ * for a while handles the requests waiting on its sockets before its
+ * overdue timer, in the same loop iteration, and would store TTLs against
+ * a second already past (an exptime of 2 could expire at once).  So the
+ * timer and every read from a client call this; the engine's work still
+ * runs once per second, whichever comes first. */
+void server_clock_update(struct server *s)
+{
+    time_t now = time(NULL);
+    if (now == s->clock_second)
+        return;
+    s->clock_second = now;
+    clock_set(&s->clock, now);
+    s->engine->ops->tick(s->engine, now);
+}
+
 static void on_clock(evutil_socket_t fd, short what, void *arg)
 {
     struct server *s = arg;
-    time_t now = time(NULL);
-    clock_set(&s->clock, now);
-    close_idle(s, now);
-    s->engine->ops->tick(s->engine, now);
+    server_clock_update(s);
+    close_idle(s, clock_wall(&s->clock));
     /* Bursts (a pipelined load, records in flight) leave freed heap pages
      * behind that malloc keeps; hand them back so RSS reflects what is
      * stored. */

@@ -105,6 +105,7 @@ struct server {
     struct event *flush_ev;
     bool accepting;
     unsigned long ticks;      /* clock ticks since start */
+    time_t clock_second;      /* the wall second the clocks were last set to */
     bool shutting_down;
     struct migration *migration; /* slot moves (migrate.c), NULL until the first */
     struct prefix_stats *prefixes; /* stats detail: per key prefix counts (stats.c) */
@@ -115,6 +116,7 @@ struct server {
 void settings_defaults(struct settings *s);
 int server_init(struct server *s, const struct settings *settings, struct event_base *base);
 int server_run(struct server *s);
+void server_clock_update(struct server *s);
 void server_shutdown(struct server *s);
 void server_destroy(struct server *s);
 

@@ -82,7 +82,7 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
 
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    time_t now = time(NULL);
+    time_t now = clock_wall(&s->clock);  /* memcached's "time" is its clock */
     uint64_t bufs, buf_bytes, resps;
     conn_gauges(s, &bufs, &buf_bytes, &resps);
     emit(ctx, "pid", "%ld", (long)getpid());

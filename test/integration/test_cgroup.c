@@ -42,6 +42,7 @@
 #define CLI_TIMEOUT_MS 30000
 #define CLI_OUT_MAX 16384
 #define REGION "2m"
+#define KEY_HISTORY 8
 
 /* ---- seeded random numbers (xorshift64*) ---- */
 
@@ -79,6 +80,8 @@ struct mkey {
     size_t len;
     uint32_t flags;
     int64_t exp_lo, exp_hi;   /* ms: surely there before lo, surely gone after hi (0: never) */
+    char hist[KEY_HISTORY][128];  /* the last events on this key, printed on a failure */
+    unsigned nhist;
 };
 
 struct counts {
@@ -93,11 +96,14 @@ struct workload {
     memcached_st *mc[CG_MAX_PROCS];
     raw_conn *stats_conn[CG_MAX_PROCS];
     uint64_t evictions[CG_MAX_PROCS];
+    int64_t srv_time[CG_MAX_PROCS];  /* server clocks at the last stats read */
     struct mkey *keys;
     int nkeys;
     uint8_t *buf;             /* scratch for new values */
     struct counts c;
-    char failure[1024];       /* first failure; empty while all is well */
+    char failure[4096];       /* first failure; empty while all is well */
+    int64_t t_start;          /* ms, for the key histories */
+    bool history_added;       /* the failure already shows a key's history */
 };
 
 static bool expect(struct workload *w, bool cond, const char *fmt, ...)
@@ -115,6 +121,42 @@ static bool expect(struct workload *w, bool cond, const char *fmt, ...)
     if (n >= 0 && (size_t)n < sizeof w->failure)
         snprintf(w->failure + n, sizeof w->failure - (size_t)n, " (after %ld ops)", w->c.ops);
     return false;
+}
+
+static void trace(struct workload *w, struct mkey *k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Notes an event in k's history: time since the start, the operation
+ * count, what happened.  A failure prints the key's history, so a failure
+ * that depends on timing can be explained from the test log alone. */
+static void trace(struct workload *w, struct mkey *k, const char *fmt, ...)
+{
+    char *line = k->hist[k->nhist++ % KEY_HISTORY];
+    int n = snprintf(line, sizeof k->hist[0], "%6" PRId64 " ms op %ld: ", now_ms() - w->t_start,
+                     w->c.ops);
+    if (n < 0 || (size_t)n >= sizeof k->hist[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof k->hist[0] - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* Appends k's history (oldest first) to the recorded failure. */
+static void add_history(struct workload *w, const struct mkey *k)
+{
+    w->history_added = true;
+    size_t used = strlen(w->failure);
+    unsigned first = k->nhist > KEY_HISTORY ? k->nhist - KEY_HISTORY : 0;
+    int n = snprintf(w->failure + used, sizeof w->failure - used, "\nhistory of %s (now %" PRId64
+                     " ms; present %d absent %d, expiry window [%" PRId64 ", %" PRId64 "]):",
+                     k->key, now_ms() - w->t_start, k->can_present, k->can_absent,
+                     k->exp_lo ? k->exp_lo - w->t_start : 0, k->exp_hi ? k->exp_hi - w->t_start : 0);
+    for (unsigned i = first; i < k->nhist && n >= 0; i++) {
+        used = strlen(w->failure);
+        n = snprintf(w->failure + used, sizeof w->failure - used, "\n  %s",
+                     k->hist[i % KEY_HISTORY]);
+    }
 }
 
 static void set_absent(struct mkey *k)
@@ -213,17 +255,46 @@ static int random_exptime(struct workload *w)
 
 /* ---- evictions ---- */
 
-static bool read_evictions(struct workload *w, int dp, uint64_t *out)
+struct srv_stats {
+    uint64_t evictions, expired_removed;
+    int64_t time;             /* the server's clock (unix seconds) */
+};
+
+static bool stat_value(struct workload *w, int dp, const char *reply, const char *name,
+                       uint64_t *out)
+{
+    char want[64];
+    snprintf(want, sizeof want, "STAT %s ", name);
+    const char *p = strstr(reply, want);
+    if (!expect(w, p != NULL, "data %d: stats lacks %s", dp, name))
+        return false;
+    *out = strtoull(p + strlen(want), NULL, 10);
+    return true;
+}
+
+static bool read_stats(struct workload *w, int dp, struct srv_stats *st)
 {
     static char reply[RAW_BUF_SIZE];
     raw_conn *c = w->stats_conn[dp];
+    uint64_t t = 0;
     if (!raw_send_str(c, "stats\r\n") ||
         raw_read_until(c, "END\r\n", reply, sizeof reply, HARNESS_IO_TIMEOUT_MS) < 0)
         return expect(w, false, "data %d: no reply to stats", dp);
-    const char *p = strstr(reply, "STAT evictions ");
-    if (!expect(w, p != NULL, "data %d: stats lacks evictions", dp))
+    if (!stat_value(w, dp, reply, "evictions", &st->evictions) ||
+        !stat_value(w, dp, reply, "expired_removed", &st->expired_removed) ||
+        !stat_value(w, dp, reply, "time", &t))
         return false;
-    *out = strtoull(p + strlen("STAT evictions "), NULL, 10);
+    st->time = (int64_t)t;
+    return true;
+}
+
+static bool read_evictions(struct workload *w, int dp, uint64_t *out)
+{
+    struct srv_stats st;
+    if (!read_stats(w, dp, &st))
+        return false;
+    *out = st.evictions;
+    w->srv_time[dp] = st.time;
     return true;
 }
 
@@ -238,8 +309,10 @@ static void note_evictions(struct workload *w, int dp)
     w->evictions[dp] = ev;
     w->c.eviction_events++;
     for (int i = 0; i < w->nkeys; i++)
-        if (w->keys[i].dp == dp && w->keys[i].can_present)
+        if (w->keys[i].dp == dp && w->keys[i].can_present) {
             w->keys[i].can_absent = true;
+            trace(w, &w->keys[i], "evictions on data %d now %" PRIu64, dp, ev);
+        }
 }
 
 /* ---- checking replies ---- */
@@ -249,14 +322,15 @@ static bool check_hit(struct workload *w, struct mkey *k, const char *v, size_t 
 {
     w->c.hits++;
     if (!expect(w, k->can_present, "%s %s: hit (%zu bytes) on a key that must be absent%s",
-                op, k->key, len, k->expired ? " (expired)" : ""))
+                op, k->key, len, k->expired ? " (expired)" : "") ||
+        !expect(w, len == k->len && memcmp(v, k->value, len) == 0,
+                "%s %s: value differs (%zu bytes, want %zu)", op, k->key, len, k->len) ||
+        !expect(w, flags == k->flags, "%s %s: flags %u, want %u", op, k->key, flags, k->flags)) {
+        add_history(w, k);
         return false;
-    if (!expect(w, len == k->len && memcmp(v, k->value, len) == 0,
-                "%s %s: value differs (%zu bytes, want %zu)", op, k->key, len, k->len))
-        return false;
-    if (!expect(w, flags == k->flags, "%s %s: flags %u, want %u", op, k->key, flags, k->flags))
-        return false;
+    }
     k->can_absent = false;
+    trace(w, k, "%s: hit, %zu bytes", op, len);
     return true;
 }
 
@@ -266,11 +340,22 @@ static bool check_miss(struct workload *w, struct mkey *k, const char *op)
     if (k->expired)
         w->c.expired_misses++;
     if (!expect(w, k->can_absent, "%s %s: miss on a key that must hold %zu bytes", op,
-                k->key, k->len))
+                k->key, k->len)) {
+        struct srv_stats st;
+        if (read_stats(w, k->dp, &st)) {
+            size_t used = strlen(w->failure);
+            snprintf(w->failure + used, sizeof w->failure - used,
+                     "\nserver now: time %" PRId64 " (wall %ld) evictions %" PRIu64
+                     " expired_removed %" PRIu64, st.time, (long)time(NULL), st.evictions,
+                     st.expired_removed);
+        }
+        add_history(w, k);
         return false;
+    }
     bool expired = k->expired;
     set_absent(k);
     k->expired = expired;
+    trace(w, k, "%s: miss%s", op, expired ? " (expired)" : "");
     return true;
 }
 
@@ -281,10 +366,11 @@ static bool is_oom(memcached_return_t rc)
            rc == MEMCACHED_MEMORY_ALLOCATION_FAILURE;
 }
 
-static void note_oom(struct workload *w, struct mkey *k)
+static void note_oom(struct workload *w, struct mkey *k, const char *op)
 {
     w->c.ooms++;
     k->can_absent = true;
+    trace(w, k, "%s: out of memory", op);
 }
 
 static bool unexpected(struct workload *w, struct mkey *k, const char *op, memcached_return_t rc)
@@ -385,6 +471,8 @@ static bool op_store(struct workload *w, struct mkey *k, enum store_kind kind)
             return false;
         set_present(k, w->buf, len, flags);
         set_expiry(k, exptime, t0, t1);
+        trace(w, k, "%s: stored %zu bytes, exptime %d, reply after %" PRId64 " ms, srv %" PRId64
+              " wall %ld", op, len, exptime, t1 - t0, w->srv_time[k->dp], (long)time(NULL));
         return true;
     }
     /* The binary protocol says "exists" for add and "not found" for replace. */
@@ -395,12 +483,13 @@ static bool op_store(struct workload *w, struct mkey *k, enum store_kind kind)
             if (!expect(w, k->can_present, "add %s: not stored, but the key must be absent", k->key))
                 return false;
             k->can_absent = false;
+            trace(w, k, "add: not stored");
             return true;
         }
         return check_miss(w, k, "replace");
     }
     if (is_oom(rc)) {
-        note_oom(w, k);
+        note_oom(w, k, op);
         return true;
     }
     return unexpected(w, k, op, rc);
@@ -430,6 +519,7 @@ static bool op_concat(struct workload *w, struct mkey *k, bool append)
         k->value = v;
         k->len += n;
         k->can_absent = false;
+        trace(w, k, "%s: stored %zu more bytes", op, n);
         return true;
     }
     if (rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_NOTFOUND) {
@@ -437,7 +527,7 @@ static bool op_concat(struct workload *w, struct mkey *k, bool append)
         return check_miss(w, k, op);
     }
     if (is_oom(rc)) {
-        note_oom(w, k);
+        note_oom(w, k, op);
         return true;
     }
     return unexpected(w, k, op, rc);
@@ -488,6 +578,7 @@ static bool op_cas(struct workload *w, struct mkey *k)
             return false;
         set_present(k, w->buf, len, flags);
         k->exp_lo = k->exp_hi = 0;
+        trace(w, k, "cas: stored %zu bytes", len);
         return true;
     }
     if (rc == MEMCACHED_DATA_EXISTS) {
@@ -496,6 +587,7 @@ static bool op_cas(struct workload *w, struct mkey *k)
                     right ? "current" : "wrong cas, but the key must be absent; the"))
             return false;
         k->can_absent = false;
+        trace(w, k, "cas: exists");
         return true;
     }
     if (rc == MEMCACHED_NOTFOUND) {
@@ -503,7 +595,7 @@ static bool op_cas(struct workload *w, struct mkey *k)
         return check_miss(w, k, "cas");
     }
     if (is_oom(rc)) {
-        note_oom(w, k);
+        note_oom(w, k, "cas");
         return true;
     }
     return unexpected(w, k, "cas", rc);
@@ -539,6 +631,7 @@ static bool op_arith(struct workload *w, struct mkey *k, bool incr)
         set_present(k, (const uint8_t *)text, (size_t)n, flags);
         k->exp_lo = lo;
         k->exp_hi = hi;
+        trace(w, k, "%s: %" PRIu64, op, got);
         return true;
     }
     if (rc == MEMCACHED_NOTFOUND) {
@@ -546,7 +639,7 @@ static bool op_arith(struct workload *w, struct mkey *k, bool incr)
         return check_miss(w, k, op);
     }
     if (is_oom(rc)) {
-        note_oom(w, k);
+        note_oom(w, k, op);
         return true;
     }
     return unexpected(w, k, op, rc);
@@ -560,6 +653,7 @@ static bool op_delete(struct workload *w, struct mkey *k)
         if (!expect(w, k->can_present, "delete %s: deleted, but the key must be absent", k->key))
             return false;
         set_absent(k);
+        trace(w, k, "delete: deleted");
         return true;
     }
     if (rc == MEMCACHED_NOTFOUND) {
@@ -581,6 +675,7 @@ static bool op_touch(struct workload *w, struct mkey *k)
             return false;
         k->can_absent = false;
         set_expiry(k, exptime, t0, t1);
+        trace(w, k, "touch: exptime %d, reply after %" PRId64 " ms", exptime, t1 - t0);
         return true;
     }
     if (rc == MEMCACHED_NOTFOUND) {
@@ -598,8 +693,10 @@ static bool op_flush(struct workload *w, int dp)
         return false;
     w->c.flushes++;
     for (int i = 0; i < w->nkeys; i++)
-        if (w->keys[i].dp == dp)
+        if (w->keys[i].dp == dp) {
             set_absent(&w->keys[i]);
+            trace(w, &w->keys[i], "flush_all");
+        }
     return true;
 }
 
@@ -636,6 +733,8 @@ static bool random_op(struct workload *w)
     } else {
         ok = op_touch(w, k);
     }
+    if (!ok && !w->history_added)
+        add_history(w, k);
     return ok;
 }
 
@@ -784,6 +883,7 @@ static void run_group_test(int k, int n, bool binary, uint64_t seed)
     w.binary = binary;
     w.rng = seed;
     w.buf = malloc(MAX_VALUE + MAX_APPEND);
+    w.t_start = now_ms();
     init_keys(&w);
 
     int64_t t0 = now_ms();
