@@ -244,8 +244,8 @@ static void close_idle(struct server *s, time_t now)
  * for a while handles the requests waiting on its sockets before its
  * overdue timer, in the same loop iteration, and would store TTLs against
  * a second already past (an exptime of 2 could expire at once).  So the
- * timer and every read from a client call this; the engine's work still
- * runs once per second, whichever comes first. */
+ * timer and every client connection event call this; the engine's work
+ * still runs once per second, whichever comes first. */
 void server_clock_update(struct server *s)
 {
     time_t now = time(NULL);

@@ -31,13 +31,6 @@
 #define STOP_GRACE_MS 3000
 #define LOG_TAIL_LINES 25
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- ports and files ---- */
 
 static bool write_conf(const struct cgroup *g)
@@ -137,10 +130,10 @@ static void stop_procs(struct cgroup *g)
     for (int i = 0; i < g->nprocs; i++)
         if (g->procs[i].pid > 0)
             kill(g->procs[i].pid, SIGTERM);
-    int64_t deadline = now_ms() + STOP_GRACE_MS;
+    int64_t deadline = harness_now_ms() + STOP_GRACE_MS;
     for (int i = 0; i < g->nprocs; i++) {
         struct cg_proc *p = &g->procs[i];
-        while (!proc_exited(p) && now_ms() < deadline)
+        while (!proc_exited(p) && harness_now_ms() < deadline)
             harness_sleep_ms(10);
         if (p->pid > 0) {
             fprintf(stderr, "cgroup: %s %d ignored SIGTERM, killing it\n", p->role, p->index);
@@ -184,11 +177,11 @@ static bool probe_write(int port)
 /* Waits until every process accepts and every data process commits. */
 static bool wait_ready(struct cgroup *g)
 {
-    int64_t deadline = now_ms() + READY_TIMEOUT_MS;
+    int64_t deadline = harness_now_ms() + READY_TIMEOUT_MS;
     for (int i = 0; i < g->nprocs; i++) {
         struct cg_proc *p = &g->procs[i];
         bool up = false;
-        while (!up && now_ms() < deadline && !proc_exited(p)) {
+        while (!up && harness_now_ms() < deadline && !proc_exited(p)) {
             up = port_accepts(p->port);
             if (!up)
                 harness_sleep_ms(20);
@@ -200,7 +193,7 @@ static bool wait_ready(struct cgroup *g)
     }
     for (int i = 0; i < g->k; i++) {
         bool ok = false;
-        while (!ok && now_ms() < deadline && cgroup_alive(g)) {
+        while (!ok && harness_now_ms() < deadline && cgroup_alive(g)) {
             ok = probe_write(g->procs[i].port);
             if (!ok)
                 harness_sleep_ms(50);
@@ -340,7 +333,7 @@ static bool collect_output(int fd, char *out, size_t cap, int64_t deadline)
     size_t len = 0;
     out[0] = '\0';
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - harness_now_ms();
         if (left <= 0)
             return false;
         struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -381,7 +374,7 @@ int cgroup_cli(const struct cgroup *g, const char *const *args, char *out, size_
         return -1;
     }
     harness_track_pid(pid);
-    bool finished = collect_output(pipefd[0], out, cap, now_ms() + timeout_ms);
+    bool finished = collect_output(pipefd[0], out, cap, harness_now_ms() + timeout_ms);
     close(pipefd[0]);
     if (!finished)
         kill(pid, SIGKILL);

@@ -31,7 +31,7 @@
 
 /* ---- time ---- */
 
-static int64_t now_ms(void)
+int64_t harness_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -387,9 +387,9 @@ static bool reap_if_exited(pid_t pid, int *status)
 /* Waits for the server to accept a connection.  False if it died or hung. */
 static bool wait_until_ready(pid_t pid, int port)
 {
-    int64_t deadline = now_ms() + READY_TIMEOUT_MS;
+    int64_t deadline = harness_now_ms() + READY_TIMEOUT_MS;
     int status = 0;
-    while (now_ms() < deadline) {
+    while (harness_now_ms() < deadline) {
         if (reap_if_exited(pid, &status))
             return false;
         int fd = connect_loopback(port);
@@ -453,7 +453,7 @@ bool harness_server_wait_exit(harness_server *srv, int timeout_ms)
 {
     if (srv->pid <= 0)
         return true;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = harness_now_ms() + timeout_ms;
     int status = 0;
     do {
         if (reap_if_exited(srv->pid, &status)) {
@@ -462,7 +462,7 @@ bool harness_server_wait_exit(harness_server *srv, int timeout_ms)
             return true;
         }
         harness_sleep_ms(10);
-    } while (now_ms() < deadline);
+    } while (harness_now_ms() < deadline);
     return false;
 }
 
@@ -588,7 +588,7 @@ static int raw_fill(raw_conn *c, int64_t deadline)
     if (c->len >= RAW_BUF_SIZE)
         return -2;
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - harness_now_ms();
         if (left <= 0)
             return -1;
         struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
@@ -638,7 +638,7 @@ bool raw_auth(raw_conn *c, const char *secret)
 
 int raw_read_line(raw_conn *c, char *out, size_t cap, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = harness_now_ms() + timeout_ms;
     for (;;) {
         char *crlf = find_crlf(c->buf, c->len);
         if (crlf != NULL) {
@@ -663,7 +663,7 @@ int raw_read_line(raw_conn *c, char *out, size_t cap, int timeout_ms)
 
 bool raw_read_exact(raw_conn *c, void *out, size_t n, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = harness_now_ms() + timeout_ms;
     char *dst = out;
     while (n > 0) {
         if (c->len == 0 && raw_fill(c, deadline) <= 0)
@@ -686,7 +686,7 @@ static bool ends_with(const char *s, size_t len, const char *suffix)
 int raw_read_until(raw_conn *c, const char *terminator, char *out, size_t cap,
                    int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = harness_now_ms() + timeout_ms;
     size_t len = 0;
     while (len + 1 < cap) {
         if (c->len == 0 && raw_fill(c, deadline) <= 0)
@@ -710,7 +710,7 @@ size_t raw_read_quiet(raw_conn *c, char *out, size_t cap, int quiet_ms)
         memcpy(out + len, c->buf, take);
         raw_consume(c, take);
         len += take;
-        if (len + 1 >= cap || raw_fill(c, now_ms() + quiet_ms) <= 0)
+        if (len + 1 >= cap || raw_fill(c, harness_now_ms() + quiet_ms) <= 0)
             break;
     }
     out[len] = '\0';
@@ -719,7 +719,7 @@ size_t raw_read_quiet(raw_conn *c, char *out, size_t cap, int quiet_ms)
 
 bool raw_wait_closed(raw_conn *c, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = harness_now_ms() + timeout_ms;
     for (;;) {
         c->len = 0;
         int r = raw_fill(c, deadline);

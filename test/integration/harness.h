@@ -85,6 +85,9 @@ int harness_free_port(void);
 /* Milliseconds sleep. */
 void harness_sleep_ms(int ms);
 
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t harness_now_ms(void);
+
 /* ---- raw sockets ---- */
 
 #define RAW_BUF_SIZE (1 << 16)

@@ -70,13 +70,6 @@ static int failures;
         } \
     } while (0)
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- processes ---- */
 
 struct proc {
@@ -159,8 +152,8 @@ static void stop_proc(struct proc *p)
     if (p->pid <= 0)
         return;
     kill(p->pid, SIGTERM);
-    int64_t end = now_ms() + 3000;
-    while (now_ms() < end && waitpid(p->pid, NULL, WNOHANG) == 0)
+    int64_t end = harness_now_ms() + 3000;
+    while (harness_now_ms() < end && waitpid(p->pid, NULL, WNOHANG) == 0)
         harness_sleep_ms(10);
     if (waitpid(p->pid, NULL, WNOHANG) == 0) {
         kill(p->pid, SIGKILL);
@@ -223,10 +216,10 @@ static bool cluster_start(struct cluster *c, const char *scheme)
         if (c->p[i].pid <= 0)
             return false;
     }
-    int64_t end = now_ms() + READY_TIMEOUT_MS;
+    int64_t end = harness_now_ms() + READY_TIMEOUT_MS;
     for (int i = 0; i < c->nprocs; i++) {
         while (!answers_version(c->p[i].port)) {
-            if (now_ms() > end || waitpid(c->p[i].pid, NULL, WNOHANG) != 0) {
+            if (harness_now_ms() > end || waitpid(c->p[i].pid, NULL, WNOHANG) != 0) {
                 fprintf(stderr, "process %s %d/%d did not come up\n", c->p[i].role,
                         c->p[i].group, c->p[i].index);
                 print_log(&c->p[i]);
@@ -296,8 +289,8 @@ static void move_slot(int src_port, unsigned slot, int dst_port, uint64_t epoch,
     }
     char want[64];
     snprintf(want, sizeof want, "LAST %u ", slot);
-    int64_t end = now_ms() + MOVE_TIMEOUT_MS;
-    while (now_ms() < end) {
+    int64_t end = harness_now_ms() + MOVE_TIMEOUT_MS;
+    while (harness_now_ms() < end) {
         if (admin(src_port, "cocytus migrate status\r\n", "END\r\n", buf, sizeof buf)) {
             const char *last = strstr(buf, want);
             if (last && !strstr(buf, "MIGRATE ")) {
@@ -385,9 +378,9 @@ static void *worker_run(void *arg)
         return NULL;
     }
     unsigned seed = (unsigned)(w->id * 7919 + 1);
-    int64_t end = now_ms() + THREAD_MAX_MS;
+    int64_t end = harness_now_ms() + THREAD_MAX_MS;
     long seq = 0;
-    while (!*w->stop && w->ops < THREAD_MAX_OPS && now_ms() < end) {
+    while (!*w->stop && w->ops < THREAD_MAX_OPS && harness_now_ms() < end) {
         /* Half of the operations on the moving slot. */
         bool moving = rand_r(&seed) % 2 == 0;
         int i;
@@ -568,7 +561,7 @@ static void nul_key_refused(struct cluster *c, cocytus_t *cl, int src, int dst)
 
 static void run_scheme(const char *name, const char *scheme, struct cluster *c, bool verify)
 {
-    int64_t t0 = now_ms();
+    int64_t t0 = harness_now_ms();
     printf("%s (%s): %d processes\n", name, scheme, c->nprocs);
     fflush(stdout);
     if (!cluster_start(c, scheme)) {
@@ -601,9 +594,9 @@ static void run_scheme(const char *name, const char *scheme, struct cluster *c, 
     make_keys(keys, slot);
 
     /* Load, waiting for replicated groups to accept writes. */
-    int64_t end = now_ms() + READY_TIMEOUT_MS;
+    int64_t end = harness_now_ms() + READY_TIMEOUT_MS;
     int loaded = 0;
-    for (int i = 0; i < NKEYS && now_ms() < end; ) {
+    for (int i = 0; i < NKEYS && harness_now_ms() < end; ) {
         snprintf(keys[i].value, sizeof keys[i].value, "init-%s", keys[i].key);
         char *big = keys[i].moving ? big_value(keys[i].key) : NULL;
         const char *v = big ? big : keys[i].value;
@@ -655,9 +648,9 @@ static void run_scheme(const char *name, const char *scheme, struct cluster *c, 
         uint64_t e1 = epoch_of(c->p[src].port), e2 = epoch_of(c->p[dst].port);
         CHECK(e1 > 0 && e2 > 0, "%s: no epoch from the processes", name);
         new_epoch = (e1 > e2 ? e1 : e2) + 1;
-        int64_t tm = now_ms();
+        int64_t tm = harness_now_ms();
         move_slot(c->p[src].port, slot, c->p[dst].port, new_epoch, outcome, sizeof outcome);
-        move_ms += now_ms() - tm;
+        move_ms += harness_now_ms() - tm;
         CHECK(strstr(outcome, " ok ") != NULL, "%s: move %d of slot %u: %s", name, m + 1, slot,
               outcome);
         printf("  move %d: slot %u %s:%d -> %s:%d: %s\n", m + 1, slot, c->p[src].role,
@@ -757,7 +750,7 @@ static void run_scheme(const char *name, const char *scheme, struct cluster *c, 
             if (c->p[i].pid > 0 || i == first || i == dst)
                 print_log(&c->p[i]);
     cluster_stop(c);
-    printf("  %s: %" PRId64 " ms\n", name, now_ms() - t0);
+    printf("  %s: %" PRId64 " ms\n", name, harness_now_ms() - t0);
     fflush(stdout);
 }
 

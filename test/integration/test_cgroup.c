@@ -59,13 +59,6 @@ static uint64_t rng_below(uint64_t *s, uint64_t n)
     return rng_next(s) % n;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the model ---- */
 
 struct mkey {
@@ -132,7 +125,7 @@ static void trace(struct workload *w, struct mkey *k, const char *fmt, ...)
 static void trace(struct workload *w, struct mkey *k, const char *fmt, ...)
 {
     char *line = k->hist[k->nhist++ % KEY_HISTORY];
-    int n = snprintf(line, sizeof k->hist[0], "%6" PRId64 " ms op %ld: ", now_ms() - w->t_start,
+    int n = snprintf(line, sizeof k->hist[0], "%6" PRId64 " ms op %ld: ", harness_now_ms() - w->t_start,
                      w->c.ops);
     if (n < 0 || (size_t)n >= sizeof k->hist[0])
         return;
@@ -150,7 +143,7 @@ static void add_history(struct workload *w, const struct mkey *k)
     unsigned first = k->nhist > KEY_HISTORY ? k->nhist - KEY_HISTORY : 0;
     int n = snprintf(w->failure + used, sizeof w->failure - used, "\nhistory of %s (now %" PRId64
                      " ms; present %d absent %d, expiry window [%" PRId64 ", %" PRId64 "]):",
-                     k->key, now_ms() - w->t_start, k->can_present, k->can_absent,
+                     k->key, harness_now_ms() - w->t_start, k->can_present, k->can_absent,
                      k->exp_lo ? k->exp_lo - w->t_start : 0, k->exp_hi ? k->exp_hi - w->t_start : 0);
     for (unsigned i = first; i < k->nhist && n >= 0; i++) {
         used = strlen(w->failure);
@@ -190,7 +183,7 @@ static void age(struct mkey *k)
 {
     if (!k->can_present || k->exp_hi == 0)
         return;
-    int64_t t = now_ms();
+    int64_t t = harness_now_ms();
     if (t > k->exp_hi) {
         set_absent(k);
         k->expired = true;
@@ -455,12 +448,12 @@ static bool op_store(struct workload *w, struct mkey *k, enum store_kind kind)
     uint32_t flags = (uint32_t)rng_below(&w->rng, 65536);
     int exptime = random_exptime(w);
     memcached_st *mc = w->mc[k->dp];
-    int64_t t0 = now_ms();
+    int64_t t0 = harness_now_ms();
     memcached_return_t rc =
         kind == ST_SET ? memcached_set(mc, k->key, k->nkey, (char *)w->buf, len, exptime, flags)
         : kind == ST_ADD ? memcached_add(mc, k->key, k->nkey, (char *)w->buf, len, exptime, flags)
         : memcached_replace(mc, k->key, k->nkey, (char *)w->buf, len, exptime, flags);
-    int64_t t1 = now_ms();
+    int64_t t1 = harness_now_ms();
     note_evictions(w, k->dp);
     const char *op = names[kind];
     if (rc == MEMCACHED_SUCCESS) {
@@ -666,9 +659,9 @@ static bool op_delete(struct workload *w, struct mkey *k)
 static bool op_touch(struct workload *w, struct mkey *k)
 {
     int exptime = random_exptime(w);
-    int64_t t0 = now_ms();
+    int64_t t0 = harness_now_ms();
     memcached_return_t rc = memcached_touch(w->mc[k->dp], k->key, k->nkey, exptime);
-    int64_t t1 = now_ms();
+    int64_t t1 = harness_now_ms();
     note_evictions(w, k->dp);
     if (rc == MEMCACHED_SUCCESS) {
         if (!expect(w, k->can_present, "touch %s: touched, but the key must be absent", k->key))
@@ -883,13 +876,13 @@ static void run_group_test(int k, int n, bool binary, uint64_t seed)
     w.binary = binary;
     w.rng = seed;
     w.buf = malloc(MAX_VALUE + MAX_APPEND);
-    w.t_start = now_ms();
+    w.t_start = harness_now_ms();
     init_keys(&w);
 
-    int64_t t0 = now_ms();
+    int64_t t0 = harness_now_ms();
     bool ok = run_workload(&w);
     print_counts(&w, k, n);
-    printf("RS(%d,%d): workload %.1f s\n", k, n, (double)(now_ms() - t0) / 1000.0);
+    printf("RS(%d,%d): workload %.1f s\n", k, n, (double)(harness_now_ms() - t0) / 1000.0);
     if (ok) {
         expect(&w, w.c.eviction_events > 0, "no eviction happened (region too large?)");
         expect(&w, w.c.expired_misses > 0, "no expired key was read");

@@ -64,13 +64,6 @@ static bool chance(unsigned percent)
     return below(100) < percent;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- byte buffers ---- */
 
 typedef struct bytes {
@@ -926,7 +919,7 @@ static void run_round(const enum mode *modes, int nmodes, int nconns, size_t bud
     gconn *g = calloc((size_t)nconns, sizeof *g);
     struct pollfd *pfd = calloc((size_t)nconns, sizeof *pfd);
     ck_assert(g != NULL && pfd != NULL);
-    int64_t start = now_ms();
+    int64_t start = harness_now_ms();
     for (int i = 0; i < nconns; i++) {
         raw_conn rc;
         ck_assert_msg(raw_open(&rc, server.port), "cannot connect to the server");
@@ -952,7 +945,7 @@ static void run_round(const enum mode *modes, int nmodes, int nconns, size_t bud
     t->rounds++;
 
     for (;;) {
-        int64_t now = now_ms();
+        int64_t now = harness_now_ms();
         int active = 0;
         for (int i = 0; i < nconns; i++) {
             pfd[i].fd = g[i].state == G_DONE ? -1 : g[i].fd;
@@ -967,7 +960,7 @@ static void run_round(const enum mode *modes, int nmodes, int nconns, size_t bud
         if (active == 0 || now - start > ROUND_MS)
             break;
         poll(pfd, (nfds_t)nconns, 5);
-        now = now_ms();
+        now = harness_now_ms();
         for (int i = 0; i < nconns; i++) {
             gconn *c = &g[i];
             if (c->state == G_DONE)
@@ -1009,7 +1002,7 @@ static void barrage(const char *name, const enum mode *modes, int nmodes, int ro
     rng = base_seed ^ (uint64_t)strlen(name) * 0x100000001b3ull ^ (uint64_t)name[0] << 40;
     make_weird_keys();
     tally t = { 0 };
-    int64_t start = now_ms();
+    int64_t start = harness_now_ms();
     for (int r = 0; r < rounds; r++) {
         run_round(modes, nmodes, nconns, budget, huge_lines, &t);
         char when[96];
@@ -1020,7 +1013,7 @@ static void barrage(const char *name, const enum mode *modes, int nmodes, int ro
     fprintf(stderr, "garbage %s: %d rounds, %d connections, %llu bytes sent, %llu received, "
                     "%d closed by the server, %d abandoned mid-request, %lld ms\n",
             name, t.rounds, t.conns, (unsigned long long)t.sent, (unsigned long long)t.received,
-            t.closed_by_server, t.abandoned, (long long)(now_ms() - start));
+            t.closed_by_server, t.abandoned, (long long)(harness_now_ms() - start));
 }
 
 /* ---- tests ---- */

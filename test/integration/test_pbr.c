@@ -63,13 +63,6 @@ static uint32_t below(uint64_t *s, uint32_t n)
     return (uint32_t)(rnd(s) % n);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the group ---- */
 
 /* Client ports in the file are placeholders: the harness gives each
@@ -328,9 +321,9 @@ static void worker_main(int port, int id)
     w.scratch = malloc(VALUE_MAX + 2);
     if (w.c == NULL || w.value == NULL || w.scratch == NULL || !raw_open(w.c, port))
         _exit(2);
-    int64_t end = now_ms() + WORKLOAD_MS;
+    int64_t end = harness_now_ms() + WORKLOAD_MS;
     long ops = 0;
-    while (now_ms() < end) {
+    while (harness_now_ms() < end) {
         if (!one_op(&w, id == 0)) {
             fprintf(stderr, "worker %d after %ld ops: %s\n", id, ops,
                     w.bad[0] != '\0' ? w.bad : "no reply (connection lost or timeout)");
