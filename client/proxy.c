@@ -46,7 +46,8 @@ void px_clients_flush_dirty(struct px_worker *w);
 
 static bool worker_busy(const struct px_worker *w)
 {
-    return w->ninflight > 0 || w->nwaiting > 0 || w->fetch.running || w->fetch.pending;
+    return w->ninflight > 0 || w->nwaiting > 0 || w->fetch.running || w->fetch.pending ||
+           px_meta_busy(w);
 }
 
 static void tick_set(struct px_worker *w, bool fast)
@@ -66,6 +67,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     px_route_tick(w, now);
+    px_meta_tick(w, now);
     if (now - w->last_idle_scan_ms >= IDLE_TICK_MS) {
         w->last_idle_scan_ms = now;
         px_clients_idle_scan(w, now);

@@ -390,6 +390,10 @@ struct px_meta;
 size_t px_meta_request(struct px_client *c, const char *buf, size_t len, bool *handled);
 bool px_meta_init(struct px_worker *w);
 void px_meta_close_all(struct px_worker *w);
+/* Meta commands in flight or waiting (the worker ticks fast then). */
+bool px_meta_busy(const struct px_worker *w);
+/* Timeouts and retries of the meta commands. */
+void px_meta_tick(struct px_worker *w, int64_t now_ms);
 /* A classic request about to be launched: true if it must wait behind an
  * earlier meta command of its client (px_meta.c launches it later). */
 bool px_meta_defer_classic(struct px_worker *w, struct px_req *rq);

@@ -19,10 +19,18 @@
  * classic alike; the client's own mn is answered by the proxy in that
  * order.  A MOVED reply (the map changed) asks for a new map and sends the
  * request again to the server the MOVED names (it was not applied), up to
- * PX_META_MOVES times.  A lost connection fails the requests in flight on
- * it with a SERVER_ERROR (they may have been applied); the next request
- * opens a new connection.  There is no per-request timeout here: a
- * stopped server holds only the meta commands routed to it.
+ * PX_META_MOVES times.
+ *
+ * Failures follow the classic path's rules (px_route.c).  A connection
+ * whose oldest request has waited timeout_ms for its reply (a stopped or
+ * hung server), or that did not connect in timeout_ms, is closed like a
+ * lost one.  The requests in flight on a lost connection that are harmless
+ * twice (mg without N or R, ms in set or replace mode without C, md
+ * without C, me) wait a back-off while the map is fetched again and go
+ * to their slot's owner then, until the request's deadline or
+ * max_attempts tries; the others fail with a SERVER_ERROR saying they may
+ * have been applied.  So a dead or stopped server holds only the meta
+ * commands routed to it, and those for at most the deadline.
  *
  * Order.  A client's meta and classic requests travel on different server
  * connections, so one could overtake the other (an mg right after a set
@@ -61,6 +69,11 @@ struct px_mop {
     struct px_worker *w;
     struct px_op *op;               /* the client's side (op->req NULL: client gone) */
     int moves;                      /* MOVED replies followed */
+    int tries;                      /* connections it was sent on */
+    bool retry_lost;                /* harmless twice: may go again after a loss */
+    int64_t sent_ms;                /* queued on its current connection */
+    int64_t retry_at_ms;            /* waiting: launched again at */
+    char why[120];                  /* the last failure, for the final error */
     size_t nwire;
     char wire[];                    /* the request as the client sent it */
 };
@@ -73,6 +86,7 @@ struct px_mconn {
     char name[LC_ADDR_TEXT_MAX];
     int fd;
     bool connected;
+    int64_t connect_started_ms;
     bool broken;                    /* a send failed: the read event ends it */
     struct event *rev, *wev;
     struct evbuffer *out;
@@ -90,6 +104,7 @@ struct px_defer {
 struct px_meta {
     struct px_mconn *conns;
     size_t inflight;                /* meta commands forwarded, not answered */
+    struct px_mop *whead, *wtail;   /* waiting to be sent again, in order */
     struct px_defer *dhead, *dtail;
     struct event *kick;             /* launches what no longer waits */
 };
@@ -153,25 +168,75 @@ static void mconn_free(struct px_mconn *m)
     free(m);
 }
 
-/* The connection is gone: its requests fail, the next one reconnects. */
-static void mconn_lost(struct px_mconn *m, const char *what)
+static int64_t backoff_ms(int tries)
 {
-    struct px_meta *pm = m->w->meta;
+    int64_t ms = PX_BACKOFF_MIN_MS;
+    for (int i = 1; i < tries && ms < PX_BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < PX_BACKOFF_MAX_MS ? ms : PX_BACKOFF_MAX_MS;
+}
+
+static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms)
+{
+    mop->retry_at_ms = at_ms;
+    mop->next = NULL;
+    if (pm->wtail)
+        pm->wtail->next = mop;
+    else
+        pm->whead = mop;
+    pm->wtail = mop;
+}
+
+/* A request whose connection was lost: sent again later if that is
+ * harmless and there is time left, else failed. */
+static void mop_lost(struct px_mop *mop, const char *why, bool retry)
+{
+    struct px_worker *w = mop->w;
+    char line[sizeof(mop->why) + 48];
+
+    snprintf(mop->why, sizeof(mop->why), "%s", why);
+    if (mop->op->req == NULL) {
+        mop_finish(mop, NULL, 0);
+        return;
+    }
+    if (!retry || !mop->retry_lost) {
+        snprintf(line, sizeof(line), "%s; the request may have been applied", why);
+        mop_fail(mop, line);
+        return;
+    }
+    int64_t now = px_now_ms();
+    if (mop->tries >= w->px->opt.max_attempts || now >= mop->op->deadline_ms) {
+        int64_t spent = now - (mop->op->deadline_ms - w->px->opt.deadline_ms);
+        snprintf(line, sizeof(line), "gave up after %d tries in %lld ms: %s", mop->tries,
+                 (long long)spent, why);
+        mop_fail(mop, line);
+        return;
+    }
+    wait_push(w->meta, mop, now + backoff_ms(mop->tries));
+}
+
+/* The connection is gone: its requests are sent again or fail (retry
+ * false: they all fail), the next one reconnects. */
+static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
+{
+    struct px_worker *w = m->w;
+    struct px_meta *pm = w->meta;
     for (struct px_mconn **pp = &pm->conns; *pp; pp = &(*pp)->next) {
         if (*pp == m) {
             *pp = m->next;
             break;
         }
     }
-    char why[LC_ADDR_TEXT_MAX + 96];
-    snprintf(why, sizeof(why), "%s %.*s; the request may have been applied", what,
-             (int)sizeof(m->name), m->name);
+    char why[LC_ADDR_TEXT_MAX + 64];
+    snprintf(why, sizeof(why), "%s %.*s", what, (int)sizeof(m->name), m->name);
+    if (retry && m->head != NULL)
+        px_route_refresh(w, NULL, &m->addr, 0);   /* the map may have moved on */
     struct px_mop *mop = m->head;
     m->head = m->tail = NULL;
     mconn_free(m);
     while (mop) {
         struct px_mop *next = mop->next;
-        mop_fail(mop, why);
+        mop_lost(mop, why, retry);
         mop = next;
     }
 }
@@ -187,6 +252,7 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a)
     m->addr = *a;
     lc_addr_format(a, m->name, sizeof(m->name));
     m->fd = px_connect_start(w, a);
+    m->connect_started_ms = px_now_ms();
     m->out = evbuffer_new();
     if (m->fd < 0 || m->out == NULL) {
         mconn_free(m);
@@ -291,7 +357,7 @@ static void mconn_read(struct px_mconn *m)
 {
     ssize_t got = px_rbuf_read(&m->in, m->fd);
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to");
+        mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
         return;
     }
     for (;;) {
@@ -304,7 +370,7 @@ static void mconn_read(struct px_mconn *m)
         px_rbuf_consume(&m->in, end);
     }
     if (m->head == NULL && m->in.len > 0)
-        mconn_lost(m, "unexpected bytes from");
+        mconn_lost(m, "unexpected bytes from", false);
 }
 
 /* Writes what the socket takes.  A failed send is left to the read event
@@ -334,7 +400,7 @@ static void on_mconn_event(evutil_socket_t fd, short what, void *arg)
         int err = 0;
         socklen_t len = sizeof(err);
         if (getsockopt(m->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
-            mconn_lost(m, "cannot connect to");
+            mconn_lost(m, "cannot connect to", true);
             return;
         }
         m->connected = true;
@@ -351,13 +417,15 @@ static void on_mconn_event(evutil_socket_t fd, short what, void *arg)
 static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_addr *to)
 {
     struct px_mconn *m = mconn_get(w, to);
+    mop->tries++;
     if (m == NULL) {
         char name[LC_ADDR_TEXT_MAX], why[LC_ADDR_TEXT_MAX + 32];
         lc_addr_format(to, name, sizeof(name));
         snprintf(why, sizeof(why), "cannot connect to %s", name);
-        mop_fail(mop, why);
+        mop_lost(mop, why, true);
         return;
     }
+    mop->sent_ms = px_now_ms();
     if (evbuffer_add(m->out, mop->wire, mop->nwire) < 0 ||
         evbuffer_add(m->out, SENTINEL, sizeof(SENTINEL) - 1) < 0) {
         mop_fail(mop, "out of memory");
@@ -398,6 +466,70 @@ static void mop_launch(struct px_worker *w, struct px_mop *mop)
     }
     px_count(&w->st.routed, 1);
     mop_send(w, mop, &be->addr);
+}
+
+/* ---- time ---- */
+
+/* Harmless twice (px_route.c's rule for the classic commands): a lookup
+ * that creates nothing and hands out no win token, a plain set or replace,
+ * a delete, a debug line. */
+static bool retry_safe(const struct meta_req *req)
+{
+    switch (req->cmd) {
+    case MC_GET:
+        return !meta_has(req, 'N') && !meta_has(req, 'R');
+    case MC_SET:
+        return !meta_has(req, 'C') &&
+               (req->mode == 0 || req->mode == META_MODE_SET || req->mode == META_MODE_REPLACE);
+    case MC_DELETE:
+        return !meta_has(req, 'C');
+    case MC_DEBUG:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool px_meta_busy(const struct px_worker *w)
+{
+    return w->meta != NULL && w->meta->inflight > 0;
+}
+
+/* Closes connections that stopped answering (their requests go again or
+ * fail, mconn_lost) and launches the waiting requests whose back-off is
+ * over. */
+void px_meta_tick(struct px_worker *w, int64_t now_ms)
+{
+    struct px_meta *pm = w->meta;
+    if (pm == NULL)
+        return;
+    int timeout = w->px->opt.timeout_ms;
+    char what[64];
+    struct px_mconn *next;
+    for (struct px_mconn *m = pm->conns; m; m = next) {
+        next = m->next;
+        if (!m->connected && now_ms - m->connect_started_ms > timeout) {
+            snprintf(what, sizeof(what), "connect: no answer in %d ms from", timeout);
+            mconn_lost(m, what, true);
+        } else if (m->head != NULL && now_ms - m->head->sent_ms > timeout) {
+            snprintf(what, sizeof(what), "no reply in %d ms from", timeout);
+            px_count(&w->st.timeouts, 1);
+            mconn_lost(m, what, true);
+        }
+    }
+    struct px_mop *mop = pm->whead;
+    pm->whead = pm->wtail = NULL;
+    while (mop) {
+        struct px_mop *after = mop->next;
+        if (mop->retry_at_ms <= now_ms) {
+            mop->next = NULL;
+            px_count(&w->st.retries, 1);
+            mop_launch(w, mop);
+        } else {
+            wait_push(pm, mop, mop->retry_at_ms);
+        }
+        mop = after;
+    }
 }
 
 /* ---- order between meta and classic requests ---- */
@@ -502,6 +634,9 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     mop->w = w;
     mop->op = op;
     mop->moves = 0;
+    mop->tries = 0;
+    mop->retry_lost = retry_safe(req);
+    mop->why[0] = '\0';
     mop->nwire = req->total;
     memcpy(mop->wire, buf, req->total);
     w->meta->inflight++;
@@ -591,7 +726,12 @@ void px_meta_close_all(struct px_worker *w)
         return;
     struct px_meta *pm = w->meta;
     while (pm->conns)
-        mconn_lost(pm->conns, "proxy stopping, connection to");
+        mconn_lost(pm->conns, "proxy stopping, connection to", false);
+    while (pm->whead) {
+        struct px_mop *mop = pm->whead;
+        pm->whead = mop->next;
+        mop_fail(mop, "proxy stopping");
+    }
     while (pm->dhead) {
         struct px_defer *d = pm->dhead;
         pm->dhead = d->next;
