@@ -40,6 +40,9 @@
 #define CONN_MAX_INFLIGHT 128
 /* memcached's read buffer: it parses out of at most this much input. */
 #define READ_CHUNK 16384
+/* Flush points (a get's reply, say) passed in one batch of input before
+ * the replies are written anyway (conn_process). */
+#define FLUSH_DEFER_MAX 32
 
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_process(struct conn *c);
@@ -831,6 +834,7 @@ static void conn_keep_transient(struct conn *c)
 static void conn_flush(struct conn *c)
 {
     struct iovec iov[IOV_BATCH];
+    c->deferred_flushes = 0;
     while (!c->closing) {
         /* Drop empty completed slots (noreply) without a syscall. */
         conn_consume_output(c, 0);
@@ -931,6 +935,23 @@ static bool conn_read_some(struct conn *c)
     return true;
 }
 
+/* A flush point (memcached writes here: after a get, a noop, ...) makes
+ * the replies before it final: flush_seq, which decides what a later
+ * protocol error drops, is already set.  When they are written is ours to
+ * choose: memcached writes each get's reply with its own sendmsg, one
+ * system call per request of a pipelining client; we write once the batch
+ * of input is parsed (every caller of conn_process flushes before it
+ * returns to the event loop, which keeps transient values valid, engine.h),
+ * or every FLUSH_DEFER_MAX flush points, so a long pipeline of gets still
+ * streams.  Closing or holding connections write at once, as before. */
+static bool flush_point_writes_now(struct conn *c)
+{
+    if (c->holding || c->discard || c->close_after_write ||
+        ++c->deferred_flushes >= FLUSH_DEFER_MAX)
+        return true;
+    return false;
+}
+
 /* Run the protocol over buffered input until it needs more bytes, blocks
  * behind a write in flight, or asks to close. */
 /* memcached parses out of a 16 KB read buffer: a line it finds whole, a
@@ -1009,7 +1030,8 @@ static void conn_process(struct conn *c)
         }
         if (c->flush_now) {
             c->flush_now = false;
-            conn_flush(c);
+            if (flush_point_writes_now(c))
+                conn_flush(c);
         }
         if (pr == CONN_PARSE_OK)
             continue;

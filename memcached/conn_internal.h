@@ -50,6 +50,7 @@ struct conn {
     bool holding;                 /* inside a data block: write only up to flush_seq */
     bool hold_request;            /* the protocol asked to hold (this parse call) */
     bool flush_now;               /* a flush point was reached: write before parsing on */
+    unsigned deferred_flushes;    /* flush points passed since the last write (conn_process) */
     bool discard;                 /* closing: replies not yet flushable are dropped */
     bool in_data;                 /* inside a data block memcached reads directly */
     size_t win_left;              /* input memcached's buffer holds from rstart */

@@ -622,6 +622,64 @@ START_TEST(test_shutdown_enabled)
 }
 END_TEST
 
+/* ---- reply batching ---- */
+
+/* Write-family system calls the server has made (/proc/PID/io syscw;
+ * writev counts, the server's replies use it); -1 if unreadable. */
+static long long server_write_calls(void)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/%d/io", (int)server.pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long long n = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "syscw: %lld", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* Sixteen gets sent in one write are answered in order, with one writev
+ * for all (memcached makes one per get): the replies of one batch of
+ * input are written together. */
+START_TEST(test_pipelined_gets_one_write)
+{
+    enum { NKEYS = 16 };
+    raw_conn c;
+    char line[LINE_MAX_LEN], value[32];
+    open_conn(&c);
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(value, sizeof value, "value-%02d", i);
+        snprintf(line, sizeof line, "set pipe:%d 0 0 %zu\r\n%s\r\n", i, strlen(value), value);
+        exchange(&c, line, "STORED\r\n");
+    }
+    long long before = server_write_calls();
+    if (before < 0) {
+        raw_close(&c);
+        return;     /* no /proc here: nothing to count with */
+    }
+    char batch[NKEYS * 24] = "";
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(line, sizeof line, "get pipe:%d\r\n", i);
+        strcat(batch, line);
+    }
+    send_text(&c, batch);
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(line, sizeof line, "VALUE pipe:%d 0 8\r\n", i);
+        expect_line(&c, line);
+        snprintf(value, sizeof value, "value-%02d\r\n", i);
+        expect_line(&c, value);
+        expect_line(&c, "END\r\n");
+    }
+    long long after = server_write_calls();
+    ck_assert_msg(after - before <= 2, "%lld write calls for %d pipelined gets (want 1)",
+                  after - before, NKEYS);
+    raw_close(&c);
+}
+END_TEST
+
 /* ---- suite ---- */
 
 static TCase *new_case(const char *name, void (*start)(void), double timeout)
@@ -658,6 +716,7 @@ static Suite *robust_suite(void)
     tcase_add_test(text, test_noreply_storage_is_silent);
     tcase_add_test(text, test_quit_closes);
     tcase_add_test(text, test_shutdown_disabled);
+    tcase_add_test(text, test_pipelined_gets_one_write);
     suite_add_tcase(s, text);
 
     TCase *binary = new_case("binary", start_default_server, 10);
