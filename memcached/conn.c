@@ -530,6 +530,16 @@ void conn_flush_point(struct conn *c)
     c->flush_now = true;
 }
 
+void conn_write_final(struct conn *c)
+{
+    if (c->deferred_flushes == 0 || c->closing)
+        return;
+    bool holding = c->holding;
+    c->holding = true;            /* only the slots before flush_seq */
+    conn_flush(c);
+    c->holding = holding;
+}
+
 void conn_flush_through(struct resp *r)
 {
     struct conn *c = r->c;

@@ -156,8 +156,15 @@ bool conn_first_refusal(struct conn *c);
  * when it stops inside a data block or breaks the protocol; we follow it so
  * that even then the bytes are memcached's. */
 
-/* The replies queued so far are written now. */
+/* The replies queued so far are final: memcached writes them here.  We
+ * write them once the batch of input is parsed (conn.c), one system call
+ * for many pipelined gets. */
 void conn_flush_point(struct conn *c);
+/* Writes now the final replies that wait for the end of the batch: called
+ * before a request whose outcome depends on whether an earlier reply
+ * still holds its item (incr/decr, ma: written in place only when nobody
+ * does), so that it sees what memcached, which wrote them, sees. */
+void conn_write_final(struct conn *c);
 /* The replies up to and including slot r are written now (binary error
  * replies, which memcached writes at once). */
 void conn_flush_through(struct resp *r);

@@ -209,7 +209,7 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
         memcpy(dst, m->data, m->nbytes);
         memcpy(dst + m->nbytes, item_value(old), old->nbytes);
     }
-    item_set_marks(it, m->marks);
+    item_set_marks(it, store_marks(m, true, old->cas, item_marks(old), p->cas_enabled));
     swap_in(s, old, it, hv);
     res->cas = visible_cas(p, it);
     return ENG_SUCCESS;

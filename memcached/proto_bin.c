@@ -833,6 +833,7 @@ static void bin_arith_complete(struct resp *r, const struct eng_result *res)
 
 static void bin_arith(struct conn *c, const struct bin_request *rq)
 {
+    conn_write_final(c);
     uint8_t op = rq->hdr.opcode;
     struct resp *r = bin_resp_new(c, rq);
     struct eng_mutation m;

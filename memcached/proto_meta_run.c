@@ -580,6 +580,7 @@ static void handle_md(struct conn *c, const struct meta_req *req)
 
 static void handle_ma(struct conn *c, const struct meta_req *req)
 {
+    conn_write_final(c);
     struct server *s = conn_server(c);
     /* t shows the TTL at its place among the flags, T and N applied in
      * order before it (as for mg): from the item found, or from nothing

@@ -682,6 +682,7 @@ static void handle_delete(struct conn *c, const struct text_req *req)
 
 static void handle_arith(struct conn *c, const struct text_req *req)
 {
+    conn_write_final(c);
     struct eng_mutation m = {
         .op = req->cmd == TC_INCR ? ENG_OP_INCR : ENG_OP_DECR,
         .key = req->key, .nkey = req->nkey, .delta = req->delta,

@@ -30,9 +30,9 @@ eng_status store_outcome(const struct eng_mutation *m, bool found, uint64_t cas,
  * memcached then keeps the old item's TTL and its won mark. */
 bool store_is_stale(const struct eng_mutation *m, bool found, uint64_t cas, bool cas_enabled);
 
-/* The marks (ENG_MARK_*) of the item a successful store creates: the
- * request's, and for a stale store stale plus the old item's won mark
- * (old_marks). */
+/* The marks (ENG_MARK_*) of the item a successful store creates: none for
+ * an append or prepend; else the request's, and for a stale store stale
+ * plus the old item's won mark (old_marks). */
 uint8_t store_marks(const struct eng_mutation *m, bool found, uint64_t cas, uint8_t old_marks,
                     bool cas_enabled);
 

@@ -39,7 +39,7 @@ FOUND="14014:2037:default 14014:2819:default 14014:3346:default 14014:4820:-C
 2411:1662:default 2411:1918:default 2411:2278:default 2411:5531:default
 2411:6824:default 2411:7267:default 4242:61:default
 4242:1295:default 3011:1755:-Y 3011:4396:-C 5150:2951:default 6262:2599:default 8484:5046:default 1066:616:-C
-1066:661:-C"
+1066:661:-C 2511:3667:default 2511:3841:default 2511:4073:default"
 for f in $FOUND; do
     IFS=: read -r seed n variant <<<"$f"
     if python3 "$top_srcdir/test/difftest/difftest.py" --seed "$seed" --case "$n" \

@@ -179,6 +179,11 @@ def script(s, k):
     s.run("base64 key, stored and read both ways",
           b"ms " + k.b64("c") + b" 1 b\r\nx\r\nmg " + k.b64("c") + b" b k v\r\nmg " +
           K("c") + b" k v\r\nme " + k.b64("c") + b" b\r\n")
+    # difftest seed 2511 case 4073: an append's result is a new item without
+    # the base64-key mark of the ms that made it (or of the old item)
+    s.run("base64 key: append through b, then the key is shown plain",
+          b"ms " + k.b64("c2") + b" 1 b\r\nx\r\nms " + k.b64("c2") + b" 1 b MA\r\ny\r\nmg " +
+          K("c2") + b" k v\r\nmg " + k.b64("c2") + b" b k v\r\n")
     s.run("miss, quiet miss, quiet hit, quiet set and delete, in one batch",
           b"mg " + K("m") + b" v\r\nmg " + K("m") + b" q v k\r\nmg " + K("a") +
           b" q v\r\nms " + K("d") + b" 1 q\r\nz\r\nmd " + K("m") + b" q\r\nmd " + K("d") +
