@@ -2,8 +2,9 @@
  *
  * Input is read into one growable buffer; the connection's protocol consumes
  * whole requests from its front.  Every request appends a response slot to a
- * queue; slots are written out in order with writev as soon as every earlier
- * slot is complete, so an engine may finish a mutation later without the
+ * queue; slots are written out in order with one writev once the batch of
+ * input is parsed (every earlier slot complete), so pipelined requests cost
+ * one system call and an engine may finish a mutation later without the
  * protocol code knowing.  Engine memory (values) is referenced, not copied,
  * and released once written.  A connection whose peer does not read its
  * replies stops being read until the backlog drains. */
