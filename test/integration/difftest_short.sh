@@ -40,14 +40,33 @@ FOUND="14014:2037:default 14014:2819:default 14014:3346:default 14014:4820:-C
 2411:6824:default 2411:7267:default 4242:61:default
 4242:1295:default 3011:1755:-Y 3011:4396:-C 5150:2951:default 6262:2599:default 8484:5046:default 1066:616:-C
 1066:661:-C 2511:3667:default 2511:3841:default 2511:4073:default"
+# A replay that differs is run again, up to REPLAY_TRIES times: a few of
+# these cases depend on timing that neither server fixes (when an expiry
+# sweep or memcached's crawler removes a flushed item that a later
+# flush_all in the future would revive: case 14014:12049 differed once in
+# a distcheck on a loaded machine, docs/compat.md "Items flushed and then
+# revived").  A fix that is lost differs every time and still fails.
+REPLAY_TRIES=3
+replay_log=$(mktemp "${TMPDIR:-/tmp}/difftest_short.XXXXXX")
+on_exit "rm -f '$replay_log'"
 for f in $FOUND; do
     IFS=: read -r seed n variant <<<"$f"
-    if python3 "$top_srcdir/test/difftest/difftest.py" --seed "$seed" --case "$n" \
-        --variant="$variant" --no-shrink --memcached "$memcached_bin" --server "$server_bin" \
-        >/dev/null 2>&1; then
+    equal=0
+    for try in $(seq "$REPLAY_TRIES"); do
+        if python3 "$top_srcdir/test/difftest/difftest.py" --seed "$seed" --case "$n" \
+            --variant="$variant" --no-shrink --memcached "$memcached_bin" --server "$server_bin" \
+            >"$replay_log" 2>&1; then
+            equal=$try
+            break
+        fi
+    done
+    if [ "$equal" -eq 1 ]; then
         ok "difftest seed $seed case $n ($variant)"
+    elif [ "$equal" -gt 1 ]; then
+        ok "difftest seed $seed case $n ($variant): equal on try $equal (timing-dependent)"
     else
-        fail "difftest seed $seed case $n ($variant) differs again: scripts/difftest --seed $seed --case $n --variant=$variant"
+        cat "$replay_log"
+        fail "difftest seed $seed case $n ($variant) differs again ($REPLAY_TRIES tries): scripts/difftest --seed $seed --case $n --variant=$variant"
     fi
 done
 finish
