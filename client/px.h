@@ -352,6 +352,9 @@ void px_route_moved(struct px_worker *w, struct px_op *op, struct px_backend *fr
 /* op's connection failed (lost: the request may have been applied). */
 void px_route_failed(struct px_worker *w, struct px_op *op, bool lost, const char *why);
 void px_route_tick(struct px_worker *w, int64_t now_ms);
+/* Back-off before the n-th try again: PX_BACKOFF_MIN_MS doubling up to
+ * PX_BACKOFF_MAX_MS (ops, meta commands, a failed server's reconnect). */
+int64_t px_backoff_ms(int n);
 void px_route_refresh(struct px_worker *w, const struct lc_addr *prefer,
                       const struct lc_addr *avoid, uint64_t min_epoch);
 /* Takes op out of the retry list (its client went away). */

@@ -169,14 +169,6 @@ static void be_mark_dirty(struct px_backend *be)
     be->w->dirty_be = be;
 }
 
-static int backoff_ms(int fails)
-{
-    int ms = PX_BACKOFF_MIN_MS;
-    for (int i = 1; i < fails && ms < PX_BACKOFF_MAX_MS; i++)
-        ms *= 2;
-    return ms < PX_BACKOFF_MAX_MS ? ms : PX_BACKOFF_MAX_MS;
-}
-
 static void be_close_socket(struct px_backend *be)
 {
     if (be->rev) {
@@ -212,7 +204,7 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     be_close_socket(be);
     be->state = BE_DOWN;
     be->fails++;
-    be->retry_at_ms = px_now_ms() + backoff_ms(be->fails);
+    be->retry_at_ms = px_now_ms() + px_backoff_ms(be->fails);
     struct px_op *op = be->head;
     be->head = be->tail = NULL;
     __atomic_fetch_sub(&be->st->inflight, (int64_t)be->ninflight, __ATOMIC_RELAXED);

@@ -73,7 +73,6 @@ struct px_mop {
     bool retry_lost;                /* harmless twice: may go again after a loss */
     int64_t sent_ms;                /* queued on its current connection */
     int64_t retry_at_ms;            /* waiting: launched again at */
-    char why[120];                  /* the last failure, for the final error */
     size_t nwire;
     char wire[];                    /* the request as the client sent it */
 };
@@ -168,14 +167,6 @@ static void mconn_free(struct px_mconn *m)
     free(m);
 }
 
-static int64_t backoff_ms(int tries)
-{
-    int64_t ms = PX_BACKOFF_MIN_MS;
-    for (int i = 1; i < tries && ms < PX_BACKOFF_MAX_MS; i++)
-        ms *= 2;
-    return ms < PX_BACKOFF_MAX_MS ? ms : PX_BACKOFF_MAX_MS;
-}
-
 static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms)
 {
     mop->retry_at_ms = at_ms;
@@ -192,9 +183,8 @@ static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms)
 static void mop_lost(struct px_mop *mop, const char *why, bool retry)
 {
     struct px_worker *w = mop->w;
-    char line[sizeof(mop->why) + 48];
+    char line[LC_ADDR_TEXT_MAX + 128];    /* fits mop_fail's with its prefix */
 
-    snprintf(mop->why, sizeof(mop->why), "%s", why);
     if (mop->op->req == NULL) {
         mop_finish(mop, NULL, 0);
         return;
@@ -212,7 +202,7 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry)
         mop_fail(mop, line);
         return;
     }
-    wait_push(w->meta, mop, now + backoff_ms(mop->tries));
+    wait_push(w->meta, mop, now + px_backoff_ms(mop->tries));
 }
 
 /* The connection is gone: its requests are sent again or fail (retry
@@ -636,7 +626,6 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     mop->moves = 0;
     mop->tries = 0;
     mop->retry_lost = retry_safe(req);
-    mop->why[0] = '\0';
     mop->nwire = req->total;
     memcpy(mop->wire, buf, req->total);
     w->meta->inflight++;

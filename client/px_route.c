@@ -127,10 +127,10 @@ static size_t be_index(struct px_worker *w, struct px_backend *be)
 
 /* ---- the retry list ---- */
 
-static int64_t backoff_ms(int retry)
+int64_t px_backoff_ms(int n)
 {
     int64_t ms = PX_BACKOFF_MIN_MS;
-    for (int i = 1; i < retry && ms < PX_BACKOFF_MAX_MS; i++)
+    for (int i = 1; i < n && ms < PX_BACKOFF_MAX_MS; i++)
         ms *= 2;
     return ms < PX_BACKOFF_MAX_MS ? ms : PX_BACKOFF_MAX_MS;
 }
@@ -240,7 +240,7 @@ void px_route_failed(struct px_worker *w, struct px_op *op, bool lost, const cha
         give_up(w, op);
         return;
     }
-    wait_op(w, op, px_now_ms() + backoff_ms(op->tries));
+    wait_op(w, op, px_now_ms() + px_backoff_ms(op->tries));
 }
 
 void px_route_moved(struct px_worker *w, struct px_op *op, struct px_backend *from,
@@ -266,7 +266,7 @@ void px_route_moved(struct px_worker *w, struct px_op *op, struct px_backend *fr
     if (!lc_moved_parse(buf, &mv)) {
         /* not my slot without a target: the map that refused is newest */
         px_route_refresh(w, &from->addr, NULL, 0);
-        wait_op(w, op, px_now_ms() + backoff_ms(op->tries));
+        wait_op(w, op, px_now_ms() + px_backoff_ms(op->tries));
         return;
     }
     if (mv.epoch > w->map->epoch)
@@ -279,7 +279,7 @@ void px_route_moved(struct px_worker *w, struct px_op *op, struct px_backend *fr
         op->target = be;
     }
     if (op->tries > 1)
-        wait_op(w, op, px_now_ms() + backoff_ms(op->tries - 1));
+        wait_op(w, op, px_now_ms() + px_backoff_ms(op->tries - 1));
     else
         px_route_op(w, op);
 }

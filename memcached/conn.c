@@ -957,10 +957,8 @@ static bool conn_read_some(struct conn *c)
  * streams.  Closing or holding connections write at once, as before. */
 static bool flush_point_writes_now(struct conn *c)
 {
-    if (c->holding || c->discard || c->close_after_write ||
-        ++c->deferred_flushes >= FLUSH_DEFER_MAX)
-        return true;
-    return false;
+    return c->holding || c->discard || c->close_after_write ||
+           ++c->deferred_flushes >= FLUSH_DEFER_MAX;
 }
 
 /* Run the protocol over buffered input until it needs more bytes, blocks
