@@ -12,7 +12,8 @@
 # and defines small functions: checks (fail, ok, finish), binaries
 # (need_built), clean-up (on_exit), ports (port_is_open, port_busy,
 # port_free, pick_port, pick_base_port, wait_port, wait_for), processes
-# (stop_pid, start_server), a one-request memcached text client (mc) and
+# (stop_pid, start_server, start_proxy), clusters (cluster_up, key_owners,
+# cluster_remove), a one-request memcached text client (mc) and
 # an authenticated control command (ctl).
 
 top_srcdir=$script_dir/../..
@@ -180,6 +181,27 @@ start_server() {
     return 1
 }
 
+# start_proxy LOG [ARGS...]: starts $proxy_bin (the caller's, else the
+# in-tree cocytus-proxy) on a free loopback port (-p PORT -l 127.0.0.1,
+# then ARGS), output to LOG; sets proxy_pid and proxy_port once it
+# accepts.  Retries on another port; false if it never came up.  Not for
+# $(...): the proxy would hold the output pipe open.
+start_proxy() {
+    local log=$1 bin=${proxy_bin:-$build_dir/client/cocytus-proxy}
+    shift
+    for _ in 1 2 3 4 5; do
+        proxy_port=$(pick_port) || continue
+        "$bin" -p "$proxy_port" -l 127.0.0.1 "$@" </dev/null >"$log" 2>&1 &
+        proxy_pid=$!
+        wait_port "$proxy_pid" "$proxy_port" && return 0
+        stop_pid "$proxy_pid"
+        proxy_pid=""
+    done
+    return 1
+}
+
+# --- clusters ---
+
 # cluster_up DIR NPORTS LOW HIGH [UP-ARGS...]: `scripts/cluster up --dir DIR
 # --base-port B UP-ARGS...` with B from pick_base_port NPORTS LOW HIGH; up
 # to 3 tries on new ports, as another test may take ours meanwhile (a failed
@@ -198,6 +220,24 @@ cluster_up() {
     done
     tail -n 20 "$cdir/up.log" 2>/dev/null
     return 1
+}
+
+# key_owners DIR RECORDS: DIR/owners, a line "KEY HOST:PORT" (or "KEY
+# none") for each of cocytus-bench's first RECORDS keys, by the slot map of
+# the cluster scripts/cluster runs in DIR (`cocytus-cli map --full`); also
+# DIR/all.slots and DIR/map.txt.  False if a tool failed (its message is in
+# DIR/map.txt or on stderr).
+key_owners() {
+    local d=$1 n=$2 bench=${bench_bin:-$build_dir/bench/cocytus-bench}
+    "$bench" --print-keys -n "$n" >"$d/all.slots" || return 1
+    "$build_dir/client/cocytus-cli" --dir "$d" --full map >"$d/map.txt" 2>&1 || return 1
+    # "slots A-B HOST:PORT" lines, then "SLOT KEY" lines
+    awk 'BEGIN { n = 0 }
+         NR == FNR { if ($1 == "slots") { split($2, r, "-"); lo[n] = r[1] + 0; hi[n] = r[2] + 0; own[n++] = $3 }
+                     next }
+         { s = $1 + 0; o = "none"
+           for (i = 0; i < n; i++) if (s >= lo[i] && s <= hi[i]) { o = own[i]; break }
+           print $2, o }' "$d/map.txt" "$d/all.slots" >"$d/owners"
 }
 
 # cluster_remove DIR: brings down quietly whatever scripts/cluster runs in

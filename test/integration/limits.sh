@@ -27,17 +27,8 @@ cleanup() {
 on_exit cleanup
 
 start_server "$dir/server.log" -c 4 -o idle_timeout=1 -v || { fail "server did not start"; exit 1; }
-proxy_port=""
-for _ in 1 2 3 4 5; do
-    proxy_port=$(pick_port) || continue
-    "$proxy_bin" -p "$proxy_port" -l 127.0.0.1 --seeds "127.0.0.1:$server_port" -c 4 -i 1 \
-        </dev/null >"$dir/proxy.log" 2>&1 &
-    proxy_pid=$!
-    wait_port "$proxy_pid" "$proxy_port" && break
-    stop_pid "$proxy_pid"
-    proxy_pid=""
-done
-[ -n "$proxy_pid" ] || { fail "proxy did not start"; exit 1; }
+start_proxy "$dir/proxy.log" --seeds "127.0.0.1:$server_port" -c 4 -i 1 ||
+    { fail "proxy did not start"; exit 1; }
 
 # probe PORT WHAT: one python client that checks the three limits on PORT
 # and prints one line per finding.

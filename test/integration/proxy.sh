@@ -8,7 +8,6 @@
 # stopped by the trap.  Exits 77 (skip) when memccapable is not installed.
 set -u
 
-READY_TIMEOUT_TENTHS=50     # 5 s for a process to start accepting
 RUN_TIMEOUT=90              # seconds for one memccapable run
 NODES=3
 
@@ -34,18 +33,11 @@ cleanup() {
 }
 on_exit cleanup
 
-# start_proxy SEEDS: sets proxy_pid and proxy_port.
-start_proxy() {
-    local seeds=$1
-    for _ in 1 2 3 4 5; do
-        proxy_port=$(pick_port) || continue
-        "$proxy_bin" -p "$proxy_port" -l 127.0.0.1 --seeds "$seeds" -W 5 </dev/null >/dev/null 2>&1 &
-        proxy_pid=$!
-        wait_port "$proxy_pid" "$proxy_port" "$READY_TIMEOUT_TENTHS" && return 0
-        stop_pid "$proxy_pid"
-        proxy_pid=""
-    done
-    fail "$proxy_bin did not start with --seeds $seeds"
+# proxy_for SEEDS: a proxy in front of SEEDS (start_proxy: sets proxy_pid
+# and proxy_port); a failed check if it never came up.
+proxy_for() {
+    start_proxy /dev/null --seeds "$1" -W 5 && return 0
+    fail "$proxy_bin did not start with --seeds $1"
     return 1
 }
 
@@ -98,7 +90,7 @@ backend_stats() {
 # --- 1. a plain server -------------------------------------------------------
 if ! start_server /dev/null; then
     fail "$server_bin did not start"
-elif start_proxy "127.0.0.1:$server_port"; then
+elif proxy_for "127.0.0.1:$server_port"; then
     run_mode "a plain server" -a
     run_mode "a plain server" -b
     backend_stats "a plain server" 1
@@ -112,7 +104,7 @@ cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/proxy-cluster.XXXXXX")
 if cluster_up "$cluster_dir" $((2 * NODES + 2)) 26000 32000 --nodes "$NODES" --scheme plain \
     --no-proxy --memory 16; then
     seeds=$(awk '{ printf "%s%s", sep, $5; sep = "," }' "$cluster_dir/endpoints")
-    if start_proxy "$seeds"; then
+    if proxy_for "$seeds"; then
         run_mode "a $NODES-node plain cluster" -a
         run_mode "a $NODES-node plain cluster" -b
         concurrent_load "a $NODES-node plain cluster"

@@ -18,7 +18,6 @@
 # Runs on free loopback ports; everything started is stopped by the trap.
 set -u
 
-READY_TIMEOUT_TENTHS=50
 NODES=3
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -47,22 +46,6 @@ cleanup() {
     rm -rf "$work"
 }
 on_exit cleanup
-
-# start_proxy LOG ARGS...: sets proxy_pid and proxy_port; false if it never
-# listened.
-start_proxy() {
-    local log=$1
-    shift
-    for _ in 1 2 3; do
-        proxy_port=$(pick_port) || continue
-        "$proxy_bin" -p "$proxy_port" -l 127.0.0.1 "$@" </dev/null >"$log" 2>&1 &
-        proxy_pid=$!
-        wait_port "$proxy_pid" "$proxy_port" "$READY_TIMEOUT_TENTHS" && return 0
-        stop_pid "$proxy_pid"
-        proxy_pid=""
-    done
-    return 1
-}
 
 # The protocol checks: python3 CHECK PORT; prints "ok: ..." / "FAIL: ...".
 cat >"$work/check.py" <<'EOF'

@@ -17,15 +17,13 @@ NODES=3
 RECORDS=400
 TIMEOUT_MS=1000
 DEADLINE_MS=4000
-READY_TIMEOUT_TENTHS=50
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
 proxy_bin=${COCYTUS_PROXY:-$build_dir/client/cocytus-proxy}
 bench_bin=${COCYTUS_BENCH:-$build_dir/bench/cocytus-bench}
-cli=$build_dir/client/cocytus-cli
-need_built "$server_bin" "$proxy_bin" "$bench_bin" "$cli" "$build_dir/cocytus/cocytus-node"
+need_built "$server_bin" "$proxy_bin" "$bench_bin" "$build_dir/client/cocytus-cli" "$build_dir/cocytus/cocytus-node"
 if ! command -v python3 >/dev/null; then
     echo "SKIP: no python3"
     exit 77
@@ -50,16 +48,7 @@ if ! cluster_up "$dir" $((2 * NODES + 2)) 12000 20000 --nodes "$NODES" --scheme 
     finish
 fi
 seeds=$(awk '$1 == "plain" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
-for _ in 1 2 3 4 5; do
-    proxy_port=$(pick_port) || continue
-    "$proxy_bin" -p "$proxy_port" -l 127.0.0.1 --seeds "$seeds" -t "$TIMEOUT_MS" \
-        -D "$DEADLINE_MS" -W 5 </dev/null >"$dir/proxy.log" 2>&1 &
-    proxy_pid=$!
-    wait_port "$proxy_pid" "$proxy_port" "$READY_TIMEOUT_TENTHS" && break
-    stop_pid "$proxy_pid"
-    proxy_pid=""
-done
-if [ -z "$proxy_pid" ]; then
+if ! start_proxy "$dir/proxy.log" --seeds "$seeds" -t "$TIMEOUT_MS" -D "$DEADLINE_MS" -W 5; then
     fail "$proxy_bin did not start with --seeds $seeds"
     finish
 fi
@@ -71,15 +60,7 @@ if [ -z "$victim" ] || [ -z "$victim_pid" ] || ! kill -0 "$victim_pid" 2>/dev/nu
     fail "no running server of node 1 in $dir/endpoints"
     finish
 fi
-"$bench_bin" --print-keys -n "$RECORDS" >"$dir/all.slots" || fail "cocytus-bench --print-keys"
-"$cli" --dir "$dir" --full map >"$dir/map.txt" 2>&1 || fail "cocytus-cli map: $(cat "$dir/map.txt")"
-# "slots A-B HOST:PORT" lines; each key with its slot's owner
-awk 'BEGIN { n = 0 }
-     NR == FNR { if ($1 == "slots") { split($2, r, "-"); lo[n] = r[1] + 0; hi[n] = r[2] + 0; own[n++] = $3 }
-                 next }
-     { s = $1 + 0; o = "none"
-       for (i = 0; i < n; i++) if (s >= lo[i] && s <= hi[i]) { o = own[i]; break }
-       print $2, o }' "$dir/map.txt" "$dir/all.slots" >"$dir/owners"
+key_owners "$dir" "$RECORDS" || fail "the keys' owners: $(cat "$dir/map.txt" 2>/dev/null)"
 stopped_key=$(awk -v v="$victim" '$2 == v { print $1; exit }' "$dir/owners")
 healthy_key=$(awk -v v="$victim" '$2 != v && $2 != "none" { print $1; exit }' "$dir/owners")
 if [ -z "$stopped_key" ] || [ -z "$healthy_key" ]; then

@@ -21,7 +21,6 @@ set -u
 NODES=3
 RECORDS=2000
 RUN_SECONDS=3
-READY_TIMEOUT_TENTHS=50
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -49,16 +48,7 @@ if ! cluster_up "$dir" $((2 * NODES + 2)) 12000 20000 --nodes "$NODES" --scheme 
     finish
 fi
 seeds=$(awk '$1 == "plain" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
-for _ in 1 2 3 4 5; do
-    proxy_port=$(pick_port) || continue
-    "$proxy_bin" -p "$proxy_port" -l 127.0.0.1 --seeds "$seeds" -W 5 </dev/null \
-        >"$dir/proxy.log" 2>&1 &
-    proxy_pid=$!
-    wait_port "$proxy_pid" "$proxy_port" "$READY_TIMEOUT_TENTHS" && break
-    stop_pid "$proxy_pid"
-    proxy_pid=""
-done
-if [ -z "$proxy_pid" ]; then
+if ! start_proxy "$dir/proxy.log" --seeds "$seeds" -W 5; then
     fail "$proxy_bin did not start with --seeds $seeds"
     finish
 fi

@@ -58,7 +58,6 @@ DIRECT_TRIES=3          # machine check: tries of the load straight to a server
 STALL_TRIES=3           # stops of the server, while the misses are only by noise
 NOISE_P99_US=500000     # a p99 above the limit but below this may be noise (the
                         # proxy's per-try timeout, 1 s, is what a held-up request waits)
-READY_TIMEOUT_TENTHS=50
 PROXY_THREADS=${STALL_PROXY_THREADS:-4}
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -67,9 +66,8 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 proxy_bin=${COCYTUS_PROXY:-$build_dir/client/cocytus-proxy}
 bench_bin=${COCYTUS_BENCH:-$build_dir/bench/cocytus-bench}
 keyload_bin=${COCYTUS_KEYLOAD:-$build_dir/test/integration/keyload}
-cli=$build_dir/client/cocytus-cli
 
-need_built "$server_bin" "$proxy_bin" "$bench_bin" "$keyload_bin" "$cli" \
+need_built "$server_bin" "$proxy_bin" "$bench_bin" "$keyload_bin" "$build_dir/client/cocytus-cli" \
     "$build_dir/cocytus/cocytus-node"
 
 dir=""
@@ -119,16 +117,7 @@ if ! cluster_up "$dir" $((2 * NODES + 2)) 12000 20000 --nodes "$NODES" --scheme 
     finish
 fi
 seeds=$(awk '$1 == "plain" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
-for _ in 1 2 3 4 5; do
-    proxy_port=$(pick_port) || continue
-    "$proxy_bin" -p "$proxy_port" -l 127.0.0.1 --seeds "$seeds" -T "$PROXY_THREADS" -t 1000 \
-        -D 2000 -W 5 </dev/null >"$dir/proxy.log" 2>&1 &
-    proxy_pid=$!
-    wait_port "$proxy_pid" "$proxy_port" "$READY_TIMEOUT_TENTHS" && break
-    stop_pid "$proxy_pid"
-    proxy_pid=""
-done
-if [ -z "$proxy_pid" ]; then
+if ! start_proxy "$dir/proxy.log" --seeds "$seeds" -T "$PROXY_THREADS" -t 1000 -D 2000 -W 5; then
     fail "$proxy_bin did not start with --seeds $seeds"
     finish
 fi
@@ -142,15 +131,7 @@ if [ -z "$victim" ] || [ -z "$victim_pid" ] || ! kill -0 "$victim_pid" 2>/dev/nu
     fail "no running server of node 1 in $dir/endpoints"
     finish
 fi
-"$bench_bin" --print-keys -n "$RECORDS" >"$dir/all.slots" || fail "cocytus-bench --print-keys"
-"$cli" --dir "$dir" --full map >"$dir/map.txt" 2>&1 || fail "cocytus-cli map: $(cat "$dir/map.txt")"
-# "slots A-B HOST:PORT" lines; each key with its slot's owner, or "none"
-awk 'BEGIN { n = 0 }
-     NR == FNR { if ($1 == "slots") { split($2, r, "-"); lo[n] = r[1] + 0; hi[n] = r[2] + 0; own[n++] = $3 }
-                 next }
-     { s = $1 + 0; o = "none"
-       for (i = 0; i < n; i++) if (s >= lo[i] && s <= hi[i]) { o = own[i]; break }
-       print $2, o }' "$dir/map.txt" "$dir/all.slots" >"$dir/owners"
+key_owners "$dir" "$RECORDS" || fail "the keys' owners: $(cat "$dir/map.txt" 2>/dev/null)"
 awk '{ print $1 }' "$dir/owners" >"$dir/all.keys"
 awk -v v="$victim" '$2 == v { print $1 }' "$dir/owners" >"$dir/stalled.keys"
 awk -v v="$victim" '$2 != v { print $1 }' "$dir/owners" >"$dir/healthy.keys"
