@@ -26,6 +26,7 @@
 
 #include "conn.h"
 #include "conn_internal.h"
+#include "hash.h"
 #include "proto_bin.h"
 #include "proto_text.h"
 #include "server.h"
@@ -82,6 +83,8 @@ static struct resp *resp_alloc(struct conn *c)
     r->arg = 0;
     r->scratch = 0;
     r->dropped = false;
+    r->wkey = 0;
+    r->wall = false;
     r->complete = NULL;
     return r;
 }
@@ -445,6 +448,8 @@ void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
     eng_status st = e->ops->mutate(e, m, &res, mutation_done, r);
     if (st == ENG_PENDING) {
         r->pending = true;
+        r->wall = m->nkey == 0;
+        r->wkey = m->nkey ? hash_key(m->key, m->nkey) : 0;
         c->inflight++;
         return;
     }
@@ -492,6 +497,19 @@ eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned op
 bool conn_writes_inflight(const struct conn *c)
 {
     return c->inflight > 0;
+}
+
+/* A scan of the pending slots: at most CONN_MAX_INFLIGHT, a handful for
+ * a pipelining client.  A hash collision only makes a read wait. */
+bool conn_key_writes_inflight(const struct conn *c, const char *key, size_t nkey)
+{
+    if (c->inflight == 0)
+        return false;
+    uint64_t h = hash_key(key, nkey);
+    for (const struct resp *r = c->head; r; r = r->next)
+        if (r->pending && (r->wall || r->wkey == h))
+            return true;
+    return false;
 }
 
 struct engine *conn_engine(const struct conn *c)

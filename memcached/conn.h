@@ -65,6 +65,8 @@ struct resp {
     int mop;                /* engine op of the mutation (for counting) */
     uint32_t scratch;       /* buf[0..scratch): protocol bytes that are never sent */
     uint64_t seq;           /* order of the slot on its connection */
+    uint64_t wkey;          /* pending mutation: hash of its key (conn_key_writes_inflight) */
+    bool wall;              /* pending mutation without a key (flush_all): every read waits */
     bool dropped;           /* its reply is dropped (conn_discard_unflushed) */
     resp_complete_fn complete;
 };
@@ -110,8 +112,14 @@ eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned op
 /* Count a touch/gat hit or miss (the touch itself goes through conn_mutate). */
 
 /* True when a mutation of this connection is still in flight: a protocol
- * must not start a read now (return CONN_PARSE_BLOCKED instead). */
+ * must not start a read that depends on every key (stats) now (return
+ * CONN_PARSE_BLOCKED instead). */
 bool conn_writes_inflight(const struct conn *c);
+/* True when a mutation of this connection that may change key is still in
+ * flight (one of key, by hash, or one without a key such as flush_all): a
+ * read of key must wait for it (CONN_PARSE_BLOCKED), a read of another key
+ * need not.  The connection parses again once its writes completed. */
+bool conn_key_writes_inflight(const struct conn *c, const char *key, size_t nkey);
 /* Before a read of key is served: true when the engine cannot serve it yet
  * (a recovery process rebuilding the value's units).  The protocol then
  * returns CONN_PARSE_BLOCKED without consuming the request; the connection

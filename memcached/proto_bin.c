@@ -1174,7 +1174,10 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
         *consumed = rq.total;
         return CONN_PARSE_OK;
     }
-    if (bin_opcode_is_read(rq.hdr.opcode) && conn_writes_inflight(c))
+    /* A read waits for this connection's writes in flight of its key;
+     * stats for all of them. */
+    if (rq.hdr.opcode == BIN_OP_STAT ? conn_writes_inflight(c)
+        : bin_opcode_is_read(rq.hdr.opcode) && conn_key_writes_inflight(c, rq.key, rq.nkey))
         return CONN_PARSE_BLOCKED;
     if (bin_opcode_is_read(rq.hdr.opcode) && rq.nkey > 0 && conn_read_waits(c, rq.key, rq.nkey))
         return CONN_PARSE_BLOCKED;

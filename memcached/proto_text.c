@@ -1065,20 +1065,30 @@ static bool reply_if_moved(struct conn *c, const struct text_req *req)
     return true;
 }
 
-/* A key of the request whose value the engine cannot serve yet. */
+/* A key of the request that this connection's writes in flight may still
+ * change (the read must see them), or whose value the engine cannot serve
+ * yet.  Reads of other keys run at once: their replies queue behind the
+ * pending writes' in order, and a pipelining client's gets do not drain
+ * its pipeline at every set. */
 static bool retrieval_waits(struct conn *c, const struct text_req *req)
 {
     const char *p = req->keys, *end = req->keys + req->nkeys_len, *key;
     size_t nkey;
+    while (text_next_key(&p, end, &key, &nkey))
+        if (conn_key_writes_inflight(c, key, nkey))
+            return true;
+    p = req->keys;
     while (text_next_key(&p, end, &key, &nkey))
         if (conn_read_waits(c, key, nkey))
             return true;
     return false;
 }
 
+/* Commands that read every key (stats, admin) wait for all of this
+ * connection's writes in flight. */
 static bool needs_own_writes(enum text_cmd cmd)
 {
-    return is_retrieval(cmd) || cmd == TC_STATS || cmd == TC_ADMIN;
+    return cmd == TC_STATS || cmd == TC_ADMIN;
 }
 
 /* Does the line start with a meta command (mg ms md ma mn me and a
@@ -1131,10 +1141,10 @@ static enum conn_parse process_meta(struct conn *c, const char *buf, size_t len,
         break;
     }
     /* ma with t or N peeks at the item first: like a read, it waits for
-     * this connection's writes in flight (a replicated engine). */
+     * this connection's writes in flight of its key (a replicated engine). */
     bool peeks = req.cmd == MC_ARITH && (meta_has(&req, 't') || meta_has(&req, 'N'));
     bool read = req.cmd == MC_GET || req.cmd == MC_DEBUG;
-    if ((read || peeks) && conn_writes_inflight(c))
+    if ((read || peeks) && conn_key_writes_inflight(c, req.key, req.nkey))
         return CONN_PARSE_BLOCKED;
     if (read && conn_read_waits(c, req.key, req.nkey))
         return CONN_PARSE_BLOCKED;

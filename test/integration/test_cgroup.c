@@ -12,6 +12,10 @@
  * its region without copying, and must copy a reply its socket did not take
  * before a later commit can reuse the range (memcached/conn.c).
  *
+ * A third stops a parity process to hold a write in flight and checks that
+ * a pipelined get of another key is served meanwhile, while gets of the
+ * written key, or behind a flush_all, wait.
+ *
  * The model of a key is the set of states it may be in: absent and/or
  * present with one known value.  An eviction on the key's data process (its
  * "evictions" stat moved) or an expiry window that is open makes absent
@@ -19,6 +23,7 @@
  * reply narrows them again. */
 #include <check.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -985,6 +990,98 @@ START_TEST(test_slow_reader_whole_values)
 }
 END_TEST
 
+/* ---- reads do not wait for writes of other keys ---- */
+
+/* cmd_get of the data process on port, or -1. */
+static long data_cmd_get(int port)
+{
+    raw_conn c;
+    char out[8192];
+    long v = -1;
+    if (!raw_open(&c, port))
+        return -1;
+    if (raw_send_str(&c, "stats\r\n") && raw_read_until(&c, "END\r\n", out, sizeof out, 5000) > 0) {
+        const char *p = strstr(out, "STAT cmd_get ");
+        if (p)
+            v = strtol(p + 13, NULL, 10);
+    }
+    raw_close(&c);
+    return v;
+}
+
+/* Replies expected on w, in order, each line or value checked. */
+static void expect_lines(raw_conn *w, const char *const *want)
+{
+    char line[256];
+    for (int i = 0; want[i]; i++) {
+        ck_assert_msg(raw_read_line(w, line, sizeof line, 5000) > 0, "no reply %d (%s)", i, want[i]);
+        ck_assert_msg(strcmp(line, want[i]) == 0, "reply %d: %s, want %s", i, line, want[i]);
+    }
+}
+
+/* With a parity process stopped, a write stays in flight.  A get of
+ * another key pipelined behind it on the same connection runs at once
+ * (cmd_get moves) and its reply waits its turn; a get of the written key,
+ * or any get behind a flush_all, waits until the write committed (a
+ * connection reads its own writes). */
+START_TEST(test_reads_pass_pending_writes)
+{
+    struct cgroup g;
+    ck_assert_msg(cgroup_start(&g, 3, 5, "8m"), "RS(3,5) group did not start");
+    int port = cgroup_data_port(&g, 0);
+    pid_t parity = g.procs[g.k].pid;
+    raw_conn w;
+    char line[256];
+    ck_assert(raw_open(&w, port));
+    ck_assert(raw_command(&w, "set pk:b 0 0 3\r\nold\r\n", line, sizeof line) > 0);
+    ck_assert_str_eq(line, "STORED\r\n");
+    long before = data_cmd_get(port);
+    ck_assert(before >= 0);
+
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_send_str(&w, "set pk:a 0 0 3\r\nnew\r\nget pk:b\r\nget pk:a\r\n"));
+    harness_sleep_ms(300);
+    long during = data_cmd_get(port);
+    ck_assert(raw_read_quiet(&w, line, sizeof line, 100) == 0);   /* nothing leaves before the set */
+    ck_assert(kill(parity, SIGCONT) == 0);
+    static const char *const first[] = { "STORED\r\n", "VALUE pk:b 0 3\r\n", "old\r\n", "END\r\n",
+                                         "VALUE pk:a 0 3\r\n", "new\r\n", "END\r\n", NULL };
+    expect_lines(&w, first);
+    ck_assert_msg(during == before + 1,
+                  "while the set was in flight cmd_get went %ld -> %ld: want the get of the "
+                  "other key served (+1) and the get of the written key waiting", before, during);
+    ck_assert_int_eq(data_cmd_get(port), before + 2);
+
+    /* The same with meta commands. */
+    before = data_cmd_get(port);
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_send_str(&w, "ms pk:a 3\r\nms2\r\nmg pk:b v\r\nmg pk:a v\r\n"));
+    harness_sleep_ms(300);
+    during = data_cmd_get(port);
+    ck_assert(kill(parity, SIGCONT) == 0);
+    static const char *const meta[] = { "HD\r\n", "VA 3\r\n", "old\r\n", "VA 3\r\n", "ms2\r\n",
+                                        NULL };
+    expect_lines(&w, meta);
+    ck_assert_msg(during == before + 1, "meta: cmd_get went %ld -> %ld while ms was in flight",
+                  before, during);
+
+    /* flush_all has no key: every read behind it waits. */
+    before = data_cmd_get(port);
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_send_str(&w, "flush_all\r\nget pk:b\r\n"));
+    harness_sleep_ms(300);
+    during = data_cmd_get(port);
+    ck_assert(kill(parity, SIGCONT) == 0);
+    static const char *const second[] = { "OK\r\n", "END\r\n", NULL };
+    expect_lines(&w, second);
+    ck_assert_msg(during == before, "a get behind a flush_all in flight ran (%ld -> %ld)", before,
+                  during);
+    raw_close(&w);
+    ck_assert(cgroup_alive(&g));
+    cgroup_stop(&g);
+}
+END_TEST
+
 static Suite *cgroup_suite(void)
 {
     Suite *s = suite_create("cgroup");
@@ -993,6 +1090,7 @@ static Suite *cgroup_suite(void)
     tcase_add_test(tc, test_rs_3_5_ascii);
     tcase_add_test(tc, test_rs_2_4_binary);
     tcase_add_test(tc, test_slow_reader_whole_values);
+    tcase_add_test(tc, test_reads_pass_pending_writes);
     suite_add_tcase(s, tc);
     return s;
 }

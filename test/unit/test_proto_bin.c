@@ -636,6 +636,13 @@ bool conn_writes_inflight(const struct conn *c)
     return c->inflight > 0;
 }
 
+bool conn_key_writes_inflight(const struct conn *c, const char *key, size_t nkey)
+{
+    (void)key;
+    (void)nkey;
+    return c->inflight > 0;
+}
+
 /* The plain engine never makes a read wait (only a recovery process does). */
 bool conn_read_waits(struct conn *c, const char *key, size_t nkey)
 {
