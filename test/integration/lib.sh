@@ -133,13 +133,28 @@ wait_for() {
     return 1
 }
 
-# wait_port PID PORT [TENTHS]: true once PORT accepts while PID lives
-# (default: 5 s).
+# port_listener_is PID PORT: the socket listening on PORT belongs to PID
+# (or to a child of it).  Another test of a parallel make check may hold a
+# port we picked; a bare "the port accepts" would then pass for our process
+# being up.  True when ss cannot name the owner (then only the port counts).
+port_listener_is() {
+    local pid=$1 port=$2 owners p
+    owners=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2)
+    [ -n "$owners" ] || return 0
+    for p in $owners; do
+        [ "$p" = "$pid" ] && return 0
+        [ "$(awk '{ print $4 }' "/proc/$p/stat" 2>/dev/null)" = "$pid" ] && return 0
+    done
+    return 1
+}
+
+# wait_port PID PORT [TENTHS]: true once PORT accepts while PID lives and
+# PID is the one listening there (default: 5 s).
 wait_port() {
     local pid=$1 port=$2 tenths=${3:-50}
     for _ in $(seq "$tenths"); do
         kill -0 "$pid" 2>/dev/null || return 1
-        port_is_open "$port" && return 0
+        port_is_open "$port" && port_listener_is "$pid" "$port" && return 0
         sleep 0.1
     done
     return 1
