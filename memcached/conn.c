@@ -40,6 +40,11 @@
  * mutations in flight, and resumes at half of it: memory stays bounded
  * instead of queueing every request the client sends. */
 #define CONN_MAX_INFLIGHT 128
+/* Reads of other keys run while writes are in flight and their replies
+ * queue behind the pending slots (a data process copies their values);
+ * beyond this many slots, or OUT_BACKLOG_MAX bytes of such values, the
+ * connection is not parsed further until its writes completed. */
+#define CONN_MAX_QUEUED 1024
 /* memcached's read buffer: it parses out of at most this much input. */
 #define READ_CHUNK 16384
 /* Flush points (a get's reply, say) passed in one batch of input before
@@ -94,6 +99,8 @@ static void resp_recycle(struct conn *c, struct resp *r)
 {
     struct engine *e = c->srv->engine;
     for (uint32_t i = 0; i < r->nsegs; i++) {
+        if (r->segs[i].transient || r->segs[i].copied)
+            c->held_bytes -= r->segs[i].len;
         if (r->segs[i].copied)
             free(r->segs[i].handle);
         else if (r->segs[i].ref && r->segs[i].handle)
@@ -233,6 +240,7 @@ void resp_add_value(struct resp *r, const struct eng_value *v, size_t n)
     resp_add_ref(r, v->data, n, NULL);
     r->segs[r->nsegs - 1].transient = true;
     r->c->transient++;
+    r->c->held_bytes += n;
 }
 
 void resp_done(struct resp *r)
@@ -259,6 +267,7 @@ struct resp *conn_resp_new(struct conn *c)
     if (!r)
         oom_exit();
     r->seq = c->next_seq++;
+    c->nresps++;
     if (c->tail)
         c->tail->next = r;
     else
@@ -499,8 +508,9 @@ bool conn_writes_inflight(const struct conn *c)
     return c->inflight > 0;
 }
 
-/* A scan of the pending slots: at most CONN_MAX_INFLIGHT, a handful for
- * a pipelining client.  A hash collision only makes a read wait. */
+/* A scan of the queued slots: at most CONN_MAX_QUEUED (conn_process stops
+ * parsing beyond it while writes are in flight), a handful for a
+ * pipelining client.  A hash collision only makes a read wait. */
 bool conn_key_writes_inflight(const struct conn *c, const char *key, size_t nkey)
 {
     if (c->inflight == 0)
@@ -596,9 +606,15 @@ void conn_discard_unflushed(struct conn *c)
         if (r->seq < c->flush_seq || (r == c->head && (c->head_seg || c->head_off)))
             continue;
         r->dropped = true;
-        for (uint32_t i = 0; i < r->nsegs; i++)
-            if (r->segs[i].ref && r->segs[i].handle)
-                e->ops->release(e, r->segs[i].handle);
+        for (uint32_t i = 0; i < r->nsegs; i++) {
+            struct out_seg *sg = &r->segs[i];
+            if (sg->transient || sg->copied)
+                c->held_bytes -= sg->len;
+            if (sg->copied)
+                free(sg->handle);          /* a copy of ours, not engine memory */
+            else if (sg->ref && sg->handle)
+                e->ops->release(e, sg->handle);
+        }
         r->nsegs = 0;
     }
 }
@@ -820,6 +836,7 @@ static void conn_consume_output(struct conn *c, size_t n)
             c->tail = NULL;
         c->head_seg = 0;
         c->head_off = 0;
+        c->nresps--;
         resp_recycle(c, r);
     }
 }
@@ -992,7 +1009,8 @@ static bool flush_point_writes_now(struct conn *c)
 static void conn_process(struct conn *c)
 {
     while (!c->closing && !c->close_after_write && !c->blocked) {
-        if (c->inflight >= CONN_MAX_INFLIGHT) {
+        if (c->inflight >= CONN_MAX_INFLIGHT ||
+            (c->inflight > 0 && (c->nresps >= CONN_MAX_QUEUED || c->held_bytes > OUT_BACKLOG_MAX))) {
             c->throttled = true;
             break;
         }

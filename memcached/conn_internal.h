@@ -32,6 +32,8 @@ struct conn {
     unsigned nfree_resps;
 
     unsigned inflight;            /* mutations the engine has not completed */
+    unsigned nresps;              /* slots in the queue (head..tail) */
+    size_t held_bytes;            /* transient value bytes queued (copied or not) */
     bool blocked;                 /* a read waits for inflight to reach 0 */
     bool throttled;               /* too many mutations in flight: not parsing */
     bool out_blocked;             /* the socket would not take more */

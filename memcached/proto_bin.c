@@ -1174,12 +1174,16 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
         *consumed = rq.total;
         return CONN_PARSE_OK;
     }
-    /* A read waits for this connection's writes in flight of its key;
-     * stats for all of them. */
-    if (rq.hdr.opcode == BIN_OP_STAT ? conn_writes_inflight(c)
-        : bin_opcode_is_read(rq.hdr.opcode) && conn_key_writes_inflight(c, rq.key, rq.nkey))
+    /* A read waits for this connection's writes in flight of its key (a
+     * touch too: its reply carries the item's flags); stats for all of
+     * them, and a stats group name is not a key the engine could wait
+     * for. */
+    bool stat = rq.hdr.opcode == BIN_OP_STAT;
+    bool peeks = bin_opcode_is_read(rq.hdr.opcode) || rq.hdr.opcode == BIN_OP_TOUCH;
+    if (stat ? conn_writes_inflight(c) : peeks && conn_key_writes_inflight(c, rq.key, rq.nkey))
         return CONN_PARSE_BLOCKED;
-    if (bin_opcode_is_read(rq.hdr.opcode) && rq.nkey > 0 && conn_read_waits(c, rq.key, rq.nkey))
+    if (!stat && bin_opcode_is_read(rq.hdr.opcode) && rq.nkey > 0 &&
+        conn_read_waits(c, rq.key, rq.nkey))
         return CONN_PARSE_BLOCKED;
 
     if (!bin_reply_if_moved(c, &rq))

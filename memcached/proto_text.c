@@ -1293,6 +1293,12 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
             return CONN_PARSE_OK;
         }
         if (is_retrieval(req.cmd) && req.error == bad_format) {
+            /* the keys before the bad one are served: they wait as in a
+             * well-formed retrieval */
+            if (retrieval_waits(c, &req)) {
+                *consumed = 0;
+                return CONN_PARSE_BLOCKED;
+            }
             conn_discard_unflushed(c);   /* memcached drops what it had not written */
             serve_keys_before_bad(c, &req);
         }

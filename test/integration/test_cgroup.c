@@ -14,7 +14,8 @@
  *
  * A third stops a parity process to hold a write in flight and checks that
  * a pipelined get of another key is served meanwhile, while gets of the
- * written key, or behind a flush_all, wait.
+ * written key, or behind a flush_all, wait, and that the replies queued
+ * behind the write are bounded (1024 replies, about 4 MB of values).
  *
  * The model of a key is the set of states it may be in: absent and/or
  * present with one known value.  An eviction on the key's data process (its
@@ -1064,6 +1065,55 @@ START_TEST(test_reads_pass_pending_writes)
     expect_lines(&w, meta);
     ck_assert_msg(during == before + 1, "meta: cmd_get went %ld -> %ld while ms was in flight",
                   before, during);
+
+    /* Bounded: behind a write in flight, reads of other keys queue up to
+     * 1024 replies or 4 MB of values; then the connection is not parsed
+     * further (nor read) until the write completed. */
+    enum { MANY_GETS = 3000, BIG = 200000, BIG_GETS = 60 };
+    char *many = malloc(MANY_GETS * 10 + 64), *big = malloc(BIG + 64);
+    ck_assert(many && big);
+    size_t n = (size_t)sprintf(many, "set pk:a 0 0 3\r\nnw3\r\n");
+    for (int i = 0; i < MANY_GETS; i++)
+        n += (size_t)sprintf(many + n, "get pk:b\r\n");
+    before = data_cmd_get(port);
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_send(&w, many, n));
+    harness_sleep_ms(500);
+    during = data_cmd_get(port);
+    ck_assert(kill(parity, SIGCONT) == 0);
+    expect_lines(&w, (const char *const[]){ "STORED\r\n", NULL });
+    for (int i = 0; i < MANY_GETS; i++)
+        expect_lines(&w, (const char *const[]){ "VALUE pk:b 0 3\r\n", "old\r\n", "END\r\n", NULL });
+    ck_assert_msg(during > before && during - before <= 1024,
+                  "behind a write in flight %ld gets ran: want at most 1023 queued", during - before);
+
+    memset(big, 'v', BIG);
+    n = (size_t)sprintf(line, "set pk:big 0 0 %d\r\n", BIG);
+    ck_assert(raw_send(&w, line, n) && raw_send(&w, big, BIG) && raw_send_str(&w, "\r\n"));
+    expect_lines(&w, (const char *const[]){ "STORED\r\n", NULL });
+    n = (size_t)sprintf(many, "set pk:a 0 0 3\r\nnw4\r\n");
+    for (int i = 0; i < BIG_GETS; i++)
+        n += (size_t)sprintf(many + n, "get pk:big\r\n");
+    before = data_cmd_get(port);
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_send(&w, many, n));
+    harness_sleep_ms(500);
+    during = data_cmd_get(port);
+    ck_assert(kill(parity, SIGCONT) == 0);
+    expect_lines(&w, (const char *const[]){ "STORED\r\n", NULL });
+    char want[64];
+    snprintf(want, sizeof want, "VALUE pk:big 0 %d\r\n", BIG);
+    for (int i = 0; i < BIG_GETS; i++) {
+        expect_lines(&w, (const char *const[]){ want, NULL });
+        ck_assert(raw_read_exact(&w, big, BIG + 2, 5000));
+        ck_assert_msg(big[0] == 'v' && big[BIG - 1] == 'v' && big[BIG] == '\r', "value %d", i);
+        expect_lines(&w, (const char *const[]){ "END\r\n", NULL });
+    }
+    ck_assert_msg(during > before && during - before <= 4 * 1048576 / BIG + 2,
+                  "behind a write in flight %ld gets of %d B ran: want about 4 MB", during - before,
+                  BIG);
+    free(many);
+    free(big);
 
     /* flush_all has no key: every read behind it waits. */
     before = data_cmd_get(port);
