@@ -1066,6 +1066,28 @@ START_TEST(test_reads_pass_pending_writes)
     ck_assert_msg(during == before + 1, "meta: cmd_get went %ld -> %ld while ms was in flight",
                   before, during);
 
+    /* A binary touch answers with the item's flags: it reads, and waits for
+     * the connection's set of the same key in flight. */
+    raw_conn b;
+    ck_assert(raw_open(&b, port));
+    const uint8_t set_extras[8] = { 0, 0, 0, 7, 0, 0, 0, 0 };   /* flags 7, exptime 0 */
+    const uint8_t touch_extras[4] = { 0, 0, 0, 0 };
+    bin_request set = { .opcode = 0x01, .extras = set_extras, .extlen = 8, .key = "pk:t",
+                        .keylen = 4, .value = "tv", .valuelen = 2, .opaque = 1 };
+    bin_request touch = { .opcode = 0x1c, .extras = touch_extras, .extlen = 4, .key = "pk:t",
+                          .keylen = 4, .opaque = 2 };
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_bin_send(&b, &set) && raw_bin_send(&b, &touch));
+    harness_sleep_ms(300);
+    ck_assert(kill(parity, SIGCONT) == 0);
+    bin_response res;
+    ck_assert(raw_bin_read(&b, &res, 5000) && res.opaque == 1 && res.status == 0);
+    ck_assert(raw_bin_read(&b, &res, 5000) && res.opaque == 2);
+    ck_assert_msg(res.status == 0 && res.extlen == 4 && (uint8_t)res.body[3] == 7,
+                  "binary touch behind its key's set: status %u, extras %u, flags byte %u",
+                  res.status, res.extlen, (uint8_t)res.body[3]);
+    raw_close(&b);
+
     /* Bounded: behind a write in flight, reads of other keys queue up to
      * 1024 replies or 4 MB of values; then the connection is not parsed
      * further (nor read) until the write completed. */
