@@ -52,6 +52,9 @@ run_drill() {
     line=$(printf '%s\n' "$out" | grep "^drill rs kill dp")
     if [ $rc -ne 0 ] || [ -z "$line" ]; then
         printf '%s\n' "$out" | tail -20
+        # the load's own failures (client_errors): what the requests were told
+        grep -h "^cocytus-bench: connection" "$dir/$name/bench.out" 2>/dev/null | head -8
+        [ -s "$dir/$name/writer.log" ] && tail -5 "$dir/$name/writer.log"
         for f in "$dir/$name"/coordinator*.log; do
             [ -f "$f" ] && { echo "--- $f"; grep -v ZOO_ "$f" | tail -25; }
         done
