@@ -92,10 +92,10 @@ table() {
     echo "| build | ops/s | spread | get p50 us | get p99 us | set p50 us | set p99 us |"
     echo "|---|---:|---:|---:|---:|---:|---:|"
     for sys in new base; do
-        echo "| $sys | $(col $sys 3 | median | xargs -I{} awk 'BEGIN { printf "%.0f", {} }') | $(col $sys 3 | spread)% | $(col $sys 4 | medf 1) | $(col $sys 5 | medf 1) | $(col $sys 6 | medf 1) | $(col $sys 7 | medf 1) |"
+        echo "| $sys | $(col $sys 3 | medf 0) | $(col $sys 3 | spread)% | $(col $sys 4 | medf 1) | $(col $sys 5 | medf 1) | $(col $sys 6 | medf 1) | $(col $sys 7 | medf 1) |"
     done
     echo
-    echo "new / base throughput, per round: $(echo "$ratios" | grep -v '^$' | tr '\n' ' ')-> median $(echo "$ratios" | grep -v '^$' | median | xargs -I{} awk 'BEGIN { printf "%.2fx", {} }')"
+    echo "new / base throughput, per round: $(echo "$ratios" | grep -v '^$' | tr '\n' ' ')-> median $(echo "$ratios" | grep -v '^$' | medf 2)x"
 }
 table
 

@@ -94,18 +94,27 @@ static struct resp *resp_alloc(struct conn *c)
     return r;
 }
 
-/* Drop the slot's engine references and recycle it. */
-static void resp_recycle(struct conn *c, struct resp *r)
+/* Let go of what the slot's segments hold: our copies of transient values
+ * are freed, engine references released, transient bytes uncounted. */
+static void resp_release_segs(struct conn *c, struct resp *r)
 {
     struct engine *e = c->srv->engine;
     for (uint32_t i = 0; i < r->nsegs; i++) {
-        if (r->segs[i].transient || r->segs[i].copied)
-            c->held_bytes -= r->segs[i].len;
-        if (r->segs[i].copied)
-            free(r->segs[i].handle);
-        else if (r->segs[i].ref && r->segs[i].handle)
-            e->ops->release(e, r->segs[i].handle);
+        struct out_seg *sg = &r->segs[i];
+        if (sg->transient || sg->copied)
+            c->held_bytes -= sg->len;
+        if (sg->copied)
+            free(sg->handle);          /* a copy of ours, not engine memory */
+        else if (sg->ref && sg->handle)
+            e->ops->release(e, sg->handle);
     }
+    r->nsegs = 0;
+}
+
+/* Drop the slot's engine references and recycle it. */
+static void resp_recycle(struct conn *c, struct resp *r)
+{
+    resp_release_segs(c, r);
     if (r->buf != r->ibuf)
         free(r->buf);
     if (r->segs != r->isegs)
@@ -601,21 +610,11 @@ bool conn_has_unflushed(const struct conn *c)
 
 void conn_discard_unflushed(struct conn *c)
 {
-    struct engine *e = c->srv->engine;
     for (struct resp *r = c->head; r; r = r->next) {
         if (r->seq < c->flush_seq || (r == c->head && (c->head_seg || c->head_off)))
             continue;
         r->dropped = true;
-        for (uint32_t i = 0; i < r->nsegs; i++) {
-            struct out_seg *sg = &r->segs[i];
-            if (sg->transient || sg->copied)
-                c->held_bytes -= sg->len;
-            if (sg->copied)
-                free(sg->handle);          /* a copy of ours, not engine memory */
-            else if (sg->ref && sg->handle)
-                e->ops->release(e, sg->handle);
-        }
-        r->nsegs = 0;
+        resp_release_segs(c, r);
     }
 }
 

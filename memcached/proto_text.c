@@ -1077,6 +1077,8 @@ static bool retrieval_waits(struct conn *c, const struct text_req *req)
     while (text_next_key(&p, end, &key, &nkey))
         if (conn_key_writes_inflight(c, key, nkey))
             return true;
+    /* Only then the engine: a read wait it grants registers the
+     * connection, which is only right when nothing else holds it. */
     p = req->keys;
     while (text_next_key(&p, end, &key, &nkey))
         if (conn_read_waits(c, key, nkey))

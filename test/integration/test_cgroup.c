@@ -1020,6 +1020,26 @@ static void expect_lines(raw_conn *w, const char *const *want)
     }
 }
 
+/* Sends n bytes of requests on w (a connection to the data process on
+ * port) while the parity process is stopped, so that a write among them
+ * stays in flight for ms; checks that no reply leaves meanwhile.  Returns
+ * how many gets the data process ran in that time. */
+static long gets_while_held(pid_t parity, raw_conn *w, int port, const char *req, size_t n, int ms)
+{
+    char out[64];
+    long before = data_cmd_get(port);
+    ck_assert(before >= 0);
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_send(w, req, n));
+    harness_sleep_ms(ms);
+    long during = data_cmd_get(port);
+    ck_assert_msg(raw_read_quiet(w, out, sizeof out, 100) == 0,
+                  "a reply left before the write in flight completed");
+    ck_assert(kill(parity, SIGCONT) == 0);
+    ck_assert(during >= before);
+    return during - before;
+}
+
 /* With a parity process stopped, a write stays in flight.  A get of
  * another key pipelined behind it on the same connection runs at once
  * (cmd_get moves) and its reply waits its turn; a get of the written key,
@@ -1037,34 +1057,23 @@ START_TEST(test_reads_pass_pending_writes)
     ck_assert(raw_command(&w, "set pk:b 0 0 3\r\nold\r\n", line, sizeof line) > 0);
     ck_assert_str_eq(line, "STORED\r\n");
     long before = data_cmd_get(port);
-    ck_assert(before >= 0);
-
-    ck_assert(kill(parity, SIGSTOP) == 0);
-    ck_assert(raw_send_str(&w, "set pk:a 0 0 3\r\nnew\r\nget pk:b\r\nget pk:a\r\n"));
-    harness_sleep_ms(300);
-    long during = data_cmd_get(port);
-    ck_assert(raw_read_quiet(&w, line, sizeof line, 100) == 0);   /* nothing leaves before the set */
-    ck_assert(kill(parity, SIGCONT) == 0);
+    static const char pipelined[] = "set pk:a 0 0 3\r\nnew\r\nget pk:b\r\nget pk:a\r\n";
+    long ran = gets_while_held(parity, &w, port, pipelined, sizeof pipelined - 1, 300);
     static const char *const first[] = { "STORED\r\n", "VALUE pk:b 0 3\r\n", "old\r\n", "END\r\n",
                                          "VALUE pk:a 0 3\r\n", "new\r\n", "END\r\n", NULL };
     expect_lines(&w, first);
-    ck_assert_msg(during == before + 1,
-                  "while the set was in flight cmd_get went %ld -> %ld: want the get of the "
-                  "other key served (+1) and the get of the written key waiting", before, during);
+    ck_assert_msg(ran == 1,
+                  "while the set was in flight cmd_get went up by %ld: want the get of the "
+                  "other key served (+1) and the get of the written key waiting", ran);
     ck_assert_int_eq(data_cmd_get(port), before + 2);
 
     /* The same with meta commands. */
-    before = data_cmd_get(port);
-    ck_assert(kill(parity, SIGSTOP) == 0);
-    ck_assert(raw_send_str(&w, "ms pk:a 3\r\nms2\r\nmg pk:b v\r\nmg pk:a v\r\n"));
-    harness_sleep_ms(300);
-    during = data_cmd_get(port);
-    ck_assert(kill(parity, SIGCONT) == 0);
+    static const char meta_req[] = "ms pk:a 3\r\nms2\r\nmg pk:b v\r\nmg pk:a v\r\n";
+    ran = gets_while_held(parity, &w, port, meta_req, sizeof meta_req - 1, 300);
     static const char *const meta[] = { "HD\r\n", "VA 3\r\n", "old\r\n", "VA 3\r\n", "ms2\r\n",
                                         NULL };
     expect_lines(&w, meta);
-    ck_assert_msg(during == before + 1, "meta: cmd_get went %ld -> %ld while ms was in flight",
-                  before, during);
+    ck_assert_msg(ran == 1, "meta: cmd_get went up by %ld while ms was in flight", ran);
 
     /* A binary touch answers with the item's flags: it reads, and waits for
      * the connection's set of the same key in flight. */
@@ -1097,17 +1106,12 @@ START_TEST(test_reads_pass_pending_writes)
     size_t n = (size_t)sprintf(many, "set pk:a 0 0 3\r\nnw3\r\n");
     for (int i = 0; i < MANY_GETS; i++)
         n += (size_t)sprintf(many + n, "get pk:b\r\n");
-    before = data_cmd_get(port);
-    ck_assert(kill(parity, SIGSTOP) == 0);
-    ck_assert(raw_send(&w, many, n));
-    harness_sleep_ms(500);
-    during = data_cmd_get(port);
-    ck_assert(kill(parity, SIGCONT) == 0);
+    ran = gets_while_held(parity, &w, port, many, n, 500);
     expect_lines(&w, (const char *const[]){ "STORED\r\n", NULL });
     for (int i = 0; i < MANY_GETS; i++)
         expect_lines(&w, (const char *const[]){ "VALUE pk:b 0 3\r\n", "old\r\n", "END\r\n", NULL });
-    ck_assert_msg(during > before && during - before <= 1024,
-                  "behind a write in flight %ld gets ran: want at most 1023 queued", during - before);
+    ck_assert_msg(ran > 0 && ran <= 1024,
+                  "behind a write in flight %ld gets ran: want at most 1023 queued", ran);
 
     memset(big, 'v', BIG);
     n = (size_t)sprintf(line, "set pk:big 0 0 %d\r\n", BIG);
@@ -1116,12 +1120,7 @@ START_TEST(test_reads_pass_pending_writes)
     n = (size_t)sprintf(many, "set pk:a 0 0 3\r\nnw4\r\n");
     for (int i = 0; i < BIG_GETS; i++)
         n += (size_t)sprintf(many + n, "get pk:big\r\n");
-    before = data_cmd_get(port);
-    ck_assert(kill(parity, SIGSTOP) == 0);
-    ck_assert(raw_send(&w, many, n));
-    harness_sleep_ms(500);
-    during = data_cmd_get(port);
-    ck_assert(kill(parity, SIGCONT) == 0);
+    ran = gets_while_held(parity, &w, port, many, n, 500);
     expect_lines(&w, (const char *const[]){ "STORED\r\n", NULL });
     char want[64];
     snprintf(want, sizeof want, "VALUE pk:big 0 %d\r\n", BIG);
@@ -1131,23 +1130,17 @@ START_TEST(test_reads_pass_pending_writes)
         ck_assert_msg(big[0] == 'v' && big[BIG - 1] == 'v' && big[BIG] == '\r', "value %d", i);
         expect_lines(&w, (const char *const[]){ "END\r\n", NULL });
     }
-    ck_assert_msg(during > before && during - before <= 4 * 1048576 / BIG + 2,
-                  "behind a write in flight %ld gets of %d B ran: want about 4 MB", during - before,
-                  BIG);
+    ck_assert_msg(ran > 0 && ran <= 4 * 1048576 / BIG + 2,
+                  "behind a write in flight %ld gets of %d B ran: want about 4 MB", ran, BIG);
     free(many);
     free(big);
 
     /* flush_all has no key: every read behind it waits. */
-    before = data_cmd_get(port);
-    ck_assert(kill(parity, SIGSTOP) == 0);
-    ck_assert(raw_send_str(&w, "flush_all\r\nget pk:b\r\n"));
-    harness_sleep_ms(300);
-    during = data_cmd_get(port);
-    ck_assert(kill(parity, SIGCONT) == 0);
+    static const char flush_req[] = "flush_all\r\nget pk:b\r\n";
+    ran = gets_while_held(parity, &w, port, flush_req, sizeof flush_req - 1, 300);
     static const char *const second[] = { "OK\r\n", "END\r\n", NULL };
     expect_lines(&w, second);
-    ck_assert_msg(during == before, "a get behind a flush_all in flight ran (%ld -> %ld)", before,
-                  during);
+    ck_assert_msg(ran == 0, "%ld gets behind a flush_all in flight ran", ran);
     raw_close(&w);
     ck_assert(cgroup_alive(&g));
     cgroup_stop(&g);
