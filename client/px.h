@@ -70,6 +70,7 @@ struct px_counters {
     uint64_t cmd_set, cmd_delete, cmd_incr_decr, cmd_touch, cmd_flush;
     uint64_t errors;
     uint64_t routed, redirects, refreshes, retries, conn_failures, timeouts;
+    uint64_t order_waits;           /* ops held behind an earlier one of their slot */
     uint64_t auth_cmds, auth_errors;
 };
 
@@ -159,6 +160,7 @@ struct px_op {
     int fanout;                     /* -1: keyed; else the endpoint index (flush) */
     bool retry_lost;                /* harmless to apply twice */
     int tries;
+    bool held;                      /* waited behind an earlier op (counted once) */
     int64_t deadline_ms;            /* no new try after this (monotonic ms) */
     int64_t sent_us;                /* monotonic us of the last send */
     int64_t retry_at_ms;            /* OP_WAITING: not before this */
@@ -184,6 +186,7 @@ struct px_req {
     uint32_t bin_opaque;
     uint64_t hits;
     unsigned nops, pending;
+    uint64_t route_gen;             /* the worker's route_gen when it arrived */
     struct px_op **ops;
     struct px_op *one[1];           /* ops storage for single-op requests */
     struct evbuffer *reply;         /* the reply while earlier requests wait */
@@ -285,6 +288,8 @@ struct px_worker {
     struct px_backend *all_be;
     struct px_fetch fetch;
     struct px_op *waiting, *waiting_tail;   /* ops waiting to be tried again */
+    uint64_t route_gen;             /* bumped by whatever may send a slot's next op
+                                       elsewhere than its last (px_route.c, "Order") */
     size_t nwaiting;
     size_t ninflight;
     /* connections */

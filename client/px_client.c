@@ -139,6 +139,7 @@ struct px_req *px_req_new(struct px_client *c, enum px_proto proto, unsigned nop
     }
     rq->c = c;
     rq->proto = proto;
+    rq->route_gen = c->w->route_gen;
     rq->pending = 1;            /* held until the request is launched */
     if (c->tail)
         c->tail->next = rq;

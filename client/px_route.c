@@ -21,6 +21,21 @@
  *  - No new try after the deadline (deadline_ms after the request arrived)
  *    or after max_attempts tries: the client gets "gave up after N tries".
  *
+ * Order.  A server applies one connection's requests in order, so a
+ * client's requests for one slot stay in order as long as they go to one
+ * server.  When they would not (an earlier one is in the retry list, or in
+ * flight at a server that the map no longer names, and this one would go
+ * to the new owner), the later op waits in the retry list, without
+ * counting a try, until every earlier op of its client for that slot is
+ * answered or in flight at the same server (held_by_earlier).  Otherwise
+ * a pipelined "set k; set k" across a map change could be applied in the
+ * wrong order, and the client, told STORED twice, keep its first value
+ * (test/integration/proxy_order.sh).  Nothing is looked at for a client
+ * with one request in flight, nor while routes stay as they were: a new
+ * map, a MOVED and an op entering the retry list bump the worker's
+ * route_gen, and when it has not moved since the client's oldest request
+ * in progress arrived, every earlier op went where this one goes.
+ *
  * The map fetch is non-blocking too: one short "config get cluster"
  * connection at a time, PX_FETCH_TIMEOUT_MS per server, through the
  * servers libcocytus would ask (lc_refresh_sources), stopping at the first
@@ -63,6 +78,7 @@ static bool install_map(struct px_worker *w, struct lc_map *m)
         }
     }
     bool changed = w->map == NULL || w->map->epoch != m->epoch;
+    w->route_gen++;
     free(w->be);
     w->be = be;
     w->nbe = m->n;
@@ -137,6 +153,7 @@ int64_t px_backoff_ms(int n)
 
 static void wait_op(struct px_worker *w, struct px_op *op, int64_t at_ms)
 {
+    w->route_gen++;
     op->state = OP_WAITING;
     op->retry_at_ms = at_ms;
     op->next = NULL;
@@ -183,16 +200,39 @@ static void give_up(struct px_worker *w, struct px_op *op)
 
 /* ---- sending ---- */
 
-static struct px_backend *route_target(struct px_worker *w, struct px_op *op)
+static struct px_backend *route_target(struct px_worker *w, const struct px_op *op)
 {
-    if (op->target) {
-        struct px_backend *be = op->target;
-        op->target = NULL;
-        return be;
-    }
+    if (op->target)
+        return op->target;
     if (op->fanout >= 0)
         return (size_t)op->fanout < w->map->n ? w->be[op->fanout] : NULL;
     return w->be[w->owner[op->slot]];
+}
+
+/* True if an earlier op of op's client for the same slot is waiting, or in
+ * flight at a server other than be: sent now, op could overtake it.  Ops
+ * in flight without a backend are meta commands or launches px_meta.c
+ * deferred, which keep their order with classic requests there. */
+static bool held_by_earlier(const struct px_op *op, const struct px_backend *be)
+{
+    const struct px_req *rq = op->req;
+
+    if (op->fanout >= 0)
+        return false;
+    for (const struct px_req *e = rq->c->head; e != NULL && e != rq; e = e->next) {
+        if (e->done)
+            continue;
+        for (unsigned i = 0; i < e->nops; i++) {
+            const struct px_op *o = e->ops[i];
+            if (o->slot != op->slot || o->fanout >= 0)
+                continue;
+            if (o->state == OP_WAITING || o->state == OP_NEW)
+                return true;
+            if (o->state == OP_INFLIGHT && o->be != NULL && o->be != be)
+                return true;
+        }
+    }
+    return false;
 }
 
 void px_route_op(struct px_worker *w, struct px_op *op)
@@ -207,6 +247,18 @@ void px_route_op(struct px_worker *w, struct px_op *op)
         give_up(w, op);
         return;
     }
+    const struct px_req *oldest = op->req->c->head;
+    if (oldest != op->req && oldest->route_gen != w->route_gen && held_by_earlier(op, be)) {
+        if (!op->held) {
+            op->held = true;
+            px_count(&w->st.order_waits, 1);
+        }
+        if (op->why[0] == '\0')
+            snprintf(op->why, sizeof(op->why), "an earlier request for its slot was not done");
+        wait_op(w, op, px_now_ms());
+        return;
+    }
+    op->target = NULL;
     if (!px_backend_send(be, op)) {
         if (op->why[0] == '\0')
             snprintf(op->why, sizeof(op->why), "%.100s is down", be->name);
@@ -254,6 +306,7 @@ void px_route_moved(struct px_worker *w, struct px_op *op, struct px_backend *fr
         return;
     }
     px_count(&w->st.redirects, 1);
+    w->route_gen++;
     if (n >= sizeof(buf))
         n = sizeof(buf) - 1;
     memcpy(buf, text, n);

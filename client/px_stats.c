@@ -123,6 +123,7 @@ static void sum_counters(const struct proxy *px, struct px_counters *t)
         t->redirects += get(&s->redirects);
         t->refreshes += get(&s->refreshes);
         t->retries += get(&s->retries);
+        t->order_waits += get(&s->order_waits);
         t->conn_failures += get(&s->conn_failures);
         t->timeouts += get(&s->timeouts);
         t->auth_cmds += get(&s->auth_cmds);
@@ -163,6 +164,7 @@ static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "moved_redirects", t.redirects);
     emit_u64(emit, ctx, "map_refreshes", t.refreshes);
     emit_u64(emit, ctx, "retries", t.retries);
+    emit_u64(emit, ctx, "order_waits", t.order_waits);
     emit_u64(emit, ctx, "backend_conn_failures", t.conn_failures);
     emit_u64(emit, ctx, "backend_timeouts", t.timeouts);
 }
