@@ -140,6 +140,7 @@ enum px_proto { PX_PROTO_UNKNOWN, PX_PROTO_TEXT, PX_PROTO_BINARY };
 struct px_client;
 struct px_backend;
 struct px_req;
+struct px_mop;
 
 enum px_op_state {
     OP_NEW,
@@ -165,6 +166,7 @@ struct px_op {
     int64_t sent_us;                /* monotonic us of the last send */
     int64_t retry_at_ms;            /* OP_WAITING: not before this */
     struct px_backend *target;      /* the next try goes here (a MOVED's target) */
+    struct px_mop *mop;             /* a meta command's, while it is not answered */
     char why[120];                  /* why the last try failed */
     /* the outcome, for requests of several ops (multi-get, flush) */
     uint16_t status;

@@ -37,10 +37,14 @@
  * would miss it).  A request therefore waits, in a worker FIFO of deferred
  * launches, while an earlier request of its client of the other kind is
  * unanswered (or anything is deferred already); it is launched from a
- * worker event once that one answers.  Meta after meta and classic after
- * classic never wait (each kind keeps its order on its own connections),
- * and a worker with no meta command in flight adds nothing to the classic
- * path.
+ * worker event once that one answers.  Meta after meta keeps its order on
+ * one server's connection; when the map changes under a pipelining client
+ * (an earlier meta command for the same slot still queued at the old
+ * owner, or waiting to be sent again, and this one would go elsewhere),
+ * the later one waits in the retry list until every earlier one for its
+ * slot is answered or queued on the connection it would take
+ * (held_by_earlier), as classic requests do (px_route.c, "Order").  A
+ * worker with no meta command in flight adds nothing to the classic path.
  *
  * The client side of a request is an ordinary px_req with one px_op (kept
  * in flight, so a client that goes away only detaches it, px_client.c);
@@ -68,9 +72,14 @@ struct px_mop {
     struct px_mop *next;
     struct px_worker *w;
     struct px_op *op;               /* the client's side (op->req NULL: client gone) */
+    struct px_mconn *conn;          /* queued on this connection, else NULL */
     int moves;                      /* MOVED replies followed */
     int tries;                      /* connections it was sent on */
     bool retry_lost;                /* harmless twice: may go again after a loss */
+    bool held;                      /* waited behind an earlier one (counted once) */
+    bool parked;                    /* in the retry list only for the order rule */
+    bool has_to;                    /* a MOVED named where it goes next: to */
+    struct lc_addr to;
     int64_t sent_ms;                /* queued on its current connection */
     int64_t retry_at_ms;            /* waiting: launched again at */
     size_t nwire;
@@ -130,6 +139,7 @@ static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
 {
     struct px_op *op = mop->op;
     struct px_worker *w = mop->w;
+    op->mop = NULL;
     free(mop);
     w->meta->inflight--;
     px_meta_kick(w);
@@ -169,6 +179,8 @@ static void mconn_free(struct px_mconn *m)
 
 static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms)
 {
+    mop->w->route_gen++;            /* px_route.c, "Order" */
+    mop->conn = NULL;
     mop->retry_at_ms = at_ms;
     mop->next = NULL;
     if (pm->wtail)
@@ -226,6 +238,7 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
     mconn_free(m);
     while (mop) {
         struct px_mop *next = mop->next;
+        mop->conn = NULL;
         mop_lost(mop, why, retry);
         mop = next;
     }
@@ -320,6 +333,42 @@ static bool parse_moved(const char *p, size_t n, uint64_t *epoch, struct lc_addr
 }
 
 static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_addr *to);
+static bool is_meta(const struct px_req *rq);
+
+/* True if an earlier meta command of mop's client for the same slot is
+ * not queued on the connection to `to` (waiting, deferred, or at another
+ * server): sent there now, mop could overtake it.  Nothing is looked at
+ * while no route changed since the client's oldest request in progress
+ * arrived (px_route.c, "Order"). */
+static bool held_by_earlier(const struct px_mop *mop, const struct lc_addr *to)
+{
+    const struct px_req *rq = mop->op->req;
+    const struct px_req *oldest = rq->c->head;
+
+    if (oldest == rq || oldest->route_gen == mop->w->route_gen)
+        return false;
+    for (const struct px_req *e = oldest; e != NULL && e != rq; e = e->next) {
+        if (e->done || !is_meta(e) || e->nops == 0)
+            continue;
+        const struct px_op *o = e->ops[0];
+        if (o->mop == NULL || o->slot != mop->op->slot)
+            continue;
+        if (o->mop->conn == NULL || !lc_addr_equal(&o->mop->conn->addr, to))
+            return true;
+    }
+    return false;
+}
+
+/* mop waits in the retry list (no try counted) for an earlier one. */
+static void hold(struct px_worker *w, struct px_mop *mop)
+{
+    if (!mop->held) {
+        mop->held = true;
+        px_count(&w->st.order_waits, 1);
+    }
+    mop->parked = true;
+    wait_push(w->meta, mop, px_now_ms());
+}
 
 /* The reply of the oldest request on m: MOVED is followed, anything else
  * goes to the client. */
@@ -330,13 +379,21 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     if (m->head == NULL)
         m->tail = NULL;
     mop->next = NULL;
+    mop->conn = NULL;
     uint64_t epoch;
     struct lc_addr to;
     if (mop->op->req != NULL && mop->moves < PX_META_MOVES && parse_moved(p, n, &epoch, &to)) {
         struct px_worker *w = m->w;
         mop->moves++;
         px_count(&w->st.redirects, 1);
+        w->route_gen++;
         px_route_refresh(w, &to, NULL, epoch);
+        if (held_by_earlier(mop, &to)) {
+            mop->to = to;
+            mop->has_to = true;
+            hold(w, mop);
+            return;
+        }
         mop_send(w, mop, &to);
         return;
     }
@@ -426,6 +483,7 @@ static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_ad
     else
         m->head = mop;
     m->tail = mop;
+    mop->conn = m;
     mconn_send_now(m);
 }
 
@@ -449,13 +507,25 @@ static void mop_launch(struct px_worker *w, struct px_mop *mop)
         mop_finish(mop, NULL, 0);     /* its client is gone */
         return;
     }
-    struct px_backend *be = w->be[w->owner[mop->op->slot]];
-    if (be == NULL) {
-        mop_fail(mop, "no server for this request");
+    const struct lc_addr *to;
+    if (mop->has_to) {
+        to = &mop->to;
+    } else {
+        struct px_backend *be = w->be[w->owner[mop->op->slot]];
+        if (be == NULL) {
+            mop_fail(mop, "no server for this request");
+            return;
+        }
+        to = &be->addr;
+    }
+    if (held_by_earlier(mop, to)) {
+        hold(w, mop);
         return;
     }
-    px_count(&w->st.routed, 1);
-    mop_send(w, mop, &be->addr);
+    if (mop->tries == 0)
+        px_count(&w->st.routed, 1);
+    mop->has_to = false;
+    mop_send(w, mop, to);
 }
 
 /* ---- time ---- */
@@ -511,9 +581,18 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
     pm->whead = pm->wtail = NULL;
     while (mop) {
         struct px_mop *after = mop->next;
-        if (mop->retry_at_ms <= now_ms) {
+        if (mop->op->req != NULL && now_ms >= mop->op->deadline_ms && mop->parked) {
             mop->next = NULL;
-            px_count(&w->st.retries, 1);
+            char line[200];
+            snprintf(line, sizeof(line),
+                     "gave up after %d tries: an earlier request for its slot was not done",
+                     mop->tries);
+            mop_fail(mop, line);
+        } else if (mop->retry_at_ms <= now_ms) {
+            mop->next = NULL;
+            if (!mop->parked)
+                px_count(&w->st.retries, 1);
+            mop->parked = false;
             mop_launch(w, mop);
         } else {
             wait_push(pm, mop, mop->retry_at_ms);
@@ -623,6 +702,9 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     mop->next = NULL;
     mop->w = w;
     mop->op = op;
+    op->mop = mop;
+    mop->conn = NULL;
+    mop->held = mop->parked = mop->has_to = false;
     mop->moves = 0;
     mop->tries = 0;
     mop->retry_lost = retry_safe(req);
