@@ -117,8 +117,19 @@ for kv in "$k k0" "$r r0" "$mk m0" "$mr n0" "$q q0"; do
     [ "$got" = STORED ] || { fail "set $1 through the proxy: $got"; finish; }
 done
 
+# A move is refused while a process has not yet installed the previous
+# move's map ("... is at epoch E, not the coordinator's E+1 yet"): try
+# again for up to 10 s.
 for key in "$k" "$r" "$mk" "$mr" "$q"; do
-    if ! out=$("$cli" --dir "$dir" move "$(slot_of "$key")" 2 2>&1); then
+    moved=0
+    for _ in $(seq 100); do
+        if out=$("$cli" --dir "$dir" move "$(slot_of "$key")" 2 2>&1); then
+            moved=1
+            break
+        fi
+        case $out in *"not the coordinator's"*yet*) sleep 0.1 ;; *) break ;; esac
+    done
+    if [ "$moved" != 1 ]; then
         fail "move the slot of $key to group 2: $out"
         finish
     fi
