@@ -177,9 +177,13 @@ static void mconn_free(struct px_mconn *m)
     free(m);
 }
 
-static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms)
+/* Queues mop for a new launch at at_ms; bump says whether this is news
+ * for the order check (px_route.c, "Order"): a mop put back, or held
+ * again, changes nothing the check relies on. */
+static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms, bool bump)
 {
-    mop->w->route_gen++;            /* px_route.c, "Order" */
+    if (bump)
+        mop->w->route_gen++;
     mop->conn = NULL;
     mop->retry_at_ms = at_ms;
     mop->next = NULL;
@@ -214,7 +218,7 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry)
         mop_fail(mop, line);
         return;
     }
-    wait_push(w->meta, mop, now + px_backoff_ms(mop->tries));
+    wait_push(w->meta, mop, now + px_backoff_ms(mop->tries), true);
 }
 
 /* The connection is gone: its requests are sent again or fail (retry
@@ -235,10 +239,13 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
         px_route_refresh(w, NULL, &m->addr, 0);   /* the map may have moved on */
     struct px_mop *mop = m->head;
     m->head = m->tail = NULL;
+    /* none may point at m once it is freed: failing one can start the
+     * client's next requests, whose order check reads the others' conn */
+    for (struct px_mop *o = mop; o; o = o->next)
+        o->conn = NULL;
     mconn_free(m);
     while (mop) {
         struct px_mop *next = mop->next;
-        mop->conn = NULL;
         mop_lost(mop, why, retry);
         mop = next;
     }
@@ -362,12 +369,13 @@ static bool held_by_earlier(const struct px_mop *mop, const struct lc_addr *to)
 /* mop waits in the retry list (no try counted) for an earlier one. */
 static void hold(struct px_worker *w, struct px_mop *mop)
 {
-    if (!mop->held) {
+    bool first = !mop->held;
+    if (first) {
         mop->held = true;
         px_count(&w->st.order_waits, 1);
     }
     mop->parked = true;
-    wait_push(w->meta, mop, px_now_ms());
+    wait_push(w->meta, mop, px_now_ms(), first);
 }
 
 /* The reply of the oldest request on m: MOVED is followed, anything else
@@ -595,7 +603,7 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
             mop->parked = false;
             mop_launch(w, mop);
         } else {
-            wait_push(pm, mop, mop->retry_at_ms);
+            wait_push(pm, mop, mop->retry_at_ms, false);
         }
         mop = after;
     }

@@ -151,9 +151,12 @@ int64_t px_backoff_ms(int n)
     return ms < PX_BACKOFF_MAX_MS ? ms : PX_BACKOFF_MAX_MS;
 }
 
-static void wait_op(struct px_worker *w, struct px_op *op, int64_t at_ms)
+/* Puts op in the retry list until at_ms.  bump: news for the order check
+ * (an op entering the list); an op put back, or held again, is not. */
+static void queue_op(struct px_worker *w, struct px_op *op, int64_t at_ms, bool bump)
 {
-    w->route_gen++;
+    if (bump)
+        w->route_gen++;
     op->state = OP_WAITING;
     op->retry_at_ms = at_ms;
     op->next = NULL;
@@ -163,6 +166,11 @@ static void wait_op(struct px_worker *w, struct px_op *op, int64_t at_ms)
         w->waiting = op;
     w->waiting_tail = op;
     w->nwaiting++;
+}
+
+static void wait_op(struct px_worker *w, struct px_op *op, int64_t at_ms)
+{
+    queue_op(w, op, at_ms, true);
 }
 
 void px_route_forget(struct px_worker *w, struct px_op *op)
@@ -249,13 +257,14 @@ void px_route_op(struct px_worker *w, struct px_op *op)
     }
     const struct px_req *oldest = op->req->c->head;
     if (oldest != op->req && oldest->route_gen != w->route_gen && held_by_earlier(op, be)) {
-        if (!op->held) {
+        bool first = !op->held;
+        if (first) {
             op->held = true;
             px_count(&w->st.order_waits, 1);
         }
         if (op->why[0] == '\0')
             snprintf(op->why, sizeof(op->why), "an earlier request for its slot was not done");
-        wait_op(w, op, px_now_ms());
+        queue_op(w, op, px_now_ms(), first);
         return;
     }
     op->target = NULL;
@@ -564,7 +573,7 @@ void px_route_tick(struct px_worker *w, int64_t now_ms)
             op->state = OP_NEW;
             px_route_op(w, op);
         } else {
-            wait_op(w, op, op->retry_at_ms);
+            queue_op(w, op, op->retry_at_ms, false);
         }
     }
 }

@@ -29,7 +29,7 @@
 # STORED and then the value a2 (its own write); the same with the meta
 # commands (classic and meta requests take different server connections
 # and code paths in the proxy: px_route.c, px_meta.c); the proxy's order_waits
-# counted the two holds (so the window was really met: B was sent once the
+# counted the four holds (so the window was really met: B was sent once the
 # proxy's map had the cluster's epoch).  Every process is stopped by the
 # trap.
 set -u
@@ -185,7 +185,7 @@ else
     fail "connection 2: set r a2, get r pipelined: '$a2', then '$v2' (want STORED, a2)"
 fi
 waits=$(mc "$proxy" 'stats\r\n' | sed -n 's/^STAT order_waits //p')
-if [ "${waits:-0}" -ge 2 ]; then
+if [ "${waits:-0}" -ge 4 ]; then
     ok "the proxy held the later requests (order_waits $waits)"
 else
     fail "order_waits is '${waits:-?}': the later requests were not held (the window was missed?)"
