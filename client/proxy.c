@@ -9,7 +9,8 @@
  * cached slot map (px_route.c), and answers each client in request order
  * (px_client.c).  One loop iteration reads whatever became readable,
  * starts every complete request and handles every complete reply; then the
- * flush step writes each connection that has output once.  This file holds
+ * clients' replies are written and the requests that follow them read,
+ * and the flush step writes each connection that has output once.  This file holds
  * the worker loop, its timer, start-up and options; see px.h for the
  * design of the whole. */
 #include "config.h"
@@ -81,6 +82,27 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Before the servers are written, the clients are: each reply lets a
+ * closed-loop client send its next request, and the requests that arrive
+ * while the replies go out are read (a non-blocking pass of the loop) and
+ * joined to the ones waiting for their server, as long as such a pass
+ * finds client input (at most PX_DRAIN_ROUNDS).  A write to a server wakes
+ * that server, and on loopback the writer pays for the wake-up: at 20
+ * one-in-flight clients this halved the server writes per request (0.31 ->
+ * 0.15) and took proxy CPU per request from 14.4 to 12.1 us
+ * (docs/evaluation/proxy.md, run E).  The extra epoll_wait per round costs
+ * less than the server writes it saves. */
+static void worker_drain_clients(struct px_worker *w)
+{
+    for (int round = 0; round < PX_DRAIN_ROUNDS && w->dirty_clients; round++) {
+        uint64_t before = w->client_reads;
+        px_clients_flush_dirty(w);
+        event_base_loop(w->base, EVLOOP_NONBLOCK);
+        if (w->client_reads == before)
+            break;
+    }
+}
+
 /* Writes every connection with output, until nothing new is queued. */
 static void worker_flush(struct px_worker *w)
 {
@@ -101,6 +123,7 @@ static void *worker_main(void *arg)
 
     while (!w->stop) {
         event_base_loop(w->base, EVLOOP_ONCE);
+        worker_drain_clients(w);
         worker_flush(w);
         bool busy = worker_busy(w);
         if (busy != w->tick_on)

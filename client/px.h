@@ -50,6 +50,8 @@
 #define PX_BACKOFF_MIN_MS 5
 #define PX_BACKOFF_MAX_MS 200
 #define PX_TICK_MS 5
+#define PX_DRAIN_ROUNDS 4          /* client flush + read passes before the servers
+                                       are written (proxy.c) */
 
 /* ---- counters, shared by the workers ---- */
 
@@ -304,6 +306,8 @@ struct px_worker {
     int64_t last_trim_ms;           /* last malloc_trim (proxy.c) */
     struct px_rbuf scratch;         /* clients with nothing buffered are read here */
     bool scratch_busy;
+    uint64_t client_reads;          /* recv() calls on clients, to tell whether a
+                                       pass of the loop found client input */
     struct px_counters st;
     char ebuf[256];
     struct px_meta *meta;           /* meta commands' connections (px_meta.c) */

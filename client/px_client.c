@@ -471,6 +471,8 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     ssize_t n = px_rbuf_read(in, c->fd);
+    if (n >= 0)
+        w->client_reads++;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
         if (scratch)
             in->off = in->len = 0;
