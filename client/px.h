@@ -91,6 +91,7 @@ struct px_options {
     int max_conns;                  /* 0: no limit */
     const char *auth_file;          /* -Y: clients must authenticate */
     const char *server_auth_file;   /* --server-auth: our pair for the servers */
+    bool no_uring;                  /* --no-io-uring: one sendmsg() per connection */
 };
 
 struct px_worker;
@@ -132,6 +133,14 @@ void px_rbuf_free(struct px_rbuf *b);
  * what was sent: a socket call, not writev's trip through the VFS.  Bytes
  * sent, or -1 with errno (EAGAIN included). */
 ssize_t px_send_buffer(struct evbuffer *out, int fd);
+/* The same front of out as one message of the worker's batch
+ * (memcached/sendq.h); its slot, or -1 when the batch is full. */
+struct sendq;
+int px_queue_buffer(struct sendq *q, struct evbuffer *out, int fd);
+/* The batched message's result (*slot, which becomes -1), as
+ * px_send_buffer returns it: bytes sent (drained from out) or -1 with
+ * errno. */
+ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out);
 /* One recv() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd);
 
@@ -220,6 +229,7 @@ struct px_backend {
     uint32_t next_opaque;
     bool auth_pending;              /* our SASL request's answer still to come */
     bool dirty;
+    int sq_slot;                    /* its message in the worker's batch, or -1 */
     struct px_backend *next_dirty;
     struct px_backend *next_all;
     struct px_be_stats *st;
@@ -239,6 +249,7 @@ struct px_client {
     bool dead;                      /* closed: freed by the flush step */
     bool authed;                    /* -Y: authenticated */
     bool dirty;
+    int sq_slot;                    /* its message in the worker's batch, or -1 */
     struct px_client *next_dirty;
     struct px_client *prev, *next;  /* the worker's clients */
     struct px_req *head, *tail;
@@ -301,6 +312,7 @@ struct px_worker {
     size_t nclients;
     struct px_client *dirty_clients;
     struct px_backend *dirty_be;
+    struct sendq *sq;               /* the flush step's batched writes (proxy.c) */
     struct px_resolved *resolved;   /* addresses looked up once (px_backend.c) */
     int64_t last_idle_scan_ms;
     int64_t last_trim_ms;           /* last malloc_trim (proxy.c) */
@@ -332,6 +344,7 @@ struct px_backend *px_backend_get(struct px_worker *w, const struct lc_addr *a);
  * be tried before be->retry_at_ms: the caller waits. */
 bool px_backend_send(struct px_backend *be, struct px_op *op);
 void px_backend_flush(struct px_backend *be);
+void px_backend_queue(struct px_backend *be);
 void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
 void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno.  A numeric host
@@ -392,6 +405,7 @@ void px_op_fail(struct px_worker *w, struct px_op *op, const char *why);
 void px_op_free(struct px_op *op);
 void px_client_adopt(struct px_worker *w, int fd);
 void px_client_flush(struct px_client *c);
+void px_client_queue(struct px_client *c);
 void px_client_mark_dirty(struct px_client *c);
 void px_clients_idle_scan(struct px_worker *w, int64_t now_ms);
 void px_clients_close_all(struct px_worker *w);

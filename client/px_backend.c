@@ -153,6 +153,7 @@ struct px_backend *px_backend_get(struct px_worker *w, const struct lc_addr *a)
     be->addr = *a;
     lc_addr_format(a, be->name, sizeof(be->name));
     be->fd = -1;
+    be->sq_slot = -1;
     be->state = BE_IDLE;
     be->st = px_stats_for(w->px, be->name);
     be->next_all = w->all_be;
@@ -200,6 +201,13 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     __atomic_store_n(&be->st->down, 1, __ATOMIC_RELAXED);
     px_count(&be->st->errors, 1);
     px_count(timed_out ? &w->st.timeouts : &w->st.conn_failures, 1);
+    /* A message of this flush step's batch went out or not: count it
+     * first, since which ops may have been applied depends on it. */
+    if (be->sq_slot >= 0) {
+        ssize_t n = px_batched_result(w->sq, &be->sq_slot, be->out);
+        if (n > 0)
+            be->written_bytes += (uint64_t)n;
+    }
     uint64_t written = be->written_bytes;
     be_close_socket(be);
     be->state = BE_DOWN;
@@ -298,11 +306,29 @@ bool px_backend_send(struct px_backend *be, struct px_op *op)
     return true;
 }
 
+/* Its output as one message of the worker's next batch. */
+void px_backend_queue(struct px_backend *be)
+{
+    if (be->state == BE_UP && be->sq_slot < 0 && evbuffer_get_length(be->out) > 0)
+        be->sq_slot = px_queue_buffer(be->w->sq, be->out, be->fd);
+}
+
 void px_backend_flush(struct px_backend *be)
 {
     be->dirty = false;
     if (be->state != BE_UP)
         return;
+    if (be->sq_slot >= 0) {
+        ssize_t n = px_batched_result(be->w->sq, &be->sq_slot, be->out);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            char why[120];
+            snprintf(why, sizeof(why), "write: %s", strerror(errno));
+            be_fail(be, why, false);
+            return;
+        }
+        if (n > 0)
+            be->written_bytes += (uint64_t)n;
+    }
     for (int i = 0; i < 8 && evbuffer_get_length(be->out) > 0; i++) {
         ssize_t n = px_send_buffer(be->out, be->fd);
         if (n < 0) {

@@ -33,6 +33,7 @@
 
 #include "bin_wire.h"
 #include "px.h"
+#include "sendq.h"
 
 /* ---- clock ---- */
 
@@ -83,10 +84,10 @@ void px_rbuf_free(struct px_rbuf *b)
     memset(b, 0, sizeof(*b));
 }
 
-ssize_t px_send_buffer(struct evbuffer *out, int fd)
+/* The front of out (up to PX_SEND_IOV chains) as an iovec; its length. */
+static int buffer_iov(struct evbuffer *out, struct iovec *iov)
 {
     struct evbuffer_iovec vec[PX_SEND_IOV];
-    struct iovec iov[PX_SEND_IOV];
     int n = evbuffer_peek(out, -1, NULL, vec, PX_SEND_IOV);
 
     if (n > PX_SEND_IOV)
@@ -95,6 +96,35 @@ ssize_t px_send_buffer(struct evbuffer *out, int fd)
         iov[i].iov_base = vec[i].iov_base;
         iov[i].iov_len = vec[i].iov_len;
     }
+    return n;
+}
+
+int px_queue_buffer(struct sendq *q, struct evbuffer *out, int fd)
+{
+    struct iovec iov[PX_SEND_IOV];
+    int n = buffer_iov(out, iov);
+
+    return n > 0 ? sendq_add(q, fd, iov, n, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
+}
+
+ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out)
+{
+    ssize_t n = sendq_result(q, *slot);
+
+    *slot = -1;
+    if (n < 0) {
+        errno = (int)-n;
+        return -1;
+    }
+    if (n > 0)
+        evbuffer_drain(out, (size_t)n);
+    return n;
+}
+
+ssize_t px_send_buffer(struct evbuffer *out, int fd)
+{
+    struct iovec iov[PX_SEND_IOV];
+    int n = buffer_iov(out, iov);
     struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
     ssize_t w;
     do
@@ -338,6 +368,7 @@ static void client_close(struct px_client *c)
     if (c->dead)
         return;
     c->dead = true;
+    c->sq_slot = -1;
     event_del(c->rev);
     event_del(c->wev);
     close(c->fd);
@@ -502,8 +533,20 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Its output as one message of the worker's next batch. */
+void px_client_queue(struct px_client *c)
+{
+    if (!c->dead && c->sq_slot < 0 && evbuffer_get_length(c->out) > 0)
+        c->sq_slot = px_queue_buffer(c->w->sq, c->out, c->fd);
+}
+
 void px_client_flush(struct px_client *c)
 {
+    if (c->sq_slot >= 0 && px_batched_result(c->w->sq, &c->sq_slot, c->out) < 0 &&
+        errno != EAGAIN && errno != EWOULDBLOCK) {
+        client_close(c);
+        return;
+    }
     for (int i = 0; i < 8 && evbuffer_get_length(c->out) > 0; i++) {
         ssize_t n = px_send_buffer(c->out, c->fd);
         if (n < 0) {
@@ -563,6 +606,7 @@ void px_client_adopt(struct px_worker *w, int fd)
     evutil_make_socket_nonblocking(fd);
     c->w = w;
     c->fd = fd;
+    c->sq_slot = -1;
     c->out = evbuffer_new();
     c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_client_read, c);
     c->wev = event_new(w->base, fd, EV_WRITE, on_client_write, c);

@@ -15,6 +15,9 @@
 #      one write; memcaslap matches the replies to its keys by their order
 #      and checks every value (-v 1).  Asserts cmd_get > 0, verify_failed=0
 #      and verify_misses=0.  Skipped (noted) when memcaslap is not installed.
+# Both run twice: through a proxy that batches a loop pass's writes with
+# io_uring (its default, where the kernel allows; the log says which), and
+# through one started with --no-io-uring (one sendmsg() per connection).
 # Everything runs on free loopback ports and is stopped by the trap.
 set -u
 
@@ -48,12 +51,9 @@ if ! cluster_up "$dir" $((2 * NODES + 2)) 12000 20000 --nodes "$NODES" --scheme 
     finish
 fi
 seeds=$(awk '$1 == "plain" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
-if ! start_proxy "$dir/proxy.log" --seeds "$seeds" -W 5; then
-    fail "$proxy_bin did not start with --seeds $seeds"
-    finish
-fi
-proxy=127.0.0.1:$proxy_port
 
+# run_checks: both loads through the proxy at $proxy.
+run_checks() {
 # --- 1. ASCII, cocytus-bench --depth 16 --verify-latest -----------------------
 # field KEY LINE_PREFIX: the value of KEY= on the bench's line starting with
 # LINE_PREFIX.
@@ -106,5 +106,20 @@ else
             "order, none wrong or missing"
     fi
 fi
+}
+
+for mode in default --no-io-uring; do
+    args=(--seeds "$seeds" -W 5)
+    [ "$mode" = default ] || args+=("$mode")
+    if ! start_proxy "$dir/proxy.log" "${args[@]}"; then
+        fail "$proxy_bin did not start with ${args[*]}"
+        break
+    fi
+    proxy=127.0.0.1:$proxy_port
+    echo "=== proxy $mode: $(grep -E 'io_uring' "$dir/proxy.log" | head -1)"
+    run_checks
+    stop_pid "$proxy_pid"
+    proxy_pid=""
+done
 
 finish
