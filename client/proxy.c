@@ -144,13 +144,14 @@ static void *worker_main(void *arg)
     const char *why_not = NULL;
 
     /* The batch's ring belongs to the thread that submits: made here. */
-    w->sq = sendq_new(!w->px->opt.no_uring, &why_not);
+    w->sq = sendq_new(!w->px->opt.no_uring);
     if (w->sq == NULL) {
         fprintf(stderr, "cocytus-proxy: worker %d: out of memory\n", w->id);
         exit(1);
     }
+    bool batched = sendq_start(w->sq, &why_not);
     if (w->id == 0) {
-        if (sendq_batched(w->sq))
+        if (batched)
             fprintf(stderr, "cocytus-proxy: writes of one loop pass batched with io_uring\n");
         else
             fprintf(stderr, "cocytus-proxy: one sendmsg() per connection (io_uring: %s)\n",

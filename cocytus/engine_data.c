@@ -103,6 +103,7 @@ struct deferred_free {
 struct data_engine {
     struct engine base;
     struct event_base *evbase;
+    struct sendq *sq;          /* the loop's batched writes, for dp->tx's links */
     const struct cluster *cluster;
     int group, index, k, m;
     int verbose;
@@ -1690,6 +1691,7 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
         dp_log(dp, "cannot start replicating after the handoff");
         abort();
     }
+    sender_set_sendq(&dp->tx, dp->sq);
     sender_start_at(&dp->tx, xid);
     if (max_cas + 1 > dp->cas_counter)
         dp->cas_counter = max_cas + 1;
@@ -1850,6 +1852,7 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     dp->base.ops = &data_ops;
     dp->base.priv = dp;
     dp->evbase = cfg->base;
+    dp->sq = cfg->sq;
     dp->cluster = c;
     dp->group = cfg->group;
     dp->index = cfg->index;
@@ -1905,6 +1908,7 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
         dp_destroy(&dp->base);
         return NULL;
     }
+    sender_set_sendq(&dp->tx, dp->sq);
     sender_start_at(&dp->tx, rc->start_xid);
     return &dp->base;
 }
@@ -1938,5 +1942,6 @@ struct engine *engine_data_new(const struct engine_config *cfg)
         dp_destroy(&dp->base);
         return NULL;
     }
+    sender_set_sendq(&dp->tx, dp->sq);
     return &dp->base;
 }

@@ -1087,6 +1087,7 @@ static int start_listener(struct parity_engine *pe, const struct cluster *c,
         pe_log(pe, "cannot listen for data processes on %s:%d", me->host, me->link_port);
         return -1;
     }
+    link_listener_set_sendq(pe->listener, pe->cfg.sq);
     pe_log(pe, "RS(%d,%d), region %" PRIu64 " bytes, waiting for data processes on %s:%d",
            c->k, c->n, pe->state.region_size, me->host, link_listener_port(pe->listener));
     return 0;

@@ -54,6 +54,8 @@
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_process(struct conn *c);
 static void conn_flush(struct conn *c);
+static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max);
+static void conn_consume_output(struct conn *c, size_t n);
 static void conn_destroy(struct conn *c);
 static bool conn_release(struct conn *c);
 
@@ -363,6 +365,12 @@ static void mutation_finish(struct resp *r, const struct eng_result *res)
  * activated behind the callback that is running, writes each queued
  * connection once, with every reply that completed meanwhile. */
 
+/* When the server batches its writes (sendq.h, server_run), this flush
+ * does not write: it lists the connection in the batch, which asks for the
+ * replies after the loop pass (conn_wr_prepare) and writes them in one
+ * submission with the pass's other deferred writes (the replication
+ * links').  Such a connection has no transient bytes (a completion that
+ * queued any flushed at once), so its replies stay valid until then. */
 static void flush_queued(evutil_socket_t fd, short what, void *arg)
 {
     struct server *s = arg;
@@ -375,10 +383,41 @@ static void flush_queued(evutil_socket_t fd, short what, void *arg)
         list = c->flush_next;
         c->flush_queued = false;
         c->flush_next = NULL;
-        if (!c->closing)
+        if (!c->closing && (c->transient > 0 || !sendq_want(s->sq, &c->wr)))
             conn_flush(c);
         conn_release(c);
     }
+}
+
+/* The batch asks for the connection's message: its completed replies. */
+static int conn_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, int max)
+{
+    struct conn *c = (struct conn *)((char *)wr - offsetof(struct conn, wr));
+    if (c->closing || c->out_blocked)
+        return 0;
+    conn_consume_output(c, 0);
+    if (conn_build_iov(c, iov, max < IOV_BATCH ? max : IOV_BATCH) == 0)
+        return 0;
+    *fd = c->fd;
+    return c->niov;
+}
+
+/* ...and gives its result: taken as conn_flush takes a writev's, which then
+ * writes whatever is left and sets the connection's events. */
+static void conn_wr_complete(struct sendq_writer *wr, bool sent, ssize_t res)
+{
+    struct conn *c = (struct conn *)((char *)wr - offsetof(struct conn, wr));
+    if (!c->closing && sent) {
+        if (res > 0) {
+            c->srv->stats.bytes_written += (uint64_t)res;
+            conn_consume_output(c, (size_t)res);
+        } else if (res != -EAGAIN && res != -EWOULDBLOCK) {
+            conn_close(c);
+        }
+    }
+    if (!c->closing)
+        conn_flush(c);
+    conn_release(c);
 }
 
 static void conn_flush_later(struct conn *c)
@@ -700,6 +739,7 @@ struct conn *conn_new(struct server *s, int fd)
         return NULL;
     c->srv = s;
     c->fd = fd;
+    sendq_writer_init(&c->wr, conn_wr_prepare, conn_wr_complete);
     c->rcap = RBUF_INITIAL;
     c->rbuf = malloc(c->rcap);
     c->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_event, c);
@@ -772,7 +812,7 @@ static bool conn_release(struct conn *c)
 {
     if (!c->closing)
         return false;
-    if (c->inflight == 0 && !c->flush_queued)
+    if (c->inflight == 0 && !c->flush_queued && !c->wr.listed)
         conn_destroy(c);
     return true;
 }

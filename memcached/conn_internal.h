@@ -9,6 +9,7 @@
 
 #include "auth.h"
 #include "conn.h"
+#include "sendq.h"
 
 struct event;
 
@@ -45,6 +46,8 @@ struct conn {
     struct auth_admin admin;      /* "cocytus auth": proved the cluster secret? */
     bool flush_queued;            /* on srv->flush_queue (holds c alive) */
     struct conn *flush_next;
+    struct sendq_writer wr;       /* listed in srv->sq: written after the loop
+                                     pass (holds c alive while listed) */
 
     /* memcached's reply timing (conn.h) */
     uint64_t next_seq;            /* seq of the next slot */

@@ -20,6 +20,7 @@
 #include <time.h>
 
 struct event_base;
+struct sendq;
 struct cluster;
 
 /* Outcome of one engine call. */
@@ -235,6 +236,7 @@ struct engine_config {
     time_t started;          /* process start, wall clock */
     int verbose;
     struct event_base *base; /* for engines that need timers or links */
+    struct sendq *sq;        /* the loop's batched writes, for their links (sendq.h) */
     /* Replicated roles: the cluster (repl/cluster.h) and this process's place. */
     const struct cluster *cluster;
     int group;

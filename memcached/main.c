@@ -48,6 +48,8 @@ static void usage(FILE *out)
         "      --role=<role>         plain (default), data, parity, primary, backup, coordinator\n"
         "      --cluster=<file>      cluster file (replicated roles)\n"
         "      --group=<g> --index=<i>  this process's group and index within its role\n"
+        "      --no-io-uring         write each socket with its own system call instead of\n"
+        "                            batching a loop pass's deferred writes with io_uring\n"
         "  -V, --version             print the version\n"
         "  -h, --help                this help\n");
 }
@@ -100,7 +102,7 @@ static void parse_extended(struct settings *st, char *opts)
     }
 }
 
-enum { OPT_ROLE = 1000, OPT_CLUSTER, OPT_GROUP, OPT_INDEX };
+enum { OPT_ROLE = 1000, OPT_CLUSTER, OPT_GROUP, OPT_INDEX, OPT_NO_URING };
 
 static int parse_args(int argc, char **argv, struct settings *st)
 {
@@ -127,6 +129,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "cluster", required_argument, NULL, OPT_CLUSTER },
         { "group", required_argument, NULL, OPT_GROUP },
         { "index", required_argument, NULL, OPT_INDEX },
+        { "no-io-uring", no_argument, NULL, OPT_NO_URING },
         { "version", no_argument, NULL, 'V' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -223,6 +226,9 @@ static int parse_args(int argc, char **argv, struct settings *st)
         case OPT_INDEX:
             if (!parse_int(optarg, 0, 255, &st->index))
                 goto bad;
+            break;
+        case OPT_NO_URING:
+            st->no_uring = true;
             break;
         case 'V':
             printf("cocytus-server " PACKAGE_VERSION " (memcached protocol " MC_VERSION_STRING ")\n");

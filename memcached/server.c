@@ -26,6 +26,7 @@
 #include "conn_internal.h"
 #include "cluster.h"
 #include "coord.h"
+#include "sendq.h"
 #include "server.h"
 #include "slotmap.h"
 
@@ -300,6 +301,7 @@ static struct engine *engine_for_role(struct server *s, struct event_base *base)
         .index = st->index,
         .ctl_send = server_ctl_send,
         .ctl_arg = s,
+        .sq = s->sq,
     };
     if (strcmp(st->role, "plain") == 0)
         return engine_plain_new(&cfg);
@@ -436,6 +438,9 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     s->accepting = true;
     s->slot_self = -1;
     signal(SIGPIPE, SIG_IGN);
+    s->sq = sendq_new(!settings->no_uring);
+    if (s->sq == NULL)
+        return -1;
     if (server_load_cluster(s) < 0 || server_load_slotmap(s) < 0)
         return -1;
     if (settings->auth_file && server_load_auth(s, settings->auth_file) < 0)
@@ -462,9 +467,26 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     return 0;
 }
 
+/* The loop: one pass of libevent (every ready event and everything they
+ * activate, the deferred flushes included), then the pass's deferred
+ * writes in one batch (sendq.h).  Without batching, libevent's own loop. */
 int server_run(struct server *s)
 {
-    return event_base_dispatch(s->base);
+    const char *why_not = NULL;
+    bool batched = sendq_start(s->sq, &why_not);
+    if (s->settings.verbose)
+        fprintf(stderr, "cocytus-server: %s%s\n",
+                batched ? "deferred writes of a loop pass batched with io_uring"
+                        : "one system call per write; io_uring: ",
+                batched ? "" : why_not);
+    if (!batched)
+        return event_base_dispatch(s->base);
+    for (;;) {
+        int rc = event_base_loop(s->base, EVLOOP_ONCE);
+        sendq_flush(s->sq);
+        if (rc != 0 || event_base_got_exit(s->base) || event_base_got_break(s->base))
+            return rc < 0 ? -1 : 0;
+    }
 }
 
 void server_shutdown(struct server *s)
@@ -526,4 +548,6 @@ void server_destroy(struct server *s)
         free(s->cluster);
         s->cluster = NULL;
     }
+    sendq_free(s->sq);
+    s->sq = NULL;
 }

@@ -23,6 +23,7 @@ struct event;
 struct conn;
 struct coord_client;
 struct prefix_stats;
+struct sendq;
 
 
 struct settings {
@@ -50,6 +51,7 @@ struct settings {
     bool detail_enabled;      /* stats detail on|off (-D turns it on) */
     bool sizes_enabled;       /* stats sizes_enable|sizes_disable (-o track_sizes) */
     const char *role;         /* --role (plain by default) */
+    bool no_uring;            /* --no-io-uring: no batched writes (sendq.h) */
     const char *cluster_file; /* --cluster: replicated roles */
     int group;                /* --group */
     int index;                /* --index: within the role in the group */
@@ -103,6 +105,8 @@ struct server {
     struct conn *flush_queue; /* replies completed by the engine, written once
                                  the current event's work is done (conn.c) */
     struct event *flush_ev;
+    struct sendq *sq;         /* deferred writes of a loop pass, batched (sendq.h);
+                                 started by server_run */
     bool accepting;
     unsigned long ticks;      /* clock ticks since start */
     time_t clock_second;      /* the wall second the clocks were last set to */

@@ -602,6 +602,7 @@ static int listener_start(struct backup *be, const struct cluster *c,
         be_log(be, "cannot listen for the primary on %s:%d", me->host, me->link_port);
         return -1;
     }
+    link_listener_set_sendq(be->listener, be->sh->cfg.sq);
     be_log(be, "member %d is a backup of PBR(%d)%s, memory %zu bytes (the primary's plus a "
            "margin), waiting for member %d on %s:%d", be->sh->member, c->n - 1,
            be->complete ? "" : " waiting to be rebuilt", be->store->mem_limit, be->leader,

@@ -1033,6 +1033,7 @@ static int sender_start(struct primary *pe, const struct primary_params *p)
                           ROLE_BACKUP, NULL, 0, pe->sync, &primary_sender_callbacks, pe, who,
                           pe->verbose) < 0)
         return -1;
+    sender_set_sendq(&pe->tx, pe->sh->cfg.sq);
     if (p->from > 0 && sender_continue(&pe->tx, p->from, p->carry) < 0)
         return -1;
     for (int j = 0; j < p->npeers; j++) {

@@ -45,6 +45,7 @@
 #include "auth.h"
 #include "crc32c.h"
 #include "frame.h"
+#include "sendq.h"
 #include "siphash.h"
 
 #define LINK_RETRY_MIN_MS 20
@@ -91,6 +92,9 @@ struct link_buf {
 
 struct link {
     struct event_base *base;
+    struct sendq *sq;          /* batched writes (sendq.h), or NULL: send at once */
+    struct sendq_writer wr;    /* listed in sq: written after the loop pass; the
+                                  listing holds a depth, so l stays alive */
     enum link_state state;
     bool is_connector;
     bool user_closed;          /* link_close() was called */
@@ -129,6 +133,7 @@ struct link {
 
 struct link_listener {
     struct event_base *base;
+    struct sendq *sq;                 /* given to the links it accepts */
     struct evconnlistener *evl;
     char cluster[LINK_NAME_MAX];
     size_t cluster_len;
@@ -918,16 +923,69 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     link_leave(l);
 }
 
+static bool may_write(const struct link *l)
+{
+    return l->fd >= 0 && l->state != LS_CONNECTING && l->state != LS_CLOSED && !l->wr_armed;
+}
+
+/* With a sendq (the server batches a loop pass's writes) the flush lists
+ * the link instead of sending: its output then goes after the pass, in one
+ * submission with the other links' and the clients' (link_wr_prepare). */
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     struct link *l = arg;
     link_enter(l);
     l->flush_queued = false;
+    if (l->fail_pending != NULL) {
+        link_fail(l, l->fail_pending);
+    } else if (may_write(l)) {
+        if (!l->wr.listed && sendq_want(l->sq, &l->wr)) {
+            return;                 /* the listing keeps our depth */
+        }
+        if (!l->wr.listed)
+            flush_output(l);
+    }
+    link_leave(l);
+}
+
+static int link_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, int max)
+{
+    struct link *l = (struct link *)((char *)wr - offsetof(struct link, wr));
+    if (max < 1 || l->fail_pending != NULL || !may_write(l) || l->out.start >= l->out.end)
+        return 0;
+    iov[0].iov_base = l->out.data + l->out.start;
+    iov[0].iov_len = l->out.end - l->out.start;
+    *fd = l->fd;
+    return 1;
+}
+
+/* The batched send's result, taken as flush_output takes a send()'s; then
+ * flush_output writes whatever is left and tells the owner it drained. */
+static void link_wr_complete(struct sendq_writer *wr, bool sent, ssize_t res)
+{
+    struct link *l = (struct link *)((char *)wr - offsetof(struct link, wr));
+    if (sent && res > 0) {
+        l->out.start += (size_t)res;
+    } else if (sent && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK) {
+        char why[128];
+        snprintf(why, sizeof(why), "write: %s", strerror((int)-res));
+        link_fail(l, why);
+    }
     if (l->fail_pending != NULL)
         link_fail(l, l->fail_pending);
-    else if (l->fd >= 0 && l->state != LS_CONNECTING && l->state != LS_CLOSED && !l->wr_armed)
+    else if (may_write(l))
         flush_output(l);
     link_leave(l);
+}
+
+void link_set_sendq(struct link *l, struct sendq *q)
+{
+    l->sq = q;
+}
+
+void link_listener_set_sendq(struct link_listener *ll, struct sendq *q)
+{
+    ll->sq = q;
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -1031,6 +1089,7 @@ static struct link *link_alloc(struct event_base *base)
         return NULL;
     l->base = base;
     l->fd = -1;
+    sendq_writer_init(&l->wr, link_wr_prepare, link_wr_complete);
     l->backoff_ms = LINK_RETRY_MIN_MS;
     l->timer_ev = evtimer_new(base, on_timer, l);
     l->flush_ev = event_new(base, -1, 0, on_flush, l);
@@ -1084,6 +1143,7 @@ static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         close(fd);
         return;
     }
+    l->sq = ll->sq;
     set_socket_options(fd);
     format_sockaddr(l->name, sizeof(l->name), sa);
     listener_enlist(ll, l);

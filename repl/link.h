@@ -118,6 +118,13 @@ const char *link_last_error(const struct link *l);
 /* Close and free (no more callbacks). */
 void link_close(struct link *l);
 
+/* Output goes in the loop's batched writes (memcached/sendq.h) instead of
+ * one send() per flush; NULL (the default) sends at once.  A listener
+ * passes its sendq to the links it accepts. */
+struct sendq;
+void link_set_sendq(struct link *l, struct sendq *q);
+void link_listener_set_sendq(struct link_listener *ll, struct sendq *q);
+
 /* The HELLO payload (docs/wire-format.md section 3): the identity bytes
  * (u8 clen, clen bytes of cluster name, u32 group, u8 role, u32 index)
  * followed by the 8-byte proof.  Pure functions, used by the handshake and

@@ -401,6 +401,8 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
         s->peers[j].role = peer_role;
         s->peers[j].link = link_connect(base, pp->host, pp->link_port, &me, c->secret, &link_cb,
                                         &s->peers[j]);
+        if (s->peers[j].link)
+            link_set_sendq(s->peers[j].link, s->sq);
         if (!s->peers[j].link) {
             sender_log(s, "cannot start a link to %s %d at %s:%d", cluster_role_name(peer_role),
                        peer_index[j], pp->host, pp->link_port);
@@ -579,6 +581,8 @@ int sender_add_peer_at(struct sender *s, int index, const char *host, int link_p
     p->rebuilding = rebuilding;
     p->acked = p->written = rebuilding ? s->xid : s->stable;
     p->link = link_connect(s->base, host, link_port, &s->me, s->cluster->secret, &link_cb, p);
+    if (p->link)
+        link_set_sendq(p->link, s->sq);
     if (!p->link) {
         p->dropped = true;
         sender_log(s, "cannot start a link to peer %d at %s:%d", index, host, link_port);
@@ -658,6 +662,8 @@ int sender_add_peer(struct sender *s, enum cluster_role role, int index)
     p->acked = p->written = s->xid;
     p->link = link_connect(s->base, pp->host, pp->link_port, &s->me, s->cluster->secret,
                            &link_cb, p);
+    if (p->link)
+        link_set_sendq(p->link, s->sq);
     if (!p->link) {
         p->dropped = true;
         return -1;
@@ -737,4 +743,12 @@ void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
                      !p->dropped && p->rebuilding ? " rebuilding" : "");
         write(ctx, line, (size_t)n);
     }
+}
+
+void sender_set_sendq(struct sender *s, struct sendq *q)
+{
+    s->sq = q;
+    for (int j = 0; j < s->npeers; j++)
+        if (s->peers[j].link)
+            link_set_sendq(s->peers[j].link, q);
 }

@@ -80,6 +80,7 @@ struct sender_completion;
 
 struct sender {
     struct event_base *base;
+    struct sendq *sq;          /* its links' batched writes (sender_set_sendq) */
     const struct sender_callbacks *cb;
     void *ctx;
     enum sender_sync sync;
@@ -127,6 +128,10 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
                       enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
                       const char *who, int verbose);
 void sender_destroy(struct sender *s);
+/* The peers' links, now and later, write through the loop's batched writes
+ * (link_set_sendq); NULL: at once. */
+struct sendq;
+void sender_set_sendq(struct sender *s, struct sendq *q);
 
 /* Continue a stream that another process began: the last xid assigned,
  * stable and committed are all xid (a recovery process takes over a dead

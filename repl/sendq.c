@@ -28,6 +28,7 @@
 
 struct sendq {
     bool want_uring;
+    struct sendq_writer *writers;   /* listed for the next sendq_flush */
     int ring_state;                 /* 0 not tried, 1 up, -1 unusable */
     const char *why_not;
 #ifdef HAVE_LIBURING
@@ -67,27 +68,47 @@ static void ring_start(struct sendq *q)
 }
 #endif
 
-struct sendq *sendq_new(bool use_uring, const char **why_not)
+struct sendq *sendq_new(bool use_uring)
 {
     struct sendq *q = calloc(1, sizeof(*q));
     if (q == NULL)
         return NULL;
     q->want_uring = use_uring;
-#ifdef HAVE_LIBURING
-    q->why_not = use_uring ? NULL : "turned off";
-#else
-    q->why_not = "built without liburing";
-    q->ring_state = -1;
-#endif
-    if (!use_uring)
+    q->why_not = "not started";
+    return q;
+}
+
+/* COCYTUS_NO_IO_URING=1 in the environment turns batching off for every
+ * process a supervisor starts, without touching their command lines. */
+static bool env_says_off(void)
+{
+    const char *v = getenv("COCYTUS_NO_IO_URING");
+    return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
+}
+
+bool sendq_start(struct sendq *q, const char **why_not)
+{
+    if (q->ring_state == 0 && q->want_uring && env_says_off()) {
         q->ring_state = -1;
+        q->why_not = "turned off by COCYTUS_NO_IO_URING";
+    }
+    if (q->ring_state == 0) {
 #ifdef HAVE_LIBURING
-    if (q->ring_state == 0)
-        ring_start(q);
+        if (q->want_uring) {
+            q->why_not = NULL;
+            ring_start(q);
+        } else {
+            q->ring_state = -1;
+            q->why_not = "turned off";
+        }
+#else
+        q->ring_state = -1;
+        q->why_not = q->want_uring ? "built without liburing" : "turned off";
 #endif
+    }
     if (why_not != NULL)
         *why_not = q->why_not;
-    return q;
+    return q->ring_state == 1;
 }
 
 void sendq_free(struct sendq *q)
@@ -103,7 +124,7 @@ void sendq_free(struct sendq *q)
 
 bool sendq_batched(const struct sendq *q)
 {
-    return q->ring_state >= 0;
+    return q != NULL && q->ring_state == 1;
 }
 
 int sendq_add(struct sendq *q, int fd, const struct iovec *iov, int iovcnt, int flags)
@@ -112,7 +133,8 @@ int sendq_add(struct sendq *q, int fd, const struct iovec *iov, int iovcnt, int 
         return -1;
     size_t i = q->n++;
     struct iovec *v = q->iov + q->niov;
-    memcpy(v, iov, (size_t)iovcnt * sizeof(*iov));
+    if (v != iov)                   /* sendq_flush's writers fill the arena in place */
+        memcpy(v, iov, (size_t)iovcnt * sizeof(*iov));
     q->niov += (size_t)iovcnt;
     memset(&q->msg[i], 0, sizeof(q->msg[i]));
     q->msg[i].msg_iov = v;
@@ -241,4 +263,56 @@ void sendq_submit(struct sendq *q)
 #endif
     for (size_t i = 0; i < q->n; i++)
         send_one(q, i);
+}
+
+/* ---- writers ---- */
+
+void sendq_writer_init(struct sendq_writer *wr, sendq_prepare_fn prepare,
+                       sendq_complete_fn complete)
+{
+    memset(wr, 0, sizeof(*wr));
+    wr->prepare = prepare;
+    wr->complete = complete;
+    wr->slot = -1;
+}
+
+bool sendq_want(struct sendq *q, struct sendq_writer *wr)
+{
+    if (!sendq_batched(q))
+        return false;
+    if (!wr->listed) {
+        wr->listed = true;
+        wr->next = q->writers;
+        q->writers = wr;
+    }
+    return true;
+}
+
+void sendq_flush(struct sendq *q)
+{
+    struct sendq_writer *list = q->writers;
+    q->writers = NULL;
+    if (list == NULL)
+        return;
+    sendq_reset(q);
+    for (struct sendq_writer *wr = list; wr; wr = wr->next) {
+        wr->slot = -1;
+        int fd = -1;
+        size_t room = SENDQ_MAX_IOV - q->niov;
+        int max = room > 1024 ? 1024 : (int)room;
+        int n = max > 0 && q->n < SENDQ_MAX_MSGS ? wr->prepare(wr, &fd, q->iov + q->niov, max)
+                                                 : 0;
+        if (n > 0)
+            wr->slot = sendq_add(q, fd, q->iov + q->niov, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    sendq_submit(q);
+    while (list) {
+        struct sendq_writer *wr = list;
+        list = wr->next;
+        wr->next = NULL;
+        wr->listed = false;
+        int slot = wr->slot;
+        wr->slot = -1;
+        wr->complete(wr, slot >= 0, slot >= 0 ? q->res[slot] : 0);
+    }
 }

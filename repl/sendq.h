@@ -30,12 +30,17 @@
 
 struct sendq;
 
-/* A queue; with use_uring it sets up io_uring at once, bound to the calling
- * thread, which must be the one that submits.  NULL only when out of
- * memory.  why_not, if given, receives a short reason when io_uring is not
- * used (NULL when it is). */
-struct sendq *sendq_new(bool use_uring, const char **why_not);
+/* A queue, NULL only when out of memory.  It batches nothing until
+ * sendq_start; with use_uring false, never. */
+struct sendq *sendq_new(bool use_uring);
+/* Sets io_uring up, bound to the calling thread, which must be the one
+ * that submits (a process that forks starts it after the fork).  True
+ * when messages will be batched; otherwise why_not, if given, receives a
+ * short reason.  COCYTUS_NO_IO_URING=1 in the environment has the effect
+ * of use_uring false. */
+bool sendq_start(struct sendq *q, const char **why_not);
 void sendq_free(struct sendq *q);
+/* Started, and batching: until then a caller sends for itself. */
 bool sendq_batched(const struct sendq *q);
 
 /* Queue one message; returns its slot, or -1 when the batch is full (submit,
@@ -50,6 +55,38 @@ ssize_t sendq_result(const struct sendq *q, int slot);
 
 /* Forget the batch (slots and results). */
 void sendq_reset(struct sendq *q);
+
+/* ---- writers ----
+ * An object with bytes for one socket (a client connection, a replication
+ * link) asks to be written at the end of the loop pass with sendq_want;
+ * sendq_flush then asks every listed writer for its message (prepare: the
+ * socket and an iovec of at most max entries, 0 for nothing), sends them
+ * all in one submission and hands each its result (complete: sent false
+ * when it had nothing or the batch was full, else the byte count or
+ * -errno), whereupon the writer goes on as after its own send and writes
+ * whatever is left itself.  Building the message only at flush time means
+ * a writer closed or refilled meanwhile is asked about what it has then.
+ * A listed writer must stay alive until its complete runs. */
+struct sendq_writer;
+typedef int (*sendq_prepare_fn)(struct sendq_writer *wr, int *fd, struct iovec *iov, int max);
+typedef void (*sendq_complete_fn)(struct sendq_writer *wr, bool sent, ssize_t res);
+
+struct sendq_writer {
+    sendq_prepare_fn prepare;
+    sendq_complete_fn complete;
+    struct sendq_writer *next;
+    bool listed;
+    int slot;
+};
+
+void sendq_writer_init(struct sendq_writer *wr, sendq_prepare_fn prepare,
+                       sendq_complete_fn complete);
+/* Lists wr for the next sendq_flush; false (nothing listed) when the queue
+ * is not batching: the caller writes now.  Listing twice is one listing. */
+bool sendq_want(struct sendq *q, struct sendq_writer *wr);
+/* Writes every listed writer (see above); writers listed again from their
+ * complete wait for the next flush. */
+void sendq_flush(struct sendq *q);
 
 /* Counters since sendq_new: messages sent, and system calls it took. */
 unsigned long long sendq_msgs(const struct sendq *q);
