@@ -85,7 +85,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* Every dirty connection's output (the servers' too with backends) as one
  * batch, handed to the kernel in one io_uring submission instead of one
- * sendmsg() each (memcached/sendq.h); the flush functions then take each
+ * sendmsg() each (repl/sendq.h); the flush functions then take each
  * connection's result and carry on as after their own send.  Without
  * io_uring they send for themselves, as before. */
 static void worker_send_batch(struct px_worker *w, bool backends)

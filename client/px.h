@@ -134,13 +134,15 @@ void px_rbuf_free(struct px_rbuf *b);
  * sent, or -1 with errno (EAGAIN included). */
 ssize_t px_send_buffer(struct evbuffer *out, int fd);
 /* The same front of out as one message of the worker's batch
- * (memcached/sendq.h); its slot, or -1 when the batch is full. */
+ * (repl/sendq.h); its slot, or -1 when the batch is full. */
 struct sendq;
 int px_queue_buffer(struct sendq *q, struct evbuffer *out, int fd);
 /* The batched message's result (*slot, which becomes -1), as
  * px_send_buffer returns it: bytes sent (drained from out) or -1 with
- * errno. */
-ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out);
+ * errno.  With EIO the bytes may or may not have gone (sendq.h): they are
+ * drained as if sent and, when maybe is given, counted there, so that a
+ * backend knows its ops in them may have been applied. */
+ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out, uint64_t *maybe);
 /* One recv() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd);
 

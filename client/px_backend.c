@@ -204,7 +204,7 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     /* A message of this flush step's batch went out or not: count it
      * first, since which ops may have been applied depends on it. */
     if (be->sq_slot >= 0) {
-        ssize_t n = px_batched_result(w->sq, &be->sq_slot, be->out);
+        ssize_t n = px_batched_result(w->sq, &be->sq_slot, be->out, &be->written_bytes);
         if (n > 0)
             be->written_bytes += (uint64_t)n;
     }
@@ -319,7 +319,7 @@ void px_backend_flush(struct px_backend *be)
     if (be->state != BE_UP)
         return;
     if (be->sq_slot >= 0) {
-        ssize_t n = px_batched_result(be->w->sq, &be->sq_slot, be->out);
+        ssize_t n = px_batched_result(be->w->sq, &be->sq_slot, be->out, &be->written_bytes);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
             char why[120];
             snprintf(why, sizeof(why), "write: %s", strerror(errno));

@@ -107,11 +107,17 @@ int px_queue_buffer(struct sendq *q, struct evbuffer *out, int fd)
     return n > 0 ? sendq_add(q, fd, iov, n, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
 }
 
-ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out)
+ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out, uint64_t *maybe)
 {
     ssize_t n = sendq_result(q, *slot);
+    size_t len = sendq_msg_bytes(q, *slot);
 
     *slot = -1;
+    if (n == -EIO) {
+        evbuffer_drain(out, len);
+        if (maybe != NULL)
+            *maybe += len;
+    }
     if (n < 0) {
         errno = (int)-n;
         return -1;
@@ -542,7 +548,7 @@ void px_client_queue(struct px_client *c)
 
 void px_client_flush(struct px_client *c)
 {
-    if (c->sq_slot >= 0 && px_batched_result(c->w->sq, &c->sq_slot, c->out) < 0 &&
+    if (c->sq_slot >= 0 && px_batched_result(c->w->sq, &c->sq_slot, c->out, NULL) < 0 &&
         errno != EAGAIN && errno != EWOULDBLOCK) {
         client_close(c);
         return;

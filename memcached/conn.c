@@ -402,19 +402,22 @@ static int conn_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, 
     return c->niov;
 }
 
-/* ...and gives its result: taken as conn_flush takes a writev's, which then
- * writes whatever is left and sets the connection's events. */
-static void conn_wr_complete(struct sendq_writer *wr, bool sent, ssize_t res)
+/* ...tells what went, before anything else runs: the queue moves past it
+ * (another writer's completion may flush this connection)... */
+static void conn_wr_sent(struct sendq_writer *wr, size_t n)
 {
     struct conn *c = (struct conn *)((char *)wr - offsetof(struct conn, wr));
-    if (!c->closing && sent) {
-        if (res > 0) {
-            c->srv->stats.bytes_written += (uint64_t)res;
-            conn_consume_output(c, (size_t)res);
-        } else if (res != -EAGAIN && res != -EWOULDBLOCK) {
-            conn_close(c);
-        }
-    }
+    c->srv->stats.bytes_written += (uint64_t)n;
+    conn_consume_output(c, n);
+}
+
+/* ...and then its outcome: an error closes as a writev's would; conn_flush
+ * writes whatever is left and sets the connection's events. */
+static void conn_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
+{
+    struct conn *c = (struct conn *)((char *)wr - offsetof(struct conn, wr));
+    if (!c->closing && had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK)
+        conn_close(c);
     if (!c->closing)
         conn_flush(c);
     conn_release(c);
@@ -739,7 +742,7 @@ struct conn *conn_new(struct server *s, int fd)
         return NULL;
     c->srv = s;
     c->fd = fd;
-    sendq_writer_init(&c->wr, conn_wr_prepare, conn_wr_complete);
+    sendq_writer_init(&c->wr, conn_wr_prepare, conn_wr_sent, conn_wr_complete);
     c->rcap = RBUF_INITIAL;
     c->rbuf = malloc(c->rcap);
     c->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_event, c);

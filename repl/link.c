@@ -95,6 +95,7 @@ struct link {
     struct sendq *sq;          /* batched writes (sendq.h), or NULL: send at once */
     struct sendq_writer wr;    /* listed in sq: written after the loop pass; the
                                   listing holds a depth, so l stays alive */
+    unsigned wr_gen;           /* gen of the connection wr's message went on */
     enum link_state state;
     bool is_connector;
     bool user_closed;          /* link_close() was called */
@@ -956,22 +957,31 @@ static int link_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, 
     iov[0].iov_base = l->out.data + l->out.start;
     iov[0].iov_len = l->out.end - l->out.start;
     *fd = l->fd;
+    l->wr_gen = l->gen;
     return 1;
 }
 
-/* The batched send's result, taken as flush_output takes a send()'s; then
- * flush_output writes whatever is left and tells the owner it drained. */
-static void link_wr_complete(struct sendq_writer *wr, bool sent, ssize_t res)
+/* What went, before anything else runs (sendq.h, step 2). */
+static void link_wr_sent(struct sendq_writer *wr, size_t n)
 {
     struct link *l = (struct link *)((char *)wr - offsetof(struct link, wr));
-    if (sent && res > 0) {
-        l->out.start += (size_t)res;
-    } else if (sent && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK) {
+    l->out.start += n;
+}
+
+/* The outcome, taken as flush_output takes a send()'s, unless the
+ * connection it was for is gone by now (closed or torn down by an earlier
+ * writer's completion); then flush_output writes whatever is left and
+ * tells the owner it drained. */
+static void link_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
+{
+    struct link *l = (struct link *)((char *)wr - offsetof(struct link, wr));
+    if (had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK && l->state != LS_CLOSED &&
+        l->gen == l->wr_gen) {
         char why[128];
         snprintf(why, sizeof(why), "write: %s", strerror((int)-res));
         link_fail(l, why);
     }
-    if (l->fail_pending != NULL)
+    if (l->fail_pending != NULL && l->state != LS_CLOSED)
         link_fail(l, l->fail_pending);
     else if (may_write(l))
         flush_output(l);
@@ -1089,7 +1099,7 @@ static struct link *link_alloc(struct event_base *base)
         return NULL;
     l->base = base;
     l->fd = -1;
-    sendq_writer_init(&l->wr, link_wr_prepare, link_wr_complete);
+    sendq_writer_init(&l->wr, link_wr_prepare, link_wr_sent, link_wr_complete);
     l->backoff_ms = LINK_RETRY_MIN_MS;
     l->timer_ev = evtimer_new(base, on_timer, l);
     l->flush_ev = event_new(base, -1, 0, on_flush, l);

@@ -118,7 +118,7 @@ const char *link_last_error(const struct link *l);
 /* Close and free (no more callbacks). */
 void link_close(struct link *l);
 
-/* Output goes in the loop's batched writes (memcached/sendq.h) instead of
+/* Output goes in the loop's batched writes (repl/sendq.h) instead of
  * one send() per flush; NULL (the default) sends at once.  A listener
  * passes its sendq to the links it accepts. */
 struct sendq;

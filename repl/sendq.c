@@ -1,8 +1,8 @@
 /* sendq.c - batched socket writes (sendq.h): many sockets' messages in one
  * io_uring submission, or one sendmsg() each where io_uring is not there.
  *
- * The ring is created by sendq_new, which must therefore run in the thread
- * that submits: it is set up for a single issuer with deferred task work
+ * The ring is created by sendq_start, which must therefore run in the
+ * thread that submits: it is set up for a single issuer with deferred task work
  * (the cheapest mode, kernel 6.1), which binds it to that thread.  Older kernels refuse
  * those flags and get a plain ring; a kernel or sandbox without io_uring
  * makes the queue fall back to sendmsg() for good.  A send on a socket is
@@ -25,6 +25,9 @@
 /* A message's result before its completion is read (a send never fails
  * with EINPROGRESS on a connected socket). */
 #define RES_PENDING (-EINPROGRESS)
+/* Submissions or waits interrupted (EINTR) or refused for the moment
+ * (EAGAIN, EBUSY) in a row before the ring is given up. */
+#define SUBMIT_TRIES 16
 
 struct sendq {
     bool want_uring;
@@ -157,6 +160,16 @@ ssize_t sendq_result(const struct sendq *q, int slot)
     return q->res[slot];
 }
 
+size_t sendq_msg_bytes(const struct sendq *q, int slot)
+{
+    size_t n = 0;
+    if (slot < 0 || (size_t)slot >= q->n)
+        return 0;
+    for (size_t i = 0; i < q->msg[slot].msg_iovlen; i++)
+        n += q->msg[slot].msg_iov[i].iov_len;
+    return n;
+}
+
 void sendq_reset(struct sendq *q)
 {
     q->n = 0;
@@ -215,7 +228,7 @@ static bool ring_submit(struct sendq *q, size_t *taken)
     }
     size_t got = 0;
     *taken = 0;
-    while (*taken < q->n) {
+    for (int tries = 0; *taken < q->n && tries < SUBMIT_TRIES; tries++) {
         int rc = io_uring_submit_and_wait(&q->ring, (unsigned)(q->n - *taken));
         q->calls++;
         if (rc > 0)
@@ -224,11 +237,11 @@ static bool ring_submit(struct sendq *q, size_t *taken)
             break;
         got = ring_reap(q, got);
     }
-    while (got < *taken) {
+    for (int tries = 0; got < *taken; tries++) {
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&q->ring, &cqe);
         q->calls++;
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN) {
+        if (rc < 0 && ((rc != -EINTR && rc != -EAGAIN) || tries >= SUBMIT_TRIES)) {
             for (size_t i = 0; i < *taken; i++)
                 if (q->res[i] == RES_PENDING)
                     q->res[i] = -EIO;
@@ -267,11 +280,12 @@ void sendq_submit(struct sendq *q)
 
 /* ---- writers ---- */
 
-void sendq_writer_init(struct sendq_writer *wr, sendq_prepare_fn prepare,
+void sendq_writer_init(struct sendq_writer *wr, sendq_prepare_fn prepare, sendq_sent_fn sent,
                        sendq_complete_fn complete)
 {
     memset(wr, 0, sizeof(*wr));
     wr->prepare = prepare;
+    wr->sent = sent;
     wr->complete = complete;
     wr->slot = -1;
 }
@@ -306,6 +320,9 @@ void sendq_flush(struct sendq *q)
             wr->slot = sendq_add(q, fd, q->iov + q->niov, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     sendq_submit(q);
+    for (struct sendq_writer *wr = list; wr; wr = wr->next)
+        if (wr->slot >= 0 && q->res[wr->slot] > 0)
+            wr->sent(wr, (size_t)q->res[wr->slot]);
     while (list) {
         struct sendq_writer *wr = list;
         list = wr->next;

@@ -52,34 +52,48 @@ size_t sendq_count(const struct sendq *q);
  * count sent, or -errno. */
 void sendq_submit(struct sendq *q);
 ssize_t sendq_result(const struct sendq *q, int slot);
+/* The byte count a slot's message asked to send. */
+size_t sendq_msg_bytes(const struct sendq *q, int slot);
 
 /* Forget the batch (slots and results). */
 void sendq_reset(struct sendq *q);
 
 /* ---- writers ----
  * An object with bytes for one socket (a client connection, a replication
- * link) asks to be written at the end of the loop pass with sendq_want;
- * sendq_flush then asks every listed writer for its message (prepare: the
- * socket and an iovec of at most max entries, 0 for nothing), sends them
- * all in one submission and hands each its result (complete: sent false
- * when it had nothing or the batch was full, else the byte count or
- * -errno), whereupon the writer goes on as after its own send and writes
- * whatever is left itself.  Building the message only at flush time means
- * a writer closed or refilled meanwhile is asked about what it has then.
- * A listed writer must stay alive until its complete runs. */
+ * link) asks to be written at the end of the loop pass with sendq_want.
+ * sendq_flush then, in three steps:
+ *   1. asks every listed writer for its message (prepare: the socket and
+ *      an iovec of at most max entries; 0 for nothing), and sends them all
+ *      in one submission;
+ *   2. tells every writer whose bytes went how many (sent: n > 0), before
+ *      any of them runs anything else: sent only advances the writer's own
+ *      output and must not call out, so that when step 3 runs code that
+ *      reaches other writers (a completion that flushes another
+ *      connection), every buffer already says what left it;
+ *   3. hands each its outcome in turn (complete: had false when it had no
+ *      message or the batch was full, else the byte count or -errno; -EIO
+ *      means the bytes may or may not have gone, so the connection must be
+ *      dropped, not written again), whereupon it goes on as after its own
+ *      send and writes whatever is left itself.
+ * Building the message only at flush time means a writer closed or
+ * refilled meanwhile is asked about what it has then.  A listed writer
+ * must stay alive until its complete has run; it stays listed (so, for its
+ * owner, alive) while earlier writers' completes run. */
 struct sendq_writer;
 typedef int (*sendq_prepare_fn)(struct sendq_writer *wr, int *fd, struct iovec *iov, int max);
-typedef void (*sendq_complete_fn)(struct sendq_writer *wr, bool sent, ssize_t res);
+typedef void (*sendq_sent_fn)(struct sendq_writer *wr, size_t n);
+typedef void (*sendq_complete_fn)(struct sendq_writer *wr, bool had, ssize_t res);
 
 struct sendq_writer {
     sendq_prepare_fn prepare;
+    sendq_sent_fn sent;
     sendq_complete_fn complete;
     struct sendq_writer *next;
     bool listed;
     int slot;
 };
 
-void sendq_writer_init(struct sendq_writer *wr, sendq_prepare_fn prepare,
+void sendq_writer_init(struct sendq_writer *wr, sendq_prepare_fn prepare, sendq_sent_fn sent,
                        sendq_complete_fn complete);
 /* Lists wr for the next sendq_flush; false (nothing listed) when the queue
  * is not batching: the caller writes now.  Listing twice is one listing. */
