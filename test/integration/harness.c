@@ -363,7 +363,7 @@ pid_t harness_spawn_role(const char *conf, const char *role, int group, int inde
 
 /* Prints the last lines of the server's output (start-up errors, crash
  * reports such as sanitizer output) to stderr. */
-static void print_log_tail(const char *log_path)
+static void print_log_tail_as(const char *log_path, const char *label)
 {
     static char lines[LOG_TAIL_LINES][512];
     FILE *f = fopen(log_path, "r");
@@ -375,7 +375,18 @@ static void print_log_tail(const char *log_path)
     fclose(f);
     int first = count > LOG_TAIL_LINES ? count - LOG_TAIL_LINES : 0;
     for (int i = first; i < count; i++)
-        fprintf(stderr, "  server: %s", lines[i % LOG_TAIL_LINES]);
+        fprintf(stderr, "  %s: %s", label, lines[i % LOG_TAIL_LINES]);
+}
+
+static void print_log_tail(const char *log_path)
+{
+    print_log_tail_as(log_path, "server");
+}
+
+void harness_server_print_log(const harness_server *srv, const char *label)
+{
+    if (srv->log_path[0] != '\0')
+        print_log_tail_as(srv->log_path, label);
 }
 
 static bool reap_if_exited(pid_t pid, int *status)

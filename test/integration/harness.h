@@ -40,6 +40,10 @@ void harness_server_stop(harness_server *srv);
  * If it has died, prints the tail of its output once (e.g. a crash report). */
 bool harness_server_alive(const harness_server *srv);
 
+/* Prints the last lines of the server's output to stderr, each prefixed
+ * with label: what a failing test shows of a server that is still up. */
+void harness_server_print_log(const harness_server *srv, const char *label);
+
 /* For Check fixtures: fail the current test if the server is gone. */
 #define harness_assert_server_up(srv) \
     ck_assert_msg(harness_server_alive(srv), "server under test is not running " \

@@ -194,6 +194,7 @@ struct worker {
     char *value;      /* VALUE_MAX + 2 bytes: the value being sent */
     char *scratch;    /* VALUE_MAX + 2 bytes: a value being read */
     char bad[LINE_MAX_LEN];
+    char last[LINE_MAX_LEN];   /* the request being answered */
 };
 
 /* Mostly small values, sometimes large, rarely close to 1 MB. */
@@ -228,6 +229,7 @@ static bool send_storage(struct worker *w, const char *cmd, const char *key, lon
 {
     char head[LINE_MAX_LEN], line[LINE_MAX_LEN];
     fill_value(w, n);
+    snprintf(w->last, sizeof w->last, "%s %s (%zu bytes)", cmd, key, n);
     snprintf(head, sizeof head, "%s %s %u %ld %zu%s%s\r\n", cmd, key, below(&w->seed, 1000),
              exptime, n, cas != NULL ? " " : "", cas != NULL ? cas : "");
     if (!raw_send_str(w->c, head) || !raw_send(w->c, w->value, n + 2) ||
@@ -241,6 +243,7 @@ static bool send_storage(struct worker *w, const char *cmd, const char *key, lon
 static bool simple_command(struct worker *w, const char *req, const char *const *ok)
 {
     char line[LINE_MAX_LEN];
+    snprintf(w->last, sizeof w->last, "%.*s", (int)strcspn(req, "\r\n"), req);
     if (!raw_send_str(w->c, req) || !read_reply_line(w->c, line))
         return false;
     bool digits = line[0] >= '0' && line[0] <= '9';
@@ -253,6 +256,7 @@ static bool do_cas(struct worker *w, const char *key)
 {
     char req[LINE_MAX_LEN], cas[32];
     uint64_t v = 0;
+    snprintf(w->last, sizeof w->last, "gets %s", key);
     snprintf(req, sizeof req, "gets %s\r\n", key);
     if (!raw_send_str(w->c, req) || !read_values(w->c, &v, w->scratch))
         return false;
@@ -263,6 +267,7 @@ static bool do_cas(struct worker *w, const char *key)
 static bool do_get(struct worker *w, const char *key)
 {
     char req[LINE_MAX_LEN];
+    snprintf(w->last, sizeof w->last, "get %s", key);
     snprintf(req, sizeof req, "get %s\r\n", key);
     return raw_send_str(w->c, req) && read_values(w->c, NULL, w->scratch);
 }
@@ -312,6 +317,21 @@ static bool one_op(struct worker *w, bool may_flush)
     return do_get(w, key);
 }
 
+/* Why a reply did not come: the server closed or reset the connection, or
+ * it is still open and silent (a lost reply), or a reply stopped midway. */
+static const char *why_no_reply(raw_conn *c)
+{
+    char byte;
+    if (c->len > 0)
+        return "a reply stopped midway";
+    ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0)
+        return "the server closed the connection";
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return "no reply in time, connection still open";
+    return n < 0 ? strerror(errno) : "bytes came after the deadline";
+}
+
 /* A worker process: runs the workload, exits 0 when every reply was right. */
 static void worker_main(int port, int id)
 {
@@ -325,8 +345,11 @@ static void worker_main(int port, int id)
     long ops = 0;
     while (harness_now_ms() < end) {
         if (!one_op(&w, id == 0)) {
-            fprintf(stderr, "worker %d after %ld ops: %s\n", id, ops,
-                    w.bad[0] != '\0' ? w.bad : "no reply (connection lost or timeout)");
+            if (w.bad[0] != '\0')
+                fprintf(stderr, "worker %d after %ld ops: %s\n", id, ops, w.bad);
+            else
+                fprintf(stderr, "worker %d after %ld ops: %s: %s\n", id, ops, w.last,
+                        why_no_reply(w.c));
             _exit(1);
         }
         ops++;
@@ -335,9 +358,11 @@ static void worker_main(int port, int id)
     _exit(0);
 }
 
-static void run_workload(int port)
+/* Runs the workers; the number of the first that failed, or -1. */
+static int run_workload(int port)
 {
     pid_t pids[WORKERS];
+    int failed = -1;
     for (int i = 0; i < WORKERS; i++) {
         fflush(NULL);
         pids[i] = fork();
@@ -348,9 +373,10 @@ static void run_workload(int port)
     for (int i = 0; i < WORKERS; i++) {
         int status = 0;
         ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
-        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                      "worker %d failed (status %d)", i, status);
+        if (failed < 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+            failed = i;
     }
+    return failed;
 }
 
 /* ---- checks ---- */
@@ -390,6 +416,34 @@ static long long info_stat(int port, const char *name)
     }
     free(c);
     return v;
+}
+
+/* What a failed workload leaves to look at: each server's state as it
+ * tells it (xids, write queue, links) and the end of its log. */
+static void print_server_state(const harness_server *srv, const char *label)
+{
+    raw_conn *c = malloc(sizeof *c);
+    char line[LINE_MAX_LEN], secret[32];
+    test_secret(secret, sizeof secret);
+    fprintf(stderr, "%s (port %d, pid %d):\n", label, srv->port, (int)srv->pid);
+    if (c != NULL && raw_open(c, srv->port) && raw_auth(c, secret) &&
+        raw_send_str(c, "cocytus info\r\n")) {
+        while (read_reply_line(c, line) && strcmp(line, "END\r\n") != 0)
+            fprintf(stderr, "  %s: %s", label, line);
+        raw_close(c);
+    }
+    free(c);
+    harness_server_print_log(srv, label);
+}
+
+static void print_group_state(const struct group *g)
+{
+    char label[32];
+    print_server_state(&g->primary, "primary");
+    for (int i = 0; i < NBACKUPS; i++) {
+        snprintf(label, sizeof label, "backup %d", i);
+        print_server_state(&g->backup[i], label);
+    }
 }
 
 static void expect_reply(int port, const char *req, const char *prefix)
@@ -459,7 +513,11 @@ static void run_mode(const char *sync)
      * round does not fill the primary's memory gets more rounds. */
     long long evictions = 0;
     for (int round = 0; round < WORKLOAD_ROUNDS && evictions <= 0; round++) {
-        run_workload(g.primary.port);
+        int failed = run_workload(g.primary.port);
+        if (failed >= 0) {
+            print_group_state(&g);
+            ck_abort_msg("worker %d failed (sync %s, round %d)", failed, sync, round);
+        }
         evictions = info_stat(g.primary.port, "evictions");
     }
     harness_sleep_ms(EXPIRY_WAIT_MS);
