@@ -187,6 +187,18 @@ static void be_close_socket(struct px_backend *be)
     be->in.off = be->in.len = 0;
 }
 
+/* This flush step's batched message: what went is drained from out and
+ * counted as written, and so is a message that may or may not have gone
+ * (px_batched_result), since its ops may have been applied.  As
+ * px_send_buffer returns: bytes sent, or -1 with errno. */
+static ssize_t be_take_batch(struct px_backend *be)
+{
+    ssize_t n = px_batched_result(be->w->sq, &be->sq_slot, be->out, &be->written_bytes);
+    if (n > 0)
+        be->written_bytes += (uint64_t)n;
+    return n;
+}
+
 /* The connection failed: close it and hand every op on it back. */
 static void be_fail(struct px_backend *be, const char *why, bool timed_out)
 {
@@ -203,11 +215,8 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     px_count(timed_out ? &w->st.timeouts : &w->st.conn_failures, 1);
     /* A message of this flush step's batch went out or not: count it
      * first, since which ops may have been applied depends on it. */
-    if (be->sq_slot >= 0) {
-        ssize_t n = px_batched_result(w->sq, &be->sq_slot, be->out, &be->written_bytes);
-        if (n > 0)
-            be->written_bytes += (uint64_t)n;
-    }
+    if (be->sq_slot >= 0)
+        be_take_batch(be);
     uint64_t written = be->written_bytes;
     be_close_socket(be);
     be->state = BE_DOWN;
@@ -318,16 +327,11 @@ void px_backend_flush(struct px_backend *be)
     be->dirty = false;
     if (be->state != BE_UP)
         return;
-    if (be->sq_slot >= 0) {
-        ssize_t n = px_batched_result(be->w->sq, &be->sq_slot, be->out, &be->written_bytes);
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-            char why[120];
-            snprintf(why, sizeof(why), "write: %s", strerror(errno));
-            be_fail(be, why, false);
-            return;
-        }
-        if (n > 0)
-            be->written_bytes += (uint64_t)n;
+    if (be->sq_slot >= 0 && be_take_batch(be) < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        char why[120];
+        snprintf(why, sizeof(why), "write: %s", strerror(errno));
+        be_fail(be, why, false);
+        return;
     }
     for (int i = 0; i < 8 && evbuffer_get_length(be->out) > 0; i++) {
         ssize_t n = px_send_buffer(be->out, be->fd);
