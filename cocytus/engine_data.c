@@ -161,6 +161,10 @@ struct data_engine {
     /* A handoff: writes wait; quiet() once nothing is in flight. */
     bool hold_writes;
     bool handed;                  /* quiet at the handoff: reads wait too */
+    /* Started, and no parity process has told us yet whether the group
+     * holds records beyond ours (we restarted without our state): reads
+     * wait, as they do once we know we did. */
+    bool unsure;
     void (*quiet)(void *ctx, uint64_t xid);
     void *quiet_ctx;
     /* A replacement data process taking its copy (replica.h); requests wait
@@ -950,6 +954,20 @@ static void dp_refused(void *ctx)
     writeq_fail_all(&dp->queue, &res);
 }
 
+static void wake_waiters(struct data_engine *dp);
+
+/* A parity process holds no record beyond ours: our table is the group's,
+ * and reads that waited to know it are served. */
+static void dp_peer_up(void *ctx, int index)
+{
+    struct data_engine *dp = ctx;
+    (void)index;
+    if (!dp->unsure)
+        return;
+    dp->unsure = false;
+    wake_waiters(dp);
+}
+
 static void rebuild_step(struct data_engine *dp);
 
 static void dp_after_commit(void *ctx)
@@ -975,6 +993,7 @@ static const struct sender_callbacks dp_sender_callbacks = {
     .message = dp_message,
     .joined = rb_joined,
     .join_failed = rb_join_failed,
+    .peer_up = dp_peer_up,
 };
 
 /* ---- engine operations ---- */
@@ -1036,9 +1055,9 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
      * handed its keys over (reads must not see its frozen state once the
      * replacement takes writes), and a process that restarted without its
      * state (its empty table would answer misses for keys the group holds,
-     * e.g. while no coordinator leads to take it over): everything waits
-     * until the map moves. */
-    bool all_wait = dp->replica || dp->handed || dp->tx.refusing;
+     * e.g. while no coordinator leads to take it over, and until a parity
+     * process has told which it is): everything waits until the map moves. */
+    bool all_wait = dp->replica || dp->handed || dp->tx.refusing || dp->unsure;
     if (!dp->recovering && !all_wait)
         return false;
     struct item *e = all_wait ? NULL : meta_find(&dp->meta, key, nkey);
@@ -1693,6 +1712,7 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     }
     sender_set_sendq(&dp->tx, dp->sq);
     sender_start_at(&dp->tx, xid);
+    dp->unsure = false;
     if (max_cas + 1 > dp->cas_counter)
         dp->cas_counter = max_cas + 1;
     dp->touched_end = end;
@@ -1943,5 +1963,6 @@ struct engine *engine_data_new(const struct engine_config *cfg)
         return NULL;
     }
     sender_set_sendq(&dp->tx, dp->sq);
+    dp->unsure = true;
     return &dp->base;
 }

@@ -279,6 +279,8 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
     /* Tell it how far it may apply without waiting for the next record. */
     send_stable(s, l);
     advance_stable(s);
+    if (s->cb->peer_up && !s->refusing)
+        s->cb->peer_up(s->ctx, p->index);
 }
 
 static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,

@@ -61,6 +61,10 @@ struct sender_callbacks {
     /* Optional: the link to a peer added by sender_add_peer() dropped before
      * sender_peer_settled(); the peer is left out of the ack set already. */
     void (*join_failed)(void *ctx, enum cluster_role role, int index, const char *why);
+    /* Optional: the link to a peer of the ack set is up and the peer holds
+     * no record beyond ours, so this process did not restart without its
+     * state (else refused is called). */
+    void (*peer_up)(void *ctx, int index);
 };
 
 struct sender_peer {
