@@ -260,7 +260,8 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
         fail_all(s);
         return;
     }
-    if (p->joining) {
+    bool joining = p->joining;
+    if (joining) {
         /* A rebuild: the peer holds nothing yet; the owner sends the state
          * up to p->acked, then the records after it follow. */
         if (s->cb->joined)
@@ -279,7 +280,8 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
     /* Tell it how far it may apply without waiting for the next record. */
     send_stable(s, l);
     advance_stable(s);
-    if (s->cb->peer_up && !s->refusing)
+    /* A peer being rebuilt holds nothing yet: it tells nothing of ours. */
+    if (s->cb->peer_up && !s->refusing && !joining)
         s->cb->peer_up(s->ctx, p->index);
 }
 
