@@ -80,13 +80,20 @@ static bool write_cluster(struct group *g, const char *sync)
         fchmod(fileno(f), 0600);   /* it holds the secret */
     if (f == NULL)
         return false;
+    /* Picked together: two free ports picked one at a time may be the
+     * same one, and a server refuses a port equal to its link port. */
+    int ports[2 * (1 + NBACKUPS)];
+    if (!harness_pick_ports(ports, 2 * (1 + NBACKUPS))) {
+        fclose(f);
+        return false;
+    }
     char secret[32];
     test_secret(secret, sizeof secret);
     fprintf(f, "cluster pbrtest\nsecret %s\nscheme pbr %d\nsync %s\n"
             "memory " MEMORY_MB "m\nnode 0 127.0.0.1\n", secret, NBACKUPS, sync);
-    fprintf(f, "proc 0 primary 0 0 %d %d\n", harness_free_port(), harness_free_port());
+    fprintf(f, "proc 0 primary 0 0 %d %d\n", ports[0], ports[1]);
     for (int i = 0; i < NBACKUPS; i++)
-        fprintf(f, "proc 0 backup %d 0 %d %d\n", i, harness_free_port(), harness_free_port());
+        fprintf(f, "proc 0 backup %d 0 %d %d\n", i, ports[2 + 2 * i], ports[3 + 2 * i]);
     return fclose(f) == 0;
 }
 
