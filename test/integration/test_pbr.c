@@ -36,6 +36,9 @@
 #define NCOUNTERS 40
 #define MEMORY_MB "4"
 #define VALUE_MAX (1000 * 1024)      /* below the 1 MB item limit with header and key */
+/* A value read back may be larger: append and prepend grow a value up to
+ * the server's 1 MB item limit (header and key included). */
+#define READ_VALUE_MAX (1024 * 1024)
 #define EXPIRY_WAIT_MS 3000          /* 1-second items are dead on every clock by then */
 #define REPLY_TIMEOUT_MS 5000
 #define LINE_MAX_LEN 512
@@ -120,18 +123,38 @@ static bool start_role(harness_server *srv, const struct group *g, const char *r
     return harness_server_start(srv, args);
 }
 
-static void group_stop(struct group *g)
+static void stop_servers(struct group *g)
 {
-    char path[PATH_MAX + 32];
     harness_server_stop(&g->primary);
     for (int i = 0; i < NBACKUPS; i++)
         harness_server_stop(&g->backup[i]);
+    memset(&g->primary, 0, sizeof g->primary);
+    memset(g->backup, 0, sizeof g->backup);
+}
+
+static void group_stop(struct group *g)
+{
+    char path[PATH_MAX + 32];
+    stop_servers(g);
     snprintf(path, sizeof path, "%s/endpoints", g->dir);
     unlink(path);
     unlink(g->cluster);
     rmdir(g->dir);
 }
 
+static bool group_start_once(struct group *g, const char *sync)
+{
+    if (!write_cluster(g, sync))
+        return false;
+    for (int i = 0; i < NBACKUPS; i++)
+        if (!start_role(&g->backup[i], g, "backup", i))
+            return false;
+    return start_role(&g->primary, g, "primary", 0) && write_endpoints(g);
+}
+
+/* A link port of the cluster file may be taken by another test between
+ * picking it and listening on it: the whole group then starts again on new
+ * ports. */
 static bool group_start(struct group *g, const char *sync)
 {
     memset(g, 0, sizeof *g);
@@ -140,12 +163,14 @@ static bool group_start(struct group *g, const char *sync)
     if (mkdtemp(g->dir) == NULL)
         return false;
     snprintf(g->cluster, sizeof g->cluster, "%s/cluster.conf", g->dir);
-    if (!write_cluster(g, sync))
-        return false;
-    for (int i = 0; i < NBACKUPS; i++)
-        if (!start_role(&g->backup[i], g, "backup", i))
-            return false;
-    return start_role(&g->primary, g, "primary", 0) && write_endpoints(g);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (group_start_once(g, sync))
+            return true;
+        fprintf(stderr, "test_pbr: the group did not start (attempt %d); new ports\n",
+                attempt + 1);
+        stop_servers(g);
+    }
+    return false;
 }
 
 /* ---- one request at a time over the text protocol ---- */
@@ -172,8 +197,10 @@ static bool storage_reply_ok(const char *line)
     return is_one_of(line, ok);
 }
 
-/* Reads VALUE lines (data skipped) up to END; the last cas seen goes to *cas. */
-static bool read_values(raw_conn *c, uint64_t *cas, char *scratch)
+/* Reads VALUE lines (data skipped) up to END; the last cas seen goes to *cas.
+ * A reply that is there but wrong is described in bad (LINE_MAX_LEN bytes),
+ * so that it is never taken for a missing one. */
+static bool read_values(raw_conn *c, uint64_t *cas, char *scratch, char *bad)
 {
     char line[LINE_MAX_LEN];
     for (;;) {
@@ -185,8 +212,11 @@ static bool read_values(raw_conn *c, uint64_t *cas, char *scratch)
         unsigned flags, bytes;
         unsigned long long v = 0;
         int n = sscanf(line, "VALUE %255s %u %u %llu", key, &flags, &bytes, &v);
-        if (n < 3 || bytes > VALUE_MAX || !raw_read_exact(c, scratch, (size_t)bytes + 2,
-                                                          REPLY_TIMEOUT_MS))
+        if (n < 3 || bytes > READ_VALUE_MAX) {
+            snprintf(bad, LINE_MAX_LEN, "unexpected line in a get reply: %.200s", line);
+            return false;
+        }
+        if (!raw_read_exact(c, scratch, (size_t)bytes + 2, REPLY_TIMEOUT_MS))
             return false;
         if (n == 4 && cas != NULL)
             *cas = v;
@@ -199,7 +229,7 @@ struct worker {
     raw_conn *c;
     uint64_t seed;
     char *value;      /* VALUE_MAX + 2 bytes: the value being sent */
-    char *scratch;    /* VALUE_MAX + 2 bytes: a value being read */
+    char *scratch;    /* READ_VALUE_MAX + 2 bytes: a value being read */
     char bad[LINE_MAX_LEN];
     char last[LINE_MAX_LEN];   /* the request being answered */
 };
@@ -265,7 +295,7 @@ static bool do_cas(struct worker *w, const char *key)
     uint64_t v = 0;
     snprintf(w->last, sizeof w->last, "gets %s", key);
     snprintf(req, sizeof req, "gets %s\r\n", key);
-    if (!raw_send_str(w->c, req) || !read_values(w->c, &v, w->scratch))
+    if (!raw_send_str(w->c, req) || !read_values(w->c, &v, w->scratch, w->bad))
         return false;
     snprintf(cas, sizeof cas, "%" PRIu64, v != 0 && below(&w->seed, 4) != 0 ? v : v + 1);
     return send_storage(w, "cas", key, 0, 1 + below(&w->seed, 2000), cas);
@@ -276,7 +306,7 @@ static bool do_get(struct worker *w, const char *key)
     char req[LINE_MAX_LEN];
     snprintf(w->last, sizeof w->last, "get %s", key);
     snprintf(req, sizeof req, "get %s\r\n", key);
-    return raw_send_str(w->c, req) && read_values(w->c, NULL, w->scratch);
+    return raw_send_str(w->c, req) && read_values(w->c, NULL, w->scratch, w->bad);
 }
 
 static bool one_op(struct worker *w, bool may_flush)
@@ -345,7 +375,7 @@ static void worker_main(int port, int id)
     struct worker w = { .seed = 0x9e3779b97f4a7c15ULL * (uint64_t)(id + 1) ^ (uint64_t)getpid() };
     w.c = malloc(sizeof *w.c);
     w.value = malloc(VALUE_MAX + 2);
-    w.scratch = malloc(VALUE_MAX + 2);
+    w.scratch = malloc(READ_VALUE_MAX + 2);
     if (w.c == NULL || w.value == NULL || w.scratch == NULL || !raw_open(w.c, port))
         _exit(2);
     int64_t end = harness_now_ms() + WORKLOAD_MS;
@@ -512,10 +542,41 @@ static void compare_reads(int primary_port, int backup_port)
     free(b);
 }
 
+/* An append may grow a value past what the workload ever sets (VALUE_MAX),
+ * up to the item limit; the workload's reads must take such a value (once
+ * they took it for a lost reply). */
+static void grown_value_reads(int port)
+{
+    raw_conn *c = malloc(sizeof *c);
+    char *value = malloc(VALUE_MAX + 2), *scratch = malloc(READ_VALUE_MAX + 2);
+    char head[LINE_MAX_LEN], line[LINE_MAX_LEN], bad[LINE_MAX_LEN] = "";
+    ck_assert(c && value && scratch && raw_open(c, port));
+    memset(value, 'g', VALUE_MAX + 2);
+    memcpy(value + VALUE_MAX - 1, "\r\n", 2);
+    snprintf(head, sizeof head, "set grown 0 0 %d\r\n", VALUE_MAX - 1);
+    ck_assert(raw_send_str(c, head) && raw_send(c, value, VALUE_MAX + 1) &&
+              read_reply_line(c, line));
+    ck_assert_msg(strcmp(line, "STORED\r\n") == 0, "set of %d bytes: %s", VALUE_MAX - 1, line);
+    memcpy(value + 200, "\r\n", 2);
+    ck_assert(raw_send_str(c, "append grown 0 0 200\r\n") && raw_send(c, value, 202) &&
+              read_reply_line(c, line));
+    ck_assert_msg(strcmp(line, "STORED\r\n") == 0, "append of 200 bytes: %s", line);
+    uint64_t cas = 0;
+    ck_assert(raw_send_str(c, "gets grown\r\n"));
+    ck_assert_msg(read_values(c, &cas, scratch, bad) && cas != 0,
+                  "gets of a value grown to %d bytes: %s", VALUE_MAX - 1 + 200,
+                  bad[0] != '\0' ? bad : "no reply");
+    raw_close(c);
+    free(c);
+    free(value);
+    free(scratch);
+}
+
 static void run_mode(const char *sync)
 {
     struct group g;
     ck_assert_msg(group_start(&g, sync), "PBR(2) group with sync %s did not start", sync);
+    grown_value_reads(g.primary.port);
     /* The workload is bounded in time; a machine slow enough that one
      * round does not fill the primary's memory gets more rounds. */
     long long evictions = 0;
