@@ -555,10 +555,13 @@ static enum try_result try_mutation(struct primary *pe, const struct eng_mutatio
 
 /* ---- the write queue ---- */
 
+/* A timer already set stays as it is: adding it again would push it back,
+ * and writes queued faster than once per PRIMARY_RETRY_USEC would then
+ * never be retried (ASYNC has no commit batch to retry them after). */
 static void arm_retry(struct primary *pe)
 {
     struct timeval tv = { 0, PRIMARY_RETRY_USEC };
-    if (!writeq_empty(&pe->queue))
+    if (!writeq_empty(&pe->queue) && !evtimer_pending(pe->retry_ev, NULL))
         event_add(pe->retry_ev, &tv);
 }
 
