@@ -354,16 +354,28 @@ int sender_init(struct sender *s, struct event_base *base, const struct cluster 
                              sync, cb, ctx, who, verbose);
 }
 
+/* The link to peer p at host:link_port, its output going through the
+ * sender's batched writes (sender_set_sendq); NULL if it cannot start. */
+static struct link *connect_peer(struct sender *s, struct sender_peer *p, const char *host,
+                                 int link_port)
+{
+    static const struct link_callbacks link_cb = {
+        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
+        .on_drained = peer_drained,
+    };
+    struct link *l = link_connect(s->base, host, link_port, &s->me, s->cluster->secret,
+                                  &link_cb, p);
+    if (l)
+        link_set_sendq(l, s->sq);
+    return l;
+}
+
 int sender_init_peers(struct sender *s, struct event_base *base, const struct cluster *c,
                       int group, enum link_role my_role, int my_index,
                       enum cluster_role peer_role, const int *peer_index, int npeers,
                       enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
                       const char *who, int verbose)
 {
-    static const struct link_callbacks link_cb = {
-        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
-        .on_drained = peer_drained,
-    };
     memset(s, 0, sizeof(*s));
     s->base = base;
     s->cb = cb;
@@ -403,10 +415,7 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
         s->peers[j].s = s;
         s->peers[j].index = peer_index[j];
         s->peers[j].role = peer_role;
-        s->peers[j].link = link_connect(base, pp->host, pp->link_port, &me, c->secret, &link_cb,
-                                        &s->peers[j]);
-        if (s->peers[j].link)
-            link_set_sendq(s->peers[j].link, s->sq);
+        s->peers[j].link = connect_peer(s, &s->peers[j], pp->host, pp->link_port);
         if (!s->peers[j].link) {
             sender_log(s, "cannot start a link to %s %d at %s:%d", cluster_role_name(peer_role),
                        peer_index[j], pp->host, pp->link_port);
@@ -571,10 +580,6 @@ static struct sender_peer *peer_slot_for(struct sender *s, int index)
 int sender_add_peer_at(struct sender *s, int index, const char *host, int link_port,
                        bool rebuilding)
 {
-    static const struct link_callbacks link_cb = {
-        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
-        .on_drained = peer_drained,
-    };
     struct sender_peer *p = peer_slot_for(s, index);
     if (!p)
         return -1;
@@ -584,9 +589,7 @@ int sender_add_peer_at(struct sender *s, int index, const char *host, int link_p
     p->role = s->peer_role;
     p->rebuilding = rebuilding;
     p->acked = p->written = rebuilding ? s->xid : s->stable;
-    p->link = link_connect(s->base, host, link_port, &s->me, s->cluster->secret, &link_cb, p);
-    if (p->link)
-        link_set_sendq(p->link, s->sq);
+    p->link = connect_peer(s, p, host, link_port);
     if (!p->link) {
         p->dropped = true;
         sender_log(s, "cannot start a link to peer %d at %s:%d", index, host, link_port);
@@ -641,10 +644,6 @@ void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index)
 
 int sender_add_peer(struct sender *s, enum cluster_role role, int index)
 {
-    static const struct link_callbacks link_cb = {
-        .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
-        .on_drained = peer_drained,
-    };
     struct sender_peer *p = peer_of(s, role, index);
     if (p && !p->dropped)
         return -1;
@@ -664,10 +663,7 @@ int sender_add_peer(struct sender *s, enum cluster_role role, int index)
     p->dropped = false;
     p->joining = true;
     p->acked = p->written = s->xid;
-    p->link = link_connect(s->base, pp->host, pp->link_port, &s->me, s->cluster->secret,
-                           &link_cb, p);
-    if (p->link)
-        link_set_sendq(p->link, s->sq);
+    p->link = connect_peer(s, p, pp->host, pp->link_port);
     if (!p->link) {
         p->dropped = true;
         return -1;
