@@ -389,10 +389,15 @@ static void flush_queued(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static struct conn *conn_of_writer(struct sendq_writer *wr)
+{
+    return (struct conn *)((char *)wr - offsetof(struct conn, wr));
+}
+
 /* The batch asks for the connection's message: its completed replies. */
 static int conn_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, int max)
 {
-    struct conn *c = (struct conn *)((char *)wr - offsetof(struct conn, wr));
+    struct conn *c = conn_of_writer(wr);
     if (c->closing || c->out_blocked)
         return 0;
     conn_consume_output(c, 0);
@@ -406,7 +411,7 @@ static int conn_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, 
  * (another writer's completion may flush this connection)... */
 static void conn_wr_sent(struct sendq_writer *wr, size_t n)
 {
-    struct conn *c = (struct conn *)((char *)wr - offsetof(struct conn, wr));
+    struct conn *c = conn_of_writer(wr);
     c->srv->stats.bytes_written += (uint64_t)n;
     conn_consume_output(c, n);
 }
@@ -415,7 +420,7 @@ static void conn_wr_sent(struct sendq_writer *wr, size_t n)
  * writes whatever is left and sets the connection's events. */
 static void conn_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
 {
-    struct conn *c = (struct conn *)((char *)wr - offsetof(struct conn, wr));
+    struct conn *c = conn_of_writer(wr);
     if (!c->closing && had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK)
         conn_close(c);
     if (!c->closing)

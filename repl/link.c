@@ -939,19 +939,22 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     l->flush_queued = false;
     if (l->fail_pending != NULL) {
         link_fail(l, l->fail_pending);
-    } else if (may_write(l)) {
-        if (!l->wr.listed && sendq_want(l->sq, &l->wr)) {
+    } else if (may_write(l) && !l->wr.listed) {
+        if (sendq_want(l->sq, &l->wr))
             return;                 /* the listing keeps our depth */
-        }
-        if (!l->wr.listed)
-            flush_output(l);
+        flush_output(l);
     }
     link_leave(l);
 }
 
+static struct link *link_of_writer(struct sendq_writer *wr)
+{
+    return (struct link *)((char *)wr - offsetof(struct link, wr));
+}
+
 static int link_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, int max)
 {
-    struct link *l = (struct link *)((char *)wr - offsetof(struct link, wr));
+    struct link *l = link_of_writer(wr);
     if (max < 1 || l->fail_pending != NULL || !may_write(l) || l->out.start >= l->out.end)
         return 0;
     iov[0].iov_base = l->out.data + l->out.start;
@@ -964,7 +967,7 @@ static int link_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, 
 /* What went, before anything else runs (sendq.h, step 2). */
 static void link_wr_sent(struct sendq_writer *wr, size_t n)
 {
-    struct link *l = (struct link *)((char *)wr - offsetof(struct link, wr));
+    struct link *l = link_of_writer(wr);
     l->out.start += n;
 }
 
@@ -974,7 +977,7 @@ static void link_wr_sent(struct sendq_writer *wr, size_t n)
  * tells the owner it drained. */
 static void link_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
 {
-    struct link *l = (struct link *)((char *)wr - offsetof(struct link, wr));
+    struct link *l = link_of_writer(wr);
     if (had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK && l->state != LS_CLOSED &&
         l->gen == l->wr_gen) {
         char why[128];
