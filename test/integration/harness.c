@@ -363,7 +363,7 @@ pid_t harness_spawn_role(const char *conf, const char *role, int group, int inde
 
 /* Prints the last lines of the server's output (start-up errors, crash
  * reports such as sanitizer output) to stderr. */
-static void print_log_tail_as(const char *log_path, const char *label)
+static void print_log_tail(const char *log_path, const char *label)
 {
     static char lines[LOG_TAIL_LINES][512];
     FILE *f = fopen(log_path, "r");
@@ -378,15 +378,10 @@ static void print_log_tail_as(const char *log_path, const char *label)
         fprintf(stderr, "  %s: %s", label, lines[i % LOG_TAIL_LINES]);
 }
 
-static void print_log_tail(const char *log_path)
-{
-    print_log_tail_as(log_path, "server");
-}
-
 void harness_server_print_log(const harness_server *srv, const char *label)
 {
     if (srv->log_path[0] != '\0')
-        print_log_tail_as(srv->log_path, label);
+        print_log_tail(srv->log_path, label);
 }
 
 static bool reap_if_exited(pid_t pid, int *status)
@@ -438,7 +433,7 @@ static bool start_once(harness_server *srv, const char *path,
     if (wait_until_ready(pid, port))
         return true;
     fprintf(stderr, "harness: %s did not come up on port %d\n", path, port);
-    print_log_tail(srv->log_path);
+    print_log_tail(srv->log_path, "server");
     harness_server_stop(srv);
     return false;
 }
@@ -521,7 +516,7 @@ static void report_death_once(const harness_server *srv)
     close(fd);
     fprintf(stderr, "harness: server pid %d (port %d) is gone; its last output:\n",
             (int)srv->pid, srv->port);
-    print_log_tail(srv->log_path);
+    print_log_tail(srv->log_path, "server");
 }
 
 bool harness_server_alive(const harness_server *srv)

@@ -435,6 +435,15 @@ static int run_verify(const struct group *g)
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+/* Opens c to the server, authenticated, and asks for `cocytus info`: its
+ * STAT lines follow, up to END. */
+static bool info_start(raw_conn *c, int port)
+{
+    char secret[32];
+    test_secret(secret, sizeof secret);
+    return raw_open(c, port) && raw_auth(c, secret) && raw_send_str(c, "cocytus info\r\n");
+}
+
 /* One numeric STAT of `cocytus info`, or -1. */
 static long long info_stat(int port, const char *name)
 {
@@ -442,10 +451,7 @@ static long long info_stat(int port, const char *name)
     char line[LINE_MAX_LEN], want[96];
     long long v = -1;
     snprintf(want, sizeof want, "STAT %s ", name);
-    char secret[32];
-    test_secret(secret, sizeof secret);
-    if (c != NULL && raw_open(c, port) && raw_auth(c, secret) &&
-        raw_send_str(c, "cocytus info\r\n")) {
+    if (c != NULL && info_start(c, port)) {
         while (read_reply_line(c, line) && strcmp(line, "END\r\n") != 0)
             if (strncmp(line, want, strlen(want)) == 0)
                 v = atoll(line + strlen(want));
@@ -460,11 +466,9 @@ static long long info_stat(int port, const char *name)
 static void print_server_state(const harness_server *srv, const char *label)
 {
     raw_conn *c = malloc(sizeof *c);
-    char line[LINE_MAX_LEN], secret[32];
-    test_secret(secret, sizeof secret);
+    char line[LINE_MAX_LEN];
     fprintf(stderr, "%s (port %d, pid %d):\n", label, srv->port, (int)srv->pid);
-    if (c != NULL && raw_open(c, srv->port) && raw_auth(c, secret) &&
-        raw_send_str(c, "cocytus info\r\n")) {
+    if (c != NULL && info_start(c, srv->port)) {
         while (read_reply_line(c, line) && strcmp(line, "END\r\n") != 0)
             fprintf(stderr, "  %s: %s", label, line);
         raw_close(c);
