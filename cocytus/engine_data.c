@@ -996,6 +996,21 @@ static const struct sender_callbacks dp_sender_callbacks = {
     .peer_up = dp_peer_up,
 };
 
+/* A data (or recovery) process replicates to parity processes, fully
+ * synchronously, through the loop's batched writes; the caller names the
+ * identity and the peers. */
+static struct sender_config dp_sender_config(struct data_engine *dp, const struct cluster *c,
+                                             enum link_role my_role, int my_index,
+                                             const char *who)
+{
+    return (struct sender_config){
+        .base = dp->evbase, .cluster = c, .group = dp->group,
+        .my_role = my_role, .my_index = my_index, .peer_role = ROLE_PARITY,
+        .sync = SENDER_SYNC_FULL, .cb = &dp_sender_callbacks, .ctx = dp,
+        .who = who, .verbose = dp->verbose, .sq = dp->sq,
+    };
+}
+
 /* ---- engine operations ---- */
 
 static eng_status dp_lookup(struct data_engine *dp, const char *key, size_t nkey,
@@ -1704,13 +1719,13 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     sender_destroy(&dp->tx);
     char who[64];
     snprintf(who, sizeof(who), "data g%d/%d", dp->group, dp->index);
-    if (sender_init_peers(&dp->tx, dp->evbase, dp->cluster, dp->group, LINK_ROLE_DATA, dp->index,
-                          ROLE_PARITY, peers, npeers, SENDER_SYNC_FULL, &dp_sender_callbacks, dp,
-                          who, dp->verbose) < 0) {
+    struct sender_config sc = dp_sender_config(dp, dp->cluster, LINK_ROLE_DATA, dp->index, who);
+    sc.peers = peers;
+    sc.npeers = npeers;
+    if (sender_init(&dp->tx, &sc) < 0) {
         dp_log(dp, "cannot start replicating after the handoff");
         abort();
     }
-    sender_set_sendq(&dp->tx, dp->sq);
     sender_start_at(&dp->tx, xid);
     dp->unsure = false;
     if (max_cas + 1 > dp->cas_counter)
@@ -1921,14 +1936,15 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
     dp->total_items = dp->meta.count;
     char who[64];
     snprintf(who, sizeof(who), "recovery g%d/dp%d@pp%d", dp->group, dp->index, rc->self_pp);
-    if (sender_init_peers(&dp->tx, dp->evbase, cfg->cluster, dp->group, LINK_ROLE_PARITY,
-                          rc->self_pp, ROLE_PARITY, rc->peers, rc->npeers, SENDER_SYNC_FULL,
-                          &dp_sender_callbacks, dp, who, dp->verbose) < 0) {
+    struct sender_config sc = dp_sender_config(dp, cfg->cluster, LINK_ROLE_PARITY, rc->self_pp,
+                                               who);
+    sc.peers = rc->peers;
+    sc.npeers = rc->npeers;
+    if (sender_init(&dp->tx, &sc) < 0) {
         dp->alloc = NULL;   /* still the caller's on failure */
         dp_destroy(&dp->base);
         return NULL;
     }
-    sender_set_sendq(&dp->tx, dp->sq);
     sender_start_at(&dp->tx, rc->start_xid);
     return &dp->base;
 }
@@ -1957,12 +1973,12 @@ struct engine *engine_data_new(const struct engine_config *cfg)
     }
     char who[64];
     snprintf(who, sizeof(who), "data g%d/%d", dp->group, dp->index);
-    if (sender_init(&dp->tx, dp->evbase, c, dp->group, LINK_ROLE_DATA, dp->index, ROLE_PARITY,
-                    dp->m, SENDER_SYNC_FULL, &dp_sender_callbacks, dp, who, dp->verbose) < 0) {
+    struct sender_config sc = dp_sender_config(dp, c, LINK_ROLE_DATA, dp->index, who);
+    sc.npeers = dp->m;
+    if (sender_init(&dp->tx, &sc) < 0) {
         dp_destroy(&dp->base);
         return NULL;
     }
-    sender_set_sendq(&dp->tx, dp->sq);
     dp->unsure = true;
     return &dp->base;
 }

@@ -1032,11 +1032,15 @@ static int sender_start(struct primary *pe, const struct primary_params *p)
     char who[64];
     snprintf(who, sizeof(who), "primary g%d", pe->group);
     pbr_member_identity(pe->m, pe->sh->member, &role, &index);
-    if (sender_init_peers(&pe->tx, pe->base, c, pe->group, (enum link_role)role, (int)index,
-                          ROLE_BACKUP, NULL, 0, pe->sync, &primary_sender_callbacks, pe, who,
-                          pe->verbose) < 0)
+    /* No peer yet: the backups are added below, each at its own xid. */
+    const struct sender_config sc = {
+        .base = pe->base, .cluster = c, .group = pe->group,
+        .my_role = (enum link_role)role, .my_index = (int)index, .peer_role = ROLE_BACKUP,
+        .sync = pe->sync, .cb = &primary_sender_callbacks, .ctx = pe,
+        .who = who, .verbose = pe->verbose, .sq = pe->sh->cfg.sq,
+    };
+    if (sender_init(&pe->tx, &sc) < 0)
         return -1;
-    sender_set_sendq(&pe->tx, pe->sh->cfg.sq);
     if (p->from > 0 && sender_continue(&pe->tx, p->from, p->carry) < 0)
         return -1;
     for (int j = 0; j < p->npeers; j++) {

@@ -342,20 +342,8 @@ static void peer_down(struct link *l, const char *why, void *ctx)
 
 /* ---- public ---- */
 
-int sender_init(struct sender *s, struct event_base *base, const struct cluster *c, int group,
-                enum link_role my_role, int my_index, enum cluster_role peer_role, int npeers,
-                enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
-                const char *who, int verbose)
-{
-    int peers[SENDER_MAX_PEERS];
-    for (int j = 0; j < npeers && j < SENDER_MAX_PEERS; j++)
-        peers[j] = j;
-    return sender_init_peers(s, base, c, group, my_role, my_index, peer_role, peers, npeers,
-                             sync, cb, ctx, who, verbose);
-}
-
 /* The link to peer p at host:link_port, its output going through the
- * sender's batched writes (sender_set_sendq); NULL if it cannot start. */
+ * sender's batched writes (sender_config.sq); NULL if it cannot start. */
 static struct link *connect_peer(struct sender *s, struct sender_peer *p, const char *host,
                                  int link_port)
 {
@@ -370,23 +358,22 @@ static struct link *connect_peer(struct sender *s, struct sender_peer *p, const 
     return l;
 }
 
-int sender_init_peers(struct sender *s, struct event_base *base, const struct cluster *c,
-                      int group, enum link_role my_role, int my_index,
-                      enum cluster_role peer_role, const int *peer_index, int npeers,
-                      enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
-                      const char *who, int verbose)
+int sender_init(struct sender *s, const struct sender_config *cfg)
 {
+    const struct cluster *c = cfg->cluster;
+    int npeers = cfg->npeers;
     memset(s, 0, sizeof(*s));
-    s->base = base;
-    s->cb = cb;
-    s->ctx = ctx;
-    s->sync = sync;
+    s->base = cfg->base;
+    s->cb = cfg->cb;
+    s->ctx = cfg->ctx;
+    s->sync = cfg->sync;
     s->npeers = npeers;
     s->cluster = c;
-    s->group = group;
-    s->peer_role = peer_role;
-    s->verbose = verbose;
-    snprintf(s->who, sizeof(s->who), "%s", who);
+    s->group = cfg->group;
+    s->peer_role = cfg->peer_role;
+    s->verbose = cfg->verbose;
+    s->sq = cfg->sq;
+    snprintf(s->who, sizeof(s->who), "%s", cfg->who);
     reclog_init(&s->log);
     /* No peer at all is allowed: a recovery process whose group has no
      * other parity process left replicates to nobody (no redundancy). */
@@ -394,31 +381,32 @@ int sender_init_peers(struct sender *s, struct event_base *base, const struct cl
         sender_log(s, "%d peers: must be 0..%d", npeers, SENDER_MAX_PEERS);
         return -1;
     }
-    s->stable_timer = evtimer_new(base, on_stable_timer, s);
-    s->alone_timer = evtimer_new(base, on_alone_timer, s);
+    s->stable_timer = evtimer_new(cfg->base, on_stable_timer, s);
+    s->alone_timer = evtimer_new(cfg->base, on_alone_timer, s);
     if (!s->stable_timer || !s->alone_timer)
         return -1;
     struct link_identity me;
     memset(&me, 0, sizeof(me));
     snprintf(me.cluster, sizeof(me.cluster), "%s", c->name);
-    me.group = (uint32_t)group;
-    me.role = (uint8_t)my_role;
-    me.index = (uint32_t)my_index;
+    me.group = (uint32_t)cfg->group;
+    me.role = (uint8_t)cfg->my_role;
+    me.index = (uint32_t)cfg->my_index;
     s->me = me;
     for (int j = 0; j < npeers; j++) {
-        const struct cluster_proc *pp = cluster_find(c, group, peer_role, peer_index[j]);
+        int index = cfg->peers ? cfg->peers[j] : j;
+        const struct cluster_proc *pp = cluster_find(c, cfg->group, cfg->peer_role, index);
         if (!pp) {
-            sender_log(s, "the cluster file has no %s %d in group %d", cluster_role_name(peer_role),
-                       peer_index[j], group);
+            sender_log(s, "the cluster file has no %s %d in group %d",
+                       cluster_role_name(cfg->peer_role), index, cfg->group);
             return -1;
         }
         s->peers[j].s = s;
-        s->peers[j].index = peer_index[j];
-        s->peers[j].role = peer_role;
+        s->peers[j].index = index;
+        s->peers[j].role = cfg->peer_role;
         s->peers[j].link = connect_peer(s, &s->peers[j], pp->host, pp->link_port);
         if (!s->peers[j].link) {
-            sender_log(s, "cannot start a link to %s %d at %s:%d", cluster_role_name(peer_role),
-                       peer_index[j], pp->host, pp->link_port);
+            sender_log(s, "cannot start a link to %s %d at %s:%d",
+                       cluster_role_name(cfg->peer_role), index, pp->host, pp->link_port);
             return -1;
         }
     }
@@ -745,10 +733,3 @@ void sender_info(const struct sender *s, eng_write_fn write, void *ctx)
     }
 }
 
-void sender_set_sendq(struct sender *s, struct sendq *q)
-{
-    s->sq = q;
-    for (int j = 0; j < s->npeers; j++)
-        if (s->peers[j].link)
-            link_set_sendq(s->peers[j].link, q);
-}

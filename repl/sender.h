@@ -84,7 +84,7 @@ struct sender_completion;
 
 struct sender {
     struct event_base *base;
-    struct sendq *sq;          /* its links' batched writes (sender_set_sendq) */
+    struct sendq *sq;          /* its links' batched writes (sender_config.sq) */
     const struct sender_callbacks *cb;
     void *ctx;
     enum sender_sync sync;
@@ -117,25 +117,35 @@ struct sender {
     struct link_identity me;
 };
 
-/* Start links to the M peers cluster_find(c, group, peer_role, 0..M-1) as
- * identity (my_role, my_index).  0, or -1 with a message on stderr. */
-int sender_init(struct sender *s, struct event_base *base, const struct cluster *c, int group,
-                enum link_role my_role, int my_index, enum cluster_role peer_role, int npeers,
-                enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
-                const char *who, int verbose);
-/* The same with an explicit list of peer indexes (cluster_find(c, group,
- * peer_role, peers[j])): a recovery process replicates to every parity
- * process of its group but itself. */
-int sender_init_peers(struct sender *s, struct event_base *base, const struct cluster *c,
-                      int group, enum link_role my_role, int my_index,
-                      enum cluster_role peer_role, const int *peers, int npeers,
-                      enum sender_sync sync, const struct sender_callbacks *cb, void *ctx,
-                      const char *who, int verbose);
-void sender_destroy(struct sender *s);
-/* The peers' links, now and later, write through the loop's batched writes
- * (link_set_sendq); NULL: at once. */
 struct sendq;
-void sender_set_sendq(struct sender *s, struct sendq *q);
+
+/* Who the sender is and whom it replicates to. */
+struct sender_config {
+    struct event_base *base;
+    const struct cluster *cluster;
+    int group;
+    enum link_role my_role;      /* the identity its links present */
+    int my_index;
+    enum cluster_role peer_role;
+    /* Peers cluster_find(cluster, group, peer_role, peers[j]) for j <
+     * npeers; peers NULL means 0..npeers-1 (a recovery process names every
+     * parity process of its group but itself). */
+    const int *peers;
+    int npeers;
+    enum sender_sync sync;
+    const struct sender_callbacks *cb;
+    void *ctx;
+    const char *who;             /* log prefix */
+    int verbose;
+    /* The loop's batched writes, which the peers' links (now and later)
+     * write through (link_set_sendq); NULL: each link writes at once. */
+    struct sendq *sq;
+};
+
+/* Start the links to the configured peers.  0, or -1 with a message on
+ * stderr. */
+int sender_init(struct sender *s, const struct sender_config *cfg);
+void sender_destroy(struct sender *s);
 
 /* Continue a stream that another process began: the last xid assigned,
  * stable and committed are all xid (a recovery process takes over a dead

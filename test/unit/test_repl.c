@@ -745,8 +745,12 @@ START_TEST(test_sender_continue_carry)
     int commits = 0;
     static const struct sender_callbacks cb = { .commit = count_commit };
     struct sender s;
-    ck_assert_int_eq(sender_init_peers(&s, base, &c, 0, LINK_ROLE_BACKUP, 1, ROLE_BACKUP, NULL,
-                                       0, SENDER_SYNC_FULL, &cb, &commits, "unit", 0), 0);
+    const struct sender_config sc = {
+        .base = base, .cluster = &c, .group = 0, .my_role = LINK_ROLE_BACKUP, .my_index = 1,
+        .peer_role = ROLE_BACKUP, .npeers = 0, .sync = SENDER_SYNC_FULL, .cb = &cb,
+        .ctx = &commits, .who = "unit",
+    };
+    ck_assert_int_eq(sender_init(&s, &sc), 0);
     struct reclog carry;
     reclog_init(&carry);
     for (uint64_t xid = 5; xid <= 9; xid++)
@@ -761,8 +765,7 @@ START_TEST(test_sender_continue_carry)
     ck_assert(!sender_in_flight(&s));
     /* Nothing in the carry above from: the stream goes on at from. */
     struct sender s2;
-    ck_assert_int_eq(sender_init_peers(&s2, base, &c, 0, LINK_ROLE_BACKUP, 1, ROLE_BACKUP,
-                                       NULL, 0, SENDER_SYNC_FULL, &cb, &commits, "unit", 0), 0);
+    ck_assert_int_eq(sender_init(&s2, &sc), 0);
     ck_assert_int_eq(sender_continue(&s2, 9, &carry), 0);
     ck_assert_uint_eq(s2.xid, 9);
     ck_assert_uint_eq(s2.log.count, 0);
