@@ -132,7 +132,8 @@ bool sendq_batched(const struct sendq *q)
 
 int sendq_add(struct sendq *q, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-    if (q->n == SENDQ_MAX_MSGS || iovcnt < 0 || (size_t)iovcnt > SENDQ_MAX_IOV - q->niov)
+    if (q->n == SENDQ_MAX_MSGS || iovcnt < 0 || iovcnt > SENDQ_MSG_MAX_IOV ||
+        (size_t)iovcnt > SENDQ_MAX_IOV - q->niov)
         return -1;
     size_t i = q->n++;
     struct iovec *v = q->iov + q->niov;
@@ -313,7 +314,7 @@ void sendq_flush(struct sendq *q)
         wr->slot = -1;
         int fd = -1;
         size_t room = SENDQ_MAX_IOV - q->niov;
-        int max = room > 1024 ? 1024 : (int)room;
+        int max = room > SENDQ_MSG_MAX_IOV ? SENDQ_MSG_MAX_IOV : (int)room;
         int n = max > 0 && q->n < SENDQ_MAX_MSGS ? wr->prepare(wr, &fd, q->iov + q->niov, max)
                                                  : 0;
         if (n > 0)

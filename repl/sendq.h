@@ -27,6 +27,9 @@
 
 #define SENDQ_MAX_MSGS 256      /* messages in one batch */
 #define SENDQ_MAX_IOV 4096      /* iovec entries in one batch, all messages together */
+/* iovec entries in one message: the kernel refuses a sendmsg() with more
+ * (UIO_MAXIOV, glibc's IOV_MAX), through io_uring as well. */
+#define SENDQ_MSG_MAX_IOV 1024
 
 struct sendq;
 
