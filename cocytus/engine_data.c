@@ -679,11 +679,18 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
     }
     /* memcached's rule (arith.h): a result that fits the old length keeps
      * it, padded with spaces, and the item's marks; else the digits alone
-     * (nobody holds a data process's entry, so "in place" always may). */
+     * (nobody holds a data process's entry, so "in place" always may).
+     * The old length can be anything up to the item limit ("5" and 500 KB
+     * of spaces is a number), so the result is built in the scratch
+     * buffer, not in a buffer of ARITH_DIGITS_MAX. */
     bool visible = entry_visible(dp, e);
-    char digits[ARITH_DIGITS_MAX + 1];
     size_t n = arith_result_len(value, visible ? e->nbytes : 0, visible);
-    arith_write(digits, value, n);
+    uint8_t *digits = scratch(&dp->value_buf, &dp->value_cap, n);
+    if (!digits) {
+        res->status = ENG_NO_MEMORY;
+        return TRY_DONE;
+    }
+    arith_write((char *)digits, value, n);
     bool in_place = visible && n == e->nbytes;
     uint8_t marks = in_place ? entry_marks(e) : m->marks;
     if (in_place && m->touch)       /* ma T: memcached sets the TTL of an in-place result */
@@ -692,7 +699,7 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
     begin_record(dp);
     res->value = value;
     /* An expired entry still owns its space: it is replaced like a live one. */
-    enum try_result tr = write_value(dp, m->key, m->nkey, e, (const uint8_t *)digits, n,
+    enum try_result tr = write_value(dp, m->key, m->nkey, e, digits, n,
                                      flags, exptime, cas, done, cookie, res);
     if (tr == TRY_SENT)
         note_marks(dp, cas, marks);

@@ -282,6 +282,12 @@ def script(s, k):
     s.run("errors: key too long, bad flag, bad data chunk",
           b"mg " + b"k" * 251 + b" v\r\nmg " + K("a") + b" !\r\nms " + K("a") +
           b" 2\r\nabc\r\n")
+    # found by test_garbage against a data process: a number padded to 300
+    # bytes keeps its length when incremented in place (the data engine
+    # once built it in a 21-byte stack buffer)
+    s.run("incr and ma on a number padded with spaces to 300 bytes",
+          b"ms " + K("pad") + b" 300\r\n5" + b" " * 299 + b"\r\nincr " + K("pad") +
+          b" 1\r\nma " + K("pad") + b" v\r\nmg " + K("pad") + b" s v\r\n")
     s.run("mn alone", b"")
 
 
