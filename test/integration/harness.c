@@ -519,12 +519,17 @@ static void report_death_once(const harness_server *srv)
     print_log_tail(srv->log_path, "server");
 }
 
+bool harness_pid_running(pid_t pid)
+{
+    char state = process_state(pid);
+    return state != 'Z' && state != 'X';
+}
+
 bool harness_server_alive(const harness_server *srv)
 {
     if (srv->pid <= 0)
         return false;
-    char state = process_state(srv->pid);
-    if (state != 'Z' && state != 'X')
+    if (harness_pid_running(srv->pid))
         return true;
     report_death_once(srv);
     return false;

@@ -36,6 +36,10 @@ bool harness_server_start(harness_server *srv, const char *const *extra_args);
 /* SIGTERM, wait up to 3 s, then SIGKILL; always reaps.  Safe to call twice. */
 void harness_server_stop(harness_server *srv);
 
+/* True while process pid exists and is not a zombie, from /proc: usable
+ * for processes that are not our children (a forked Check test). */
+bool harness_pid_running(pid_t pid);
+
 /* True while the server process runs (usable from forked test processes).
  * If it has died, prints the tail of its output once (e.g. a crash report). */
 bool harness_server_alive(const harness_server *srv);

@@ -1,12 +1,18 @@
 /* test_garbage.c - the server survives garbage.  From a fixed seed, rounds
  * of many concurrent connections send random bytes and random mixes of valid
- * and broken text and binary requests, split at random points, and end by
+ * and broken text (classic and meta commands) and binary requests, split at
+ * random points, and end by
  * reading everything, half-closing, closing without reading, resetting, or
  * quitting mid-request or mid-reply.  After every round the server must
  * still store and return a fresh value and must still hold, byte for byte,
  * every value stored before the barrage; at the end it must still run.
+ * All of it runs twice: against one plain server, and against data process 0
+ * of an RS(3,5) coding group, whose parity processes must then still agree
+ * with every data process (cocytus-cli verify and decode-check): garbage
+ * must not corrupt the erasure code either.
  * GARBAGE_SEED=<n> in the environment picks another seed. */
 #include "harness.h"
+#include "cgroup_harness.h"
 
 #include <check.h>
 #include <errno.h>
@@ -31,7 +37,14 @@
 #define MAX_ITEM (1u << 20)       /* -I 1m */
 #define BIN_MAX_BODY (MAX_ITEM + 20 + 250 + 1024)   /* bin_max_body(-I) */
 
-static harness_server server;
+/* What the barrage hits: one plain server, or data process 0 of a group. */
+static struct {
+    bool rs;
+    harness_server server;   /* plain */
+    struct cgroup group;     /* rs */
+    bool up;
+    int port;
+} target;
 static uint64_t base_seed;
 
 /* ---- deterministic randomness ---- */
@@ -182,7 +195,7 @@ static bool open_fresh(raw_conn *c)
 {
     /* Closed garbage connections may still count against -c for a moment. */
     for (int attempt = 0; attempt < 50; attempt++) {
-        if (raw_open(c, server.port))
+        if (raw_open(c, target.port))
             return true;
         harness_sleep_ms(20);
     }
@@ -228,24 +241,56 @@ static bool bin_store(raw_conn *c, const char *key, uint32_t flags, const bytes 
            res.status == 0 && res.opaque == 0x51;
 }
 
+/* The plain server runs with -m 8 -I 1m -c 64 (MAX_CONNS stays under the
+ * limit); the group's data processes have room for far more than the
+ * bounded key pool and take memcached's 1 MB item limit too. */
+static bool target_start(void)
+{
+    if (target.rs) {
+        target.up = cgroup_start(&target.group, 3, 5, "16m");
+        target.port = target.up ? cgroup_data_port(&target.group, 0) : 0;
+        return target.up;
+    }
+    const char *args[] = { "-m", "8", "-I", "1m", "-c", "64", NULL };
+    target.up = harness_server_start(&target.server, args);
+    if (!target.up)
+        target.server.pid = 0;
+    target.port = target.server.port;
+    return target.up;
+}
+
+static void target_stop(void)
+{
+    if (target.rs && target.up)
+        cgroup_stop(&target.group);
+    else if (!target.rs)
+        harness_server_stop(&target.server);
+    target.up = false;
+}
+
+/* Every process of the target still runs. */
+static bool target_alive(void)
+{
+    if (!target.up)
+        return false;
+    return target.rs ? cgroup_alive(&target.group) : harness_server_alive(&target.server);
+}
+
 /* Unchecked fixture (runs in the runner process): start, then store. */
 static void start_and_store(void)
 {
     const char *env = getenv("GARBAGE_SEED");
     base_seed = env && *env ? strtoull(env, NULL, 0) : DEFAULT_SEED;
     make_sentinels();
-    const char *args[] = { "-m", "8", "-I", "1m", "-c", "64", NULL };
     sentinels_stored = false;
-    if (!harness_server_start(&server, args)) {
-        server.pid = 0;
+    if (!target_start())
         return;
-    }
     /* A connection speaks the protocol of its first byte: one per protocol. */
     raw_conn *c = calloc(1, sizeof *c);
     bool ok = c != NULL;
     for (int i = 0; i < N_SENTINELS && ok; i++) {
         const sentinel *s = &sentinels[i];
-        ok = raw_open(c, server.port);
+        ok = raw_open(c, target.port);
         if (ok)
             ok = i == S_BINARY ? bin_store(c, s->key, s->flags, &s->value)
                                : text_store(c, s->key, s->flags, &s->value);
@@ -255,14 +300,23 @@ static void start_and_store(void)
     sentinels_stored = ok;
 }
 
-static void stop(void)
+static void start_plain(void)
 {
-    harness_server_stop(&server);
+    target.rs = false;
+    start_and_store();
+}
+
+static void start_group(void)
+{
+    target.rs = true;
+    start_and_store();
 }
 
 static void require_server(void)
 {
-    harness_assert_server_up(&server);
+    ck_assert_msg(target.up, target.rs ? "the RS(3,5) group did not start"
+                                       : "the server did not start");
+    ck_assert_msg(target_alive(), "the server is not running");
     ck_assert_msg(sentinels_stored, "could not store the values the barrage must not touch");
 }
 
@@ -320,7 +374,7 @@ static void expect_bin_value(raw_conn *c, const char *key, uint32_t flags, const
 /* The server answers, stores something new, and lost nothing stored. */
 static void check_server(const char *when)
 {
-    ck_assert_msg(harness_server_alive(&server), "%s: the server died", when);
+    ck_assert_msg(target_alive(), "%s: a server died", when);
     raw_conn *c = calloc(1, sizeof *c);
     ck_assert_ptr_nonnull(c);
     ck_assert_msg(open_fresh(c), "%s: no new connection accepted", when);
@@ -545,6 +599,100 @@ static void put_text_other(bytes *b)
     put_line_end(b);
 }
 
+/* ---- meta requests (mg ms md ma mn me) ---- */
+
+/* A pool key in standard base64, for the b flag (the decoded key stays in
+ * the bounded pool). */
+static void put_base64_pool_key(bytes *b)
+{
+    static const char digits[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char key[16];
+    int n = snprintf(key, sizeof key, "g:%u", below(POOL_SHORT));
+    for (int i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)(uint8_t)key[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)(uint8_t)key[i + 1] << 8;
+        if (i + 2 < n)
+            v |= (uint8_t)key[i + 2];
+        put_byte(b, (uint8_t)digits[(v >> 18) & 63]);
+        put_byte(b, (uint8_t)digits[(v >> 12) & 63]);
+        put_byte(b, i + 1 < n ? (uint8_t)digits[(v >> 6) & 63] : '=');
+        put_byte(b, i + 2 < n ? (uint8_t)digits[v & 63] : '=');
+    }
+}
+
+/* One flag of a meta request: a known one with a fitting token, a known one
+ * with a wrong token, or a character no command takes. */
+static void put_meta_flag(bytes *b)
+{
+    static const char numeric[] = "TNRCEFJD";   /* flags that carry a number */
+    static const char bare[] = "bcfhklqstvIx";  /* flags without a token */
+    static const char *const modes[] = { "S", "E", "A", "P", "R", "I", "D", "+", "-", "",
+                                         "Z", "SS" };
+    put_str(b, chance(95) ? " " : "  ");
+    uint32_t r = below(100);
+    if (r < 40) {
+        put_byte(b, (uint8_t)numeric[below(sizeof numeric - 1)]);
+        put_text_number(b);
+    } else if (r < 70) {
+        put_byte(b, (uint8_t)bare[below(sizeof bare - 1)]);
+        if (chance(5))
+            put_text_number(b);       /* a token where none belongs */
+    } else if (r < 80) {
+        put_fmt(b, "M%s", modes[below(sizeof modes / sizeof modes[0])]);
+    } else if (r < 90) {
+        put_byte(b, 'O');
+        put_fill(b, 'o', chance(80) ? below(8) : 32 + below(64));   /* over 31: too long */
+    } else {
+        put_byte(b, (uint8_t)"!9zZ{~"[below(6)]);
+    }
+}
+
+static void put_meta_request(bytes *b)
+{
+    static const char *const cmds[] = { "mg", "ms", "md", "ma", "mn", "me", "mz", "m" };
+    const char *cmd = cmds[chance(90) ? below(6) : 6 + below(2)];
+    bool set = strcmp(cmd, "ms") == 0;
+    size_t vlen = chance(80) ? below(chance(50) ? 16 : 2000) : 0;
+    put_str(b, cmd);
+    if (strcmp(cmd, "mn") != 0 || chance(10)) {
+        put_str(b, " ");
+        uint32_t r = below(100);
+        if (r < 80) {
+            put_text_key(b);
+        } else if (r < 92) {
+            put_base64_pool_key(b);
+            put_str(b, " b");
+        } else {
+            /* not base64 (or an unknown key) with b */
+            put_str(b, (const char *[]){ "!!!!", "abc", "Zm9v", "====", "Zg=" }[below(5)]);
+            put_str(b, " b");
+        }
+    }
+    if (set) {
+        put_str(b, " ");
+        uint32_t r = below(100);
+        if (r < 85)
+            put_fmt(b, "%zu", vlen);
+        else if (r < 92)
+            put_fmt(b, "%zu", vlen + 1);
+        else if (r < 96)
+            put_fmt(b, "%u", MAX_ITEM + 1);   /* refused, its data dropped */
+        else
+            put_text_number(b);
+    }
+    uint32_t nflags = chance(90) ? below(6) : below(25);   /* over 17: too many tokens */
+    for (uint32_t i = 0; i < nflags; i++)
+        put_meta_flag(b);
+    put_line_end(b);
+    if (set) {
+        put_noise(b, vlen, chance(50) ? NOISE_ANY : NOISE_TEXTY);
+        uint32_t r = below(100);
+        put_str(b, r < 88 ? "\r\n" : r < 93 ? "\n" : r < 97 ? "xx" : "");
+    }
+}
+
 /* Damage a request now and then: flip, insert NUL, drop or cut bytes. */
 static void mutate(bytes *b, size_t start)
 {
@@ -573,10 +721,12 @@ static void put_text_request(bytes *b)
 {
     size_t start = b->len;
     uint32_t r = below(100);
-    if (r < 40)
+    if (r < 32)
         put_text_storage(b);
-    else if (r < 65)
+    else if (r < 52)
         put_text_retrieval(b);
+    else if (r < 75)
+        put_meta_request(b);
     else
         put_text_other(b);
     mutate(b, start);
@@ -766,9 +916,9 @@ static void build_payload(bytes *b, enum mode mode, size_t budget)
         /* A multi-get line near the 1 MB limit: with its newline just under
          * the limit, or none before it is passed (the server closes). */
         bool over = chance(50);
-        size_t target = over ? (1u << 20) + 64 + below(4096) : (1u << 20) - 4096 - below(65536);
+        size_t line_len = over ? (1u << 20) + 64 + below(4096) : (1u << 20) - 4096 - below(65536);
         put_str(b, "get");
-        while (b->len < target) {
+        while (b->len < line_len) {
             if (chance(2))
                 put_fmt(b, " g:%u", below(POOL_SHORT));
             else
@@ -922,7 +1072,7 @@ static void run_round(const enum mode *modes, int nmodes, int nconns, size_t bud
     int64_t start = harness_now_ms();
     for (int i = 0; i < nconns; i++) {
         raw_conn rc;
-        ck_assert_msg(raw_open(&rc, server.port), "cannot connect to the server");
+        ck_assert_msg(raw_open(&rc, target.port), "cannot connect to the server");
         g[i].fd = rc.fd;
         fcntl(g[i].fd, F_SETFL, fcntl(g[i].fd, F_GETFL) | O_NONBLOCK);
         enum mode mode = i == 0 && huge_line ? M_HUGE_LINE : modes[below((uint32_t)nmodes)];
@@ -1079,7 +1229,7 @@ START_TEST(test_server_still_running)
                   "no stats reply");
     raw_close(c);
     free(c);
-    const char *names[] = { "cmd_get", "get_hits", "cmd_set", "total_connections",
+    const char *names[] = { "cmd_get", "get_hits", "cmd_set", "cmd_meta", "total_connections",
                             "curr_connections", "curr_items", "evictions" };
     fprintf(stderr, "garbage: server stats:");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -1087,15 +1237,34 @@ START_TEST(test_server_still_running)
     fprintf(stderr, "\n");
     ck_assert_msg(stat_value(reply, "cmd_set") >= 100 && stat_value(reply, "get_hits") >= 100,
                   "the barrage stored or fetched too little to mean anything");
-    ck_assert_msg(harness_server_alive(&server), "the server is gone");
+    ck_assert_msg(stat_value(reply, "cmd_meta") >= 100, "the barrage ran too few meta commands");
+    ck_assert_msg(target_alive(), "the server is gone");
 }
 END_TEST
 
-static Suite *garbage_suite(void)
+/* The group's parity processes still hold exactly what its data processes
+ * hold: the metadata replicas and the parity of every used range (verify),
+ * and every data process's region decodes from the others (decode-check). */
+START_TEST(test_group_still_consistent)
 {
-    Suite *s = suite_create("garbage");
-    TCase *tc = tcase_create("garbage");
-    tcase_add_unchecked_fixture(tc, start_and_store, stop);
+    ck_assert_msg(cgroup_write_endpoints(&target.group, -1, -1), "cannot write endpoints");
+    static const char *const checks[][2] = { { "verify", NULL }, { "decode-check", NULL } };
+    static char out[16384];
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        int rc = cgroup_cli(&target.group, checks[i], out, sizeof out, 60000);
+        fprintf(stderr, "garbage: $ cocytus-cli %s\n%s", checks[i][0], out);
+        ck_assert_msg(rc == 0 && strstr(out, "group 0: OK") != NULL,
+                      "cocytus-cli %s after the barrage exited %d:\n%s", checks[i][0], rc, out);
+    }
+    ck_assert_msg(target_alive(), "a server is gone");
+}
+END_TEST
+
+static Suite *garbage_suite(bool rs)
+{
+    Suite *s = suite_create(rs ? "garbage at an RS(3,5) data process" : "garbage at a plain server");
+    TCase *tc = tcase_create(rs ? "rs" : "plain");
+    tcase_add_unchecked_fixture(tc, rs ? start_group : start_plain, target_stop);
     tcase_add_checked_fixture(tc, require_server, NULL);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_random_bytes);
@@ -1104,13 +1273,16 @@ static Suite *garbage_suite(void)
     tcase_add_test(tc, test_everything_at_once);
     tcase_add_test(tc, test_abandoned_replies);
     tcase_add_test(tc, test_server_still_running);
+    if (rs)
+        tcase_add_test(tc, test_group_still_consistent);
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(garbage_suite());
+    SRunner *sr = srunner_create(garbage_suite(false));
+    srunner_add_suite(sr, garbage_suite(true));
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
