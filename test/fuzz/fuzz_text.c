@@ -149,7 +149,12 @@ static void check_parse(const char *buf, size_t len, size_t max_item,
         return;
     }
     CHECK(q->total == line);
-    if (is_retrieval(q->cmd)) {
+    if ((q->cmd == TC_GAT || q->cmd == TC_GATS) && q->nkeys_len == 0) {
+        /* "gat <exptime>" without a key (or with the line cut by a NUL
+         * before it): memcached answers an empty END. */
+        CHECK(q->key == NULL && q->nkey == 0);
+        CHECK(within(q->keys, 0, buf, line));
+    } else if (is_retrieval(q->cmd)) {
         check_key(q->key, q->nkey, buf, line);
         CHECK(within(q->keys, q->nkeys_len, buf, line));
         const char *p = q->keys, *end = q->keys + q->nkeys_len, *key;
