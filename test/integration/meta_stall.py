@@ -12,6 +12,7 @@ import argparse
 import os
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -85,6 +86,36 @@ def main():
     c.send(b"ms %s 5 T0\r\nstopv\r\nms %s 5 T0\r\nhealt\r\n" % (ks.encode(), kh.encode()))
     check(c.reply()[0] == "HD" and c.reply()[0] == "HD", "both keys stored through the proxy")
     b = Conn(a.proxy)
+
+    # 0. A client reset while its meta command waits for its own earlier
+    # classic request (held by the stopped server) must not hold up other
+    # clients: everything queued behind that meta command goes once the
+    # client is gone (the proxy once waited for an unrelated request to
+    # finish, which with nothing else going on was never).
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        r = Conn(a.proxy)
+        r.send(b"get %s\r\nmg %s v\r\n" % (ks.encode(), kh.encode()))
+        time.sleep(0.2)
+        b.send(b"get %s\r\n" % kh.encode())
+        time.sleep(0.1)
+        r.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        r.close()                   # a reset: the proxy closes the client at once
+        time.sleep(0.2)
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    tb = time.monotonic()
+    b.s.settimeout(t_try + slack)
+    try:
+        first = b.line()
+        value = b.data(5) if first.startswith("VALUE") else None
+        end = b.line() if value is not None else None
+    except (socket.timeout, EOFError) as e:
+        first, value, end = repr(e), None, None
+    b.s.settimeout(30)
+    check(first.startswith("VALUE") and value == b"healt" and end == "END",
+          "a get on another connection after a client was reset behind a deferred meta "
+          "command: %r %r %r in %.3f s" % (first, value, end, time.monotonic() - tb))
 
     # 1. A harmless lookup of the stopped server's key is tried again until
     # the deadline, then fails; a later request on the same connection
