@@ -6,7 +6,8 @@
 # one node, a primary and two backups, full sync, its coordinator, no
 # restarts).  After every round the primary and both backups must still
 # run, a fresh value must store and read back, and every value stored
-# before the barrages must come back byte for byte.  The trap stops
+# before the barrages must come back byte for byte; at the end both backups
+# must hold what the primary holds (cocytus-cli verify).  The trap stops
 # everything.
 set -u
 
@@ -14,8 +15,9 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
 garbage_bin=${COCYTUS_GARBAGE:-$build_dir/test/integration/test_garbage}
+cli=$build_dir/client/cocytus-cli
 
-need_built "$server_bin" "$garbage_bin" "$build_dir/cocytus/cocytus-node"
+need_built "$server_bin" "$garbage_bin" "$cli" "$build_dir/cocytus/cocytus-node"
 
 dir=""
 cleanup() {
@@ -47,5 +49,14 @@ else
         echo "---- $log (tail) ----"
         tail -n 10 "$log"
     done
+fi
+
+out=$("$cli" --dir "$dir" verify 2>&1)
+echo "$ cocytus-cli verify"
+echo "$out"
+if echo "$out" | grep -q "group 0: OK"; then
+    ok "cocytus-cli verify after the barrages"
+else
+    fail "cocytus-cli verify after the barrages"
 fi
 finish

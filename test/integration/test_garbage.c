@@ -1322,7 +1322,7 @@ START_TEST(test_group_still_consistent)
     static const char *const checks[][2] = { { "verify", NULL }, { "decode-check", NULL } };
     static char out[16384];
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
-        int rc = cgroup_cli(&target.group, checks[i], out, sizeof out, 60000);
+        int rc = cgroup_cli(&target.group, checks[i], out, sizeof out, 25000);
         fprintf(stderr, "garbage: $ cocytus-cli %s\n%s", checks[i][0], out);
         ck_assert_msg(rc == 0 && strstr(out, "group 0: OK") != NULL,
                       "cocytus-cli %s after the barrage exited %d:\n%s", checks[i][0], rc, out);
@@ -1343,7 +1343,7 @@ static Suite *garbage_suite(bool rs)
                                                     : start_plain,
                                 target_stop);
     tcase_add_checked_fixture(tc, require_server, NULL);
-    tcase_set_timeout(tc, target.external ? 60 : 30);   /* a proxy and a group: slower */
+    tcase_set_timeout(tc, target.external || rs ? 60 : 30);   /* a group (and a proxy): slower */
     tcase_add_test(tc, test_random_bytes);
     tcase_add_test(tc, test_text_mix);
     tcase_add_test(tc, test_binary_mix);
