@@ -201,6 +201,7 @@ struct px_req {
     uint32_t bin_opaque;
     uint64_t hits;
     unsigned nops, pending;
+    unsigned ndeferred;             /* its launches waiting in px_meta.c's deferred list */
     uint64_t route_gen;             /* the worker's route_gen when it arrived */
     struct px_op **ops;
     struct px_op *one[1];           /* ops storage for single-op requests */

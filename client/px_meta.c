@@ -34,10 +34,13 @@
  *
  * Order.  A client's meta and classic requests travel on different server
  * connections, so one could overtake the other (an mg right after a set
- * would miss it).  A request therefore waits, in a worker FIFO of deferred
- * launches, while an earlier request of its client of the other kind is
- * unanswered (or anything is deferred already); it is launched from a
- * worker event once that one answers.  Meta after meta keeps its order on
+ * would miss it).  A request therefore waits, in the worker's list of
+ * deferred launches, while an earlier request of its client of the other
+ * kind is unanswered, or an earlier one of its client still waits there
+ * (launches keep the client's order); it is launched from a worker event
+ * once that is no longer so.  Other clients' requests never wait behind
+ * it: one client's request held by a stopped server holds only that
+ * client.  Meta after meta keeps its order on
  * one server's connection; when the map changes under a pipelining client
  * (an earlier meta command for the same slot still queued at the old
  * owner, or waiting to be sent again, and this one would go elsewhere),
@@ -616,13 +619,18 @@ static bool is_meta(const struct px_req *rq)
     return rq->text_cmd == PX_TEXT_META;
 }
 
-/* Has rq's client an earlier request of the other kind unanswered? */
-static bool waits_for_other_kind(const struct px_req *rq)
+/* Must rq's launch wait?  While an earlier request of its client of the
+ * other kind is unanswered, or an earlier one of its client is still
+ * deferred. */
+static bool launch_waits(const struct px_req *rq)
 {
     bool meta = is_meta(rq);
-    for (const struct px_req *e = rq->c->head; e != NULL && e != rq; e = e->next)
+    for (const struct px_req *e = rq->c->head; e != NULL && e != rq; e = e->next) {
+        if (e->ndeferred > 0)
+            return true;
         if (!e->done && e->pending > 0 && is_meta(e) != meta)
             return true;
+    }
     return false;
 }
 
@@ -639,6 +647,7 @@ static bool defer_push(struct px_meta *pm, struct px_mop *mop, struct px_op *op)
     else
         pm->dhead = d;
     pm->dtail = d;
+    (mop ? mop->op->req : op->req)->ndeferred++;
     return true;
 }
 
@@ -647,21 +656,31 @@ static struct px_req *defer_req(const struct px_defer *d)
     return d->mop ? d->mop->op->req : d->op->req;
 }
 
-/* Launches the deferred requests at the front that no longer wait. */
+/* Launches, in order, every deferred request that no longer waits (a
+ * closed client's ones included: nothing waits for them). */
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
     struct px_worker *w = arg;
     struct px_meta *pm = w->meta;
     (void)fd;
     (void)what;
-    while (pm->dhead) {
-        struct px_defer *d = pm->dhead;
+    struct px_defer *d = pm->dhead, *prev = NULL;
+    while (d) {
+        struct px_defer *next = d->next;
         struct px_req *rq = defer_req(d);
-        if (rq != NULL && waits_for_other_kind(rq))
-            break;
-        pm->dhead = d->next;
-        if (pm->dhead == NULL)
-            pm->dtail = NULL;
+        if (rq != NULL && launch_waits(rq)) {
+            prev = d;
+            d = next;
+            continue;
+        }
+        if (prev)
+            prev->next = next;
+        else
+            pm->dhead = next;
+        if (pm->dtail == d)
+            pm->dtail = prev;
+        if (rq != NULL)
+            rq->ndeferred--;
         if (d->mop) {
             mop_launch(w, d->mop);
         } else {
@@ -669,6 +688,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
             px_route_op(w, d->op);      /* frees it if its client is gone */
         }
         free(d);
+        d = next;
     }
 }
 
@@ -677,7 +697,7 @@ bool px_meta_defer_classic(struct px_worker *w, struct px_req *rq)
     struct px_meta *pm = w->meta;
     if (pm == NULL || (pm->inflight == 0 && pm->dhead == NULL))
         return false;
-    if (pm->dhead == NULL && !waits_for_other_kind(rq))
+    if (!launch_waits(rq))
         return false;
     for (unsigned i = 0; i < rq->nops; i++) {
         /* "in flight" while deferred: a closing client detaches it */
@@ -720,7 +740,7 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     memcpy(mop->wire, buf, req->total);
     w->meta->inflight++;
     count_command(w, req->cmd);
-    if ((w->meta->dhead != NULL || waits_for_other_kind(rq)) && defer_push(w->meta, mop, NULL))
+    if (launch_waits(rq) && defer_push(w->meta, mop, NULL))
         return;
     mop_launch(w, mop);
 }
