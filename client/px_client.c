@@ -387,10 +387,9 @@ static void client_close(struct px_client *c)
     c->tail = NULL;
     c->nreqs = 0;
     struct px_worker *w = c->w;
-    /* Launches deferred behind this client's requests (px_meta.c, "Order")
-     * may go now: its own are detached, and one waiting for them waits for
-     * nothing.  Nothing else would say so: a detached op's reply finishes
-     * no request, and every later launch, of any client, queues behind. */
+    /* Its launches deferred for order (px_meta.c, "Order") are detached
+     * now and may go: nothing else would say so, since a detached op's
+     * reply finishes no request. */
     px_meta_kick(w);
     if (c->prev)
         c->prev->next = c->next;
