@@ -257,6 +257,7 @@ struct px_client {
     struct px_client *prev, *next;  /* the worker's clients */
     struct px_req *head, *tail;
     unsigned nreqs;
+    unsigned kick_pass;             /* px_meta.c: the kick pass that found it waiting */
     size_t held_bytes;              /* request bytes its ops keep for resending */
     int64_t last_active_ms;
 };

@@ -118,6 +118,7 @@ struct px_meta {
     struct px_mop *whead, *wtail;   /* waiting to be sent again, in order */
     struct px_defer *dhead, *dtail;
     struct event *kick;             /* launches what no longer waits */
+    unsigned pass;                  /* kicks run, to mark clients found waiting */
 };
 
 /* ---- the client's side ---- */
@@ -657,18 +658,23 @@ static struct px_req *defer_req(const struct px_defer *d)
 }
 
 /* Launches, in order, every deferred request that no longer waits (a
- * closed client's ones included: nothing waits for them). */
+ * closed client's ones included: nothing waits for them).  Once one entry
+ * of a client waits, so do its later ones (they come after it in the
+ * client's order): the client is marked for this pass and not looked at
+ * again, so a pass costs one launch_waits per waiting client. */
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
     struct px_worker *w = arg;
     struct px_meta *pm = w->meta;
     (void)fd;
     (void)what;
+    unsigned pass = ++pm->pass;
     struct px_defer *d = pm->dhead, *prev = NULL;
     while (d) {
         struct px_defer *next = d->next;
         struct px_req *rq = defer_req(d);
-        if (rq != NULL && launch_waits(rq)) {
+        if (rq != NULL && (rq->c->kick_pass == pass || launch_waits(rq))) {
+            rq->c->kick_pass = pass;
             prev = d;
             d = next;
             continue;
