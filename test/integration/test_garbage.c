@@ -550,6 +550,15 @@ static void put_noreply(bytes *b)
 
 /* ---- text requests ---- */
 
+/* A storage command's data block (classic or ms): vlen random bytes, then
+ * mostly the right terminator, sometimes a wrong or missing one. */
+static void put_data_block(bytes *b, size_t vlen)
+{
+    put_noise(b, vlen, chance(50) ? NOISE_ANY : NOISE_TEXTY);
+    uint32_t r = below(100);
+    put_str(b, r < 88 ? "\r\n" : r < 93 ? "\n" : r < 97 ? "xx" : "");
+}
+
 static void put_text_storage(bytes *b)
 {
     static const char *const cmds[] = { "set", "add", "replace", "append", "prepend", "cas" };
@@ -579,9 +588,7 @@ static void put_text_storage(bytes *b)
     }
     put_noreply(b);
     put_line_end(b);
-    put_noise(b, vlen, chance(50) ? NOISE_ANY : NOISE_TEXTY);
-    r = below(100);
-    put_str(b, r < 88 ? "\r\n" : r < 93 ? "\n" : r < 97 ? "xx" : "");
+    put_data_block(b, vlen);
 }
 
 static void put_text_retrieval(bytes *b)
@@ -755,9 +762,7 @@ static void put_meta_request(bytes *b)
         put_meta_flag(b);
     put_line_end(b);
     if (set) {
-        put_noise(b, vlen, chance(50) ? NOISE_ANY : NOISE_TEXTY);
-        uint32_t r = below(100);
-        put_str(b, r < 88 ? "\r\n" : r < 93 ? "\n" : r < 97 ? "xx" : "");
+        put_data_block(b, vlen);
     }
 }
 
