@@ -15,9 +15,8 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
 garbage_bin=${COCYTUS_GARBAGE:-$build_dir/test/integration/test_garbage}
-cli=$build_dir/client/cocytus-cli
 
-need_built "$server_bin" "$garbage_bin" "$cli" "$build_dir/cocytus/cocytus-node"
+need_built "$server_bin" "$garbage_bin" "$build_dir/client/cocytus-cli" "$build_dir/cocytus/cocytus-node"
 
 dir=""
 cleanup() {
@@ -51,12 +50,5 @@ else
     done
 fi
 
-out=$("$cli" --dir "$dir" verify 2>&1)
-echo "$ cocytus-cli verify"
-echo "$out"
-if echo "$out" | grep -q "group 0: OK"; then
-    ok "cocytus-cli verify after the barrages"
-else
-    fail "cocytus-cli verify after the barrages"
-fi
+cluster_check_ok "$dir" verify "after the barrages"
 finish

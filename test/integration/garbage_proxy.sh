@@ -16,9 +16,8 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 . "$script_dir/lib.sh"
 proxy_bin=${COCYTUS_PROXY:-$build_dir/client/cocytus-proxy}
 garbage_bin=${COCYTUS_GARBAGE:-$build_dir/test/integration/test_garbage}
-cli=$build_dir/client/cocytus-cli
 
-need_built "$server_bin" "$proxy_bin" "$garbage_bin" "$cli" "$build_dir/cocytus/cocytus-node"
+need_built "$server_bin" "$proxy_bin" "$garbage_bin" "$build_dir/client/cocytus-cli" "$build_dir/cocytus/cocytus-node"
 
 dir=""
 proxy_pid=""
@@ -52,14 +51,6 @@ else
     tail -n 20 "$dir/proxy.log"
 fi
 
-for check in verify decode-check; do
-    out=$("$cli" --dir "$dir" "$check" 2>&1)
-    echo "$ cocytus-cli $check"
-    echo "$out"
-    if echo "$out" | grep -q "group 0: OK"; then
-        ok "cocytus-cli $check after the barrages"
-    else
-        fail "cocytus-cli $check after the barrages"
-    fi
-done
+cluster_check_ok "$dir" verify "after the barrages"
+cluster_check_ok "$dir" decode-check "after the barrages"
 finish

@@ -13,7 +13,7 @@
 # (need_built), clean-up (on_exit), ports (port_is_open, port_busy,
 # port_free, pick_port, pick_base_port, wait_port, wait_for), processes
 # (stop_pid, start_server, start_proxy), clusters (cluster_up, key_owners,
-# cluster_remove), a one-request memcached text client (mc) and
+# cluster_remove, cluster_check_ok), a one-request memcached text client (mc) and
 # an authenticated control command (ctl).
 
 top_srcdir=$script_dir/../..
@@ -261,6 +261,21 @@ cluster_remove() {
     [ -n "$1" ] || return 0
     bash "$cluster_script" down --dir "$1" >/dev/null 2>&1
     rm -rf "$1"
+}
+
+# cluster_check_ok DIR CHECK WHEN: runs `cocytus-cli --dir DIR CHECK`
+# (verify, decode-check), shows its output, and counts a failed check
+# unless it says "group 0: OK".  WHEN ends the check's message.
+cluster_check_ok() {
+    local out
+    out=$("$build_dir/client/cocytus-cli" --dir "$1" "$2" 2>&1)
+    echo "$ cocytus-cli $2"
+    echo "$out"
+    if echo "$out" | grep -q "group 0: OK"; then
+        ok "cocytus-cli $2 $3"
+    else
+        fail "cocytus-cli $2 $3"
+    fi
 }
 
 # --- libmemcached's memccapable ---
