@@ -13,7 +13,11 @@
  * GARBAGE_SEED=<n> in the environment picks another seed.  GARBAGE_PORT=<p>
  * aims the barrages at a server someone else started instead (garbage_proxy.sh:
  * cocytus-proxy in front of a cluster), alive while every pid of
- * GARBAGE_PIDS="<pid> ..." runs. */
+ * GARBAGE_PIDS="<pid> ..." runs.  GARBAGE_STORES=0 says that port keeps
+ * nothing for its clients (a parity process's, which answers MOVED, or a
+ * recovery process's, which keeps only a dead data process's keys): then no
+ * values are stored first, and after every round the port must still
+ * answer a text and a binary version request instead (garbage_parity.sh). */
 #include "harness.h"
 #include "cgroup_harness.h"
 
@@ -46,6 +50,7 @@
  * an external server (GARBAGE_PORT). */
 static struct {
     bool rs, external;
+    bool probe_only;         /* external and GARBAGE_STORES=0 */
     harness_server server;   /* plain */
     struct cgroup group;     /* rs */
     pid_t pids[EXTERNAL_PIDS_MAX];   /* external: the processes that must stay up */
@@ -311,8 +316,9 @@ static bool target_alive(void)
     return target.rs ? cgroup_alive(&target.group) : harness_server_alive(&target.server);
 }
 
-/* GARBAGE_PORT and GARBAGE_PIDS; false (and the reason) when malformed. */
-static bool read_external_target(const char *port, const char *pids)
+/* GARBAGE_PORT, GARBAGE_PIDS and GARBAGE_STORES; false (and the reason)
+ * when malformed. */
+static bool read_external_target(const char *port, const char *pids, const char *stores)
 {
     char *end;
     long p = strtol(port, &end, 10);
@@ -322,6 +328,11 @@ static bool read_external_target(const char *port, const char *pids)
     }
     target.external = true;
     target.port = (int)p;
+    if (stores && *stores && strcmp(stores, "0") != 0 && strcmp(stores, "1") != 0) {
+        fprintf(stderr, "garbage: GARBAGE_STORES=%s: want 0 or 1\n", stores);
+        return false;
+    }
+    target.probe_only = stores && strcmp(stores, "0") == 0;
     for (const char *q = pids ? pids : ""; *q;) {
         long pid = strtol(q, &end, 10);
         if (end == q || pid <= 0 || target.npids == EXTERNAL_PIDS_MAX) {
@@ -346,6 +357,10 @@ static void start_and_store(void)
     sentinels_stored = false;
     if (!target_start())
         return;
+    if (target.probe_only) {
+        sentinels_stored = true;    /* nothing to keep */
+        return;
+    }
     /* A connection speaks the protocol of its first byte: one per protocol. */
     raw_conn *c = calloc(1, sizeof *c);
     bool ok = c != NULL;
@@ -438,10 +453,48 @@ static void expect_bin_value(raw_conn *c, const char *key, uint32_t flags, const
                   "%s: binary value of %.40s changed", when, key);
 }
 
+/* A port that keeps nothing for its clients still answers a text and a
+ * binary version request, each on a new connection. */
+static void check_answers(const char *when)
+{
+    raw_conn *c = calloc(1, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_msg(open_fresh(c), "%s: no new connection accepted", when);
+    char line[LINE_CAP];
+    ck_assert_msg(raw_send_str(c, "version\r\n"), "%s: cannot send version", when);
+    int n = raw_read_line(c, line, sizeof line, HARNESS_IO_TIMEOUT_MS);
+    ck_assert_msg(n > 0 && strncmp(line, "VERSION ", 8) == 0, "%s: version: got \"%.80s\"",
+                  when, n > 0 ? line : "(nothing)");
+    raw_close(c);
+
+    ck_assert_msg(open_fresh(c), "%s: no new connection accepted", when);
+    bytes req = { 0 };
+    put_byte(&req, 0x80);
+    put_byte(&req, 0x0b);                   /* version */
+    put_fill(&req, 0, 4);
+    put_be(&req, 0, 2);
+    put_be(&req, 0, 4);
+    put_be(&req, 0x0b0b, 4);
+    put_be(&req, 0, 8);
+    ck_assert_msg(raw_send(c, req.p, req.len), "%s: cannot send binary version", when);
+    free(req.p);
+    bin_response res;
+    ck_assert_msg(raw_bin_read(c, &res, HARNESS_IO_TIMEOUT_MS), "%s: no binary version reply",
+                  when);
+    ck_assert_msg(res.status == 0 && res.opaque == 0x0b0b && res.bodylen > 0,
+                  "%s: binary version: status %u, %u body bytes", when, res.status, res.bodylen);
+    raw_close(c);
+    free(c);
+}
+
 /* The server answers, stores something new, and lost nothing stored. */
 static void check_server(const char *when)
 {
     ck_assert_msg(target_alive(), "%s: a server died", when);
+    if (target.probe_only) {
+        check_answers(when);
+        return;
+    }
     raw_conn *c = calloc(1, sizeof *c);
     ck_assert_ptr_nonnull(c);
     ck_assert_msg(open_fresh(c), "%s: no new connection accepted", when);
@@ -1308,6 +1361,13 @@ START_TEST(test_server_still_running)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         fprintf(stderr, " %s=%lld", names[i], stat_value(reply, names[i]));
     fprintf(stderr, "\n");
+    if (target.probe_only) {
+        /* it stores nothing, so count the connections it served */
+        ck_assert_msg(stat_value(reply, "total_connections") >= 1000,
+                      "too few connections reached the server");
+        ck_assert_msg(target_alive(), "the server is gone");
+        return;
+    }
     ck_assert_msg(stat_value(reply, "cmd_set") >= 100 && stat_value(reply, "get_hits") >= 100,
                   "the barrage stored or fetched too little to mean anything");
     /* (cocytus-proxy counts no meta commands of its own) */
@@ -1364,7 +1424,8 @@ static Suite *garbage_suite(bool rs)
 int main(void)
 {
     const char *port = getenv("GARBAGE_PORT");
-    if (port && *port && !read_external_target(port, getenv("GARBAGE_PIDS")))
+    if (port && *port && !read_external_target(port, getenv("GARBAGE_PIDS"),
+                                                      getenv("GARBAGE_STORES")))
         return EXIT_FAILURE;
     SRunner *sr = srunner_create(garbage_suite(false));
     if (!target.external)
