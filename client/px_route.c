@@ -53,6 +53,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
+#include "printable.h"
 #include "px.h"
 
 #define EXTRA_BACKENDS 64          /* MOVED targets outside the map */
@@ -461,9 +462,11 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
         if (nl == NULL)
             return;
         if (nl - p != 7 || memcmp(p, "STORED\r", 7) != 0) {
+            char shown[81];
             if (w->id == 0 && !f->auth_logged)
-                fprintf(stderr, "cocytus-proxy: %s:%d refused the proxy's credentials (%.*s)\n",
-                        f->src[f->cur].host, f->src[f->cur].port, (int)(nl - p > 80 ? 80 : nl - p), p);
+                fprintf(stderr, "cocytus-proxy: %s:%d refused the proxy's credentials (%s)\n",
+                        f->src[f->cur].host, f->src[f->cur].port,
+                        printable_copy(shown, sizeof(shown), p, (size_t)(nl - p)));
             f->auth_logged = true;      /* once: every fetch would say it again */
             fetch_source_failed(w);
             return;

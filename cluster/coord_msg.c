@@ -16,6 +16,7 @@
 
 #include "coord.h"
 #include "link.h"
+#include "printable.h"
 
 #define CTL_FIELDS_MAX 5
 #define CTL_NUMBER_MAX 24       /* digits of a u64 plus room */
@@ -121,8 +122,9 @@ static bool parse_host_port(const struct words *w, int i, struct ctl_msg *m)
 
 static int refuse(char *err, size_t errlen, const char *what, const char *payload, size_t len)
 {
-    snprintf(err, errlen, "malformed %s message '%.*s'", what, (int)(len > 80 ? 80 : len),
-             payload);
+    char shown[81];
+    snprintf(err, errlen, "malformed %s message '%s'", what,
+             printable_copy(shown, sizeof(shown), payload, len));
     return -1;
 }
 
@@ -211,7 +213,9 @@ int ctl_parse(const char *payload, size_t len, struct ctl_msg *m, char *err, siz
             return refuse(err, errlen, verbs[i].verb, payload, len);
         return 0;
     }
-    snprintf(err, errlen, "unknown control message '%.*s'", (int)(len > 80 ? 80 : len), payload);
+    char shown[81];
+    snprintf(err, errlen, "unknown control message '%s'",
+             printable_copy(shown, sizeof(shown), payload, len));
     return -1;
 }
 

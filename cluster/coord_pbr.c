@@ -41,6 +41,7 @@
 
 #include "coord_internal.h"
 #include "link.h"
+#include "printable.h"
 
 #define PBR_MEMBERS_MAX 33
 #define STEP_RESEND_MS 1000
@@ -342,8 +343,9 @@ void coord_pbr_on_answer(struct coord *co, struct member *m, const char *text, s
     int n = sscanf(buf, "pbrok %15s %d %d %llu %d", verb, &g, &k, &xid, &complete);
     struct pgroup *pg = n >= 3 ? group_of(co, g) : NULL;
     if (!pg || g != m->proc->group || k != member_number(co, m)) {
-        coord_log_member(m, "sent a malformed pbr answer '%.*s'; ignored",
-                         (int)(len > 80 ? 80 : len), text);
+        char shown[81];
+        coord_log_member(m, "sent a malformed pbr answer '%s'; ignored",
+                         printable_copy(shown, sizeof(shown), text, len));
         return;
     }
     if (strcmp(verb, "fenced") == 0 && n == 5 && pg->phase == PG_FENCING &&

@@ -38,6 +38,7 @@
 #include "coord_group.h"
 #include "coord_internal.h"
 #include "link.h"
+#include "printable.h"
 
 #define RESEND_AFTER_MS 1000
 
@@ -441,8 +442,9 @@ void coord_recovery_on_answer(struct coord *co, struct member *m, const char *te
     if (cg && m->proc->group == g && coord_rebuild_on_answer(co, cg, m, verb, f, xid))
         return;
     if (!cg || f >= cg->view.k || m->proc->role != ROLE_PARITY || m->proc->group != g) {
-        coord_log_member(m, "sent a malformed recovery answer '%.*s'; ignored",
-                         (int)(len > 80 ? 80 : len), text);
+        char shown[81];
+        coord_log_member(m, "sent a malformed recovery answer '%s'; ignored",
+                         printable_copy(shown, sizeof(shown), text, len));
         return;
     }
     struct takeover *tk = &cg->tk[f];

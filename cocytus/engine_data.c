@@ -49,6 +49,7 @@
 #include "frame.h"
 #include "link.h"
 #include "meta.h"
+#include "printable.h"
 #include "reclog.h"
 #include "record.h"
 #include "engine_data.h"
@@ -1178,7 +1179,9 @@ static void dp_control(struct engine *eng, const char *text, size_t len)
     struct group_view v;
     if (n <= 0 || len <= (size_t)n || memcmp(text, prefix, (size_t)n) != 0 ||
         group_view_parse(&v, dp->k, dp->m, text + n, len - (size_t)n) < 0) {
-        dp_log(dp, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+        char shown[81];
+        dp_log(dp, "unexpected control message '%s'; ignored",
+               printable_copy(shown, sizeof(shown), text, len));
         return;
     }
     engine_data_set_view(eng, &v);

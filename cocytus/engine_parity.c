@@ -37,6 +37,7 @@
 #include "frame.h"
 #include "link.h"
 #include "parity.h"
+#include "printable.h"
 #include "receiver.h"
 #include "rebuild.h"
 #include "recovery.h"
@@ -925,11 +926,18 @@ static void ctl_handoff(struct parity_engine *pe, int dp)
     engine_data_hold(pe->serving, handoff_quiet, pe);
 }
 
+/* A control message we do not act on, quoted (at most 80 bytes) in the log. */
+static void log_ignored(struct parity_engine *pe, const char *what, const char *text, size_t len)
+{
+    char shown[81];
+    pe_log(pe, "%s '%s'; ignored", what, printable_copy(shown, sizeof(shown), text, len));
+}
+
 static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
 {
     struct group_view v;
     if (group_view_parse(&v, pe->state.k, pe->state.m, text, len) < 0) {
-        pe_log(pe, "malformed group view '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+        log_ignored(pe, "malformed group view", text, len);
         return;
     }
     if (v.version < pe->confirmed.version)
@@ -988,7 +996,7 @@ static void parity_control(struct engine *e, const char *text, size_t len)
     int n = ctl_numbers(text, len, num, 4, &rest);
     if (n < 2 || num[0] != (uint64_t)pe->group ||
         (num[1] >= (uint64_t)k && memcmp(text, "rebuild ", 8) != 0)) {
-        pe_log(pe, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+        log_ignored(pe, "unexpected control message", text, len);
         return;
     }
     if (len > 8 && memcmp(text, "rebuild ", 8) == 0 && n == 3 && num[1] < (uint64_t)m) {
@@ -1010,7 +1018,7 @@ static void parity_control(struct engine *e, const char *text, size_t len)
     else if (len > 9 && memcmp(text, "takeover ", 9) == 0 && n == 3)
         ctl_takeover(pe, dp, num[2]);
     else
-        pe_log(pe, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len), text);
+        log_ignored(pe, "unexpected control message", text, len);
 }
 
 static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len)

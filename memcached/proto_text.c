@@ -21,6 +21,7 @@
 #include "arith.h"
 #include "mcnum.h"
 #include "migrate.h"
+#include "printable.h"
 #include "proto_meta.h"
 #include "proto_meta_run.h"
 #include "proto_text.h"
@@ -929,10 +930,11 @@ static void handle_admin_auth(struct conn *c, int argc, char **argv, struct resp
 /* A control command on a connection that did not prove the secret. */
 static void refuse_admin(struct conn *c, const char *word, struct resp *r)
 {
-    char peer[96];
+    char peer[96], shown[41];
     if (conn_first_refusal(c))
-        fprintf(stderr, "cocytus-server: refused 'cocytus %.40s' from %s: not authenticated\n",
-                word, conn_peer_name(c, peer, sizeof(peer)));
+        fprintf(stderr, "cocytus-server: refused 'cocytus %s' from %s: not authenticated\n",
+                printable_copy(shown, sizeof(shown), word, strlen(word)),
+                conn_peer_name(c, peer, sizeof(peer)));
     resp_str(r, ADMIN_REFUSED);
 }
 

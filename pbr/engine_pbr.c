@@ -29,6 +29,7 @@
 #include "link.h"
 #include "pbr_role.h"
 #include "pbr_store.h"
+#include "printable.h"
 #include "reclog.h"
 
 #define CONTROL_WORDS_MAX 8
@@ -251,7 +252,7 @@ static void rejoin(struct pbr_proc *pp, int leader)
 static void pp_control(struct engine *e, const char *text, size_t len)
 {
     struct pbr_proc *pp = pp_of(e);
-    char buf[CONTROL_TEXT_MAX];
+    char buf[CONTROL_TEXT_MAX], shown[81];
     char *argv[CONTROL_WORDS_MAX];
     int argc = 0;
     if (len >= sizeof(buf))
@@ -262,8 +263,8 @@ static void pp_control(struct engine *e, const char *text, size_t len)
          w = strtok_r(NULL, " ", &save))
         argv[argc++] = w;
     if (argc < 3 || strcmp(argv[0], "pbr") != 0 || atoi(argv[2]) != pp->sh.cfg.group) {
-        pp_log(pp, "unexpected control message '%.*s'; ignored", (int)(len > 80 ? 80 : len),
-               text);
+        pp_log(pp, "unexpected control message '%s'; ignored",
+               printable_copy(shown, sizeof(shown), text, len));
         return;
     }
     if (strcmp(argv[1], "promote") == 0 && argc == 4)
@@ -272,8 +273,9 @@ static void pp_control(struct engine *e, const char *text, size_t len)
         rejoin(pp, atoi(argv[3]));
     else if (pp->is_primary ? !pbr_primary_control(pp->inner, argc, argv)
                             : !pbr_backup_control(pp->inner, argc, argv))
-        pp_log(pp, "control message '%.*s' does not apply to a %s; ignored",
-               (int)(len > 80 ? 80 : len), text, pp->is_primary ? "primary" : "backup");
+        pp_log(pp, "control message '%s' does not apply to a %s; ignored",
+               printable_copy(shown, sizeof(shown), text, len),
+               pp->is_primary ? "primary" : "backup");
 }
 
 /* ---- lifetime ---- */

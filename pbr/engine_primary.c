@@ -44,6 +44,7 @@
 #include "pbr_role.h"
 #include "pbr_store.h"
 #include "pending.h"
+#include "printable.h"
 #include "snapshot.h"
 #include "record.h"
 #include "sender.h"
@@ -199,8 +200,9 @@ static enum try_result send_record(struct primary *pe, const struct effect *ef, 
     uint64_t xid = sender_next_xid(&pe->tx);
     struct pending *p = pending_push(&pe->pending, xid, ef->kind, key, nkey, hv);
     if (p == NULL) {
-        pe_log(pe, "out of memory recording xid %" PRIu64 " (key %.*s) in flight", xid,
-               (int)nkey, nkey > 0 ? key : "");
+        char shown[ITEM_KEY_MAX + 1];
+        pe_log(pe, "out of memory recording xid %" PRIu64 " (key %s) in flight", xid,
+               printable_copy(shown, sizeof(shown), key, nkey));
         abort();
     }
     p->it = ef->it;

@@ -45,6 +45,7 @@
 #include "auth.h"
 #include "crc32c.h"
 #include "frame.h"
+#include "printable.h"
 #include "sendq.h"
 #include "siphash.h"
 
@@ -275,14 +276,6 @@ static void format_sockaddr(char *out, size_t outlen, const struct sockaddr *sa)
 }
 
 /* Printable copy of a peer's REJECT text. */
-static void sanitize_text(char *out, size_t outlen, const uint8_t *text, size_t len)
-{
-    size_t n = len < outlen - 1 ? len : outlen - 1;
-    for (size_t i = 0; i < n; i++)
-        out[i] = (text[i] >= 0x20 && text[i] < 0x7f) ? (char)text[i] : '?';
-    out[n] = '\0';
-}
-
 /* ---- buffers ---- */
 
 static size_t buf_len(const struct link_buf *b)
@@ -613,7 +606,11 @@ bool link_hello_decode(const uint8_t *p, size_t len, struct link_identity *id)
 static void send_reject(struct link *l, const char *reason)
 {
     size_t n = strnlen(reason, LINK_REJECT_TEXT_MAX);
-    log_line(l, "rejecting %s (group %u role %u index %u): %s", l->peer.cluster,
+    /* The name is the unauthenticated peer's: a newline or an escape in it
+     * must not forge log lines or reach a terminal. */
+    char name[LINK_NAME_MAX];
+    printable_copy(name, sizeof(name), l->peer.cluster, strlen(l->peer.cluster));
+    log_line(l, "rejecting %s (group %u role %u index %u): %s", name,
              (unsigned)l->peer.group, (unsigned)l->peer.role, (unsigned)l->peer.index, reason);
     snprintf(l->last_error, sizeof(l->last_error), "rejected: %s", reason);
     if (queue_frame(l, FT_REJECT, reason, n) < 0) {
@@ -647,7 +644,7 @@ static void handle_reject(struct link *l, const uint8_t *payload, uint32_t len)
 {
     char text[LINK_REJECT_TEXT_MAX + 1];
     char why[LINK_ERROR_MAX];
-    sanitize_text(text, sizeof(text), payload, len);
+    printable_copy(text, sizeof(text), payload, len);
     snprintf(why, sizeof(why), "rejected by the peer: %s", text);
     link_fail(l, why);
 }

@@ -12,6 +12,7 @@
  */
 #include "repl/crc32c.h"
 #include "repl/frame.h"
+#include "repl/printable.h"
 #include "repl/reclog.h"
 #include "repl/record.h"
 #include "repl/sender.h"
@@ -778,6 +779,30 @@ START_TEST(test_sender_continue_carry)
 }
 END_TEST
 
+/* ---- peer bytes for logs ---- */
+
+START_TEST(test_printable_copy)
+{
+    char out[16];
+    /* printable ASCII passes; a newline, CR, escape, DEL, NUL and high bytes
+     * do not, so no quoted text can start a log line of its own */
+    const char in[] = "a b~\nFORGED\r\x1b[2J\x7f\x00\xff";
+    ck_assert_str_eq(printable_copy(out, sizeof(out), in, sizeof(in) - 1), "a b~?FORGED??[2");
+    ck_assert_str_eq(printable_copy(out, sizeof(out), "\x1b[2J\x7f\x00\xff", 7), "?[2J???");
+    /* cut to the buffer, always terminated */
+    ck_assert_str_eq(printable_copy(out, 4, "abcdef", 6), "abc");
+    ck_assert_str_eq(printable_copy(out, 1, "abcdef", 6), "");
+    ck_assert_str_eq(printable_copy(out, sizeof(out), "", 0), "");
+    /* every byte value: printable ones kept, the rest '?' */
+    for (int c = 0; c < 256; c++) {
+        unsigned char b = (unsigned char)c;
+        printable_copy(out, sizeof(out), &b, 1);
+        ck_assert_int_eq(strlen(out), 1);
+        ck_assert_int_eq(out[0], c >= 0x20 && c <= 0x7e ? c : '?');
+    }
+}
+END_TEST
+
 static Suite *repl_suite(void)
 {
     Suite *s = suite_create("repl");
@@ -795,6 +820,10 @@ static Suite *repl_suite(void)
 
     tcase_add_test(sip, test_siphash_vectors);
     suite_add_tcase(s, sip);
+
+    TCase *text = tcase_create("printable");
+    tcase_add_test(text, test_printable_copy);
+    suite_add_tcase(s, text);
 
     tcase_add_test(frame, test_frame_roundtrip);
     tcase_add_test(frame, test_frame_bad_headers);
