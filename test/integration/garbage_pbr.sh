@@ -6,8 +6,12 @@
 # one node, a primary and two backups, full sync, its coordinator, no
 # restarts).  After every round the primary and both backups must still
 # run, a fresh value must store and read back, and every value stored
-# before the barrages must come back byte for byte; at the end both backups
-# must hold what the primary holds (cocytus-cli verify).  The trap stops
+# before the barrages must come back byte for byte.  Meanwhile
+# link_garbage.py sends unauthenticated frames and bad HELLOs to both
+# backups' link ports (see garbage_links.sh), each of which must be refused
+# in time.  At the end each backup's link port holds only the primary's
+# link, no log holds a non-printable byte or a forged line, and both
+# backups hold what the primary holds (cocytus-cli verify).  The trap stops
 # everything.
 set -u
 
@@ -39,6 +43,24 @@ if [ -z "$primary" ]; then
 fi
 echo "primary: $primary; processes that must stay up: $pids"
 
+cluster=$(awk '$1 == "cluster" { print $2 }' "$dir/cluster.conf")
+secret=$(awk '$1 == "secret" { print $2 }' "$dir/cluster.conf")
+lg_pids=""
+lg_ports=""
+seed=11
+while read -r pid client; do
+    port=$(link_port_of "$pid" "$client")
+    if [ -z "$port" ]; then
+        fail "no link port for the backup with pid $pid"
+        continue
+    fi
+    python3 "$script_dir/link_garbage.py" --port "$port" --cluster "$cluster" --secret "$secret" \
+        --seed "$seed" --seconds 4 --conns 8 >"$dir/link-garbage-$port.out" 2>&1 &
+    lg_pids="$lg_pids $!"
+    lg_ports="$lg_ports $port"
+    seed=$((seed + 1))
+done < <(awk '$1 == "backup" { n = split($5, a, ":"); print $6, a[n] }' "$dir/endpoints")
+
 if GARBAGE_PORT=${primary##*:} GARBAGE_PIDS=$pids "$garbage_bin"; then
     ok "test_garbage at a PBR primary"
 else
@@ -49,6 +71,24 @@ else
         tail -n 10 "$log"
     done
 fi
+
+set -- $lg_ports
+for lg in $lg_pids; do
+    port=$1
+    shift
+    if wait "$lg"; then
+        ok "link garbage at the backup's link port $port: $(grep -o 'connections.*' "$dir/link-garbage-$port.out")"
+    else
+        fail "link garbage at the backup's link port $port"
+        cat "$dir/link-garbage-$port.out"
+    fi
+    if wait_for 30 test "$(established "$port")" -eq 1; then
+        ok "the backup's link port $port holds the primary's link and nothing else"
+    else
+        fail "the backup's link port $port holds $(established "$port") connections, want 1"
+    fi
+done
+logs_printable "$dir"
 
 cluster_check_ok "$dir" verify "after the barrages"
 finish

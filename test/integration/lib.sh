@@ -278,6 +278,39 @@ cluster_check_ok() {
     fi
 }
 
+# listen_ports PID: the TCP ports PID listens on, one per line.
+listen_ports() {
+    ss -Hltnp 2>/dev/null | grep "pid=$1," | awk '{ n = split($4, a, ":"); print a[n] }' | sort -u
+}
+
+# link_port_of PID CLIENT_PORT: the port PID listens on besides its client
+# port (a parity process's, a backup's link port); empty if none.
+link_port_of() {
+    listen_ports "$1" | grep -vx "$2" | head -n 1
+}
+
+# established PORT: connections accepted on PORT still established.
+established() {
+    ss -Htn state established "( sport = :$1 )" 2>/dev/null | wc -l
+}
+
+# logs_printable DIR: counts a failure if a log in DIR holds a byte outside
+# printable ASCII or a line a peer's text forged (link_garbage.py's foreign
+# cluster names hold "\nFORGED"; a quoted one stays inside its own line).
+logs_printable() {
+    if LC_ALL=C grep -n '[^ -~]' "$1"/*.log | head -n 5 | grep -q .; then
+        fail "a log holds bytes outside printable ASCII:"
+        LC_ALL=C grep -n '[^ -~]' "$1"/*.log | head -n 5 | cat -v
+    else
+        ok "every log is printable ASCII"
+    fi
+    if grep -n '^FORGED' "$1"/*.log | head -n 3 | grep -q .; then
+        fail "a log line was forged: $(grep -n '^FORGED' "$1"/*.log | head -n 3)"
+    else
+        ok "no forged log line"
+    fi
+}
+
 # --- libmemcached's memccapable ---
 
 MEMCCAPABLE_PASSES=27   # tests memccapable 1.1.x runs per mode (memcached passes all)
