@@ -466,7 +466,8 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
             if (w->id == 0 && !f->auth_logged)
                 fprintf(stderr, "cocytus-proxy: %s:%d refused the proxy's credentials (%s)\n",
                         f->src[f->cur].host, f->src[f->cur].port,
-                        printable_copy(shown, sizeof(shown), p, (size_t)(nl - p)));
+                        printable_copy(shown, sizeof(shown), p,
+                                       (size_t)(nl - p) - (nl > p && nl[-1] == '\r')));
             f->auth_logged = true;      /* once: every fetch would say it again */
             fetch_source_failed(w);
             return;

@@ -53,6 +53,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "migrate.h"
+#include "printable.h"
 #include "server.h"
 #include "slotmap.h"
 
@@ -168,6 +169,13 @@ static void mg_log(const struct migration *mg, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+/* why = what, then the destination's reply line as the log may show it. */
+static void quote_reply(char *why, size_t n, const char *what, const char *line)
+{
+    char shown[151];
+    snprintf(why, n, "%s: %s", what, printable_copy(shown, sizeof(shown), line, strlen(line)));
 }
 
 /* ---- small containers ---- */
@@ -613,7 +621,7 @@ static void answer_nonce(struct migration *mg, const char *line)
     struct evbuffer *out = bufferevent_get_output(mg->bev);
     if (auth_admin_reply_line(mg->srv->cluster ? mg->srv->cluster->secret : NULL, line,
                               proof, sizeof(proof)) < 0) {
-        snprintf(why, sizeof(why), "destination did not offer authentication: %.150s", line);
+        quote_reply(why, sizeof(why), "destination did not offer authentication", line);
         mg_fail(mg, why);
         return;
     }
@@ -751,8 +759,7 @@ static void on_reply(struct migration *mg, const char *line)
     case CMD_PROOF:
         if (line_is(line, "OK"))
             return;
-        snprintf(why, sizeof(why), "destination refused our proof of the cluster secret: %.130s",
-                 line);
+        quote_reply(why, sizeof(why), "destination refused our proof of the cluster secret", line);
         mg_fail(mg, why);
         return;
     case CMD_BEGIN:
@@ -760,20 +767,20 @@ static void on_reply(struct migration *mg, const char *line)
             mg->begun = true;
             return;
         }
-        snprintf(why, sizeof(why), "destination refused the import: %.150s", line);
+        quote_reply(why, sizeof(why), "destination refused the import", line);
         mg_fail(mg, why);
         return;
     case CMD_ITEM:
         if (line_is(line, "STORED"))
             return;
-        snprintf(why, sizeof(why), "destination did not store an item: %.150s", line);
+        quote_reply(why, sizeof(why), "destination did not store an item", line);
         mg_fail(mg, why);
         return;
     case CMD_FORWARD:
         fwd_complete(c.fwd);
         if (line_is(line, "STORED") || line_is(line, "DELETED") || line_is(line, "NOT_FOUND"))
             return;
-        snprintf(why, sizeof(why), "destination did not take a write: %.150s", line);
+        quote_reply(why, sizeof(why), "destination did not take a write", line);
         mg_fail(mg, why);
         return;
     case CMD_COMMIT:
@@ -781,7 +788,7 @@ static void on_reply(struct migration *mg, const char *line)
             start_clean(mg);
             return;
         }
-        snprintf(why, sizeof(why), "destination refused the commit: %.150s", line);
+        quote_reply(why, sizeof(why), "destination refused the commit", line);
         /* A definite no: the destination did not take the slot. */
         mg->phase = MG_SWITCH;
         mg_abandon(mg, why);

@@ -39,6 +39,7 @@
 #include "link.h"
 #include "pbr_role.h"
 #include "pbr_store.h"
+#include "printable.h"
 #include "receiver.h"
 #include "frame.h"
 #include "record.h"
@@ -111,17 +112,20 @@ static struct item *alloc_for_put(struct backup *be, const struct rec_op *op, en
 
 static int apply_put(struct backup *be, const struct record *r, const struct rec_op *op)
 {
+    /* a client chose the key: logged, it must stay on its line */
+    char key[ITEM_KEY_MAX + 1];
     if (op->off > r->data_len || op->nbytes > r->data_len - op->off)
-        return repl_source_mark_diverged(&be->src, r->xid, "PUT of key %.*s: value [%" PRIu64
+        return repl_source_mark_diverged(&be->src, r->xid, "PUT of key %s: value [%" PRIu64
                                          ", +%" PRIu32 ") outside the %" PRIu32 "-byte payload",
-                                         (int)op->nkey, op->key, op->off, op->nbytes,
-                                         r->data_len);
+                                         printable_copy(key, sizeof(key), op->key, op->nkey),
+                                         op->off, op->nbytes, r->data_len);
     eng_status st;
     struct item *it = alloc_for_put(be, op, &st);
     if (it == NULL)
-        return repl_source_mark_diverged(&be->src, r->xid, "PUT of key %.*s (%" PRIu32
+        return repl_source_mark_diverged(&be->src, r->xid, "PUT of key %s (%" PRIu32
                                          " bytes) does not fit: %s (memory used %zu of %zu)",
-                                         (int)op->nkey, op->key, op->nbytes,
+                                         printable_copy(key, sizeof(key), op->key, op->nkey),
+                                         op->nbytes,
                                          st == ENG_TOO_LARGE ? "too large" : "out of memory",
                                          be->store->mem_used, be->store->mem_limit);
     memcpy(item_value(it), r->data + op->off, op->nbytes);

@@ -275,7 +275,6 @@ static void format_sockaddr(char *out, size_t outlen, const struct sockaddr *sa)
     format_host_port(out, outlen, host, port);
 }
 
-/* Printable copy of a peer's REJECT text. */
 /* ---- buffers ---- */
 
 static size_t buf_len(const struct link_buf *b)
@@ -603,13 +602,14 @@ bool link_hello_decode(const uint8_t *p, size_t len, struct link_identity *id)
     return true;
 }
 
-static void send_reject(struct link *l, const char *reason)
+static void send_reject(struct link *l, const char *why)
 {
-    size_t n = strnlen(reason, LINK_REJECT_TEXT_MAX);
     /* The name is the unauthenticated peer's: a newline or an escape in it
-     * must not forge log lines or reach a terminal. */
-    char name[LINK_NAME_MAX];
+     * must not forge log lines or reach a terminal.  The owner's reason
+     * may quote peer bytes too (a replica's "diverged" text names a key). */
+    char name[LINK_NAME_MAX], reason[LINK_REJECT_TEXT_MAX + 1];
     printable_copy(name, sizeof(name), l->peer.cluster, strlen(l->peer.cluster));
+    size_t n = strlen(printable_copy(reason, sizeof(reason), why, strlen(why)));
     log_line(l, "rejecting %s (group %u role %u index %u): %s", name,
              (unsigned)l->peer.group, (unsigned)l->peer.role, (unsigned)l->peer.index, reason);
     snprintf(l->last_error, sizeof(l->last_error), "rejected: %s", reason);
