@@ -147,7 +147,7 @@ for t in $targets; do
     rest=${t#*:}
     port=${rest%%:*}
     want=${rest#*:}
-    if wait_for 30 test "$(established "$port")" -eq "$want"; then
+    if wait_for 30 port_holds "$port" "$want"; then
         ok "$name's link port $port holds its $want links and nothing else"
     else
         fail "$name's link port $port holds $(established "$port") connections, want $want"

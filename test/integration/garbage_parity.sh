@@ -108,6 +108,7 @@ else
     fail "$proxy_bin did not start with --seeds $seeds"
 fi
 
+logs_printable "$dir"
 cluster_check_ok "$dir" verify "on the degraded group after the barrages"
 cluster_check_ok "$dir" decode-check "on the degraded group after the barrages"
 finish

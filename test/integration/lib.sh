@@ -294,6 +294,12 @@ established() {
     ss -Htn state established "( sport = :$1 )" 2>/dev/null | wc -l
 }
 
+# port_holds PORT N: exactly N connections accepted on PORT are established
+# (for wait_for, which must count afresh on every try).
+port_holds() {
+    [ "$(established "$1")" -eq "$2" ]
+}
+
 # logs_printable DIR: counts a failure if a log in DIR holds a byte outside
 # printable ASCII or a line a peer's text forged (link_garbage.py's foreign
 # cluster names hold "\nFORGED"; a quoted one stays inside its own line).
