@@ -245,6 +245,8 @@ static inline void check_ctl_parse(const char *data, size_t len)
     int rc = ctl_parse(text, len, &m, err, sizeof(err));
     if (rc < 0) {
         CHECK(rc == -1 && err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
+        /* the coordinator logs it: a quoted message must stay on its line */
+        CHECK(fuzz_all_printable(err, strlen(err)));
         free(text);
         return;
     }
