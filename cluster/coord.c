@@ -46,6 +46,7 @@
 #include "coord_zk.h"
 
 #define CHECK_EVERY_MS 250          /* membership check period */
+#define COORD_STALL_MS 500          /* a check this late: we were not running */
 #define STARTUP_GRACE_MS COORD_STARTUP_GRACE_MS
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
 
@@ -200,17 +201,14 @@ static void step_down(const char *why)
     exit(EXIT_NOT_LEADER);
 }
 
-/* The loop was blocked for ms in a synchronous ZooKeeper write: the
- * heartbeats that came meanwhile are still unread, so nobody alive is
- * blamed for that time (a slow write must not look like deaths). */
-static void excuse_blocked(struct coord *co, uint64_t ms)
+/* The loop was blocked for ms in a synchronous ZooKeeper write.  The
+ * heartbeats that came meanwhile are still unread; nobody is blamed for
+ * that time, since the membership check then runs late and
+ * forgive_own_stall() discounts it like any other stall of ours. */
+static void log_blocked(uint64_t ms)
 {
-    if (ms < COORD_HEARTBEAT_MS)
-        return;
-    fprintf(stderr, "coordinator: a ZooKeeper write took %llu ms\n", (unsigned long long)ms);
-    for (int i = 0; i < co->nmembers; i++)
-        if (co->members[i].state == MEMBER_ALIVE)
-            co->members[i].last_heard_ms += ms;
+    if (ms >= COORD_HEARTBEAT_MS)
+        fprintf(stderr, "coordinator: a ZooKeeper write took %llu ms\n", (unsigned long long)ms);
 }
 
 /* Persist map m and the work in progress.  With ZooKeeper a failure to
@@ -240,7 +238,7 @@ static int persist(struct coord *co, const struct slotmap *m, char *err, size_t 
     free(all);
     if (rc < 0)
         step_down(err);
-    excuse_blocked(co, coord_now_ms() - start);
+    log_blocked(coord_now_ms() - start);
     return 0;
 }
 
@@ -497,12 +495,38 @@ static bool on_accept(void *owner, const struct link_identity *peer, struct link
     return true;
 }
 
+/* The check ran late by `late` ms: this process did not run meanwhile (the
+ * machine or VM was paused, the coordinator was stopped or starved).  It
+ * could hear nobody then, and on a paused machine nobody could speak
+ * either, so that silence is no evidence against anyone: without this, a
+ * pause of two seconds had every process of the machine declared dead at
+ * once and its groups LOST while all of them ran with their data.  Each
+ * member's silence is counted from `late` ms later.  A killed process is
+ * still seen at once (its link drops), a hung one after the usual time of
+ * silence we could have heard. */
+static void forgive_own_stall(struct coord *co, uint64_t now)
+{
+    uint64_t due = co->last_check_ms + CHECK_EVERY_MS;
+    uint64_t late = co->last_check_ms != 0 && now > due ? now - due : 0;
+    co->last_check_ms = now;
+    if (late < COORD_STALL_MS)
+        return;
+    fprintf(stderr, "coordinator: did not run for %llu ms (paused or starved); that silence "
+                    "counts against no member\n", (unsigned long long)(late + CHECK_EVERY_MS));
+    co->started_ms = co->started_ms + late < now ? co->started_ms + late : now;
+    for (int i = 0; i < co->nmembers; i++) {
+        struct member *m = &co->members[i];
+        m->last_heard_ms = m->last_heard_ms + late < now ? m->last_heard_ms + late : now;
+    }
+}
+
 /* Every CHECK_EVERY_MS: who has gone quiet. */
 static void on_check(evutil_socket_t fd, short what, void *arg)
 {
     struct coord *co = arg;
     uint64_t now = coord_now_ms();
     char why[128];
+    forgive_own_stall(co, now);
     if (co->zk && !coord_zk_leading(co->zk, why, sizeof(why)))
         step_down(why);
     for (int i = 0; i < co->nmembers; i++) {

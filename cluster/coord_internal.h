@@ -71,6 +71,7 @@ struct coord {
     struct link_listener *listener;
     struct event *timer;
     uint64_t started_ms;
+    uint64_t last_check_ms;         /* when on_check last ran (coord.c) */
     struct move *moves;             /* every move of this run, oldest first */
     int nmoves, cap_moves;
     int running;                    /* index in moves, -1 if none */
