@@ -516,7 +516,8 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
     co->started_ms = co->started_ms + late < now ? co->started_ms + late : now;
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
-        m->last_heard_ms = m->last_heard_ms + late < now ? m->last_heard_ms + late : now;
+        if (m->last_heard_ms != 0)      /* 0: never heard, the startup grace applies */
+            m->last_heard_ms = m->last_heard_ms + late < now ? m->last_heard_ms + late : now;
     }
 }
 
