@@ -76,8 +76,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     /* A flood of connections or a huge multi-get leaves freed heap pages
      * behind that malloc keeps; hand them back (docs/security.md has the
-     * figures with and without). */
-    if (now - w->last_trim_ms >= TRIM_EVERY_MS) {
+     * figures with and without).  One worker does it for all: malloc_trim
+     * walks every arena.  Never two at once: in a sanitizer build the
+     * first call sets up glibc's unused heap, which is not thread-safe,
+     * and two workers trimming together crashed the proxy (SEGV in
+     * mtrim, 2 runs in 300 of four threads starting together). */
+    if (w->id == 0 && now - w->last_trim_ms >= TRIM_EVERY_MS) {
         w->last_trim_ms = now;
         malloc_trim(0);
     }
