@@ -80,6 +80,11 @@ cleanup() {
     stopped_pid=""
     [ -n "$stall_pid" ] && kill -KILL "$stall_pid" 2>/dev/null && wait "$stall_pid" 2>/dev/null
     stall_pid=""
+    if [ "$failures" -ne 0 ] && [ -n "$dir" ] && [ -f "$dir/proxy.log" ]; then
+        # a proxy that died says why only here, and the directory goes next
+        echo "---- $dir/proxy.log (tail) ----"
+        tail -n 40 "$dir/proxy.log"
+    fi
     stop_pid "$proxy_pid"
     proxy_pid=""
     cluster_remove "$dir"
