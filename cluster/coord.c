@@ -516,9 +516,11 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
     co->started_ms = co->started_ms + late < now ? co->started_ms + late : now;
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
-        if (m->last_heard_ms != 0)      /* 0: never heard, the startup grace applies */
+        /* the dead keep their last word; the unheard have the startup grace */
+        if (m->state == MEMBER_ALIVE)
             m->last_heard_ms = m->last_heard_ms + late < now ? m->last_heard_ms + late : now;
     }
+    coord_recovery_forgive(co, late, now);
 }
 
 /* Every CHECK_EVERY_MS: who has gone quiet. */

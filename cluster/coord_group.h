@@ -108,6 +108,9 @@ bool coord_rebuild_on_answer(struct coord *co, struct cgroup *cg, struct member 
 /* Heartbeat words "reb ..." (parity) or "mig ..." (data); false if not one. */
 bool coord_rebuild_on_progress(struct coord *co, struct cgroup *cg, struct member *m,
                                const char *text);
+/* The coordinator did not run for `late` ms (coord.c, forgive_own_stall):
+ * progress it could not have heard is not a stall. */
+void coord_rebuild_forgive(struct cgroup *cg, uint64_t late, uint64_t now);
 /* A member of the group died: abort what it took part in. */
 void coord_rebuild_on_dead(struct coord *co, struct cgroup *cg, struct member *m);
 /* Progress words for "cocytus groups". */

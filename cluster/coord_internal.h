@@ -122,6 +122,9 @@ void coord_recovery_on_progress(struct coord *co, struct member *m, const char *
                                 size_t len);
 /* Every CHECK_EVERY_MS: resend what was not answered. */
 void coord_recovery_check(struct coord *co);
+/* The coordinator did not run for `late` ms: the coding groups' rebuilds
+ * and migrations are not held to progress it could not have heard. */
+void coord_recovery_forgive(struct coord *co, uint64_t late, uint64_t now);
 /* "cocytus groups": one line per group. */
 void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx);
 /* m restarted while no leader watched (a new pid in its hello): its death

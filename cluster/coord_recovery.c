@@ -504,6 +504,14 @@ void coord_recovery_on_progress(struct coord *co, struct member *m, const char *
     pg->at_ms = now;
 }
 
+void coord_recovery_forgive(struct coord *co, uint64_t late, uint64_t now)
+{
+    if (!rs_cluster(co))
+        return;
+    for (int g = 0; g < co->groups->n; g++)
+        coord_rebuild_forgive(&co->groups->g[g], late, now);
+}
+
 void coord_recovery_check(struct coord *co)
 {
     if (!rs_cluster(co))

@@ -25,7 +25,7 @@ dir=""
 bench_pid=""
 stopped=""
 cleanup() {
-    [ -n "$stopped" ] && kill -CONT $stopped 2>/dev/null
+    [ -n "$stopped" ] && kill -CONT -- $stopped 2>/dev/null
     stopped=""
     stop_pid "$bench_pid"
     bench_pid=""
@@ -39,17 +39,25 @@ if ! cluster_up "$dir" 12 12000 20000 --nodes 1 --scheme rs:3:5 --no-proxy --res
     fail "scripts/cluster up --nodes 1 --scheme rs:3:5"
     finish
 fi
-read -r _ coord_host coord_port _ < <(grep '^coordinator ' "$dir/cluster.conf")
-coord_pid=$(ss -Hltnp "sport = :$coord_port" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2)
+# The node leads a process group (scripts/cluster starts it with setsid)
+# that holds the coordinator and every server of this one-node cluster:
+# stopping the group stops the machine.
+pgrp_of() {
+    local line
+    read -r line <"/proc/$1/stat" 2>/dev/null || return 1
+    set -- ${line##*) }         # after the command name: state ppid pgrp ...
+    echo "$3"
+}
 node_pid=$(cat "$dir/node-0.pid" 2>/dev/null)
-servers=$(awk '{ printf "%s ", $6 }' "$dir/endpoints")
+coord_pid=$(ss -Hltnp "sport = :$(awk '$1 == "coordinator" { print $3 }' "$dir/cluster.conf")" 2>/dev/null |
+    grep -o 'pid=[0-9]*' | cut -d= -f2 | grep -vx "${node_pid:-x}" | head -n 1)
 seeds=$(awk '$1 == "data" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
-if [ -z "$coord_pid" ] || [ -z "$node_pid" ]; then
-    fail "cannot find the coordinator's pid (port $coord_port) or the node's"
-    finish
-fi
-all="$coord_pid $node_pid $servers"
-echo "coordinator $coord_host:$coord_port pid $coord_pid; node pid $node_pid; servers $servers"
+[ -n "$node_pid" ] || { fail "no pid file for node 0"; finish; }
+for pid in $coord_pid $(awk '{ print $6 }' "$dir/endpoints"); do
+    [ "$(pgrp_of "$pid")" = "$node_pid" ] || { fail "process $pid is not in node 0's process group"; finish; }
+done
+all="-$node_pid"
+echo "node 0's process group: $node_pid"
 
 if ! "$bench_bin" -s "$seeds" -n 2000 -v 512 --load --no-run -q >"$dir/load.out" 2>&1; then
     fail "cocytus-bench could not load 2000 records"
@@ -63,9 +71,9 @@ sleep 2
 
 # the whole machine pauses (the bench, the client, goes on)
 stopped=$all
-kill -STOP $all
+kill -STOP -- $all
 sleep 3
-kill -CONT $all
+kill -CONT -- $all
 stopped=""
 sleep 3
 st=$("$cli" --dir "$dir" status 2>&1)
