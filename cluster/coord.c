@@ -54,6 +54,11 @@ static const char not_a_server[] = "this is the coordinator; use a server";
 
 /* ---- small helpers ---- */
 
+uint64_t coord_forgive_ms(uint64_t t, uint64_t late, uint64_t now)
+{
+    return t + late < now ? t + late : now;
+}
+
 uint64_t coord_now_ms(void)
 {
     struct timespec ts;
@@ -513,12 +518,12 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
         return;
     fprintf(stderr, "coordinator: did not run for %llu ms (paused or starved); that silence "
                     "counts against no member\n", (unsigned long long)(late + CHECK_EVERY_MS));
-    co->started_ms = co->started_ms + late < now ? co->started_ms + late : now;
+    co->started_ms = coord_forgive_ms(co->started_ms, late, now);
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
         /* the dead keep their last word; the unheard have the startup grace */
         if (m->state == MEMBER_ALIVE)
-            m->last_heard_ms = m->last_heard_ms + late < now ? m->last_heard_ms + late : now;
+            m->last_heard_ms = coord_forgive_ms(m->last_heard_ms, late, now);
     }
     coord_recovery_forgive(co, late, now);
 }

@@ -87,6 +87,9 @@ struct coord {
 /* ---- coord.c, for coord_recovery.c ---- */
 
 uint64_t coord_now_ms(void);
+/* t moved forward by late ms, but not past now: a timestamp of silence or
+ * progress, after a stall of the coordinator (coord.c, forgive_own_stall). */
+uint64_t coord_forgive_ms(uint64_t t, uint64_t late, uint64_t now);
 void coord_log_member(const struct member *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Send one control message to a member; -1 when its link is down. */

@@ -166,10 +166,7 @@ static int parse_migrated(const struct words *w, struct ctl_msg *m)
     if (!word_is(w, 3, "failed") || w->nrest == 0)
         return -1;
     m->ok = false;
-    size_t n = w->nrest < sizeof(m->why) - 1 ? w->nrest : sizeof(m->why) - 1;
-    for (size_t i = 0; i < n; i++)
-        m->why[i] = (w->rest[i] >= 0x20 && w->rest[i] < 0x7f) ? w->rest[i] : '?';
-    m->why[n] = '\0';
+    printable_copy(m->why, sizeof(m->why), w->rest, w->nrest);
     return 0;
 }
 

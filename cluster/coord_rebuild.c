@@ -299,20 +299,14 @@ static bool start_work(struct coord *co, struct cgroup *cg)
     return false;
 }
 
-/* Moves t forward by late, but not past now. */
-static uint64_t later(uint64_t t, uint64_t late, uint64_t now)
-{
-    return t + late < now ? t + late : now;
-}
-
 void coord_rebuild_forgive(struct cgroup *cg, uint64_t late, uint64_t now)
 {
     for (int f = 0; f < cg->view.k; f++)
         if (cg->mig[f].phase != MIG_NONE)
-            cg->mig[f].progress_at_ms = later(cg->mig[f].progress_at_ms, late, now);
+            cg->mig[f].progress_at_ms = coord_forgive_ms(cg->mig[f].progress_at_ms, late, now);
     for (int j = 0; j < cg->view.m; j++)
         if (cg->rb[j].running)
-            cg->rb[j].progress_at_ms = later(cg->rb[j].progress_at_ms, late, now);
+            cg->rb[j].progress_at_ms = coord_forgive_ms(cg->rb[j].progress_at_ms, late, now);
 }
 
 void coord_rebuild_check(struct coord *co, struct cgroup *cg)
