@@ -52,16 +52,7 @@ fi
 cluster=$(awk '$1 == "cluster" { print $2 }' "$dir/cluster.conf")
 secret=$(awk '$1 == "secret" { print $2 }' "$dir/cluster.conf")
 read -r _ coord_host coord_port coord_link < <(grep '^coordinator ' "$dir/cluster.conf")
-coord_pid=$(printf 'stats\r\nquit\r\n' | timeout 5 python3 -c '
-import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
-s.sendall(sys.stdin.buffer.read()); out = b""
-while b"END" not in out:
-    d = s.recv(65536)
-    if not d: break
-    out += d
-for line in out.decode().splitlines():
-    if line.startswith("STAT pid "): print(line.split()[2])' "$coord_host" "$coord_port")
+coord_pid=$(server_pid "$coord_host:$coord_port")
 seeds=$(awk '$1 == "data" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
 server_pids="$(awk '$1 == "data" || $1 == "parity" { printf "%s ", $6 }' "$dir/endpoints")"
 if [ -z "$coord_pid" ] || [ -z "$cluster" ]; then

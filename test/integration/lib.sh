@@ -317,6 +317,12 @@ logs_printable() {
     fi
 }
 
+# server_pid HOST:PORT: the pid a server (or the coordinator) at HOST:PORT
+# reports in its stats; empty if it does not answer.
+server_pid() {
+    mc "$1" 'stats\r\n' | awk '$1 == "STAT" && $2 == "pid" { print $3 }'
+}
+
 # --- libmemcached's memccapable ---
 
 MEMCCAPABLE_PASSES=27   # tests memccapable 1.1.x runs per mode (memcached passes all)

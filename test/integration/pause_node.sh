@@ -49,10 +49,9 @@ pgrp_of() {
     echo "$3"
 }
 node_pid=$(cat "$dir/node-0.pid" 2>/dev/null)
-coord_pid=$(ss -Hltnp "sport = :$(awk '$1 == "coordinator" { print $3 }' "$dir/cluster.conf")" 2>/dev/null |
-    grep -o 'pid=[0-9]*' | cut -d= -f2 | grep -vx "${node_pid:-x}" | head -n 1)
+coord_pid=$(server_pid "$(awk '$1 == "coordinator" { print $2 ":" $3 }' "$dir/cluster.conf")")
 seeds=$(awk '$1 == "data" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
-[ -n "$node_pid" ] || { fail "no pid file for node 0"; finish; }
+[ -n "$node_pid" ] && [ -n "$coord_pid" ] || { fail "no pid file for node 0, or no pid from the coordinator"; finish; }
 for pid in $coord_pid $(awk '{ print $6 }' "$dir/endpoints"); do
     [ "$(pgrp_of "$pid")" = "$node_pid" ] || { fail "process $pid is not in node 0's process group"; finish; }
 done

@@ -358,11 +358,12 @@ static long long stat_value(const char *reply, const char *name)
     return p ? strtoll(p + strlen(pattern), NULL, 10) : -1;
 }
 
-/* The target's stats reply in reply (NUL-terminated); false if none came. */
+/* The target's stats reply in reply (NUL-terminated), on a fresh
+ * connection; false if none came. */
 static bool read_stats(char *reply, size_t cap)
 {
     raw_conn *c = calloc(1, sizeof *c);
-    bool ok = c != NULL && raw_open(c, target.port) && raw_send_str(c, "stats\r\n") &&
+    bool ok = c != NULL && open_fresh(c) && raw_send_str(c, "stats\r\n") &&
               raw_read_until(c, "END\r\n", reply, cap, HARNESS_IO_TIMEOUT_MS) > 0;
     if (c != NULL)
         raw_close(c);
@@ -1363,15 +1364,8 @@ START_TEST(test_server_still_running)
     check_server("after every barrage");
 
     /* The barrage must have reached the commands, not just the parser. */
-    raw_conn *c = calloc(1, sizeof *c);
-    ck_assert_ptr_nonnull(c);
-    ck_assert(open_fresh(c));
     static char reply[16384];
-    ck_assert(raw_send_str(c, "stats\r\n"));
-    ck_assert_msg(raw_read_until(c, "END\r\n", reply, sizeof reply, HARNESS_IO_TIMEOUT_MS) > 0,
-                  "no stats reply");
-    raw_close(c);
-    free(c);
+    ck_assert_msg(read_stats(reply, sizeof reply), "no stats reply");
     const char *names[] = { "cmd_get", "get_hits", "cmd_set", "cmd_meta", "total_connections",
                             "curr_connections", "curr_items", "evictions" };
     fprintf(stderr, "garbage: server stats:");
