@@ -1327,9 +1327,14 @@ static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, vo
     if (strcmp(group, "settings") == 0) {
         emit(ctx, "region_size", "%zu", dp->region_size);
         emit(ctx, "coding_group", "%d", dp->group);
-        emit(ctx, "scheme", "rs %d %d", dp->k, dp->k + dp->m);
+        emit(ctx, "scheme", "rs:%d:%d", dp->k, dp->k + dp->m);   /* no spaces: one value */
         return true;
     }
+    /* Values live in a region, not slab classes: no per-class lists (an
+     * error would break monitoring tools that ask for them). */
+    if (strcmp(group, "items") == 0 || strcmp(group, "slabs") == 0 ||
+        strcmp(group, "sizes") == 0)
+        return true;
     if (group[0] != '\0')
         return false;
     emit(ctx, "curr_items", "%zu", dp->meta.count - dp->placeholders);

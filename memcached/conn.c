@@ -522,40 +522,55 @@ void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
     mutation_finish(r, &res);
 }
 
-eng_status conn_get(struct conn *c, const char *key, size_t nkey,
-                    struct eng_value *out, struct eng_result *res)
+/* One lookup through the engine's get_ex (ex) or get, counting nothing. */
+static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool ex,
+                            unsigned opts, struct eng_value *out, struct eng_result *res)
 {
     struct engine *e = c->srv->engine;
     res->status = ENG_SUCCESS;
     res->msg = NULL;
     memset(out, 0, sizeof(*out));
-    eng_status st = e->ops->get(e, key, nkey, out, res);
+    eng_status st = ex && e->ops->get_ex ? e->ops->get_ex(e, key, nkey, opts, out, res)
+                                         : e->ops->get(e, key, nkey, out, res);
     res->status = st;
+    return st;
+}
+
+eng_status conn_lookup(struct conn *c, const char *key, size_t nkey,
+                       struct eng_value *out, struct eng_result *res)
+{
+    return read_item(c, key, nkey, false, 0, out, res);
+}
+
+eng_status conn_lookup_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
+                          struct eng_value *out, struct eng_result *res)
+{
+    return read_item(c, key, nkey, true, opts, out, res);
+}
+
+void conn_count_get(struct conn *c, eng_status st)
+{
     c->srv->stats.cmd_get++;
     if (st == ENG_SUCCESS)
         c->srv->stats.get_hits++;
     else if (st == ENG_NOT_FOUND)
         c->srv->stats.get_misses++;
+}
+
+eng_status conn_get(struct conn *c, const char *key, size_t nkey,
+                    struct eng_value *out, struct eng_result *res)
+{
+    eng_status st = read_item(c, key, nkey, false, 0, out, res);
+    conn_count_get(c, st);
     return st;
 }
 
 eng_status conn_get_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
                        struct eng_value *out, struct eng_result *res)
 {
-    struct engine *e = c->srv->engine;
-    res->status = ENG_SUCCESS;
-    res->msg = NULL;
-    memset(out, 0, sizeof(*out));
-    eng_status st = e->ops->get_ex ? e->ops->get_ex(e, key, nkey, opts, out, res)
-                                   : e->ops->get(e, key, nkey, out, res);
-    res->status = st;
-    if (!(opts & ENG_GET_PEEK)) {
-        c->srv->stats.cmd_get++;
-        if (st == ENG_SUCCESS)
-            c->srv->stats.get_hits++;
-        else if (st == ENG_NOT_FOUND)
-            c->srv->stats.get_misses++;
-    }
+    eng_status st = read_item(c, key, nkey, true, opts, out, res);
+    if (!(opts & ENG_GET_PEEK))
+        conn_count_get(c, st);
     return st;
 }
 

@@ -104,6 +104,15 @@ void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
 /* Reads: look up key through the engine, counting get hits/misses. */
 eng_status conn_get(struct conn *c, const char *key, size_t nkey,
                     struct eng_value *out, struct eng_result *res);
+/* conn_get and conn_get_ex counting nothing: memcached counts a gat as a
+ * touch, not a get (its touch counts it), and an mg with T that hits as a
+ * touch. */
+eng_status conn_lookup(struct conn *c, const char *key, size_t nkey,
+                       struct eng_value *out, struct eng_result *res);
+eng_status conn_lookup_ex(struct conn *c, const char *key, size_t nkey, unsigned opts,
+                          struct eng_value *out, struct eng_result *res);
+/* cmd_get and get_hits or get_misses for a read's status. */
+void conn_count_get(struct conn *c, eng_status st);
 /* The same with the engine's get_ex (meta commands): marks, fetched and
  * idle are filled (zero when the engine has no get_ex); counted as a get
  * unless opts has ENG_GET_PEEK. */

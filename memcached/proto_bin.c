@@ -581,7 +581,8 @@ static void bin_gat(struct conn *c, const struct bin_request *rq)
     struct eng_result res;
 
     memset(&res, 0, sizeof(res));
-    eng_status st = conn_get(c, rq->key, rq->nkey, &v, &res);
+    /* counted as a touch (by the touch, or below), not a get: memcached's */
+    eng_status st = conn_lookup(c, rq->key, rq->nkey, &v, &res);
     if (st == ENG_NOT_FOUND) {
         bin_count_touch_miss(c);
         if (bin_opcode_is_quiet(op))

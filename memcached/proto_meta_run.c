@@ -320,6 +320,19 @@ static void mg_vivify(struct conn *c, const struct meta_req *req)
     conn_mutate(c, r, &m, vivify_complete);
 }
 
+/* memcached counts an mg that touches (T) and hits as a touch, and any
+ * other as a get (a T that misses too). */
+static void count_mg(struct conn *c, bool touch, eng_status st)
+{
+    struct server *s = conn_server(c);
+    if (touch && st == ENG_SUCCESS) {
+        s->stats.cmd_touch++;
+        s->stats.touch_hits++;
+        return;
+    }
+    conn_count_get(c, st);
+}
+
 static void handle_mg(struct conn *c, const struct meta_req *req)
 {
     struct server *s = conn_server(c);
@@ -332,7 +345,9 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
                       meta_has(req, 'l') || meta_has(req, 'h');
     unsigned opts = meta_has(req, 'u') || (req->opaque_too_long && late_fetch)
                         ? ENG_GET_PEEK : 0;
-    eng_status st = conn_get_ex(c, req->key, req->nkey, opts, &v, &res);
+    eng_status st = conn_lookup_ex(c, req->key, req->nkey, opts, &v, &res);
+    if (!(opts & ENG_GET_PEEK))
+        count_mg(c, meta_has(req, 'T'), st);
     if (st == ENG_NOT_FOUND && meta_has(req, 'N')) {
         mg_vivify(c, req);
         return;

@@ -606,10 +606,11 @@ static void handle_gat(struct conn *c, const struct text_req *req)
     while (!failed && text_next_key(&p, end, &key, &nkey)) {
         struct eng_value v;
         struct eng_result res;
-        eng_status st = conn_get(c, key, nkey, &v, &res);
+        /* counted as a touch (by the touch, or below), not a get: memcached's */
+        eng_status st = conn_lookup(c, key, nkey, &v, &res);
         prefix_stats_get(conn_server(c), key, nkey, st == ENG_SUCCESS);
         if (st == ENG_NOT_FOUND) {
-            /* memcached counts a gat miss as a touch miss too. */
+            /* memcached counts a gat miss as a touch miss. */
             conn_server(c)->stats.cmd_touch++;
             conn_server(c)->stats.touch_misses++;
             continue;

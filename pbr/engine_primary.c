@@ -778,7 +778,7 @@ static bool primary_stats(struct engine *e, const char *group, eng_stat_fn emit,
 {
     struct primary *pe = pe_of(e);
     if (strcmp(group, "settings") == 0) {
-        emit(ctx, "scheme", "pbr %d", pe->m);
+        emit(ctx, "scheme", "pbr:%d", pe->m);
         emit(ctx, "sync", "%s", sync_name(pe->sync));
         emit(ctx, "pbr_group", "%d", pe->group);
         return true;
