@@ -66,10 +66,16 @@ struct px_be_stats {
     uint64_t lat[PX_LAT_BUCKETS];   /* send to reply, per op */
 };
 
+/* One worker's counters.  Only uint64_t fields: px_stats.c sums and
+ * resets them as an array.  curr_conns is a gauge, the rest counters. */
 struct px_counters {
     uint64_t curr_conns, total_conns, rejected_conns, idle_closed;
     uint64_t cmd_get, get_hits, get_misses;
     uint64_t cmd_set, cmd_delete, cmd_incr_decr, cmd_touch, cmd_flush;
+    /* outcomes of the servers' replies, under memcached's names */
+    uint64_t delete_hits, delete_misses, incr_hits, incr_misses, decr_hits, decr_misses;
+    uint64_t cas_hits, cas_misses, cas_badval, touch_hits, touch_misses;
+    uint64_t bytes_read, bytes_written;     /* client side */
     uint64_t errors;
     uint64_t routed, redirects, refreshes, retries, conn_failures, timeouts;
     uint64_t order_waits;           /* ops held behind an earlier one of their slot */
@@ -338,9 +344,25 @@ void px_count(uint64_t *counter, uint64_t n);
 struct px_be_stats *px_stats_for(struct proxy *px, const char *name);
 void px_stats_latency(struct px_be_stats *st, int64_t us);
 typedef void (*px_stat_fn)(void *ctx, const char *name, const char *value);
-/* Every statistic of the general `stats`, then (with backends) the servers'. */
-void px_stats_emit(struct px_worker *w, bool general, bool backends, px_stat_fn emit,
-                   void *ctx);
+/* What `stats <group>` asks the proxy (text argument or binary key). */
+enum px_stats_group {
+    PX_STATS_GENERAL,               /* `stats`: the proxy's, then every server's */
+    PX_STATS_BACKENDS,              /* only the servers' */
+    PX_STATS_SETTINGS,
+    PX_STATS_ITEMS,                 /* the proxy stores nothing: empty lists */
+    PX_STATS_SLABS,
+    PX_STATS_SIZES,
+    PX_STATS_RESET,
+    PX_STATS_UNKNOWN
+};
+enum px_stats_group px_stats_group_of(const char *arg, size_t n);
+/* The statistics of one group (not RESET or UNKNOWN), without the end line. */
+void px_stats_emit(struct px_worker *w, enum px_stats_group g, px_stat_fn emit, void *ctx);
+/* `stats reset`: every counter but the gauges back to 0. */
+void px_stats_reset(struct proxy *px);
+/* Counts a server's final reply to op (its request's opcode, cas and the
+ * status) as memcached counts hits, misses and bad cas values. */
+void px_stats_outcome(struct px_worker *w, const char *request_wire, uint16_t status);
 
 /* ---- backends (px_backend.c) ---- */
 struct px_backend *px_backend_get(struct px_worker *w, const struct lc_addr *a);

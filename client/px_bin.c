@@ -116,16 +116,19 @@ static void stat_packet(void *ctx, const char *name, const char *value)
 static void local_stat(struct px_req *rq, const struct bin_request *b)
 {
     struct evbuffer *out = px_req_sink(rq);
-    bool backends = b->nkey == 8 && memcmp(b->key, "backends", 8) == 0;
+    enum px_stats_group g = px_stats_group_of(b->key, b->nkey);
     struct stat_sink s = { out, rq };
 
     if (out == NULL)
         return;
-    if (b->nkey > 0 && !backends) {
+    if (g == PX_STATS_UNKNOWN) {
         put_status(rq, BIN_STATUS_KEY_ENOENT, status_text(BIN_STATUS_KEY_ENOENT));
         return;
     }
-    px_stats_emit(rq->c->w, !backends, true, stat_packet, &s);
+    if (g == PX_STATS_RESET)
+        px_stats_reset(rq->c->w->px);
+    else
+        px_stats_emit(rq->c->w, g, stat_packet, &s);
     put_header(out, rq, BIN_STATUS_OK, 0, 0, 0, 0);
 }
 
@@ -165,8 +168,9 @@ static void count_command(struct px_worker *w, uint8_t loud)
 {
     switch (loud) {
     case BIN_OP_GAT: case BIN_OP_GATK:
+        /* memcached counts a gat as a touch only (hits: px_stats_outcome) */
         px_count(&w->st.cmd_touch, 1);
-        /* fall through */
+        break;
     case BIN_OP_GET: case BIN_OP_GETK:
         px_count(&w->st.cmd_get, 1);
         break;
@@ -314,7 +318,8 @@ void px_bin_reply(struct px_op *op, uint16_t status, const char *hdr, const char
         return;
     }
     if (is_get(loud)) {
-        px_count(status == BIN_STATUS_OK ? &w->st.get_hits : &w->st.get_misses, 1);
+        if (loud == BIN_OP_GET || loud == BIN_OP_GETK)
+            px_count(status == BIN_STATUS_OK ? &w->st.get_hits : &w->st.get_misses, 1);
         if (status == BIN_STATUS_KEY_ENOENT && quiet)
             return;
     } else if (status == BIN_STATUS_OK && quiet) {

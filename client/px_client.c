@@ -310,7 +310,7 @@ void px_op_reply(struct px_worker *w, struct px_op *op, const char *hdr, const c
     struct px_req *rq = op->req;
     uint16_t status = bin_load16(hdr + BIN_OFF_STATUS);
 
-    (void)w;
+    px_stats_outcome(w, op->wire, status);
     if (rq == NULL) {
         px_op_free(op);
         return;
@@ -514,6 +514,8 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
     ssize_t n = px_rbuf_read(in, c->fd);
     if (n >= 0)
         w->client_reads++;
+    if (n > 0)
+        px_count(&w->st.bytes_read, (uint64_t)n);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
         if (scratch)
             in->off = in->len = 0;
@@ -552,10 +554,16 @@ void px_client_queue(struct px_client *c)
 
 void px_client_flush(struct px_client *c)
 {
-    if (c->sq_slot >= 0 && px_batched_result(c->w->sq, &c->sq_slot, c->out, NULL) < 0 &&
-        errno != EAGAIN && errno != EWOULDBLOCK) {
-        client_close(c);
-        return;
+    uint64_t *written = &c->w->st.bytes_written;
+
+    if (c->sq_slot >= 0) {
+        ssize_t n = px_batched_result(c->w->sq, &c->sq_slot, c->out, NULL);
+        if (n > 0)
+            px_count(written, (uint64_t)n);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            client_close(c);
+            return;
+        }
     }
     for (int i = 0; i < 8 && evbuffer_get_length(c->out) > 0; i++) {
         ssize_t n = px_send_buffer(c->out, c->fd);
@@ -567,6 +575,7 @@ void px_client_flush(struct px_client *c)
         }
         if (n == 0)
             break;
+        px_count(written, (uint64_t)n);
     }
     if (evbuffer_get_length(c->out) > 0) {
         event_add(c->wev, NULL);

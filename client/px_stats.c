@@ -16,7 +16,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
 
+#include "bin_wire.h"
 #include "px.h"
 
 void px_count(uint64_t *counter, uint64_t n)
@@ -101,36 +103,40 @@ static void emit_u64(px_stat_fn emit, void *ctx, const char *name, uint64_t v)
     emit(ctx, name, text);
 }
 
+/* struct px_counters as the array of uint64_t it is (px.h). */
+#define PX_NCOUNTERS (sizeof(struct px_counters) / sizeof(uint64_t))
+_Static_assert(sizeof(struct px_counters) % sizeof(uint64_t) == 0,
+               "struct px_counters holds only uint64_t");
+
 static void sum_counters(const struct proxy *px, struct px_counters *t)
 {
+    uint64_t *sum = (uint64_t *)t;
+
     memset(t, 0, sizeof(*t));
     for (int i = 0; i < px->nworkers; i++) {
-        const struct px_counters *s = &px->workers[i].st;
-        t->curr_conns += get(&s->curr_conns);
-        t->total_conns += get(&s->total_conns);
-        t->rejected_conns += get(&s->rejected_conns);
-        t->idle_closed += get(&s->idle_closed);
-        t->cmd_get += get(&s->cmd_get);
-        t->get_hits += get(&s->get_hits);
-        t->get_misses += get(&s->get_misses);
-        t->cmd_set += get(&s->cmd_set);
-        t->cmd_delete += get(&s->cmd_delete);
-        t->cmd_incr_decr += get(&s->cmd_incr_decr);
-        t->cmd_touch += get(&s->cmd_touch);
-        t->cmd_flush += get(&s->cmd_flush);
-        t->errors += get(&s->errors);
-        t->routed += get(&s->routed);
-        t->redirects += get(&s->redirects);
-        t->refreshes += get(&s->refreshes);
-        t->retries += get(&s->retries);
-        t->order_waits += get(&s->order_waits);
-        t->conn_failures += get(&s->conn_failures);
-        t->timeouts += get(&s->timeouts);
-        t->auth_cmds += get(&s->auth_cmds);
-        t->auth_errors += get(&s->auth_errors);
+        const uint64_t *c = (const uint64_t *)&px->workers[i].st;
+        for (size_t f = 0; f < PX_NCOUNTERS; f++)
+            sum[f] += get(&c[f]);
     }
 }
 
+static void emit_rusage(px_stat_fn emit, void *ctx)
+{
+    struct rusage ru;
+    char text[32];
+
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return;
+    snprintf(text, sizeof(text), "%ld.%06ld", (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec);
+    emit(ctx, "rusage_user", text);
+    snprintf(text, sizeof(text), "%ld.%06ld", (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
+    emit(ctx, "rusage_system", text);
+}
+
+/* memcached's general statistics that a proxy has, under their names and
+ * in their order, then the proxy's own.  The cache's figures (curr_items,
+ * bytes, limit_maxbytes, evictions) are the servers': `stats` at each of
+ * them, or cocytus-cli status. */
 static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
 {
     const struct proxy *px = w->px;
@@ -142,6 +148,9 @@ static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "uptime", (uint64_t)((px_now_ms() - px->started) / 1000));
     emit_u64(emit, ctx, "time", (uint64_t)now);
     emit(ctx, "version", PX_VERSION);
+    emit_u64(emit, ctx, "pointer_size", 8 * sizeof(void *));
+    emit_rusage(emit, ctx);
+    emit_u64(emit, ctx, "max_connections", (uint64_t)px->opt.max_conns);
     emit_u64(emit, ctx, "threads", (uint64_t)px->nworkers);
     emit_u64(emit, ctx, "curr_connections", t.curr_conns);
     emit_u64(emit, ctx, "total_connections", t.total_conns);
@@ -155,6 +164,20 @@ static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "cmd_incr_decr", t.cmd_incr_decr);
     emit_u64(emit, ctx, "cmd_touch", t.cmd_touch);
     emit_u64(emit, ctx, "cmd_flush", t.cmd_flush);
+    emit_u64(emit, ctx, "delete_misses", t.delete_misses);
+    emit_u64(emit, ctx, "delete_hits", t.delete_hits);
+    emit_u64(emit, ctx, "incr_misses", t.incr_misses);
+    emit_u64(emit, ctx, "incr_hits", t.incr_hits);
+    emit_u64(emit, ctx, "decr_misses", t.decr_misses);
+    emit_u64(emit, ctx, "decr_hits", t.decr_hits);
+    emit_u64(emit, ctx, "cas_misses", t.cas_misses);
+    emit_u64(emit, ctx, "cas_hits", t.cas_hits);
+    emit_u64(emit, ctx, "cas_badval", t.cas_badval);
+    emit_u64(emit, ctx, "touch_hits", t.touch_hits);
+    emit_u64(emit, ctx, "touch_misses", t.touch_misses);
+    emit_u64(emit, ctx, "bytes_read", t.bytes_read);
+    emit_u64(emit, ctx, "bytes_written", t.bytes_written);
+    emit_u64(emit, ctx, "accepting_conns", 1);
     emit_u64(emit, ctx, "errors", t.errors);
     emit_u64(emit, ctx, "auth_cmds", t.auth_cmds);
     emit_u64(emit, ctx, "auth_errors", t.auth_errors);
@@ -167,6 +190,35 @@ static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "order_waits", t.order_waits);
     emit_u64(emit, ctx, "backend_conn_failures", t.conn_failures);
     emit_u64(emit, ctx, "backend_timeouts", t.timeouts);
+}
+
+/* `stats settings`: memcached's names for what the proxy has, then its
+ * own.  A value never holds a space (clients split lines on spaces). */
+static void emit_settings(const struct proxy *px, px_stat_fn emit, void *ctx)
+{
+    const struct px_options *o = &px->opt;
+    bool auth = px->auth.n > 0;
+
+    emit_u64(emit, ctx, "maxconns", (uint64_t)o->max_conns);
+    emit_u64(emit, ctx, "tcpport", (uint64_t)o->port);
+    emit_u64(emit, ctx, "udpport", 0);
+    emit(ctx, "inter", o->addr != NULL && strpbrk(o->addr, " \t\r\n") == NULL ? o->addr : "NULL");
+    emit_u64(emit, ctx, "verbosity", (uint64_t)o->verbose);
+    emit_u64(emit, ctx, "num_threads", (uint64_t)px->nworkers);
+    emit(ctx, "cas_enabled", "yes");
+    emit(ctx, "binding_protocol", "auto-negotiate");
+    emit(ctx, "auth_enabled_sasl", auth ? "yes" : "no");
+    emit(ctx, "auth_enabled_ascii", auth ? "yes" : "no");
+    emit_u64(emit, ctx, "item_size_max", o->item_max);
+    emit(ctx, "flush_enabled", "yes");
+    emit_u64(emit, ctx, "idle_timeout", (uint64_t)o->idle_timeout_s);
+    emit(ctx, "proxy", "yes");
+    emit_u64(emit, ctx, "server_timeout_ms", (uint64_t)o->timeout_ms);
+    emit_u64(emit, ctx, "request_deadline_ms", (uint64_t)o->deadline_ms);
+    emit_u64(emit, ctx, "max_attempts", (uint64_t)o->max_attempts);
+    emit_u64(emit, ctx, "seeds", px->nseeds);
+    emit(ctx, "server_auth", px->has_server_auth ? "yes" : "no");
+    emit(ctx, "io_uring", o->no_uring ? "no" : "yes");
 }
 
 /* "backend:<host:port>:<what>" lines for every server any worker met. */
@@ -209,10 +261,119 @@ static void emit_backends(struct proxy *px, px_stat_fn emit, void *ctx)
     }
 }
 
-void px_stats_emit(struct px_worker *w, bool general, bool backends, px_stat_fn emit, void *ctx)
+enum px_stats_group px_stats_group_of(const char *arg, size_t n)
 {
-    if (general)
+    static const struct {
+        const char *name;
+        enum px_stats_group g;
+    } groups[] = {
+        { "backends", PX_STATS_BACKENDS }, { "settings", PX_STATS_SETTINGS },
+        { "items", PX_STATS_ITEMS },       { "slabs", PX_STATS_SLABS },
+        { "sizes", PX_STATS_SIZES },       { "reset", PX_STATS_RESET },
+    };
+
+    if (arg == NULL || n == 0)
+        return PX_STATS_GENERAL;
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        if (strlen(groups[i].name) == n && memcmp(groups[i].name, arg, n) == 0)
+            return groups[i].g;
+    return PX_STATS_UNKNOWN;
+}
+
+void px_stats_emit(struct px_worker *w, enum px_stats_group g, px_stat_fn emit, void *ctx)
+{
+    switch (g) {
+    case PX_STATS_GENERAL:
         emit_general(w, emit, ctx);
-    if (backends)
         emit_backends(w->px, emit, ctx);
+        break;
+    case PX_STATS_BACKENDS:
+        emit_backends(w->px, emit, ctx);
+        break;
+    case PX_STATS_SETTINGS:
+        emit_settings(w->px, emit, ctx);
+        break;
+    case PX_STATS_SLABS:
+        /* what memcached says before it stores anything */
+        emit(ctx, "active_slabs", "0");
+        emit(ctx, "total_malloced", "0");
+        break;
+    case PX_STATS_SIZES:
+        emit(ctx, "sizes_status", "disabled");
+        break;
+    case PX_STATS_ITEMS:
+    case PX_STATS_RESET:
+    case PX_STATS_UNKNOWN:
+        break;
+    }
+}
+
+static void zero(uint64_t *counter)
+{
+    __atomic_store_n(counter, 0, __ATOMIC_RELAXED);
+}
+
+void px_stats_reset(struct proxy *px)
+{
+    /* Workers keep counting meanwhile: an increment racing the store is
+     * lost or kept, as in memcached's reset under load. */
+    for (int i = 0; i < px->nworkers; i++) {
+        uint64_t *c = (uint64_t *)&px->workers[i].st;
+        for (size_t f = 0; f < PX_NCOUNTERS; f++)
+            if (&c[f] != &px->workers[i].st.curr_conns)
+                zero(&c[f]);
+    }
+    pthread_mutex_lock(&px->stats_lock);
+    size_t n = px->nbstats;
+    pthread_mutex_unlock(&px->stats_lock);
+    for (size_t i = 0; i < n; i++) {
+        struct px_be_stats *st = px->bstats[i];
+        zero(&st->requests);
+        zero(&st->errors);
+        for (unsigned b = 0; b < PX_LAT_BUCKETS; b++)
+            zero(&st->lat[b]);
+    }
+}
+
+void px_stats_outcome(struct px_worker *w, const char *request_wire, uint16_t status)
+{
+    struct px_counters *st = &w->st;
+    bool hit = status == BIN_STATUS_OK, miss = status == BIN_STATUS_KEY_ENOENT;
+
+    if (!hit && !miss && status != BIN_STATUS_KEY_EEXISTS)
+        return;
+    switch ((uint8_t)request_wire[BIN_OFF_OPCODE]) {
+    case BIN_OP_DELETE:
+    case BIN_OP_DELETEQ:
+        if (hit || miss)
+            px_count(hit ? &st->delete_hits : &st->delete_misses, 1);
+        break;
+    case BIN_OP_INCREMENT:
+    case BIN_OP_INCREMENTQ:
+        if (hit || miss)
+            px_count(hit ? &st->incr_hits : &st->incr_misses, 1);
+        break;
+    case BIN_OP_DECREMENT:
+    case BIN_OP_DECREMENTQ:
+        if (hit || miss)
+            px_count(hit ? &st->decr_hits : &st->decr_misses, 1);
+        break;
+    case BIN_OP_TOUCH:
+    case BIN_OP_GAT:
+    case BIN_OP_GATQ:
+    case BIN_OP_GATK:
+    case BIN_OP_GATKQ:
+        if (hit || miss)
+            px_count(hit ? &st->touch_hits : &st->touch_misses, 1);
+        break;
+    case BIN_OP_SET:
+    case BIN_OP_SETQ:
+        /* a set with a cas value is memcached's cas command */
+        if (bin_load64(request_wire + BIN_OFF_CAS) == 0)
+            break;
+        px_count(hit ? &st->cas_hits : miss ? &st->cas_misses : &st->cas_badval, 1);
+        break;
+    default:
+        break;
+    }
 }

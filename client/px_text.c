@@ -84,9 +84,8 @@ static void start_retrieval(struct px_client *c, struct px_req *rq, const struct
             break;
         }
         op->retry_lost = true;
-        px_count(&c->w->st.cmd_get, 1);
-        if (gat)
-            px_count(&c->w->st.cmd_touch, 1);
+        /* memcached counts a gat as a touch only (hits: px_stats_outcome) */
+        px_count(gat ? &c->w->st.cmd_touch : &c->w->st.cmd_get, 1);
     }
 }
 
@@ -178,16 +177,22 @@ static void text_stat_line(void *ctx, const char *name, const char *value)
 
 static void local_stats(struct px_req *rq, const struct text_req *t)
 {
-    struct evbuffer *out = px_req_sink(rq);
-    bool backends = t->arg != NULL && t->narg == 8 && memcmp(t->arg, "backends", 8) == 0;
+    enum px_stats_group g = px_stats_group_of(t->arg, t->arg != NULL ? t->narg : 0);
+    struct evbuffer *out;
 
-    if (out == NULL)
-        return;
-    if (t->arg != NULL && t->narg > 0 && !backends) {
+    if (g == PX_STATS_UNKNOWN) {
         local_line(rq, "ERROR");
         return;
     }
-    px_stats_emit(rq->c->w, !backends, true, text_stat_line, out);
+    if (g == PX_STATS_RESET) {
+        px_stats_reset(rq->c->w->px);
+        local_line(rq, "RESET");
+        return;
+    }
+    out = px_req_sink(rq);
+    if (out == NULL)
+        return;
+    px_stats_emit(rq->c->w, g, text_stat_line, out);
     evbuffer_add(out, "END\r\n", 5);
 }
 
@@ -367,9 +372,11 @@ void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const cha
     int cmd = rq->text_cmd;
 
     if (is_retrieval(cmd)) {
+        bool touch = cmd == TC_GAT || cmd == TC_GATS;
         if (status == BIN_STATUS_OK) {
             rq->hits++;
-            px_count(&w->st.get_hits, 1);
+            if (!touch)
+                px_count(&w->st.get_hits, 1);
             struct evbuffer *out;
             if (rq->nops == 1) {
                 out = px_req_sink(rq);
@@ -381,7 +388,8 @@ void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const cha
             if (out)
                 text_value(out, op, cmd == TC_GETS || cmd == TC_GATS, hdr, body, nbody);
         } else if (status == BIN_STATUS_KEY_ENOENT) {
-            px_count(&w->st.get_misses, 1);
+            if (!touch)
+                px_count(&w->st.get_misses, 1);
         } else if (status != PX_FAIL) {
             /* kept for the end of the reply: values so far, then the error */
             const char *line = status_line(cmd, status);
