@@ -9,6 +9,11 @@
 #   - the same cluster after SIGKILL to a data process (nodes do not
 #     restart it): the recovery process that took its slots, directly;
 #   - a PBR group (a primary and 2 backups): the primary directly.
+# At each of them, and at a parity process and a PBR backup, stats_check.py
+# checks the `stats` replies monitoring tools read (every group answers,
+# lines in memcached's shape, binary STAT, `stats reset`) and, where keys
+# are served, that the counters move as memcached's under one sequence of
+# operations.
 # Skipped (77) without Debian's memcached to compare with.  The traps stop
 # everything the test started.
 set -u
@@ -46,6 +51,16 @@ meta() {
     fail "meta commands on $label differ from memcached's"
 }
 
+# stats LABEL HOST:PORT [stats_check.py options]: the stats checks.
+stats() {
+    local label=$1 target=$2
+    shift 2
+    if python3 "$script_dir/stats_check.py" --target "$target" --label "$label" "$@"; then
+        return 0
+    fi
+    fail "stats of $label are not what monitoring tools read from memcached"
+}
+
 # admin HOST:PORT COMMAND: the reply lines of one admin command, on a
 # connection that proved the cluster secret of the RS cluster (ctl, lib.sh).
 admin() {
@@ -55,6 +70,7 @@ admin() {
 # --- plain ---
 if start_server "$(mktemp "${TMPDIR:-/tmp}/meta_plain.XXXXXX")"; then
     meta "a plain cocytus-server" "127.0.0.1:$server_port"
+    stats "a plain cocytus-server" "127.0.0.1:$server_port" --counters
     stop_pid "$server_pid"
     server_pid=""
 else
@@ -69,7 +85,11 @@ if cluster_up "$rsdir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 16 --re
     --restart off --proxy-port "$proxy_port"; then
     dp=$(awk '$1 == "data" { print $5; exit }' "$rsdir/endpoints")
     meta "data process $dp" "$dp" --direct
+    stats "data process $dp" "$dp" --direct --counters
+    pp=$(awk '$1 == "parity" { print $5; exit }' "$rsdir/endpoints")
+    stats "parity process $pp" "$pp"
     meta "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")"
+    stats "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")" --counters
 
     victim_pid=$(awk '$1 == "data" { print $6; exit }' "$rsdir/endpoints")
     kill -KILL "$victim_pid"
@@ -92,6 +112,7 @@ if cluster_up "$rsdir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 16 --re
     if [ -n "$rp" ]; then
         ok "recovery process $rp serves the killed data process's slots"
         meta "recovery process $rp" "$rp" --direct
+        stats "recovery process $rp" "$rp" --direct --counters
     else
         fail "no recovery process took over after SIGKILL to data process $dp"
     fi
@@ -106,6 +127,9 @@ pbrdir=$(mktemp -d "${TMPDIR:-/tmp}/meta_pbr.XXXXXX")
 if cluster_up "$pbrdir" 8 6000 9000 --nodes 1 --scheme pbr:2 --memory 16 --no-proxy; then
     primary=$(awk '$1 == "primary" { print $5; exit }' "$pbrdir/endpoints")
     meta "PBR primary $primary" "$primary" --direct
+    stats "PBR primary $primary" "$primary" --direct --counters
+    backup=$(awk '$1 == "backup" { print $5; exit }' "$pbrdir/endpoints")
+    stats "PBR backup $backup" "$backup"
 else
     fail "PBR cluster up"
 fi

@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""stats_check.py - the `stats` replies monitoring tools read, checked.
+
+Monitoring agents (Prometheus's memcached_exporter, collectd, Datadog,
+telegraf) poll a memcached with `stats`, `stats settings`, `stats items`
+and `stats slabs`, and mark the server down when one of them answers
+ERROR or a line they cannot split: memcached_exporter needs every line to
+be `STAT <name> <value>` (three words, `<value>` without spaces), the
+number before or after a name's colon to be an integer, `stats settings`
+to answer, and cmd_set and the cas counters to be there.  This script
+checks those shapes at one target, in the text and the binary protocol,
+and `stats reset`.
+
+With --counters it also runs one fixed sequence of operations (set, get,
+cas in its three outcomes, delete, incr, decr, touch, gat on keys present
+and absent) against a reference memcached started here and against the
+target, and the target's counters must move as memcached's do.
+
+  stats_check.py --target HOST:PORT [--direct] [--counters] [--label L]
+                 [--memcached PATH]
+
+--direct: the target is one server of a cluster: keys are chosen among
+the ones it serves (meta_check.py's Keys).  Exit status 0 good, 1 a
+difference (shown), 77 no memcached for --counters.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from meta_check import Client, Keys, start_memcached  # noqa: E402
+
+# The general counters every target must have, as numbers (the exporter's
+# cmd_set and cas sums fail without them; the rest are what dashboards
+# plot).
+NUMERIC = ["pid", "uptime", "time", "curr_connections", "total_connections", "cmd_get",
+           "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses", "delete_hits",
+           "delete_misses", "incr_hits", "incr_misses", "decr_hits", "decr_misses",
+           "cas_hits", "cas_misses", "cas_badval", "touch_hits", "touch_misses",
+           "bytes_read", "bytes_written"]
+TIMEVAL = ["rusage_user", "rusage_system"]
+# Counters the operation sequence moves; they must move as memcached's.
+COUNTED = ["cmd_get", "cmd_set", "cmd_touch", "get_hits", "get_misses", "delete_hits",
+           "delete_misses", "incr_hits", "incr_misses", "decr_hits", "decr_misses",
+           "cas_hits", "cas_misses", "cas_badval", "touch_hits", "touch_misses"]
+
+problems = []
+
+
+def problem(text):
+    problems.append(text)
+
+
+def read_text_stats(c, group):
+    """The (name, value) lines of `stats <group>`, or None after an error
+    line (recorded)."""
+    c.sock.sendall(("stats %s\r\n" % group).encode() if group else b"stats\r\n")
+    lines = []
+    while True:
+        line = c._line()
+        if line == b"END":
+            return lines
+        words = line.split(b" ")
+        if words[0] != b"STAT":
+            problem("`stats %s`: %r instead of STAT lines" % (group, line))
+            return None
+        if len(words) != 3 or not words[1] or not words[2]:
+            problem("`stats %s`: %r is not 'STAT <name> <value>'" % (group, line))
+            continue
+        lines.append((words[1].decode("latin-1"), words[2].decode("latin-1")))
+
+
+def check_names(where, lines):
+    """A name with one or two colons is a slab class's: the exporter parses
+    its class number as an integer."""
+    seen = set()
+    for name, value in lines:
+        if name in seen:
+            problem("%s: %s twice" % (where, name))
+        seen.add(name)
+        parts = name.split(":")
+        if len(parts) == 2 and not parts[0].isdigit():
+            problem("%s: %s: a class name whose class is not a number" % (where, name))
+        if len(parts) == 3 and not parts[1].isdigit():
+            problem("%s: %s: an item class whose class is not a number" % (where, name))
+        if not all(33 <= ord(ch) < 127 for ch in name + value):
+            problem("%s: %r %r is not printable" % (where, name, value))
+
+
+def check_text(host, port, label):
+    c = Client(host, port)
+    try:
+        general = read_text_stats(c, "")
+        if general is not None:
+            check_names("`stats`", general)
+            d = dict(general)
+            for name in NUMERIC:
+                if not re.fullmatch(r"\d+", d.get(name, "")):
+                    problem("`stats`: %s missing or not a number (%r)" % (name, d.get(name)))
+            for name in TIMEVAL:
+                if not re.fullmatch(r"\d+\.\d{6}", d.get(name, "")):
+                    problem("`stats`: %s missing or not seconds.micros (%r)" % (name, d.get(name)))
+        settings = read_text_stats(c, "settings")
+        if settings is not None:
+            check_names("`stats settings`", settings)
+            d = dict(settings)
+            for name in ["maxconns", "item_size_max", "tcpport"]:
+                if not re.fullmatch(r"\d+", d.get(name, "")):
+                    problem("`stats settings`: %s missing or not a number (%r)" % (name, d.get(name)))
+        for group in ["items", "slabs", "sizes"]:
+            lines = read_text_stats(c, group)
+            if lines is not None:
+                check_names("`stats %s`" % group, lines)
+        c.sock.sendall(b"stats reset\r\n")
+        line = c._line()
+        if line != b"RESET":
+            problem("`stats reset`: %r instead of RESET" % line)
+        else:
+            after = dict(read_text_stats(c, "") or [])
+            for name in ["cmd_get", "cmd_set", "get_hits", "cas_hits", "delete_hits"]:
+                if after.get(name) != "0":
+                    problem("after `stats reset`: %s is %r, not 0" % (name, after.get(name)))
+    finally:
+        c.close()
+
+
+def check_binary(host, port):
+    """Binary STAT for each group: packets up to the one with an empty key,
+    all with status 0."""
+    s = socket.create_connection((host, port), timeout=10)
+    buf = b""
+    try:
+        for group in [b"", b"settings", b"items", b"slabs", b"reset"]:
+            s.sendall(struct.pack(">BBHBBHIIQ", 0x80, 0x10, len(group), 0, 0, 0, len(group),
+                                  0x5a5a, 0) + group)
+            n = 0
+            while True:
+                while len(buf) < 24:
+                    data = s.recv(65536)
+                    if not data:
+                        problem("binary stat %r: connection closed" % group)
+                        return
+                    buf += data
+                magic, op, nkey, next_, _, status, nbody, opaque, _ = struct.unpack(
+                    ">BBHBBHIIQ", buf[:24])
+                while len(buf) < 24 + nbody:
+                    data = s.recv(65536)
+                    if not data:
+                        problem("binary stat %r: connection closed" % group)
+                        return
+                    buf += data
+                body, buf = buf[24:24 + nbody], buf[24 + nbody:]
+                if magic != 0x81 or op != 0x10 or opaque != 0x5a5a:
+                    problem("binary stat %r: a reply that is not ours" % group)
+                    return
+                if status != 0:
+                    problem("binary stat %r: status 0x%02x %r" % (group, status, body))
+                    break
+                if nkey == 0:
+                    break
+                n += 1
+            if group == b"settings" and n == 0:
+                problem("binary stat settings: no settings")
+    finally:
+        s.close()
+
+
+def counters(host, port):
+    c = Client(host, port)
+    try:
+        c.sock.sendall(b"stats\r\n")
+        d = {}
+        while True:
+            line = c._line()
+            if line == b"END":
+                return d
+            words = line.split(b" ")
+            if len(words) == 3:
+                d[words[1].decode()] = words[2].decode()
+    finally:
+        c.close()
+
+
+def operations(host, port, keys):
+    """The fixed sequence; returns the replies, to compare too."""
+    c = Client(host, port)
+    out = []
+
+    def req(text):
+        c.sock.sendall(text)
+        line = c._line()
+        out.append(line)
+        return line
+
+    def get(cmd, key):
+        c.sock.sendall(cmd + b" " + key + b"\r\n")
+        cas = None
+        while True:
+            line = c._line()
+            if line == b"END":
+                break
+            words = line.split(b" ")
+            if words[0] != b"VALUE":
+                out.append(line)
+                break
+            if len(words) == 5:
+                cas = words[4]
+            c._exact(int(words[3]) + 2)
+            out.append(b"VALUE " + words[1] + b" " + words[2] + b" " + words[3])
+        return cas
+
+    a, b, n, m = keys("a"), keys("b"), keys("n"), keys("missing")
+    try:
+        req(b"set " + a + b" 5 0 3\r\nabc\r\n")
+        req(b"set " + n + b" 0 0 2\r\n10\r\n")
+        get(b"get", a)
+        get(b"get", m)
+        cas = get(b"gets", a)
+        req(b"cas " + a + b" 0 0 1 " + cas + b"\r\nx\r\n")        # hit
+        req(b"cas " + a + b" 0 0 1 " + cas + b"\r\ny\r\n")        # bad value
+        req(b"cas " + m + b" 0 0 1 " + cas + b"\r\nz\r\n")        # miss
+        req(b"incr " + n + b" 5\r\n")
+        req(b"incr " + m + b" 5\r\n")
+        req(b"decr " + n + b" 2\r\n")
+        req(b"decr " + m + b" 2\r\n")
+        req(b"touch " + a + b" 100\r\n")
+        req(b"touch " + m + b" 100\r\n")
+        get(b"gat 100", a)
+        get(b"gat 100", m)
+        req(b"set " + b + b" 0 0 1\r\nq\r\n")
+        req(b"delete " + b + b"\r\n")
+        req(b"delete " + b + b"\r\n")
+    finally:
+        c.close()
+    # key names differ between the two runs (a cluster server gets its own)
+    for name, key in sorted(keys.real.items(), key=lambda p: -len(p[1])):
+        out = [line.replace(key, b"<" + name.encode() + b">") for line in out]
+    return out
+
+
+def check_counters(host, port, direct, memcached):
+    prefix = "st%d_" % os.getpid()
+    proc, mport = start_memcached(memcached)
+    try:
+        mkeys = Keys(prefix)
+        for name in ["a", "b", "n", "missing"]:
+            mkeys(name)
+        before = counters("127.0.0.1", mport)
+        want_replies = operations("127.0.0.1", mport, mkeys)
+        after = counters("127.0.0.1", mport)
+    finally:
+        proc.terminate()
+        proc.wait()
+    want = {k: int(after[k]) - int(before[k]) for k in COUNTED}
+
+    owner = Client(host, port) if direct else None
+    tkeys = Keys(prefix, owner)
+    for name in ["a", "b", "n", "missing"]:
+        tkeys(name)
+    if owner is not None:
+        owner.close()
+    before = counters(host, port)
+    got_replies = operations(host, port, tkeys)
+    after = counters(host, port)
+    got = {}
+    for k in COUNTED:
+        try:
+            got[k] = int(after[k]) - int(before[k])
+        except (KeyError, ValueError):
+            got[k] = None
+    if got_replies != want_replies:
+        problem("the operations' replies differ from memcached's: %r against %r"
+                % (got_replies, want_replies))
+    for k in COUNTED:
+        if got[k] != want[k]:
+            problem("counter %s moved by %r, memcached's by %d" % (k, got[k], want[k]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--direct", action="store_true")
+    ap.add_argument("--counters", action="store_true")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--memcached", default=os.environ.get("MEMCACHED") or
+                    shutil.which("memcached") or "/usr/bin/memcached")
+    args = ap.parse_args()
+    host, port = args.target.rsplit(":", 1)
+    port = int(port)
+    label = args.label or args.target
+    if args.counters:
+        if not os.access(args.memcached, os.X_OK):
+            print("SKIP: no memcached to compare with (apt-get install memcached)")
+            return 77
+        check_counters(host, port, args.direct, args.memcached)
+    check_text(host, port, label)
+    check_binary(host, port)
+    if problems:
+        print("FAIL: stats of %s:" % label)
+        for p in problems:
+            print("  " + p)
+        return 1
+    print("ok: stats of %s: every group answers in memcached's shape%s"
+          % (label, ", counters move as memcached's" if args.counters else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
