@@ -265,13 +265,14 @@ cluster_remove() {
 
 # cluster_check_ok DIR CHECK WHEN: runs `cocytus-cli --dir DIR CHECK`
 # (verify, decode-check), shows its output, and counts a failed check
-# unless it says "group 0: OK".  WHEN ends the check's message.
+# unless it says "group 0: OK" and "CHECK: all groups OK".  WHEN ends the
+# check's message.
 cluster_check_ok() {
     local out
     out=$("$build_dir/client/cocytus-cli" --dir "$1" "$2" 2>&1)
     echo "$ cocytus-cli $2"
     echo "$out"
-    if echo "$out" | grep -q "group 0: OK"; then
+    if echo "$out" | grep -q "group 0: OK" && echo "$out" | grep -q "^$2: all groups OK"; then
         ok "cocytus-cli $2 $3"
     else
         fail "cocytus-cli $2 $3"
