@@ -179,6 +179,7 @@ struct px_op {
     unsigned slot;
     int fanout;                     /* -1: keyed; else the endpoint index (flush) */
     bool retry_lost;                /* harmless to apply twice */
+    bool uncounted;                 /* the proxy's own (a refused set's drop): not in stats */
     int tries;
     bool held;                      /* waited behind an earlier op (counted once) */
     int64_t deadline_ms;            /* no new try after this (monotonic ms) */
@@ -202,6 +203,7 @@ struct px_req {
     bool done;
     bool noreply;                   /* text noreply */
     bool close_after;
+    bool silent;                    /* the proxy's own request: its ops' replies unshown */
     int text_cmd;                   /* enum text_cmd */
     uint8_t bin_opcode;             /* the client's opcode (quiet ones included) */
     uint32_t bin_opaque;

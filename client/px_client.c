@@ -310,14 +310,17 @@ void px_op_reply(struct px_worker *w, struct px_op *op, const char *hdr, const c
     struct px_req *rq = op->req;
     uint16_t status = bin_load16(hdr + BIN_OFF_STATUS);
 
-    px_stats_outcome(w, op->wire, status);
+    if (!op->uncounted)
+        px_stats_outcome(w, op->wire, status);
     if (rq == NULL) {
         px_op_free(op);
         return;
     }
     op->state = OP_DONE;
     op->status = status;
-    if (rq->proto == PX_PROTO_TEXT)
+    if (rq->silent)
+        ;
+    else if (rq->proto == PX_PROTO_TEXT)
         px_text_reply(op, status, hdr, body, nbody);
     else
         px_bin_reply(op, status, hdr, body, nbody);
@@ -350,7 +353,9 @@ void px_op_fail(struct px_worker *w, struct px_op *op, const char *why)
     op->status = 0xffff;
     if (rq->err[0] == '\0')
         snprintf(rq->err, sizeof(rq->err), "%s", why);
-    if (rq->proto == PX_PROTO_TEXT)
+    if (rq->silent)
+        ;
+    else if (rq->proto == PX_PROTO_TEXT)
         px_text_reply(op, op->status, NULL, why, strlen(why));
     else
         px_bin_reply(op, op->status, NULL, why, strlen(why));

@@ -758,6 +758,7 @@ void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, s
         return;
     rq->noreply = true;             /* the delete's outcome is not shown */
     op->retry_lost = true;
+    op->uncounted = true;           /* memcached counts no delete for it */
     if (!px_meta_defer_classic(c->w, rq))
         px_route_op(c->w, op);
 }

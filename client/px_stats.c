@@ -133,6 +133,19 @@ static void emit_rusage(px_stat_fn emit, void *ctx)
     emit(ctx, "rusage_system", text);
 }
 
+/* The connection limit: -c, or without it the descriptors the process may
+ * open (0 would make a dashboard's used/limit ratio infinite). */
+static uint64_t max_connections(const struct proxy *px)
+{
+    struct rlimit rl;
+
+    if (px->opt.max_conns > 0)
+        return (uint64_t)px->opt.max_conns;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        return (uint64_t)rl.rlim_cur;
+    return 0;
+}
+
 /* memcached's general statistics that a proxy has, under their names and
  * in their order, then the proxy's own.  The cache's figures (curr_items,
  * bytes, limit_maxbytes, evictions) are the servers': `stats` at each of
@@ -150,7 +163,7 @@ static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
     emit(ctx, "version", PX_VERSION);
     emit_u64(emit, ctx, "pointer_size", 8 * sizeof(void *));
     emit_rusage(emit, ctx);
-    emit_u64(emit, ctx, "max_connections", (uint64_t)px->opt.max_conns);
+    emit_u64(emit, ctx, "max_connections", max_connections(px));
     emit_u64(emit, ctx, "threads", (uint64_t)px->nworkers);
     emit_u64(emit, ctx, "curr_connections", t.curr_conns);
     emit_u64(emit, ctx, "total_connections", t.total_conns);
@@ -199,7 +212,7 @@ static void emit_settings(const struct proxy *px, px_stat_fn emit, void *ctx)
     const struct px_options *o = &px->opt;
     bool auth = px->auth.n > 0;
 
-    emit_u64(emit, ctx, "maxconns", (uint64_t)o->max_conns);
+    emit_u64(emit, ctx, "maxconns", max_connections(px));
     emit_u64(emit, ctx, "tcpport", (uint64_t)o->port);
     emit_u64(emit, ctx, "udpport", 0);
     emit(ctx, "inter", o->addr != NULL && strpbrk(o->addr, " \t\r\n") == NULL ? o->addr : "NULL");
@@ -335,6 +348,16 @@ void px_stats_reset(struct proxy *px)
     }
 }
 
+/* A binary incr/decr whose expiration is not 0xffffffff creates a missing
+ * key.  memcached counts no hit when it does, and the reply does not say
+ * which happened: such a success is not counted at all. */
+static bool arith_may_create(const char *wire)
+{
+    if ((uint8_t)wire[BIN_OFF_EXTLEN] < 20)
+        return false;
+    return bin_load32(wire + BIN_HEADER_LEN + 16) != 0xffffffffu;
+}
+
 void px_stats_outcome(struct px_worker *w, const char *request_wire, uint16_t status)
 {
     struct px_counters *st = &w->st;
@@ -350,12 +373,12 @@ void px_stats_outcome(struct px_worker *w, const char *request_wire, uint16_t st
         break;
     case BIN_OP_INCREMENT:
     case BIN_OP_INCREMENTQ:
-        if (hit || miss)
+        if (hit ? !arith_may_create(request_wire) : miss)
             px_count(hit ? &st->incr_hits : &st->incr_misses, 1);
         break;
     case BIN_OP_DECREMENT:
     case BIN_OP_DECREMENTQ:
-        if (hit || miss)
+        if (hit ? !arith_may_create(request_wire) : miss)
             px_count(hit ? &st->decr_hits : &st->decr_misses, 1);
         break;
     case BIN_OP_TOUCH:
@@ -368,7 +391,11 @@ void px_stats_outcome(struct px_worker *w, const char *request_wire, uint16_t st
         break;
     case BIN_OP_SET:
     case BIN_OP_SETQ:
-        /* a set with a cas value is memcached's cas command */
+    case BIN_OP_ADD:
+    case BIN_OP_ADDQ:
+    case BIN_OP_REPLACE:
+    case BIN_OP_REPLACEQ:
+        /* a store with a cas value is memcached's cas command */
         if (bin_load64(request_wire + BIN_OFF_CAS) == 0)
             break;
         px_count(hit ? &st->cas_hits : miss ? &st->cas_misses : &st->cas_badval, 1);

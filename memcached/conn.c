@@ -350,7 +350,8 @@ static void count_request(struct server_stats *st, eng_op op)
 static void mutation_finish(struct resp *r, const struct eng_result *res)
 {
     struct conn *c = r->c;
-    count_mutation(&c->srv->stats, (eng_op)r->mop, res->status);
+    if (r->mop >= 0)
+        count_mutation(&c->srv->stats, (eng_op)r->mop, res->status);
     if (r->complete && !c->closing && !r->dropped)
         r->complete(r, res);
     r->done = true;
@@ -502,26 +503,6 @@ bool conn_read_waits(struct conn *c, const char *key, size_t nkey)
     return true;
 }
 
-void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
-                 resp_complete_fn complete)
-{
-    struct engine *e = c->srv->engine;
-    struct eng_result res = { .status = ENG_SUCCESS };
-    r->complete = complete;
-    r->mop = (int)m->op;
-    count_request(&c->srv->stats, m->op);
-    eng_status st = e->ops->mutate(e, m, &res, mutation_done, r);
-    if (st == ENG_PENDING) {
-        r->pending = true;
-        r->wall = m->nkey == 0;
-        r->wkey = m->nkey ? hash_key(m->key, m->nkey) : 0;
-        c->inflight++;
-        return;
-    }
-    res.status = st;
-    mutation_finish(r, &res);
-}
-
 /* One lookup through the engine's get_ex (ex) or get, counting nothing. */
 static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool ex,
                             unsigned opts, struct eng_value *out, struct eng_result *res)
@@ -534,6 +515,54 @@ static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool e
                                          : e->ops->get(e, key, nkey, out, res);
     res->status = st;
     return st;
+}
+
+/* An incr/decr that may create its key: memcached counts neither hit nor
+ * miss when it does.  Whether the key is there is asked before the write
+ * is issued (a peek: no LRU bump, no counting). */
+static bool arith_creates(struct conn *c, const struct eng_mutation *m)
+{
+    if ((m->op != ENG_OP_INCR && m->op != ENG_OP_DECR) || !m->create)
+        return false;
+    struct eng_value v;
+    struct eng_result res;
+    eng_status st = read_item(c, m->key, m->nkey, true, ENG_GET_PEEK, &v, &res);
+    if (st == ENG_SUCCESS && v.handle)
+        c->srv->engine->ops->release(c->srv->engine, v.handle);
+    return st == ENG_NOT_FOUND;
+}
+
+static void mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
+                   resp_complete_fn complete, bool counted)
+{
+    struct engine *e = c->srv->engine;
+    struct eng_result res = { .status = ENG_SUCCESS };
+    r->complete = complete;
+    r->mop = counted && !arith_creates(c, m) ? (int)m->op : -1;
+    if (counted)
+        count_request(&c->srv->stats, m->op);
+    eng_status st = e->ops->mutate(e, m, &res, mutation_done, r);
+    if (st == ENG_PENDING) {
+        r->pending = true;
+        r->wall = m->nkey == 0;
+        r->wkey = m->nkey ? hash_key(m->key, m->nkey) : 0;
+        c->inflight++;
+        return;
+    }
+    res.status = st;
+    mutation_finish(r, &res);
+}
+
+void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
+                 resp_complete_fn complete)
+{
+    mutate(c, r, m, complete, true);
+}
+
+void conn_mutate_uncounted(struct conn *c, struct resp *r, const struct eng_mutation *m,
+                           resp_complete_fn complete)
+{
+    mutate(c, r, m, complete, false);
 }
 
 eng_status conn_lookup(struct conn *c, const char *key, size_t nkey,

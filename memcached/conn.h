@@ -62,7 +62,7 @@ struct resp {
     uint8_t opcode;         /* binary */
     uint32_t opaque;        /* binary */
     uint64_t arg;           /* free for the protocol */
-    int mop;                /* engine op of the mutation (for counting) */
+    int mop;                /* engine op of the mutation (for counting); -1: none */
     uint32_t scratch;       /* buf[0..scratch): protocol bytes that are never sent */
     uint64_t seq;           /* order of the slot on its connection */
     uint64_t wkey;          /* pending mutation: hash of its key (conn_key_writes_inflight) */
@@ -100,6 +100,11 @@ void *resp_scratch(struct resp *r);
  * the event loop.  Counts the generic stats (cmd_set, hits, misses...). */
 void conn_mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
                  resp_complete_fn complete);
+/* The same for a write the client did not ask for (dropping the key of a
+ * refused too-large set, the add of an mg that vivifies): memcached counts
+ * none of them. */
+void conn_mutate_uncounted(struct conn *c, struct resp *r, const struct eng_mutation *m,
+                           resp_complete_fn complete);
 
 /* Reads: look up key through the engine, counting get hits/misses. */
 eng_status conn_get(struct conn *c, const char *key, size_t nkey,

@@ -1042,7 +1042,7 @@ static void bin_reject_too_large(struct conn *c, const struct bin_request *rq)
         m.nkey = rq->nkey;
         struct resp *d = bin_resp_new(c, rq);
         d->noreply = true;
-        conn_mutate(c, d, &m, bin_silent_complete);
+        conn_mutate_uncounted(c, d, &m, bin_silent_complete);   /* memcached's: not counted */
     }
     bin_reply_status_swallow(c, rq, BIN_STATUS_E2BIG, rq->nvalue);
 }

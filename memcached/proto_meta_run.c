@@ -317,20 +317,29 @@ static void mg_vivify(struct conn *c, const struct meta_req *req)
         .marks = req->opaque_too_long ? 0 :      /* nothing after the O: no win, no fetch */
                  (uint8_t)(ENG_MARK_WON | (meta_has(req, 'u') ? 0 : ENG_MARK_FETCHED)),
     };
-    conn_mutate(c, r, &m, vivify_complete);
+    conn_mutate_uncounted(c, r, &m, vivify_complete);   /* counted as mg's hit */
 }
 
-/* memcached counts an mg that touches (T) and hits as a touch, and any
- * other as a get (a T that misses too). */
-static void count_mg(struct conn *c, bool touch, eng_status st)
+/* How memcached 1.6.18 counts an mg (measured, stats_check.py): a hit,
+ * or a miss that N turns into a new item, is a get hit, or with T a touch
+ * hit; any other miss a get miss.  Behind an opaque token too long, a hit
+ * counts nothing and a miss a get miss, unless N. */
+static void count_mg(struct conn *c, const struct meta_req *req, eng_status st)
 {
     struct server *s = conn_server(c);
-    if (touch && st == ENG_SUCCESS) {
+    bool vivify = meta_has(req, 'N');
+    if (req->opaque_too_long) {
+        if (st == ENG_NOT_FOUND && !vivify)
+            conn_count_get(c, st);
+        return;
+    }
+    bool hit = st == ENG_SUCCESS || (st == ENG_NOT_FOUND && vivify);
+    if (hit && meta_has(req, 'T')) {
         s->stats.cmd_touch++;
         s->stats.touch_hits++;
         return;
     }
-    conn_count_get(c, st);
+    conn_count_get(c, hit ? ENG_SUCCESS : st);
 }
 
 static void handle_mg(struct conn *c, const struct meta_req *req)
@@ -346,8 +355,7 @@ static void handle_mg(struct conn *c, const struct meta_req *req)
     unsigned opts = meta_has(req, 'u') || (req->opaque_too_long && late_fetch)
                         ? ENG_GET_PEEK : 0;
     eng_status st = conn_lookup_ex(c, req->key, req->nkey, opts, &v, &res);
-    if (!(opts & ENG_GET_PEEK))
-        count_mg(c, meta_has(req, 'T'), st);
+    count_mg(c, req, st);
     if (st == ENG_NOT_FOUND && meta_has(req, 'N')) {
         mg_vivify(c, req);
         return;
@@ -486,6 +494,10 @@ static void mutation_complete(struct resp *r, const struct eng_result *res)
         resp_str(r, "CLIENT_ERROR opaque token too long\r\n");
         return;
     }
+    /* memcached counts an md whose C did not match as a delete miss (a
+     * binary delete with a wrong cas counts nothing: conn.c) */
+    if (p.cmd == MC_DELETE && res->status == ENG_EXISTS)
+        conn_server(r->c)->stats.delete_misses++;
     bool ok = res->status == ENG_SUCCESS;
     /* q hides success, but memcached reports an item ma N created. */
     if (ok && p.quiet && !(p.cmd == MC_ARITH && p.vivify))
@@ -706,7 +718,7 @@ void meta_run_drop_key(struct conn *c, const char *key, size_t nkey)
     struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
     struct resp *d = conn_resp_new(c);
     d->noreply = true;
-    conn_mutate(c, d, &m, silent_complete);
+    conn_mutate_uncounted(c, d, &m, silent_complete);
 }
 
 void meta_run_too_large(struct conn *c, const char *key, size_t nkey)

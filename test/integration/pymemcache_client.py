@@ -106,8 +106,8 @@ def api_results(addr, prefix):
     r("1 MB value", lambda: (c.set(k("big"), big, noreply=False), c.get(k("big")) == big))
     r("too large", lambda: c.set(k("big2"), b"z" * (2 * 1024 * 1024), noreply=False))
     r("big kept", lambda: c.get(k("big")) == big)
-    r("expiry", lambda: (c.set(k("e"), b"v", expire=1, noreply=False), c.get(k("e")),
-                         time.sleep(2.2), c.get(k("e"))))
+    r("expiry", lambda: (c.set(k("e"), b"v", expire=2, noreply=False), c.get(k("e")),
+                         time.sleep(3.2), c.get(k("e"))))
     r("key with space", lambda: c.set(k("bad key"), b"v", noreply=False))
     r("key too long", lambda: c.set("k" * 251, b"v", noreply=False))
     r("version", lambda: type(c.version()).__name__)
@@ -266,7 +266,10 @@ def run_load(args):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f)
-    failed = result["lost"] or result["stale"] or result["wrong_reads"] or not after
+    if kill.returncode != 0:
+        print("FAIL: the kill command failed (exit %d)" % kill.returncode)
+    failed = (result["lost"] or result["stale"] or result["wrong_reads"] or not after
+              or kill.returncode != 0)
     return 1 if failed else 0
 
 

@@ -11,13 +11,17 @@ to answer, and cmd_set and the cas counters to be there.  This script
 checks those shapes at one target, in the text and the binary protocol,
 and `stats reset`.
 
-With --counters it also runs one fixed sequence of operations (set, get,
-cas in its three outcomes, delete, incr, decr, touch, gat on keys present
-and absent) against a reference memcached started here and against the
-target, and the target's counters must move as memcached's do.
+With --counters it also runs fixed sequences of operations against a
+reference memcached started here and against the target, and the replies
+must be equal and the target's counters move as memcached's do: text (set,
+get, cas in its three outcomes, delete, incr, decr, touch, gat on keys
+present and absent), binary (get, getq, gat, gatq, touch, stores with a
+cas, delete with a wrong cas, an incr that creates its key, a set too
+large) and meta (mg with T, u and N, md with a wrong C, ma that creates,
+ms with a wrong C).
 
-  stats_check.py --target HOST:PORT [--direct] [--counters] [--label L]
-                 [--memcached PATH]
+  stats_check.py --target HOST:PORT [--direct] [--counters]
+                 [--kinds text,binary,meta] [--label L] [--memcached PATH]
 
 --direct: the target is one server of a cluster: keys are chosen among
 the ones it serves (meta_check.py's Keys).  Exit status 0 good, 1 a
@@ -186,8 +190,126 @@ def counters(host, port):
         c.close()
 
 
-def operations(host, port, keys):
-    """The fixed sequence; returns the replies, to compare too."""
+def binary(sock, buf, op, key, extras=b"", value=b"", cas=0, quiet=False):
+    """One binary request; returns (status, the rest of the input).  A quiet
+    request is followed by a noop, and its own reply may not come."""
+    sock.sendall(struct.pack(">BBHBBHIIQ", 0x80, op, len(key), len(extras), 0, 0,
+                             len(key) + len(extras) + len(value), 0x77, cas)
+                 + extras + key + value)
+    if quiet:
+        sock.sendall(struct.pack(">BBHBBHIIQ", 0x80, 0x0a, 0, 0, 0, 0, 0, 0x78, 0))
+    status = None
+    while True:
+        while len(buf) < 24:
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            buf += data
+        rop, nbody = buf[1], struct.unpack(">I", buf[8:12])[0]
+        st = struct.unpack(">H", buf[6:8])[0]
+        while len(buf) < 24 + nbody:
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            buf += data
+        buf = buf[24 + nbody:]
+        if rop == 0x0a and quiet:
+            return (status if status is not None else "quiet"), buf
+        if not quiet:
+            return st, buf
+        status = st
+
+
+def binary_operations(host, port, keys):
+    """The binary sequence: reads, gat, touch, stores with a cas, delete
+    with a wrong cas, incr that creates, a refused too-large set."""
+    s = socket.create_connection((host, port), timeout=10)
+    buf = b""
+    out = []
+
+    def op(*args, **kw):
+        nonlocal buf
+        st, buf = binary(s, buf, *args, **kw)
+        out.append(st)
+
+    a, m, i = keys("ba"), keys("bmissing"), keys("bi")
+    ext_set = struct.pack(">II", 0, 0)
+    ttl = struct.pack(">I", 100)
+    try:
+        op(0x01, a, ext_set, b"1")                          # set
+        op(0x00, a)                                          # get hit
+        op(0x00, m)                                          # get miss
+        op(0x09, m, quiet=True)                              # getq miss
+        op(0x1d, a, ttl)                                     # gat hit
+        op(0x1e, m, ttl, quiet=True)                         # gatq miss
+        op(0x1c, m, ttl)                                     # touch miss
+        op(0x01, a, ext_set, b"2", cas=999999)               # set, wrong cas
+        op(0x03, m, ext_set, b"2", cas=999999)               # replace with cas, missing
+        op(0x02, a, ext_set, b"2", cas=999999)               # add with cas
+        op(0x04, a, cas=999999)                              # delete, wrong cas
+        op(0x05, i, struct.pack(">QQI", 1, 5, 0))            # incr that creates
+        op(0x05, i, struct.pack(">QQI", 1, 5, 0xffffffff))   # incr hit
+        op(0x06, m, struct.pack(">QQI", 1, 5, 0xffffffff))   # decr miss
+        op(0x01, a, ext_set, b"z" * (2 * 1024 * 1024))       # too large: dropped
+        op(0x00, a)                                          # ... so a miss
+    finally:
+        s.close()
+    return out
+
+
+def meta_operations(host, port, keys):
+    """The meta sequence: mg with T, u and N; md with a wrong C; ma that
+    creates; ms with a wrong C."""
+    c = Client(host, port)
+    out = []
+    a, m, v, n = keys("ma"), keys("mmissing"), keys("mviv"), keys("mn")
+
+    def req(text):
+        c.sock.sendall(text + b"mn\r\n")
+        while True:
+            line = c._line()
+            if line == b"MN":
+                return
+            out.append(line)
+            if line.startswith(b"VA "):
+                out.append(c._exact(int(line.split()[1]) + 2)[:-2])
+
+    try:
+        req(b"ms " + a + b" 1\r\nx\r\n")
+        req(b"mg " + a + b" v\r\n")
+        req(b"mg " + m + b" v\r\n")
+        req(b"mg " + a + b" v T30\r\n")
+        req(b"mg " + m + b" v T30\r\n")
+        req(b"mg " + a + b" v u\r\n")
+        req(b"mg " + v + b" v N30\r\n")
+        req(b"md " + a + b" C999999\r\n")
+        req(b"ma " + n + b" N30\r\n")
+        req(b"ma " + n + b"\r\n")
+        req(b"ma " + m + b" MD\r\n")
+        req(b"ms " + a + b" 1 C999999\r\ny\r\n")
+        req(b"md " + a + b"\r\n")
+        req(b"md " + a + b"\r\n")
+    finally:
+        c.close()
+    return out
+
+
+def operations(host, port, keys, kinds):
+    """The fixed sequences (text, and binary and meta as kinds say);
+    returns the replies, to compare too."""
+    out = text_operations(host, port, keys)
+    if "binary" in kinds:
+        out += [str(st).encode() for st in binary_operations(host, port, keys)]
+    if "meta" in kinds:
+        out += meta_operations(host, port, keys)
+    # key names differ between the two runs (a cluster server gets its own)
+    for name, key in sorted(keys.real.items(), key=lambda p: -len(p[1])):
+        out = [line.replace(key, b"<" + name.encode() + b">") for line in out]
+    return out
+
+
+def text_operations(host, port, keys):
+    """The text sequence."""
     c = Client(host, port)
     out = []
 
@@ -237,21 +359,21 @@ def operations(host, port, keys):
         req(b"delete " + b + b"\r\n")
     finally:
         c.close()
-    # key names differ between the two runs (a cluster server gets its own)
-    for name, key in sorted(keys.real.items(), key=lambda p: -len(p[1])):
-        out = [line.replace(key, b"<" + name.encode() + b">") for line in out]
     return out
 
 
-def check_counters(host, port, direct, memcached):
+NAMES = ["a", "b", "n", "missing", "ba", "bmissing", "bi", "ma", "mmissing", "mviv", "mn"]
+
+
+def check_counters(host, port, direct, memcached, kinds):
     prefix = "st%d_" % os.getpid()
     proc, mport = start_memcached(memcached)
     try:
         mkeys = Keys(prefix)
-        for name in ["a", "b", "n", "missing"]:
+        for name in NAMES:
             mkeys(name)
         before = counters("127.0.0.1", mport)
-        want_replies = operations("127.0.0.1", mport, mkeys)
+        want_replies = operations("127.0.0.1", mport, mkeys, kinds)
         after = counters("127.0.0.1", mport)
     finally:
         proc.terminate()
@@ -260,12 +382,12 @@ def check_counters(host, port, direct, memcached):
 
     owner = Client(host, port) if direct else None
     tkeys = Keys(prefix, owner)
-    for name in ["a", "b", "n", "missing"]:
+    for name in NAMES:
         tkeys(name)
     if owner is not None:
         owner.close()
     before = counters(host, port)
-    got_replies = operations(host, port, tkeys)
+    got_replies = operations(host, port, tkeys, kinds)
     after = counters(host, port)
     got = {}
     for k in COUNTED:
@@ -286,6 +408,8 @@ def main():
     ap.add_argument("--target", required=True)
     ap.add_argument("--direct", action="store_true")
     ap.add_argument("--counters", action="store_true")
+    ap.add_argument("--kinds", default="text,binary,meta",
+                    help="the sequences --counters runs (text always)")
     ap.add_argument("--label", default="")
     ap.add_argument("--memcached", default=os.environ.get("MEMCACHED") or
                     shutil.which("memcached") or "/usr/bin/memcached")
@@ -297,7 +421,7 @@ def main():
         if not os.access(args.memcached, os.X_OK):
             print("SKIP: no memcached to compare with (apt-get install memcached)")
             return 77
-        check_counters(host, port, args.direct, args.memcached)
+        check_counters(host, port, args.direct, args.memcached, args.kinds.split(","))
     check_text(host, port, label)
     check_binary(host, port)
     if problems:

@@ -559,7 +559,14 @@ eng_status conn_get(struct conn *c, const char *key, size_t nkey,
     return c->get_status;
 }
 
-/* The counting is conn.c's, not the fake's: a lookup is a get here. */
+/* The counting is conn.c's, not the fake's: an uncounted write is a write
+ * here, and a lookup a get. */
+void conn_mutate_uncounted(struct conn *c, struct resp *r, const struct eng_mutation *m,
+                           resp_complete_fn complete)
+{
+    conn_mutate(c, r, m, complete);
+}
+
 eng_status conn_lookup(struct conn *c, const char *key, size_t nkey,
                        struct eng_value *out, struct eng_result *res)
 {
