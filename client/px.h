@@ -66,20 +66,30 @@ struct px_be_stats {
     uint64_t lat[PX_LAT_BUCKETS];   /* send to reply, per op */
 };
 
-/* One worker's counters.  Only uint64_t fields: px_stats.c sums and
- * resets them as an array.  curr_conns is a gauge, the rest counters. */
+/* One worker's counters, by name and as one array (px_stats.c sums and
+ * resets them in a loop): every field is a uint64_t, and PX_NCOUNTERS is
+ * their number (a static assertion in px_stats.c holds the two together).
+ * curr_conns is a gauge, the rest counters. */
+#define PX_NCOUNTERS 35
+
 struct px_counters {
-    uint64_t curr_conns, total_conns, rejected_conns, idle_closed;
-    uint64_t cmd_get, get_hits, get_misses;
-    uint64_t cmd_set, cmd_delete, cmd_incr_decr, cmd_touch, cmd_flush;
-    /* outcomes of the servers' replies, under memcached's names */
-    uint64_t delete_hits, delete_misses, incr_hits, incr_misses, decr_hits, decr_misses;
-    uint64_t cas_hits, cas_misses, cas_badval, touch_hits, touch_misses;
-    uint64_t bytes_read, bytes_written;     /* client side */
-    uint64_t errors;
-    uint64_t routed, redirects, refreshes, retries, conn_failures, timeouts;
-    uint64_t order_waits;           /* ops held behind an earlier one of their slot */
-    uint64_t auth_cmds, auth_errors;
+    union {
+        struct {
+            uint64_t curr_conns, total_conns, rejected_conns, idle_closed;
+            uint64_t cmd_get, get_hits, get_misses;
+            uint64_t cmd_set, cmd_delete, cmd_incr_decr, cmd_touch, cmd_flush;
+            /* outcomes of the servers' replies, under memcached's names */
+            uint64_t delete_hits, delete_misses, incr_hits, incr_misses, decr_hits,
+                decr_misses;
+            uint64_t cas_hits, cas_misses, cas_badval, touch_hits, touch_misses;
+            uint64_t bytes_read, bytes_written;     /* client side */
+            uint64_t errors;
+            uint64_t routed, redirects, refreshes, retries, conn_failures, timeouts;
+            uint64_t order_waits;   /* ops held behind an earlier one of their slot */
+            uint64_t auth_cmds, auth_errors;
+        };
+        uint64_t all[PX_NCOUNTERS];
+    };
 };
 
 struct px_options {

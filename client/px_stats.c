@@ -103,21 +103,15 @@ static void emit_u64(px_stat_fn emit, void *ctx, const char *name, uint64_t v)
     emit(ctx, name, text);
 }
 
-/* struct px_counters as the array of uint64_t it is (px.h). */
-#define PX_NCOUNTERS (sizeof(struct px_counters) / sizeof(uint64_t))
-_Static_assert(sizeof(struct px_counters) % sizeof(uint64_t) == 0,
-               "struct px_counters holds only uint64_t");
+_Static_assert(sizeof(struct px_counters) == PX_NCOUNTERS * sizeof(uint64_t),
+               "struct px_counters: PX_NCOUNTERS must count its uint64_t fields");
 
 static void sum_counters(const struct proxy *px, struct px_counters *t)
 {
-    uint64_t *sum = (uint64_t *)t;
-
     memset(t, 0, sizeof(*t));
-    for (int i = 0; i < px->nworkers; i++) {
-        const uint64_t *c = (const uint64_t *)&px->workers[i].st;
+    for (int i = 0; i < px->nworkers; i++)
         for (size_t f = 0; f < PX_NCOUNTERS; f++)
-            sum[f] += get(&c[f]);
-    }
+            t->all[f] += get(&px->workers[i].st.all[f]);
 }
 
 static void emit_rusage(px_stat_fn emit, void *ctx)
@@ -331,10 +325,10 @@ void px_stats_reset(struct proxy *px)
     /* Workers keep counting meanwhile: an increment racing the store is
      * lost or kept, as in memcached's reset under load. */
     for (int i = 0; i < px->nworkers; i++) {
-        uint64_t *c = (uint64_t *)&px->workers[i].st;
+        struct px_counters *c = &px->workers[i].st;
         for (size_t f = 0; f < PX_NCOUNTERS; f++)
-            if (&c[f] != &px->workers[i].st.curr_conns)
-                zero(&c[f]);
+            if (&c->all[f] != &c->curr_conns)
+                zero(&c->all[f]);
     }
     pthread_mutex_lock(&px->stats_lock);
     size_t n = px->nbstats;
