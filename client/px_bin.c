@@ -269,8 +269,9 @@ static size_t refuse_too_large(struct px_client *c, const char *buf, size_t len,
     uint8_t op = b->hdr.opcode;
     size_t head = BIN_HEADER_LEN + (size_t)b->hdr.extlen + b->hdr.keylen;
 
-    if ((op == BIN_OP_SET || op == BIN_OP_SETQ) && b->hdr.keylen > 0 &&
-        b->hdr.keylen <= BIN_KEY_MAX && head <= BIN_HEADER_LEN + b->hdr.bodylen) {
+    if ((op == BIN_OP_SET || op == BIN_OP_SETQ) && b->hdr.extlen == BIN_EXTRAS_STORE &&
+        b->hdr.keylen > 0 && b->hdr.keylen <= BIN_KEY_MAX &&
+        head <= BIN_HEADER_LEN + b->hdr.bodylen) {
         if (len < head)
             return 0;
         struct px_req *drop = px_req_new(c, PX_PROTO_BINARY, 1);

@@ -348,7 +348,8 @@ void px_op_fail(struct px_worker *w, struct px_op *op, const char *why)
         px_op_free(op);
         return;
     }
-    px_count(&w->st.errors, 1);
+    if (!op->uncounted)
+        px_count(&w->st.errors, 1);
     op->state = OP_DONE;
     op->status = 0xffff;
     if (rq->err[0] == '\0')

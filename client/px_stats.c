@@ -347,7 +347,7 @@ void px_stats_reset(struct proxy *px)
  * which happened: such a success is not counted at all. */
 static bool arith_may_create(const char *wire)
 {
-    if ((uint8_t)wire[BIN_OFF_EXTLEN] < 20)
+    if ((uint8_t)wire[BIN_OFF_EXTLEN] < BIN_EXTRAS_ARITH)
         return false;
     return bin_load32(wire + BIN_HEADER_LEN + 16) != 0xffffffffu;
 }

@@ -536,7 +536,8 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
         res->status = ENG_TOO_LARGE;
         return TRY_DONE;
     }
-    uint64_t value_out = res->value;
+    uint64_t value_out = res->value;     /* an arith's result, kept for the completion */
+    bool created = res->created;
     /* The key's own entry must not be evicted to make room for its new
      * value (its space is released below, once). */
     bool old_was_busy = old && (old->iflags & META_PENDING);
@@ -560,6 +561,7 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
         return TRY_BLOCKED;
     }
     res->value = value_out;
+    res->created = created;
     struct rec_op *op = op_push(dp, ROP_ALLOC);
     op->size = size;
     op->off = off;
@@ -658,7 +660,9 @@ static enum try_result try_arith(struct data_engine *dp, const struct eng_mutati
         value = m->initial;
         flags = m->flags;
         exptime = dp_abs_exptime(dp, m->exptime);
+        res->created = true;
     } else {
+        res->created = false;
         /* memcached's order: empty or chunked values, the cas, the number */
         if (arith_rejected_early(e->nkey, e->nbytes, e->flags, true)) {
             res->status = ENG_NON_NUMERIC;

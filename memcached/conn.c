@@ -92,6 +92,7 @@ static struct resp *resp_alloc(struct conn *c)
     r->dropped = false;
     r->wkey = 0;
     r->wall = false;
+    r->exists_misses = false;
     r->complete = NULL;
     return r;
 }
@@ -289,7 +290,8 @@ struct resp *conn_resp_new(struct conn *c)
 
 /* ---- engine calls with generic counting ---- */
 
-static void count_mutation(struct server_stats *st, eng_op op, eng_status s)
+static void count_mutation(struct server_stats *st, eng_op op, eng_status s,
+                           bool exists_misses)
 {
     switch (op) {
     case ENG_OP_CAS:
@@ -303,7 +305,7 @@ static void count_mutation(struct server_stats *st, eng_op op, eng_status s)
     case ENG_OP_DELETE:
         if (s == ENG_SUCCESS)
             st->delete_hits++;
-        else if (s == ENG_NOT_FOUND)
+        else if (s == ENG_NOT_FOUND || (s == ENG_EXISTS && exists_misses))
             st->delete_misses++;
         break;
     case ENG_OP_INCR:
@@ -350,8 +352,9 @@ static void count_request(struct server_stats *st, eng_op op)
 static void mutation_finish(struct resp *r, const struct eng_result *res)
 {
     struct conn *c = r->c;
-    if (r->mop >= 0)
-        count_mutation(&c->srv->stats, (eng_op)r->mop, res->status);
+    /* an incr/decr that created its key: neither hit nor miss (memcached) */
+    if (r->mop >= 0 && !res->created)
+        count_mutation(&c->srv->stats, (eng_op)r->mop, res->status, r->exists_misses);
     if (r->complete && !c->closing && !r->dropped)
         r->complete(r, res);
     r->done = true;
@@ -517,28 +520,13 @@ static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool e
     return st;
 }
 
-/* An incr/decr that may create its key: memcached counts neither hit nor
- * miss when it does.  Whether the key is there is asked before the write
- * is issued (a peek: no LRU bump, no counting). */
-static bool arith_creates(struct conn *c, const struct eng_mutation *m)
-{
-    if ((m->op != ENG_OP_INCR && m->op != ENG_OP_DECR) || !m->create)
-        return false;
-    struct eng_value v;
-    struct eng_result res;
-    eng_status st = read_item(c, m->key, m->nkey, true, ENG_GET_PEEK, &v, &res);
-    if (st == ENG_SUCCESS && v.handle)
-        c->srv->engine->ops->release(c->srv->engine, v.handle);
-    return st == ENG_NOT_FOUND;
-}
-
 static void mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
                    resp_complete_fn complete, bool counted)
 {
     struct engine *e = c->srv->engine;
     struct eng_result res = { .status = ENG_SUCCESS };
     r->complete = complete;
-    r->mop = counted && !arith_creates(c, m) ? (int)m->op : -1;
+    r->mop = counted ? (int)m->op : -1;
     if (counted)
         count_request(&c->srv->stats, m->op);
     eng_status st = e->ops->mutate(e, m, &res, mutation_done, r);

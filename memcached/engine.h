@@ -101,6 +101,8 @@ struct eng_result {
     uint64_t cas;         /* cas of the item after a successful store/arith/touch */
     uint64_t value;       /* INCR/DECR: the new value */
     const char *msg;
+    bool created;         /* INCR/DECR with create: the key was missing, now `initial`
+                           * (memcached counts neither hit nor miss then) */
 };
 
 /* A read result: views into engine memory, valid until release(handle).

@@ -232,6 +232,7 @@ static eng_status arith_create(struct plain *p, const struct eng_mutation *m,
     item_link(&p->store, it, hv);
     res->value = m->initial;
     res->cas = visible_cas(p, it);
+    res->created = true;
     return ENG_SUCCESS;
 }
 

@@ -494,10 +494,6 @@ static void mutation_complete(struct resp *r, const struct eng_result *res)
         resp_str(r, "CLIENT_ERROR opaque token too long\r\n");
         return;
     }
-    /* memcached counts an md whose C did not match as a delete miss (a
-     * binary delete with a wrong cas counts nothing: conn.c) */
-    if (p.cmd == MC_DELETE && res->status == ENG_EXISTS)
-        conn_server(r->c)->stats.delete_misses++;
     bool ok = res->status == ENG_SUCCESS;
     /* q hides success, but memcached reports an item ma N created. */
     if (ok && p.quiet && !(p.cmd == MC_ARITH && p.vivify))
@@ -602,6 +598,7 @@ static void handle_md(struct conn *c, const struct meta_req *req)
     }
     struct resp *r = conn_resp_new(c);
     plan_save(r, req, 0, 0);
+    r->exists_misses = true;    /* memcached: a wrong C is a delete miss (binary: nothing) */
     conn_mutate(c, r, &m, mutation_complete);
 }
 

@@ -412,6 +412,7 @@ static enum try_result try_arith(struct primary *pe, const struct eng_mutation *
     arith_write(item_value(it), v, n);
     item_set_marks(it, marks);
     res->value = v;
+    res->created = old == NULL;
     return put_item(pe, it, hv, item_next_cas(pe->store), done, cookie, res);
 }
 
