@@ -70,6 +70,16 @@
 #define SENTINEL "mn\r\n"
 #define SENTINEL_REPLY "MN"
 
+/* What a meta command's reply counts, as memcached counts it: the
+ * command and the flags that change the counters. */
+struct mop_counting {
+    enum meta_cmd cmd;
+    bool touch;                     /* T */
+    bool vivify;                    /* N */
+    bool cas;                       /* C */
+    bool decr;                      /* ma in decrement mode */
+};
+
 /* One meta command in flight to a server. */
 struct px_mop {
     struct px_mop *next;
@@ -83,6 +93,7 @@ struct px_mop {
     bool parked;                    /* in the retry list only for the order rule */
     bool has_to;                    /* a MOVED named where it goes next: to */
     struct lc_addr to;
+    struct mop_counting counting;   /* what its reply counts (count_reply) */
     int64_t sent_ms;                /* queued on its current connection */
     int64_t retry_at_ms;            /* waiting: launched again at */
     size_t nwire;
@@ -382,6 +393,61 @@ static void hold(struct px_worker *w, struct px_mop *mop)
     wait_push(w->meta, mop, px_now_ms(), first);
 }
 
+/* The counters a server's reply to a meta command moves, by memcached
+ * 1.6.18's rules (docs/compat.md; the servers count the same way):
+ * reply is the bytes before the MN, empty when quiet mode (q) hid it.
+ * mg: a hit (VA, HD; an N that created the item answers so too) is a get
+ * hit, or with T a touch hit, a miss a get miss (q hides misses).  md: HD
+ * a delete hit, NF and EX (a wrong C) misses (q hides HD).  ma: HD or VA a
+ * hit, NF a miss; with N a success is not counted, since the reply does
+ * not say whether it created the key (memcached counts a creation as
+ * neither).  ms with C: HD a cas hit, EX bad value, NF a miss.  Error
+ * lines (an opaque token too long, a server error) count nothing. */
+static void count_reply(struct px_worker *w, const struct mop_counting *k, const char *reply,
+                        size_t n)
+{
+    struct px_counters *st = &w->st;
+    bool hidden = n == 0;
+    bool hit = hidden || (n >= 2 && (memcmp(reply, "HD", 2) == 0 ||
+                                     memcmp(reply, "VA", 2) == 0));
+    bool miss = n >= 2 && (memcmp(reply, "EN", 2) == 0 || memcmp(reply, "NF", 2) == 0);
+    bool exists = n >= 2 && memcmp(reply, "EX", 2) == 0;
+
+    switch (k->cmd) {
+    case MC_GET:
+        if (hidden) {                       /* q hides a miss */
+            hit = false;
+            miss = true;
+        }
+        if (hit && k->touch) {
+            px_count(&st->cmd_touch, 1);
+            px_count(&st->touch_hits, 1);
+        } else if (hit || miss) {
+            px_count(&st->cmd_get, 1);
+            px_count(hit ? &st->get_hits : &st->get_misses, 1);
+        }
+        break;
+    case MC_DELETE:
+        if (hit || miss || exists)
+            px_count(hit ? &st->delete_hits : &st->delete_misses, 1);
+        break;
+    case MC_ARITH:
+        if (hit && k->vivify && !hidden)    /* q shows a creation: hidden is a hit */
+            break;
+        if (hit)
+            px_count(k->decr ? &st->decr_hits : &st->incr_hits, 1);
+        else if (miss)
+            px_count(k->decr ? &st->decr_misses : &st->incr_misses, 1);
+        break;
+    case MC_SET:
+        if (k->cas && (hit || miss || exists))
+            px_count(hit ? &st->cas_hits : miss ? &st->cas_misses : &st->cas_badval, 1);
+        break;
+    default:
+        break;
+    }
+}
+
 /* The reply of the oldest request on m: MOVED is followed, anything else
  * goes to the client. */
 static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
@@ -409,6 +475,7 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
         mop_send(w, mop, &to);
         return;
     }
+    count_reply(m->w, &mop->counting, p, n);
     mop_finish(mop, p, n);
 }
 
@@ -504,7 +571,7 @@ static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_ad
 static void count_command(struct px_worker *w, enum meta_cmd cmd)
 {
     switch (cmd) {
-    case MC_GET: px_count(&w->st.cmd_get, 1); break;
+    case MC_GET: break;     /* a get or a touch, by its reply (count_reply) */
     case MC_SET: px_count(&w->st.cmd_set, 1); break;
     case MC_DELETE: px_count(&w->st.cmd_delete, 1); break;
     case MC_ARITH: px_count(&w->st.cmd_incr_decr, 1); break;
@@ -742,6 +809,10 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     mop->moves = 0;
     mop->tries = 0;
     mop->retry_lost = retry_safe(req);
+    mop->counting = (struct mop_counting){
+        .cmd = req->cmd, .touch = meta_has(req, 'T'), .vivify = meta_has(req, 'N'),
+        .cas = meta_has(req, 'C'), .decr = req->mode == 'D' || req->mode == 'd',
+    };
     mop->nwire = req->total;
     memcpy(mop->wire, buf, req->total);
     w->meta->inflight++;

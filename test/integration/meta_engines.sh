@@ -89,9 +89,7 @@ if cluster_up "$rsdir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 16 --re
     pp=$(awk '$1 == "parity" { print $5; exit }' "$rsdir/endpoints")
     stats "parity process $pp" "$pp"
     meta "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")"
-    # (meta commands are counted by command only at the proxy: docs/client.md)
-    stats "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")" --counters \
-        --kinds text,binary
+    stats "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")" --counters
 
     victim_pid=$(awk '$1 == "data" { print $6; exit }' "$rsdir/endpoints")
     kill -KILL "$victim_pid"

@@ -18,7 +18,7 @@ get, cas in its three outcomes, delete, incr, decr, touch, gat on keys
 present and absent), binary (get, getq, gat, gatq, touch, stores with a
 cas, delete with a wrong cas, an incr that creates its key, a set too
 large) and meta (mg with T, u and N, md with a wrong C, ma that creates,
-ms with a wrong C).
+ms with a wrong C, and quiet mode).
 
   stats_check.py --target HOST:PORT [--direct] [--counters]
                  [--kinds text,binary,meta] [--label L] [--memcached PATH]
@@ -262,7 +262,7 @@ def meta_operations(host, port, keys):
     creates; ms with a wrong C."""
     c = Client(host, port)
     out = []
-    a, m, v, n = keys("ma"), keys("mmissing"), keys("mviv"), keys("mn")
+    a, m, v, n, q = keys("ma"), keys("mmissing"), keys("mviv"), keys("mn"), keys("mq")
 
     def req(text):
         c.sock.sendall(text + b"mn\r\n")
@@ -289,6 +289,15 @@ def meta_operations(host, port, keys):
         req(b"ms " + a + b" 1 C999999\r\ny\r\n")
         req(b"md " + a + b"\r\n")
         req(b"md " + a + b"\r\n")
+        # quiet mode: the hidden replies count too
+        req(b"ms " + q + b" 1 q\r\n1\r\n")
+        req(b"mg " + m + b" v q\r\n")
+        req(b"mg " + q + b" v q T30\r\n")
+        req(b"ma " + q + b" q\r\n")
+        req(b"ma " + m + b" q\r\n")
+        req(b"ms " + q + b" 1 q C999999\r\n2\r\n")
+        req(b"md " + q + b" q\r\n")
+        req(b"md " + q + b" q\r\n")
     finally:
         c.close()
     return out
@@ -362,7 +371,7 @@ def text_operations(host, port, keys):
     return out
 
 
-NAMES = ["a", "b", "n", "missing", "ba", "bmissing", "bi", "ma", "mmissing", "mviv", "mn"]
+NAMES = ["a", "b", "n", "missing", "ba", "bmissing", "bi", "ma", "mmissing", "mviv", "mn", "mq"]
 
 
 def check_counters(host, port, direct, memcached, kinds):
