@@ -92,7 +92,7 @@ static struct resp *resp_alloc(struct conn *c)
     r->dropped = false;
     r->wkey = 0;
     r->wall = false;
-    r->exists_misses = false;
+    r->meta_delete = false;
     r->complete = NULL;
     return r;
 }
@@ -291,7 +291,7 @@ struct resp *conn_resp_new(struct conn *c)
 /* ---- engine calls with generic counting ---- */
 
 static void count_mutation(struct server_stats *st, eng_op op, eng_status s,
-                           bool exists_misses)
+                           bool meta_delete)
 {
     switch (op) {
     case ENG_OP_CAS:
@@ -305,7 +305,11 @@ static void count_mutation(struct server_stats *st, eng_op op, eng_status s,
     case ENG_OP_DELETE:
         if (s == ENG_SUCCESS)
             st->delete_hits++;
-        else if (s == ENG_NOT_FOUND || (s == ENG_EXISTS && exists_misses))
+        else if (s == ENG_NOT_FOUND || (s == ENG_EXISTS && meta_delete))
+            st->delete_misses++;
+        break;
+    case ENG_OP_MARK:       /* md I: no hit counted, misses as a delete's */
+        if (meta_delete && (s == ENG_NOT_FOUND || s == ENG_EXISTS))
             st->delete_misses++;
         break;
     case ENG_OP_INCR:
@@ -354,7 +358,7 @@ static void mutation_finish(struct resp *r, const struct eng_result *res)
     struct conn *c = r->c;
     /* an incr/decr that created its key: neither hit nor miss (memcached) */
     if (r->mop >= 0 && !res->created)
-        count_mutation(&c->srv->stats, (eng_op)r->mop, res->status, r->exists_misses);
+        count_mutation(&c->srv->stats, (eng_op)r->mop, res->status, r->meta_delete);
     if (r->complete && !c->closing && !r->dropped)
         r->complete(r, res);
     r->done = true;

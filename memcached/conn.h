@@ -63,7 +63,8 @@ struct resp {
     uint32_t opaque;        /* binary */
     uint64_t arg;           /* free for the protocol */
     int mop;                /* engine op of the mutation (for counting); -1: none */
-    bool exists_misses;     /* a delete's ENG_EXISTS counts as a miss (md C: memcached's) */
+    bool meta_delete;       /* an md: a wrong C (EXISTS) is a delete miss, and so is an
+                             * invalidation (I) that finds nothing (memcached's) */
     uint32_t scratch;       /* buf[0..scratch): protocol bytes that are never sent */
     uint64_t seq;           /* order of the slot on its connection */
     uint64_t wkey;          /* pending mutation: hash of its key (conn_key_writes_inflight) */

@@ -147,6 +147,8 @@ static eng_status do_store(struct plain *p, const struct eng_mutation *m,
     uint64_t hv = hash_key(m->key, m->nkey);
     enum item_miss why;
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
+    if (old == NULL)
+        count_miss(p, why);      /* memcached counts a write's lookup too */
     st = store_outcome(m, old != NULL, old ? old->cas : 0, p->cas_enabled);
     if (st != ENG_SUCCESS) {
         item_discard(s, it);
@@ -185,6 +187,8 @@ static eng_status do_concat(struct plain *p, const struct eng_mutation *m,
     uint64_t hv = hash_key(m->key, m->nkey);
     enum item_miss why;
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
+    if (old == NULL)
+        count_miss(p, why);      /* memcached counts a write's lookup too */
     eng_status rule = store_outcome(m, old != NULL, old ? old->cas : 0, p->cas_enabled);
     if (rule != ENG_SUCCESS)
         return rule;
@@ -247,6 +251,8 @@ static eng_status do_arith(struct plain *p, const struct eng_mutation *m,
     enum item_miss why;
     struct item *old = item_lookup(s, m->key, m->nkey, hv, &why);
     if (old == NULL)
+        count_miss(p, why);      /* memcached counts a write's lookup too */
+    if (old == NULL)
         return m->create ? arith_create(p, m, hv, res) : ENG_NOT_FOUND;
     /* memcached's order (difftest seed 14014 cases 2037, 5824): empty or
      * chunked values, then the cas, then the number */
@@ -298,6 +304,8 @@ static eng_status do_delete(struct plain *p, const struct eng_mutation *m)
     enum item_miss why;
     struct item *it = item_lookup(&p->store, m->key, m->nkey, hv, &why);
     if (it == NULL)
+        count_miss(p, why);      /* memcached counts a write's lookup too */
+    if (it == NULL)
         return ENG_NOT_FOUND;
     if (!cas_condition_ok(p, m, it))
         return ENG_EXISTS;
@@ -311,6 +319,8 @@ static eng_status do_touch(struct plain *p, const struct eng_mutation *m,
     uint64_t hv = hash_key(m->key, m->nkey);
     enum item_miss why;
     struct item *it = item_lookup(&p->store, m->key, m->nkey, hv, &why);
+    if (it == NULL)
+        count_miss(p, why);      /* memcached counts a write's lookup too */
     if (it == NULL)
         return ENG_NOT_FOUND;
     if (!cas_condition_ok(p, m, it))
@@ -329,6 +339,8 @@ static eng_status do_mark(struct plain *p, const struct eng_mutation *m,
     uint64_t hv = hash_key(m->key, m->nkey);
     enum item_miss why;
     struct item *it = item_lookup(&p->store, m->key, m->nkey, hv, &why);
+    if (it == NULL)
+        count_miss(p, why);      /* memcached counts a write's lookup too */
     if (it == NULL)
         return ENG_NOT_FOUND;
     if (!cas_condition_ok(p, m, it))

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "mcnum.h"
+#include "proto_text.h"      /* TEXT_BAD_DATA_CHUNK */
 
 /* Every flag character any meta command accepts (others: "invalid flag"). */
 static const char valid_flags[] = "bcfhklqstuvCDFIJLMNOPRT";
@@ -340,7 +341,7 @@ static enum meta_parse_result parse_ms(struct meta_req *req, const struct mtoks 
     req->data = buf + line;
     req->total = need;
     if (buf[need - 2] != '\r' || buf[need - 1] != '\n')
-        return fail(req, "CLIENT_ERROR bad data chunk");
+        return fail(req, TEXT_BAD_DATA_CHUNK);
     return MP_OK;
 }
 

@@ -598,7 +598,7 @@ static void handle_md(struct conn *c, const struct meta_req *req)
     }
     struct resp *r = conn_resp_new(c);
     plan_save(r, req, 0, 0);
-    r->exists_misses = true;    /* memcached: a wrong C is a delete miss (binary: nothing) */
+    r->meta_delete = true;    /* memcached: a wrong C is a delete miss (binary: nothing) */
     conn_mutate(c, r, &m, mutation_complete);
 }
 

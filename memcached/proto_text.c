@@ -242,7 +242,7 @@ static enum text_parse_result parse_storage(struct text_req *req, const struct t
     req->data = buf + line;
     req->total = need;
     if (buf[need - 2] != '\r' || buf[need - 1] != '\n')
-        return parse_error(req, "CLIENT_ERROR bad data chunk");
+        return parse_error(req, TEXT_BAD_DATA_CHUNK);
     return TP_OK;
 }
 
@@ -572,7 +572,14 @@ static void serve_keys_before_bad(struct conn *c, const struct text_req *req)
     while (req->keys && text_next_key(&p, end, &key, &nkey) && nkey <= TEXT_KEY_MAX) {
         struct eng_value v;
         struct eng_result res;
-        if (conn_get(c, key, nkey, &v, &res) != ENG_SUCCESS)
+        /* a gat counts as a touch (its touch below, or the miss here) */
+        eng_status st = gat ? conn_lookup(c, key, nkey, &v, &res)
+                            : conn_get(c, key, nkey, &v, &res);
+        if (gat && st == ENG_NOT_FOUND) {
+            conn_server(c)->stats.cmd_touch++;
+            conn_server(c)->stats.touch_misses++;
+        }
+        if (st != ENG_SUCCESS)
             continue;
         if (v.handle)
             conn_engine(c)->ops->release(conn_engine(c), v.handle);
@@ -706,6 +713,7 @@ static void handle_touch(struct conn *c, const struct text_req *req)
 static void handle_flush_all(struct conn *c, const struct text_req *req)
 {
     if (!conn_server(c)->settings.flush_enabled) {
+        conn_server(c)->stats.cmd_flush++;     /* memcached counts a refused one */
         reply_line(c, "CLIENT_ERROR flush_all not allowed", req->noreply);
         return;
     }
@@ -1132,6 +1140,8 @@ static enum conn_parse process_meta(struct conn *c, const char *buf, size_t len,
         return CONN_PARSE_CLOSE;
     case MP_ERROR:
         *consumed = req.total;
+        if (strcmp(req.error, TEXT_BAD_DATA_CHUNK) == 0)
+            s->stats.cmd_set++;       /* memcached counts it before it checks the CRLF */
         if (req.too_large) {
             meta_run_too_large(c, req.key, req.nkey);
         } else {
@@ -1293,6 +1303,10 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
         return CONN_PARSE_CLOSE;
     case TP_ERROR:
         *consumed = req.total;
+        if (strcmp(req.error, TEXT_BAD_DATA_CHUNK) == 0)
+            s->stats.cmd_set++;       /* memcached counts it before it checks the CRLF */
+        if (req.cmd == TC_FLUSH_ALL && req.error[0] == 'C')
+            s->stats.cmd_flush++;     /* ... and a flush_all before its delay or -F */
         if (req.cmd == TC_NONE && s->slotmap && is_config_get_cluster(buf, req.total)) {
             handle_config_cluster(c);
             return CONN_PARSE_OK;

@@ -14,6 +14,9 @@
 #include "conn.h"
 
 #define TEXT_KEY_MAX 250
+/* The reply to a value not followed by CRLF (text and meta parsers):
+ * memcached counts the store in cmd_set all the same. */
+#define TEXT_BAD_DATA_CHUNK "CLIENT_ERROR bad data chunk"
 #define TEXT_MAX_TOKENS 8         /* non-retrieval commands never need more */
 #define TEXT_LINE_MAX 2048        /* a longer line without newline closes the connection */
 #define TEXT_GET_LINE_MAX (1u << 20) /* ...unless it is a (long multi-)get */

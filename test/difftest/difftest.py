@@ -1143,10 +1143,49 @@ class Session:
 # ---------------------------------------------------------------------------
 
 
+# --counters: the counters compared after each case (their moves over the
+# case, on each server).  A case with `stats reset` is not compared.
+COUNTED = ["cmd_get", "cmd_set", "cmd_touch", "cmd_flush", "get_hits", "get_misses",
+           "get_expired", "get_flushed", "delete_hits", "delete_misses", "incr_hits",
+           "incr_misses", "decr_hits", "decr_misses", "cas_hits", "cas_misses", "cas_badval",
+           "touch_hits", "touch_misses", "auth_cmds", "auth_errors"]
+
+
+def read_counters(session, srv):
+    """The COUNTED stats of srv, or None when they cannot be read."""
+    try:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=2)
+        s.setblocking(False)
+        out, _, _ = exchange(s, auth_prefix(session) + b"stats\r\n",
+                             lambda b: b.endswith(b"END\r\n"), 2.0)
+        s.close()
+    except OSError:
+        return None
+    d = {}
+    for line in out.split(b"\r\n"):
+        w = line.split(b" ")
+        if len(w) == 3 and w[0] == b"STAT" and w[1].decode() in COUNTED:
+            d[w[1].decode()] = int(w[2])
+    return d
+
+
+def resets_stats(steps):
+    for step in steps:
+        for r in step:
+            if isinstance(r, Req) and b"stats reset" in b"".join(
+                    p for p in r.parts if isinstance(p, bytes)):
+                return True
+            if isinstance(r, BinReq) and r.opcode == 0x10 and r.key == b"reset":
+                return True
+    return False
+
+
 class Runner:
     def __init__(self, args):
         self.args = args
         self.trial = 0
+        self.counter_diff = None
+        self.last_counter_diff = None
         self.session = None
         self.tmpdir = tempfile.mkdtemp(prefix="difftest.")
         self.rng = random.Random(args.seed)
@@ -1178,10 +1217,26 @@ class Runner:
 
         def go(name, srv):
             res[name] = run_case(srv.port, steps, prefix, self.session)[0]
+        counting = self.args.counters and not resets_stats(steps)
+        if counting:
+            before = {n: read_counters(self.session, srv)
+                      for n, srv in (("mc", self.session.mc), ("co", self.session.co))}
         t = threading.Thread(target=go, args=("mc", self.session.mc))
         t.start()
         go("co", self.session.co)
         t.join()
+        self.counter_diff = None
+        if counting:
+            moved = {}
+            for n, srv in (("mc", self.session.mc), ("co", self.session.co)):
+                after = read_counters(self.session, srv)
+                if before[n] is None or after is None:
+                    break
+                moved[n] = {k: after.get(k, 0) - before[n].get(k, 0) for k in COUNTED
+                            if k in after or k in before[n]}
+            if len(moved) == 2 and moved["mc"] != moved["co"]:
+                self.counter_diff = {k: (moved["mc"].get(k), moved["co"].get(k))
+                                     for k in COUNTED if moved["mc"].get(k) != moved["co"].get(k)}
         self.session.cleanup()
         binary = is_binary_case(steps)
         return masked(res["mc"], binary), masked(res["co"], binary), res, prefix
@@ -1190,7 +1245,7 @@ class Runner:
         a, b, raw, prefix = self.run_both(steps)
         if not self.session.co.alive():
             return True, a, b, raw, prefix
-        if len(a) != len(b):
+        if len(a) != len(b) or self.counter_diff:
             return True, a, b, raw, prefix
         return any(not same(x, y) for x, y in zip(a, b)), a, b, raw, prefix
 
@@ -1205,6 +1260,7 @@ class Runner:
         """Removes requests while a difference remains (ddmin-style).
         Returns the smallest sequence found and its outputs."""
         self.last_fail = None
+        self.last_counter_diff = None
         flat = [(si, r) for si, step in enumerate(steps) for r in step]
 
         def build(items):
@@ -1223,6 +1279,7 @@ class Runner:
                 return True
             if d:
                 self.last_fail = (st, a, b, prefix)
+                self.last_counter_diff = self.counter_diff
             return d
         chunk = max(1, len(flat) // 2)
         tries = 0
@@ -1254,9 +1311,13 @@ class Runner:
             print(why)
         if outputs:
             steps, a, b, prefix = outputs
+            counter_diff = getattr(self, "last_counter_diff", None) or self.counter_diff
         else:
             d, a, b, raw, prefix = self.differs(steps)
+            counter_diff = self.counter_diff
         print("  key prefix of this run: %r" % prefix)
+        if counter_diff:
+            print("  counters moved differently (memcached, cocytus): %r" % counter_diff)
         for si, step in enumerate(steps):
             print("  step %d:" % (si + 1))
             for r in step:
@@ -1285,6 +1346,8 @@ def main():
                                                           or "/usr/bin/memcached"))
     ap.add_argument("--server", default=os.environ.get("COCYTUS_SERVER"))
     ap.add_argument("--show", action="store_true", help="print the generated cases, run nothing")
+    ap.add_argument("--counters", action="store_true",
+                    help="also compare how each case moves the hit/miss counters")
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args()
     if args.seed is None:
