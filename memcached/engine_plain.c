@@ -561,6 +561,8 @@ static void plain_visit_recent(struct engine *e, bool (*fn)(void *ctx, const str
             .key = item_key(it), .nkey = it->nkey, .data = item_value(it),
             .nbytes = it->nbytes, .flags = it->flags, .cas = visible_cas(p, it),
             .exptime = it->exptime == 0 ? 0 : (int64_t)p->clock.epoch + (int64_t)it->exptime,
+            .fetched = (it->iflags & ITEM_FETCHED) != 0,
+            .idle = item_write_age(&p->store, it),
         };
         if (!fn(ctx, &v))
             break;

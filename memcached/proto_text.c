@@ -122,6 +122,7 @@ static const struct command_name command_names[] = {
     { "verbosity", TC_VERBOSITY }, { "stats", TC_STATS }, { "quit", TC_QUIT },
     { "shutdown", TC_SHUTDOWN }, { "cocytus", TC_ADMIN },
     { "cache_memlimit", TC_CACHE_MEMLIMIT }, { "watch", TC_WATCH },
+    { "lru_crawler", TC_LRU_CRAWLER },
 };
 
 static bool word_is(const char *s, size_t n, const char *w, size_t wn)
@@ -355,6 +356,7 @@ static enum text_parse_result parse_line(struct text_req *req, const char *buf, 
     case TC_CACHE_MEMLIMIT:
         return parse_cache_memlimit(req, &t);
     case TC_WATCH:
+    case TC_LRU_CRAWLER:
         if (t.count > 1) {
             req->arg = t.s[1];
             req->narg = (size_t)(end - t.s[1]);
@@ -854,6 +856,114 @@ static void handle_stats(struct conn *c, const struct text_req *req)
         r->nsegs = 0;
         resp_str(r, "ERROR\r\n");
     }
+    resp_done(r);
+}
+
+/* lru_crawler metadump all|hash|<class>[,<class>...]: one line per live
+ * item, as memcached's crawler writes them (memcached-tool's keys and dump
+ * read it), built at once rather than by a background crawler.  The
+ * crawler's other subcommands are not served (ERROR, as before). */
+struct metadump {
+    struct resp *r;
+    uint64_t classes;           /* bit c: class c wanted */
+    time_t now;
+    size_t item_size_max;
+    bool cas_enabled;
+};
+
+/* memcached's URI encoding of a key: unreserved characters as they are. */
+static void put_uri_key(struct resp *r, const char *key, size_t nkey)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < nkey; i++) {
+        unsigned char ch = (unsigned char)key[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+            resp_add(r, (const char *)&key[i], 1);
+        } else {
+            char esc[3] = { '%', hex[ch >> 4], hex[ch & 15] };
+            resp_add(r, esc, 3);
+        }
+    }
+}
+
+static bool metadump_item(void *ctx, const struct eng_value *v)
+{
+    struct metadump *d = ctx;
+    size_t size = meta_item_size(v->nkey, v->nbytes, v->flags, d->cas_enabled);
+    unsigned cls = meta_run_slab_class(size, d->item_size_max);
+    if (cls >= 64 || !(d->classes & ((uint64_t)1 << cls)))
+        return true;
+    resp_add(d->r, "key=", 4);
+    put_uri_key(d->r, v->key, v->nkey);
+    char line[160];
+    int n = snprintf(line, sizeof(line), " exp=%lld la=%lld cas=%llu fetch=%s cls=%u size=%zu\n",
+                     v->exptime == 0 ? -1LL : (long long)v->exptime,
+                     (long long)d->now - (long long)v->idle, (unsigned long long)v->cas,
+                     v->fetched ? "yes" : "no", cls, size);
+    resp_add(d->r, line, (size_t)n);
+    return true;
+}
+
+/* The classes an argument names: all, hash, or ids 1..63 separated by
+ * commas; 0 when one is not a class. */
+static uint64_t metadump_classes(const char *arg, size_t n)
+{
+    if ((n == 3 && memcmp(arg, "all", 3) == 0) || (n == 4 && memcmp(arg, "hash", 4) == 0))
+        return ~(uint64_t)1;
+    uint64_t mask = 0;
+    size_t i = 0;
+    while (i < n) {
+        unsigned id = 0;
+        size_t start = i;
+        while (i < n && arg[i] >= '0' && arg[i] <= '9' && i - start < 3)
+            id = id * 10 + (unsigned)(arg[i++] - '0');
+        if (i == start || id == 0 || id >= 64 || (i < n && arg[i] != ','))
+            return 0;
+        mask |= (uint64_t)1 << id;
+        if (i < n)
+            i++;
+    }
+    return mask;
+}
+
+static void handle_lru_crawler(struct conn *c, const struct text_req *req)
+{
+    struct server *s = conn_server(c);
+    struct engine *e = conn_engine(c);
+    const char *arg = req->arg, *end = arg ? arg + req->narg : NULL;
+    const char *sub = arg, *what = NULL;
+    size_t nsub = 0, nwhat = 0;
+    while (arg && sub < end && *sub == ' ')
+        sub++;
+    while (arg && sub + nsub < end && sub[nsub] != ' ')
+        nsub++;
+    if (arg) {
+        what = sub + nsub;
+        while (what < end && *what == ' ')
+            what++;
+        while (what + nwhat < end && what[nwhat] != ' ')
+            nwhat++;
+    }
+    if (!arg || nsub != 8 || memcmp(sub, "metadump", 8) != 0 || nwhat == 0 ||
+        !e->ops->visit_recent) {
+        reply_line(c, "ERROR", false);
+        return;
+    }
+    if (conn_has_unflushed(c)) {
+        reply_line(c, "ERROR cannot pipeline other commands before metadump", false);
+        return;
+    }
+    uint64_t classes = metadump_classes(what, nwhat);
+    if (classes == 0) {
+        reply_line(c, "BADCLASS invalid class id", false);
+        return;
+    }
+    struct resp *r = conn_resp_new(c);
+    struct metadump d = { r, classes, clock_wall(&s->clock), s->settings.item_size_max,
+                          s->settings.cas_enabled };
+    e->ops->visit_recent(e, metadump_item, &d);
+    resp_str(r, "END\r\n");
     resp_done(r);
 }
 
@@ -1393,6 +1503,9 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
         break;
     case TC_WATCH:
         handle_watch(c, &req);
+        break;
+    case TC_LRU_CRAWLER:
+        handle_lru_crawler(c, &req);
         break;
     case TC_QUIT:
         return CONN_PARSE_CLOSE;

@@ -31,7 +31,8 @@ enum text_cmd {
     TC_FLUSH_ALL, TC_VERSION, TC_VERBOSITY, TC_STATS, TC_QUIT, TC_SHUTDOWN,
     TC_ADMIN,       /* "cocytus <words>": engine admin commands */
     TC_CACHE_MEMLIMIT,
-    TC_WATCH
+    TC_WATCH,
+    TC_LRU_CRAWLER  /* only "lru_crawler metadump" is served */
 };
 
 enum text_parse_result {

@@ -70,7 +70,7 @@ admin() {
 # --- plain ---
 if start_server "$(mktemp "${TMPDIR:-/tmp}/meta_plain.XXXXXX")"; then
     meta "a plain cocytus-server" "127.0.0.1:$server_port"
-    stats "a plain cocytus-server" "127.0.0.1:$server_port" --counters
+    stats "a plain cocytus-server" "127.0.0.1:$server_port" --counters --metadump
     stop_pid "$server_pid"
     server_pid=""
 else

@@ -23,6 +23,10 @@ ms with a wrong C, and quiet mode).
   stats_check.py --target HOST:PORT [--direct] [--counters]
                  [--kinds text,binary,meta] [--label L] [--memcached PATH]
 
+With --metadump (a plain server): `lru_crawler metadump all`, which
+memcached-tool's keys and dump modes read, must list three stored keys
+with memcached's exp, fetch, class and size.
+
 --direct: the target is one server of a cluster: keys are chosen among
 the ones it serves (meta_check.py's Keys).  Exit status 0 good, 1 a
 difference (shown), 77 no memcached for --counters.
@@ -412,11 +416,67 @@ def check_counters(host, port, direct, memcached, kinds):
             problem("counter %s moved by %r, memcached's by %d" % (k, got[k], want[k]))
 
 
+def metadump(host, port, prefix):
+    """Stores three keys (one with a byte memcached URI-encodes), reads
+    them back once, and returns {key: (exp, fetch, cls, size)} of their
+    `lru_crawler metadump all` lines (memcached-tool's keys and dump)."""
+    c = Client(host, port)
+    keys = [(prefix + "md_a").encode(), (prefix + "md%b").encode(), (prefix + "md_c").encode()]
+    try:
+        c.sock.sendall(b"set " + keys[0] + b" 7 0 3\r\nabc\r\n")
+        c._line()
+        c.sock.sendall(b"set " + keys[1] + b" 0 3000 1\r\nx\r\n")
+        c._line()
+        c.sock.sendall(b"set " + keys[2] + b" 0 0 100\r\n" + b"z" * 100 + b"\r\n")
+        c._line()
+        c.sock.sendall(b"get " + keys[0] + b"\r\n")
+        while c._line() != b"END":
+            pass
+        c.sock.sendall(b"lru_crawler metadump all\r\n")
+        found = {}
+        while True:
+            while b"\n" not in c.buf:
+                c._fill()
+            line, c.buf = c.buf.split(b"\n", 1)
+            if line == b"END\r":
+                break
+            if not line.startswith(b"key="):
+                problem("metadump: %r instead of key lines" % line)
+                break
+            m = re.fullmatch(rb"key=(\S+) exp=(-?\d+) la=(\d+) cas=(\d+) fetch=(yes|no) "
+                             rb"cls=(\d+) size=(\d+)", line)
+            if not m:
+                problem("metadump: %r is not memcached's line" % line)
+                continue
+            key = re.sub(rb"%([0-9A-F]{2})", lambda h: bytes([int(h.group(1), 16)]), m.group(1))
+            if key in keys:
+                exp = m.group(2) if m.group(2) == b"-1" else b"<a time>"
+                found[key] = (exp, m.group(5), m.group(6), m.group(7))
+        return found
+    finally:
+        c.close()
+
+
+def check_metadump(host, port, memcached):
+    prefix = "dump%d_" % os.getpid()
+    proc, mport = start_memcached(memcached)
+    try:
+        want = metadump("127.0.0.1", mport, prefix)
+    finally:
+        proc.terminate()
+        proc.wait()
+    got = metadump(host, port, prefix)
+    if got != want:
+        problem("metadump: %r, memcached's %r" % (got, want))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
     ap.add_argument("--direct", action="store_true")
     ap.add_argument("--counters", action="store_true")
+    ap.add_argument("--metadump", action="store_true",
+                    help="lru_crawler metadump all, compared with memcached's")
     ap.add_argument("--kinds", default="text,binary,meta",
                     help="the sequences --counters runs (text always)")
     ap.add_argument("--label", default="")
@@ -426,11 +486,14 @@ def main():
     host, port = args.target.rsplit(":", 1)
     port = int(port)
     label = args.label or args.target
-    if args.counters:
+    if args.counters or args.metadump:
         if not os.access(args.memcached, os.X_OK):
             print("SKIP: no memcached to compare with (apt-get install memcached)")
             return 77
-        check_counters(host, port, args.direct, args.memcached, args.kinds.split(","))
+        if args.counters:
+            check_counters(host, port, args.direct, args.memcached, args.kinds.split(","))
+        if args.metadump:
+            check_metadump(host, port, args.memcached)
     check_text(host, port, label)
     check_binary(host, port)
     if problems:
@@ -438,8 +501,9 @@ def main():
         for p in problems:
             print("  " + p)
         return 1
-    print("ok: stats of %s: every group answers in memcached's shape%s"
-          % (label, ", counters move as memcached's" if args.counters else ""))
+    print("ok: stats of %s: every group answers in memcached's shape%s%s"
+          % (label, ", counters move as memcached's" if args.counters else "",
+             ", metadump lists keys as memcached's" if args.metadump else ""))
     return 0
 
 
