@@ -931,22 +931,11 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
 {
     struct server *s = conn_server(c);
     struct engine *e = conn_engine(c);
-    const char *arg = req->arg, *end = arg ? arg + req->narg : NULL;
-    const char *sub = arg, *what = NULL;
+    const char *p = req->arg, *end = p ? p + req->narg : NULL, *sub = NULL, *what = NULL;
     size_t nsub = 0, nwhat = 0;
-    while (arg && sub < end && *sub == ' ')
-        sub++;
-    while (arg && sub + nsub < end && sub[nsub] != ' ')
-        nsub++;
-    if (arg) {
-        what = sub + nsub;
-        while (what < end && *what == ' ')
-            what++;
-        while (what + nwhat < end && what[nwhat] != ' ')
-            nwhat++;
-    }
-    if (!arg || nsub != 8 || memcmp(sub, "metadump", 8) != 0 || nwhat == 0 ||
-        !e->ops->visit_recent) {
+    if (p && text_next_key(&p, end, &sub, &nsub))
+        text_next_key(&p, end, &what, &nwhat);
+    if (nsub != 8 || memcmp(sub, "metadump", 8) != 0 || nwhat == 0 || !e->ops->visit_recent) {
         reply_line(c, "ERROR", false);
         return;
     }

@@ -28,11 +28,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from meta_check import start_memcached  # noqa: E402  (a reference memcached on a free port)
 
 try:
     from pymemcache.client.base import Client
@@ -114,24 +116,6 @@ def api_results(addr, prefix):
     r("flush_all", lambda: (c.flush_all(noreply=False), c.get(k("a"))))
     c.close()
     return out
-
-
-def start_memcached(path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [path, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64"]
-    if os.geteuid() == 0:
-        cmd += ["-u", "nobody"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("memcached did not start")
 
 
 def run_api(args):

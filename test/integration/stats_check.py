@@ -137,6 +137,21 @@ def check_text(host, port, label):
         c.close()
 
 
+def read_packet(sock, buf):
+    """The next binary reply: (header fields, body, the rest of the input).
+    ConnectionError when the server closes first."""
+    while True:
+        if len(buf) >= 24:
+            header = struct.unpack(">BBHBBHIIQ", buf[:24])
+            nbody = header[6]
+            if len(buf) >= 24 + nbody:
+                return header, buf[24:24 + nbody], buf[24 + nbody:]
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        buf += data
+
+
 def check_binary(host, port):
     """Binary STAT for each group: packets up to the one with an empty key,
     all with status 0."""
@@ -148,21 +163,12 @@ def check_binary(host, port):
                                   0x5a5a, 0) + group)
             n = 0
             while True:
-                while len(buf) < 24:
-                    data = s.recv(65536)
-                    if not data:
-                        problem("binary stat %r: connection closed" % group)
-                        return
-                    buf += data
-                magic, op, nkey, next_, _, status, nbody, opaque, _ = struct.unpack(
-                    ">BBHBBHIIQ", buf[:24])
-                while len(buf) < 24 + nbody:
-                    data = s.recv(65536)
-                    if not data:
-                        problem("binary stat %r: connection closed" % group)
-                        return
-                    buf += data
-                body, buf = buf[24:24 + nbody], buf[24 + nbody:]
+                try:
+                    header, body, buf = read_packet(s, buf)
+                except ConnectionError:
+                    problem("binary stat %r: connection closed" % group)
+                    return
+                magic, op, nkey, _, _, status, _, opaque, _ = header
                 if magic != 0x81 or op != 0x10 or opaque != 0x5a5a:
                     problem("binary stat %r: a reply that is not ours" % group)
                     return
@@ -181,15 +187,7 @@ def check_binary(host, port):
 def counters(host, port):
     c = Client(host, port)
     try:
-        c.sock.sendall(b"stats\r\n")
-        d = {}
-        while True:
-            line = c._line()
-            if line == b"END":
-                return d
-            words = line.split(b" ")
-            if len(words) == 3:
-                d[words[1].decode()] = words[2].decode()
+        return dict(read_text_stats(c, "") or [])
     finally:
         c.close()
 
@@ -204,19 +202,8 @@ def binary(sock, buf, op, key, extras=b"", value=b"", cas=0, quiet=False):
         sock.sendall(struct.pack(">BBHBBHIIQ", 0x80, 0x0a, 0, 0, 0, 0, 0, 0x78, 0))
     status = None
     while True:
-        while len(buf) < 24:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError("server closed the connection")
-            buf += data
-        rop, nbody = buf[1], struct.unpack(">I", buf[8:12])[0]
-        st = struct.unpack(">H", buf[6:8])[0]
-        while len(buf) < 24 + nbody:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError("server closed the connection")
-            buf += data
-        buf = buf[24 + nbody:]
+        header, _, buf = read_packet(sock, buf)
+        rop, st = header[1], header[5]
         if rop == 0x0a and quiet:
             return (status if status is not None else "quiet"), buf
         if not quiet:
