@@ -33,6 +33,8 @@ struct progress {
     uint64_t done, total, bytes;
     uint64_t rate;                  /* bytes/s, from the last two heartbeats */
     uint64_t at_ms;
+    uint64_t changed_at_ms;         /* done last changed then (recovery processes) */
+    uint64_t abandon_at_ms;         /* "abandon" last sent then (coord_rebuild.c) */
 };
 
 /* A parity process being rebuilt (coord_rebuild.c). */
@@ -46,7 +48,9 @@ struct rebuild {
     uint64_t last_done;
 };
 
-enum mig_phase { MIG_NONE, MIG_COPY, MIG_HANDOFF, MIG_SERVE };
+/* MIG_ADMIT: a data process whose keys the group lost serves them again
+ * (coord_rebuild.c, "a lost place taken again"); r is -1. */
+enum mig_phase { MIG_NONE, MIG_COPY, MIG_HANDOFF, MIG_SERVE, MIG_ADMIT };
 
 /* A data process taking its keys back from its recovery process. */
 struct migration {
@@ -67,6 +71,9 @@ struct cgroup {
     struct progress prog[RECOV_MAX_M];
     bool lost;
     char lost_why[160];
+    /* The last loss once every place is served again (status shows it). */
+    char loss_note[160];
+    uint64_t loss_wall_ms;
     /* Figures of the last takeover, for `cocytus groups` and drills. */
     uint64_t last_serve_ms;         /* death -> recovery process serving */
     uint64_t last_prepare_us;

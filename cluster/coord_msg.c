@@ -231,7 +231,8 @@ bool coord_is_engine_message(const char *payload, size_t len)
 {
     static const char *const words[] = { "prepare ", "truncate ", "takeover ", "group ",
                                          "fence ", "rebuild ", "copy ", "handoff ",
-                                         "replica ", "serve ", "resume ", "pbr " };
+                                         "replica ", "serve ", "resume ", "pbr ", "admit ",
+                                         "abandon " };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         size_t n = strlen(words[i]);
         if (len >= n && memcmp(payload, words[i], n) == 0)

@@ -19,6 +19,14 @@
  *     serving-dp <g> <f>   <- f
  *   r has no parity any more: it is rebuilt like a restarted parity process.
  *
+ *   admission: the group lost data process f's keys (more failures than it
+ *   tolerates: nobody serves them) and f's own process is alive again:
+ *     admit <g> <f>        -> f       it serves f's keys from what it holds
+ *     serving-dp <g> <f>   <- f       (nothing if it restarted)
+ *   then the view (f back) and a new map epoch (f's endpoint is f) are
+ *   published.  A cache that lost keys serves them as misses from then on,
+ *   rather than refusing them for ever.
+ *
  *   rebuild: parity process j is alive but holds no parity (restarted, or
  *   the recovery process above).  Once every logical data process is served
  *   by a process that holds all of its data:
@@ -46,6 +54,7 @@
 
 #define STEP_RESEND_MS 1000
 #define REBUILD_STALL_MS 10000
+#define ABANDON_AFTER_MS 5000
 
 static struct member *dp_member(struct coord *co, int g, int f)
 {
@@ -138,6 +147,9 @@ static void mig_send_step(struct coord *co, struct cgroup *cg, int f)
     case MIG_SERVE:
         send_to(n, "serve %d %d %" PRIu64, cg->g, f, mg->xid);
         break;
+    case MIG_ADMIT:
+        send_to(n, "admit %d %d", cg->g, f);
+        break;
     default:
         break;
     }
@@ -161,6 +173,11 @@ static void mig_abort(struct coord *co, struct cgroup *cg, int f, const char *wh
     struct migration *mg = &cg->mig[f];
     if (mg->phase == MIG_NONE)
         return;
+    if (mg->phase == MIG_ADMIT) {
+        fprintf(stderr, "coordinator: group %d dp %d: admission abandoned: %s\n", cg->g, f, why);
+        mg->phase = MIG_NONE;
+        return;
+    }
     fprintf(stderr, "coordinator: group %d dp %d: migration from parity process %d abandoned: "
             "%s\n", cg->g, f, mg->r, why);
     if (mg->phase == MIG_HANDOFF)
@@ -194,6 +211,97 @@ static void mig_served(struct coord *co, struct cgroup *cg, int f)
     fprintf(stderr, "coordinator: group %d dp %d serves its keys again (migration took %.1f ms)\n",
             cg->g, f, (double)(coord_now_us() - mg->started_us) / 1000.0);
     mg->phase = MIG_NONE;
+    coord_save_progress(co);
+}
+
+/* ---- a lost place taken again ---- */
+
+/* Does any logical DP of the group have no server? */
+static bool has_lost_place(const struct cgroup *cg)
+{
+    for (int f = 0; f < cg->view.k; f++)
+        if (cg->view.dp_server[f] == -2)
+            return true;
+    return false;
+}
+
+/* Nobody served f's keys since the group lost them (coord_recovery.c,
+ * mark_lost), so what f's own process holds is all there is: nothing if it
+ * restarted, every key if it was only cut off.  A parity process still
+ * marked as holding parity holds f's old share: it is rebuilt first like
+ * any other (in a group that lost data none is left, so this is a guard). */
+static void admit_start(struct coord *co, struct cgroup *cg, int f)
+{
+    struct migration *mg = &cg->mig[f];
+    bool demoted = false;
+    for (int j = 0; j < cg->view.m; j++) {
+        if (cg->view.pp_state[j] != GV_PP_PARITY)
+            continue;
+        cg->view.pp_state[j] = GV_PP_DEAD;
+        demoted = true;
+        fprintf(stderr, "coordinator: group %d parity process %d holds dp %d's lost share: it "
+                "will be rebuilt\n", cg->g, j, f);
+    }
+    if (demoted)
+        coord_broadcast_view(co, cg);
+    memset(mg, 0, sizeof(*mg));
+    mg->phase = MIG_ADMIT;
+    mg->r = -1;
+    mg->started_us = coord_now_us();
+    mg->progress_at_ms = coord_now_ms();
+    fprintf(stderr, "coordinator: group %d dp %d is alive again after its keys were lost: it "
+            "serves them again from what it holds\n", cg->g, f);
+    mig_send_step(co, cg, f);
+}
+
+/* A group that lost more than it tolerates may leave recovery processes
+ * with units nobody can rebuild any more (their decoding needs a share that
+ * is gone).  Once one made no progress for ABANDON_AFTER_MS it is told to
+ * give them up (engine_parity.c, ctl_abandon: the keys there are deleted,
+ * the rest is served and taken back as usual).  Nothing is admitted while
+ * any recovery of the group is unfinished: an admitted process's empty
+ * region must never be taken for a lost share and decoded from.  True
+ * while some recovery is unfinished. */
+static bool abandon_stalled(struct coord *co, struct cgroup *cg)
+{
+    uint64_t now = coord_now_ms();
+    bool unfinished = false;
+    for (int j = 0; j < cg->view.m; j++) {
+        struct progress *pg = &cg->prog[j];
+        if (cg->view.pp_state[j] != GV_PP_SERVING || recovery_complete(cg, j))
+            continue;
+        unfinished = true;
+        if (pg->changed_at_ms == 0 || now - pg->changed_at_ms < ABANDON_AFTER_MS ||
+            now - pg->abandon_at_ms < STEP_RESEND_MS)
+            continue;
+        if (pg->abandon_at_ms == 0)
+            fprintf(stderr, "coordinator: group %d parity process %d: dp %d's recovery made no "
+                    "progress for %llu ms (%llu of %llu units) and cannot finish: the keys in "
+                    "the missing units are given up\n", cg->g, j, cg->view.pp_serves[j],
+                    (unsigned long long)(now - pg->changed_at_ms),
+                    (unsigned long long)pg->done, (unsigned long long)pg->total);
+        pg->abandon_at_ms = now;
+        send_to(coord_pp_member(co, cg->g, j), "abandon %d %d", cg->g, cg->view.pp_serves[j]);
+    }
+    return unfinished;
+}
+
+static void admit_done(struct coord *co, struct cgroup *cg, int f)
+{
+    cg->mig[f].phase = MIG_NONE;
+    cg->view.dp_server[f] = -1;
+    if (!has_lost_place(cg)) {
+        fprintf(stderr, "coordinator: group %d serves every key again (lost: %s); its parity "
+                "processes are rebuilt next\n", cg->g, cg->lost_why);
+        cg->lost = false;
+        snprintf(cg->loss_note, sizeof(cg->loss_note), "%s", cg->lost_why);
+        cg->loss_wall_ms = coord_wall_ms();
+        cg->lost_why[0] = '\0';
+    }
+    coord_broadcast_view(co, cg);
+    coord_publish_dp(co, cg, f, dp_member(co, cg->g, f)->proc);
+    fprintf(stderr, "coordinator: group %d dp %d serves its keys again (epoch %llu)\n", cg->g, f,
+            (unsigned long long)co->map.epoch);
     coord_save_progress(co);
 }
 
@@ -278,6 +386,17 @@ static bool sources_ready(struct coord *co, struct cgroup *cg)
 
 static bool start_work(struct coord *co, struct cgroup *cg)
 {
+    /* In a group that lost data: recoveries that cannot finish first, then
+     * data processes alive again in places whose keys were lost. */
+    if (cg->lost && abandon_stalled(co, cg))
+        return false;
+    for (int f = 0; cg->lost && f < cg->view.k; f++) {
+        if (cg->view.dp_server[f] == -2 && cg->tk[f].phase == PH_NONE && !cg->tk[f].deferred &&
+            coord_alive(dp_member(co, cg->g, f))) {
+            admit_start(co, cg, f);
+            return true;
+        }
+    }
     /* A data process back in a place a recovery process serves. */
     for (int f = 0; f < cg->view.k; f++) {
         int r = cg->view.dp_server[f];
@@ -311,7 +430,7 @@ void coord_rebuild_forgive(struct cgroup *cg, uint64_t late, uint64_t now)
 
 void coord_rebuild_check(struct coord *co, struct cgroup *cg)
 {
-    if (cg->lost || takeover_running(cg))
+    if (takeover_running(cg))
         return;
     uint64_t now = coord_now_ms();
     bool busy = false;
@@ -378,6 +497,8 @@ bool coord_rebuild_on_answer(struct coord *co, struct cgroup *cg, struct member 
             mig_send_step(co, cg, a);
         } else if (verb[0] == 's' && mg->phase == MIG_SERVE) {
             mig_served(co, cg, a);
+        } else if (verb[0] == 's' && mg->phase == MIG_ADMIT) {
+            admit_done(co, cg, a);
         }
         return true;
     }
@@ -478,7 +599,7 @@ int coord_rebuild_admin_words(struct coord *co, const struct cgroup *cg, char *b
     int n = 0;
     for (int f = 0; f < cg->view.k && (size_t)n < len; f++) {
         const struct migration *mg = &cg->mig[f];
-        if (mg->phase == MIG_NONE)
+        if (mg->phase == MIG_NONE || mg->phase == MIG_ADMIT)
             continue;
         n += snprintf(buf + n, len - (size_t)n, " mig dp%d pp%d units %llu/%llu bytes %llu rate %llu",
                       f, mg->r, (unsigned long long)mg->prog.done,

@@ -498,6 +498,8 @@ void coord_recovery_on_progress(struct coord *co, struct member *m, const char *
     uint64_t now = coord_now_ms();
     if (pg->at_ms && now > pg->at_ms && bytes >= pg->bytes)
         pg->rate = (bytes - pg->bytes) * 1000u / (now - pg->at_ms);
+    if (done != pg->done || pg->changed_at_ms == 0)
+        pg->changed_at_ms = now;
     pg->done = done;
     pg->total = total;
     pg->bytes = bytes;

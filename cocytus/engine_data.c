@@ -1141,8 +1141,10 @@ void engine_data_set_view(struct engine *eng, const struct group_view *v)
 
 static void ctl_replica(struct data_engine *dp, int from);
 static void ctl_serve(struct data_engine *dp, uint64_t xid);
+static void ctl_admit(struct data_engine *dp);
 
-/* "rebuild <g> <pp>", "replica <g> <dp> <pp>", "serve <g> <dp> <xid>". */
+/* "rebuild <g> <pp>", "replica <g> <dp> <pp>", "serve <g> <dp> <xid>",
+ * "admit <g> <dp>". */
 static bool dp_control_rebuild(struct data_engine *dp, const char *text, size_t len)
 {
     char buf[128], verb[16];
@@ -1156,6 +1158,10 @@ static bool dp_control_rebuild(struct data_engine *dp, const char *text, size_t 
         return false;
     if (strcmp(verb, "rebuild") == 0 && b < (unsigned long long)dp->m) {
         engine_data_rebuild(&dp->base, ROLE_PARITY, (int)b);
+        return true;
+    }
+    if (b == (unsigned long long)dp->index && n == 3 && strcmp(verb, "admit") == 0) {
+        ctl_admit(dp);
         return true;
     }
     if (b != (unsigned long long)dp->index || n != 4)
@@ -1209,6 +1215,54 @@ size_t engine_data_items(struct engine *eng)
 }
 
 /* ---- data source of unit recovery (docs/recovery.md) ---- */
+
+struct unready_walk {
+    struct data_engine *dp;
+    struct item **found;
+    size_t n, cap;
+    bool oom;
+};
+
+static void unready_visit(void *ctx, struct item *e)
+{
+    struct unready_walk *w = ctx;
+    if (w->oom || (e->iflags & (META_PENDING | DP_NEW)) || e->nbytes == 0 ||
+        units_ready(w->dp, meta_off(e), e->nbytes))
+        return;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        struct item **f = realloc(w->found, cap * sizeof(*f));
+        if (!f) {
+            w->oom = true;
+            return;
+        }
+        w->found = f;
+        w->cap = cap;
+    }
+    w->found[w->n++] = e;
+}
+
+size_t engine_data_drop_unready(struct engine *eng, uint64_t *xid)
+{
+    struct data_engine *dp = dp_of(eng);
+    struct unready_walk w = { .dp = dp };
+    *xid = dp->tx.xid;
+    if (!dp->recovering)
+        return 0;
+    meta_iterate(&dp->meta, unready_visit, &w);
+    /* Deleted in records of DP_SWEEP_MAX_DELS, as expiry deletes. */
+    for (size_t i = 0; i < w.n; i += DP_SWEEP_MAX_DELS) {
+        begin_record(dp);
+        for (size_t j = i; j < w.n && j < i + DP_SWEEP_MAX_DELS; j++)
+            op_del(dp, w.found[j]);
+        *xid = finish_record(dp, 0, NULL, 0, NULL, NULL, NULL);
+    }
+    if (w.n > 0)
+        dp_log(dp, "%zu keys whose values lay in units that cannot be rebuilt are deleted "
+               "(up to xid %" PRIu64 ")", w.n, *xid);
+    free(w.found);
+    return w.n + (w.oom ? 1 : 0);   /* out of memory: not finished, try again */
+}
 
 void engine_data_fetch(struct engine *eng, const struct recov_msg *m)
 {
@@ -1714,6 +1768,70 @@ static void ctl_replica(struct data_engine *dp, int from)
         dp_log(dp, "cannot start taking the copy from parity process %d", from);
 }
 
+/* A new stream from xid on, to the parity processes the view says hold
+ * parity (all of them before any view): the old one's peers and its
+ * refusal are forgotten.  Returns how many peers it has. */
+static int restart_stream(struct data_engine *dp, uint64_t xid, const char *why)
+{
+    int peers[SENDER_MAX_PEERS], npeers = 0;
+    for (int j = 0; j < dp->m; j++)
+        if (!dp->have_view || dp->view.pp_state[j] == GV_PP_PARITY)
+            peers[npeers++] = j;
+    sender_destroy(&dp->tx);
+    char who[64];
+    snprintf(who, sizeof(who), "data g%d/%d", dp->group, dp->index);
+    struct sender_config sc = dp_sender_config(dp, dp->cluster, LINK_ROLE_DATA, dp->index, who);
+    sc.peers = peers;
+    sc.npeers = npeers;
+    if (sender_init(&dp->tx, &sc) < 0) {
+        dp_log(dp, "cannot start replicating after %s", why);
+        abort();
+    }
+    sender_start_at(&dp->tx, xid);
+    dp->unsure = false;
+    return npeers;
+}
+
+/* Back to an empty table, allocator and region, as a fresh process has
+ * them: whatever writes the refused stream had begun leave no trace that
+ * a rebuilt parity process would not have. */
+static void forget_state(struct data_engine *dp)
+{
+    meta_clear(&dp->meta);
+    dalloc_reset(dp->alloc);
+    if (madvise(dp->region, dp->region_size, MADV_DONTNEED) != 0)
+        memset(dp->region, 0, dp->region_size);
+    dp->df_head = dp->df_len = 0;
+    dp->deferred_bytes = 0;
+    dp->placeholders = 0;
+    dp->nnotes = 0;
+    dp->touched_end = 0;
+}
+
+/* "admit <g> <f>": the group lost our keys (more failures than it
+ * tolerates) and nobody served them since: we serve them again from what
+ * we hold.  Restarted, that is nothing: the table is empty and a new
+ * stream starts (the parity processes that knew the old one are rebuilt
+ * before they hold parity again).  Only cut off (declared dead while we
+ * ran), it is every key we had, which no other process changed meanwhile:
+ * the stream goes on.  Answered like a handoff's serve. */
+static void ctl_admit(struct data_engine *dp)
+{
+    if (dp->replica || dp->recovering)
+        return;
+    if (dp->tx.refusing || (dp->tx.xid == 0 && dp->meta.count == 0)) {
+        dp_log(dp, "the group lost our keys; serving them again, empty, from xid 0");
+        forget_state(dp);
+        restart_stream(dp, 0, "admission");
+    } else if (dp->unsure) {
+        dp_log(dp, "the group lost our keys while we were cut off; serving again with our "
+               "%zu keys at xid %" PRIu64, dp->meta.count, dp->tx.xid);
+        dp->unsure = false;
+    }
+    dp_ctl(dp, "serving-dp %d %d", dp->group, dp->index);
+    wake_waiters(dp);
+}
+
 /* The handoff: the recovery process holds its writes at xid; we apply up
  * to it, take the table, allocator and region, and continue the stream. */
 static void ctl_serve(struct data_engine *dp, uint64_t xid)
@@ -1731,22 +1849,7 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     replica_take(dp->replica, &dp->meta, &dp->alloc, &max_cas, &end);
     replica_free(dp->replica);
     dp->replica = NULL;
-    int peers[SENDER_MAX_PEERS], npeers = 0;
-    for (int j = 0; j < dp->m; j++)
-        if (!dp->have_view || dp->view.pp_state[j] == GV_PP_PARITY)
-            peers[npeers++] = j;
-    sender_destroy(&dp->tx);
-    char who[64];
-    snprintf(who, sizeof(who), "data g%d/%d", dp->group, dp->index);
-    struct sender_config sc = dp_sender_config(dp, dp->cluster, LINK_ROLE_DATA, dp->index, who);
-    sc.peers = peers;
-    sc.npeers = npeers;
-    if (sender_init(&dp->tx, &sc) < 0) {
-        dp_log(dp, "cannot start replicating after the handoff");
-        abort();
-    }
-    sender_start_at(&dp->tx, xid);
-    dp->unsure = false;
+    int npeers = restart_stream(dp, xid, "the handoff");
     if (max_cas + 1 > dp->cas_counter)
         dp->cas_counter = max_cas + 1;
     dp->touched_end = end;

@@ -77,6 +77,12 @@ int engine_data_sendv_to(struct engine *e, int pp, uint16_t type, const struct i
 /* "rec ..." progress words are the parity engine's; this gives the number
  * of keys served (for status). */
 size_t engine_data_items(struct engine *e);
+/* A recovery process whose missing units can never be rebuilt (its group
+ * lost more than it tolerates): every key whose value lies in such a unit
+ * is deleted through a record, as expiry deletes them.  Returns how many
+ * deletions it sent (keys already in flight wait for a later call); *xid
+ * is the last record's xid (engine_data_committed tells when it applied). */
+size_t engine_data_drop_unready(struct engine *e, uint64_t *xid);
 
 /* Send a copy of our state to a process that joins our stream (rebuild.h):
  * parity process `index` (role ROLE_PARITY) being rebuilt, or the data

@@ -926,6 +926,23 @@ static void ctl_handoff(struct parity_engine *pe, int dp)
     engine_data_hold(pe->serving, handoff_quiet, pe);
 }
 
+/* "abandon <g> <f>": the group lost more than it tolerates and the units
+ * of f we still miss can never be rebuilt.  First the keys whose values lie
+ * there are deleted through records (reads of them wait meanwhile, as for
+ * any missing unit); once none is left and those records applied, the
+ * units become zero data and f's recovery is complete.  The coordinator
+ * sends this again each second until our progress says so. */
+static void ctl_abandon(struct parity_engine *pe, int dp)
+{
+    if (!pe->serving || pe->serving_dp != dp || pe->rec.abandoned)
+        return;
+    uint64_t xid;
+    if (engine_data_drop_unready(pe->serving, &xid) > 0 ||
+        engine_data_committed(pe->serving) < xid)
+        return;
+    recovery_abandon(&pe->rec);
+}
+
 /* A control message we do not act on, quoted (at most 80 bytes) in the log. */
 static void log_ignored(struct parity_engine *pe, const char *what, const char *text, size_t len)
 {
@@ -1017,6 +1034,8 @@ static void parity_control(struct engine *e, const char *text, size_t len)
         ctl_truncate(pe, dp, num[2], (int)num[3]);
     else if (len > 9 && memcmp(text, "takeover ", 9) == 0 && n == 3)
         ctl_takeover(pe, dp, num[2]);
+    else if (len > 8 && memcmp(text, "abandon ", 8) == 0 && n == 2)
+        ctl_abandon(pe, dp);
     else
         log_ignored(pe, "unexpected control message", text, len);
 }

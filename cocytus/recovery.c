@@ -898,6 +898,8 @@ static void start_ahead(struct recovery *rc)
 static void leader_schedule(struct recovery *rc)
 {
     struct lbatch *b = &rc->batch;
+    if (rc->abandoned)
+        return;
     if (b->active) {
         if (mono_ms() - b->started_ms > BATCH_TIMEOUT_MS) {
             batch_drop(rc, "timed out");
@@ -1092,10 +1094,33 @@ void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
         rc->env.to_pp(rc->env.ctx, rc->view_leader, FT_REQUEST, iov, 1);
 }
 
+void recovery_abandon(struct recovery *rc)
+{
+    if (!rc->own_valid || rc->abandoned)
+        return;
+    size_t missing = 0;
+    for (size_t u = unit_map_next_missing(&rc->own, 0); u < rc->own.nunits;
+         u = unit_map_next_missing(&rc->own, u + 1)) {
+        rc->env.zero(rc->env.ctx, (uint64_t)u * RECOV_UNIT, unit_map_unit_len(&rc->own, u));
+        unit_map_set(&rc->own, u);
+        missing++;
+    }
+    rc->abandoned = true;
+    batch_drop(rc, "recovery abandoned");
+    rc->ahead.active = false;
+    contrib_reset(rc);
+    rc->nneeds = 0;
+    rlog(rc, "dp %d: %zu units that cannot be rebuilt are given up (zero); this process takes "
+         "no further part in the group's recovery", rc->serving, missing);
+    rc->env.arrived(rc->env.ctx);
+}
+
 void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payload,
                          uint32_t len)
 {
     struct recov_msg m;
+    if (rc->abandoned)
+        return;
     if (recov_decode(payload, len, &m) < 0) {
         rlog(rc, "malformed recovery message of %" PRIu32 " bytes; ignored", len);
         return;

@@ -106,6 +106,7 @@ struct recovery {
     uint64_t complete_us;           /* serving -> every unit rebuilt */
     uint64_t first_batch_us;        /* the first batch (of any process) we led started */
     bool debug;                     /* COCYTUS_RECOVERY_DEBUG set: log each batch */
+    bool abandoned;                 /* recovery_abandon: out of the protocol */
 };
 
 int recovery_init(struct recovery *rc, const struct recovery_env *env, int self, int k, int m);
@@ -118,6 +119,11 @@ void recovery_need(struct recovery *rc, uint64_t off, uint64_t len);
 /* A recovery message, from any link. */
 void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payload,
                          uint32_t len);
+/* The units still missing can never be rebuilt (the group lost more than
+ * it tolerates): they become zero data, and this process takes no further
+ * part in the group's recovery, neither as a source nor as a contributor
+ * or leader, so no other unit is ever solved from those zeros. */
+void recovery_abandon(struct recovery *rc);
 /* Once a second: drop a contribution whose batch never completed. */
 void recovery_tick(struct recovery *rc);
 void recovery_progress(const struct recovery *rc, size_t *done, size_t *total, uint64_t *bytes);

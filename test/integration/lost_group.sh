@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# lost_group.sh - a coding group that loses more than it tolerates comes
+# back: the keys it lost are misses, every other key keeps its value, and
+# the group returns to full redundancy by itself once its processes are
+# alive again (docs/recovery.md, "When a group loses data").  Before, such a
+# group refused the lost keys for ever (2 s timeouts at the proxy, or
+# "does not serve keys") and was never rebuilt.
+#
+# One RS(2,3) group (data processes 0 and 1, parity process 0) on one node
+# with a coordinator and cocytus-proxy; cocytus-node restarts what dies.
+#
+#   1. Admission.  Parity process 0 is killed, then data process 0: no
+#      parity is left, the coordinator reports the group LOST.  Both come
+#      back empty; data process 0 is admitted empty, parity process 0 is
+#      rebuilt.  Data process 1's keys (and writes made while the group was
+#      lost) keep their values, data process 0's are misses.
+#   2. A recovery that cannot finish.  Data process 1 is stopped (SIGSTOP),
+#      then data process 0 killed: parity process 0 takes it over but
+#      cannot rebuild a unit without data process 1.  Data process 1 is
+#      declared dead: LOST.  It is killed and comes back empty.  After 5 s
+#      without progress the recovery gives up its missing units (their keys
+#      are deleted), data process 0 takes its keys back, data process 1 is
+#      admitted, parity process 0 is rebuilt.
+#
+# After each: wait-healthy, every key a hit with its value or a miss (never
+# a wrong value, never an error), new writes and reads through the proxy,
+# verify and decode-check.  The trap stops the cluster.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$build_dir/client/cocytus-proxy" "$build_dir/cocytus/cocytus-node"
+py=""
+for candidate in python3 /usr/bin/python3; do
+    if "$candidate" -c 'import socket' 2>/dev/null; then
+        py=$candidate
+        break
+    fi
+done
+[ -n "$py" ] || { echo "SKIP: no python3"; exit 77; }
+keys="$py $script_dir/lost_keys.py"
+cli="$build_dir/client/cocytus-cli"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/lost_group.XXXXXX")
+stopped=""
+cleanup() {
+    local p
+    for p in $stopped; do kill -CONT "$p" 2>/dev/null; done
+    cluster_remove "$dir"
+}
+on_exit cleanup
+
+proxy_port=$(pick_port)
+if ! cluster_up "$dir" 10 14000 20000 --nodes 1 --scheme rs:2:3 --memory 16 --region 16 \
+    --proxy-port "$proxy_port"; then
+    fail "RS(2,3) cluster did not come up"
+    finish
+fi
+proxy=$(cat "$dir/proxy")
+
+# endpoints and node-0.procs: ROLE GROUP INDEX NODE ADDR PID; the node adds
+# a line for each restart, so a process's last line has its pid.
+addr_of() { awk -v r="$1" -v i="$2" '$1 == r && $3 == i { print $5; exit }' "$dir/endpoints"; }
+pid_of() { awk -v r="$1" -v i="$2" '$1 == r && $3 == i { p = $6 } END { print p }' "$dir/node-0.procs"; }
+dp0=$(addr_of data 0)
+dp1=$(addr_of data 1)
+
+# The coordinator's word for it (a status would wait for a stopped process).
+lost_logged() {
+    [ "$(grep -c "DATA LOSS in group 0" "$dir/coordinator.log")" -ge "$1" ]
+}
+
+healthy_and_checked() {
+    local when=$1
+    if "$cli" --dir "$dir" wait-healthy --timeout 60; then
+        ok "the group is at full redundancy again $when"
+    else
+        fail "the group did not come back to full redundancy $when"
+        "$cli" --dir "$dir" status 2>&1 | tail -n 8
+        tail -n 30 "$dir/coordinator.log"
+        return 1
+    fi
+    local fresh="fresh$RANDOM"
+    if $keys fill "$proxy" "$fresh" 300 && $keys check "$proxy" "$fresh" 300 |
+        grep -qx "all hits 300 misses 0"; then
+        ok "300 new keys written and read back through the proxy $when"
+    else
+        fail "new keys through the proxy $when"
+    fi
+    cluster_check_ok "$dir" verify "$when"
+    cluster_check_ok "$dir" decode-check "$when"
+}
+
+# tally PREFIX N WHEN: every key of PREFIX a hit with its value or a miss;
+# prints per owner "ADDR hits H misses M" into $dir/PREFIX.tally
+tally() {
+    if $keys count "$dir/$1.owners" "$proxy" "$1" "$2" >"$dir/$1.tally"; then
+        ok "every $1 key answered with its value or a miss $3: $(tr '\n' ';' <"$dir/$1.tally")"
+    else
+        fail "a $1 key answered wrongly $3: $(cat "$dir/$1.tally")"
+    fi
+}
+
+# ---- 1. admission ----
+$keys fill "$proxy" a 600 >/dev/null || fail "fill a"
+$keys owners a 600 "$dp0" "$dp1" >"$dir/a.owners"
+n0=$(awk -v a="$dp0" '$2 == a' "$dir/a.owners" | wc -l)
+n1=$(awk -v a="$dp1" '$2 == a' "$dir/a.owners" | wc -l)
+if [ "$n0" -gt 0 ] && [ "$n1" -gt 0 ] && [ $((n0 + n1)) -eq 600 ]; then
+    ok "600 keys stored: $n0 on data process 0, $n1 on data process 1"
+else
+    fail "keys not found on their data processes ($n0 + $n1 of 600)"
+fi
+
+# Together: once parity process 0 is back it would be rebuilt at once.
+kill -KILL "$(pid_of parity 0)" "$(pid_of data 0)"
+if wait_for 100 lost_logged 1; then
+    ok "with no parity left, the death of data process 0 is reported: group 0 LOST"
+else
+    fail "the group was not reported LOST"
+fi
+# data process 1 serves on meanwhile: these writes must survive
+$keys fill "$proxy" b 200 >/dev/null || fail "writes while the group was lost"
+$keys owners b 200 "$dp1" >"$dir/b.owners"
+healthy_and_checked "after the admission"
+tally a 600 "after the admission"
+if grep -qx "$dp1 hits $n1 misses 0" "$dir/a.tally" &&
+    grep -qx "$dp0 hits 0 misses $n0" "$dir/a.tally"; then
+    ok "data process 1's $n1 keys kept their values; data process 0's $n0 were lost"
+else
+    fail "unexpected hits and misses after the admission: $(tr '\n' ';' <"$dir/a.tally")"
+fi
+tally b 200 "(written while the group was lost)"
+b1=$(awk -v a="$dp1" '$2 == a' "$dir/b.owners" | wc -l)
+grep -qx "$dp1 hits $b1 misses 0" "$dir/b.tally" ||
+    fail "a write acknowledged by data process 1 while the group was lost was not kept"
+grep -q "dp 0 serves its keys again" "$dir/coordinator.log" &&
+    ok "coordinator: $(grep -m1 "serves every key again" "$dir/coordinator.log")" ||
+    fail "no admission in the coordinator's log"
+
+# ---- 2. a recovery that cannot finish ----
+$keys fill "$proxy" c 600 >/dev/null || fail "fill c"
+$keys owners c 600 "$(addr_of data 0)" "$(addr_of data 1)" >"$dir/c.owners"
+dp1_pid=$(pid_of data 1)
+dp0_pid=$(pid_of data 0)
+kill -STOP "$dp1_pid" && stopped="$dp1_pid"
+kill -KILL "$dp0_pid"
+if wait_for 100 lost_logged 2; then
+    ok "data process 1 silent while parity process 0 recovers data process 0: group 0 LOST"
+else
+    fail "the group was not reported LOST with a recovery stuck"
+fi
+kill -KILL "$dp1_pid"
+kill -CONT "$dp1_pid" 2>/dev/null
+stopped=""
+healthy_and_checked "after a recovery that could not finish"
+tally c 600 "after a recovery that could not finish"
+if grep -q "cannot finish: the keys in the missing units are given up" "$dir/coordinator.log"; then
+    ok "coordinator: $(grep -m1 "cannot finish" "$dir/coordinator.log" | cut -c1-160)"
+else
+    fail "the stuck recovery was not given up"
+fi
+grep -h "given up\|cannot be rebuilt are deleted" "$dir"/parity-*.log | head -n 2
+logs_printable "$dir"
+finish
