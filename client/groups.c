@@ -4,6 +4,7 @@
  *
  *   group <g> <state> redundancy <n>/<m> view <version> <dps> <pps>
  *     last_serve_ms <x> last_prepare_us <x> [dead_at_ms <x>] [served_at_ms <x>]
+ *     [keys_lost_at_ms <x>]
  *     [rec pp<j> dp<f> units <d>/<t> bytes <b> rate <r>]...
  *     [mig dp<f> pp<r> units <d>/<t> bytes <b> rate <r>]...
  *     [reb pp<j> units <d>/<t> bytes <b> rate <r>]...
@@ -154,6 +155,8 @@ static int parse_number_word(const char *p, struct gview_group *out, int *used)
         out->dead_at_ms = v;
     else if (sscanf(p, "served_at_ms %llu%n", &v, &n) == 1 && n > 0)
         out->served_at_ms = v;
+    else if (sscanf(p, "keys_lost_at_ms %llu%n", &v, &n) == 1 && n > 0)
+        out->keys_lost_at_ms = v;
     else
         return 1;
     *used = n;

@@ -56,6 +56,7 @@ struct gview_group {
     int pp_dp[RECOV_MAX_M];      /* SERVING, MIGRATING: the data process, else -1 */
     uint64_t last_serve_ms, last_prepare_us;
     uint64_t dead_at_ms, served_at_ms;   /* unix ms of the last death / serving map, 0 never */
+    uint64_t keys_lost_at_ms;    /* unix ms the group last lost data, 0 never */
     int nprogress;
     struct group_progress progress[GROUPS_MAX_PROGRESS];
     char lost[192];              /* why the group lost data ("" if it did not) */

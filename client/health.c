@@ -260,6 +260,19 @@ static void print_group_detail(const struct gview_group *gg, const struct coord_
                (double)gg->last_prepare_us / 1000.0);
 }
 
+/* A group that lost data and serves every key again says since when its
+ * lost keys are misses (the coordinator's log says which ones). */
+static void print_past_loss(const struct gview_group *gg)
+{
+    time_t t = (time_t)(gg->keys_lost_at_ms / 1000);
+    struct tm tm;
+    char when[32];
+    if (gmtime_r(&t, &tm) == NULL || strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
+        snprintf(when, sizeof when, "%llu ms", (unsigned long long)gg->keys_lost_at_ms);
+    printf("group %d: lost keys at %s (coordinator log: DATA LOSS); every key is served again, "
+           "the lost ones as misses\n", gg->group, when);
+}
+
 /* One line per coding group and details for those short of full
  * redundancy.  CLI_OK when every group shown is at full redundancy (or
  * the coordinator reports no coding groups), CLI_MISMATCH when one is
@@ -282,6 +295,8 @@ static int print_groups(const struct coord_snapshot *s, const struct cli_opts *o
         if (strcmp(gg->state, "lost") == 0 || gg->lost[0] != '\0')
             printf(" (data lost: %s)", gg->lost[0] ? gg->lost : "no reason given");
         printf("\n");
+        if (gg->keys_lost_at_ms && gg->lost[0] == '\0' && strcmp(gg->state, "lost") != 0)
+            print_past_loss(gg);
         shown++;
         if (group_at_full_redundancy(gg)) {
             full++;

@@ -71,9 +71,15 @@ struct cgroup {
     struct progress prog[RECOV_MAX_M];
     bool lost;
     char lost_why[160];
-    /* The last loss once every place is served again (status shows it). */
-    char loss_note[160];
-    uint64_t loss_wall_ms;
+    uint64_t loss_wall_ms;          /* unix ms: the group last lost data (0: never) */
+    /* Place f's own process was serving when it was last declared dead and
+     * nobody served f since: if that process was only cut off, its state is
+     * the newest and admission keeps it.  False when unknown (a restarted
+     * coordinator): admission then empties it. */
+    bool own_state_newest[RECOV_MAX_K];
+    /* The number of f's admission, the same for every try of it (a process
+     * takes each number once), 0 when none is under way. */
+    uint64_t admit_number[RECOV_MAX_K];
     /* Figures of the last takeover, for `cocytus groups` and drills. */
     uint64_t last_serve_ms;         /* death -> recovery process serving */
     uint64_t last_prepare_us;

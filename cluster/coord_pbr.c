@@ -29,7 +29,14 @@
  *   a member that restarted, follows someone else, diverged, or is
  *   complete but dropped                          -> pbr rejoin <g> <P> to k;
  *   an empty member following the primary          -> pbr rebuild <g> <k>.
- * Each command about a member waits a second before it is repeated. */
+ * Each command about a member waits a second before it is repeated.
+ *
+ * A group whose primary died with no complete backup alive has lost its
+ * data (PG_LOST).  Once a member is alive again it serves the group again:
+ *   pbr admit <g>             -> pbrok serving <g> <k> <xid>
+ *       the primary keeps its store (empty if it restarted, the newest
+ *       state if it was only cut off: nobody served the group meanwhile),
+ *       a backup starts empty; then the map, and backups as above. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -47,7 +54,7 @@
 #define STEP_RESEND_MS 1000
 #define COMMAND_GRACE_MS 1000
 
-enum pg_phase { PG_SERVING, PG_FENCING, PG_PROMOTING, PG_LOST };
+enum pg_phase { PG_SERVING, PG_FENCING, PG_PROMOTING, PG_LOST, PG_ADMITTING };
 
 /* What the coordinator knows of one member. */
 struct pmember {
@@ -74,6 +81,7 @@ struct pgroup {
     uint64_t dead_at_ms;            /* monotonic: the primary's death was seen */
     uint64_t last_serve_ms, dead_wall_ms, served_wall_ms;
     char lost_why[160];
+    uint64_t loss_wall_ms;          /* unix ms: the group last lost data (0: never) */
     struct pmember mem[PBR_MEMBERS_MAX];
 };
 
@@ -160,8 +168,56 @@ static void mark_lost(struct pgroup *pg, const char *why)
 {
     pg->phase = PG_LOST;
     snprintf(pg->lost_why, sizeof(pg->lost_why), "%s", why);
+    pg->loss_wall_ms = wall_ms();
     fprintf(stderr, "coordinator: DATA LOSS in pbr group %d: %s; the group serves nothing "
-            "until it is restarted by hand\n", pg->g, why);
+            "until one of its members is alive again\n", pg->g, why);
+}
+
+/* ---- a group that lost its data serves again ---- */
+
+/* Its primary if alive, else its lowest live member; -1 if none. */
+static int admission_member(struct coord *co, const struct pgroup *pg)
+{
+    if (alive(member_k(co, pg->g, pg->primary)))
+        return pg->primary;
+    for (int k = 0; k <= co->pbr->m; k++)
+        if (alive(member_k(co, pg->g, k)))
+            return k;
+    return -1;
+}
+
+static void admit_step(struct coord *co, struct pgroup *pg)
+{
+    int k = admission_member(co, pg);
+    if (k < 0)
+        return;
+    if (pg->phase == PG_LOST || k != pg->best)
+        fprintf(stderr, "coordinator: group %d lost its data and member %d is alive: it serves "
+                "the group again (%s)\n", pg->g, k,
+                k == pg->primary ? "as the primary, with what it holds" : "empty");
+    pg->phase = PG_ADMITTING;
+    pg->best = k;
+    pg->step_at_ms = coord_now_ms();
+    send_to(co, pg, k, "pbr admit %d", pg->g);
+}
+
+static void admitted(struct coord *co, struct pgroup *pg)
+{
+    int k = pg->best;
+    pg->primary = k;
+    pg->phase = PG_SERVING;
+    pg->waiting = 0;
+    for (int j = 0; j <= co->pbr->m; j++) {
+        pg->mem[j].peer_state = '?';
+        pg->mem[j].cmd_at_ms = coord_now_ms();   /* let them settle before reconciling */
+    }
+    publish_primary(co, pg, k);
+    pg->served_wall_ms = wall_ms();
+    send_to(co, pg, k, "pbr confirm %d", pg->g);
+    fprintf(stderr, "coordinator: group %d serves again, member %d its primary at epoch %llu "
+            "(lost: %s); its backups are rebuilt next\n", pg->g, k,
+            (unsigned long long)co->map.epoch, pg->lost_why);
+    pg->lost_why[0] = '\0';
 }
 
 /* May k become the primary?  Its own word (complete), not restarted, and
@@ -303,6 +359,10 @@ void coord_pbr_on_dead(struct coord *co, struct member *m)
         drop_participant(co, pg, k);
         return;
     }
+    if (pg->phase == PG_ADMITTING && k == pg->best) {
+        pg->phase = PG_LOST;   /* another live member, if any, at the next check */
+        return;
+    }
     if (pg->phase != PG_SERVING)
         return;
     if (k == pg->primary) {
@@ -362,6 +422,9 @@ void coord_pbr_on_answer(struct coord *co, struct member *m, const char *text, s
     } else if (strcmp(verb, "serving") == 0 && n >= 4 && pg->phase == PG_PROMOTING &&
                k == pg->best) {
         promoted(co, pg, xid);
+    } else if (strcmp(verb, "serving") == 0 && n >= 4 && pg->phase == PG_ADMITTING &&
+               k == pg->best) {
+        admitted(co, pg);
     }
 }
 
@@ -473,6 +536,9 @@ void coord_pbr_check(struct coord *co)
             send_fences(co, pg);
         else if (pg->phase == PG_PROMOTING && now - pg->step_at_ms > STEP_RESEND_MS)
             send_promotion(co, pg);
+        else if (pg->phase == PG_LOST ||
+                 (pg->phase == PG_ADMITTING && now - pg->step_at_ms > STEP_RESEND_MS))
+            admit_step(co, pg);
         if (pg->phase != PG_SERVING || !alive(member_k(co, g, pg->primary)) ||
             !pg->mem[pg->primary].reported)
             continue;
@@ -501,7 +567,7 @@ static const char *group_state(struct coord *co, const struct pgroup *pg, int *r
         if (k != pg->primary && pg->mem[k].peer_state == 'r')
             rebuilding = true;
     }
-    if (pg->phase == PG_LOST) {
+    if (pg->phase == PG_LOST || pg->phase == PG_ADMITTING) {
         *redundancy = 0;
         return "lost";
     }
@@ -547,7 +613,11 @@ void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx)
                           (unsigned long long)pm->reb_done, (unsigned long long)pm->reb_total,
                           (unsigned long long)pm->reb_bytes, (unsigned long long)pm->reb_rate);
         }
-        if (pg->phase == PG_LOST && n > 0 && (size_t)n < sizeof(line))
+        if (pg->loss_wall_ms && n > 0 && (size_t)n < sizeof(line))
+            n += snprintf(line + n, sizeof(line) - (size_t)n, " keys_lost_at_ms %llu",
+                          (unsigned long long)pg->loss_wall_ms);
+        if ((pg->phase == PG_LOST || pg->phase == PG_ADMITTING) && n > 0 &&
+            (size_t)n < sizeof(line))
             n += snprintf(line + n, sizeof(line) - (size_t)n, " lost %s", pg->lost_why);
         if (n > 0) {
             size_t l = (size_t)n < sizeof(line) - 3 ? (size_t)n : sizeof(line) - 3;

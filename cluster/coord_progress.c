@@ -157,8 +157,6 @@ static void apply_takeover(struct coord *co, const char *line)
         return;
     struct takeover *tk = &cg->tk[f];
     memset(tk, 0, sizeof(*tk));
-    cg->lost = false;
-    cg->lost_why[0] = '\0';
     if (phase == PH_NONE) {
         /* A death seen late whose takeover had not started. */
         tk->deferred = true;
@@ -178,8 +176,6 @@ static void apply_takeover(struct coord *co, const char *line)
         tk->stable = stable;
         tk->waiting = tk->phase == PH_TAKEOVER ? 1u << r : participants & ~(1u << r);
     }
-    cg->lost = false;
-    cg->lost_why[0] = '\0';
     if (!cg->degraded_since_us)
         cg->degraded_since_us = coord_now_us();
     fprintf(stderr, "coordinator: resuming the takeover of group %d dp %d in phase %d "
@@ -227,6 +223,21 @@ static void apply_pid(struct coord *co, const char *line)
         co->members[i].saved_pid = pid;
 }
 
+/* After every line: a group has lost data when a place without a server has
+ * no takeover to resume (a takeover line speaks for its own place only). */
+static void settle_lost(struct coord *co)
+{
+    for (int g = 0; co->groups && g < co->groups->n; g++) {
+        struct cgroup *cg = &co->groups->g[g];
+        cg->lost = false;
+        for (int f = 0; f < cg->view.k; f++)
+            if (cg->view.dp_server[f] == -2 && cg->tk[f].phase == PH_NONE && !cg->tk[f].deferred)
+                cg->lost = true;
+        if (!cg->lost)
+            cg->lost_why[0] = '\0';
+    }
+}
+
 void coord_progress_apply(struct coord *co, const char *text, size_t len)
 {
     char line[LINE_MAX_LEN];
@@ -250,4 +261,5 @@ void coord_progress_apply(struct coord *co, const char *text, size_t len)
         }
         p += n + 1;
     }
+    settle_lost(co);
 }

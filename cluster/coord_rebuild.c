@@ -21,8 +21,9 @@
  *
  *   admission: the group lost data process f's keys (more failures than it
  *   tolerates: nobody serves them) and f's own process is alive again:
- *     admit <g> <f>        -> f       it serves f's keys from what it holds
- *     serving-dp <g> <f>   <- f       (nothing if it restarted)
+ *     admit <g> <f> <keep> <a> -> f   it serves f's keys: keep 1, from what
+ *     serving-dp <g> <f>   <- f       it holds if it holds anything, else
+ *                                     empty (once per admission number a)
  *   then the view (f back) and a new map epoch (f's endpoint is f) are
  *   published.  A cache that lost keys serves them as misses from then on,
  *   rather than refusing them for ever.
@@ -148,7 +149,8 @@ static void mig_send_step(struct coord *co, struct cgroup *cg, int f)
         send_to(n, "serve %d %d %" PRIu64, cg->g, f, mg->xid);
         break;
     case MIG_ADMIT:
-        send_to(n, "admit %d %d", cg->g, f);
+        send_to(n, "admit %d %d %d %" PRIu64, cg->g, f, cg->own_state_newest[f] ? 1 : 0,
+                mg->xid);
         break;
     default:
         break;
@@ -247,6 +249,9 @@ static void admit_start(struct coord *co, struct cgroup *cg, int f)
     memset(mg, 0, sizeof(*mg));
     mg->phase = MIG_ADMIT;
     mg->r = -1;
+    if (cg->admit_number[f] == 0)
+        cg->admit_number[f] = ++cg->rebuild_attempts + (uint64_t)cg->view.version;
+    mg->xid = cg->admit_number[f];
     mg->started_us = coord_now_us();
     mg->progress_at_ms = coord_now_ms();
     fprintf(stderr, "coordinator: group %d dp %d is alive again after its keys were lost: it "
@@ -290,12 +295,12 @@ static void admit_done(struct coord *co, struct cgroup *cg, int f)
 {
     cg->mig[f].phase = MIG_NONE;
     cg->view.dp_server[f] = -1;
+    cg->own_state_newest[f] = false;
+    cg->admit_number[f] = 0;
     if (!has_lost_place(cg)) {
         fprintf(stderr, "coordinator: group %d serves every key again (lost: %s); its parity "
                 "processes are rebuilt next\n", cg->g, cg->lost_why);
         cg->lost = false;
-        snprintf(cg->loss_note, sizeof(cg->loss_note), "%s", cg->lost_why);
-        cg->loss_wall_ms = coord_wall_ms();
         cg->lost_why[0] = '\0';
     }
     coord_broadcast_view(co, cg);

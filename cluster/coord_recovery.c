@@ -142,8 +142,10 @@ static void mark_lost(struct coord *co, struct cgroup *cg, int f, const char *wh
     struct takeover *tk = &cg->tk[f];
     tk->phase = PH_NONE;
     cg->view.dp_server[f] = -2;
-    if (!cg->lost)
+    if (!cg->lost) {
         snprintf(cg->lost_why, sizeof(cg->lost_why), "dp %d: %s", f, why);
+        cg->loss_wall_ms = coord_wall_ms();
+    }
     cg->lost = true;
     fprintf(stderr, "coordinator: DATA LOSS in group %d: data process %d cannot be recovered "
             "(%s); the group's other keys are still served, other groups are not affected\n",
@@ -189,6 +191,10 @@ static void start_takeover(struct coord *co, struct cgroup *cg, int f)
         cg->last_dead_wall_ms = coord_wall_ms();
     memset(tk, 0, sizeof(*tk));
     tk->dead_at_us = dead_at;
+    if (cg->view.dp_server[f] == -1)
+        cg->own_state_newest[f] = true;    /* its own process served until now */
+    else if (cg->view.dp_server[f] >= 0)
+        cg->own_state_newest[f] = false;   /* a recovery process served since */
     cg->view.dp_server[f] = -2;
     tk->participants = holders(co, cg);
     if (tk->participants == 0) {
@@ -264,6 +270,7 @@ static void serving(struct coord *co, struct cgroup *cg, int f)
     int r = tk->r;
     tk->phase = PH_NONE;
     cg->view.dp_server[f] = r;
+    cg->own_state_newest[f] = false;
     cg->view.pp_state[r] = GV_PP_SERVING;
     cg->view.pp_serves[r] = f;
     memset(&cg->prog[r], 0, sizeof(cg->prog[r]));
@@ -593,6 +600,9 @@ void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx)
         }
         if (n > 0 && (size_t)n < sizeof(line))
             n += coord_rebuild_admin_words(co, cg, line + n, sizeof(line) - (size_t)n);
+        if (cg->loss_wall_ms && n > 0 && (size_t)n < sizeof(line))
+            n += snprintf(line + n, sizeof(line) - (size_t)n, " keys_lost_at_ms %llu",
+                          (unsigned long long)cg->loss_wall_ms);
         if (cg->lost && n > 0 && (size_t)n < sizeof(line))
             n += snprintf(line + n, sizeof(line) - (size_t)n, " lost %s", cg->lost_why);
         if (n > 0) {

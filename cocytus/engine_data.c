@@ -166,6 +166,7 @@ struct data_engine {
      * holds records beyond ours (we restarted without our state): reads
      * wait, as they do once we know we did. */
     bool unsure;
+    uint64_t admitted;            /* the coordinator's number of the last admission taken */
     void (*quiet)(void *ctx, uint64_t xid);
     void *quiet_ctx;
     /* A replacement data process taking its copy (replica.h); requests wait
@@ -1141,27 +1142,27 @@ void engine_data_set_view(struct engine *eng, const struct group_view *v)
 
 static void ctl_replica(struct data_engine *dp, int from);
 static void ctl_serve(struct data_engine *dp, uint64_t xid);
-static void ctl_admit(struct data_engine *dp);
+static void ctl_admit(struct data_engine *dp, bool keep, uint64_t attempt);
 
 /* "rebuild <g> <pp>", "replica <g> <dp> <pp>", "serve <g> <dp> <xid>",
- * "admit <g> <dp>". */
+ * "admit <g> <dp> <keep> <attempt>". */
 static bool dp_control_rebuild(struct data_engine *dp, const char *text, size_t len)
 {
     char buf[128], verb[16];
-    unsigned long long a, b, c = 0;
+    unsigned long long a, b, c = 0, d = 0;
     if (len >= sizeof(buf))
         return false;
     memcpy(buf, text, len);
     buf[len] = '\0';
-    int n = sscanf(buf, "%15s %llu %llu %llu", verb, &a, &b, &c);
+    int n = sscanf(buf, "%15s %llu %llu %llu %llu", verb, &a, &b, &c, &d);
     if (n < 3 || a != (unsigned long long)dp->group)
         return false;
     if (strcmp(verb, "rebuild") == 0 && b < (unsigned long long)dp->m) {
         engine_data_rebuild(&dp->base, ROLE_PARITY, (int)b);
         return true;
     }
-    if (b == (unsigned long long)dp->index && n == 3 && strcmp(verb, "admit") == 0) {
-        ctl_admit(dp);
+    if (b == (unsigned long long)dp->index && n == 5 && c <= 1 && strcmp(verb, "admit") == 0) {
+        ctl_admit(dp, c == 1, d);
         return true;
     }
     if (b != (unsigned long long)dp->index || n != 4)
@@ -1226,8 +1227,9 @@ struct unready_walk {
 static void unready_visit(void *ctx, struct item *e)
 {
     struct unready_walk *w = ctx;
+    /* The hook itself: units_ready() would also ask for the units. */
     if (w->oom || (e->iflags & (META_PENDING | DP_NEW)) || e->nbytes == 0 ||
-        units_ready(w->dp, meta_off(e), e->nbytes))
+        w->dp->units.ready(w->dp->units.ctx, meta_off(e), e->nbytes))
         return;
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
@@ -1249,6 +1251,10 @@ size_t engine_data_drop_unready(struct engine *eng, uint64_t *xid)
     *xid = dp->tx.xid;
     if (!dp->recovering)
         return 0;
+    /* Not while a flush, a handoff or a copy of our state is under way
+     * (as expiry waits for them): not finished, asked again. */
+    if (dp->flush_inflight || dp->hold_writes || rebuild_blocks_writes(dp))
+        return 1;
     meta_iterate(&dp->meta, unready_visit, &w);
     /* Deleted in records of DP_SWEEP_MAX_DELS, as expiry deletes. */
     for (size_t i = 0; i < w.n; i += DP_SWEEP_MAX_DELS) {
@@ -1806,6 +1812,10 @@ static void forget_state(struct data_engine *dp)
     dp->placeholders = 0;
     dp->nnotes = 0;
     dp->touched_end = 0;
+    dp->flush_inflight = false;
+    dp->flush_at = 0;
+    /* The stream they joined ends here (restart_stream). */
+    memset(dp->rb, 0, sizeof(dp->rb));
 }
 
 /* "admit <g> <f>": the group lost our keys (more failures than it
@@ -1815,18 +1825,31 @@ static void forget_state(struct data_engine *dp)
  * before they hold parity again).  Only cut off (declared dead while we
  * ran), it is every key we had, which no other process changed meanwhile:
  * the stream goes on.  Answered like a handoff's serve. */
-static void ctl_admit(struct data_engine *dp)
+static void ctl_admit(struct data_engine *dp, bool keep, uint64_t attempt)
 {
-    if (dp->replica || dp->recovering)
+    if (dp->recovering)
         return;
-    if (dp->tx.refusing || (dp->tx.xid == 0 && dp->meta.count == 0)) {
-        dp_log(dp, "the group lost our keys; serving them again, empty, from xid 0");
-        forget_state(dp);
-        restart_stream(dp, 0, "admission");
-    } else if (dp->unsure) {
-        dp_log(dp, "the group lost our keys while we were cut off; serving again with our "
-               "%zu keys at xid %" PRIu64, dp->meta.count, dp->tx.xid);
-        dp->unsure = false;
+    if (attempt != dp->admitted) {
+        /* Once per admission: a resent word must not empty what the
+         * admitted process stored since. */
+        dp->admitted = attempt;
+        bool has_state = !dp->tx.refusing && !dp->replica && (dp->tx.xid > 0 || dp->meta.count > 0);
+        if (dp->replica) {
+            /* A copy from a recovery process that is gone with the group's data. */
+            replica_free(dp->replica);
+            dp->replica = NULL;
+        }
+        if (keep && has_state) {
+            dp_log(dp, "the group lost our keys while we were cut off and nobody served them "
+                   "since: serving again with our %zu keys at xid %" PRIu64, dp->meta.count,
+                   dp->tx.xid);
+            dp->unsure = false;
+        } else {
+            dp_log(dp, "the group lost our keys; serving them again, empty, from xid 0%s",
+                   has_state ? " (what we held is older than what was served since)" : "");
+            forget_state(dp);
+            restart_stream(dp, 0, "admission");
+        }
     }
     dp_ctl(dp, "serving-dp %d %d", dp->group, dp->index);
     wake_waiters(dp);

@@ -1002,6 +1002,17 @@ static bool same_layout(const struct group_view *a, const struct group_view *b)
 void recovery_set_view(struct recovery *rc, const struct group_view *v)
 {
     int old_leader = rc->view_leader;
+    /* Every place served again (the lost ones admitted): our given-up units
+     * are data like any other from now on (parity is rebuilt from them), so
+     * we take part in the group's recovery again, as a finished one. */
+    bool place_lost = false;
+    for (int i = 0; i < v->k; i++)
+        if (v->dp_server[i] == -2)
+            place_lost = true;
+    if (rc->abandoned && !place_lost) {
+        rc->abandoned = false;
+        rlog(rc, "every place of the group is served again: taking part in its recovery again");
+    }
     bool changed = !same_layout(&rc->view, v);
     rc->view = *v;
     rc->view_leader = group_view_leader(v);
@@ -1096,7 +1107,9 @@ void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
 
 void recovery_abandon(struct recovery *rc)
 {
-    if (!rc->own_valid || rc->abandoned)
+    /* Nothing missing (a resent word after the units were given up, or a
+     * recovery that finished meanwhile): nothing to give up. */
+    if (!rc->own_valid || rc->abandoned || rc->own.done == rc->own.nunits)
         return;
     size_t missing = 0;
     for (size_t u = unit_map_next_missing(&rc->own, 0); u < rc->own.nunits;

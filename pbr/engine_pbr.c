@@ -13,6 +13,11 @@
  *   pbr rejoin <g> <leader>   the place of this process was taken, or its
  *                             copy is stale: empty the store and wait, as a
  *                             backup following leader, to be rebuilt
+ *   pbr admit <g>             the group lost its data (its primary died with
+ *                             no complete backup left): serve it again as
+ *                             its primary, from the store if this process is
+ *                             the primary (restarted: empty; cut off: the
+ *                             newest state), else empty; answer as promote
  * and the rest goes to the inner engine (pbr_primary_control,
  * pbr_backup_control).  The heartbeat carries the inner engine's state. */
 #include "config.h"
@@ -230,6 +235,33 @@ static void promote(struct pbr_proc *pp, const char *peer_list)
     send_serving(pp, last);
 }
 
+/* pbr admit <g>: nobody served the group since it lost its data, so a
+ * primary that was only cut off holds its newest state and keeps it; a
+ * backup's copy may lack acknowledged writes, so it starts empty.  No
+ * backups: the coordinator rejoins and rebuilds them as after a failover. */
+static void admit(struct pbr_proc *pp)
+{
+    if (pp->is_primary) {
+        pp_log(pp, "the group lost its data: serving it again as its primary with the %llu "
+               "item(s) this process holds", (unsigned long long)pp->sh.store.curr_items);
+        send_serving(pp, 0);
+        return;
+    }
+    pp->inner->ops->destroy(pp->inner);
+    pp->inner = NULL;
+    pbr_unlink_all(&pp->sh.store);
+    struct primary_params p = { .sh = &pp->sh, .peers = NULL, .npeers = 0, .from = 0,
+                                .carry = NULL, .confirmed = true };
+    pp->inner = pbr_primary_create(&p);
+    if (!pp->inner) {
+        pp_log(pp, "FAILED to become the primary of a group that lost its data; exiting");
+        exit(1);
+    }
+    pp->is_primary = true;
+    pp_log(pp, "the group lost its data: serving it again as its primary, empty");
+    send_serving(pp, 0);
+}
+
 /* pbr rejoin <g> <leader> */
 static void rejoin(struct pbr_proc *pp, int leader)
 {
@@ -271,6 +303,8 @@ static void pp_control(struct engine *e, const char *text, size_t len)
         promote(pp, argv[3]);
     else if (strcmp(argv[1], "rejoin") == 0 && argc == 4)
         rejoin(pp, atoi(argv[3]));
+    else if (strcmp(argv[1], "admit") == 0 && argc == 3)
+        admit(pp);
     else if (pp->is_primary ? !pbr_primary_control(pp->inner, argc, argv)
                             : !pbr_backup_control(pp->inner, argc, argv))
         pp_log(pp, "control message '%s' does not apply to a %s; ignored",

@@ -14,6 +14,14 @@
 #      back empty; data process 0 is admitted empty, parity process 0 is
 #      rebuilt.  Data process 1's keys (and writes made while the group was
 #      lost) keep their values, data process 0's are misses.
+#   1b. Cut off, not dead.  Data process 0 and parity process 0 are stopped
+#      together (LOST), then resumed: data process 0 is admitted with every
+#      key it held, since nobody served them meanwhile.
+#   1c. Cut off, and served meanwhile.  Data process 0 is stopped, parity
+#      process 0 takes it over and the keys are deleted through it, then
+#      parity process 0 is killed (LOST) and data process 0 resumes: its
+#      state is older than what clients were told, so it is emptied (no
+#      deleted key comes back).
 #   2. A recovery that cannot finish.  Data process 1 is stopped (SIGSTOP),
 #      then data process 0 killed: parity process 0 takes it over but
 #      cannot rebuild a unit without data process 1.  Data process 1 is
@@ -22,7 +30,10 @@
 #      are deleted), data process 0 takes its keys back, data process 1 is
 #      admitted, parity process 0 is rebuilt.
 #
-# After each: wait-healthy, every key a hit with its value or a miss (never
+#   3. A PBR(1) group whose primary and backup are killed together: it
+#      serves again (empty) once a member is back, its backup rebuilt.
+#
+# After 1, 1b, 1c and 2: wait-healthy, every key a hit with its value or a miss (never
 # a wrong value, never an error), new writes and reads through the proxy,
 # verify and decode-check.  The trap stops the cluster.
 set -u
@@ -68,7 +79,7 @@ dp1=$(addr_of data 1)
 
 # The coordinator's word for it (a status would wait for a stopped process).
 lost_logged() {
-    [ "$(grep -c "DATA LOSS in group 0" "$dir/coordinator.log")" -ge "$1" ]
+    [ "$(grep -c "DATA LOSS in \(pbr \)\?group 0" "$dir/coordinator.log")" -ge "$1" ]
 }
 
 healthy_and_checked() {
@@ -125,6 +136,11 @@ $keys fill "$proxy" b 200 >/dev/null || fail "writes while the group was lost"
 $keys owners b 200 "$dp1" >"$dir/b.owners"
 healthy_and_checked "after the admission"
 tally a 600 "after the admission"
+if "$cli" --dir "$dir" status 2>&1 | grep -q "^group 0: lost keys at .* every key is served again"; then
+    ok "cocytus-cli status: $("$cli" --dir "$dir" status 2>&1 | grep -m1 "^group 0: lost keys at")"
+else
+    fail "cocytus-cli status does not tell of the past loss"
+fi
 if grep -qx "$dp1 hits $n1 misses 0" "$dir/a.tally" &&
     grep -qx "$dp0 hits 0 misses $n0" "$dir/a.tally"; then
     ok "data process 1's $n1 keys kept their values; data process 0's $n0 were lost"
@@ -139,6 +155,63 @@ grep -q "dp 0 serves its keys again" "$dir/coordinator.log" &&
     ok "coordinator: $(grep -m1 "serves every key again" "$dir/coordinator.log")" ||
     fail "no admission in the coordinator's log"
 
+# ---- 1b. cut off, not dead: nothing is lost ----
+# Data process 0 and parity process 0 stop answering (SIGSTOP) together:
+# both are declared dead, nobody can take data process 0 over (LOST).  They
+# resume: data process 0 still holds every key, nobody served them meanwhile,
+# so it is admitted with them.
+$keys fill "$proxy" d 600 >/dev/null || fail "fill d"
+$keys owners d 600 "$(addr_of data 0)" "$(addr_of data 1)" >"$dir/d.owners"
+d0=$(awk -v a="$dp0" '$2 == a' "$dir/d.owners" | wc -l)
+dp0_pid=$(pid_of data 0)
+pp_pid=$(pid_of parity 0)
+kill -STOP "$dp0_pid" "$pp_pid" && stopped="$dp0_pid $pp_pid"
+if wait_for 100 lost_logged 2; then
+    ok "data process 0 and parity process 0 silent: group 0 LOST"
+else
+    fail "the group was not reported LOST with both silent"
+fi
+kill -CONT "$dp0_pid" "$pp_pid"
+stopped=""
+healthy_and_checked "after data process 0 was only cut off"
+tally d 600 "after data process 0 was only cut off"
+if grep -qx "$dp0 hits $d0 misses 0" "$dir/d.tally" && [ "$(pid_of data 0)" = "$dp0_pid" ]; then
+    ok "data process 0 kept its $d0 keys: it was cut off, not dead, and nobody served them"
+else
+    fail "data process 0's keys after it was only cut off: $(tr '\n' ';' <"$dir/d.tally")"
+fi
+
+# ---- 1c. cut off, and served meanwhile: its old state must not return ----
+# Data process 0 stops; parity process 0 takes it over and the keys are
+# deleted through it; then parity process 0 is killed (LOST) and data
+# process 0 resumes.  What it holds is older than what clients were told:
+# it is emptied, and no deleted key comes back.
+$keys fill "$proxy" e 400 >/dev/null || fail "fill e"
+$keys owners e 400 "$(addr_of data 0)" "$(addr_of data 1)" >"$dir/e.owners"
+served_before=$(grep -c "dp 0 is served by parity process 0" "$dir/coordinator.log")
+takeover_logged() {
+    [ "$(grep -c "dp 0 is served by parity process 0" "$dir/coordinator.log")" -gt "$served_before" ]
+}
+dp0_pid=$(pid_of data 0)
+kill -STOP "$dp0_pid" && stopped="$dp0_pid"
+if wait_for 100 takeover_logged; then
+    ok "data process 0 silent: parity process 0 serves its keys"
+else
+    fail "no takeover of the stopped data process 0"
+fi
+$keys delete "$proxy" e 400 >/dev/null || fail "deleting e through the recovery process"
+kill -KILL "$(pid_of parity 0)"
+wait_for 100 lost_logged 3 || fail "the group was not reported LOST after its recovery process died"
+kill -CONT "$dp0_pid"
+stopped=""
+healthy_and_checked "after data process 0 resumed with state older than the group's"
+tally e 400 "after data process 0 resumed with state older than the group's"
+if grep -q " hits [1-9]" "$dir/e.tally"; then
+    fail "a deleted key came back: $(tr '\n' ';' <"$dir/e.tally")"
+else
+    ok "no deleted key came back: data process 0's old state was emptied"
+fi
+
 # ---- 2. a recovery that cannot finish ----
 $keys fill "$proxy" c 600 >/dev/null || fail "fill c"
 $keys owners c 600 "$(addr_of data 0)" "$(addr_of data 1)" >"$dir/c.owners"
@@ -146,7 +219,7 @@ dp1_pid=$(pid_of data 1)
 dp0_pid=$(pid_of data 0)
 kill -STOP "$dp1_pid" && stopped="$dp1_pid"
 kill -KILL "$dp0_pid"
-if wait_for 100 lost_logged 2; then
+if wait_for 100 lost_logged 4; then
     ok "data process 1 silent while parity process 0 recovers data process 0: group 0 LOST"
 else
     fail "the group was not reported LOST with a recovery stuck"
@@ -162,5 +235,42 @@ else
     fail "the stuck recovery was not given up"
 fi
 grep -h "given up\|cannot be rebuilt are deleted" "$dir"/parity-*.log | head -n 2
+logs_printable "$dir"
+cluster_remove "$dir"
+
+# ---- 3. a PBR(1) group: primary and backup killed together ----
+dir=$(mktemp -d "${TMPDIR:-/tmp}/lost_group_pbr.XXXXXX")
+proxy_port=$(pick_port)
+if ! cluster_up "$dir" 8 14000 20000 --nodes 1 --scheme pbr:1 --memory 16 \
+    --proxy-port "$proxy_port"; then
+    fail "PBR(1) cluster did not come up"
+    finish
+fi
+proxy=$(cat "$dir/proxy")
+$keys fill "$proxy" p 300 >/dev/null || fail "fill p"
+kill -KILL "$(pid_of primary 0)" "$(pid_of backup 0)"
+if wait_for 100 lost_logged 1; then
+    ok "primary and backup killed: $(grep -m1 "DATA LOSS" "$dir/coordinator.log" | cut -c1-120)"
+else
+    fail "the PBR group was not reported LOST"
+fi
+if "$cli" --dir "$dir" wait-healthy --timeout 60; then
+    ok "the PBR group serves again with its backup rebuilt"
+else
+    fail "the PBR group did not come back"
+    "$cli" --dir "$dir" status 2>&1 | tail -n 5
+    tail -n 20 "$dir/coordinator.log"
+fi
+if $keys check "$proxy" p 300 | grep -qx "all hits 0 misses 300"; then
+    ok "its 300 keys are misses (both copies were killed), never errors or wrong values"
+else
+    fail "the PBR group's old keys: $($keys check "$proxy" p 300)"
+fi
+if $keys fill "$proxy" q 300 >/dev/null && $keys check "$proxy" q 300 | grep -qx "all hits 300 misses 0"; then
+    ok "300 new keys written and read back through the proxy"
+else
+    fail "new keys through the proxy after the PBR group came back"
+fi
+grep -m1 "serves again, member" "$dir/coordinator.log"
 logs_printable "$dir"
 finish

@@ -2,6 +2,7 @@
 """lost_keys.py - the keys of lost_group.sh, in memcached's text protocol.
 
   fill ADDR PREFIX N            store PREFIX0..PREFIX<N-1> (value "v<i>-PREFIX")
+  delete ADDR PREFIX N          delete them (DELETED or NOT_FOUND, else exit 1)
   owners PREFIX N ADDR...       print "KEY ADDR" for the address that holds
                                 each key (a direct get that hits), or "KEY -"
   check ADDR PREFIX N           get every key: print "hits H misses M" and
@@ -51,6 +52,18 @@ def fill(addr, prefix, n):
     return 0
 
 
+def delete(addr, prefix, n):
+    s, f = connect(addr)
+    for i in range(n):
+        s.sendall(b"delete %s%d\r\n" % (prefix.encode(), i))
+        line = f.readline()
+        if line not in (b"DELETED\r\n", b"NOT_FOUND\r\n"):
+            print("delete %s%d: %r" % (prefix, i, line))
+            return 1
+    print("deleted %d keys" % n)
+    return 0
+
+
 def owners(prefix, n, addrs):
     conns = [connect(a) for a in addrs]
     for i in range(n):
@@ -93,6 +106,8 @@ def check(addr, prefix, n, owner_of=None):
 def main(argv):
     if len(argv) >= 4 and argv[0] == "fill":
         return fill(argv[1], argv[2], int(argv[3]))
+    if len(argv) == 4 and argv[0] == "delete":
+        return delete(argv[1], argv[2], int(argv[3]))
     if len(argv) >= 4 and argv[0] == "owners":
         return owners(argv[1], int(argv[2]), argv[3:])
     if len(argv) == 4 and argv[0] == "check":

@@ -185,9 +185,11 @@ START_TEST(test_lost_line)
 {
     struct gview_group g;
     const char *line = FIXED("lost", "0/2", "p0,x,p1", "s0,s2")
+        " keys_lost_at_ms 1795833519005"
         " lost dp 1: no parity process of the group is left (parity 0, 1 serve)";
     ck_assert_int_eq(gview_parse_group(line, &g), 0);
     ck_assert_str_eq(g.state, "lost");
+    ck_assert_uint_eq(g.keys_lost_at_ms, 1795833519005ull);
     ck_assert_int_eq(g.view.dp_server[1], -2);
     ck_assert_str_eq(g.lost, "dp 1: no parity process of the group is left (parity 0, 1 serve)");
     ck_assert(!gview_group_healthy(&g));
