@@ -33,10 +33,11 @@
  *
  * A group whose primary died with no complete backup alive has lost its
  * data (PG_LOST).  Once a member is alive again it serves the group again:
- *   pbr admit <g>             -> pbrok serving <g> <k> <xid>
- *       the primary keeps its store (empty if it restarted, the newest
- *       state if it was only cut off: nobody served the group meanwhile),
- *       a backup starts empty; then the map, and backups as above. */
+ *   pbr admit <g> <keep>      -> pbrok serving <g> <k> <xid>
+ *       the group's last primary keeps its store (keep 1: empty if it
+ *       restarted, the newest state if it was only cut off, since nobody
+ *       served the group meanwhile), any other member starts empty; then
+ *       the map, and backups as above. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -82,6 +83,7 @@ struct pgroup {
     uint64_t last_serve_ms, dead_wall_ms, served_wall_ms;
     char lost_why[160];
     uint64_t loss_wall_ms;          /* unix ms: the group last lost data (0: never) */
+    uint64_t admit_number;          /* the admission's number, the same for every try */
     struct pmember mem[PBR_MEMBERS_MAX];
 };
 
@@ -195,10 +197,13 @@ static void admit_step(struct coord *co, struct pgroup *pg)
         fprintf(stderr, "coordinator: group %d lost its data and member %d is alive: it serves "
                 "the group again (%s)\n", pg->g, k,
                 k == pg->primary ? "as the primary, with what it holds" : "empty");
+    if (pg->phase == PG_LOST || k != pg->best)
+        pg->admit_number = (uint64_t)wall_ms() * 64u + (uint64_t)k;   /* new try, new number */
     pg->phase = PG_ADMITTING;
     pg->best = k;
     pg->step_at_ms = coord_now_ms();
-    send_to(co, pg, k, "pbr admit %d", pg->g);
+    send_to(co, pg, k, "pbr admit %d %d %" PRIu64, pg->g, k == pg->primary ? 1 : 0,
+            pg->admit_number);
 }
 
 static void admitted(struct coord *co, struct pgroup *pg)
@@ -209,7 +214,10 @@ static void admitted(struct coord *co, struct pgroup *pg)
     pg->waiting = 0;
     for (int j = 0; j <= co->pbr->m; j++) {
         pg->mem[j].peer_state = '?';
-        pg->mem[j].cmd_at_ms = coord_now_ms();   /* let them settle before reconciling */
+        /* Every other member rejoins with a fresh receiver (one fenced by
+         * the failed failover would refuse the new primary's rebuild). */
+        pg->mem[j].stale = j != k;
+        pg->mem[j].cmd_at_ms = 0;
     }
     publish_primary(co, pg, k);
     pg->served_wall_ms = wall_ms();

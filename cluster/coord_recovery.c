@@ -142,10 +142,9 @@ static void mark_lost(struct coord *co, struct cgroup *cg, int f, const char *wh
     struct takeover *tk = &cg->tk[f];
     tk->phase = PH_NONE;
     cg->view.dp_server[f] = -2;
-    if (!cg->lost) {
+    if (!cg->lost)
         snprintf(cg->lost_why, sizeof(cg->lost_why), "dp %d: %s", f, why);
-        cg->loss_wall_ms = coord_wall_ms();
-    }
+    cg->loss_wall_ms = coord_wall_ms();
     cg->lost = true;
     fprintf(stderr, "coordinator: DATA LOSS in group %d: data process %d cannot be recovered "
             "(%s); the group's other keys are still served, other groups are not affected\n",

@@ -1783,6 +1783,8 @@ static int restart_stream(struct data_engine *dp, uint64_t xid, const char *why)
     for (int j = 0; j < dp->m; j++)
         if (!dp->have_view || dp->view.pp_state[j] == GV_PP_PARITY)
             peers[npeers++] = j;
+    /* Writes waiting on the old stream are answered, not forgotten. */
+    sender_fail_waiting(&dp->tx, "the data process's stream was restarted");
     sender_destroy(&dp->tx);
     char who[64];
     snprintf(who, sizeof(who), "data g%d/%d", dp->group, dp->index);
@@ -1853,6 +1855,7 @@ static void ctl_admit(struct data_engine *dp, bool keep, uint64_t attempt)
     }
     dp_ctl(dp, "serving-dp %d %d", dp->group, dp->index);
     wake_waiters(dp);
+    drain_queue(dp);
 }
 
 /* The handoff: the recovery process holds its writes at xid; we apply up

@@ -13,11 +13,12 @@
  *   pbr rejoin <g> <leader>   the place of this process was taken, or its
  *                             copy is stale: empty the store and wait, as a
  *                             backup following leader, to be rebuilt
- *   pbr admit <g>             the group lost its data (its primary died with
+ *   pbr admit <g> <keep> <n>  the group lost its data (its primary died with
  *                             no complete backup left): serve it again as
- *                             its primary, from the store if this process is
- *                             the primary (restarted: empty; cut off: the
- *                             newest state), else empty; answer as promote
+ *                             its primary, from the store if keep is 1 and
+ *                             this process is a primary (the group's last:
+ *                             restarted, empty; cut off, the newest state),
+ *                             else empty; answer as promote
  * and the rest goes to the inner engine (pbr_primary_control,
  * pbr_backup_control).  The heartbeat carries the inner engine's state. */
 #include "config.h"
@@ -45,6 +46,7 @@ struct pbr_proc {
     struct pbr_shared sh;
     struct engine *inner;
     bool is_primary;
+    uint64_t admitted;              /* the number of the last "pbr admit" taken */
 };
 
 static struct pbr_proc *pp_of(struct engine *e)
@@ -235,21 +237,28 @@ static void promote(struct pbr_proc *pp, const char *peer_list)
     send_serving(pp, last);
 }
 
-/* pbr admit <g>: nobody served the group since it lost its data, so a
- * primary that was only cut off holds its newest state and keeps it; a
- * backup's copy may lack acknowledged writes, so it starts empty.  No
- * backups: the coordinator rejoins and rebuilds them as after a failover. */
-static void admit(struct pbr_proc *pp)
+/* pbr admit <g> <keep> <n>: nobody served the group since it lost its
+ * data, so its last primary, only cut off, holds the newest state and
+ * keeps it (keep 1, said only to that member; restarted, it is empty
+ * anyway); a backup's copy may lack acknowledged writes and an older
+ * primary's is older, so they start empty.  Either way a new primary
+ * engine with no backups and a new stream: the old one's ack set may name
+ * members that restarted (and would refuse us) or hold writes that can no
+ * longer commit (they are answered with an error).  The coordinator then
+ * rejoins and rebuilds every other member.  n numbers the admission: a
+ * resent word is only answered. */
+static void admit(struct pbr_proc *pp, bool keep, uint64_t n)
 {
-    if (pp->is_primary) {
-        pp_log(pp, "the group lost its data: serving it again as its primary with the %llu "
-               "item(s) this process holds", (unsigned long long)pp->sh.store.curr_items);
+    if (n == pp->admitted) {
         send_serving(pp, 0);
         return;
     }
+    pp->admitted = n;
+    bool kept = keep && pp->is_primary;
     pp->inner->ops->destroy(pp->inner);
     pp->inner = NULL;
-    pbr_unlink_all(&pp->sh.store);
+    if (!kept)
+        pbr_unlink_all(&pp->sh.store);
     struct primary_params p = { .sh = &pp->sh, .peers = NULL, .npeers = 0, .from = 0,
                                 .carry = NULL, .confirmed = true };
     pp->inner = pbr_primary_create(&p);
@@ -258,7 +267,8 @@ static void admit(struct pbr_proc *pp)
         exit(1);
     }
     pp->is_primary = true;
-    pp_log(pp, "the group lost its data: serving it again as its primary, empty");
+    pp_log(pp, "the group lost its data: serving it again as its primary, %s",
+           kept ? "with the items this process holds" : "empty");
     send_serving(pp, 0);
 }
 
@@ -303,8 +313,9 @@ static void pp_control(struct engine *e, const char *text, size_t len)
         promote(pp, argv[3]);
     else if (strcmp(argv[1], "rejoin") == 0 && argc == 4)
         rejoin(pp, atoi(argv[3]));
-    else if (strcmp(argv[1], "admit") == 0 && argc == 3)
-        admit(pp);
+    else if (strcmp(argv[1], "admit") == 0 && argc == 5 &&
+             (strcmp(argv[3], "0") == 0 || strcmp(argv[3], "1") == 0))
+        admit(pp, argv[3][0] == '1', strtoull(argv[4], NULL, 10));
     else if (pp->is_primary ? !pbr_primary_control(pp->inner, argc, argv)
                             : !pbr_backup_control(pp->inner, argc, argv))
         pp_log(pp, "control message '%s' does not apply to a %s; ignored",
