@@ -1351,6 +1351,32 @@ static size_t dp_slot_keys(struct engine *eng, unsigned slot,
     return w.n;
 }
 
+/* stats cachedump, lru_crawler metadump: the visible entries, most recently
+ * stored or read first.  Only metadata is shown (data is NULL: a value may
+ * lie in a unit a recovery process has not rebuilt).  No access times here,
+ * so idle is 0 (docs/compat.md).  A process that serves nobody's keys now
+ * (a replacement taking its copy, or one restarted without its state)
+ * lists nothing: refused. */
+static bool dp_visit_recent(struct engine *eng, bool (*fn)(void *ctx, const struct eng_value *v),
+                            void *ctx)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (dp->replica || dp->handed || dp->tx.refusing || dp->unsure)
+        return false;
+    for (struct item *e = dp->meta.lru_head; e; e = e->next) {
+        if (!entry_visible(dp, e))
+            continue;
+        struct eng_value v = {
+            .key = item_key(e), .nkey = e->nkey, .data = NULL, .nbytes = e->nbytes,
+            .flags = e->flags, .cas = e->cas, .exptime = (int64_t)e->exptime,
+            .fetched = (e->iflags & ITEM_FETCHED) != 0, .idle = 0, .bare = true,
+        };
+        if (!fn(ctx, &v))
+            break;
+    }
+    return true;
+}
+
 /* Values are transient views of the region (dp_get): nothing to release. */
 static void dp_release(struct engine *eng, void *handle)
 {
@@ -2020,6 +2046,7 @@ static const struct engine_ops data_ops = {
     .destroy = dp_destroy,
     .admin = dp_admin,
     .slot_keys = dp_slot_keys,
+    .visit_recent = dp_visit_recent,
     .read_wait = dp_read_wait,
     .control = dp_control,
     .heartbeat_extra = dp_heartbeat_extra,

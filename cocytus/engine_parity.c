@@ -218,6 +218,15 @@ static eng_status parity_get(struct engine *e, const char *key, size_t nkey,
     return ENG_NOT_FOUND;
 }
 
+/* cachedump, metadump: the recovery process's keys; a parity process
+ * serving nobody lists none (refused). */
+static bool parity_visit_recent(struct engine *e,
+                                bool (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    struct parity_engine *pe = pe_of(e);
+    return pe->serving && pe->serving->ops->visit_recent(pe->serving, fn, ctx);
+}
+
 /* The meta commands' read: the recovery process's (a data engine). */
 static eng_status parity_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
                                 struct eng_value *out, struct eng_result *res)
@@ -599,6 +608,7 @@ static const struct engine_ops parity_ops = {
     .destroy = parity_destroy_engine,
     .admin = parity_admin,
     .slot_keys = parity_slot_keys,
+    .visit_recent = parity_visit_recent,
     .read_wait = parity_read_wait,
     .control = parity_control,
     .heartbeat_extra = parity_heartbeat_extra,

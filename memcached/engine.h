@@ -217,9 +217,11 @@ struct engine_ops {
     /* Optional: cache_memlimit: a new memory limit in bytes (items over it
      * are evicted as new ones come).  False when it cannot be changed. */
     bool (*set_mem_limit)(struct engine *e, size_t bytes);
-    /* Optional: stats cachedump: fn for the most recently used live items
-     * (newest first) until it returns false. */
-    void (*visit_recent)(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+    /* Optional: stats cachedump, lru_crawler metadump: fn for the most
+     * recently used live items (newest first) until it returns false.
+     * False when the engine serves no keys now (a backup, a parity process
+     * serving nobody): the command is refused. */
+    bool (*visit_recent)(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
                          void *ctx);
 };
 

@@ -550,23 +550,12 @@ static bool plain_set_mem_limit(struct engine *e, size_t bytes)
     return true;
 }
 
-static void plain_visit_recent(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+static bool plain_visit_recent(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
                                void *ctx)
 {
     struct plain *p = plain_of(e);
-    for (struct item *it = p->store.lru_head; it; it = it->next) {
-        if (item_is_dead(&p->store, it))
-            continue;
-        struct eng_value v = {
-            .key = item_key(it), .nkey = it->nkey, .data = item_value(it),
-            .nbytes = it->nbytes, .flags = it->flags, .cas = visible_cas(p, it),
-            .exptime = it->exptime == 0 ? 0 : (int64_t)p->clock.epoch + (int64_t)it->exptime,
-            .fetched = (it->iflags & ITEM_FETCHED) != 0,
-            .idle = item_write_age(&p->store, it),
-        };
-        if (!fn(ctx, &v))
-            break;
-    }
+    item_store_visit_recent(&p->store, p->cas_enabled, fn, ctx);
+    return true;
 }
 
 /* ---- keys of one slot (slot migration) ---- */

@@ -385,6 +385,26 @@ rel_time_t item_tail_age(const struct item_store *s)
     return s->lru_tail == NULL ? 0 : item_write_age(s, s->lru_tail);
 }
 
+/* ---- every live item, newest first ---- */
+
+void item_store_visit_recent(struct item_store *s, bool cas_enabled,
+                             bool (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    for (struct item *it = s->lru_head; it; it = it->next) {
+        if (item_is_dead(s, it))
+            continue;
+        struct eng_value v = {
+            .key = item_key(it), .nkey = it->nkey, .data = item_value(it),
+            .nbytes = it->nbytes, .flags = it->flags, .cas = cas_enabled ? it->cas : 0,
+            .exptime = it->exptime == 0 ? 0 : (int64_t)s->clock->epoch + (int64_t)it->exptime,
+            .fetched = (it->iflags & ITEM_FETCHED) != 0,
+            .idle = item_write_age(s, it),
+        };
+        if (!fn(ctx, &v))
+            break;
+    }
+}
+
 /* ---- keys of one slot ---- */
 
 struct slot_walk {

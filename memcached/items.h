@@ -227,6 +227,13 @@ rel_time_t item_tail_age(const struct item_store *s);
  * estimated from the age marks, as items carry no time stamp. */
 rel_time_t item_write_age(const struct item_store *s, const struct item *it);
 
+/* Calls fn for every live item, most recently used first, until it
+ * returns false (stats cachedump, lru_crawler metadump): key, value,
+ * flags, cas (0 unless cas_enabled), absolute exptime, fetched and the
+ * seconds since it was written. */
+void item_store_visit_recent(struct item_store *s, bool cas_enabled,
+                             bool (*fn)(void *ctx, const struct eng_value *v), void *ctx);
+
 /* Calls fn for the key of every live item whose slot is `slot` (slot
  * migration: the keys to move), in table order.  Returns how many. */
 size_t items_slot_keys(struct item_store *s, unsigned slot,

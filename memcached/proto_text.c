@@ -951,8 +951,14 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
     struct resp *r = conn_resp_new(c);
     struct metadump d = { r, classes, clock_wall(&s->clock), s->settings.item_size_max,
                           s->settings.cas_enabled };
-    e->ops->visit_recent(e, metadump_item, &d);
-    resp_str(r, "END\r\n");
+    if (!e->ops->visit_recent(e, metadump_item, &d)) {
+        /* It serves no keys now: nothing listed, refused as before. */
+        r->buflen = r->scratch;
+        r->nsegs = 0;
+        resp_str(r, "ERROR\r\n");
+    } else {
+        resp_str(r, "END\r\n");
+    }
     resp_done(r);
 }
 

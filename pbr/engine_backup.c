@@ -549,6 +549,11 @@ int pbr_backup_following(struct engine *e)
     return be_of(e)->leader;
 }
 
+bool pbr_backup_promoted(struct engine *e)
+{
+    return be_of(e)->promoted;
+}
+
 /* ---- lifetime ---- */
 
 static void backup_destroy(struct engine *e)

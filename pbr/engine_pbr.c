@@ -101,6 +101,18 @@ static eng_status pp_get(struct engine *e, const char *key, size_t nkey, struct 
     return in->ops->get(in, key, nkey, out, res);
 }
 
+/* cachedump, metadump: the store, on a primary (or a backup promoted by
+ * hand); a backup serves no keys: refused. */
+static bool pp_visit_recent(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+                            void *ctx)
+{
+    struct pbr_proc *pp = pp_of(e);
+    if (!pp->is_primary && !pbr_backup_promoted(pp->inner))
+        return false;
+    item_store_visit_recent(&pp->sh.store, pp->sh.cfg.cas_enabled, fn, ctx);
+    return true;
+}
+
 /* The meta commands' read: the inner engine's, when it has one (a backup
  * serves no keys and has none). */
 static eng_status pp_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
@@ -347,6 +359,7 @@ static const struct engine_ops pbr_ops = {
     .destroy = pp_destroy,
     .admin = pp_admin,
     .slot_keys = pp_slot_keys,
+    .visit_recent = pp_visit_recent,
     .control = pp_control,
     .heartbeat_extra = pp_heartbeat_extra,
 };

@@ -85,9 +85,12 @@ if cluster_up "$rsdir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 16 --re
     --restart off --proxy-port "$proxy_port"; then
     dp=$(awk '$1 == "data" { print $5; exit }' "$rsdir/endpoints")
     meta "data process $dp" "$dp" --direct
-    stats "data process $dp" "$dp" --direct --counters
+    stats "data process $dp" "$dp" --direct --counters --metadump
     pp=$(awk '$1 == "parity" { print $5; exit }' "$rsdir/endpoints")
     stats "parity process $pp" "$pp"
+    reply=$(mc "$pp" 'lru_crawler metadump all\r\n' | head -n 1)
+    [ "$reply" = ERROR ] && ok "a parity process serving nobody refuses metadump" ||
+        fail "metadump on a parity process: $reply"
     meta "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")"
     stats "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")" --counters
 
@@ -112,7 +115,7 @@ if cluster_up "$rsdir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 16 --re
     if [ -n "$rp" ]; then
         ok "recovery process $rp serves the killed data process's slots"
         meta "recovery process $rp" "$rp" --direct
-        stats "recovery process $rp" "$rp" --direct --counters
+        stats "recovery process $rp" "$rp" --direct --counters --metadump
     else
         fail "no recovery process took over after SIGKILL to data process $dp"
     fi
@@ -127,9 +130,12 @@ pbrdir=$(mktemp -d "${TMPDIR:-/tmp}/meta_pbr.XXXXXX")
 if cluster_up "$pbrdir" 8 6000 9000 --nodes 1 --scheme pbr:2 --memory 16 --no-proxy; then
     primary=$(awk '$1 == "primary" { print $5; exit }' "$pbrdir/endpoints")
     meta "PBR primary $primary" "$primary" --direct
-    stats "PBR primary $primary" "$primary" --direct --counters
+    stats "PBR primary $primary" "$primary" --direct --counters --metadump
     backup=$(awk '$1 == "backup" { print $5; exit }' "$pbrdir/endpoints")
     stats "PBR backup $backup" "$backup"
+    reply=$(mc "$backup" 'lru_crawler metadump all\r\n' | head -n 1)
+    [ "$reply" = ERROR ] && ok "a PBR backup refuses metadump" ||
+        fail "metadump on a PBR backup: $reply"
 else
     fail "PBR cluster up"
 fi

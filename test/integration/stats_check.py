@@ -23,9 +23,9 @@ ms with a wrong C, and quiet mode).
   stats_check.py --target HOST:PORT [--direct] [--counters]
                  [--kinds text,binary,meta] [--label L] [--memcached PATH]
 
-With --metadump (a plain server): `lru_crawler metadump all`, which
-memcached-tool's keys and dump modes read, must list three stored keys
-with memcached's exp, fetch, class and size.
+With --metadump: `lru_crawler metadump all`, which memcached-tool's keys
+and dump modes read, must list three stored keys with memcached's exp,
+fetch, class and size (with --direct, keys the target serves).
 
 --direct: the target is one server of a cluster: keys are chosen among
 the ones it serves (meta_check.py's Keys).  Exit status 0 good, 1 a
@@ -403,12 +403,12 @@ def check_counters(host, port, direct, memcached, kinds):
             problem("counter %s moved by %r, memcached's by %d" % (k, got[k], want[k]))
 
 
-def metadump(host, port, prefix):
-    """Stores three keys (one with a byte memcached URI-encodes), reads
-    them back once, and returns {key: (exp, fetch, cls, size)} of their
-    `lru_crawler metadump all` lines (memcached-tool's keys and dump)."""
+def metadump(host, port, keys):
+    """Stores three keys (the second with a byte memcached URI-encodes),
+    reads the first back once, and returns {index: (exp, fetch, cls, size)}
+    of their `lru_crawler metadump all` lines (memcached-tool's keys and
+    dump)."""
     c = Client(host, port)
-    keys = [(prefix + "md_a").encode(), (prefix + "md%b").encode(), (prefix + "md_c").encode()]
     try:
         c.sock.sendall(b"set " + keys[0] + b" 7 0 3\r\nabc\r\n")
         c._line()
@@ -438,21 +438,28 @@ def metadump(host, port, prefix):
             key = re.sub(rb"%([0-9A-F]{2})", lambda h: bytes([int(h.group(1), 16)]), m.group(1))
             if key in keys:
                 exp = m.group(2) if m.group(2) == b"-1" else b"<a time>"
-                found[key] = (exp, m.group(5), m.group(6), m.group(7))
+                found[keys.index(key)] = (exp, m.group(5), m.group(6), m.group(7))
         return found
     finally:
         c.close()
 
 
-def check_metadump(host, port, memcached):
+def check_metadump(host, port, direct, memcached):
     prefix = "dump%d_" % os.getpid()
+    # One server of a cluster lists the keys it serves: chosen among those,
+    # and the same keys go to memcached (an item's size counts its key).
+    owner = Client(host, port) if direct else None
+    tkeys = Keys(prefix, owner)
+    keys = [tkeys(n) for n in ("md_a", "md%b", "md_c")]
+    if owner is not None:
+        owner.close()
     proc, mport = start_memcached(memcached)
     try:
-        want = metadump("127.0.0.1", mport, prefix)
+        want = metadump("127.0.0.1", mport, keys)
     finally:
         proc.terminate()
         proc.wait()
-    got = metadump(host, port, prefix)
+    got = metadump(host, port, keys)
     if got != want:
         problem("metadump: %r, memcached's %r" % (got, want))
 
@@ -480,7 +487,7 @@ def main():
         if args.counters:
             check_counters(host, port, args.direct, args.memcached, args.kinds.split(","))
         if args.metadump:
-            check_metadump(host, port, args.memcached)
+            check_metadump(host, port, args.direct, args.memcached)
     check_text(host, port, label)
     check_binary(host, port)
     if problems:
