@@ -35,6 +35,14 @@ for kill in dp pp 2dp; do
         for f in "$dir/$kill"/coordinator.log "$dir/$kill"/parity-0-*.log; do
             [ -f "$f" ] && { echo "--- $f"; tail -15 "$f"; }
         done
+        # What the recovery processes did (a stalled recovery shows here;
+        # a sanitizer's report at exit would hide it in the tails above).
+        for f in "$dir/$kill"/parity-*.log; do
+            [ -f "$f" ] && grep -q "recovery" "$f" && {
+                echo "--- recovery lines of $f"
+                grep -E "recovery|batch|units|serving|settled|takes over" "$f" | tail -40
+            }
+        done
         fail "drill rs --kill $kill exited $rc: ${line:-no result line}"
     else
         ok "$line"
