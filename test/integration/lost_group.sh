@@ -42,15 +42,11 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
 need_built "$build_dir/client/cocytus-proxy" "$build_dir/cocytus/cocytus-node"
-py=""
-for candidate in python3 /usr/bin/python3; do
-    if "$candidate" -c 'import socket' 2>/dev/null; then
-        py=$candidate
-        break
-    fi
-done
-[ -n "$py" ] || { echo "SKIP: no python3"; exit 77; }
-keys="$py $script_dir/lost_keys.py"
+if ! command -v python3 >/dev/null; then
+    echo "SKIP: no python3"
+    exit 77
+fi
+keys="python3 $script_dir/lost_keys.py"
 cli="$build_dir/client/cocytus-cli"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/lost_group.XXXXXX")
@@ -82,16 +78,22 @@ lost_logged() {
     [ "$(grep -c "DATA LOSS in \(pbr \)\?group 0" "$dir/coordinator.log")" -ge "$1" ]
 }
 
+# back_to_full WHAT: wait-healthy, counted as WHAT; the status and the
+# coordinator's last words if not.
+back_to_full() {
+    if "$cli" --dir "$dir" wait-healthy --timeout 60; then
+        ok "$1"
+        return 0
+    fi
+    fail "not: $1"
+    "$cli" --dir "$dir" status 2>&1 | tail -n 8
+    tail -n 30 "$dir/coordinator.log"
+    return 1
+}
+
 healthy_and_checked() {
     local when=$1
-    if "$cli" --dir "$dir" wait-healthy --timeout 60; then
-        ok "the group is at full redundancy again $when"
-    else
-        fail "the group did not come back to full redundancy $when"
-        "$cli" --dir "$dir" status 2>&1 | tail -n 8
-        tail -n 30 "$dir/coordinator.log"
-        return 1
-    fi
+    back_to_full "the group is at full redundancy again $when" || return 1
     local fresh="fresh$RANDOM"
     if $keys fill "$proxy" "$fresh" 300 && $keys check "$proxy" "$fresh" 300 |
         grep -qx "all hits 300 misses 0"; then
@@ -254,13 +256,7 @@ if wait_for 100 lost_logged 1; then
 else
     fail "the PBR group was not reported LOST"
 fi
-if "$cli" --dir "$dir" wait-healthy --timeout 60; then
-    ok "the PBR group serves again with its backup rebuilt"
-else
-    fail "the PBR group did not come back"
-    "$cli" --dir "$dir" status 2>&1 | tail -n 5
-    tail -n 20 "$dir/coordinator.log"
-fi
+back_to_full "the PBR group serves again with its backup rebuilt"
 if $keys check "$proxy" p 300 | grep -qx "all hits 0 misses 300"; then
     ok "its 300 keys are misses (both copies were killed), never errors or wrong values"
 else
