@@ -33,7 +33,7 @@
  *
  * A group whose primary died with no complete backup alive has lost its
  * data (PG_LOST).  Once a member is alive again it serves the group again:
- *   pbr admit <g> <keep>      -> pbrok serving <g> <k> <xid>
+ *   pbr admit <g> <keep> <n>  -> pbrok serving <g> <k> <xid>
  *       the group's last primary keeps its store (keep 1: empty if it
  *       restarted, the newest state if it was only cut off, since nobody
  *       served the group meanwhile), any other member starts empty; then
@@ -177,6 +177,12 @@ static void mark_lost(struct pgroup *pg, const char *why)
 
 /* ---- a group that lost its data serves again ---- */
 
+/* Lost, or being admitted again: it serves nothing yet. */
+static bool pg_lost(const struct pgroup *pg)
+{
+    return pg->phase == PG_LOST || pg->phase == PG_ADMITTING;
+}
+
 /* Its primary if alive, else its lowest live member; -1 if none. */
 static int admission_member(struct coord *co, const struct pgroup *pg)
 {
@@ -193,12 +199,12 @@ static void admit_step(struct coord *co, struct pgroup *pg)
     int k = admission_member(co, pg);
     if (k < 0)
         return;
-    if (pg->phase == PG_LOST || k != pg->best)
+    if (pg->phase == PG_LOST || k != pg->best) {
         fprintf(stderr, "coordinator: group %d lost its data and member %d is alive: it serves "
                 "the group again (%s)\n", pg->g, k,
                 k == pg->primary ? "as the primary, with what it holds" : "empty");
-    if (pg->phase == PG_LOST || k != pg->best)
         pg->admit_number = (uint64_t)wall_ms() * 64u + (uint64_t)k;   /* new try, new number */
+    }
     pg->phase = PG_ADMITTING;
     pg->best = k;
     pg->step_at_ms = coord_now_ms();
@@ -575,7 +581,7 @@ static const char *group_state(struct coord *co, const struct pgroup *pg, int *r
         if (k != pg->primary && pg->mem[k].peer_state == 'r')
             rebuilding = true;
     }
-    if (pg->phase == PG_LOST || pg->phase == PG_ADMITTING) {
+    if (pg_lost(pg)) {
         *redundancy = 0;
         return "lost";
     }
@@ -624,8 +630,7 @@ void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx)
         if (pg->loss_wall_ms && n > 0 && (size_t)n < sizeof(line))
             n += snprintf(line + n, sizeof(line) - (size_t)n, " keys_lost_at_ms %llu",
                           (unsigned long long)pg->loss_wall_ms);
-        if ((pg->phase == PG_LOST || pg->phase == PG_ADMITTING) && n > 0 &&
-            (size_t)n < sizeof(line))
+        if (pg_lost(pg) && n > 0 && (size_t)n < sizeof(line))
             n += snprintf(line + n, sizeof(line) - (size_t)n, " lost %s", pg->lost_why);
         if (n > 0) {
             size_t l = (size_t)n < sizeof(line) - 3 ? (size_t)n : sizeof(line) - 3;

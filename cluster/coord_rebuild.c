@@ -150,7 +150,7 @@ static void mig_send_step(struct coord *co, struct cgroup *cg, int f)
         break;
     case MIG_ADMIT:
         send_to(n, "admit %d %d %d %" PRIu64, cg->g, f, cg->own_state_newest[f] ? 1 : 0,
-                mg->xid);
+                cg->admit_number[f]);
         break;
     default:
         break;
@@ -251,7 +251,6 @@ static void admit_start(struct coord *co, struct cgroup *cg, int f)
     mg->r = -1;
     if (cg->admit_number[f] == 0)
         cg->admit_number[f] = ++cg->rebuild_attempts + (uint64_t)cg->view.version;
-    mg->xid = cg->admit_number[f];
     mg->started_us = coord_now_us();
     mg->progress_at_ms = coord_now_ms();
     fprintf(stderr, "coordinator: group %d dp %d is alive again after its keys were lost: it "
