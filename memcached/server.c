@@ -397,9 +397,15 @@ int server_set_slotmap(struct server *s, struct slotmap *m)
      * keys another process took over while it was dead) serves no slot:
      * every key gets MOVED to its owner, never an answer from its empty
      * table.  So does a parity process: it may have served a dead data
-     * process's keys, and a client with an old map must be sent on. */
+     * process's keys, and a client with an old map must be sent on.  So
+     * does a backup once a coordinator has moved the map past the cluster
+     * file's (a failover): it may be the primary an old map names, and a
+     * rejoined member must send such a client on, not refuse it.  Under
+     * the file's own map a backup keeps its refusals, and a backup promoted
+     * by hand (no coordinator, docs/pbr.md) serves its reads. */
     bool serving_role = p && (p->role == ROLE_DATA || p->role == ROLE_PRIMARY ||
-                              p->role == ROLE_PLAIN || p->role == ROLE_PARITY);
+                              p->role == ROLE_PLAIN || p->role == ROLE_PARITY ||
+                              (p->role == ROLE_BACKUP && m->epoch > INITIAL_EPOCH));
     s->routes = s->cluster && s->cluster->routing && (s->slot_self >= 0 || serving_role);
     s->config_reply = slotmap_config_reply(m, &s->config_reply_len);
     return s->config_reply ? 0 : -1;

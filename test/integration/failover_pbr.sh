@@ -13,7 +13,9 @@
 #      as a backup): both are rebuilt from the new primary while the load
 #      goes on, and the group returns to healthy redundancy 2/2 with equal
 #      `cocytus meta` digests on all three;
-#   4. SIGKILL the new primary under a second load: promoted again.
+#   4. SIGKILL the new primary under a second load: promoted again;
+#   5. that member, restarted as a backup, answers a client holding the
+#      map that named it primary with MOVED to the primary.
 # Every acknowledged set of both loads must be found: lost 0.  Everything
 # the test started is stopped; loads are bounded in time and count.
 set -u
@@ -175,6 +177,20 @@ run_mode() {
     writer_pid=""
     cat "$dir/writer2.err"
     check_acked "$dir/acked2" "$mode, second load"
+
+    # 5: member $first (a backup in the cluster file) was the primary the
+    # first load's map named; restarted, it rejoins as a backup.  A client
+    # still holding that map must be sent on with MOVED, not refused.
+    local primary_port reply
+    primary_port=$(member_port "$(primary_member)")
+    wait_for 50 eval 'mc "127.0.0.1:$(member_port "$first")" "get k1\r\n" | grep -q "MOVED"'
+    reply="$(mc "127.0.0.1:$(member_port "$first")" 'get k1\r\n')|"
+    reply+="$(mc "127.0.0.1:$(member_port "$first")" 'set k1 0 0 1\r\nx\r\n')|"
+    case $reply in
+        "SERVER_ERROR MOVED "*":$primary_port|SERVER_ERROR MOVED "*":$primary_port|")
+            ok "$mode: the rejoined member $first sends an old map's get and set on: $reply" ;;
+        *) fail "$mode: the rejoined member $first answered an old map with: $reply (primary port $primary_port)" ;;
+    esac
     cluster_remove "$dir"
     dir=""
 }
