@@ -11,7 +11,7 @@
 #   failures        0; fail counts, finish reports
 # and defines small functions: checks (fail, ok, finish), binaries
 # (need_built), clean-up (on_exit), ports (port_is_open, port_busy,
-# port_free, pick_port, pick_base_port, wait_port, wait_for), processes
+# port_free, pick_port, pick_base_port, take_base_port, wait_port, wait_for), processes
 # (stop_pid, start_server, start_proxy), clusters (cluster_up, key_owners,
 # cluster_remove, cluster_check_ok), a one-request memcached text client (mc) and
 # an authenticated control command (ctl).
@@ -61,14 +61,17 @@ need_built() {
 }
 
 # on_exit FUNCTION: runs FUNCTION when the test exits, also on INT and TERM
-# (which exit 130 and 143).
+# (which exit 130 and 143), then gives back the ports the test held.
 on_exit() {
-    trap "$1" EXIT
+    trap "$1; release_port_blocks" EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
 }
 
 # --- ports ---
+
+# shellcheck source=../../scripts/ports.sh
+. "$top_srcdir/scripts/ports.sh"
 
 # port_is_open PORT: something accepts connections on 127.0.0.1:PORT.
 port_is_open() {
@@ -117,6 +120,25 @@ pick_base_port() {
             port_free "$p" || { busy=1; break; }
         done
         [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
+    done
+    return 1
+}
+
+# take_base_port COUNT LOW HIGH: sets base_port as pick_base_port chooses
+# it, with the buckets of 100 ports it touches held (scripts/ports.sh) so
+# that no concurrent test or drill takes them, even after one of ours is
+# freed by a kill; ports_taken lists the locks, for release_ports.
+take_base_port() {
+    local count=$1 low=$2 high=$3 p busy
+    for _ in $(seq 50); do
+        base_port=$((low + 2 * (RANDOM % ((high - low) / 2))))
+        reserve_ports "$base_port" "$count" || continue
+        busy=0
+        for ((p = base_port; p < base_port + count; p++)); do
+            port_free "$p" || { busy=1; break; }
+        done
+        [ "$busy" -eq 0 ] && return 0
+        release_ports "$ports_taken"
     done
     return 1
 }
@@ -218,20 +240,23 @@ start_proxy() {
 # --- clusters ---
 
 # cluster_up DIR NPORTS LOW HIGH [UP-ARGS...]: `scripts/cluster up --dir DIR
-# --base-port B UP-ARGS...` with B from pick_base_port NPORTS LOW HIGH; up
-# to 3 tries on new ports, as another test may take ours meanwhile (a failed
-# try is brought down first).  Output in DIR/up.log, its tail shown if every
-# try failed.  Sets base_port.
+# --base-port B UP-ARGS...` with B from take_base_port NPORTS LOW HIGH (its
+# ports held until cluster_remove DIR or the test's exit); up to 3 tries on
+# new ports, as a program outside the tests may take ours meanwhile (a
+# failed try is brought down first).  Output in DIR/up.log, its tail shown
+# if every try failed.  Sets base_port.
 cluster_up() {
     local cdir=$1 nports=$2 low=$3 high=$4 attempt
     shift 4
     mkdir -p "$cdir" || return 1
     for attempt in 1 2 3; do
-        base_port=$(pick_base_port "$nports" "$low" "$high") || continue
+        take_base_port "$nports" "$low" "$high" || continue
+        echo "$ports_taken" >"$cdir/port-locks"
         bash "$cluster_script" up --dir "$cdir" --base-port "$base_port" "$@" >"$cdir/up.log" 2>&1 \
             && return 0
         echo "cluster up failed on base port $base_port (attempt $attempt)"
         bash "$cluster_script" down --dir "$cdir" >/dev/null 2>&1
+        release_ports "$ports_taken"
     done
     tail -n 20 "$cdir/up.log" 2>/dev/null
     return 1
@@ -260,6 +285,7 @@ key_owners() {
 cluster_remove() {
     [ -n "$1" ] || return 0
     bash "$cluster_script" down --dir "$1" >/dev/null 2>&1
+    release_ports "$(cat "$1/port-locks" 2>/dev/null)"
     rm -rf "$1"
 }
 
