@@ -108,7 +108,7 @@ static void resp_release_segs(struct conn *c, struct resp *r)
             c->held_bytes -= sg->len;
         if (sg->copied)
             free(sg->handle);          /* a copy of ours, not engine memory */
-        else if (sg->ref && sg->handle)
+        else if (sg->ref && sg->handle && e)   /* no engine: shut down, its memory gone */
             e->ops->release(e, sg->handle);
     }
     r->nsegs = 0;
@@ -811,6 +811,13 @@ struct conn *conn_new(struct server *s, int fd)
  * still refer to the connection. */
 static void conn_destroy(struct conn *c)
 {
+    struct server *s = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->closed = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     struct resp *r = c->head;
     while (r) {
         struct resp *next = r->next;
@@ -843,6 +850,13 @@ void conn_close(struct conn *c)
         s->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    /* held on the closed list until released, so that shutdown can free
+     * what an engine never completed (conn_free_closed) */
+    c->prev = NULL;
+    c->next = s->closed;
+    if (s->closed)
+        s->closed->prev = c;
+    s->closed = c;
     s->stats.curr_conns--;
     if (s->settings.verbose > 1)
         fprintf(stderr, "connection closed\n");
@@ -1374,5 +1388,22 @@ void conn_close_all(struct server *s)
     if (s->flush_ev) {
         event_free(s->flush_ev);
         s->flush_ev = NULL;
+    }
+}
+
+/* At shutdown, once the engine is gone and calls nothing back: frees the closed
+ * connections still waiting for it (a read parked on units a recovery
+ * never rebuilt, a write whose acknowledgements never came).  Their
+ * completions are dropped with the engine, so nothing refers to them. */
+void conn_free_closed(struct server *s)
+{
+    struct conn *c = s->closed;
+    while (c) {
+        struct conn *next = c->next;
+        if (!c->flush_queued && !c->wr.listed) {
+            c->inflight = 0;
+            conn_destroy(c);
+        }
+        c = next;
     }
 }

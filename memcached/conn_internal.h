@@ -14,7 +14,7 @@
 struct event;
 
 struct conn {
-    struct conn *next, *prev;     /* the server's list of open connections */
+    struct conn *next, *prev;     /* the server's list of open (or closed, unreleased) connections */
     struct server *srv;
     int fd;
     struct event *ev;
@@ -69,6 +69,7 @@ struct conn {
 struct conn *conn_new(struct server *s, int fd);
 void conn_close(struct conn *c);
 void conn_close_all(struct server *s);
+void conn_free_closed(struct server *s);
 /* Writes what can be written and closes if it was asked to (idle timeout). */
 void conn_kick(struct conn *c);
 

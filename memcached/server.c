@@ -548,6 +548,7 @@ void server_destroy(struct server *s)
     if (s->engine)
         s->engine->ops->destroy(s->engine);
     s->engine = NULL;
+    conn_free_closed(s);
     server_drop_slotmap(s);
     if (s->cluster) {
         cluster_free(s->cluster);

@@ -102,6 +102,7 @@ struct server {
     struct event *sigterm_ev, *sigint_ev;
     int bound_port;           /* actual port (when -p 0 asks for any) */
     struct conn *conns;       /* all open connections */
+    struct conn *closed;      /* closed ones the engine still holds (conn_release) */
     struct conn *flush_queue; /* replies completed by the engine, written once
                                  the current event's work is done (conn.c) */
     struct event *flush_ev;
