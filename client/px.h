@@ -368,8 +368,34 @@ enum px_stats_group {
     PX_STATS_UNKNOWN
 };
 enum px_stats_group px_stats_group_of(const char *arg, size_t n);
-/* The statistics of one group (not RESET or UNKNOWN), without the end line. */
-void px_stats_emit(struct px_worker *w, enum px_stats_group g, px_stat_fn emit, void *ctx);
+/* The cache's figures, summed over the servers of the map: `stats` sends
+ * every one of them a STAT (px_stats_fan_out) and adds up what answered
+ * within PX_STATS_WAIT_MS. */
+#define PX_STATS_WAIT_MS 1000
+enum px_total {
+    PX_TOTAL_LIMIT_MAXBYTES, PX_TOTAL_BYTES, PX_TOTAL_CURR_ITEMS, PX_TOTAL_TOTAL_ITEMS,
+    PX_TOTAL_EXPIRED_UNFETCHED, PX_TOTAL_EVICTED_UNFETCHED, PX_TOTAL_EVICTIONS,
+    PX_TOTAL_RECLAIMED, PX_TOTALS
+};
+struct px_totals {
+    uint64_t v[PX_TOTALS];
+    unsigned asked, answered;       /* servers sent a STAT, and those that answered it */
+    uint64_t newest_epoch;          /* the newest map a server answered with */
+};
+/* One STAT op per map endpoint on rq.  False if one could not be made. */
+bool px_stats_fan_out(struct px_req *rq);
+/* A statistic of a STAT op's reply (one packet of several), kept if summed. */
+void px_stats_collect(struct px_op *op, const char *name, size_t nname, const char *value,
+                      size_t nvalue);
+/* A STAT op sent again: what an earlier try collected is dropped. */
+void px_stats_forget(struct px_op *op);
+/* The sums over rq's STAT ops that answered; a newer map one of them holds
+ * is fetched. */
+void px_stats_totals(struct px_worker *w, const struct px_req *rq, struct px_totals *t);
+/* The statistics of one group (not RESET or UNKNOWN), without the end line;
+ * with t, the general group has the servers' totals. */
+void px_stats_emit(struct px_worker *w, enum px_stats_group g, const struct px_totals *t,
+                   px_stat_fn emit, void *ctx);
 /* `stats reset`: every counter but the gauges back to 0. */
 void px_stats_reset(struct proxy *px);
 /* Counts a server's final reply to op (its request's opcode, cas and the

@@ -291,6 +291,8 @@ bool px_backend_send(struct px_backend *be, struct px_op *op)
     if (be->state == BE_IDLE && !be_connect(be))
         return false;
     bin_store32(op->wire + BIN_OFF_OPAQUE, ++be->next_opaque);
+    if ((unsigned char)op->wire[BIN_OFF_OPCODE] == BIN_OP_STAT)
+        px_stats_forget(op);            /* a try lost midway: its lines are counted anew */
     if (op->nwire < SMALL_COPY)
         evbuffer_add(be->out, op->wire, op->nwire);
     else
@@ -386,6 +388,15 @@ static void be_answered(struct px_backend *be)
     __atomic_store_n(&be->st->down, 0, __ATOMIC_RELAXED);
 }
 
+/* A packet of a STAT's reply that carries a statistic (not the last). */
+static bool is_stat_line(const struct px_op *op, const char *h, size_t total)
+{
+    size_t ext = (unsigned char)h[BIN_OFF_EXTLEN], nkey = bin_load16(h + BIN_OFF_KEYLEN);
+    return (unsigned char)op->wire[BIN_OFF_OPCODE] == BIN_OP_STAT &&
+           bin_load16(h + BIN_OFF_STATUS) == BIN_STATUS_OK && nkey > 0 &&
+           BIN_HEADER_LEN + ext + nkey <= total;
+}
+
 /* Handles every complete reply buffered.  False if the connection failed. */
 static bool be_replies(struct px_backend *be)
 {
@@ -427,6 +438,14 @@ static bool be_replies(struct px_backend *be)
         }
         if (be->was_down || be->fails)
             be_answered(be);
+        if (is_stat_line(op, h, total)) {
+            /* one statistic: a STAT's reply ends with the packet without a key */
+            size_t ext = (unsigned char)h[BIN_OFF_EXTLEN], nkey = bin_load16(h + BIN_OFF_KEYLEN);
+            const char *name = h + BIN_HEADER_LEN + ext;
+            px_stats_collect(op, name, nkey, name + nkey, total - BIN_HEADER_LEN - ext - nkey);
+            px_rbuf_consume(in, total);
+            continue;
+        }
         be->head = op->next;
         if (be->head == NULL)
             be->tail = NULL;

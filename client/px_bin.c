@@ -128,8 +128,14 @@ static void local_stat(struct px_req *rq, const struct bin_request *b)
     if (g == PX_STATS_RESET)
         px_stats_reset(rq->c->w->px);
     else
-        px_stats_emit(rq->c->w, g, stat_packet, &s);
+        px_stats_emit(rq->c->w, g, NULL, stat_packet, &s);
     put_header(out, rq, BIN_STATUS_OK, 0, 0, 0, 0);
+}
+
+/* A general STAT (no key), which waits for the servers' totals. */
+static bool wants_totals(const struct px_client *c, const struct bin_request *b)
+{
+    return loud_opcode(b->hdr.opcode) == BIN_OP_STAT && b->nkey == 0 && c->w->map->n > 0;
 }
 
 static void local_request(struct px_req *rq, const struct bin_request *b)
@@ -306,17 +312,23 @@ size_t px_bin_request(struct px_client *c, const char *buf, size_t len)
     }
     uint8_t loud = loud_opcode(b.hdr.opcode);
     bool forwarded = is_forwarded(loud);
-    unsigned nops = !forwarded ? 0 : loud == BIN_OP_FLUSH ? (unsigned)c->w->map->n : 1;
+    bool totals = wants_totals(c, &b);
+    unsigned nops = totals ? (unsigned)c->w->map->n
+                  : !forwarded ? 0 : loud == BIN_OP_FLUSH ? (unsigned)c->w->map->n : 1;
     struct px_req *rq = px_req_new(c, PX_PROTO_BINARY, nops);
 
     if (rq == NULL)
         return SIZE_MAX;
     rq->bin_opcode = b.hdr.opcode;
     rq->bin_opaque = b.hdr.opaque;
-    if (forwarded)
+    if (totals) {
+        if (!px_stats_fan_out(rq))
+            snprintf(rq->err, sizeof(rq->err), "out of memory");
+    } else if (forwarded) {
         start_forwarded(c, rq, &b, loud);
-    else
+    } else {
         local_request(rq, &b);
+    }
     for (unsigned i = 0; i < rq->nops; i++)
         px_route_op(c->w, rq->ops[i]);
     px_req_finish(rq);
@@ -338,6 +350,8 @@ void px_bin_reply(struct px_op *op, uint16_t status, const char *hdr, const char
             px_req_note_error(rq, body, nbody);
         return;
     }
+    if (loud == BIN_OP_STAT)
+        return;                 /* summed at the end (px_bin_finish) */
     struct evbuffer *out = px_req_sink(rq);
     if (out == NULL)
         return;
@@ -376,6 +390,18 @@ void px_bin_finish(struct px_req *rq)
             px_bin_failure(rq, out, rq->err);
         else if (!bin_opcode_is_quiet(rq->bin_opcode))
             put_header(out, rq, BIN_STATUS_OK, 0, 0, 0, 0);
+        return;
+    }
+    if (loud == BIN_OP_STAT && rq->nops > 0) {
+        /* the servers that did not answer in time are left out of the sums */
+        struct evbuffer *out = px_req_sink(rq);
+        struct stat_sink s = { out, rq };
+        struct px_totals tot;
+        if (out == NULL)
+            return;
+        px_stats_totals(rq->c->w, rq, &tot);
+        px_stats_emit(rq->c->w, PX_STATS_GENERAL, &tot, stat_packet, &s);
+        put_header(out, rq, BIN_STATUS_OK, 0, 0, 0, 0);
         return;
     }
     if (rq->nops == 0 && rq->err[0])

@@ -7,7 +7,14 @@
  * as memcached's are.  Latency is a histogram of 4 buckets per power of two
  * microseconds (a quantile is off by at most a quarter of its power of
  * two), from the moment an op is queued to its server until its reply is
- * read. */
+ * read.
+ *
+ * The cache's own figures (curr_items, bytes, limit_maxbytes, evictions)
+ * are the servers': a general `stats` sends a STAT to every server of the
+ * map, as flush_all is sent, and waits at most PX_STATS_WAIT_MS for them.
+ * A monitoring agent polling the proxy then sees the whole cluster's items
+ * and memory, not a cache that never stores anything; `cluster_servers`
+ * and `cluster_servers_answered` say how many the sums cover. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -140,11 +147,117 @@ static uint64_t max_connections(const struct proxy *px)
     return 0;
 }
 
+/* ---- the servers' totals ---- */
+
+static const char *const total_names[PX_TOTALS] = {
+    [PX_TOTAL_LIMIT_MAXBYTES] = "limit_maxbytes",
+    [PX_TOTAL_BYTES] = "bytes",
+    [PX_TOTAL_CURR_ITEMS] = "curr_items",
+    [PX_TOTAL_TOTAL_ITEMS] = "total_items",
+    [PX_TOTAL_EXPIRED_UNFETCHED] = "expired_unfetched",
+    [PX_TOTAL_EVICTED_UNFETCHED] = "evicted_unfetched",
+    [PX_TOTAL_EVICTIONS] = "evictions",
+    [PX_TOTAL_RECLAIMED] = "reclaimed",
+};
+
+static int total_index(const char *name, size_t n)
+{
+    for (int i = 0; i < PX_TOTALS; i++)
+        if (strlen(total_names[i]) == n && memcmp(total_names[i], name, n) == 0)
+            return i;
+    return -1;
+}
+
+bool px_stats_fan_out(struct px_req *rq)
+{
+    struct px_worker *w = rq->c->w;
+    int64_t wait_until = px_now_ms() + PX_STATS_WAIT_MS;
+
+    for (size_t i = 0; i < w->map->n; i++) {
+        struct px_op *op = px_op_new(rq, BIN_OP_STAT, NULL, 0, NULL, 0, NULL, 0, 0);
+        if (op == NULL)
+            return false;
+        op->fanout = (int)i;
+        op->retry_lost = true;          /* it changes nothing */
+        op->uncounted = true;           /* the proxy's own: no client's command */
+        if (op->deadline_ms > wait_until)
+            op->deadline_ms = wait_until;
+    }
+    return true;
+}
+
+/* Kept as "<index> <value>" lines in op->frag; a value that is not a
+ * number is not kept. */
+void px_stats_collect(struct px_op *op, const char *name, size_t nname, const char *value,
+                      size_t nvalue)
+{
+    static const char epoch_name[] = "cluster_epoch";
+    int i = total_index(name, nname);
+    if (i < 0 && nname == sizeof(epoch_name) - 1 && memcmp(name, epoch_name, nname) == 0)
+        i = PX_TOTALS;          /* not summed: the newest is kept */
+    if (i < 0 || nvalue == 0 || nvalue > 20)
+        return;
+    for (size_t k = 0; k < nvalue; k++)
+        if (value[k] < '0' || value[k] > '9')
+            return;
+    if (op->frag == NULL && (op->frag = evbuffer_new()) == NULL)
+        return;
+    evbuffer_add_printf(op->frag, "%d %.*s\n", i, (int)nvalue, value);
+}
+
+void px_stats_forget(struct px_op *op)
+{
+    if (op->frag != NULL)
+        evbuffer_drain(op->frag, evbuffer_get_length(op->frag));
+}
+
+void px_stats_totals(struct px_worker *w, const struct px_req *rq, struct px_totals *t)
+{
+    memset(t, 0, sizeof(*t));
+    for (unsigned k = 0; k < rq->nops; k++) {
+        const struct px_op *op = rq->ops[k];
+        t->asked++;
+        if (op->status != BIN_STATUS_OK || op->state != OP_DONE)
+            continue;
+        t->answered++;
+        if (op->frag == NULL)
+            continue;
+        size_t n = evbuffer_get_length(op->frag);
+        char *text = (char *)evbuffer_pullup(op->frag, (ev_ssize_t)n);
+        for (size_t at = 0; text != NULL && at < n;) {
+            char *end = memchr(text + at, '\n', n - at);
+            if (end == NULL)
+                break;
+            *end = '\0';
+            int i;
+            unsigned long long v;
+            if (sscanf(text + at, "%d %llu", &i, &v) == 2 && i >= 0 && i < PX_TOTALS)
+                t->v[i] += v;
+            else if (i == PX_TOTALS && v > t->newest_epoch)
+                t->newest_epoch = v;
+            *end = '\n';
+            at = (size_t)(end - text) + 1;
+        }
+    }
+    /* A server holds a newer map: these sums followed the old one (a
+     * process that served a slot may serve none now).  The next `stats`
+     * sums over the new one. */
+    if (t->newest_epoch > w->map->epoch)
+        px_route_refresh(w, NULL, NULL, t->newest_epoch);
+}
+
+static void emit_total(const struct px_totals *t, enum px_total i, px_stat_fn emit, void *ctx)
+{
+    if (t != NULL)
+        emit_u64(emit, ctx, total_names[i], t->v[i]);
+}
+
 /* memcached's general statistics that a proxy has, under their names and
- * in their order, then the proxy's own.  The cache's figures (curr_items,
- * bytes, limit_maxbytes, evictions) are the servers': `stats` at each of
- * them, or cocytus-cli status. */
-static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
+ * in their order, then the proxy's own.  With tot, the cache's figures
+ * (limit_maxbytes, bytes, curr_items, ...) are the sums over the servers
+ * that answered; without, they are left out. */
+static void emit_general(struct px_worker *w, const struct px_totals *tot, px_stat_fn emit,
+                         void *ctx)
 {
     const struct proxy *px = w->px;
     struct px_counters t;
@@ -184,11 +297,18 @@ static void emit_general(struct px_worker *w, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "touch_misses", t.touch_misses);
     emit_u64(emit, ctx, "bytes_read", t.bytes_read);
     emit_u64(emit, ctx, "bytes_written", t.bytes_written);
+    emit_total(tot, PX_TOTAL_LIMIT_MAXBYTES, emit, ctx);
     emit_u64(emit, ctx, "accepting_conns", 1);
     emit_u64(emit, ctx, "errors", t.errors);
     emit_u64(emit, ctx, "auth_cmds", t.auth_cmds);
     emit_u64(emit, ctx, "auth_errors", t.auth_errors);
+    for (int i = PX_TOTAL_BYTES; i < PX_TOTALS; i++)
+        emit_total(tot, (enum px_total)i, emit, ctx);
     emit_u64(emit, ctx, "cluster_epoch", w->map->epoch);
+    if (tot != NULL) {
+        emit_u64(emit, ctx, "cluster_servers", tot->asked);
+        emit_u64(emit, ctx, "cluster_servers_answered", tot->answered);
+    }
     emit_u64(emit, ctx, "cluster_endpoints", w->map->n);
     emit_u64(emit, ctx, "routed_requests", t.routed);
     emit_u64(emit, ctx, "moved_redirects", t.redirects);
@@ -287,11 +407,12 @@ enum px_stats_group px_stats_group_of(const char *arg, size_t n)
     return PX_STATS_UNKNOWN;
 }
 
-void px_stats_emit(struct px_worker *w, enum px_stats_group g, px_stat_fn emit, void *ctx)
+void px_stats_emit(struct px_worker *w, enum px_stats_group g, const struct px_totals *t,
+                   px_stat_fn emit, void *ctx)
 {
     switch (g) {
     case PX_STATS_GENERAL:
-        emit_general(w, emit, ctx);
+        emit_general(w, t, emit, ctx);
         emit_backends(w->px, emit, ctx);
         break;
     case PX_STATS_BACKENDS:

@@ -4,7 +4,8 @@
  * A request is parsed with the server's own pure parser (text_parse()) and
  * becomes binary ops: one per key for get/gets/gat/gats (each key goes to
  * its own slot's owner; the reply joins them in key order), one for a
- * keyed mutation, one per map endpoint for flush_all.  The servers always
+ * keyed mutation, one per map endpoint for flush_all and `stats` (the
+ * servers' totals, px_stats.c).  The servers always
  * get the non-quiet binary form, so every op has exactly one reply to
  * match; noreply only suppresses what the client sees.  The binary reply
  * status is turned back into memcached's ASCII line for the command
@@ -192,8 +193,15 @@ static void local_stats(struct px_req *rq, const struct text_req *t)
     out = px_req_sink(rq);
     if (out == NULL)
         return;
-    px_stats_emit(rq->c->w, g, text_stat_line, out);
+    px_stats_emit(rq->c->w, g, NULL, text_stat_line, out);
     evbuffer_add(out, "END\r\n", 5);
+}
+
+/* A general `stats`, which waits for the servers' totals (px_stats.c). */
+static bool wants_totals(const struct px_client *c, const struct text_req *t)
+{
+    return t->cmd == TC_STATS && c->w->map->n > 0 &&
+           px_stats_group_of(t->arg, t->arg != NULL ? t->narg : 0) == PX_STATS_GENERAL;
 }
 
 /* Answers a request the proxy serves itself. */
@@ -263,7 +271,7 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
         break;
     }
     size_t nops = is_retrieval(t.cmd) ? count_keys(&t)
-                : t.cmd == TC_FLUSH_ALL ? c->w->map->n : 1;
+                : t.cmd == TC_FLUSH_ALL || wants_totals(c, &t) ? c->w->map->n : 1;
     rq = px_req_new(c, PX_PROTO_TEXT, (unsigned)nops);
     if (rq == NULL)
         return SIZE_MAX;
@@ -273,6 +281,9 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
         start_retrieval(c, rq, &t);
     } else if (t.cmd == TC_FLUSH_ALL) {
         start_flush(c, rq, &t);
+    } else if (wants_totals(c, &t)) {
+        if (!px_stats_fan_out(rq))
+            out_of_memory(rq);
     } else if (t.cmd == TC_SET || t.cmd == TC_ADD || t.cmd == TC_REPLACE ||
                t.cmd == TC_APPEND || t.cmd == TC_PREPEND || t.cmd == TC_CAS ||
                t.cmd == TC_DELETE || t.cmd == TC_INCR || t.cmd == TC_DECR ||
@@ -403,6 +414,8 @@ void px_text_reply(struct px_op *op, uint16_t status, const char *hdr, const cha
             px_req_note_error(rq, body, nbody);
         return;
     }
+    if (cmd == TC_STATS)
+        return;                 /* summed at the end (px_text_finish) */
     struct evbuffer *out = px_req_sink(rq);
     if (out == NULL)
         return;
@@ -471,6 +484,17 @@ void px_text_finish(struct px_req *rq)
             px_text_failure(rq, out, rq->err);
         else
             evbuffer_add(out, "OK\r\n", 4);
+        return;
+    }
+    if (cmd == TC_STATS && rq->nops > 0) {
+        /* the servers that did not answer in time are left out of the sums */
+        struct evbuffer *out = px_req_sink(rq);
+        struct px_totals tot;
+        if (out == NULL)
+            return;
+        px_stats_totals(rq->c->w, rq, &tot);
+        px_stats_emit(rq->c->w, PX_STATS_GENERAL, &tot, text_stat_line, out);
+        evbuffer_add(out, "END\r\n", 5);
         return;
     }
     if (rq->nops == 0 && rq->err[0] && cmd != TC_NONE)

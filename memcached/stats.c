@@ -176,6 +176,8 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
         if (!es.used[i])
             emit(ctx, es.name[i], "%s", es.value[i]);
     emit(ctx, "role", "%s", s->settings.role);
+    if (s->slotmap)     /* cocytus-proxy's `stats` finds a newer map by it */
+        emit_u64(emit, ctx, "cluster_epoch", s->slotmap->epoch);
     emit_u64(emit, ctx, "idle_kicks", st->idle_kicks);     /* memcached 1.6.18 has none */
     emit_u64(emit, ctx, "migrate_moves", st->migrate_moves);
     emit_u64(emit, ctx, "migrate_keys_sent", st->migrate_keys_sent);

@@ -704,7 +704,7 @@ def make_case(seed, n):
 META_CODES = (b"VA", b"HD", b"EN", b"NF", b"NS", b"EX", b"MN", b"ME")
 # General stats cocytus-server adds after memcached's names (docs/compat.md).
 COCYTUS_STATS = {b"role", b"migrate_moves", b"migrate_keys_sent", b"migrate_forwards",
-                 b"import_keys", b"idle_kicks"}
+                 b"import_keys", b"idle_kicks", b"cluster_epoch"}
 
 
 class Masker:

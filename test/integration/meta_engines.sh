@@ -13,7 +13,8 @@
 # checks the `stats` replies monitoring tools read (every group answers,
 # lines in memcached's shape, binary STAT, `stats reset`) and, where keys
 # are served, that the counters move as memcached's under one sequence of
-# operations.
+# operations; at cocytus-proxy, that `stats` gives curr_items, total_items,
+# bytes and limit_maxbytes as the sums over the data processes.
 # Skipped (77) without Debian's memcached to compare with.  The traps stop
 # everything the test started.
 set -u
@@ -92,7 +93,8 @@ if cluster_up "$rsdir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 16 --re
     [ "$reply" = ERROR ] && ok "a parity process serving nobody refuses metadump" ||
         fail "metadump on a parity process: $reply"
     meta "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")"
-    stats "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")" --counters
+    stats "cocytus-proxy in front of RS(2,3)" "$(cat "$rsdir/proxy")" --counters \
+        --servers "$(awk '$1 == "data" { printf "%s%s", sep, $5; sep = "," }' "$rsdir/endpoints")"
 
     victim_pid=$(awk '$1 == "data" { print $6; exit }' "$rsdir/endpoints")
     kill -KILL "$victim_pid"

@@ -20,8 +20,14 @@ cas, delete with a wrong cas, an incr that creates its key, a set too
 large) and meta (mg with T, u and N, md with a wrong C, ma that creates,
 ms with a wrong C, and quiet mode).
 
-  stats_check.py --target HOST:PORT [--direct] [--counters]
+  stats_check.py --target HOST:PORT [--direct] [--counters] [--servers LIST]
                  [--kinds text,binary,meta] [--label L] [--memcached PATH]
+
+With --servers HOST:PORT,...: the target is cocytus-proxy in front of
+those servers (every server of its map), and its `stats` (text and
+binary) must give the cache's figures as their sums: curr_items,
+total_items, bytes and limit_maxbytes, with cluster_servers_answered equal
+to their number.
 
 With --metadump: `lru_crawler metadump all`, which memcached-tool's keys
 and dump modes read, must list three stored keys with memcached's exp,
@@ -39,6 +45,7 @@ import shutil
 import socket
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from meta_check import Client, Keys, start_memcached  # noqa: E402
@@ -464,6 +471,64 @@ def check_metadump(host, port, direct, memcached):
         problem("metadump: %r, memcached's %r" % (got, want))
 
 
+TOTALS = ["curr_items", "total_items", "bytes", "limit_maxbytes"]
+
+
+def binary_general_stats(host, port):
+    """The name -> value map of a binary STAT without a key."""
+    s = socket.create_connection((host, port), timeout=10)
+    buf = b""
+    got = {}
+    try:
+        s.sendall(struct.pack(">BBHBBHIIQ", 0x80, 0x10, 0, 0, 0, 0, 0, 0x7a7a, 0))
+        while True:
+            header, body, buf = read_packet(s, buf)
+            nkey, extlen = header[2], header[3]
+            if header[5] != 0 or nkey == 0:
+                return got
+            got[body[extlen:extlen + nkey].decode("latin-1")] = body[extlen + nkey:].decode("latin-1")
+    finally:
+        s.close()
+
+
+def check_totals(host, port, servers):
+    """The proxy's figures are the sums over its servers, read while nothing
+    changes them (a once-a-second expiry sweep may, and a proxy whose map is
+    older than a server's fetches the new one then: up to 3 tries)."""
+    why = ""
+    for attempt in range(3):
+        if attempt:
+            time.sleep(0.5)
+        sums = dict.fromkeys(TOTALS, 0)
+        for server in servers:
+            c = Client(*server)
+            try:
+                d = dict(read_text_stats(c, "") or [])
+            finally:
+                c.close()
+            for name in TOTALS:
+                sums[name] += int(d.get(name, "0"))
+        c = Client(host, port)
+        try:
+            text = dict(read_text_stats(c, "") or [])
+        finally:
+            c.close()
+        binary = binary_general_stats(host, port)
+        why = ""
+        for where, d in [("text", text), ("binary", binary)]:
+            if d.get("cluster_servers_answered") != str(len(servers)):
+                why += " %s: cluster_servers_answered %r of %d;" % (
+                    where, d.get("cluster_servers_answered"), len(servers))
+            for name in TOTALS:
+                if d.get(name) != str(sums[name]):
+                    why += " %s: %s %r, the servers' sum %d;" % (where, name, d.get(name), sums[name])
+        if not why:
+            print("ok: the proxy's stats are its %d servers' sums: %s" % (
+                len(servers), ", ".join("%s %d" % (n, sums[n]) for n in TOTALS)))
+            return
+    problem("`stats` through the proxy:" + why)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
@@ -474,6 +539,8 @@ def main():
     ap.add_argument("--kinds", default="text,binary,meta",
                     help="the sequences --counters runs (text always)")
     ap.add_argument("--label", default="")
+    ap.add_argument("--servers", default="",
+                    help="HOST:PORT,...: the proxy's servers, whose sums its stats must give")
     ap.add_argument("--memcached", default=os.environ.get("MEMCACHED") or
                     shutil.which("memcached") or "/usr/bin/memcached")
     args = ap.parse_args()
@@ -490,6 +557,9 @@ def main():
             check_metadump(host, port, args.direct, args.memcached)
     check_text(host, port, label)
     check_binary(host, port)
+    if args.servers:
+        check_totals(host, port, [(h, int(p)) for h, p in
+                                  (a.rsplit(":", 1) for a in args.servers.split(","))])
     if problems:
         print("FAIL: stats of %s:" % label)
         for p in problems:
