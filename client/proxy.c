@@ -70,6 +70,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     px_route_tick(w, now);
     px_meta_tick(w, now);
+    px_stats_tick(w, now);
     if (now - w->last_idle_scan_ms >= IDLE_TICK_MS) {
         w->last_idle_scan_ms = now;
         px_clients_idle_scan(w, now);

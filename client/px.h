@@ -225,6 +225,11 @@ struct px_req {
     struct px_op *one[1];           /* ops storage for single-op requests */
     struct evbuffer *reply;         /* the reply while earlier requests wait */
     char err[160];                  /* set when an op failed inside the proxy */
+    /* a general `stats`: answered by stats_due_ms whoever did not answer
+     * (px_stats_tick detaches their ops: rq->ops[i] becomes NULL) */
+    struct px_req *stats_next;
+    int64_t stats_due_ms;
+    bool stats_listed;
 };
 
 /* ---- connections ---- */
@@ -345,6 +350,7 @@ struct px_worker {
     struct px_counters st;
     char ebuf[256];
     struct px_meta *meta;           /* meta commands' connections (px_meta.c) */
+    struct px_req *stats_reqs;      /* general `stats` waiting for servers (px_stats.c) */
 };
 
 /* ---- clock ---- */
@@ -371,7 +377,7 @@ enum px_stats_group px_stats_group_of(const char *arg, size_t n);
 /* The cache's figures, summed over the servers of the map: `stats` sends
  * every one of them a STAT (px_stats_fan_out) and adds up what answered
  * within PX_STATS_WAIT_MS. */
-#define PX_STATS_WAIT_MS 1000
+#define PX_STATS_WAIT_MS 250
 enum px_total {
     PX_TOTAL_LIMIT_MAXBYTES, PX_TOTAL_BYTES, PX_TOTAL_CURR_ITEMS, PX_TOTAL_TOTAL_ITEMS,
     PX_TOTAL_EXPIRED_UNFETCHED, PX_TOTAL_EVICTED_UNFETCHED, PX_TOTAL_EVICTIONS,
@@ -389,6 +395,10 @@ void px_stats_collect(struct px_op *op, const char *name, size_t nname, const ch
                       size_t nvalue);
 /* A STAT op sent again: what an earlier try collected is dropped. */
 void px_stats_forget(struct px_op *op);
+/* Answers the general `stats` whose time is up; and takes a finished or
+ * freed one off the worker's list. */
+void px_stats_tick(struct px_worker *w, int64_t now_ms);
+void px_stats_unlist(struct px_worker *w, struct px_req *rq);
 /* The sums over rq's STAT ops that answered; a newer map one of them holds
  * is fetched. */
 void px_stats_totals(struct px_worker *w, const struct px_req *rq, struct px_totals *t);

@@ -233,8 +233,11 @@ void px_op_free(struct px_op *op)
 
 static void req_free(struct px_req *rq)
 {
+    px_stats_unlist(rq->c->w, rq);
     for (unsigned i = 0; i < rq->nops; i++) {
         struct px_op *op = rq->ops[i];
+        if (op == NULL)
+            continue;           /* a late STAT, detached (px_stats.c) */
         rq->c->held_bytes -= op->nwire;
         switch (op->state) {
         case OP_INFLIGHT:
@@ -295,6 +298,7 @@ void px_req_finish(struct px_req *rq)
 {
     if (--rq->pending > 0)
         return;
+    px_stats_unlist(rq->c->w, rq);
     if (rq->proto == PX_PROTO_TEXT)
         px_text_finish(rq);
     else

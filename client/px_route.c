@@ -233,7 +233,7 @@ static bool held_by_earlier(const struct px_op *op, const struct px_backend *be)
             continue;
         for (unsigned i = 0; i < e->nops; i++) {
             const struct px_op *o = e->ops[i];
-            if (o->slot != op->slot || o->fanout >= 0)
+            if (o == NULL || o->slot != op->slot || o->fanout >= 0)
                 continue;
             if (o->state == OP_WAITING || o->state == OP_NEW)
                 return true;
@@ -278,7 +278,9 @@ void px_route_op(struct px_worker *w, struct px_op *op)
             give_up(w, op);
         return;
     }
-    if (op->tries == 0)
+    if (op->uncounted)
+        ;                       /* the proxy's own (a stats poll): no client's request */
+    else if (op->tries == 0)
         px_count(&w->st.routed, 1);
     else
         px_count(&w->st.retries, 1);

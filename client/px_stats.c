@@ -11,7 +11,8 @@
  *
  * The cache's own figures (curr_items, bytes, limit_maxbytes, evictions)
  * are the servers': a general `stats` sends a STAT to every server of the
- * map, as flush_all is sent, and waits at most PX_STATS_WAIT_MS for them.
+ * map, as flush_all is sent, and waits at most PX_STATS_WAIT_MS for them
+ * (px_stats_tick answers without the late ones).
  * A monitoring agent polling the proxy then sees the whole cluster's items
  * and memory, not a cache that never stores anything; `cluster_servers`
  * and `cluster_servers_answered` say how many the sums cover. */
@@ -173,12 +174,18 @@ bool px_stats_fan_out(struct px_req *rq)
     struct px_worker *w = rq->c->w;
     int64_t wait_until = px_now_ms() + PX_STATS_WAIT_MS;
 
+    rq->stats_due_ms = wait_until;
+    rq->stats_next = w->stats_reqs;
+    rq->stats_listed = true;
+    w->stats_reqs = rq;
     for (size_t i = 0; i < w->map->n; i++) {
         struct px_op *op = px_op_new(rq, BIN_OP_STAT, NULL, 0, NULL, 0, NULL, 0, 0);
         if (op == NULL)
             return false;
         op->fanout = (int)i;
-        op->retry_lost = true;          /* it changes nothing */
+        /* not sent again once it may have reached its server: a map
+         * changed meanwhile could count a server twice */
+        op->retry_lost = false;
         op->uncounted = true;           /* the proxy's own: no client's command */
         if (op->deadline_ms > wait_until)
             op->deadline_ms = wait_until;
@@ -211,13 +218,67 @@ void px_stats_forget(struct px_op *op)
         evbuffer_drain(op->frag, evbuffer_get_length(op->frag));
 }
 
+void px_stats_unlist(struct px_worker *w, struct px_req *rq)
+{
+    if (!rq->stats_listed)
+        return;
+    for (struct px_req **p = &w->stats_reqs; *p != NULL; p = &(*p)->stats_next)
+        if (*p == rq) {
+            *p = rq->stats_next;
+            break;
+        }
+    rq->stats_listed = false;
+    rq->stats_next = NULL;
+}
+
+/* The ops of rq that have not answered leave it: one in flight (at a
+ * server, or deferred behind meta commands) is freed when its reply or
+ * failure comes (req NULL), one waiting to be tried again now. */
+static void stats_give_up_late(struct px_worker *w, struct px_req *rq)
+{
+    unsigned late = 0;
+
+    for (unsigned i = 0; i < rq->nops; i++) {
+        struct px_op *op = rq->ops[i];
+        if (op == NULL || op->state == OP_DONE)
+            continue;
+        rq->c->held_bytes -= op->nwire;
+        rq->ops[i] = NULL;
+        if (op->state == OP_WAITING) {
+            px_route_forget(w, op);
+            px_op_free(op);
+        } else {
+            op->req = NULL;
+        }
+        late++;
+    }
+    if (late == 0)
+        return;
+    rq->pending -= late - 1;
+    px_req_finish(rq);          /* every op is answered or gone: the reply */
+}
+
+void px_stats_tick(struct px_worker *w, int64_t now_ms)
+{
+    struct px_req *rq = w->stats_reqs;
+
+    while (rq != NULL) {
+        struct px_req *next = rq->stats_next;
+        if (now_ms >= rq->stats_due_ms) {
+            px_stats_unlist(w, rq);
+            stats_give_up_late(w, rq);
+        }
+        rq = next;
+    }
+}
+
 void px_stats_totals(struct px_worker *w, const struct px_req *rq, struct px_totals *t)
 {
     memset(t, 0, sizeof(*t));
     for (unsigned k = 0; k < rq->nops; k++) {
         const struct px_op *op = rq->ops[k];
         t->asked++;
-        if (op->status != BIN_STATUS_OK || op->state != OP_DONE)
+        if (op == NULL || op->status != BIN_STATUS_OK || op->state != OP_DONE)
             continue;
         t->answered++;
         if (op->frag == NULL)
@@ -229,8 +290,8 @@ void px_stats_totals(struct px_worker *w, const struct px_req *rq, struct px_tot
             if (end == NULL)
                 break;
             *end = '\0';
-            int i;
-            unsigned long long v;
+            int i = -1;
+            unsigned long long v = 0;
             if (sscanf(text + at, "%d %llu", &i, &v) == 2 && i >= 0 && i < PX_TOTALS)
                 t->v[i] += v;
             else if (i == PX_TOTALS && v > t->newest_epoch)
