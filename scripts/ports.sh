@@ -11,6 +11,27 @@
 
 ports_locks=""
 
+# take_over_stale LOCK: removes LOCK if the run holding it is gone (its pid
+# dead, or no pid written a minute after it was made).  One run at a time
+# does this (a takeover lock, itself dropped when older than 10 s): two
+# runs that both saw the dead owner must not remove the lock the first of
+# them has made again since.
+take_over_stale() {
+    local lock=$1 mutex="${TMPDIR:-/tmp}/cocytus-ports.takeover" owner
+    if ! mkdir "$mutex" 2>/dev/null; then
+        [ -n "$(find "$mutex" -maxdepth 0 -mmin +0.17 2>/dev/null)" ] && rmdir "$mutex" 2>/dev/null
+        return 0
+    fi
+    owner=$(cat "$lock/pid" 2>/dev/null)
+    if [ -n "$owner" ]; then
+        kill -0 "$owner" 2>/dev/null || rm -rf "$lock"
+    elif [ -n "$(find "$lock" -maxdepth 0 -mmin +1 2>/dev/null)" ]; then
+        rm -rf "$lock"      # made, but its maker died before writing its pid
+    fi
+    rmdir "$mutex" 2>/dev/null
+    return 0
+}
+
 # reserve_ports BASE COUNT: holds every bucket of 100 ports that
 # [BASE, BASE+COUNT) touches, for this shell's process ($$), until
 # release_port_blocks (or release_ports); false, holding none of them, when
@@ -22,10 +43,7 @@ reserve_ports() {
     for ((b = base / 100; b <= (base + count - 1) / 100; b++)); do
         lock="${TMPDIR:-/tmp}/cocytus-ports.$((b * 100))"
         if ! mkdir "$lock" 2>/dev/null; then
-            owner=$(cat "$lock/pid" 2>/dev/null)
-            if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
-                rm -rf "$lock"     # its run is gone
-            fi
+            take_over_stale "$lock"
             if ! mkdir "$lock" 2>/dev/null; then
                 release_ports "$ports_taken"
                 ports_taken=""

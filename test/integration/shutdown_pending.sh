@@ -21,7 +21,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/shutdown_pending.XXXXXX")
 stopped=""
 cleanup() {
     local p
-    exec 4<&- 4>&- 2>/dev/null
+    { exec 4<&- 4>&-; } 2>/dev/null
     for p in $stopped; do kill -CONT "$p" 2>/dev/null; done
     cluster_remove "$dir"
 }
