@@ -249,6 +249,10 @@ struct engine_config {
      * is down); NULL without a coordinator. */
     int (*ctl_send)(void *arg, const char *text);
     void *ctl_arg;
+    /* Tells the server (with ctl_arg) that this process now serves keys the
+     * slot map it holds does not give it: a PBR backup promoted, by the
+     * coordinator (its new map follows) or by hand.  NULL: nobody asks. */
+    void (*promoted)(void *arg);
 };
 
 /* The plain engine: an ordinary memcached cache. */

@@ -284,6 +284,8 @@ static int server_ctl_send(void *arg, const char *text)
     return s->coord ? coord_client_send(s->coord, text) : -1;
 }
 
+static void server_engine_promoted(void *arg);
+
 static struct engine *engine_for_role(struct server *s, struct event_base *base)
 {
     const struct settings *st = &s->settings;
@@ -301,6 +303,7 @@ static struct engine *engine_for_role(struct server *s, struct event_base *base)
         .index = st->index,
         .ctl_send = server_ctl_send,
         .ctl_arg = s,
+        .promoted = server_engine_promoted,
         .sq = s->sq,
     };
     if (strcmp(st->role, "plain") == 0)
@@ -385,6 +388,36 @@ static void server_drop_slotmap(struct server *s)
     s->routes = false;
 }
 
+/* Whether keys of slots this process does not serve get MOVED.
+ *
+ * A serving process that is no longer in the map (a data process whose
+ * keys another process took over while it was dead) serves no slot: every
+ * key gets MOVED to its owner, never an answer from its empty table.  So
+ * does a parity process: it may have served a dead data process's keys,
+ * and a client with an old map must be sent on.  So does a backup once the
+ * map is newer than the cluster file's (a coordinator published a change,
+ * e.g. a failover): it may be the primary an old map names, and a rejoined
+ * member must send such a client on, not refuse it.  Under the file's own
+ * map a backup keeps its refusals.
+ *
+ * Except a process promoted since it got its map (a backup the coordinator
+ * just promoted, whose new map is on its way, or one promoted by hand,
+ * docs/pbr.md): it serves until a newer map says who serves what. */
+static void server_compute_routes(struct server *s)
+{
+    const struct slotmap *m = s->slotmap;
+    const struct cluster_proc *p = server_own_proc(s);
+    if (!m || !s->cluster || !s->cluster->routing) {
+        s->routes = false;
+        return;
+    }
+    bool serving_role = p && (p->role == ROLE_DATA || p->role == ROLE_PRIMARY ||
+                              p->role == ROLE_PLAIN || p->role == ROLE_PARITY ||
+                              (p->role == ROLE_BACKUP && m->epoch > INITIAL_EPOCH));
+    bool promoted_since = s->promoted && m->epoch <= s->promoted_epoch;
+    s->routes = s->slot_self >= 0 || (serving_role && !promoted_since);
+}
+
 int server_set_slotmap(struct server *s, struct slotmap *m)
 {
     server_drop_slotmap(s);
@@ -393,22 +426,19 @@ int server_set_slotmap(struct server *s, struct slotmap *m)
     s->slotmap = m;
     const struct cluster_proc *p = server_own_proc(s);
     s->slot_self = p ? slotmap_find(m, p->host, p->port) : -1;
-    /* A serving process that is no longer in the map (a data process whose
-     * keys another process took over while it was dead) serves no slot:
-     * every key gets MOVED to its owner, never an answer from its empty
-     * table.  So does a parity process: it may have served a dead data
-     * process's keys, and a client with an old map must be sent on.  So
-     * does a backup once a coordinator has moved the map past the cluster
-     * file's (a failover): it may be the primary an old map names, and a
-     * rejoined member must send such a client on, not refuse it.  Under
-     * the file's own map a backup keeps its refusals, and a backup promoted
-     * by hand (no coordinator, docs/pbr.md) serves its reads. */
-    bool serving_role = p && (p->role == ROLE_DATA || p->role == ROLE_PRIMARY ||
-                              p->role == ROLE_PLAIN || p->role == ROLE_PARITY ||
-                              (p->role == ROLE_BACKUP && m->epoch > INITIAL_EPOCH));
-    s->routes = s->cluster && s->cluster->routing && (s->slot_self >= 0 || serving_role);
+    server_compute_routes(s);
     s->config_reply = slotmap_config_reply(m, &s->config_reply_len);
     return s->config_reply ? 0 : -1;
+}
+
+/* The engine was promoted (engine_config.promoted): it serves under the
+ * map it holds until a newer one comes. */
+static void server_engine_promoted(void *arg)
+{
+    struct server *s = arg;
+    s->promoted = true;
+    s->promoted_epoch = s->slotmap ? s->slotmap->epoch : 0;
+    server_compute_routes(s);
 }
 
 /* With a cluster file: the initial slot map over its serving processes. */

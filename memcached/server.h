@@ -91,6 +91,8 @@ struct server {
     struct slotmap *slotmap;  /* with a cluster: the slot map, else NULL */
     int slot_self;            /* own endpoint index in slotmap, -1 if none */
     bool routes;              /* keys of other processes' slots get MOVED */
+    bool promoted;            /* the engine was promoted (engine_config.promoted) */
+    uint64_t promoted_epoch;  /* ... while this map epoch was held */
     char *config_reply;       /* `config get cluster` reply of slotmap */
     size_t config_reply_len;
     char moved[SLOTMAP_MOVED_MAX]; /* text of the last MOVED */

@@ -155,10 +155,24 @@ static void pp_tick(struct engine *e, time_t now)
     in->ops->tick(in, now);
 }
 
+static void tell_promoted(const struct pbr_proc *pp)
+{
+    const struct engine_config *cfg = &pp->sh.cfg;
+    if (cfg->promoted)
+        cfg->promoted(cfg->ctl_arg);
+}
+
 static bool pp_admin(struct engine *e, int argc, char **argv, eng_write_fn write, void *ctx)
 {
-    struct engine *in = pp_of(e)->inner;
-    return in->ops->admin && in->ops->admin(in, argc, argv, write, ctx);
+    struct pbr_proc *pp = pp_of(e);
+    struct engine *in = pp->inner;
+    bool was = !pp->is_primary && pbr_backup_promoted(in);
+    bool handled = in->ops->admin && in->ops->admin(in, argc, argv, write, ctx);
+    /* `cocytus promote`: the server serves reads under its map, whoever
+     * the map names, until a newer map comes */
+    if (!pp->is_primary && !was && pbr_backup_promoted(in))
+        tell_promoted(pp);
+    return handled;
 }
 
 static size_t pp_slot_keys(struct engine *e, unsigned slot,
@@ -244,6 +258,7 @@ static void promote(struct pbr_proc *pp, const char *peer_list)
         exit(1);
     }
     pp->is_primary = true;
+    tell_promoted(pp);
     pp_log(pp, "promoted: primary after xid %" PRIu64 " (the %" PRIu64 " record(s) above xid %"
            PRIu64 " kept for the other backups), %d peer(s)", last, last - from, from, npeers);
     send_serving(pp, last);
@@ -279,6 +294,7 @@ static void admit(struct pbr_proc *pp, bool keep, uint64_t n)
         exit(1);
     }
     pp->is_primary = true;
+    tell_promoted(pp);
     pp_log(pp, "the group lost its data: serving it again as its primary, %s",
            kept ? "with the items this process holds" : "empty");
     send_serving(pp, 0);

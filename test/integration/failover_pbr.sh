@@ -15,7 +15,8 @@
 #      `cocytus meta` digests on all three;
 #   4. SIGKILL the new primary under a second load: promoted again;
 #   5. that member, restarted as a backup, answers a client holding the
-#      map that named it primary with MOVED to the primary.
+#      map that named it primary with MOVED to the primary;
+#   6. promoted by hand (`cocytus promote`), it serves reads.
 # Every acknowledged set of both loads must be found: lost 0.  Everything
 # the test started is stopped; loads are bounded in time and count.
 set -u
@@ -190,6 +191,14 @@ run_mode() {
         "SERVER_ERROR MOVED "*":$primary_port|SERVER_ERROR MOVED "*":$primary_port|")
             ok "$mode: the rejoined member $first sends an old map's get and set on: $reply" ;;
         *) fail "$mode: the rejoined member $first answered an old map with: $reply (primary port $primary_port)" ;;
+    esac
+    # 6: promoted by hand, it serves reads under the map it holds (until a
+    # newer one says otherwise), as `cocytus promote` does without a coordinator.
+    ctl "$dir" "127.0.0.1:$(member_port "$first")" 'cocytus promote' >/dev/null
+    reply=$(mc "127.0.0.1:$(member_port "$first")" 'get k1\r\n' | head -n 1)
+    case $reply in
+        "VALUE k1 "* | END) ok "$mode: promoted by hand, member $first serves reads: $reply" ;;
+        *) fail "$mode: promoted by hand, member $first answered a get with: $reply" ;;
     esac
     cluster_remove "$dir"
     dir=""
