@@ -776,6 +776,28 @@ size_t conn_marked_inflight(const struct server *s)
 
 /* ---- lifecycle ---- */
 
+/* The server's lists of connections (open, closed): doubly linked through
+ * c->prev and c->next, a connection on one of them at a time. */
+static void conn_list_push(struct conn **head, struct conn *c)
+{
+    c->prev = NULL;
+    c->next = *head;
+    if (*head)
+        (*head)->prev = c;
+    *head = c;
+}
+
+static void conn_list_remove(struct conn **head, struct conn *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        *head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
 struct conn *conn_new(struct server *s, int fd)
 {
     struct conn *c = calloc(1, sizeof(*c));
@@ -796,10 +818,7 @@ struct conn *conn_new(struct server *s, int fd)
     }
     event_add(c->ev, NULL);
     c->ev_flags = EV_READ;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    conn_list_push(&s->conns, c);
     s->stats.curr_conns++;
     s->stats.total_conns++;
     c->last_cmd = time(NULL);
@@ -811,13 +830,7 @@ struct conn *conn_new(struct server *s, int fd)
  * still refer to the connection. */
 static void conn_destroy(struct conn *c)
 {
-    struct server *s = c->srv;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->closed = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    conn_list_remove(&c->srv->closed, c);
     struct resp *r = c->head;
     while (r) {
         struct resp *next = r->next;
@@ -844,19 +857,10 @@ void conn_close(struct conn *c)
     c->ev = NULL;
     close(c->fd);
     c->fd = -1;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    conn_list_remove(&s->conns, c);
     /* held on the closed list until released, so that shutdown can free
      * what an engine never completed (conn_free_closed) */
-    c->prev = NULL;
-    c->next = s->closed;
-    if (s->closed)
-        s->closed->prev = c;
-    s->closed = c;
+    conn_list_push(&s->closed, c);
     s->stats.curr_conns--;
     if (s->settings.verbose > 1)
         fprintf(stderr, "connection closed\n");
