@@ -32,7 +32,9 @@
  * Each command about a member waits a second before it is repeated.
  *
  * A group whose primary died with no complete backup alive has lost its
- * data (PG_LOST).  Once a member is alive again it serves the group again:
+ * data (PG_LOST).  Once its primary is alive again, or another member is
+ * and the primary stayed away for ADMIT_PRIMARY_WAIT_MS, it serves the
+ * group again:
  *   pbr admit <g> <keep> <n>  -> pbrok serving <g> <k> <xid>
  *       the group's last primary keeps its store (keep 1: empty if it
  *       restarted, the newest state if it was only cut off, since nobody
@@ -54,6 +56,7 @@
 #define PBR_MEMBERS_MAX 33
 #define STEP_RESEND_MS 1000
 #define COMMAND_GRACE_MS 1000
+#define ADMIT_PRIMARY_WAIT_MS 5000      /* a lost group waits this long for its primary */
 
 enum pg_phase { PG_SERVING, PG_FENCING, PG_PROMOTING, PG_LOST, PG_ADMITTING };
 
@@ -183,11 +186,18 @@ static bool pg_lost(const struct pgroup *pg)
     return pg->phase == PG_LOST || pg->phase == PG_ADMITTING;
 }
 
-/* Its primary if alive, else its lowest live member; -1 if none. */
+/* Its primary if alive; else, once ADMIT_PRIMARY_WAIT_MS have passed since
+ * the primary's death was seen, its lowest live member; -1 if none (yet).
+ * The primary alone may hold the group's newest state (a process only cut
+ * off or stopped, not restarted), which any other member would drop when it
+ * rejoins; a restarted primary is back within a second under cocytus-node,
+ * so the wait costs time only when it stays away. */
 static int admission_member(struct coord *co, const struct pgroup *pg)
 {
     if (alive(member_k(co, pg->g, pg->primary)))
         return pg->primary;
+    if (coord_now_ms() - pg->dead_at_ms < ADMIT_PRIMARY_WAIT_MS)
+        return -1;
     for (int k = 0; k <= co->pbr->m; k++)
         if (alive(member_k(co, pg->g, k)))
             return k;
@@ -202,7 +212,8 @@ static void admit_step(struct coord *co, struct pgroup *pg)
     if (pg->phase == PG_LOST || k != pg->best) {
         fprintf(stderr, "coordinator: group %d lost its data and member %d is alive: it serves "
                 "the group again (%s)\n", pg->g, k,
-                k == pg->primary ? "as the primary, with what it holds" : "empty");
+                k == pg->primary ? "as the primary, with what it holds"
+                                 : "empty: its primary stayed away");
         pg->admit_number = (uint64_t)wall_ms() * 64u + (uint64_t)k;   /* new try, new number */
     }
     pg->phase = PG_ADMITTING;

@@ -32,6 +32,9 @@
 #
 #   3. A PBR(1) group whose primary and backup are killed together: it
 #      serves again (empty) once a member is back, its backup rebuilt.
+#   3b. Cut off, not dead: both stopped together (LOST), the backup resumed
+#      first, the primary 1.5 s later: the group waits for its primary and
+#      keeps every key.
 #
 # After 1, 1b, 1c and 2: wait-healthy, every key a hit with its value or a miss (never
 # a wrong value, never an error), new writes and reads through the proxy,
@@ -268,5 +271,37 @@ else
     fail "new keys through the proxy after the PBR group came back"
 fi
 grep -m1 "serves again, member" "$dir/coordinator.log"
+
+# 3b: cut off, not dead.  Both members stopped together (LOST); the one that
+# is not the group's primary resumes first, the primary 1.5 s later.  The
+# group waits for its primary, the only holder of its newest state, and
+# serves again with every key (before, the first member back was admitted
+# empty and the primary's keys were dropped when it rejoined).
+$keys fill "$proxy" r 300 >/dev/null || fail "fill r"
+member=$(grep "serves again, member" "$dir/coordinator.log" | tail -n 1 |
+    sed -n 's/.*serves again, member \([0-9]*\) .*/\1/p')
+# pbr:1: member 1 is `primary 0` of the cluster file, member 0 is `backup 0`
+if [ "$member" = 1 ]; then
+    prim_pid=$(pid_of primary 0) other_pid=$(pid_of backup 0)
+else
+    prim_pid=$(pid_of backup 0) other_pid=$(pid_of primary 0)
+fi
+kill -STOP "$prim_pid" "$other_pid" && stopped="$prim_pid $other_pid"
+if wait_for 100 lost_logged 2; then
+    ok "primary (member $member) and backup stopped together: LOST"
+else
+    fail "the stopped PBR group was not reported LOST"
+fi
+kill -CONT "$other_pid"
+sleep 1.5
+kill -CONT "$prim_pid"
+stopped=""
+back_to_full "the cut-off PBR group serves again with its backup rebuilt"
+if $keys check "$proxy" r 300 | grep -qx "all hits 300 misses 0"; then
+    ok "its primary, resumed 1.5 s after the other member, kept all 300 keys"
+else
+    fail "the cut-off PBR group's keys: $($keys check "$proxy" r 300)"
+    grep "group 0 lost its data\|serves again" "$dir/coordinator.log" | tail -n 3
+fi
 logs_printable "$dir"
 finish
