@@ -526,6 +526,7 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
             m->last_heard_ms = coord_forgive_ms(m->last_heard_ms, late, now);
     }
     coord_recovery_forgive(co, late, now);
+    coord_pbr_forgive(co, late, now);
 }
 
 /* Every CHECK_EVERY_MS: who has gone quiet. */

@@ -149,6 +149,9 @@ void coord_pbr_on_answer(struct coord *co, struct member *m, const char *text, s
 void coord_pbr_on_progress(struct coord *co, struct member *m, const char *text, size_t len);
 /* Every CHECK_EVERY_MS: resend failover steps, reconcile members. */
 void coord_pbr_check(struct coord *co);
+/* The coordinator did not run for `late` ms: a lost group's wait for its
+ * primary is counted from later. */
+void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now);
 /* "cocytus groups" for a PBR cluster: one line per group. */
 void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx);
 /* A live member that is not (yet) a complete backup of its group. */

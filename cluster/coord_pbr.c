@@ -384,6 +384,8 @@ void coord_pbr_on_dead(struct coord *co, struct member *m)
         drop_participant(co, pg, k);
         return;
     }
+    if (pg_lost(pg) && k == pg->primary)
+        pg->dead_at_ms = coord_now_ms();   /* back and gone again: wait for it again */
     if (pg->phase == PG_ADMITTING && k == pg->best) {
         pg->phase = PG_LOST;   /* another live member, if any, at the next check */
         return;
@@ -548,6 +550,16 @@ static void reconcile_member(struct coord *co, struct pgroup *pg, int k, uint64_
         return;
     }
     pm->cmd_at_ms = now;
+}
+
+void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now)
+{
+    if (!co->pbr)
+        return;
+    /* a lost group's wait for its primary did not run while we did not */
+    for (int g = 0; g < co->pbr->n; g++)
+        if (pg_lost(&co->pbr->g[g]))
+            co->pbr->g[g].dead_at_ms = coord_forgive_ms(co->pbr->g[g].dead_at_ms, late, now);
 }
 
 void coord_pbr_check(struct coord *co)

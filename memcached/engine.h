@@ -249,10 +249,11 @@ struct engine_config {
      * is down); NULL without a coordinator. */
     int (*ctl_send)(void *arg, const char *text);
     void *ctl_arg;
-    /* Tells the server (with ctl_arg) that this process now serves keys the
-     * slot map it holds does not give it: a PBR backup promoted, by the
-     * coordinator (its new map follows) or by hand.  NULL: nobody asks. */
-    void (*promoted)(void *arg);
+    /* Tells the server (with ctl_arg) that this process now serves its
+     * group's keys though the slot map it holds names another member: a PBR
+     * backup promoted, by the coordinator (its new map follows) or by hand
+     * (yes); or that it no longer does (no: it rejoined as a backup). */
+    void (*promoted)(void *arg, bool yes);
 };
 
 /* The plain engine: an ordinary memcached cache. */

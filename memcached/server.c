@@ -284,7 +284,7 @@ static int server_ctl_send(void *arg, const char *text)
     return s->coord ? coord_client_send(s->coord, text) : -1;
 }
 
-static void server_engine_promoted(void *arg);
+static void server_engine_promoted(void *arg, bool yes);
 
 static struct engine *engine_for_role(struct server *s, struct event_base *base)
 {
@@ -385,6 +385,7 @@ static void server_drop_slotmap(struct server *s)
     s->config_reply = NULL;
     s->config_reply_len = 0;
     s->slot_self = -1;
+    s->promoted_owner = -1;
     s->routes = false;
 }
 
@@ -398,11 +399,8 @@ static void server_drop_slotmap(struct server *s)
  * map is newer than the cluster file's (a coordinator published a change,
  * e.g. a failover): it may be the primary an old map names, and a rejoined
  * member must send such a client on, not refuse it.  Under the file's own
- * map a backup keeps its refusals.
- *
- * Except a process promoted since it got its map (a backup the coordinator
- * just promoted, whose new map is on its way, or one promoted by hand,
- * docs/pbr.md): it serves until a newer map says who serves what. */
+ * map a backup keeps its refusals (and serves every key once promoted by
+ * hand, docs/pbr.md). */
 static void server_compute_routes(struct server *s)
 {
     const struct slotmap *m = s->slotmap;
@@ -414,8 +412,44 @@ static void server_compute_routes(struct server *s)
     bool serving_role = p && (p->role == ROLE_DATA || p->role == ROLE_PRIMARY ||
                               p->role == ROLE_PLAIN || p->role == ROLE_PARITY ||
                               (p->role == ROLE_BACKUP && m->epoch > INITIAL_EPOCH));
-    bool promoted_since = s->promoted && m->epoch <= s->promoted_epoch;
-    s->routes = s->slot_self >= 0 || (serving_role && !promoted_since);
+    s->routes = s->slot_self >= 0 || serving_role;
+}
+
+/* The member of our group the map m names (its endpoint index in *at), or
+ * NULL: every process of the group but this one, looked up by address. */
+static const struct cluster_proc *group_endpoint(const struct server *s,
+                                                 const struct slotmap *m, int *at)
+{
+    const struct cluster_proc *self = server_own_proc(s);
+    for (int i = 0; self && i < s->cluster->nprocs; i++) {
+        const struct cluster_proc *p = &s->cluster->procs[i];
+        if (p == self || p->group != self->group)
+            continue;
+        int e = slotmap_find(m, p->host, p->port);
+        if (e >= 0) {
+            *at = e;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* A promoted process keeps serving the slots of the member it replaced
+ * while the map it holds still names that member (its own new map is on
+ * its way, or another group's change came first); a map that names itself
+ * or another member for the group ends it. */
+static void server_follow_promotion(struct server *s)
+{
+    s->promoted_owner = -1;
+    if (!s->promoted_for || !s->slotmap)
+        return;
+    int at = -1;
+    const struct cluster_proc *named = group_endpoint(s, s->slotmap, &at);
+    if (s->slot_self >= 0 || named != s->promoted_for) {
+        s->promoted_for = NULL;
+        return;
+    }
+    s->promoted_owner = at;
 }
 
 int server_set_slotmap(struct server *s, struct slotmap *m)
@@ -427,18 +461,18 @@ int server_set_slotmap(struct server *s, struct slotmap *m)
     const struct cluster_proc *p = server_own_proc(s);
     s->slot_self = p ? slotmap_find(m, p->host, p->port) : -1;
     server_compute_routes(s);
+    server_follow_promotion(s);
     s->config_reply = slotmap_config_reply(m, &s->config_reply_len);
     return s->config_reply ? 0 : -1;
 }
 
-/* The engine was promoted (engine_config.promoted): it serves under the
- * map it holds until a newer one comes. */
-static void server_engine_promoted(void *arg)
+/* The engine was promoted, or no longer is (engine_config.promoted). */
+static void server_engine_promoted(void *arg, bool yes)
 {
     struct server *s = arg;
-    s->promoted = true;
-    s->promoted_epoch = s->slotmap ? s->slotmap->epoch : 0;
-    server_compute_routes(s);
+    int at = -1;
+    s->promoted_for = yes && s->slotmap && s->cluster ? group_endpoint(s, s->slotmap, &at) : NULL;
+    server_follow_promotion(s);
 }
 
 /* With a cluster file: the initial slot map over its serving processes. */
@@ -473,6 +507,7 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     clock_init(&s->clock, s->started);
     s->accepting = true;
     s->slot_self = -1;
+    s->promoted_owner = -1;
     signal(SIGPIPE, SIG_IGN);
     s->sq = sendq_new(!settings->no_uring);
     if (s->sq == NULL)

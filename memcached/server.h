@@ -91,8 +91,12 @@ struct server {
     struct slotmap *slotmap;  /* with a cluster: the slot map, else NULL */
     int slot_self;            /* own endpoint index in slotmap, -1 if none */
     bool routes;              /* keys of other processes' slots get MOVED */
-    bool promoted;            /* the engine was promoted (engine_config.promoted) */
-    uint64_t promoted_epoch;  /* ... while this map epoch was held */
+    /* Promoted (engine_config.promoted) while the map named another member
+     * of our group: that member's process, and its endpoint index in the
+     * map held now (-1 if none): its slots are served here until a map
+     * names someone else for the group.  NULL: not promoted. */
+    const struct cluster_proc *promoted_for;
+    int promoted_owner;
     char *config_reply;       /* `config get cluster` reply of slotmap */
     size_t config_reply_len;
     char moved[SLOTMAP_MOVED_MAX]; /* text of the last MOVED */
@@ -167,7 +171,8 @@ static inline const char *server_moved(struct server *s, const char *key, size_t
     if (!s->routes)
         return NULL;
     unsigned slot = slotmap_slot(key, nkey);
-    if (s->slotmap->slot[slot] == s->slot_self)
+    int owner = s->slotmap->slot[slot];
+    if (owner == s->slot_self || owner == s->promoted_owner)
         return NULL;
     slotmap_moved_text(s->slotmap, slot, s->moved, sizeof(s->moved));
     return s->moved;

@@ -155,23 +155,24 @@ static void pp_tick(struct engine *e, time_t now)
     in->ops->tick(in, now);
 }
 
-static void tell_promoted(const struct pbr_proc *pp)
+/* The server serves the group's slots though its map names another member
+ * (yes), until a map names this one or another; or no longer (rejoined). */
+static void tell_promoted(const struct pbr_proc *pp, bool yes)
 {
     const struct engine_config *cfg = &pp->sh.cfg;
     if (cfg->promoted)
-        cfg->promoted(cfg->ctl_arg);
+        cfg->promoted(cfg->ctl_arg, yes);
 }
 
 static bool pp_admin(struct engine *e, int argc, char **argv, eng_write_fn write, void *ctx)
 {
     struct pbr_proc *pp = pp_of(e);
     struct engine *in = pp->inner;
-    bool was = !pp->is_primary && pbr_backup_promoted(in);
     bool handled = in->ops->admin && in->ops->admin(in, argc, argv, write, ctx);
-    /* `cocytus promote`: the server serves reads under its map, whoever
-     * the map names, until a newer map comes */
-    if (!pp->is_primary && !was && pbr_backup_promoted(in))
-        tell_promoted(pp);
+    /* `cocytus promote` (each time: a newer map may have ended the last one) */
+    if (handled && !pp->is_primary && argc >= 1 && strcmp(argv[0], "promote") == 0 &&
+        pbr_backup_promoted(in))
+        tell_promoted(pp, true);
     return handled;
 }
 
@@ -258,7 +259,7 @@ static void promote(struct pbr_proc *pp, const char *peer_list)
         exit(1);
     }
     pp->is_primary = true;
-    tell_promoted(pp);
+    tell_promoted(pp, true);
     pp_log(pp, "promoted: primary after xid %" PRIu64 " (the %" PRIu64 " record(s) above xid %"
            PRIu64 " kept for the other backups), %d peer(s)", last, last - from, from, npeers);
     send_serving(pp, last);
@@ -294,7 +295,7 @@ static void admit(struct pbr_proc *pp, bool keep, uint64_t n)
         exit(1);
     }
     pp->is_primary = true;
-    tell_promoted(pp);
+    tell_promoted(pp, true);
     pp_log(pp, "the group lost its data: serving it again as its primary, %s",
            kept ? "with the items this process holds" : "empty");
     send_serving(pp, 0);
@@ -316,6 +317,7 @@ static void rejoin(struct pbr_proc *pp, int leader)
         exit(1);
     }
     pp->is_primary = false;
+    tell_promoted(pp, false);
     pp_log(pp, "rejoins as an empty backup of member %d, to be rebuilt", leader);
 }
 
