@@ -201,6 +201,7 @@ struct px_op {
     /* the outcome, for requests of several ops (multi-get, flush) */
     uint16_t status;
     struct evbuffer *frag;
+    uint64_t *stat_values;          /* a STAT op: what its server said (px_stats.c) */
     size_t nwire;
     char wire[];                    /* header, extras, key, value */
 };
@@ -388,6 +389,9 @@ struct px_totals {
     unsigned asked, answered;       /* servers sent a STAT, and those that answered it */
     uint64_t newest_epoch;          /* the newest map a server answered with */
 };
+/* Whether a `stats` of this group (text argument or binary key) asks the
+ * servers for their totals: the general one, once the worker has a map. */
+bool px_stats_wants_totals(const struct px_worker *w, const char *arg, size_t n);
 /* One STAT op per map endpoint on rq.  False if one could not be made. */
 bool px_stats_fan_out(struct px_req *rq);
 /* A statistic of a STAT op's reply (one packet of several), kept if summed. */

@@ -135,7 +135,8 @@ static void local_stat(struct px_req *rq, const struct bin_request *b)
 /* A general STAT (no key), which waits for the servers' totals. */
 static bool wants_totals(const struct px_client *c, const struct bin_request *b)
 {
-    return loud_opcode(b->hdr.opcode) == BIN_OP_STAT && b->nkey == 0 && c->w->map->n > 0;
+    return loud_opcode(b->hdr.opcode) == BIN_OP_STAT &&
+           px_stats_wants_totals(c->w, b->key, b->nkey);
 }
 
 static void local_request(struct px_req *rq, const struct bin_request *b)

@@ -228,6 +228,7 @@ void px_op_free(struct px_op *op)
 {
     if (op->frag)
         evbuffer_free(op->frag);
+    free(op->stat_values);
     free(op);
 }
 

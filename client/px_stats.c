@@ -169,6 +169,11 @@ static int total_index(const char *name, size_t n)
     return -1;
 }
 
+bool px_stats_wants_totals(const struct px_worker *w, const char *arg, size_t n)
+{
+    return w->map->n > 0 && px_stats_group_of(arg, n) == PX_STATS_GENERAL;
+}
+
 bool px_stats_fan_out(struct px_req *rq)
 {
     struct px_worker *w = rq->c->w;
@@ -193,29 +198,37 @@ bool px_stats_fan_out(struct px_req *rq)
     return true;
 }
 
-/* Kept as "<index> <value>" lines in op->frag; a value that is not a
- * number is not kept. */
+/* op->stat_values: the PX_TOTALS summed figures, then the server's map
+ * epoch (kept as the newest, not summed). */
+#define STAT_EPOCH PX_TOTALS
+
+/* Kept in op->stat_values; a value that is not a number is not kept. */
 void px_stats_collect(struct px_op *op, const char *name, size_t nname, const char *value,
                       size_t nvalue)
 {
     static const char epoch_name[] = "cluster_epoch";
     int i = total_index(name, nname);
     if (i < 0 && nname == sizeof(epoch_name) - 1 && memcmp(name, epoch_name, nname) == 0)
-        i = PX_TOTALS;          /* not summed: the newest is kept */
+        i = STAT_EPOCH;
     if (i < 0 || nvalue == 0 || nvalue > 20)
         return;
-    for (size_t k = 0; k < nvalue; k++)
-        if (value[k] < '0' || value[k] > '9')
+    uint64_t v = 0;
+    for (size_t k = 0; k < nvalue; k++) {
+        uint64_t d = (uint64_t)(value[k] - '0');
+        if (value[k] < '0' || value[k] > '9' || v > (UINT64_MAX - d) / 10)
             return;
-    if (op->frag == NULL && (op->frag = evbuffer_new()) == NULL)
+        v = v * 10 + d;
+    }
+    if (op->stat_values == NULL &&
+        (op->stat_values = calloc(STAT_EPOCH + 1, sizeof(*op->stat_values))) == NULL)
         return;
-    evbuffer_add_printf(op->frag, "%d %.*s\n", i, (int)nvalue, value);
+    op->stat_values[i] = v;
 }
 
 void px_stats_forget(struct px_op *op)
 {
-    if (op->frag != NULL)
-        evbuffer_drain(op->frag, evbuffer_get_length(op->frag));
+    if (op->stat_values != NULL)
+        memset(op->stat_values, 0, (STAT_EPOCH + 1) * sizeof(*op->stat_values));
 }
 
 void px_stats_unlist(struct px_worker *w, struct px_req *rq)
@@ -281,24 +294,12 @@ void px_stats_totals(struct px_worker *w, const struct px_req *rq, struct px_tot
         if (op == NULL || op->status != BIN_STATUS_OK || op->state != OP_DONE)
             continue;
         t->answered++;
-        if (op->frag == NULL)
+        if (op->stat_values == NULL)
             continue;
-        size_t n = evbuffer_get_length(op->frag);
-        char *text = (char *)evbuffer_pullup(op->frag, (ev_ssize_t)n);
-        for (size_t at = 0; text != NULL && at < n;) {
-            char *end = memchr(text + at, '\n', n - at);
-            if (end == NULL)
-                break;
-            *end = '\0';
-            int i = -1;
-            unsigned long long v = 0;
-            if (sscanf(text + at, "%d %llu", &i, &v) == 2 && i >= 0 && i < PX_TOTALS)
-                t->v[i] += v;
-            else if (i == PX_TOTALS && v > t->newest_epoch)
-                t->newest_epoch = v;
-            *end = '\n';
-            at = (size_t)(end - text) + 1;
-        }
+        for (int i = 0; i < PX_TOTALS; i++)
+            t->v[i] += op->stat_values[i];
+        if (op->stat_values[STAT_EPOCH] > t->newest_epoch)
+            t->newest_epoch = op->stat_values[STAT_EPOCH];
     }
     /* A server holds a newer map: these sums followed the old one (a
      * process that served a slot may serve none now).  The next `stats`

@@ -200,8 +200,7 @@ static void local_stats(struct px_req *rq, const struct text_req *t)
 /* A general `stats`, which waits for the servers' totals (px_stats.c). */
 static bool wants_totals(const struct px_client *c, const struct text_req *t)
 {
-    return t->cmd == TC_STATS && c->w->map->n > 0 &&
-           px_stats_group_of(t->arg, t->arg != NULL ? t->narg : 0) == PX_STATS_GENERAL;
+    return t->cmd == TC_STATS && px_stats_wants_totals(c->w, t->arg, t->arg != NULL ? t->narg : 0);
 }
 
 /* Answers a request the proxy serves itself. */
