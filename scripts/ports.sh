@@ -38,7 +38,7 @@ take_over_stale() {
 # a live run holds one.  The held lock directories are added to ports_locks
 # and listed in ports_taken.
 reserve_ports() {
-    local base=$1 count=$2 b lock owner
+    local base=$1 count=$2 b lock
     ports_taken=""
     for ((b = base / 100; b <= (base + count - 1) / 100; b++)); do
         lock="${TMPDIR:-/tmp}/cocytus-ports.$((b * 100))"

@@ -11,7 +11,7 @@
 #   failures        0; fail counts, finish reports
 # and defines small functions: checks (fail, ok, finish), binaries
 # (need_built), clean-up (on_exit), ports (port_is_open, port_busy,
-# port_free, pick_port, pick_base_port, take_base_port, wait_port, wait_for), processes
+# port_free, ports_free, pick_port, pick_base_port, take_base_port, wait_port, wait_for), processes
 # (stop_pid, start_server, start_proxy), clusters (cluster_up, key_owners,
 # cluster_remove, cluster_check_ok), a one-request memcached text client (mc) and
 # an authenticated control command (ctl).
@@ -112,16 +112,21 @@ pick_port() {
 # ports from it look free.  Tests use different ranges to meet less when
 # make check runs them in parallel.
 pick_base_port() {
-    local count=$1 low=${2:-22000} high=${3:-32000} base p busy
+    local count=$1 low=${2:-22000} high=${3:-32000} base
     for _ in $(seq 50); do
         base=$((low + 2 * (RANDOM % ((high - low) / 2))))
-        busy=0
-        for ((p = base; p < base + count; p++)); do
-            port_free "$p" || { busy=1; break; }
-        done
-        [ "$busy" -eq 0 ] && { echo "$base"; return 0; }
+        ports_free "$base" "$count" && { echo "$base"; return 0; }
     done
     return 1
+}
+
+# ports_free BASE COUNT: the COUNT ports from BASE all look free.
+ports_free() {
+    local p
+    for ((p = $1; p < $1 + $2; p++)); do
+        port_free "$p" || return 1
+    done
+    return 0
 }
 
 # take_base_port COUNT LOW HIGH: sets base_port as pick_base_port chooses
@@ -129,15 +134,11 @@ pick_base_port() {
 # that no concurrent test or drill takes them, even after one of ours is
 # freed by a kill; ports_taken lists the locks, for release_ports.
 take_base_port() {
-    local count=$1 low=$2 high=$3 p busy
+    local count=$1 low=$2 high=$3
     for _ in $(seq 50); do
         base_port=$((low + 2 * (RANDOM % ((high - low) / 2))))
         reserve_ports "$base_port" "$count" || continue
-        busy=0
-        for ((p = base_port; p < base_port + count; p++)); do
-            port_free "$p" || { busy=1; break; }
-        done
-        [ "$busy" -eq 0 ] && return 0
+        ports_free "$base_port" "$count" && return 0
         release_ports "$ports_taken"
     done
     return 1
