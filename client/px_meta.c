@@ -110,6 +110,7 @@ struct px_mconn {
     bool connected;
     int64_t connect_started_ms;
     bool broken;                    /* a send failed: the read event ends it */
+    bool auth_pending;              /* --server-auth: our set's STORED still to come */
     struct event *rev, *wev;
     struct evbuffer *out;
     struct px_rbuf in;
@@ -289,6 +290,17 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a)
         event_add(m->wev, NULL) < 0) {
         mconn_free(m);
         return NULL;
+    }
+    /* Servers with -Y take a text connection's commands only after the
+     * authentication set (memcached's ASCII form): it goes first. */
+    if (w->px->has_server_auth) {
+        char req[600];
+        size_t n = px_auth_ascii_request(w->px, req, sizeof(req));
+        if (n == 0 || evbuffer_add(m->out, req, n) < 0) {
+            mconn_free(m);
+            return NULL;
+        }
+        m->auth_pending = true;
     }
     m->next = w->meta->conns;
     w->meta->conns = m;
@@ -479,6 +491,32 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     mop_finish(mop, p, n);
 }
 
+/* The answer to our authentication set, first on the connection: true
+ * once it is consumed (STORED), false while it is incomplete or when it
+ * was a refusal (the connection is then closed and its requests fail:
+ * sending them again would be refused again). */
+static bool mconn_auth_reply(struct px_mconn *m)
+{
+    const char *p = m->in.data + m->in.off;
+    const char *nl = memchr(p, '\n', m->in.len);
+    if (nl == NULL)
+        return false;
+    if (nl - p != 7 || memcmp(p, "STORED\r", 7) != 0) {
+        char shown[81];
+        size_t n = 0;
+        for (const char *q = p; q < nl && *q != '\r' && n + 1 < sizeof(shown); q++)
+            shown[n++] = (*q >= ' ' && *q < 127) ? *q : '?';
+        shown[n] = '\0';
+        fprintf(stderr, "cocytus-proxy: %s refused the proxy's credentials on a meta "
+                "connection (%s)\n", m->name, shown);
+        mconn_lost(m, "credentials refused by", false);
+        return false;
+    }
+    px_rbuf_consume(&m->in, (size_t)(nl - p) + 1);
+    m->auth_pending = false;
+    return true;
+}
+
 static void mconn_read(struct px_mconn *m)
 {
     ssize_t got = px_rbuf_read(&m->in, m->fd);
@@ -486,6 +524,8 @@ static void mconn_read(struct px_mconn *m)
         mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
         return;
     }
+    if (m->auth_pending && !mconn_auth_reply(m))
+        return;
     for (;;) {
         size_t body = 0;
         size_t end = m->head ? reply_end(m->in.data + m->in.off, m->in.len, &body) : 0;

@@ -12,7 +12,8 @@
 #     auth_cmds and auth_errors.
 #  2. A cocytus-server with -Y behind a proxy: with --server-auth naming a
 #     pair the server knows, sets and gets go through (the proxy's map
-#     fetch authenticates in ASCII, its backend connection with SASL PLAIN);
+#     fetch and its meta commands' text connections authenticate in ASCII,
+#     its backend connections with SASL PLAIN; ms, mg and md go through);
 #     with a wrong pair the proxy does not start serving (it cannot read
 #     the map) and says why.
 # Runs on free loopback ports; everything started is stopped by the trap.
@@ -124,6 +125,11 @@ elif what == "through":
         text(s, f, b"set key%d 0 0 5\r\nval%02d\r\n" % (i, i))
     got = [text(s, f, b"get key%d\r\n" % i, 3)[1] for i in range(20)]
     check("20 values through the proxy", got, [b"val%02d" % i for i in range(20)])
+    # meta commands travel on the proxy's text connections, which must
+    # authenticate too (they timed out against a -Y server before)
+    check("ms through the proxy", text(s, f, b"ms mkey 3\r\nabc\r\n"), [b"HD"])
+    check("mg through the proxy", text(s, f, b"mg key3 v\r\n", 2), [b"VA 5", b"val03"])
+    check("md through the proxy", text(s, f, b"md mkey\r\n"), [b"HD"])
 sys.exit(1 if failed else 0)
 EOF
 
