@@ -508,6 +508,10 @@ void px_meta_kick(struct px_worker *w);
 /* rq (a refused too-large set or ms) also deletes key on its server,
  * silently: memcached drops the old value. */
 void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey);
+/* `lru_crawler metadump <what>` to every server of the worker's map, on
+ * rq (text_cmd TC_LRU_CRAWLER; what already checked): each server's key
+ * lines land in its op's frag.  False out of memory (rq->err unset). */
+bool px_meta_dump(struct px_client *c, struct px_req *rq, const char *what, size_t nwhat);
 
 /* ---- protocols (px_text.c, px_bin.c) ---- */
 /* Parse and start one request from c's input.  Returns bytes consumed,

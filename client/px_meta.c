@@ -51,7 +51,20 @@
  *
  * The client side of a request is an ordinary px_req with one px_op (kept
  * in flight, so a client that goes away only detaches it, px_client.c);
- * the op's wire bytes are unused. */
+ * the op's wire bytes are unused.
+ *
+ * `lru_crawler metadump` (memcached-tool's keys and dump) rides the same
+ * machinery: the proxy stores nothing, so the request goes to every
+ * server of its map, one px_op and mop each, pinned to that server
+ * (pinned: a lost connection sends it again to the same one), on a text
+ * connection of its own per server (dumps): a server refuses a metadump
+ * behind replies it has not written yet, which meta commands sharing the
+ * connection would leave.  Each server's key lines, without its END, are
+ * kept in its op's frag and joined in map order behind one END
+ * (px_text_finish).  A server that fails or refuses adds no lines (the
+ * error is counted): memcached-tool reads until END and must get one.
+ * For ordering it counts as a meta command: a client's set before a
+ * metadump is in the dump. */
 #include "config.h"
 
 #include <errno.h>
@@ -67,6 +80,7 @@
 
 #define PX_META_MOVES 3
 #define PX_TEXT_META (-2)           /* px_req.text_cmd of a meta command */
+#define PX_DUMP_BUSY_MS 5           /* a dump refused behind another one waits */
 #define SENTINEL "mn\r\n"
 #define SENTINEL_REPLY "MN"
 
@@ -92,6 +106,7 @@ struct px_mop {
     bool held;                      /* waited behind an earlier one (counted once) */
     bool parked;                    /* in the retry list only for the order rule */
     bool has_to;                    /* a MOVED named where it goes next: to */
+    bool pinned;                    /* a metadump's: always to `to` */
     struct lc_addr to;
     struct mop_counting counting;   /* what its reply counts (count_reply) */
     int64_t sent_ms;                /* queued on its current connection */
@@ -111,6 +126,9 @@ struct px_mconn {
     int64_t connect_started_ms;
     bool broken;                    /* a send failed: the read event ends it */
     bool auth_pending;              /* --server-auth: our set's STORED still to come */
+    bool dumps;                     /* carries metadumps only */
+    size_t scanned;                 /* in: bytes looked through for the MN line */
+    int64_t last_rx_ms;             /* bytes last arrived (a long reply is progress) */
     struct event *rev, *wev;
     struct evbuffer *out;
     struct px_rbuf in;
@@ -150,6 +168,29 @@ void px_meta_kick(struct px_worker *w)
         event_active(w->meta->kick, EV_TIMEOUT, 0);
 }
 
+/* A server's metadump reply: its key lines are kept for the client's
+ * reply, without the END; anything else (ERROR from a process that serves
+ * no keys, the proxy's SERVER_ERROR for a lost server) adds nothing. */
+static void dump_keep(struct px_worker *w, struct px_op *op, const char *reply, size_t n)
+{
+    static const char end[] = "END\r\n";
+    size_t nend = sizeof(end) - 1;
+    if (n < nend || memcmp(reply + n - nend, end, nend) != 0 ||
+        (n > nend && reply[n - nend - 1] != '\n')) {
+        px_count(&w->st.errors, 1);
+        if (w->px->opt.verbose > 0)
+            fprintf(stderr, "cocytus-proxy: metadump: server %d of the map answered %.*s\n",
+                    op->fanout, (int)(n > 100 ? 100 : n), reply ? reply : "");
+        return;
+    }
+    if (n == nend)
+        return;
+    if (op->frag == NULL)
+        op->frag = evbuffer_new();
+    if (op->frag == NULL || evbuffer_add(op->frag, reply, n - nend) < 0)
+        px_count(&w->st.errors, 1);
+}
+
 /* The server's reply (or the proxy's error line) goes to the client. */
 static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
 {
@@ -165,7 +206,10 @@ static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
     }
     struct px_req *rq = op->req;
     op->state = OP_DONE;
-    local_reply(rq, reply, n);
+    if (rq->text_cmd == TC_LRU_CRAWLER)
+        dump_keep(w, op, reply, n);
+    else
+        local_reply(rq, reply, n);
     px_req_finish(rq);
 }
 
@@ -269,13 +313,14 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
 
 static void on_mconn_event(evutil_socket_t fd, short what, void *arg);
 
-static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a)
+static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a, bool dumps)
 {
     struct px_mconn *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return NULL;
     m->w = w;
     m->addr = *a;
+    m->dumps = dumps;
     lc_addr_format(a, m->name, sizeof(m->name));
     m->fd = px_connect_start(w, a);
     m->connect_started_ms = px_now_ms();
@@ -307,21 +352,24 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a)
     return m;
 }
 
-static struct px_mconn *mconn_get(struct px_worker *w, const struct lc_addr *a)
+static struct px_mconn *mconn_get(struct px_worker *w, const struct lc_addr *a, bool dumps)
 {
     for (struct px_mconn *m = w->meta->conns; m; m = m->next)
-        if (lc_addr_equal(&m->addr, a))
+        if (m->dumps == dumps && lc_addr_equal(&m->addr, a))
             return m;
-    return mconn_open(w, a);
+    return mconn_open(w, a, dumps);
 }
 
 /* Bytes of the reply at the front of p[0..n) through the sentinel's MN
  * line (a VA line's data block skipped whole); 0 if not all there.
- * *body is set to the length before the MN line. */
-static size_t reply_end(const char *p, size_t n, size_t *body)
+ * *body is set to the length before the MN line.  *scanned is where the
+ * look resumes: the whole lines (and data blocks) already passed, so a
+ * long reply arriving in pieces (a metadump) is looked through once. */
+static size_t reply_end(const char *p, size_t n, size_t *body, size_t *scanned)
 {
-    size_t pos = 0;
+    size_t pos = *scanned;
     for (;;) {
+        *scanned = pos;
         const char *eol = memchr(p + pos, '\n', n - pos);
         if (eol == NULL)
             return 0;
@@ -329,6 +377,7 @@ static size_t reply_end(const char *p, size_t n, size_t *body)
         size_t nline = next - pos;
         if (nline == 4 && memcmp(p + pos, SENTINEL_REPLY "\r\n", 4) == 0) {
             *body = pos;
+            *scanned = 0;
             return next;
         }
         if (nline > 3 && memcmp(p + pos, "VA ", 3) == 0) {
@@ -460,6 +509,13 @@ static void count_reply(struct px_worker *w, const struct mop_counting *k, const
     }
 }
 
+/* The server's refusal of a metadump behind replies not yet written. */
+static bool dump_busy(const char *p, size_t n)
+{
+    static const char busy[] = "ERROR cannot pipeline";
+    return n >= sizeof(busy) - 1 && memcmp(p, busy, sizeof(busy) - 1) == 0;
+}
+
 /* The reply of the oldest request on m: MOVED is followed, anything else
  * goes to the client. */
 static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
@@ -470,6 +526,12 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
         m->tail = NULL;
     mop->next = NULL;
     mop->conn = NULL;
+    if (mop->pinned && mop->op->req != NULL && dump_busy(p, n) &&
+        px_now_ms() < mop->op->deadline_ms) {
+        /* another dump of this worker was ahead of it in the server's read */
+        wait_push(m->w->meta, mop, px_now_ms() + PX_DUMP_BUSY_MS, false);
+        return;
+    }
     uint64_t epoch;
     struct lc_addr to;
     if (mop->op->req != NULL && mop->moves < PX_META_MOVES && parse_moved(p, n, &epoch, &to)) {
@@ -524,11 +586,14 @@ static void mconn_read(struct px_mconn *m)
         mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
         return;
     }
+    if (got > 0)
+        m->last_rx_ms = px_now_ms();
     if (m->auth_pending && !mconn_auth_reply(m))
         return;
     for (;;) {
         size_t body = 0;
-        size_t end = m->head ? reply_end(m->in.data + m->in.off, m->in.len, &body) : 0;
+        size_t end = m->head ? reply_end(m->in.data + m->in.off, m->in.len, &body, &m->scanned)
+                             : 0;
         if (end == 0)
             break;
         /* the reply is copied out before the buffer moves */
@@ -582,7 +647,7 @@ static void on_mconn_event(evutil_socket_t fd, short what, void *arg)
 /* Queue mop on the connection to `to`. */
 static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_addr *to)
 {
-    struct px_mconn *m = mconn_get(w, to);
+    struct px_mconn *m = mconn_get(w, to, mop->pinned);
     mop->tries++;
     if (m == NULL) {
         char name[LC_ADDR_TEXT_MAX], why[LC_ADDR_TEXT_MAX + 32];
@@ -637,13 +702,13 @@ static void mop_launch(struct px_worker *w, struct px_mop *mop)
         }
         to = &be->addr;
     }
-    if (held_by_earlier(mop, to)) {
+    if (!mop->pinned && held_by_earlier(mop, to)) {
         hold(w, mop);
         return;
     }
     if (mop->tries == 0)
         px_count(&w->st.routed, 1);
-    mop->has_to = false;
+    mop->has_to = mop->pinned;
     mop_send(w, mop, to);
 }
 
@@ -690,7 +755,8 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
         if (!m->connected && now_ms - m->connect_started_ms > timeout) {
             snprintf(what, sizeof(what), "connect: no answer in %d ms from", timeout);
             mconn_lost(m, what, true);
-        } else if (m->head != NULL && now_ms - m->head->sent_ms > timeout) {
+        } else if (m->head != NULL && now_ms - m->head->sent_ms > timeout &&
+                   now_ms - m->last_rx_ms > timeout) {
             snprintf(what, sizeof(what), "no reply in %d ms from", timeout);
             px_count(&w->st.timeouts, 1);
             mconn_lost(m, what, true);
@@ -727,16 +793,22 @@ static bool is_meta(const struct px_req *rq)
     return rq->text_cmd == PX_TEXT_META;
 }
 
+/* Meta commands and metadumps go over the text connections. */
+static bool on_text_conns(const struct px_req *rq)
+{
+    return is_meta(rq) || rq->text_cmd == TC_LRU_CRAWLER;
+}
+
 /* Must rq's launch wait?  While an earlier request of its client of the
  * other kind is unanswered, or an earlier one of its client is still
  * deferred. */
 static bool launch_waits(const struct px_req *rq)
 {
-    bool meta = is_meta(rq);
+    bool meta = on_text_conns(rq);
     for (const struct px_req *e = rq->c->head; e != NULL && e != rq; e = e->next) {
         if (e->ndeferred > 0)
             return true;
-        if (!e->done && e->pending > 0 && is_meta(e) != meta)
+        if (!e->done && e->pending > 0 && on_text_conns(e) != meta)
             return true;
     }
     return false;
@@ -860,6 +932,54 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     if (launch_waits(rq) && defer_push(w->meta, mop, NULL))
         return;
     mop_launch(w, mop);
+}
+
+/* One metadump mop to map endpoint i, or NULL out of memory. */
+static struct px_mop *dump_mop(struct px_req *rq, size_t i, const char *wire, size_t nwire)
+{
+    struct px_worker *w = rq->c->w;
+    struct px_op *op = px_op_new(rq, 0, NULL, 0, NULL, 0, NULL, 0, 0);
+    struct px_mop *mop = op ? calloc(1, sizeof(*mop) + nwire) : NULL;
+    if (mop == NULL) {
+        if (op) {
+            op->state = OP_DONE;
+            rq->pending--;
+        }
+        return NULL;
+    }
+    op->fanout = (int)i;
+    op->state = OP_INFLIGHT;        /* a closing client detaches it (px_client.c) */
+    mop->w = w;
+    mop->op = op;
+    op->mop = mop;
+    mop->pinned = mop->has_to = true;
+    mop->to = w->map->ep[i];
+    mop->retry_lost = true;         /* a read */
+    mop->counting.cmd = MC_NOOP;    /* counts nothing */
+    mop->nwire = nwire;
+    memcpy(mop->wire, wire, nwire);
+    w->meta->inflight++;
+    return mop;
+}
+
+bool px_meta_dump(struct px_client *c, struct px_req *rq, const char *what, size_t nwhat)
+{
+    struct px_worker *w = c->w;
+    char wire[300];
+    if (w->meta == NULL && !px_meta_init(w))
+        return false;
+    int nwire = snprintf(wire, sizeof(wire), "lru_crawler metadump %.*s\r\n", (int)nwhat, what);
+    if (nwire < 0 || (size_t)nwire >= sizeof(wire))
+        return false;
+    for (size_t i = 0; i < w->map->n; i++) {
+        struct px_mop *mop = dump_mop(rq, i, wire, (size_t)nwire);
+        if (mop == NULL)
+            return false;
+        if (launch_waits(rq) && defer_push(w->meta, mop, NULL))
+            continue;
+        mop_launch(w, mop);
+    }
+    return true;
 }
 
 void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey)

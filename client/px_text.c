@@ -203,6 +203,36 @@ static bool wants_totals(const struct px_client *c, const struct text_req *t)
     return t->cmd == TC_STATS && px_stats_wants_totals(c->w, t->arg, t->arg != NULL ? t->narg : 0);
 }
 
+/* `lru_crawler metadump <classes>`: the argument, or NULL for any other
+ * crawler command (ERROR, as a server answers them). */
+static const char *metadump_arg(const struct text_req *t, size_t *n)
+{
+    const char *p = t->arg, *end = p ? p + t->narg : NULL, *sub = NULL, *what = NULL;
+    size_t nsub = 0;
+    *n = 0;
+    if (p && text_next_key(&p, end, &sub, &nsub))
+        text_next_key(&p, end, &what, n);
+    if (nsub != 8 || memcmp(sub, "metadump", 8) != 0 || *n == 0)
+        return NULL;
+    return what;
+}
+
+/* A metadump goes to every server (px_meta.c); the argument is judged
+ * here, so a bad class is refused once, as one server would. */
+static void start_metadump(struct px_client *c, struct px_req *rq, const struct text_req *t)
+{
+    size_t nwhat;
+    const char *what = metadump_arg(t, &nwhat);
+    if (what == NULL)
+        local_line(rq, "ERROR");
+    else if (text_metadump_classes(what, nwhat) == 0)
+        local_line(rq, "BADCLASS invalid class id");
+    else if (c->w->map->n == 0)
+        local_line(rq, "END");
+    else if (!px_meta_dump(c, rq, what, nwhat))
+        out_of_memory(rq);
+}
+
 /* Answers a request the proxy serves itself. */
 static void local_request(struct px_req *rq, const struct text_req *t)
 {
@@ -270,12 +300,20 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
         break;
     }
     size_t nops = is_retrieval(t.cmd) ? count_keys(&t)
-                : t.cmd == TC_FLUSH_ALL || wants_totals(c, &t) ? c->w->map->n : 1;
+                : t.cmd == TC_FLUSH_ALL || t.cmd == TC_LRU_CRAWLER || wants_totals(c, &t)
+                ? c->w->map->n : 1;
     rq = px_req_new(c, PX_PROTO_TEXT, (unsigned)nops);
     if (rq == NULL)
         return SIZE_MAX;
     rq->text_cmd = t.cmd;
     rq->noreply = t.noreply;
+    if (t.cmd == TC_LRU_CRAWLER) {
+        /* its ops travel on the text connections, launched (or deferred)
+         * by px_meta.c; not routed here */
+        start_metadump(c, rq, &t);
+        px_req_finish(rq);
+        return t.total;
+    }
     if (is_retrieval(t.cmd)) {
         start_retrieval(c, rq, &t);
     } else if (t.cmd == TC_FLUSH_ALL) {
@@ -483,6 +521,20 @@ void px_text_finish(struct px_req *rq)
             px_text_failure(rq, out, rq->err);
         else
             evbuffer_add(out, "OK\r\n", 4);
+        return;
+    }
+    if (cmd == TC_LRU_CRAWLER && rq->nops > 0) {
+        /* every server's key lines, in map order, then one END */
+        struct evbuffer *out = px_req_sink(rq);
+        if (out == NULL)
+            return;
+        for (unsigned i = 0; i < rq->nops; i++)
+            if (rq->ops[i]->frag)
+                evbuffer_add_buffer(out, rq->ops[i]->frag);
+        if (rq->err[0])
+            px_text_failure(rq, out, rq->err);
+        else
+            evbuffer_add(out, "END\r\n", 5);
         return;
     }
     if (cmd == TC_STATS && rq->nops > 0) {

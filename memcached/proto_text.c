@@ -905,9 +905,7 @@ static bool metadump_item(void *ctx, const struct eng_value *v)
     return true;
 }
 
-/* The classes an argument names: all, hash, or ids 1..63 separated by
- * commas; 0 when one is not a class. */
-static uint64_t metadump_classes(const char *arg, size_t n)
+uint64_t text_metadump_classes(const char *arg, size_t n)
 {
     if ((n == 3 && memcmp(arg, "all", 3) == 0) || (n == 4 && memcmp(arg, "hash", 4) == 0))
         return ~(uint64_t)1;
@@ -943,7 +941,7 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
         reply_line(c, "ERROR cannot pipeline other commands before metadump", false);
         return;
     }
-    uint64_t classes = metadump_classes(what, nwhat);
+    uint64_t classes = text_metadump_classes(what, nwhat);
     if (classes == 0) {
         reply_line(c, "BADCLASS invalid class id", false);
         return;

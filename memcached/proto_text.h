@@ -71,6 +71,10 @@ enum text_parse_result text_parse(const char *buf, size_t len, size_t max_item,
 
 /* Iterate the keys of a retrieval command: returns false at the end. */
 bool text_next_key(const char **p, const char *end, const char **key, size_t *nkey);
+/* The slab classes an `lru_crawler metadump` argument names (all, hash,
+ * or ids 1..63 separated by commas) as a mask, bit c for class c; 0 when
+ * one is not a class (memcached's BADCLASS). */
+uint64_t text_metadump_classes(const char *arg, size_t n);
 
 enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
                                    size_t *consumed);

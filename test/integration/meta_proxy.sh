@@ -6,6 +6,12 @@
 # TTL reads and updates, vivify, recache, invalidation, CAS, the ms and ma
 # modes), touch, gat and gats, as pymemcache-style clients issue them.
 # Two runs with different keys, so they land on different servers.
+# Then `lru_crawler metadump` through the proxy (metadump_check.py):
+# memcached-tool's keys and dump against the proxy end by themselves and
+# list every key once and restore every value (the proxy asks every server
+# and joins their lines behind one END); a bad class gets BADCLASS; with a
+# data process stopped (SIGSTOP) a metadump still ends, listing the other
+# servers' keys.
 # Skipped (77) without Debian's memcached.  The trap stops the cluster.
 set -u
 
@@ -38,4 +44,27 @@ for prefix in pa_ pb_; do
         --label "cocytus-proxy in front of the default cluster (keys $prefix*)" \
         || fail "meta operations through the proxy (keys $prefix*) differ from memcached's"
 done
+
+md() {
+    timeout 120 python3 "$script_dir/metadump_check.py" "$@" --target "$proxy" --prefix md_ \
+        --count 300 || fail "metadump_check.py $1 failed"
+}
+tool=/usr/share/memcached/scripts/memcached-tool
+md fill
+if [ -r "$tool" ] && command -v perl >/dev/null; then
+    md tool --tool "$tool"
+else
+    echo "note: no $tool (Debian's memcached package) or perl: memcached-tool not run"
+fi
+md errors
+# A data process that holds some of the keys, stopped: the proxy's
+# metadump waits for it at most its deadline, then ends without its lines.
+read -r _ _ _ _ dp_addr dp_pid < <(grep '^data ' "$dir/endpoints" | head -n 1)
+on_dp=$(timeout 30 python3 "$script_dir/metadump_check.py" count --target "$dp_addr" --prefix md_)
+if [ -n "$on_dp" ] && [ "$on_dp" -gt 0 ] 2>/dev/null && kill -STOP "$dp_pid"; then
+    md partial --missing "$on_dp"
+    kill -CONT "$dp_pid"
+else
+    fail "no data process with keys to stop ($dp_addr, pid $dp_pid, $on_dp keys)"
+fi
 finish
