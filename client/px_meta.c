@@ -902,7 +902,7 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
 {
     struct px_worker *w = c->w;
     struct px_op *op = px_op_new(rq, 0, NULL, 0, req->key, req->nkey, NULL, 0, 0);
-    struct px_mop *mop = op ? malloc(sizeof(*mop) + req->total) : NULL;
+    struct px_mop *mop = op ? calloc(1, sizeof(*mop) + req->total) : NULL;
     if (mop == NULL) {
         if (op) {
             op->state = OP_DONE;
@@ -917,7 +917,7 @@ static void forward(struct px_client *c, struct px_req *rq, const struct meta_re
     mop->op = op;
     op->mop = mop;
     mop->conn = NULL;
-    mop->held = mop->parked = mop->has_to = false;
+    mop->held = mop->parked = mop->has_to = mop->pinned = false;
     mop->moves = 0;
     mop->tries = 0;
     mop->retry_lost = retry_safe(req);

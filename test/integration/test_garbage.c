@@ -721,7 +721,15 @@ static void put_text_other(bytes *b)
         put_str(b, stats_args[below(sizeof stats_args / sizeof stats_args[0])]);
         break;
     case 6:
-        put_str(b, chance(50) ? "version" : "version extra words");
+        if (chance(60)) {
+            put_str(b, chance(50) ? "version" : "version extra words");
+            break;
+        }
+        /* memcached-tool's keys and dump; the proxy sends it to every server */
+        put_str(b, "lru_crawler ");
+        put_str(b, (const char *[]){ "metadump all", "metadump hash", "metadump 1,2,63",
+                                      "metadump 64", "metadump", "metadump all extra",
+                                      "crawl all", "metadump 1,,2" }[below(8)]);
         break;
     case 7:
         put_str(b, "verbosity ");
