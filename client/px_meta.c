@@ -57,14 +57,20 @@
  * machinery: the proxy stores nothing, so the request goes to every
  * server of its map, one px_op and mop each, pinned to that server
  * (pinned: a lost connection sends it again to the same one), on a text
- * connection of its own per server (dumps): a server refuses a metadump
- * behind replies it has not written yet, which meta commands sharing the
- * connection would leave.  Each server's key lines, without its END, are
- * kept in its op's frag and joined in map order behind one END
- * (px_text_finish).  A server that fails or refuses adds no lines (the
- * error is counted): memcached-tool reads until END and must get one.
- * For ordering it counts as a meta command: a client's set before a
- * metadump is in the dump. */
+ * connection of its own per server (dumps) that carries one metadump at
+ * a time, written only once the previous reply (and our authentication
+ * set's STORED) is read: a server refuses a metadump behind replies it has
+ * not written yet.  A server builds its whole dump before writing a byte,
+ * so a dumps connection is timed out after dump_timeout_ms, not -t.  Each
+ * server's key lines, without its END, are kept in its op's frag and
+ * joined in map order behind one END (px_text_finish).  A server that
+ * fails, refuses or does not answer in time adds, instead of its lines,
+ * one "SERVER_ERROR metadump of <server> failed: ..." line (memcached-tool
+ * skips lines that are not key= lines and reads until END, which must
+ * come).  A metadump is a kind of its own for ordering (launch_waits): it
+ * waits for its client's earlier requests of the other kinds, and their
+ * later ones wait for it, so a set before it is in the dump and a delete
+ * after it is not applied before it. */
 #include "config.h"
 
 #include <errno.h>
@@ -80,7 +86,8 @@
 
 #define PX_META_MOVES 3
 #define PX_TEXT_META (-2)           /* px_req.text_cmd of a meta command */
-#define PX_DUMP_BUSY_MS 5           /* a dump refused behind another one waits */
+#define PX_DUMP_BUSY_MS 5           /* a dump refused behind unwritten replies waits */
+#define PX_DUMP_TIMEOUT_TIMES 5     /* a dump's timeout: this many -t (at least -D) */
 #define SENTINEL "mn\r\n"
 #define SENTINEL_REPLY "MN"
 
@@ -126,7 +133,8 @@ struct px_mconn {
     int64_t connect_started_ms;
     bool broken;                    /* a send failed: the read event ends it */
     bool auth_pending;              /* --server-auth: our set's STORED still to come */
-    bool dumps;                     /* carries metadumps only */
+    bool dumps;                     /* carries metadumps only, one at a time */
+    bool refused;                   /* the server refused our credentials */
     size_t scanned;                 /* in: bytes looked through for the MN line */
     int64_t last_rx_ms;             /* bytes last arrived (a long reply is progress) */
     struct event *rev, *wev;
@@ -149,6 +157,7 @@ struct px_meta {
     struct px_defer *dhead, *dtail;
     struct event *kick;             /* launches what no longer waits */
     unsigned pass;                  /* kicks run, to mark clients found waiting */
+    bool auth_logged;               /* a refusal of our credentials was logged */
 };
 
 /* ---- the client's side ---- */
@@ -171,24 +180,34 @@ void px_meta_kick(struct px_worker *w)
 /* A server's metadump reply: its key lines are kept for the client's
  * reply, without the END; anything else (ERROR from a process that serves
  * no keys, the proxy's SERVER_ERROR for a lost server) adds nothing. */
-static void dump_keep(struct px_worker *w, struct px_op *op, const char *reply, size_t n)
+static void dump_keep(struct px_worker *w, struct px_op *op, const char *server,
+                      const char *reply, size_t n)
 {
     static const char end[] = "END\r\n";
     size_t nend = sizeof(end) - 1;
-    if (n < nend || memcmp(reply + n - nend, end, nend) != 0 ||
-        (n > nend && reply[n - nend - 1] != '\n')) {
-        px_count(&w->st.errors, 1);
-        if (w->px->opt.verbose > 0)
-            fprintf(stderr, "cocytus-proxy: metadump: server %d of the map answered %.*s\n",
-                    op->fanout, (int)(n > 100 ? 100 : n), reply ? reply : "");
-        return;
-    }
-    if (n == nend)
-        return;
     if (op->frag == NULL)
         op->frag = evbuffer_new();
-    if (op->frag == NULL || evbuffer_add(op->frag, reply, n - nend) < 0)
+    if (op->frag == NULL) {
         px_count(&w->st.errors, 1);
+        return;
+    }
+    if (n >= nend && memcmp(reply + n - nend, end, nend) == 0 &&
+        (n == nend || reply[n - nend - 1] == '\n')) {
+        if (evbuffer_add(op->frag, reply, n - nend) < 0)
+            px_count(&w->st.errors, 1);
+        return;
+    }
+    /* its first line, printable, without a SERVER_ERROR of its own */
+    char why[161];
+    size_t k = 0, i = 0;
+    if (n > 13 && memcmp(reply, "SERVER_ERROR ", 13) == 0)
+        i = 13;
+    for (; i < n && reply[i] != '\r' && reply[i] != '\n' && k + 1 < sizeof(why); i++)
+        why[k++] = (reply[i] >= ' ' && reply[i] < 127) ? reply[i] : '?';
+    why[k] = '\0';
+    px_count(&w->st.errors, 1);
+    fprintf(stderr, "cocytus-proxy: metadump of %s failed: %s\n", server, why);
+    evbuffer_add_printf(op->frag, "SERVER_ERROR metadump of %s failed: %s\r\n", server, why);
 }
 
 /* The server's reply (or the proxy's error line) goes to the client. */
@@ -196,6 +215,9 @@ static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
 {
     struct px_op *op = mop->op;
     struct px_worker *w = mop->w;
+    char server[LC_ADDR_TEXT_MAX] = "";
+    if (mop->pinned)
+        lc_addr_format(&mop->to, server, sizeof(server));
     op->mop = NULL;
     free(mop);
     w->meta->inflight--;
@@ -207,7 +229,7 @@ static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
     struct px_req *rq = op->req;
     op->state = OP_DONE;
     if (rq->text_cmd == TC_LRU_CRAWLER)
-        dump_keep(w, op, reply, n);
+        dump_keep(w, op, server, reply, n);
     else
         local_reply(rq, reply, n);
     px_req_finish(rq);
@@ -254,6 +276,8 @@ static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms, boo
     pm->wtail = mop;
 }
 
+static int dump_timeout_ms(const struct px_worker *w);
+
 /* A request whose connection was lost: sent again later if that is
  * harmless and there is time left, else failed. */
 static void mop_lost(struct px_mop *mop, const char *why, bool retry)
@@ -272,7 +296,8 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry)
     }
     int64_t now = px_now_ms();
     if (mop->tries >= w->px->opt.max_attempts || now >= mop->op->deadline_ms) {
-        int64_t spent = now - (mop->op->deadline_ms - w->px->opt.deadline_ms);
+        int64_t spent = now - (mop->op->deadline_ms -
+                               (mop->pinned ? dump_timeout_ms(w) : w->px->opt.deadline_ms));
         snprintf(line, sizeof(line), "gave up after %d tries in %lld ms: %s", mop->tries,
                  (long long)spent, why);
         mop_fail(mop, line);
@@ -298,6 +323,7 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
     if (retry && m->head != NULL)
         px_route_refresh(w, NULL, &m->addr, 0);   /* the map may have moved on */
     struct px_mop *mop = m->head;
+    bool refused = m->refused;
     m->head = m->tail = NULL;
     /* none may point at m once it is freed: failing one can start the
      * client's next requests, whose order check reads the others' conn */
@@ -306,7 +332,11 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
     mconn_free(m);
     while (mop) {
         struct px_mop *next = mop->next;
-        mop_lost(mop, why, retry);
+        mop->next = NULL;
+        if (refused)
+            mop_fail(mop, why);     /* nothing was applied; trying again is refused again */
+        else
+            mop_lost(mop, why, retry);
         mop = next;
     }
 }
@@ -358,6 +388,19 @@ static struct px_mconn *mconn_get(struct px_worker *w, const struct lc_addr *a, 
         if (m->dumps == dumps && lc_addr_equal(&m->addr, a))
             return m;
     return mconn_open(w, a, dumps);
+}
+
+static void mconn_send_now(struct px_mconn *m);
+
+/* Writes mop, the oldest request of a dumps connection, which carries one
+ * metadump at a time.  (Out of memory it stays unwritten and the
+ * connection times out: px_meta_tick.) */
+static void mconn_write(struct px_mconn *m, struct px_mop *mop)
+{
+    mop->sent_ms = px_now_ms();
+    if (evbuffer_add(m->out, mop->wire, mop->nwire) == 0 &&
+        evbuffer_add(m->out, SENTINEL, sizeof(SENTINEL) - 1) == 0)
+        mconn_send_now(m);
 }
 
 /* Bytes of the reply at the front of p[0..n) through the sentinel's MN
@@ -526,9 +569,12 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
         m->tail = NULL;
     mop->next = NULL;
     mop->conn = NULL;
+    if (m->dumps && m->head != NULL)
+        mconn_write(m, m->head);        /* the next metadump may go now */
     if (mop->pinned && mop->op->req != NULL && dump_busy(p, n) &&
         px_now_ms() < mop->op->deadline_ms) {
-        /* another dump of this worker was ahead of it in the server's read */
+        /* not expected (one dump at a time, after the STORED), but a
+         * refusal behind unwritten replies is worth another try */
         wait_push(m->w->meta, mop, px_now_ms() + PX_DUMP_BUSY_MS, false);
         return;
     }
@@ -569,13 +615,18 @@ static bool mconn_auth_reply(struct px_mconn *m)
         for (const char *q = p; q < nl && *q != '\r' && n + 1 < sizeof(shown); q++)
             shown[n++] = (*q >= ' ' && *q < 127) ? *q : '?';
         shown[n] = '\0';
-        fprintf(stderr, "cocytus-proxy: %s refused the proxy's credentials on a meta "
-                "connection (%s)\n", m->name, shown);
-        mconn_lost(m, "credentials refused by", false);
+        if (!m->w->meta->auth_logged)       /* once: every connection would say it again */
+            fprintf(stderr, "cocytus-proxy: %s refused the proxy's credentials on a meta "
+                    "connection (%s)\n", m->name, shown);
+        m->w->meta->auth_logged = true;
+        m->refused = true;
+        mconn_lost(m, "the proxy's credentials were refused by", false);
         return false;
     }
     px_rbuf_consume(&m->in, (size_t)(nl - p) + 1);
     m->auth_pending = false;
+    if (m->dumps && m->head != NULL)
+        mconn_write(m, m->head);
     return true;
 }
 
@@ -656,11 +707,13 @@ static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_ad
         mop_lost(mop, why, true);
         return;
     }
-    mop->sent_ms = px_now_ms();
-    if (evbuffer_add(m->out, mop->wire, mop->nwire) < 0 ||
-        evbuffer_add(m->out, SENTINEL, sizeof(SENTINEL) - 1) < 0) {
-        mop_fail(mop, "out of memory");
-        return;
+    if (!m->dumps) {
+        mop->sent_ms = px_now_ms();
+        if (evbuffer_add(m->out, mop->wire, mop->nwire) < 0 ||
+            evbuffer_add(m->out, SENTINEL, sizeof(SENTINEL) - 1) < 0) {
+            mop_fail(mop, "out of memory");
+            return;
+        }
     }
     if (m->tail)
         m->tail->next = mop;
@@ -668,7 +721,10 @@ static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_ad
         m->head = mop;
     m->tail = mop;
     mop->conn = m;
-    mconn_send_now(m);
+    if (!m->dumps)
+        mconn_send_now(m);
+    else if (m->head == mop && !m->auth_pending)
+        mconn_write(m, mop);
 }
 
 /* ---- requests ---- */
@@ -734,6 +790,13 @@ static bool retry_safe(const struct meta_req *req)
     }
 }
 
+/* A server writes its metadump only once it is built: wait longer. */
+static int dump_timeout_ms(const struct px_worker *w)
+{
+    int t = PX_DUMP_TIMEOUT_TIMES * w->px->opt.timeout_ms;
+    return t > w->px->opt.deadline_ms ? t : w->px->opt.deadline_ms;
+}
+
 bool px_meta_busy(const struct px_worker *w)
 {
     return w->meta != NULL && w->meta->inflight > 0;
@@ -747,11 +810,11 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
     struct px_meta *pm = w->meta;
     if (pm == NULL)
         return;
-    int timeout = w->px->opt.timeout_ms;
     char what[64];
     struct px_mconn *next;
     for (struct px_mconn *m = pm->conns; m; m = next) {
         next = m->next;
+        int timeout = m->dumps ? dump_timeout_ms(w) : w->px->opt.timeout_ms;
         if (!m->connected && now_ms - m->connect_started_ms > timeout) {
             snprintf(what, sizeof(what), "connect: no answer in %d ms from", timeout);
             mconn_lost(m, what, true);
@@ -793,10 +856,15 @@ static bool is_meta(const struct px_req *rq)
     return rq->text_cmd == PX_TEXT_META;
 }
 
-/* Meta commands and metadumps go over the text connections. */
-static bool on_text_conns(const struct px_req *rq)
+/* The kinds of request that travel on different server connections:
+ * classic ones (binary backends), meta commands, metadumps. */
+enum px_kind { KIND_CLASSIC, KIND_META, KIND_DUMP };
+
+static enum px_kind kind_of(const struct px_req *rq)
 {
-    return is_meta(rq) || rq->text_cmd == TC_LRU_CRAWLER;
+    if (is_meta(rq))
+        return KIND_META;
+    return rq->text_cmd == TC_LRU_CRAWLER ? KIND_DUMP : KIND_CLASSIC;
 }
 
 /* Must rq's launch wait?  While an earlier request of its client of the
@@ -804,11 +872,11 @@ static bool on_text_conns(const struct px_req *rq)
  * deferred. */
 static bool launch_waits(const struct px_req *rq)
 {
-    bool meta = on_text_conns(rq);
+    enum px_kind kind = kind_of(rq);
     for (const struct px_req *e = rq->c->head; e != NULL && e != rq; e = e->next) {
         if (e->ndeferred > 0)
             return true;
-        if (!e->done && e->pending > 0 && on_text_conns(e) != meta)
+        if (!e->done && e->pending > 0 && kind_of(e) != kind)
             return true;
     }
     return false;
@@ -958,6 +1026,7 @@ static struct px_mop *dump_mop(struct px_req *rq, size_t i, const char *wire, si
     mop->counting.cmd = MC_NOOP;    /* counts nothing */
     mop->nwire = nwire;
     memcpy(mop->wire, wire, nwire);
+    op->deadline_ms = px_now_ms() + dump_timeout_ms(w);
     w->meta->inflight++;
     return mop;
 }
@@ -965,21 +1034,26 @@ static struct px_mop *dump_mop(struct px_req *rq, size_t i, const char *wire, si
 bool px_meta_dump(struct px_client *c, struct px_req *rq, const char *what, size_t nwhat)
 {
     struct px_worker *w = c->w;
-    char wire[300];
-    if (w->meta == NULL && !px_meta_init(w))
+    static const char head[] = "lru_crawler metadump ";
+    size_t nhead = sizeof(head) - 1, nwire = nhead + nwhat + 2;
+    char *wire = malloc(nwire);
+    if (wire == NULL || (w->meta == NULL && !px_meta_init(w))) {
+        free(wire);
         return false;
-    int nwire = snprintf(wire, sizeof(wire), "lru_crawler metadump %.*s\r\n", (int)nwhat, what);
-    if (nwire < 0 || (size_t)nwire >= sizeof(wire))
-        return false;
-    for (size_t i = 0; i < w->map->n; i++) {
-        struct px_mop *mop = dump_mop(rq, i, wire, (size_t)nwire);
-        if (mop == NULL)
-            return false;
-        if (launch_waits(rq) && defer_push(w->meta, mop, NULL))
-            continue;
-        mop_launch(w, mop);
     }
-    return true;
+    memcpy(wire, head, nhead);
+    memcpy(wire + nhead, what, nwhat);
+    memcpy(wire + nhead + nwhat, "\r\n", 2);
+    bool ok = true;
+    for (size_t i = 0; ok && i < w->map->n; i++) {
+        struct px_mop *mop = dump_mop(rq, i, wire, nwire);
+        if (mop == NULL)
+            ok = false;
+        else if (!(launch_waits(rq) && defer_push(w->meta, mop, NULL)))
+            mop_launch(w, mop);
+    }
+    free(wire);
+    return ok;
 }
 
 void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey)

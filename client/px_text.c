@@ -394,7 +394,7 @@ static void text_value(struct evbuffer *out, const struct px_op *op, bool with_c
     uint16_t keylen = bin_load16(hdr + BIN_OFF_KEYLEN);
     const char *key = op->wire + BIN_HEADER_LEN + (uint8_t)op->wire[BIN_OFF_EXTLEN];
     size_t nkey = bin_load16(op->wire + BIN_OFF_KEYLEN);
-    uint32_t flags = extlen >= 4 ? bin_load32(body) : 0;
+    uint32_t flags = extlen >= 4 && nbody >= 4 ? bin_load32(body) : 0;
     size_t skip = (size_t)extlen + keylen;
     size_t nvalue = nbody > skip ? nbody - skip : 0;
     char line[TEXT_KEY_MAX + 80];

@@ -9,9 +9,11 @@
 # Then `lru_crawler metadump` through the proxy (metadump_check.py):
 # memcached-tool's keys and dump against the proxy end by themselves and
 # list every key once and restore every value (the proxy asks every server
-# and joins their lines behind one END); a bad class gets BADCLASS; with a
-# data process stopped (SIGSTOP) a metadump still ends, listing the other
-# servers' keys.
+# and joins their lines behind one END); a bad class gets BADCLASS;
+# concurrent and abandoned dumps; a dump keeps its place in a pipeline of
+# classic and meta commands; with a data process stopped (SIGSTOP) a
+# metadump still ends, listing the other servers' keys and a SERVER_ERROR
+# line naming the stopped one.
 # Skipped (77) without Debian's memcached.  The trap stops the cluster.
 set -u
 
@@ -57,12 +59,14 @@ else
     echo "note: no $tool (Debian's memcached package) or perl: memcached-tool not run"
 fi
 md errors
+md concurrent
+md order
 # A data process that holds some of the keys, stopped: the proxy's
 # metadump waits for it at most its deadline, then ends without its lines.
 read -r _ _ _ _ dp_addr dp_pid < <(grep '^data ' "$dir/endpoints" | head -n 1)
 on_dp=$(timeout 30 python3 "$script_dir/metadump_check.py" count --target "$dp_addr" --prefix md_)
 if [ -n "$on_dp" ] && [ "$on_dp" -gt 0 ] 2>/dev/null && kill -STOP "$dp_pid"; then
-    md partial --missing "$on_dp"
+    md partial --missing "$on_dp" --server "$dp_addr"
     kill -CONT "$dp_pid"
 else
     fail "no data process with keys to stop ($dp_addr, pid $dp_pid, $on_dp keys)"

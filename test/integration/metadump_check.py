@@ -5,7 +5,9 @@ memcached-tool's `keys` and `dump` use it.
     metadump_check.py fill --target HOST:PORT --prefix P --count N
     metadump_check.py tool --target HOST:PORT --prefix P --count N [--tool PATH]
     metadump_check.py errors --target HOST:PORT
-    metadump_check.py partial --target HOST:PORT --prefix P --count N --missing M
+    metadump_check.py concurrent --target HOST:PORT --prefix P --count N
+    metadump_check.py order --target HOST:PORT
+    metadump_check.py partial --target HOST:PORT --prefix P --count N --missing M --server S
     metadump_check.py count --target HOST:PORT --prefix P
 
 fill: sets N keys P<i> (some with characters memcached URI-encodes, some
@@ -14,8 +16,12 @@ know.  tool: runs memcached-tool TARGET keys and dump (each must end by
 itself, within 30 s): every key P<i> listed exactly once with its TTL,
 and dump's add lines restore every value with its flags.  errors: a bad
 class gets BADCLASS, a crawler command other than metadump ERROR, and the
-connection still works.  partial: with M of the keys on a stopped server,
-a metadump still ends with END, listing the others (at least N - M).
+connection still works.  concurrent: 6 metadumps at once, and 5 clients
+that send one and close at once: each finished dump lists every key once.
+order: a pipeline of set, ms, metadump, delete, md on one connection: the
+dump has both keys (written before it) and both are deleted after it.
+partial: with M of the keys on server S, stopped, a metadump still ends
+with END, listing exactly the others once and a SERVER_ERROR line naming S.
 count: prints how many keys P* one server's own metadump lists.
 Prints ok/FAIL lines; exits 1 on a failure.
 """
@@ -160,11 +166,56 @@ def partial(args):
     start = time.time()
     lines, ended = metadump_lines(args.target)
     spent = time.time() - start
-    got, _ = ours(lines, args.prefix)
+    got, dups = ours(lines, args.prefix)
     check("with a server stopped the metadump still ends (%.1f s)" % spent, ended)
-    check("...listing the keys of the others (%d of %d, %d on the stopped one)" %
+    check("...listing the keys of the others once (%d of %d, %d on the stopped one)" %
           (len(got), args.count, args.missing),
-          args.count - args.missing <= len(got) <= args.count)
+          len(got) == args.count - args.missing and not dups, "twice: %s" % dups[:5])
+    said = [line for line in lines
+            if line.startswith("SERVER_ERROR metadump of %s failed: " % args.server)]
+    check("...and a line saying which server is missing", len(said) == 1,
+          repr([line for line in lines if not line.startswith("key=")][:3]))
+
+
+def concurrent(args):
+    import threading
+    results = []
+
+    def one():
+        lines, ended = metadump_lines(args.target)
+        got, dups = ours(lines, args.prefix)
+        results.append((ended, len(got), len(dups)))
+
+    for _ in range(5):
+        s, _ = connect(args.target)
+        s.sendall(b"lru_crawler metadump all\r\n")
+        s.close()
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    check("6 metadumps at once (and 5 abandoned): each lists the %d keys once" % args.count,
+          results == [(True, args.count, 0)] * 6, str(results))
+
+
+def order(args):
+    s, f = connect(args.target)
+    s.sendall(b"set md_order_c 0 0 1\r\nc\r\nms md_order_m 1\r\nm\r\n"
+              b"lru_crawler metadump all\r\ndelete md_order_c\r\nmd md_order_m\r\n")
+    check("set first", f.readline() == b"STORED\r\n")
+    check("ms second", f.readline() == b"HD\r\n")
+    lines = []
+    while True:
+        line = f.readline()
+        if not line or line == b"END\r\n":
+            break
+        lines.append(line.decode())
+    got, _ = ours(lines, "md_order_")
+    check("the metadump lists the keys set before it", set(got) == {"md_order_c", "md_order_m"},
+          str(sorted(got)))
+    check("delete after it", f.readline() == b"DELETED\r\n")
+    check("md after it", f.readline() == b"HD\r\n")
 
 
 def count(args):
@@ -177,15 +228,17 @@ def count(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("fill", "tool", "errors", "partial", "count"))
+    ap.add_argument("what", choices=("fill", "tool", "errors", "partial", "count",
+                                     "concurrent", "order"))
+    ap.add_argument("--server", default="")
     ap.add_argument("--target", required=True)
     ap.add_argument("--prefix", default="md_")
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--missing", type=int, default=0)
     ap.add_argument("--tool", default="/usr/share/memcached/scripts/memcached-tool")
     args = ap.parse_args()
-    {"fill": fill, "tool": tool, "errors": errors, "partial": partial,
-     "count": count}[args.what](args)
+    {"fill": fill, "tool": tool, "errors": errors, "partial": partial, "count": count,
+     "concurrent": concurrent, "order": order}[args.what](args)
     sys.exit(1 if failed else 0)
 
 

@@ -13,7 +13,8 @@
 #  2. A cocytus-server with -Y behind a proxy: with --server-auth naming a
 #     pair the server knows, sets and gets go through (the proxy's map
 #     fetch and its meta commands' text connections authenticate in ASCII,
-#     its backend connections with SASL PLAIN; ms, mg and md go through);
+#     its backend connections with SASL PLAIN; ms, mg, md and a metadump
+#     go through);
 #     with a wrong pair the proxy does not start serving (it cannot read
 #     the map) and says why.
 # Runs on free loopback ports; everything started is stopped by the trap.
@@ -130,6 +131,17 @@ elif what == "through":
     check("ms through the proxy", text(s, f, b"ms mkey 3\r\nabc\r\n"), [b"HD"])
     check("mg through the proxy", text(s, f, b"mg key3 v\r\n", 2), [b"VA 5", b"val03"])
     check("md through the proxy", text(s, f, b"md mkey\r\n"), [b"HD"])
+    # a metadump's text connection authenticates before the dump is written
+    s.sendall(b"lru_crawler metadump all\r\n")
+    dumped = set()
+    while True:
+        line = f.readline()
+        if not line or line == b"END\r\n":
+            break
+        if line.startswith(b"key="):
+            dumped.add(line.split()[0][4:])
+    check("metadump through the proxy lists the 20 keys",
+          dumped == {b"key%d" % i for i in range(20)}, True)
 sys.exit(1 if failed else 0)
 EOF
 
