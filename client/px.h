@@ -231,7 +231,12 @@ struct px_req {
     struct px_req *stats_next;
     int64_t stats_due_ms;
     bool stats_listed;
+    uint64_t dump_limit;            /* a cachedump's: at most this many lines (0: all) */
 };
+
+/* px_req.text_cmd of a metadump or cachedump sent to every server
+ * (px_meta.c): their lines joined behind one END (px_text_finish). */
+#define PX_TEXT_DUMP (-3)
 
 /* ---- connections ---- */
 
@@ -508,10 +513,11 @@ void px_meta_kick(struct px_worker *w);
 /* rq (a refused too-large set or ms) also deletes key on its server,
  * silently: memcached drops the old value. */
 void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey);
-/* `lru_crawler metadump <what>` to every server of the worker's map, on
- * rq (text_cmd TC_LRU_CRAWLER; what already checked): each server's key
- * lines land in its op's frag.  False out of memory (rq->err unset). */
-bool px_meta_dump(struct px_client *c, struct px_req *rq, const char *what, size_t nwhat);
+/* A listing request (wire: `lru_crawler metadump ...` or `stats cachedump
+ * ...` with its CRLF, already checked) to every server of the worker's
+ * map, on rq (text_cmd PX_TEXT_DUMP): each server's lines, without its
+ * END, land in its op's frag.  False out of memory (rq->err unset). */
+bool px_meta_dump(struct px_client *c, struct px_req *rq, const char *wire, size_t nwire);
 
 /* ---- protocols (px_text.c, px_bin.c) ---- */
 /* Parse and start one request from c's input.  Returns bytes consumed,

@@ -53,8 +53,8 @@
  * in flight, so a client that goes away only detaches it, px_client.c);
  * the op's wire bytes are unused.
  *
- * `lru_crawler metadump` (memcached-tool's keys and dump) rides the same
- * machinery: the proxy stores nothing, so the request goes to every
+ * `lru_crawler metadump` (memcached-tool's keys and dump) and `stats
+ * cachedump` (libmemcached's memcdump) ride the same machinery: the proxy stores nothing, so the request goes to every
  * server of its map, one px_op and mop each, pinned to that server
  * (pinned: a lost connection sends it again to the same one), on a text
  * connection of its own per server (dumps) that carries one metadump at
@@ -62,12 +62,12 @@
  * set's STORED) is read: a server refuses a metadump behind replies it has
  * not written yet.  A server builds its whole dump before writing a byte,
  * so a dumps connection is timed out after dump_timeout_ms, not -t.  Each
- * server's key lines, without its END, are kept in its op's frag and
- * joined in map order behind one END (px_text_finish).  A server that
- * fails, refuses or does not answer in time adds, instead of its lines,
- * one "SERVER_ERROR metadump of <server> failed: ..." line (memcached-tool
+ * server's lines, without its END, are kept in its op's frag and joined
+ * in map order behind one END (px_text_finish).  A server that fails,
+ * refuses or does not answer in time adds, instead of its lines, one
+ * "SERVER_ERROR metadump of <server> failed: ..." line (memcached-tool
  * skips lines that are not key= lines and reads until END, which must
- * come).  A metadump is a kind of its own for ordering (launch_waits): it
+ * come; memcdump stops at it and says the dump failed).  A metadump is a kind of its own for ordering (launch_waits): it
  * waits for its client's earlier requests of the other kinds, and their
  * later ones wait for it, so a set before it is in the dump and a delete
  * after it is not applied before it. */
@@ -177,11 +177,12 @@ void px_meta_kick(struct px_worker *w)
         event_active(w->meta->kick, EV_TIMEOUT, 0);
 }
 
-/* A server's metadump reply: its key lines are kept for the client's
- * reply, without the END; anything else (ERROR from a process that serves
- * no keys, the proxy's SERVER_ERROR for a lost server) adds nothing. */
+/* A server's metadump or cachedump reply: its lines are kept for the
+ * client's reply, without the END; anything else (ERROR from a process
+ * that serves no keys, the proxy's SERVER_ERROR for a lost server) becomes
+ * one SERVER_ERROR line naming the server. */
 static void dump_keep(struct px_worker *w, struct px_op *op, const char *server,
-                      const char *reply, size_t n)
+                      const char *what, const char *reply, size_t n)
 {
     static const char end[] = "END\r\n";
     size_t nend = sizeof(end) - 1;
@@ -206,8 +207,8 @@ static void dump_keep(struct px_worker *w, struct px_op *op, const char *server,
         why[k++] = (reply[i] >= ' ' && reply[i] < 127) ? reply[i] : '?';
     why[k] = '\0';
     px_count(&w->st.errors, 1);
-    fprintf(stderr, "cocytus-proxy: metadump of %s failed: %s\n", server, why);
-    evbuffer_add_printf(op->frag, "SERVER_ERROR metadump of %s failed: %s\r\n", server, why);
+    fprintf(stderr, "cocytus-proxy: %s of %s failed: %s\n", what, server, why);
+    evbuffer_add_printf(op->frag, "SERVER_ERROR %s of %s failed: %s\r\n", what, server, why);
 }
 
 /* The server's reply (or the proxy's error line) goes to the client. */
@@ -216,8 +217,12 @@ static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
     struct px_op *op = mop->op;
     struct px_worker *w = mop->w;
     char server[LC_ADDR_TEXT_MAX] = "";
-    if (mop->pinned)
+    const char *what = "";
+    if (mop->pinned) {
         lc_addr_format(&mop->to, server, sizeof(server));
+        what = mop->nwire > 12 && memcmp(mop->wire, "lru_crawler ", 12) == 0 ? "metadump"
+                                                                               : "cachedump";
+    }
     op->mop = NULL;
     free(mop);
     w->meta->inflight--;
@@ -228,8 +233,8 @@ static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
     }
     struct px_req *rq = op->req;
     op->state = OP_DONE;
-    if (rq->text_cmd == TC_LRU_CRAWLER)
-        dump_keep(w, op, server, reply, n);
+    if (rq->text_cmd == PX_TEXT_DUMP)
+        dump_keep(w, op, server, what, reply, n);
     else
         local_reply(rq, reply, n);
     px_req_finish(rq);
@@ -864,7 +869,7 @@ static enum px_kind kind_of(const struct px_req *rq)
 {
     if (is_meta(rq))
         return KIND_META;
-    return rq->text_cmd == TC_LRU_CRAWLER ? KIND_DUMP : KIND_CLASSIC;
+    return rq->text_cmd == PX_TEXT_DUMP ? KIND_DUMP : KIND_CLASSIC;
 }
 
 /* Must rq's launch wait?  While an earlier request of its client of the
@@ -1031,29 +1036,19 @@ static struct px_mop *dump_mop(struct px_req *rq, size_t i, const char *wire, si
     return mop;
 }
 
-bool px_meta_dump(struct px_client *c, struct px_req *rq, const char *what, size_t nwhat)
+bool px_meta_dump(struct px_client *c, struct px_req *rq, const char *wire, size_t nwire)
 {
     struct px_worker *w = c->w;
-    static const char head[] = "lru_crawler metadump ";
-    size_t nhead = sizeof(head) - 1, nwire = nhead + nwhat + 2;
-    char *wire = malloc(nwire);
-    if (wire == NULL || (w->meta == NULL && !px_meta_init(w))) {
-        free(wire);
+    if (w->meta == NULL && !px_meta_init(w))
         return false;
-    }
-    memcpy(wire, head, nhead);
-    memcpy(wire + nhead, what, nwhat);
-    memcpy(wire + nhead + nwhat, "\r\n", 2);
-    bool ok = true;
-    for (size_t i = 0; ok && i < w->map->n; i++) {
+    for (size_t i = 0; i < w->map->n; i++) {
         struct px_mop *mop = dump_mop(rq, i, wire, nwire);
         if (mop == NULL)
-            ok = false;
-        else if (!(launch_waits(rq) && defer_push(w->meta, mop, NULL)))
+            return false;
+        if (!(launch_waits(rq) && defer_push(w->meta, mop, NULL)))
             mop_launch(w, mop);
     }
-    free(wire);
-    return ok;
+    return true;
 }
 
 void px_meta_drop_key(struct px_client *c, struct px_req *rq, const char *key, size_t nkey)

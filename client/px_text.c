@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bin_wire.h"
+#include "mcnum.h"
 #include "px.h"
 
 #define PX_FAIL 0xffff
@@ -217,20 +218,80 @@ static const char *metadump_arg(const struct text_req *t, size_t *n)
     return what;
 }
 
-/* A metadump goes to every server (px_meta.c); the argument is judged
- * here, so a bad class is refused once, as one server would. */
+/* Sends wire (a listing request) to every server (px_meta.c); with no
+ * server, the listing is empty. */
+static void start_dump(struct px_client *c, struct px_req *rq, const char *wire, size_t nwire)
+{
+    if (c->w->map->n == 0)
+        local_line(rq, "END");
+    else if (!px_meta_dump(c, rq, wire, nwire))
+        out_of_memory(rq);
+}
+
+/* A metadump goes to every server; the argument is judged here, so a bad
+ * class is refused once, as one server would. */
 static void start_metadump(struct px_client *c, struct px_req *rq, const struct text_req *t)
 {
-    size_t nwhat;
+    static const char head[] = "lru_crawler metadump ";
+    size_t nwhat, nhead = sizeof(head) - 1;
     const char *what = metadump_arg(t, &nwhat);
-    if (what == NULL)
+    if (what == NULL) {
         local_line(rq, "ERROR");
-    else if (text_metadump_classes(what, nwhat) == 0)
+        return;
+    }
+    if (text_metadump_classes(what, nwhat) == 0) {
         local_line(rq, "BADCLASS invalid class id");
-    else if (c->w->map->n == 0)
-        local_line(rq, "END");
-    else if (!px_meta_dump(c, rq, what, nwhat))
+        return;
+    }
+    char *wire = malloc(nhead + nwhat + 2);
+    if (wire == NULL) {
         out_of_memory(rq);
+        return;
+    }
+    memcpy(wire, head, nhead);
+    memcpy(wire + nhead, what, nwhat);
+    memcpy(wire + nhead + nwhat, "\r\n", 2);
+    start_dump(c, rq, wire, nhead + nwhat + 2);
+    free(wire);
+}
+
+/* `stats cachedump ...`: true for it (whatever its arguments). */
+static bool is_cachedump(const struct text_req *t)
+{
+    const char *p = t->arg, *end = p ? p + t->narg : NULL, *w = NULL;
+    size_t n = 0;
+    return t->cmd == TC_STATS && p && text_next_key(&p, end, &w, &n) && n == 9 &&
+           memcmp(w, "cachedump", 9) == 0;
+}
+
+/* stats cachedump <class> <limit>: the class's items of every server,
+ * at most limit lines in all (0: all); the arguments are judged as a
+ * server judges them, once. */
+static void start_cachedump(struct px_client *c, struct px_req *rq, const struct text_req *t)
+{
+    const char *p = t->arg, *end = p + t->narg, *w[3];
+    size_t n[3];
+    int argc = 0;
+    while (argc < 3 && text_next_key(&p, end, &w[argc], &n[argc]))
+        argc++;
+    uint64_t cls, limit;
+    if (t->narg >= 256) {
+        local_line(rq, "ERROR");
+    } else if (argc < 3) {
+        local_line(rq, "CLIENT_ERROR bad command line");
+    } else if (!mcnum_u64(w[1], n[1], &cls) || !mcnum_u64(w[2], n[2], &limit)) {
+        local_line(rq, "CLIENT_ERROR bad command line format");
+    } else if ((uint32_t)cls >= 64) {
+        local_line(rq, "CLIENT_ERROR Illegal slab id");
+    } else if ((uint32_t)cls == 0) {
+        local_line(rq, "END");
+    } else {
+        char wire[64];
+        int nwire = snprintf(wire, sizeof(wire), "stats cachedump %u %u\r\n", (uint32_t)cls,
+                             (uint32_t)limit);
+        rq->dump_limit = (uint32_t)limit;
+        start_dump(c, rq, wire, (size_t)nwire);
+    }
 }
 
 /* Answers a request the proxy serves itself. */
@@ -299,18 +360,22 @@ size_t px_text_request(struct px_client *c, const char *buf, size_t len)
     case TP_OK:
         break;
     }
+    bool dump = t.cmd == TC_LRU_CRAWLER || is_cachedump(&t);
     size_t nops = is_retrieval(t.cmd) ? count_keys(&t)
-                : t.cmd == TC_FLUSH_ALL || t.cmd == TC_LRU_CRAWLER || wants_totals(c, &t)
-                ? c->w->map->n : 1;
+                : t.cmd == TC_FLUSH_ALL || dump || wants_totals(c, &t) ? c->w->map->n : 1;
     rq = px_req_new(c, PX_PROTO_TEXT, (unsigned)nops);
     if (rq == NULL)
         return SIZE_MAX;
     rq->text_cmd = t.cmd;
     rq->noreply = t.noreply;
-    if (t.cmd == TC_LRU_CRAWLER) {
+    if (dump) {
         /* its ops travel on the text connections, launched (or deferred)
          * by px_meta.c; not routed here */
-        start_metadump(c, rq, &t);
+        rq->text_cmd = PX_TEXT_DUMP;
+        if (t.cmd == TC_LRU_CRAWLER)
+            start_metadump(c, rq, &t);
+        else
+            start_cachedump(c, rq, &t);
         px_req_finish(rq);
         return t.total;
     }
@@ -523,14 +588,30 @@ void px_text_finish(struct px_req *rq)
             evbuffer_add(out, "OK\r\n", 4);
         return;
     }
-    if (cmd == TC_LRU_CRAWLER && rq->nops > 0) {
-        /* every server's key lines, in map order, then one END */
+    if (cmd == PX_TEXT_DUMP && rq->nops > 0) {
+        /* every server's lines, in map order (a cachedump's up to its
+         * limit), then one END */
         struct evbuffer *out = px_req_sink(rq);
         if (out == NULL)
             return;
-        for (unsigned i = 0; i < rq->nops; i++)
-            if (rq->ops[i]->frag)
-                evbuffer_add_buffer(out, rq->ops[i]->frag);
+        uint64_t left = rq->dump_limit;
+        for (unsigned i = 0; i < rq->nops; i++) {
+            struct evbuffer *frag = rq->ops[i]->frag;
+            if (frag == NULL)
+                continue;
+            if (rq->dump_limit == 0) {
+                evbuffer_add_buffer(out, frag);
+                continue;
+            }
+            size_t len = evbuffer_get_length(frag), take = 0;
+            const char *p = (const char *)evbuffer_pullup(frag, -1);
+            while (left > 0 && take < len) {
+                const char *nl = memchr(p + take, '\n', len - take);
+                take = nl ? (size_t)(nl - p) + 1 : len;
+                left--;
+            }
+            evbuffer_remove_buffer(frag, out, take);
+        }
         if (rq->err[0])
             px_text_failure(rq, out, rq->err);
         else

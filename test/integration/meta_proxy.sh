@@ -9,7 +9,9 @@
 # Then `lru_crawler metadump` through the proxy (metadump_check.py):
 # memcached-tool's keys and dump against the proxy end by themselves and
 # list every key once and restore every value (the proxy asks every server
-# and joins their lines behind one END); a bad class gets BADCLASS;
+# and joins their lines behind one END); a bad class gets BADCLASS; `stats
+# cachedump` likewise (libmemcached's memcdump lists every key, a limit
+# holds over all servers, bad arguments get the servers' errors);
 # concurrent and abandoned dumps; a dump keeps its place in a pipeline of
 # classic and meta commands; with a data process stopped (SIGSTOP) a
 # metadump still ends, listing the other servers' keys and a SERVER_ERROR
@@ -59,6 +61,7 @@ else
     echo "note: no $tool (Debian's memcached package) or perl: memcached-tool not run"
 fi
 md errors
+md cachedump
 md concurrent
 md order
 # A data process that holds some of the keys, stopped: the proxy's

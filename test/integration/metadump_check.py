@@ -7,6 +7,7 @@ memcached-tool's `keys` and `dump` use it.
     metadump_check.py errors --target HOST:PORT
     metadump_check.py concurrent --target HOST:PORT --prefix P --count N
     metadump_check.py order --target HOST:PORT
+    metadump_check.py cachedump --target HOST:PORT --prefix P --count N
     metadump_check.py partial --target HOST:PORT --prefix P --count N --missing M --server S
     metadump_check.py count --target HOST:PORT --prefix P
 
@@ -18,6 +19,9 @@ and dump's add lines restore every value with its flags.  errors: a bad
 class gets BADCLASS, a crawler command other than metadump ERROR, and the
 connection still works.  concurrent: 6 metadumps at once, and 5 clients
 that send one and close at once: each finished dump lists every key once.
+cachedump: `stats cachedump` as libmemcached's memcdump uses it: memcdump
+(if installed) lists every key once; a class's dump with a limit of 2 gives
+2 lines; bad arguments get the servers' errors.
 order: a pipeline of set, ms, metadump, delete, md on one connection: the
 dump has both keys (written before it) and both are deleted after it.
 partial: with M of the keys on server S, stopped, a metadump still ends
@@ -199,6 +203,49 @@ def concurrent(args):
           results == [(True, args.count, 0)] * 6, str(results))
 
 
+def cachedump(args):
+    want = {key_of(args.prefix, i) for i in range(args.count)}
+    try:
+        out = subprocess.run(["memcdump", "--servers=" + args.target], capture_output=True,
+                             timeout=60, check=False)
+        keys = [k for k in out.stdout.decode().splitlines() if k.startswith(args.prefix)]
+        check("memcdump lists the %d keys once" % args.count,
+              out.returncode == 0 and sorted(keys) == sorted(want),
+              "exit %d, %d keys, %d distinct: %s" % (out.returncode, len(keys), len(set(keys)),
+                                                    out.stderr.decode()[:200]))
+    except FileNotFoundError:
+        print("note: no memcdump (libmemcached-tools): not run")
+    # the class with the most of our keys, from a metadump's cls=
+    lines, _ = metadump_lines(args.target)
+    per_class = {}
+    for line in lines:
+        m = re.match(r"key=(\S+) .* cls=(\d+) ", line)
+        if m and urllib.parse.unquote(m.group(1)).startswith(args.prefix):
+            per_class[int(m.group(2))] = per_class.get(int(m.group(2)), 0) + 1
+    cls = max(per_class, key=per_class.get)
+    s, f = connect(args.target)
+    for req, want_lines in ((b"stats cachedump %d 2\r\n" % cls, 2),
+                            (b"stats cachedump %d 0\r\n" % cls, per_class[cls])):
+        s.sendall(req)
+        items = []
+        while True:
+            line = f.readline()
+            if not line or line == b"END\r\n":
+                break
+            items.append(line)
+        ok = len(items) >= want_lines if want_lines == per_class[cls] else len(items) == want_lines
+        check("%r: %d ITEM lines" % (req.strip(), want_lines),
+              ok and all(i.startswith(b"ITEM ") for i in items), repr(items[:3]))
+    for req, want in ((b"stats cachedump\r\n", b"CLIENT_ERROR bad command line\r\n"),
+                      (b"stats cachedump 1\r\n", b"CLIENT_ERROR bad command line\r\n"),
+                      (b"stats cachedump x 0\r\n", b"CLIENT_ERROR bad command line format\r\n"),
+                      (b"stats cachedump 64 0\r\n", b"CLIENT_ERROR Illegal slab id\r\n"),
+                      (b"stats cachedump 0 0\r\n", b"END\r\n")):
+        s.sendall(req)
+        line = f.readline()
+        check("%r -> %r" % (req.strip(), want.strip()), line == want, repr(line))
+
+
 def order(args):
     s, f = connect(args.target)
     s.sendall(b"set md_order_c 0 0 1\r\nc\r\nms md_order_m 1\r\nm\r\n"
@@ -229,7 +276,7 @@ def count(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("fill", "tool", "errors", "partial", "count",
-                                     "concurrent", "order"))
+                                     "concurrent", "order", "cachedump"))
     ap.add_argument("--server", default="")
     ap.add_argument("--target", required=True)
     ap.add_argument("--prefix", default="md_")
@@ -238,7 +285,7 @@ def main():
     ap.add_argument("--tool", default="/usr/share/memcached/scripts/memcached-tool")
     args = ap.parse_args()
     {"fill": fill, "tool": tool, "errors": errors, "partial": partial, "count": count,
-     "concurrent": concurrent, "order": order}[args.what](args)
+     "concurrent": concurrent, "order": order, "cachedump": cachedump}[args.what](args)
     sys.exit(1 if failed else 0)
 
 
