@@ -54,9 +54,11 @@
  * the op's wire bytes are unused.
  *
  * `lru_crawler metadump` (memcached-tool's keys and dump) and `stats
- * cachedump` (libmemcached's memcdump) ride the same machinery: the proxy stores nothing, so the request goes to every
- * server of its map, one px_op and mop each, pinned to that server
- * (pinned: a lost connection sends it again to the same one), on a text
+ * cachedump` (libmemcached's memcdump) ride the same machinery: the proxy
+ * stores nothing, so the request goes to every server of its map, one
+ * px_op and mop each, pinned to that server (not routed by a key; a try
+ * after a lost connection or an ERROR goes to whoever owns that server's
+ * first slot now, follow_home), on a text
  * connection of its own per server (dumps) that carries one metadump at
  * a time, written only once the previous reply (and our authentication
  * set's STORED) is read: a server refuses a metadump behind replies it has
@@ -114,6 +116,8 @@ struct px_mop {
     bool parked;                    /* in the retry list only for the order rule */
     bool has_to;                    /* a MOVED named where it goes next: to */
     bool pinned;                    /* a metadump's: always to `to` */
+    bool has_home;                  /* pinned, and op->slot is one of its server's slots
+                                       when the dump began (follow_home) */
     struct lc_addr to;
     struct mop_counting counting;   /* what its reply counts (count_reply) */
     int64_t sent_ms;                /* queued on its current connection */
@@ -576,12 +580,21 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     mop->conn = NULL;
     if (m->dumps && m->head != NULL)
         mconn_write(m, m->head);        /* the next metadump may go now */
-    if (mop->pinned && mop->op->req != NULL && dump_busy(p, n) &&
-        px_now_ms() < mop->op->deadline_ms) {
-        /* not expected (one dump at a time, after the STORED), but a
-         * refusal behind unwritten replies is worth another try */
-        wait_push(m->w->meta, mop, px_now_ms() + PX_DUMP_BUSY_MS, false);
-        return;
+    if (mop->pinned && mop->op->req != NULL && px_now_ms() < mop->op->deadline_ms) {
+        if (dump_busy(p, n)) {
+            /* not expected (one dump at a time, after the STORED), but a
+             * refusal behind unwritten replies is worth another try */
+            wait_push(m->w->meta, mop, px_now_ms() + PX_DUMP_BUSY_MS, false);
+            return;
+        }
+        if (n == 7 && memcmp(p, "ERROR\r\n", 7) == 0) {
+            /* a process that serves no keys now (restarted and joining,
+             * a parity process no longer serving): the map has moved on,
+             * and the next try follows its slots (follow_home) */
+            px_route_refresh(m->w, NULL, &m->addr, 0);
+            wait_push(m->w->meta, mop, px_now_ms() + px_backoff_ms(mop->tries), true);
+            return;
+        }
     }
     uint64_t epoch;
     struct lc_addr to;
@@ -745,6 +758,30 @@ static void count_command(struct px_worker *w, enum meta_cmd cmd)
     }
 }
 
+/* A listing sent again (its server failed): if its server's slots have
+ * another owner since (a recovery process took a dead data process's, a
+ * backup was promoted), it goes there, so a dump during a failover still
+ * lists every key.  When that owner is already asked by another op of the
+ * same listing, this one is done with nothing to add (returns false). */
+static bool follow_home(struct px_worker *w, struct px_mop *mop)
+{
+    if (!mop->has_home || mop->op->req == NULL)
+        return true;
+    struct px_backend *be = w->be[w->owner[mop->op->slot]];
+    if (be == NULL || lc_addr_equal(&be->addr, &mop->to))
+        return true;
+    struct px_req *rq = mop->op->req;
+    for (unsigned i = 0; i < rq->nops; i++) {
+        if (rq->ops[i] != mop->op && rq->ops[i]->target == be) {
+            mop_finish(mop, "END\r\n", 5);
+            return false;
+        }
+    }
+    mop->to = be->addr;
+    mop->op->target = be;
+    return true;
+}
+
 /* Sends mop to its slot's owner now. */
 static void mop_launch(struct px_worker *w, struct px_mop *mop)
 {
@@ -753,6 +790,8 @@ static void mop_launch(struct px_worker *w, struct px_mop *mop)
         return;
     }
     const struct lc_addr *to;
+    if (mop->pinned && mop->tries > 0 && !follow_home(w, mop))
+        return;
     if (mop->has_to) {
         to = &mop->to;
     } else {
@@ -1022,6 +1061,14 @@ static struct px_mop *dump_mop(struct px_req *rq, size_t i, const char *wire, si
     }
     op->fanout = (int)i;
     op->state = OP_INFLIGHT;        /* a closing client detaches it (px_client.c) */
+    op->target = w->be[i];          /* a listing's op: the server it asks (follow_home) */
+    for (unsigned slot = 0; slot < COCYTUS_SLOTS; slot++) {
+        if (w->map->owner[slot] == i) {
+            op->slot = slot;
+            mop->has_home = true;
+            break;
+        }
+    }
     mop->w = w;
     mop->op = op;
     op->mop = mop;

@@ -13,7 +13,9 @@
 # cachedump` likewise (libmemcached's memcdump lists every key, a limit
 # holds over all servers, bad arguments get the servers' errors);
 # concurrent and abandoned dumps; a dump keeps its place in a pipeline of
-# classic and meta commands; with a data process stopped (SIGSTOP) a
+# classic and meta commands; a dump right after a data process is killed
+# lists every key (it follows the dead process's slots to the recovery
+# process and back: 10 kills); with a data process stopped (SIGSTOP) a
 # metadump still ends, listing the other servers' keys and a SERVER_ERROR
 # line naming the stopped one.
 # Skipped (77) without Debian's memcached.  The trap stops the cluster.
@@ -64,6 +66,18 @@ md errors
 md cachedump
 md concurrent
 md order
+# Real kills during dumps: a data process of each group (not the one
+# stopped below) SIGKILLed, a metadump right after it and 10 ms later;
+# its node restarts it, a recovery process serves its keys meanwhile.
+cli=$build_dir/client/cocytus-cli
+for g in 0 1 2 3 4; do
+    victim=$(awk -v g="$g" '$1 == "data" && $2 == g && $3 == 1 { print $5 }' "$dir/endpoints")
+    for delay in 0 0.01; do
+        md killdump --server "$victim" --delay "$delay"
+        "$cli" --dir "$dir" wait-healthy --timeout 30 >/dev/null 2>&1 ||
+            fail "the cluster is not healthy 30 s after $victim was killed"
+    done
+done
 # A data process that holds some of the keys, stopped: the proxy's
 # metadump waits for it at most its deadline, then ends without its lines.
 read -r _ _ _ _ dp_addr dp_pid < <(grep '^data ' "$dir/endpoints" | head -n 1)

@@ -10,6 +10,7 @@ memcached-tool's `keys` and `dump` use it.
     metadump_check.py cachedump --target HOST:PORT --prefix P --count N
     metadump_check.py partial --target HOST:PORT --prefix P --count N --missing M --server S
     metadump_check.py count --target HOST:PORT --prefix P
+    metadump_check.py killdump --target HOST:PORT --prefix P --count N --server S --delay D
 
 fill: sets N keys P<i> (some with characters memcached URI-encodes, some
 with a TTL) through the target, with flags and values the other checks
@@ -27,6 +28,10 @@ dump has both keys (written before it) and both are deleted after it.
 partial: with M of the keys on server S, stopped, a metadump still ends
 with END, listing exactly the others once and a SERVER_ERROR line naming S.
 count: prints how many keys P* one server's own metadump lists.
+killdump: kills server S (SIGKILL, by the pid its stats give), waits D
+seconds and asks the target for a metadump: while S's keys move to a
+recovery process and back, the dump still lists every key P<i> once and
+no failure line.
 Prints ok/FAIL lines; exits 1 on a failure.
 """
 import argparse
@@ -273,10 +278,40 @@ def count(args):
     print(len(ours(lines, args.prefix)[0]))
 
 
+def killdump(args):
+    import os
+    import signal
+    s, f = connect(args.server)
+    s.sendall(b"stats\r\n")
+    pid = None
+    while True:
+        line = f.readline()
+        if not line or line == b"END\r\n":
+            break
+        if line.startswith(b"STAT pid "):
+            pid = int(line.split()[2])
+    s.close()
+    if pid is None:
+        check("the pid of %s" % args.server, False)
+        return
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(args.delay)
+    start = time.time()
+    lines, ended = metadump_lines(args.target)
+    spent = time.time() - start
+    got, dups = ours(lines, args.prefix)
+    others = [line.strip() for line in lines if not line.startswith("key=")]
+    check("%s killed, a metadump %.3f s later (%.2f s): every key once, no failure line" %
+          (args.server, args.delay, spent),
+          ended and len(got) == args.count and not dups and not others,
+          "ended %s, %d keys, %d twice, %s" % (ended, len(got), len(dups), others[:2]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("fill", "tool", "errors", "partial", "count",
-                                     "concurrent", "order", "cachedump"))
+                                     "concurrent", "order", "cachedump", "killdump"))
+    ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--server", default="")
     ap.add_argument("--target", required=True)
     ap.add_argument("--prefix", default="md_")
@@ -285,7 +320,8 @@ def main():
     ap.add_argument("--tool", default="/usr/share/memcached/scripts/memcached-tool")
     args = ap.parse_args()
     {"fill": fill, "tool": tool, "errors": errors, "partial": partial, "count": count,
-     "concurrent": concurrent, "order": order, "cachedump": cachedump}[args.what](args)
+     "concurrent": concurrent, "order": order, "cachedump": cachedump,
+     "killdump": killdump}[args.what](args)
     sys.exit(1 if failed else 0)
 
 
