@@ -363,6 +363,7 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a,
     lc_addr_format(a, m->name, sizeof(m->name));
     m->fd = px_connect_start(w, a);
     m->connect_started_ms = px_now_ms();
+    m->last_rx_ms = m->connect_started_ms;
     m->out = evbuffer_new();
     if (m->fd < 0 || m->out == NULL) {
         mconn_free(m);
@@ -598,7 +599,8 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     }
     uint64_t epoch;
     struct lc_addr to;
-    if (mop->op->req != NULL && mop->moves < PX_META_MOVES && parse_moved(p, n, &epoch, &to)) {
+    if (mop->op->req != NULL && !mop->pinned && mop->moves < PX_META_MOVES &&
+        parse_moved(p, n, &epoch, &to)) {
         struct px_worker *w = m->w;
         mop->moves++;
         px_count(&w->st.redirects, 1);
@@ -725,8 +727,8 @@ static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_ad
         mop_lost(mop, why, true);
         return;
     }
+    mop->sent_ms = px_now_ms();         /* a dump's again when it is written */
     if (!m->dumps) {
-        mop->sent_ms = px_now_ms();
         if (evbuffer_add(m->out, mop->wire, mop->nwire) < 0 ||
             evbuffer_add(m->out, SENTINEL, sizeof(SENTINEL) - 1) < 0) {
             mop_fail(mop, "out of memory");
@@ -859,8 +861,9 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
     for (struct px_mconn *m = pm->conns; m; m = next) {
         next = m->next;
         int timeout = m->dumps ? dump_timeout_ms(w) : w->px->opt.timeout_ms;
-        if (!m->connected && now_ms - m->connect_started_ms > timeout) {
-            snprintf(what, sizeof(what), "connect: no answer in %d ms from", timeout);
+        if (!m->connected && now_ms - m->connect_started_ms > w->px->opt.timeout_ms) {
+            snprintf(what, sizeof(what), "connect: no answer in %d ms from",
+                     w->px->opt.timeout_ms);
             mconn_lost(m, what, true);
         } else if (m->head != NULL && now_ms - m->head->sent_ms > timeout &&
                    now_ms - m->last_rx_ms > timeout) {
@@ -879,6 +882,14 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
             snprintf(line, sizeof(line),
                      "gave up after %d tries: an earlier request for its slot was not done",
                      mop->tries);
+            mop_fail(mop, line);
+        } else if (mop->op->req != NULL && now_ms >= mop->op->deadline_ms && mop->pinned) {
+            /* a listing's server failed, and its back-off outlasted the
+             * listing's time (classic ops: px_route.c's give_up) */
+            mop->next = NULL;
+            char line[200];
+            snprintf(line, sizeof(line), "gave up after %d tries in %d ms", mop->tries,
+                     dump_timeout_ms(w));
             mop_fail(mop, line);
         } else if (mop->retry_at_ms <= now_ms) {
             mop->next = NULL;

@@ -604,8 +604,8 @@ void px_text_finish(struct px_req *rq)
                 continue;
             }
             size_t len = evbuffer_get_length(frag), take = 0;
-            const char *p = (const char *)evbuffer_pullup(frag, -1);
-            while (left > 0 && take < len) {
+            const char *p = left > 0 ? (const char *)evbuffer_pullup(frag, -1) : NULL;
+            while (p != NULL && left > 0 && take < len) {
                 const char *nl = memchr(p + take, '\n', len - take);
                 take = nl ? (size_t)(nl - p) + 1 : len;
                 left--;

@@ -80,7 +80,8 @@ for g in 0 1 2 3 4; do
 done
 # A data process that holds some of the keys, stopped: the proxy's
 # metadump waits for it at most its deadline, then ends without its lines.
-read -r _ _ _ _ dp_addr dp_pid < <(grep '^data ' "$dir/endpoints" | head -n 1)
+read -r _ _ _ _ dp_addr _ < <(grep '^data ' "$dir/endpoints" | head -n 1)
+dp_pid=$(server_pid "$dp_addr")     # (the endpoints file's pid is stale after a restart)
 on_dp=$(timeout 30 python3 "$script_dir/metadump_check.py" count --target "$dp_addr" --prefix md_)
 if [ -n "$on_dp" ] && [ "$on_dp" -gt 0 ] 2>/dev/null && kill -STOP "$dp_pid"; then
     md partial --missing "$on_dp" --server "$dp_addr"
