@@ -17,8 +17,10 @@
 # lists every key (it follows the dead process's slots to the recovery
 # process and back: 10 kills); with a data process stopped (SIGSTOP) a
 # metadump still ends, listing the other servers' keys and a SERVER_ERROR
-# line naming the stopped one.
-# Skipped (77) without Debian's memcached.  The trap stops the cluster.
+# line naming the stopped one.  Then a PBR(2) cluster's proxy: memcdump
+# and cachedump, and a metadump right after each of three primaries is
+# killed lists every key.
+# Skipped (77) without Debian's memcached.  The trap stops the clusters.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -33,8 +35,10 @@ fi
 export MEMCACHED=$memcached_bin
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/meta_proxy.XXXXXX")
+pdir=""
 cleanup() {
     cluster_remove "$dir"
+    cluster_remove "$pdir"
 }
 on_exit cleanup
 
@@ -88,5 +92,25 @@ if [ -n "$on_dp" ] && [ "$on_dp" -gt 0 ] 2>/dev/null && kill -STOP "$dp_pid"; th
     kill -CONT "$dp_pid"
 else
     fail "no data process with keys to stop ($dp_addr, pid $dp_pid, $on_dp keys)"
+fi
+cluster_remove "$dir"
+
+# The same listings through a PBR(2) cluster's proxy, across failovers:
+# three groups' primaries SIGKILLed, a metadump at once or 10 ms later
+# (the dump follows the dead primary's slots to the promoted backup).
+pdir=$(mktemp -d "${TMPDIR:-/tmp}/meta_proxy_pbr.XXXXXX")
+pbr_proxy_port=$(pick_port)
+if cluster_up "$pdir" 40 3000 12000 --scheme pbr:2 --memory 16 --proxy-port "$pbr_proxy_port"; then
+    proxy=$(cat "$pdir/proxy")
+    md fill
+    md cachedump
+    for g in 0 1 2; do
+        victim=$(awk -v g="$g" '$1 == "primary" && $2 == g { print $5 }' "$pdir/endpoints")
+        md killdump --server "$victim" --delay "$([ "$g" = 1 ] && echo 0.01 || echo 0)"
+        "$cli" --dir "$pdir" wait-healthy --timeout 30 >/dev/null 2>&1 ||
+            fail "the PBR cluster is not healthy 30 s after $victim was killed"
+    done
+else
+    fail "a 5-node PBR(2) cluster did not come up"
 fi
 finish
