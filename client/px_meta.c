@@ -84,6 +84,7 @@
 
 #include "bin_wire.h"
 #include "proto_meta.h"
+#include "printable.h"
 #include "px.h"
 
 #define PX_META_MOVES 3
@@ -204,12 +205,10 @@ static void dump_keep(struct px_worker *w, struct px_op *op, const char *server,
     }
     /* its first line, printable, without a SERVER_ERROR of its own */
     char why[161];
-    size_t k = 0, i = 0;
-    if (n > 13 && memcmp(reply, "SERVER_ERROR ", 13) == 0)
-        i = 13;
-    for (; i < n && reply[i] != '\r' && reply[i] != '\n' && k + 1 < sizeof(why); i++)
-        why[k++] = (reply[i] >= ' ' && reply[i] < 127) ? reply[i] : '?';
-    why[k] = '\0';
+    size_t i = n > 13 && memcmp(reply, "SERVER_ERROR ", 13) == 0 ? 13 : 0, len = 0;
+    while (i + len < n && reply[i + len] != '\r' && reply[i + len] != '\n')
+        len++;
+    printable_copy(why, sizeof(why), reply + i, len);
     px_count(&w->st.errors, 1);
     fprintf(stderr, "cocytus-proxy: %s of %s failed: %s\n", what, server, why);
     evbuffer_add_printf(op->frag, "SERVER_ERROR %s of %s failed: %s\r\n", what, server, why);
@@ -632,9 +631,9 @@ static bool mconn_auth_reply(struct px_mconn *m)
     if (nl - p != 7 || memcmp(p, "STORED\r", 7) != 0) {
         char shown[81];
         size_t n = 0;
-        for (const char *q = p; q < nl && *q != '\r' && n + 1 < sizeof(shown); q++)
-            shown[n++] = (*q >= ' ' && *q < 127) ? *q : '?';
-        shown[n] = '\0';
+        while (p + n < nl && p[n] != '\r')
+            n++;
+        printable_copy(shown, sizeof(shown), p, n);
         if (!m->w->meta->auth_logged)       /* once: every connection would say it again */
             fprintf(stderr, "cocytus-proxy: %s refused the proxy's credentials on a meta "
                     "connection (%s)\n", m->name, shown);
