@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "bin_wire.h"
-#include "mcnum.h"
 #include "px.h"
 
 #define PX_FAIL 0xffff
@@ -204,20 +203,6 @@ static bool wants_totals(const struct px_client *c, const struct text_req *t)
     return t->cmd == TC_STATS && px_stats_wants_totals(c->w, t->arg, t->arg != NULL ? t->narg : 0);
 }
 
-/* `lru_crawler metadump <classes>`: the argument, or NULL for any other
- * crawler command (ERROR, as a server answers them). */
-static const char *metadump_arg(const struct text_req *t, size_t *n)
-{
-    const char *p = t->arg, *end = p ? p + t->narg : NULL, *sub = NULL, *what = NULL;
-    size_t nsub = 0;
-    *n = 0;
-    if (p && text_next_key(&p, end, &sub, &nsub))
-        text_next_key(&p, end, &what, n);
-    if (nsub != 8 || memcmp(sub, "metadump", 8) != 0 || *n == 0)
-        return NULL;
-    return what;
-}
-
 /* Sends wire (a listing request) to every server (px_meta.c); with no
  * server, the listing is empty. */
 static void start_dump(struct px_client *c, struct px_req *rq, const char *wire, size_t nwire)
@@ -234,7 +219,7 @@ static void start_metadump(struct px_client *c, struct px_req *rq, const struct 
 {
     static const char head[] = "lru_crawler metadump ";
     size_t nwhat, nhead = sizeof(head) - 1;
-    const char *what = metadump_arg(t, &nwhat);
+    const char *what = text_metadump_arg(t, &nwhat);
     if (what == NULL) {
         local_line(rq, "ERROR");
         return;
@@ -265,31 +250,23 @@ static bool is_cachedump(const struct text_req *t)
 }
 
 /* stats cachedump <class> <limit>: the class's items of every server,
- * at most limit lines in all (0: all); the arguments are judged as a
- * server judges them, once. */
+ * at most limit lines in all (0: all); the arguments are judged by the
+ * servers' own code, once. */
 static void start_cachedump(struct px_client *c, struct px_req *rq, const struct text_req *t)
 {
-    const char *p = t->arg, *end = p + t->narg, *w[3];
-    size_t n[3];
-    int argc = 0;
-    while (argc < 3 && text_next_key(&p, end, &w[argc], &n[argc]))
-        argc++;
-    uint64_t cls, limit;
-    if (t->narg >= 256) {
-        local_line(rq, "ERROR");
-    } else if (argc < 3) {
-        local_line(rq, "CLIENT_ERROR bad command line");
-    } else if (!mcnum_u64(w[1], n[1], &cls) || !mcnum_u64(w[2], n[2], &limit)) {
-        local_line(rq, "CLIENT_ERROR bad command line format");
-    } else if ((uint32_t)cls >= 64) {
-        local_line(rq, "CLIENT_ERROR Illegal slab id");
-    } else if ((uint32_t)cls == 0) {
+    char line[TEXT_STATS_LINE];
+    char *argv[TEXT_STATS_WORDS];
+    int argc = text_stats_words(t, line, sizeof(line), argv, TEXT_STATS_WORDS);
+    uint32_t cls, limit;
+    const char *err = argc < 0 ? "ERROR" : text_cachedump_args(argc, argv, &cls, &limit);
+    if (err != NULL) {
+        local_line(rq, err);
+    } else if (cls == 0) {
         local_line(rq, "END");
     } else {
         char wire[64];
-        int nwire = snprintf(wire, sizeof(wire), "stats cachedump %u %u\r\n", (uint32_t)cls,
-                             (uint32_t)limit);
-        rq->dump_limit = (uint32_t)limit;
+        int nwire = snprintf(wire, sizeof(wire), "stats cachedump %u %u\r\n", cls, limit);
+        rq->dump_limit = limit;
         start_dump(c, rq, wire, (size_t)nwire);
     }
 }

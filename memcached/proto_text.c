@@ -772,52 +772,65 @@ static bool cachedump_item(void *ctx, const struct eng_value *v)
     return d->limit == 0 || ++d->n < d->limit;
 }
 
+const char *text_cachedump_args(int argc, char **argv, uint32_t *cls, uint32_t *limit)
+{
+    uint64_t c, l;
+    if (argc < 3)
+        return "CLIENT_ERROR bad command line";
+    if (!parse_u64(argv[1], strlen(argv[1]), &c) || !parse_u64(argv[2], strlen(argv[2]), &l))
+        return "CLIENT_ERROR bad command line format";
+    if ((uint32_t)c >= 64)
+        return "CLIENT_ERROR Illegal slab id";
+    *cls = (uint32_t)c;
+    *limit = (uint32_t)l;
+    return NULL;
+}
+
 static void stats_cachedump(struct conn *c, struct resp *r, int argc, char **argv)
 {
     struct server *s = conn_server(c);
-    uint64_t cls, limit;
-    if (argc < 3) {
-        resp_str(r, "CLIENT_ERROR bad command line\r\n");
-        return;
-    }
-    if (!parse_u64(argv[1], strlen(argv[1]), &cls) || !parse_u64(argv[2], strlen(argv[2]), &limit)) {
-        resp_str(r, "CLIENT_ERROR bad command line format\r\n");
-        return;
-    }
-    if ((uint32_t)cls >= 64) {
-        resp_str(r, "CLIENT_ERROR Illegal slab id\r\n");
+    uint32_t cls, limit;
+    const char *err = text_cachedump_args(argc, argv, &cls, &limit);
+    if (err != NULL) {
+        resp_str(r, err);
+        resp_str(r, "\r\n");
         return;
     }
     struct engine *e = conn_engine(c);
-    struct cachedump d = { r, (uint32_t)cls, (uint32_t)limit, 0, 0,
-                           s->settings.item_size_max, s->settings.cas_enabled };
+    struct cachedump d = { r, cls, limit, 0, 0, s->settings.item_size_max,
+                           s->settings.cas_enabled };
     if (d.cls > 0 && e->ops->visit_recent)
         e->ops->visit_recent(e, cachedump_item, &d);
     resp_str(r, "END\r\n");
 }
 
-#define STATS_MAX_WORDS 8
+int text_stats_words(const struct text_req *req, char *line, size_t cap, char **argv, int max)
+{
+    int argc = 0;
+    if (req->arg == NULL)
+        return 0;
+    if (req->narg >= cap)
+        return -1;
+    memcpy(line, req->arg, req->narg);
+    line[req->narg] = '\0';
+    char *save = NULL;
+    for (char *w = strtok_r(line, " ", &save); w && argc < max; w = strtok_r(NULL, " ", &save))
+        argv[argc++] = w;
+    return argc;
+}
 
 /* stats [group [args]]: memcached's groups and answers. */
 static void handle_stats(struct conn *c, const struct text_req *req)
 {
     struct server *s = conn_server(c);
     struct resp *r = conn_resp_new(c);
-    char line[256];
-    char *argv[STATS_MAX_WORDS];
-    int argc = 0;
-    if (req->arg) {
-        if (req->narg >= sizeof(line)) {
-            resp_str(r, "ERROR\r\n");
-            resp_done(r);
-            return;
-        }
-        memcpy(line, req->arg, req->narg);
-        line[req->narg] = '\0';
-        char *save = NULL;
-        for (char *w = strtok_r(line, " ", &save); w && argc < STATS_MAX_WORDS;
-             w = strtok_r(NULL, " ", &save))
-            argv[argc++] = w;
+    char line[TEXT_STATS_LINE];
+    char *argv[TEXT_STATS_WORDS];
+    int argc = text_stats_words(req, line, sizeof(line), argv, TEXT_STATS_WORDS);
+    if (argc < 0) {
+        resp_str(r, "ERROR\r\n");
+        resp_done(r);
+        return;
     }
     const char *group = argc > 0 ? argv[0] : "";
     if (strcmp(group, "reset") == 0) {
@@ -905,6 +918,18 @@ static bool metadump_item(void *ctx, const struct eng_value *v)
     return true;
 }
 
+const char *text_metadump_arg(const struct text_req *req, size_t *n)
+{
+    const char *p = req->arg, *end = p ? p + req->narg : NULL, *sub = NULL, *what = NULL;
+    size_t nsub = 0;
+    *n = 0;
+    if (p && text_next_key(&p, end, &sub, &nsub))
+        text_next_key(&p, end, &what, n);
+    if (nsub != 8 || memcmp(sub, "metadump", 8) != 0 || *n == 0)
+        return NULL;
+    return what;
+}
+
 uint64_t text_metadump_classes(const char *arg, size_t n)
 {
     if ((n == 3 && memcmp(arg, "all", 3) == 0) || (n == 4 && memcmp(arg, "hash", 4) == 0))
@@ -929,11 +954,9 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
 {
     struct server *s = conn_server(c);
     struct engine *e = conn_engine(c);
-    const char *p = req->arg, *end = p ? p + req->narg : NULL, *sub = NULL, *what = NULL;
-    size_t nsub = 0, nwhat = 0;
-    if (p && text_next_key(&p, end, &sub, &nsub))
-        text_next_key(&p, end, &what, &nwhat);
-    if (nsub != 8 || memcmp(sub, "metadump", 8) != 0 || nwhat == 0 || !e->ops->visit_recent) {
+    size_t nwhat;
+    const char *what = text_metadump_arg(req, &nwhat);
+    if (what == NULL || !e->ops->visit_recent) {
         reply_line(c, "ERROR", false);
         return;
     }

@@ -71,10 +71,23 @@ enum text_parse_result text_parse(const char *buf, size_t len, size_t max_item,
 
 /* Iterate the keys of a retrieval command: returns false at the end. */
 bool text_next_key(const char **p, const char *end, const char **key, size_t *nkey);
+/* `lru_crawler metadump <classes>`: the classes argument, or NULL for any
+ * other crawler command (ERROR). */
+const char *text_metadump_arg(const struct text_req *req, size_t *n);
 /* The slab classes an `lru_crawler metadump` argument names (all, hash,
  * or ids 1..63 separated by commas) as a mask, bit c for class c; 0 when
  * one is not a class (memcached's BADCLASS). */
 uint64_t text_metadump_classes(const char *arg, size_t n);
+/* A stats request's words, split as memcached splits them (on spaces, in
+ * line, a copy of the arguments): at most max of them in argv, their
+ * number; -1 when the arguments do not fit in cap bytes (ERROR). */
+#define TEXT_STATS_LINE 256
+#define TEXT_STATS_WORDS 8
+int text_stats_words(const struct text_req *req, char *line, size_t cap, char **argv, int max);
+/* `stats cachedump <class> <limit>`'s words (argv[0] is "cachedump"):
+ * NULL with *cls and *limit set, else the error line memcached answers
+ * (without its CRLF). */
+const char *text_cachedump_args(int argc, char **argv, uint32_t *cls, uint32_t *limit);
 
 enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
                                    size_t *consumed);
