@@ -89,7 +89,6 @@
 
 #define PX_META_MOVES 3
 #define PX_TEXT_META (-2)           /* px_req.text_cmd of a meta command */
-#define PX_DUMP_BUSY_MS 5           /* a dump refused behind unwritten replies waits */
 #define PX_DUMP_TIMEOUT_TIMES 5     /* a dump's timeout: this many -t (at least -D) */
 #define SENTINEL "mn\r\n"
 #define SENTINEL_REPLY "MN"
@@ -561,13 +560,6 @@ static void count_reply(struct px_worker *w, const struct mop_counting *k, const
     }
 }
 
-/* The server's refusal of a metadump behind replies not yet written. */
-static bool dump_busy(const char *p, size_t n)
-{
-    static const char busy[] = "ERROR cannot pipeline";
-    return n >= sizeof(busy) - 1 && memcmp(p, busy, sizeof(busy) - 1) == 0;
-}
-
 /* The reply of the oldest request on m: MOVED is followed, anything else
  * goes to the client. */
 static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
@@ -580,21 +572,16 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     mop->conn = NULL;
     if (m->dumps && m->head != NULL)
         mconn_write(m, m->head);        /* the next metadump may go now */
-    if (mop->pinned && mop->op->req != NULL && px_now_ms() < mop->op->deadline_ms) {
-        if (dump_busy(p, n)) {
-            /* not expected (one dump at a time, after the STORED), but a
-             * refusal behind unwritten replies is worth another try */
-            wait_push(m->w->meta, mop, px_now_ms() + PX_DUMP_BUSY_MS, false);
-            return;
-        }
-        if (n == 7 && memcmp(p, "ERROR\r\n", 7) == 0) {
-            /* a process that serves no keys now (restarted and joining,
-             * a parity process no longer serving): the map has moved on,
-             * and the next try follows its slots (follow_home) */
-            px_route_refresh(m->w, NULL, &m->addr, 0);
-            wait_push(m->w->meta, mop, px_now_ms() + px_backoff_ms(mop->tries), true);
-            return;
-        }
+    if (mop->pinned && mop->op->req != NULL && px_now_ms() < mop->op->deadline_ms &&
+        n == 7 && memcmp(p, "ERROR\r\n", 7) == 0) {
+        /* a process that serves no keys now (restarted and joining, a
+         * parity process no longer serving): the map has moved on, and the
+         * next try follows its slots (follow_home).  (The server's refusal
+         * of a metadump behind unwritten replies cannot come: a dumps
+         * connection writes one only after the previous reply.) */
+        px_route_refresh(m->w, NULL, &m->addr, 0);
+        wait_push(m->w->meta, mop, px_now_ms() + px_backoff_ms(mop->tries), true);
+        return;
     }
     uint64_t epoch;
     struct lc_addr to;
