@@ -202,7 +202,15 @@ static void dump_keep(struct px_worker *w, struct px_op *op, const char *server,
             px_count(&w->st.errors, 1);
         return;
     }
-    /* its first line, printable, without a SERVER_ERROR of its own */
+    /* its last line (a listing that stopped in the middle ends with what
+     * stopped it), printable, without a SERVER_ERROR of its own */
+    size_t start = n;
+    while (start > 0 && (reply[start - 1] == '\n' || reply[start - 1] == '\r'))
+        start--;
+    while (start > 0 && reply[start - 1] != '\n')
+        start--;
+    reply += start;
+    n -= start;
     char why[161];
     size_t i = n > 13 && memcmp(reply, "SERVER_ERROR ", 13) == 0 ? 13 : 0, len = 0;
     while (i + len < n && reply[i + len] != '\r' && reply[i + len] != '\n')
@@ -560,6 +568,14 @@ static void count_reply(struct px_worker *w, const struct mop_counting *k, const
     }
 }
 
+/* Does a listing end refused: ERROR as its last line? */
+static bool ends_refused(const char *p, size_t n)
+{
+    static const char refused[] = "ERROR\r\n";
+    size_t nr = sizeof(refused) - 1;
+    return n >= nr && memcmp(p + n - nr, refused, nr) == 0 && (n == nr || p[n - nr - 1] == '\n');
+}
+
 /* The reply of the oldest request on m: MOVED is followed, anything else
  * goes to the client. */
 static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
@@ -573,12 +589,14 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     if (m->dumps && m->head != NULL)
         mconn_write(m, m->head);        /* the next metadump may go now */
     if (mop->pinned && mop->op->req != NULL && px_now_ms() < mop->op->deadline_ms &&
-        n == 7 && memcmp(p, "ERROR\r\n", 7) == 0) {
+        ends_refused(p, n)) {
         /* a process that serves no keys now (restarted and joining, a
-         * parity process no longer serving): the map has moved on, and the
-         * next try follows its slots (follow_home).  (The server's refusal
-         * of a metadump behind unwritten replies cannot come: a dumps
-         * connection writes one only after the previous reply.) */
+         * parity process no longer serving), at the start of its listing
+         * or in the middle of it (the lines before are dropped): the map
+         * has moved on, and the next try follows its slots (follow_home).
+         * (The server's refusal of a metadump behind unwritten replies
+         * cannot come: a dumps connection writes one only after the
+         * previous reply.) */
         px_route_refresh(m->w, NULL, &m->addr, 0);
         wait_push(m->w->meta, mop, px_now_ms() + px_backoff_ms(mop->tries), true);
         return;

@@ -1357,24 +1357,65 @@ static size_t dp_slot_keys(struct engine *eng, unsigned slot,
  * so idle is 0 (docs/compat.md).  A process that serves nobody's keys now
  * (a replacement taking its copy, or one restarted without its state)
  * lists nothing: refused. */
+static bool dp_lists_keys(const struct data_engine *dp)
+{
+    return !(dp->replica || dp->handed || dp->tx.refusing || dp->unsure);
+}
+
+static struct eng_value listed_entry(const struct item *e)
+{
+    struct eng_value v = {
+        .key = item_key(e), .nkey = e->nkey, .data = NULL, .nbytes = e->nbytes,
+        .flags = e->flags, .cas = e->cas, .exptime = (int64_t)e->exptime,
+        .fetched = (e->iflags & ITEM_FETCHED) != 0, .idle = 0, .bare = true,
+    };
+    return v;
+}
+
 static bool dp_visit_recent(struct engine *eng, bool (*fn)(void *ctx, const struct eng_value *v),
                             void *ctx)
 {
     struct data_engine *dp = dp_of(eng);
-    if (dp->replica || dp->handed || dp->tx.refusing || dp->unsure)
+    if (!dp_lists_keys(dp))
         return false;
     for (struct item *e = dp->meta.lru_head; e; e = e->next) {
         if (!entry_visible(dp, e))
             continue;
-        struct eng_value v = {
-            .key = item_key(e), .nkey = e->nkey, .data = NULL, .nbytes = e->nbytes,
-            .flags = e->flags, .cas = e->cas, .exptime = (int64_t)e->exptime,
-            .fetched = (e->iflags & ITEM_FETCHED) != 0, .idle = 0, .bare = true,
-        };
+        struct eng_value v = listed_entry(e);
         if (!fn(ctx, &v))
             break;
     }
     return true;
+}
+
+struct listing_walk {
+    const struct data_engine *dp;
+    void (*fn)(void *ctx, const struct eng_value *v);
+    void *ctx;
+};
+
+static void listing_visit(void *ctx, struct item *e)
+{
+    struct listing_walk *w = ctx;
+    if (!entry_visible(w->dp, e))
+        return;
+    struct eng_value v = listed_entry(e);
+    w->fn(w->ctx, &v);
+}
+
+/* lru_crawler metadump, a piece at a time: the same entries in hash order.
+ * The table only grows (a flush or a forgotten state empties it in place),
+ * so the walk's promise holds across whatever happens between pieces; a
+ * process that stops serving keys meanwhile ends it refused. */
+static enum eng_walk dp_walk(struct engine *eng, struct eng_cursor *cursor, size_t budget,
+                             void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    struct data_engine *dp = dp_of(eng);
+    if (!dp_lists_keys(dp))
+        return ENG_WALK_REFUSED;
+    struct listing_walk w = { dp, fn, ctx };
+    return assoc_walk(&dp->meta.table, &cursor->pos, budget, listing_visit, &w) ? ENG_WALK_DONE
+                                                                                : ENG_WALK_MORE;
 }
 
 /* Values are transient views of the region (dp_get): nothing to release. */
@@ -2047,6 +2088,7 @@ static const struct engine_ops data_ops = {
     .admin = dp_admin,
     .slot_keys = dp_slot_keys,
     .visit_recent = dp_visit_recent,
+    .walk = dp_walk,
     .read_wait = dp_read_wait,
     .control = dp_control,
     .heartbeat_extra = dp_heartbeat_extra,

@@ -63,6 +63,7 @@ struct parity_engine {
     bool prepared[RECOV_MAX_K];       /* stream fenced by a "prepare" */
     struct recovery rec;
     struct engine *serving;           /* the data engine of the DP we serve, or NULL */
+    uint64_t serving_gen;             /* counts the times serving was set (metadump walks) */
     int serving_dp;
     /* Being rebuilt from scratch (rebuild.h): which units of each source
      * arrived.  A source's filter stays until its stream is applied past
@@ -225,6 +226,21 @@ static bool parity_visit_recent(struct engine *e,
 {
     struct parity_engine *pe = pe_of(e);
     return pe->serving && pe->serving->ops->visit_recent(pe->serving, fn, ctx);
+}
+
+static enum eng_walk parity_walk(struct engine *e, struct eng_cursor *cursor, size_t budget,
+                                 void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    struct parity_engine *pe = pe_of(e);
+    if (pe->serving == NULL)
+        return ENG_WALK_REFUSED;
+    /* A walk begun over another data process's keys (or another serving
+     * of the same one) does not go on over these. */
+    if (cursor->pos == 0 && cursor->owner == 0)
+        cursor->owner = pe->serving_gen;
+    else if (cursor->owner != pe->serving_gen)
+        return ENG_WALK_REFUSED;
+    return pe->serving->ops->walk(pe->serving, cursor, budget, fn, ctx);
 }
 
 /* The meta commands' read: the recovery process's (a data engine). */
@@ -609,6 +625,7 @@ static const struct engine_ops parity_ops = {
     .admin = parity_admin,
     .slot_keys = parity_slot_keys,
     .visit_recent = parity_visit_recent,
+    .walk = parity_walk,
     .read_wait = parity_read_wait,
     .control = parity_control,
     .heartbeat_extra = parity_heartbeat_extra,
@@ -824,6 +841,7 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     struct engine_config cfg = pe->cfg;
     cfg.index = dp;
     pe->serving = fresh ? engine_data_recovery_new(&cfg, &rc) : NULL;
+    pe->serving_gen++;
     if (!pe->serving) {
         dalloc_destroy(fresh);
         pe_log(pe, "cannot start serving dp %d", dp);

@@ -211,6 +211,54 @@ size_t assoc_scan(struct assoc *a, size_t *cursor, size_t budget,
     return spent;
 }
 
+/* v with its bits reversed (bit 0 <-> bit 63). */
+static uint64_t reverse_bits(uint64_t v)
+{
+    v = ((v >> 1) & 0x5555555555555555ull) | ((v & 0x5555555555555555ull) << 1);
+    v = ((v >> 2) & 0x3333333333333333ull) | ((v & 0x3333333333333333ull) << 2);
+    v = ((v >> 4) & 0x0f0f0f0f0f0f0f0full) | ((v & 0x0f0f0f0f0f0f0f0full) << 4);
+    v = ((v >> 8) & 0x00ff00ff00ff00ffull) | ((v & 0x00ff00ff00ff00ffull) << 8);
+    v = ((v >> 16) & 0x0000ffff0000ffffull) | ((v & 0x0000ffff0000ffffull) << 16);
+    return (v >> 32) | (v << 32);
+}
+
+/* The walk's next bucket: the bits under mask counted up from their top
+ * bit down.  Counting this way, the buckets already walked in a table of
+ * 2^p are, in the doubled table, exactly the buckets their items move to
+ * (the same low p bits, either top bit), and both come before the cursor:
+ * growth neither repeats nor skips a bucket.  0 when every bucket is done. */
+static uint64_t walk_next(uint64_t v, uint64_t mask)
+{
+    v |= ~mask;
+    return reverse_bits(reverse_bits(v) + 1);
+}
+
+bool assoc_walk(struct assoc *a, uint64_t *cursor, size_t budget, assoc_visit_fn visit,
+                void *ctx)
+{
+    uint64_t v = *cursor;
+    size_t spent = 0;
+    do {
+        if (a->old == NULL) {
+            uint64_t m = table_mask(a->power);
+            spent += 1 + visit_chain(a->buckets[v & m], visit, ctx);
+            v = walk_next(v, m);
+            continue;
+        }
+        /* Expanding: old bucket b (empty once moved) and the new buckets
+         * its items go to (low bits b) in one step, so an item moved
+         * between two steps is seen in exactly one of them. */
+        uint64_t small = table_mask(a->old_power), big = table_mask(a->power);
+        spent += 1 + visit_chain(a->old[v & small], visit, ctx);
+        do {
+            spent += 1 + visit_chain(a->buckets[v & big], visit, ctx);
+            v = walk_next(v, big);
+        } while ((v & (small ^ big)) != 0);
+    } while (v != 0 && spent < budget);
+    *cursor = v;
+    return v == 0;
+}
+
 void assoc_iterate(struct assoc *a, assoc_visit_fn visit, void *ctx)
 {
     size_t end = scan_positions(a);

@@ -48,6 +48,15 @@ void assoc_migrate(struct assoc *a, size_t nbuckets);
  * Returns the units spent. */
 size_t assoc_scan(struct assoc *a, size_t *cursor, size_t budget,
                   assoc_visit_fn visit, void *ctx);
+/* A walk that survives the table growing between its steps (lru_crawler
+ * metadump, a piece per event-loop pass): visits the items of the buckets
+ * from *cursor on (0 starts a walk) until about `budget` units are spent
+ * (one per bucket and one per item).  Every item that is in the table for
+ * the whole walk is visited exactly once, whatever is inserted, deleted or
+ * migrated between calls; an item inserted or deleted meanwhile may or may
+ * not be.  Returns true when the walk is complete (*cursor is 0 again). */
+bool assoc_walk(struct assoc *a, uint64_t *cursor, size_t budget, assoc_visit_fn visit,
+                void *ctx);
 /* Visits every item exactly once (no migration happens meanwhile). */
 void assoc_iterate(struct assoc *a, assoc_visit_fn visit, void *ctx);
 

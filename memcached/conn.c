@@ -54,6 +54,7 @@
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_process(struct conn *c);
 static void conn_flush(struct conn *c);
+static size_t conn_backlog(const struct conn *c);
 static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max);
 static void conn_consume_output(struct conn *c, size_t n);
 static void conn_destroy(struct conn *c);
@@ -701,6 +702,29 @@ void conn_discard_unflushed(struct conn *c)
     }
 }
 
+void conn_stream(struct conn *c, struct conn_stream *st)
+{
+    c->stream = st;
+}
+
+/* The next piece of a streamed reply, once what is queued is nearly
+ * written; then writes it. */
+static void conn_stream_step(struct conn *c)
+{
+    if (c->stream == NULL || c->closing || c->out_blocked || conn_backlog(c) >= CONN_STREAM_LOW)
+        return;
+    struct conn_stream *st = c->stream;
+    struct resp *r = conn_resp_new(c);
+    if (st->step(st, r)) {
+        c->stream = NULL;
+        st->done(st);
+    }
+    resp_done(r);
+    c->flush_seq = c->next_seq;
+    c->last_cmd = c->srv->clock.epoch + (time_t)c->srv->clock.now;
+    conn_flush(c);
+}
+
 /* May slot r be written now? */
 static bool resp_writable(const struct conn *c, const struct resp *r)
 {
@@ -853,6 +877,11 @@ void conn_close(struct conn *c)
         return;
     struct server *s = c->srv;
     c->closing = true;
+    if (c->stream) {
+        struct conn_stream *st = c->stream;
+        c->stream = NULL;
+        st->done(st);
+    }
     event_free(c->ev);
     c->ev = NULL;
     close(c->fd);
@@ -1025,10 +1054,12 @@ static void conn_flush(struct conn *c)
         return;
     }
     short want = 0;
-    if (c->out_blocked)
+    /* A streamed reply's next piece is made when the socket takes more:
+     * a writable socket wakes the next pass at once. */
+    if (c->out_blocked || c->stream)
         want |= EV_WRITE;
     c->paused = c->out_blocked && conn_backlog(c) > OUT_BACKLOG_MAX;
-    if (!c->paused && !c->close_after_write && !c->blocked && !c->throttled)
+    if (!c->paused && !c->close_after_write && !c->blocked && !c->throttled && !c->stream)
         want |= EV_READ;
     conn_set_events(c, want);
 }
@@ -1109,7 +1140,7 @@ static bool flush_point_writes_now(struct conn *c)
  * multi-get) makes it grow, as memcached's buffer does. */
 static void conn_process(struct conn *c)
 {
-    while (!c->closing && !c->close_after_write && !c->blocked) {
+    while (!c->closing && !c->close_after_write && !c->blocked && !c->stream) {
         if (c->inflight >= CONN_MAX_INFLIGHT ||
             (c->inflight > 0 && (c->nresps >= CONN_MAX_QUEUED || c->held_bytes > OUT_BACKLOG_MAX))) {
             c->throttled = true;
@@ -1273,7 +1304,7 @@ static void conn_read(struct conn *c)
         unparsed = 0;
         conn_process(c);
         big = c->win_left > READ_CHUNK;
-        if (c->closing || c->close_after_write || c->blocked || c->throttled)
+        if (c->closing || c->close_after_write || c->blocked || c->throttled || c->stream)
             return;
         /* A short read means the socket is drained. */
         if (c->rend < c->rcap)
@@ -1289,6 +1320,7 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     server_clock_update(c->srv);  /* requests see the current second */
     if (what & EV_WRITE) {
         conn_flush(c);
+        conn_stream_step(c);
         if (!c->closing && !c->paused && !c->blocked && !c->throttled)
             conn_process(c);
     }

@@ -210,6 +210,22 @@ bool conn_has_unflushed(const struct conn *c);
  * retrieval command has a bad key); mutations still run. */
 void conn_discard_unflushed(struct conn *c);
 
+/* A reply written a piece at a time (lru_crawler metadump), so that a large
+ * one neither holds the event loop nor sits in memory whole: step adds the
+ * next piece to slot r and returns true when that was the last.  The
+ * connection parses no requests meanwhile (input waits unread), and asks
+ * for a piece once less than CONN_STREAM_LOW bytes are left to write, at
+ * most one per event-loop pass.  done frees the state: after the last
+ * piece, or when the connection closes first. */
+struct conn_stream {
+    bool (*step)(struct conn_stream *st, struct resp *r);
+    void (*done)(struct conn_stream *st);
+};
+#define CONN_STREAM_LOW (64u << 10)
+/* The request being parsed answers with st from its next piece on (its
+ * first piece is the slot it already has, which it marks done). */
+void conn_stream(struct conn *c, struct conn_stream *st);
+
 /* -Y: has the connection authenticated? */
 bool conn_authenticated(const struct conn *c);
 void conn_set_authenticated(struct conn *c);

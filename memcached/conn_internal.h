@@ -64,6 +64,7 @@ struct conn {
 
     time_t last_cmd;              /* wall time of the last request (idle_timeout, stats conns) */
     bool authenticated;           /* -Y: the connection has authenticated */
+    struct conn_stream *stream;   /* a reply still being written piece by piece */
 };
 
 struct conn *conn_new(struct server *s, int fd);

@@ -155,6 +155,18 @@ typedef void (*eng_done_fn)(void *cookie, const struct eng_result *res);
 
 struct engine;
 
+enum eng_walk {
+    ENG_WALK_MORE,      /* call again with the cursor */
+    ENG_WALK_DONE,      /* every bucket walked */
+    ENG_WALK_REFUSED,   /* no keys served now */
+};
+
+/* Where a walk is; all zero at its start. */
+struct eng_cursor {
+    uint64_t pos;       /* the hash table's (assoc_walk) */
+    uint64_t owner;     /* the engine's note of whose keys it walks */
+};
+
 struct engine_ops {
     const char *name;
 
@@ -223,6 +235,15 @@ struct engine_ops {
      * serving nobody): the command is refused. */
     bool (*visit_recent)(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
                          void *ctx);
+    /* Optional: lru_crawler metadump, a piece per event-loop pass, so a
+     * large cache is listed without holding the loop or building the
+     * whole listing: fn for the live items of about `budget` hash buckets
+     * and items from *cursor on (0 starts; assoc_walk: an item present all
+     * along is listed once however the table grows meanwhile).
+     * ENG_WALK_REFUSED when the engine serves no keys now (as
+     * visit_recent's false), also in the middle of a walk. */
+    enum eng_walk (*walk)(struct engine *e, struct eng_cursor *cursor, size_t budget,
+                          void (*fn)(void *ctx, const struct eng_value *v), void *ctx);
 };
 
 struct engine {

@@ -558,6 +558,14 @@ static bool plain_visit_recent(struct engine *e, bool (*fn)(void *ctx, const str
     return true;
 }
 
+static enum eng_walk plain_walk(struct engine *e, struct eng_cursor *cursor, size_t budget,
+                                void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    struct plain *p = plain_of(e);
+    return item_store_walk(&p->store, p->cas_enabled, &cursor->pos, budget, fn, ctx) ? ENG_WALK_DONE
+                                                                              : ENG_WALK_MORE;
+}
+
 /* ---- keys of one slot (slot migration) ---- */
 
 static size_t plain_slot_keys(struct engine *e, unsigned slot,
@@ -595,6 +603,7 @@ static const struct engine_ops plain_ops = {
     .get_ex = plain_get_ex,
     .set_mem_limit = plain_set_mem_limit,
     .visit_recent = plain_visit_recent,
+    .walk = plain_walk,
 };
 
 struct engine *engine_plain_new(const struct engine_config *cfg)

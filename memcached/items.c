@@ -387,22 +387,53 @@ rel_time_t item_tail_age(const struct item_store *s)
 
 /* ---- every live item, newest first ---- */
 
+/* What a listing shows of a live item. */
+static struct eng_value listed_value(const struct item_store *s, struct item *it,
+                                     bool cas_enabled)
+{
+    struct eng_value v = {
+        .key = item_key(it), .nkey = it->nkey, .data = item_value(it),
+        .nbytes = it->nbytes, .flags = it->flags, .cas = cas_enabled ? it->cas : 0,
+        .exptime = it->exptime == 0 ? 0 : (int64_t)s->clock->epoch + (int64_t)it->exptime,
+        .fetched = (it->iflags & ITEM_FETCHED) != 0,
+        .idle = item_write_age(s, it),
+    };
+    return v;
+}
+
 void item_store_visit_recent(struct item_store *s, bool cas_enabled,
                              bool (*fn)(void *ctx, const struct eng_value *v), void *ctx)
 {
     for (struct item *it = s->lru_head; it; it = it->next) {
         if (item_is_dead(s, it))
             continue;
-        struct eng_value v = {
-            .key = item_key(it), .nkey = it->nkey, .data = item_value(it),
-            .nbytes = it->nbytes, .flags = it->flags, .cas = cas_enabled ? it->cas : 0,
-            .exptime = it->exptime == 0 ? 0 : (int64_t)s->clock->epoch + (int64_t)it->exptime,
-            .fetched = (it->iflags & ITEM_FETCHED) != 0,
-            .idle = item_write_age(s, it),
-        };
+        struct eng_value v = listed_value(s, it, cas_enabled);
         if (!fn(ctx, &v))
             break;
     }
+}
+
+struct listing_walk {
+    const struct item_store *s;
+    bool cas_enabled;
+    void (*fn)(void *ctx, const struct eng_value *v);
+    void *ctx;
+};
+
+static void listing_visit(void *ctx, struct item *it)
+{
+    struct listing_walk *w = ctx;
+    if (item_is_dead(w->s, it))
+        return;
+    struct eng_value v = listed_value(w->s, it, w->cas_enabled);
+    w->fn(w->ctx, &v);
+}
+
+bool item_store_walk(struct item_store *s, bool cas_enabled, uint64_t *cursor, size_t budget,
+                     void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    struct listing_walk w = { s, cas_enabled, fn, ctx };
+    return assoc_walk(&s->table, cursor, budget, listing_visit, &w);
 }
 
 /* ---- keys of one slot ---- */

@@ -874,10 +874,20 @@ static void handle_stats(struct conn *c, const struct text_req *req)
 
 /* lru_crawler metadump all|hash|<class>[,<class>...]: one line per live
  * item, as memcached's crawler writes them (memcached-tool's keys and dump
- * read it), built at once rather than by a background crawler.  The
- * crawler's other subcommands are not served (ERROR, as before). */
+ * read it).  Where memcached's crawler walks the LRUs in a thread of its
+ * own, this walks the hash table a piece per event-loop pass (engine
+ * walk, conn_stream): the loop keeps serving, and only about one piece of
+ * the listing is in memory at a time, however large the cache.  An item
+ * present for the whole dump is listed once; one stored or deleted
+ * meanwhile may or may not be.  A process that stops serving keys in the
+ * middle ends the listing with ERROR instead of END, as it refuses one at
+ * the start.  The crawler's other subcommands are not served (ERROR). */
+#define METADUMP_PIECE 2048     /* hash buckets + items per piece */
+
 struct metadump {
-    struct resp *r;
+    struct conn_stream st;      /* first: the stream is the dump */
+    struct resp *r;             /* the piece being written */
+    struct eng_cursor cursor;
     uint64_t classes;           /* bit c: class c wanted */
     time_t now;
     size_t item_size_max;
@@ -900,13 +910,13 @@ static void put_uri_key(struct resp *r, const char *key, size_t nkey)
     }
 }
 
-static bool metadump_item(void *ctx, const struct eng_value *v)
+static void metadump_item(void *ctx, const struct eng_value *v)
 {
     struct metadump *d = ctx;
     size_t size = meta_item_size(v->nkey, v->nbytes, v->flags, d->cas_enabled);
     unsigned cls = meta_run_slab_class(size, d->item_size_max);
     if (cls >= 64 || !(d->classes & ((uint64_t)1 << cls)))
-        return true;
+        return;
     resp_add(d->r, "key=", 4);
     put_uri_key(d->r, v->key, v->nkey);
     char line[160];
@@ -915,7 +925,36 @@ static bool metadump_item(void *ctx, const struct eng_value *v)
                      (long long)d->now - (long long)v->idle, (unsigned long long)v->cas,
                      v->fetched ? "yes" : "no", cls, size);
     resp_add(d->r, line, (size_t)n);
-    return true;
+}
+
+/* One piece of the listing into r; true after the last (END or ERROR). */
+static bool metadump_step(struct conn_stream *st, struct resp *r)
+{
+    struct metadump *d = (struct metadump *)st;
+    struct engine *e = conn_engine(r->c);
+    d->r = r;
+    d->now = clock_wall(&conn_server(r->c)->clock);
+    enum eng_walk how = e != NULL && e->ops->walk != NULL
+                            ? e->ops->walk(e, &d->cursor, METADUMP_PIECE, metadump_item, d)
+                            : ENG_WALK_REFUSED;
+    switch (how) {
+    case ENG_WALK_MORE:
+        return false;
+    case ENG_WALK_DONE:
+        resp_str(r, "END\r\n");
+        return true;
+    case ENG_WALK_REFUSED:
+    default:
+        /* It serves no keys now: refused as at the start (a client
+         * through cocytus-proxy asks whoever serves them now). */
+        resp_str(r, "ERROR\r\n");
+        return true;
+    }
+}
+
+static void metadump_done(struct conn_stream *st)
+{
+    free(st);
 }
 
 const char *text_metadump_arg(const struct text_req *req, size_t *n)
@@ -956,7 +995,7 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
     struct engine *e = conn_engine(c);
     size_t nwhat;
     const char *what = text_metadump_arg(req, &nwhat);
-    if (what == NULL || !e->ops->visit_recent) {
+    if (what == NULL || !e->ops->walk) {
         reply_line(c, "ERROR", false);
         return;
     }
@@ -969,18 +1008,23 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
         reply_line(c, "BADCLASS invalid class id", false);
         return;
     }
-    struct resp *r = conn_resp_new(c);
-    struct metadump d = { r, classes, clock_wall(&s->clock), s->settings.item_size_max,
-                          s->settings.cas_enabled };
-    if (!e->ops->visit_recent(e, metadump_item, &d)) {
-        /* It serves no keys now: nothing listed, refused as before. */
-        r->buflen = r->scratch;
-        r->nsegs = 0;
-        resp_str(r, "ERROR\r\n");
-    } else {
-        resp_str(r, "END\r\n");
+    struct metadump *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        reply_line(c, "SERVER_ERROR out of memory", false);
+        return;
     }
+    d->st.step = metadump_step;
+    d->st.done = metadump_done;
+    d->classes = classes;
+    d->item_size_max = s->settings.item_size_max;
+    d->cas_enabled = s->settings.cas_enabled;
+    struct resp *r = conn_resp_new(c);
+    if (metadump_step(&d->st, r))
+        metadump_done(&d->st);
+    else
+        conn_stream(c, &d->st);
     resp_done(r);
+    conn_flush_point(c);
 }
 
 /* watch: memcached's log streams are not supported; the refusals it

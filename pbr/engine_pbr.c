@@ -113,6 +113,17 @@ static bool pp_visit_recent(struct engine *e, bool (*fn)(void *ctx, const struct
     return true;
 }
 
+static enum eng_walk pp_walk(struct engine *e, struct eng_cursor *cursor, size_t budget,
+                             void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    struct pbr_proc *pp = pp_of(e);
+    if (!pp->is_primary && !pbr_backup_promoted(pp->inner))
+        return ENG_WALK_REFUSED;
+    return item_store_walk(&pp->sh.store, pp->sh.cfg.cas_enabled, &cursor->pos, budget, fn, ctx)
+               ? ENG_WALK_DONE
+               : ENG_WALK_MORE;
+}
+
 /* The meta commands' read: the inner engine's, when it has one (a backup
  * serves no keys and has none). */
 static eng_status pp_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
@@ -378,6 +389,7 @@ static const struct engine_ops pbr_ops = {
     .admin = pp_admin,
     .slot_keys = pp_slot_keys,
     .visit_recent = pp_visit_recent,
+    .walk = pp_walk,
     .control = pp_control,
     .heartbeat_extra = pp_heartbeat_extra,
 };

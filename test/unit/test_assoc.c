@@ -248,6 +248,61 @@ START_TEST(test_scan_covers_all)
 }
 END_TEST
 
+/* A walk in small steps while the table doubles several times between
+ * them (inserts, lookups that migrate, deletes): every item present all
+ * along is visited exactly once, none twice. */
+START_TEST(test_walk_survives_growth)
+{
+    enum { FIRST = 300, N = 40000 };
+    struct assoc a;
+    ck_assert_int_eq(assoc_init(&a, 4), 0);
+    struct item **items = make_items(N);
+    for (unsigned i = 0; i < FIRST; i++)
+        assoc_insert(&a, items[i], item_hash(items[i]));
+    unsigned power0 = assoc_power(&a);
+    struct seen s = { calloc(N, 1), 0, &a, false };
+    uint64_t cursor = 0;
+    unsigned next = FIRST, steps = 0, deleted = 0, expanding_steps = 0;
+    bool done = false;
+    while (!done) {
+        done = assoc_walk(&a, &cursor, 7, count_visit, &s);
+        steps++;
+        expanding_steps += assoc_expanding(&a);
+        /* Between steps: more items (the table grows), lookups (they
+         * migrate buckets), and a delete of a late item. */
+        unsigned added = 0;
+        for (; added < 60 && next < N; added++, next++)
+            assoc_insert(&a, items[next], item_hash(items[next]));
+        ck_assert_ptr_nonnull(find_n(&a, steps % FIRST));
+        if (added == 60 && steps % 3 == 0) {
+            ck_assert(assoc_delete(&a, items[next - 5], item_hash(items[next - 5])));
+            deleted++;
+        }
+    }
+    ck_assert_uint_ge(assoc_power(&a), power0 + 3);
+    ck_assert_uint_gt(expanding_steps, 0);
+    for (unsigned j = 0; j < FIRST; j++)
+        ck_assert_msg(s.count[j] == 1, "key:%u seen %u times", j, s.count[j]);
+    for (unsigned j = FIRST; j < N; j++)
+        ck_assert_msg(s.count[j] <= 1, "key:%u seen %u times", j, s.count[j]);
+
+    /* A walk over a quiet table, in any step size, is every item once. */
+    for (size_t budget = 1; budget <= 1u << 20; budget *= 32) {
+        memset(s.count, 0, N);
+        s.total = 0;
+        cursor = 0;
+        while (!assoc_walk(&a, &cursor, budget, count_visit, &s))
+            ;
+        ck_assert_uint_eq(s.total, a.count);
+        for (unsigned j = 0; j < N; j++)
+            ck_assert_uint_le(s.count[j], 1);
+    }
+    free(s.count);
+    assoc_destroy(&a);
+    free_items(items, N);
+}
+END_TEST
+
 static Suite *assoc_suite(void)
 {
     Suite *s = suite_create("assoc");
@@ -258,6 +313,7 @@ static Suite *assoc_suite(void)
     tcase_add_test(tc, test_delete_during_migration);
     tcase_add_test(tc, test_iterate_once_each);
     tcase_add_test(tc, test_scan_covers_all);
+    tcase_add_test(tc, test_walk_survives_growth);
     suite_add_tcase(s, tc);
     return s;
 }
