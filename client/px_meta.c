@@ -62,8 +62,9 @@
  * connection of its own per server (dumps) that carries one metadump at
  * a time, written only once the previous reply (and our authentication
  * set's STORED) is read: a server refuses a metadump behind replies it has
- * not written yet.  A server builds its whole dump before writing a byte,
- * so a dumps connection is timed out after dump_timeout_ms, not -t.  Each
+ * not written yet.  A server writes its dump a piece per event-loop pass,
+ * behind its other work, so a dumps connection is timed out after
+ * dump_timeout_ms without a byte, longer than -t.  Each
  * server's lines, without its END, are kept in its op's frag and joined
  * in map order behind one END (px_text_finish).  A server that fails,
  * refuses or does not answer in time adds, instead of its lines, one
@@ -840,7 +841,8 @@ static bool retry_safe(const struct meta_req *req)
     }
 }
 
-/* A server writes its metadump only once it is built: wait longer. */
+/* A server's dump comes a piece per event-loop pass, behind its other
+ * work: wait longer between bytes than -t. */
 static int dump_timeout_ms(const struct px_worker *w)
 {
     int t = PX_DUMP_TIMEOUT_TIMES * w->px->opt.timeout_ms;

@@ -166,6 +166,7 @@ struct data_engine {
      * holds records beyond ours (we restarted without our state): reads
      * wait, as they do once we know we did. */
     bool unsure;
+    uint64_t table_gen;           /* bumped when meta is replaced (metadump walks) */
     uint64_t admitted;            /* the coordinator's number of the last admission taken */
     void (*quiet)(void *ctx, uint64_t xid);
     void *quiet_ctx;
@@ -1404,14 +1405,20 @@ static void listing_visit(void *ctx, struct item *e)
 }
 
 /* lru_crawler metadump, a piece at a time: the same entries in hash order.
- * The table only grows (a flush or a forgotten state empties it in place),
+ * A table only grows (a flush or a forgotten state empties it in place),
  * so the walk's promise holds across whatever happens between pieces; a
- * process that stops serving keys meanwhile ends it refused. */
+ * process that stops serving keys meanwhile ends it refused, and so does
+ * one whose table was replaced (a handoff takes the replica's) while no
+ * piece was asked for. */
 static enum eng_walk dp_walk(struct engine *eng, struct eng_cursor *cursor, size_t budget,
                              void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
 {
     struct data_engine *dp = dp_of(eng);
     if (!dp_lists_keys(dp))
+        return ENG_WALK_REFUSED;
+    if (cursor->pos == 0 && cursor->table == 0)
+        cursor->table = dp->table_gen;
+    else if (cursor->table != dp->table_gen)
         return ENG_WALK_REFUSED;
     struct listing_walk w = { dp, fn, ctx };
     return assoc_walk(&dp->meta.table, &cursor->pos, budget, listing_visit, &w) ? ENG_WALK_DONE
@@ -1940,6 +1947,7 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     meta_destroy(&dp->meta);
     dalloc_destroy(dp->alloc);
     replica_take(dp->replica, &dp->meta, &dp->alloc, &max_cas, &end);
+    dp->table_gen++;
     replica_free(dp->replica);
     dp->replica = NULL;
     int npeers = restart_stream(dp, xid, "the handoff");
@@ -2103,6 +2111,7 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
         return NULL;
     dp->base.ops = &data_ops;
     dp->base.priv = dp;
+    dp->table_gen = 1;
     dp->evbase = cfg->base;
     dp->sq = cfg->sq;
     dp->cluster = c;

@@ -707,11 +707,25 @@ void conn_stream(struct conn *c, struct conn_stream *st)
     c->stream = st;
 }
 
-/* The next piece of a streamed reply, once what is queued is nearly
- * written; then writes it. */
+bool conn_streaming(const struct conn *c)
+{
+    return c->stream != NULL;
+}
+
+/* Is a streamed reply ready for its next piece: the socket took all that
+ * could be written, and less than CONN_STREAM_LOW is queued (replies not
+ * writable yet, a write's ahead of the dump, count too)? */
+static bool conn_stream_wants(const struct conn *c)
+{
+    return c->stream != NULL && !c->closing && !c->out_blocked &&
+           conn_backlog(c) < CONN_STREAM_LOW;
+}
+
+/* The next piece of a streamed reply, when it is ready for one; then
+ * writes it. */
 static void conn_stream_step(struct conn *c)
 {
-    if (c->stream == NULL || c->closing || c->out_blocked || conn_backlog(c) >= CONN_STREAM_LOW)
+    if (!conn_stream_wants(c))
         return;
     struct conn_stream *st = c->stream;
     struct resp *r = conn_resp_new(c);
@@ -1047,16 +1061,19 @@ static void conn_flush(struct conn *c)
         c->out_blocked = false;
     /* Closing after a protocol violation waits only for the replies before
      * the last flush point; the rest is dropped. */
-    bool drained = c->discard ? !c->head || c->head->seq >= c->flush_seq
-                              : !c->head && c->inflight == 0;
+    /* (A streamed reply is never drained before its last piece.) */
+    bool drained = c->stream == NULL && (c->discard ? !c->head || c->head->seq >= c->flush_seq
+                                                    : !c->head && c->inflight == 0);
     if (c->close_after_write && drained) {
         conn_close(c);
         return;
     }
     short want = 0;
-    /* A streamed reply's next piece is made when the socket takes more:
-     * a writable socket wakes the next pass at once. */
-    if (c->out_blocked || c->stream)
+    /* A streamed reply ready for its next piece makes it on the next pass
+     * (the socket is writable: at once).  One waiting behind a reply that
+     * is not written yet (a write in flight) is not: that reply's
+     * completion flushes and comes back here. */
+    if (c->out_blocked || conn_stream_wants(c))
         want |= EV_WRITE;
     c->paused = c->out_blocked && conn_backlog(c) > OUT_BACKLOG_MAX;
     if (!c->paused && !c->close_after_write && !c->blocked && !c->throttled && !c->stream)

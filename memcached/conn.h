@@ -213,10 +213,12 @@ void conn_discard_unflushed(struct conn *c);
 /* A reply written a piece at a time (lru_crawler metadump), so that a large
  * one neither holds the event loop nor sits in memory whole: step adds the
  * next piece to slot r and returns true when that was the last.  The
- * connection parses no requests meanwhile (input waits unread), and asks
- * for a piece once less than CONN_STREAM_LOW bytes are left to write, at
- * most one per event-loop pass.  done frees the state: after the last
- * piece, or when the connection closes first. */
+ * connection parses no requests meanwhile (input waits unread), is not
+ * closed by an idle timeout or the client's end of input before the last
+ * piece, and asks for a piece once the socket took all it could and less
+ * than CONN_STREAM_LOW bytes are queued, at most one per event-loop pass.
+ * done frees the state: after the last piece, or when the connection
+ * closes first. */
 struct conn_stream {
     bool (*step)(struct conn_stream *st, struct resp *r);
     void (*done)(struct conn_stream *st);
@@ -225,6 +227,8 @@ struct conn_stream {
 /* The request being parsed answers with st from its next piece on (its
  * first piece is the slot it already has, which it marks done). */
 void conn_stream(struct conn *c, struct conn_stream *st);
+/* Is a streamed reply still being written (the idle timeout spares it)? */
+bool conn_streaming(const struct conn *c);
 
 /* -Y: has the connection authenticated? */
 bool conn_authenticated(const struct conn *c);

@@ -164,7 +164,8 @@ enum eng_walk {
 /* Where a walk is; all zero at its start. */
 struct eng_cursor {
     uint64_t pos;       /* the hash table's (assoc_walk) */
-    uint64_t owner;     /* the engine's note of whose keys it walks */
+    uint64_t owner;     /* a parity process's note of which serving it walks */
+    uint64_t table;     /* a data engine's note of which table it walks */
 };
 
 struct engine_ops {

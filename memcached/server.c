@@ -217,7 +217,8 @@ static int server_listen(struct server *s)
 #define TRIM_EVERY_SECONDS 5
 
 /* -o idle_timeout=N: connections without a request for N seconds are
- * closed (their replies still go out first). */
+ * closed (their replies still go out first); not one still writing a
+ * streamed reply, which is busy rather than idle (its client reads slowly). */
 static void close_idle(struct server *s, time_t now)
 {
     if (s->settings.idle_timeout <= 0)
@@ -227,7 +228,7 @@ static void close_idle(struct server *s, time_t now)
         next = c->next;
         /* a connection that proved the cluster secret (a slot move's
          * import connection, cocytus-cli) is the cluster's own: never idle */
-        if (!c->close_after_write && !conn_is_admin(c) &&
+        if (!c->close_after_write && !conn_is_admin(c) && !conn_streaming(c) &&
             now - c->last_cmd > s->settings.idle_timeout) {
             s->stats.idle_kicks++;
             if (s->settings.verbose)

@@ -3,23 +3,30 @@
 time (memcached/proto_text.c, conn_stream): run by metadump_stream.sh
 against one cocytus-server.
 
-  --target HOST:PORT --pid PID [--keys N]
+  --target HOST:PORT --pid PID [--keys N]             (a plain server, -o idle_timeout=1)
+  --behind-write --target DP --pid DP_PID --parity-pid PP_PID [--keys N]
 
 Checks, each printing "ok: ..." or "FAIL: ..." (exit 1 on any failure):
-  memory   N keys stored; a dump that its client does not read costs the
-           server a few pieces, not the whole listing (VmRSS of PID grows
-           by less than LIMIT_MB while it waits), and other clients are
-           answered meanwhile
+  memory   N keys stored; a dump that its client does not read for 2.5 s
+           costs the server a few pieces, not the whole listing (VmRSS of
+           PID grows by less than LIMIT_MB while it waits), and other
+           clients are answered meanwhile
   whole    that dump, read at last: every key once, then END, then the
            reply of the request pipelined behind it (the connection parsed
-           nothing meanwhile)
+           nothing meanwhile, and the idle timeout did not cut it off)
   growth   a dump read slowly while another client stores enough new keys
            for the hash table to double (and deletes some old ones): every
            old key not deleted is listed exactly once, no key twice
   abandon  dumps closed half read, and 3 at once read to the end: the
            server answers and lists the same keys each time
+With --behind-write, against a data process of an RS group:
+  behind   a dump pipelined behind a set that waits for a stopped parity
+           process (set, mn, metadump): the data process does not spin
+           while it waits (CPU time over 1.5 s below 0.3 s), and once the
+           parity process runs again come STORED, MN and every key once
 """
 import argparse
+import os
 import socket
 import sys
 import time
@@ -126,12 +133,60 @@ def check_once(what, listed, expect, may=frozenset()):
     return True
 
 
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        w = f.read().rsplit(")", 1)[1].split()
+    return (int(w[11]) + int(w[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def behind_write(a):
+    import signal
+    t = a.target
+    keys = [b"bw_%06d" % i for i in range(a.keys)]
+    store(t, keys)
+    os.kill(a.parity_pid, signal.SIGSTOP)
+    try:
+        d = connect(t)
+        d.sendall(b"set bw_pending 0 0 1\r\nx\r\nmn\r\nlru_crawler metadump all\r\n")
+        time.sleep(0.3)
+        cpu0 = cpu_seconds(a.pid)
+        time.sleep(1.5)
+        spent = cpu_seconds(a.pid) - cpu0
+        d.settimeout(0.1)
+        try:
+            early = d.recv(100)
+        except socket.timeout:
+            early = b""
+        d.settimeout(30)
+    finally:
+        os.kill(a.parity_pid, signal.SIGCONT)
+    if spent < 0.3:
+        ok("behind: a dump behind a set that waits: the data process used %.2f s of CPU "
+           "in 1.5 s" % spent)
+    else:
+        fail("behind: a dump behind a set that waits: the data process used %.2f s of CPU "
+             "in 1.5 s (spinning?)" % spent)
+    if early:
+        fail("behind: a reply came while the set waited: %r" % early[:60])
+    head, rest = read_until(d, b"", b"MN\r\n")
+    body, _ = read_until(d, rest, b"END\r\n")
+    if head != b"STORED\r\nMN\r\n":
+        fail("behind: the set and mn answered %r" % head[:60])
+    elif check_once("behind", dump_keys(body), set(keys) | {b"bw_pending"}):
+        ok("behind: then STORED, MN and the %d keys once each" % (a.keys + 1))
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--keys", type=int, default=400000)
+    ap.add_argument("--behind-write", action="store_true")
+    ap.add_argument("--parity-pid", type=int, default=0)
     a = ap.parse_args()
+    if a.behind_write:
+        return behind_write(a)
     t = a.target
 
     keys = [b"ms_%07d" % i for i in range(a.keys)]
@@ -145,7 +200,7 @@ def main():
     d.sendall(b"lru_crawler metadump all\r\nmn\r\n")
     other = connect(t)
     worst = 0.0
-    deadline = time.time() + 1.5
+    deadline = time.time() + 2.5       # past the server's idle_timeout of 1 s
     while time.time() < deadline:
         t0 = time.time()
         other.sendall(b"get ms_0000001\r\n")
@@ -154,7 +209,7 @@ def main():
         time.sleep(0.05)
     grown = (rss_kb(a.pid) - before) / 1024.0
     if grown < LIMIT_MB:
-        ok("memory: a dump of %d keys not read yet: the server grew by %.1f MB (< %d); "
+        ok("memory: a dump of %d keys not read for 2.5 s: the server grew by %.1f MB (< %d); "
            "gets meanwhile answered within %.0f ms" % (a.keys, grown, LIMIT_MB, worst * 1000))
     else:
         fail("memory: a dump of %d keys not read yet: the server grew by %.1f MB (limit %d)" %
