@@ -216,14 +216,16 @@ static void log_blocked(uint64_t ms)
         fprintf(stderr, "coordinator: a ZooKeeper write took %llu ms\n", (unsigned long long)ms);
 }
 
-/* Persist map m and the work in progress.  With ZooKeeper a failure to
+/* Persist map m and the work in progress, in ZooKeeper or the state file
+ * alike: a coordinator restarted on its state file must know, as a new
+ * leader does, the pids it saw (a process that died and came back empty
+ * while no coordinator ran is that process's death, handled late), the
+ * groups' views and the takeovers under way.  With ZooKeeper a failure to
  * write ends the leadership: a map that is not saved must never be shown
  * (the next leader would hand out its epoch again with another map).
  * With the state file: 0 or -1 with a message in err. */
 static int persist(struct coord *co, const struct slotmap *m, char *err, size_t errlen)
 {
-    if (!co->zk)
-        return coord_state_save(co->c->coord_state, m, err, errlen);
     size_t nmap = 0, nprog = 0;
     char *map = coord_state_encode(m, &nmap);
     char *prog = coord_progress_encode(co, &nprog);
@@ -231,11 +233,22 @@ static int persist(struct coord *co, const struct slotmap *m, char *err, size_t 
     if (!all) {
         free(map);
         free(prog);
+        if (!co->zk) {
+            snprintf(err, errlen, "out of memory encoding the state");
+            return -1;
+        }
         step_down("out of memory encoding the state");
         return -1;
     }
     memcpy(all, map, nmap);
     memcpy(all + nmap, prog, nprog);
+    if (!co->zk) {
+        int rc = coord_state_write(co->c->coord_state, all, nmap + nprog, err, errlen);
+        free(map);
+        free(prog);
+        free(all);
+        return rc;
+    }
     uint64_t start = coord_now_ms();
     int rc = coord_zk_save(co->zk, all, nmap + nprog, err, errlen);
     free(map);
@@ -250,8 +263,8 @@ static int persist(struct coord *co, const struct slotmap *m, char *err, size_t 
 void coord_save_progress(struct coord *co)
 {
     char err[512];
-    if (co->zk)
-        persist(co, &co->map, err, sizeof(err));
+    if (persist(co, &co->map, err, sizeof(err)) < 0)
+        fprintf(stderr, "coordinator: cannot save the work in progress: %s\n", err);
 }
 
 int coord_publish_map(struct coord *co, struct slotmap *next)
@@ -962,8 +975,10 @@ static int load_map(struct coord *co)
     char err[768];
     struct slotmap m;
     const char *where = co->c->has_zookeeper ? "ZooKeeper" : co->c->coord_state;
-    int rc = co->c->has_zookeeper ? load_from_zookeeper(co, &m, err, sizeof(err))
-                                  : coord_state_load(co->c->coord_state, co->c, &m, err, sizeof(err));
+    int rc = co->c->has_zookeeper
+                 ? load_from_zookeeper(co, &m, err, sizeof(err))
+                 : coord_state_load(co->c->coord_state, co->c, &m, &co->resume, &co->nresume, err,
+                                    sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "cocytus-server: coordinator refuses to start: %s\n", err);
         return -1;

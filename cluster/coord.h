@@ -77,13 +77,18 @@ uint8_t coord_link_role(enum cluster_role r);
 /* Write the map to path atomically: path.tmp, fsync, rename, fsync of the
  * directory.  0, or -1 with a message in err (the old file is untouched). */
 int coord_state_save(const char *path, const struct slotmap *m, char *err, size_t errlen);
+/* The same for bytes already encoded (a map and the work in progress after
+ * it, coord_progress.c). */
+int coord_state_write(const char *path, const char *all, size_t nall, char *err, size_t errlen);
 
 /* Read the map saved at path into *m and check that its endpoints are the
  * cluster's serving processes, in order (group, role and index are then
- * filled in from the cluster).  0 loaded, 1 no file (a first start), -1
- * with a message in err (a corrupt file, or one of another layout). */
+ * filled in from the cluster).  With rest, what follows the map (the work
+ * in progress) is returned malloc'd in *rest (NULL if nothing); without,
+ * the file must hold the map only.  0 loaded, 1 no file (a first start),
+ * -1 with a message in err (a corrupt file, or one of another layout). */
 int coord_state_load(const char *path, const struct cluster *c, struct slotmap *m,
-                     char *err, size_t errlen);
+                     char **rest, size_t *nrest, char *err, size_t errlen);
 
 /* The state file's bytes for map m (malloc'd, NUL-terminated, *len
  * without the NUL); NULL when out of memory. */

@@ -1,5 +1,6 @@
-/* coord_progress.c - the work in progress that a new leader must finish,
- * as text lines saved beside the slot map in ZooKeeper (coord_zk.c):
+/* coord_progress.c - the work in progress that a new leader (or the one
+ * coordinator, started again) must finish, as text lines saved beside the
+ * slot map in ZooKeeper (coord_zk.c) or the state file (coord_state.c):
  *
  *   view <g> <version> <dps> <pps>                 each coding group's view
  *   tk <g> <f> <phase> <r> <stable> <participants> a takeover of dead DP f

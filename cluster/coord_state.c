@@ -7,6 +7,7 @@
  *   bytes <n>\n
  *   crc32c <8 hex digits>\n
  *   <n bytes: the slotmap_encode() body, whose first line is the epoch again>
+ *   [the coordinator's work in progress, coord_progress.c: text lines]
  * The byte count catches a truncated file, the CRC-32C of the body any
  * changed byte (a valid-looking range edited by hand included), the
  * repeated epoch a header from another file, and the decoder
@@ -101,21 +102,27 @@ char *coord_state_encode(const struct slotmap *m, size_t *len)
 
 int coord_state_save(const char *path, const struct slotmap *m, char *err, size_t errlen)
 {
-    char tmp[STATE_PATH_MAX];
     size_t nall;
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-        snprintf(err, errlen, "state path %s is too long", path);
-        return -1;
-    }
     char *all = coord_state_encode(m, &nall);
     if (!all) {
         snprintf(err, errlen, "out of memory encoding the map");
         return -1;
     }
+    int rc = coord_state_write(path, all, nall, err, errlen);
+    free(all);
+    return rc;
+}
+
+int coord_state_write(const char *path, const char *all, size_t nall, char *err, size_t errlen)
+{
+    char tmp[STATE_PATH_MAX];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+        snprintf(err, errlen, "state path %s is too long", path);
+        return -1;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        free(all);
         return -1;
     }
     bool written = write_all(fd, all, nall) == 0 && fsync(fd) == 0;
@@ -124,7 +131,6 @@ int coord_state_save(const char *path, const struct slotmap *m, char *err, size_
         written = false;
         saved = errno;
     }
-    free(all);
     if (!written) {
         snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(saved));
         unlink(tmp);
@@ -329,14 +335,30 @@ int coord_state_decode(const char *path, const char *text, size_t len, const str
 }
 
 int coord_state_load(const char *path, const struct cluster *c, struct slotmap *m,
-                     char *err, size_t errlen)
+                     char **rest, size_t *nrest, char *err, size_t errlen)
 {
     char *text = NULL;
-    size_t len = 0;
+    size_t len = 0, used = 0;
+    if (rest) {
+        *rest = NULL;
+        *nrest = 0;
+    }
     int rc = read_file(path, &text, &len, err, errlen);
     if (rc != 0)
         return rc;
-    rc = coord_state_decode(path, text, len, c, m, NULL, err, errlen);
+    rc = coord_state_decode(path, text, len, c, m, rest ? &used : NULL, err, errlen);
+    if (rc == 0 && rest && used < len) {
+        *rest = malloc(len - used + 1);
+        if (*rest == NULL) {
+            snprintf(err, errlen, "out of memory reading %s", path);
+            slotmap_free(m);
+            rc = -1;
+        } else {
+            memcpy(*rest, text + used, len - used);
+            (*rest)[len - used] = '\0';
+            *nrest = len - used;
+        }
+    }
     free(text);
     return rc;
 }

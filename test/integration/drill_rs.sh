@@ -2,7 +2,10 @@
 # drill_rs.sh - make-check run of the RS kill drills (scripts/drill rs,
 # docs/recovery.md): on the default cluster (5 nodes, RS(3,5), coordinator,
 # proxy), under a verified load through the proxy, SIGKILL to a data
-# process, to a parity process, and to two data processes of one group.
+# process, to a parity process, and to two data processes of one group;
+# then a data process killed 50 ms after the coordinator (--leader-first):
+# the coordinator, started again by its node on its state file, must see
+# from the saved pid that the process came back empty, and take it over.
 # Each must end with every acknowledged write found, no stale or wrong read,
 # no failed get or set, every slot served and every unit rebuilt, and
 # cocytus-cli verify and decode-check clean on the degraded layout.  The
@@ -25,19 +28,22 @@ cleanup() {
 }
 on_exit cleanup
 
-for kill in dp pp 2dp; do
+for run in dp pp 2dp dp-coordinator; do
+    kill=${run%%-*}
+    extra=()
+    [ "$run" = dp-coordinator ] && extra=(--leader-first)
     out=$(bash "$top_srcdir/scripts/drill" rs --kill "$kill" --during-load --seconds 4 \
-        --dir "$dir/$kill" 2>&1)
+        --dir "$dir/$run" "${extra[@]}" 2>&1)
     rc=$?
-    line=$(printf '%s\n' "$out" | grep "^drill rs kill $kill:")
+    line=$(printf '%s\n' "$out" | grep "^drill rs kill $kill\( +leader\)\?:")
     if [ $rc -ne 0 ] || [ -z "$line" ]; then
         printf '%s\n' "$out" | tail -30
-        for f in "$dir/$kill"/coordinator.log "$dir/$kill"/parity-0-*.log; do
+        for f in "$dir/$run"/coordinator.log "$dir/$run"/parity-0-*.log; do
             [ -f "$f" ] && { echo "--- $f"; tail -15 "$f"; }
         done
         # What the recovery processes did (a stalled recovery shows here;
         # a sanitizer's report at exit would hide it in the tails above).
-        for f in "$dir/$kill"/parity-*.log; do
+        for f in "$dir/$run"/parity-*.log; do
             [ -f "$f" ] && grep -q "recovery" "$f" && {
                 echo "--- recovery lines of $f"
                 grep -E "recovery|batch|units|serving|settled|takes over" "$f" | tail -40
@@ -49,7 +55,7 @@ for kill in dp pp 2dp; do
     fi
     # A sanitizer build's servers report into their logs (the drill stopped
     # the cluster, so leak reports at exit are in too).
-    bad=$(grep -l -E "AddressSanitizer|LeakSanitizer|runtime error" "$dir/$kill"/*.log 2>/dev/null)
+    bad=$(grep -l -E "AddressSanitizer|LeakSanitizer|runtime error" "$dir/$run"/*.log 2>/dev/null)
     [ -z "$bad" ] || { grep -h -A 20 -E "AddressSanitizer|LeakSanitizer|runtime error" $bad | head -60;
                        fail "drill rs --kill $kill: sanitizer report in $bad"; }
 done

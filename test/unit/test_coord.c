@@ -154,12 +154,12 @@ static void build_map(struct slotmap *m, uint64_t epoch)
 START_TEST(test_state_round_trip)
 {
     struct slotmap m, back;
-    ck_assert_int_eq(coord_state_load(state, &cl, &back, err, sizeof(err)), 1);   /* no file yet */
+    ck_assert_int_eq(coord_state_load(state, &cl, &back, NULL, NULL, err, sizeof(err)), 1);   /* no file yet */
     build_map(&m, 1);
     m.slot[77] = (uint16_t)((m.slot[77] + 1) % m.nendpoints);
     m.epoch = 9;
     ck_assert_msg(coord_state_save(state, &m, err, sizeof(err)) == 0, "%s", err);
-    ck_assert_msg(coord_state_load(state, &cl, &back, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(coord_state_load(state, &cl, &back, NULL, NULL, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(back.epoch, 9);
     ck_assert_int_eq(back.nendpoints, m.nendpoints);
     ck_assert_mem_eq(back.slot, m.slot, sizeof(m.slot));
@@ -172,7 +172,7 @@ START_TEST(test_state_round_trip)
     /* A second save replaces the first; no temporary file is left. */
     m.epoch = 10;
     ck_assert_int_eq(coord_state_save(state, &m, err, sizeof(err)), 0);
-    ck_assert_int_eq(coord_state_load(state, &cl, &back, err, sizeof(err)), 0);
+    ck_assert_int_eq(coord_state_load(state, &cl, &back, NULL, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(back.epoch, 10);
     char tmp[200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", state);
@@ -194,7 +194,7 @@ static void load_fails(const char *want)
 {
     struct slotmap m;
     err[0] = '\0';
-    ck_assert_int_eq(coord_state_load(state, &cl, &m, err, sizeof(err)), -1);
+    ck_assert_int_eq(coord_state_load(state, &cl, &m, NULL, NULL, err, sizeof(err)), -1);
     ck_assert_msg(strstr(err, want) != NULL, "error '%s' does not contain '%s'", err, want);
 }
 
@@ -258,7 +258,7 @@ START_TEST(test_state_other_layout)
                "coordinator 127.0.0.1 30010 30011\n");
     ck_assert_int_eq(cluster_load(path, &other, err, sizeof(err)), 0);
     err[0] = '\0';
-    ck_assert_int_eq(coord_state_load(state, &other, &m, err, sizeof(err)), -1);
+    ck_assert_int_eq(coord_state_load(state, &other, &m, NULL, NULL, err, sizeof(err)), -1);
     ck_assert_msg(strstr(err, "endpoint 0 is 127.0.0.1:30000, the cluster file says 127.0.0.1:31000"),
                   "%s", err);
     cluster_free(&other);
@@ -267,7 +267,7 @@ START_TEST(test_state_other_layout)
     write_text(path, "cluster demo\nsecret s\nscheme plain\nbase_port 30000\n"
                "node 0 127.0.0.1\nnode 1 127.0.0.1\ncoordinator 127.0.0.1 30010 30011\n");
     ck_assert_int_eq(cluster_load(path, &other, err, sizeof(err)), 0);
-    ck_assert_int_eq(coord_state_load(state, &other, &m, err, sizeof(err)), -1);
+    ck_assert_int_eq(coord_state_load(state, &other, &m, NULL, NULL, err, sizeof(err)), -1);
     ck_assert_msg(strstr(err, "holds 3 endpoints, the cluster file has 2"), "%s", err);
     cluster_free(&other);
 }
@@ -304,6 +304,19 @@ START_TEST(test_state_with_progress)
     ck_assert_uint_eq(flen, len);
     ck_assert_mem_eq(file, bytes, len);
     free(file);
+    /* A file with the work in progress after the map: loaded with rest,
+     * the lines come back; without, the file is refused as not one map. */
+    ck_assert_int_eq(coord_state_write(state, all, len + strlen(extra), err, sizeof(err)), 0);
+    char *rest = NULL;
+    size_t nrest = 0;
+    ck_assert_msg(coord_state_load(state, &cl, &back, &rest, &nrest, err, sizeof(err)) == 0, "%s",
+                  err);
+    ck_assert_uint_eq(back.epoch, 4);
+    ck_assert_uint_eq(nrest, strlen(extra));
+    ck_assert_str_eq(rest, extra);
+    slotmap_free(&back);
+    free(rest);
+    ck_assert_int_eq(coord_state_load(state, &cl, &back, NULL, NULL, err, sizeof(err)), -1);
     free(all);
     free(bytes);
     slotmap_free(&m);
