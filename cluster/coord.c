@@ -229,6 +229,11 @@ static int persist(struct coord *co, const struct slotmap *m, char *err, size_t 
     size_t nmap = 0, nprog = 0;
     char *map = coord_state_encode(m, &nmap);
     char *prog = coord_progress_encode(co, &nprog);
+    if (map && !prog && !co->zk) {
+        /* The map alone still keeps the epoch from going back. */
+        fprintf(stderr, "coordinator: cannot encode the work in progress; saving the map alone\n");
+        prog = calloc(1, 1);
+    }
     char *all = map && prog ? malloc(nmap + nprog + 1) : NULL;
     if (!all) {
         free(map);
@@ -243,7 +248,12 @@ static int persist(struct coord *co, const struct slotmap *m, char *err, size_t 
     memcpy(all, map, nmap);
     memcpy(all + nmap, prog, nprog);
     if (!co->zk) {
+        uint64_t began = coord_now_ms();
         int rc = coord_state_write(co->c->coord_state, all, nmap + nprog, err, errlen);
+        uint64_t took = coord_now_ms() - began;
+        if (took >= COORD_HEARTBEAT_MS)
+            fprintf(stderr, "coordinator: writing the state file took %llu ms\n",
+                    (unsigned long long)took);
         free(map);
         free(prog);
         free(all);

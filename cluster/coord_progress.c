@@ -100,9 +100,14 @@ char *coord_progress_encode(struct coord *co, size_t *len)
     put(&b, "progress 1\n");
     for (int g = 0; co->groups && g < co->groups->n; g++)
         put_group(&b, &co->groups->g[g]);
-    for (int i = 0; i < co->nmembers; i++)
-        if (co->members[i].pid > 0)
-            put(&b, "pid %d %ld\n", i, co->members[i].pid);
+    /* A process not heard from since we started keeps the pid an earlier
+     * save gave it: were we to die again before its hello, the next
+     * coordinator must still see its restart. */
+    for (int i = 0; i < co->nmembers; i++) {
+        long pid = co->members[i].pid > 0 ? co->members[i].pid : co->members[i].saved_pid;
+        if (pid > 0)
+            put(&b, "pid %d %ld\n", i, pid);
+    }
     if (co->running >= 0) {
         const struct move *mv = &co->moves[co->running];
         put(&b, "move %u %d %" PRIu64 "\n", mv->slot, mv->to_endpoint, mv->epoch);

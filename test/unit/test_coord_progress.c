@@ -108,6 +108,16 @@ START_TEST(test_progress_round_trip)
     ck_assert(h4->tk[1].deferred);
     ck_assert(!h4->lost);
     ck_assert_int_eq(b.members[4].saved_pid, 4711);
+    /* b, started on that save, saves again before member 4's hello (a
+     * hello from another member, a view): 4711 must stay in the file for
+     * the coordinator after b. */
+    b.members[2].pid = 999;
+    size_t len2;
+    char *again = coord_progress_encode(&b, &len2);
+    ck_assert_ptr_nonnull(again);
+    ck_assert_ptr_nonnull(strstr(again, "pid 4 4711\n"));
+    ck_assert_ptr_nonnull(strstr(again, "pid 2 999\n"));
+    free(again);
     free(text);
     coord_unmake(&a);
     coord_unmake(&b);
