@@ -206,14 +206,15 @@ static void step_down(const char *why)
     exit(EXIT_NOT_LEADER);
 }
 
-/* The loop was blocked for ms in a synchronous ZooKeeper write.  The
- * heartbeats that came meanwhile are still unread; nobody is blamed for
- * that time, since the membership check then runs late and
+/* The loop was blocked for ms in a synchronous ZooKeeper or state-file
+ * write.  The heartbeats that came meanwhile are still unread; nobody is
+ * blamed for that time, since the membership check then runs late and
  * forgive_own_stall() discounts it like any other stall of ours. */
-static void log_blocked(uint64_t ms)
+static void log_blocked(const struct coord *co, uint64_t ms)
 {
     if (ms >= COORD_HEARTBEAT_MS)
-        fprintf(stderr, "coordinator: a ZooKeeper write took %llu ms\n", (unsigned long long)ms);
+        fprintf(stderr, "coordinator: %s took %llu ms\n",
+                co->zk ? "a ZooKeeper write" : "writing the state file", (unsigned long long)ms);
 }
 
 /* Persist map m and the work in progress, in ZooKeeper or the state file
@@ -232,42 +233,30 @@ static int persist(struct coord *co, const struct slotmap *m, char *err, size_t 
     if (map && !prog && !co->zk) {
         /* The map alone still keeps the epoch from going back. */
         fprintf(stderr, "coordinator: cannot encode the work in progress; saving the map alone\n");
-        prog = calloc(1, 1);
+        nprog = 0;
     }
-    char *all = map && prog ? malloc(nmap + nprog + 1) : NULL;
+    char *all = map && (prog || !co->zk) ? malloc(nmap + nprog + 1) : NULL;
     if (!all) {
         free(map);
         free(prog);
-        if (!co->zk) {
-            snprintf(err, errlen, "out of memory encoding the state");
-            return -1;
-        }
-        step_down("out of memory encoding the state");
+        snprintf(err, errlen, "out of memory encoding the state");
+        if (co->zk)
+            step_down(err);
         return -1;
     }
     memcpy(all, map, nmap);
-    memcpy(all + nmap, prog, nprog);
-    if (!co->zk) {
-        uint64_t began = coord_now_ms();
-        int rc = coord_state_write(co->c->coord_state, all, nmap + nprog, err, errlen);
-        uint64_t took = coord_now_ms() - began;
-        if (took >= COORD_HEARTBEAT_MS)
-            fprintf(stderr, "coordinator: writing the state file took %llu ms\n",
-                    (unsigned long long)took);
-        free(map);
-        free(prog);
-        free(all);
-        return rc;
-    }
+    if (prog)
+        memcpy(all + nmap, prog, nprog);
     uint64_t start = coord_now_ms();
-    int rc = coord_zk_save(co->zk, all, nmap + nprog, err, errlen);
+    int rc = co->zk ? coord_zk_save(co->zk, all, nmap + nprog, err, errlen)
+                    : coord_state_write(co->c->coord_state, all, nmap + nprog, err, errlen);
     free(map);
     free(prog);
     free(all);
-    if (rc < 0)
+    if (rc < 0 && co->zk)
         step_down(err);
-    log_blocked(coord_now_ms() - start);
-    return 0;
+    log_blocked(co, coord_now_ms() - start);
+    return rc;
 }
 
 void coord_save_progress(struct coord *co)
