@@ -87,6 +87,8 @@ struct pgroup {
     char lost_why[160];
     uint64_t loss_wall_ms;          /* unix ms: the group last lost data (0: never) */
     uint64_t admit_number;          /* the admission's number, the same for every try */
+    bool failover_due;              /* SERVING, but its primary restarted empty: fail
+                                     * over once the backups are heard from */
     struct pmember mem[PBR_MEMBERS_MAX];
 };
 
@@ -263,10 +265,11 @@ static void send_fences(struct coord *co, struct pgroup *pg)
 
 static void start_failover(struct coord *co, struct pgroup *pg)
 {
-    if (pg->phase == PG_SERVING) {
+    if (pg->phase == PG_SERVING && !pg->failover_due) {
         pg->dead_at_ms = coord_now_ms();
         pg->dead_wall_ms = wall_ms();
     }
+    pg->failover_due = false;
     pg->participants = 0;
     for (int k = 0; k <= co->pbr->m; k++)
         if (k != pg->primary && alive(member_k(co, pg->g, k)))
@@ -412,7 +415,23 @@ void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
         pg->mem[k].stale = true;
         pg->mem[k].cmd_at_ms = 0;
     }
-    if (k == pg->primary && pg->phase == PG_SERVING)
+    if (restarted && k == pg->primary && pg->phase == PG_SERVING && !pg->failover_due) {
+        /* Its death went unseen: no coordinator ran, or the new process's
+         * link replaced the old one before the old one was seen to drop.
+         * It holds nothing, while its backups hold the group: confirming
+         * it would serve an empty store (and the backups would be told to
+         * empty themselves to follow it).  Fail over as for a death seen,
+         * once the backups are heard from, so that every one of them can
+         * be chosen. */
+        pg->mem[k].stale = true;
+        pg->failover_due = true;
+        pg->dead_at_ms = coord_now_ms();
+        pg->dead_wall_ms = wall_ms();
+        coord_log_member(m, "is group %d's primary and restarted empty: failing over to a "
+                         "backup once they are heard from", pg->g);
+        return;
+    }
+    if (k == pg->primary && pg->phase == PG_SERVING && !pg->failover_due)
         send_to(co, pg, k, "pbr confirm %d", pg->g);
 }
 
@@ -535,6 +554,12 @@ static void reconcile_member(struct coord *co, struct pgroup *pg, int k, uint64_
     if (!pm->reported)
         return;
     if (pm->kind == 'p' || pm->leader != P || pm->diverged || pm->stale) {
+        /* Still in the primary's ack set (it restarted while no coordinator
+         * watched, so nobody dropped it): the primary keeps dialing it as a
+         * peer that holds the stream, it refuses that link as diverged, and
+         * writes wait for its acks.  Out of the set first; rebuilt next. */
+        if (pm->peer_state == 'f' || pm->peer_state == 'r')
+            send_to(co, pg, P, "pbr drop %d %d", pg->g, k);
         coord_log_member(member_k(co, pg->g, k), "is %s; it rejoins group %d as an empty "
                          "backup of member %d", pm->kind == 'p' ? "a primary without a place" :
                          pm->stale ? "restarted" : pm->diverged ? "diverged" :
@@ -562,6 +587,20 @@ void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now)
             co->pbr->g[g].dead_at_ms = coord_forgive_ms(co->pbr->g[g].dead_at_ms, late, now);
 }
 
+/* Every member but the primary has been heard from (alive or declared dead),
+ * or the coordinator's startup grace is over: the dead are known by then. */
+static bool backups_heard(struct coord *co, const struct pgroup *pg)
+{
+    if (coord_now_ms() - co->started_ms > COORD_STARTUP_GRACE_MS)
+        return true;
+    for (int k = 0; k <= co->pbr->m; k++) {
+        const struct member *mk = member_k(co, pg->g, k);
+        if (k != pg->primary && mk && mk->state == MEMBER_UNKNOWN)
+            return false;
+    }
+    return true;
+}
+
 void coord_pbr_check(struct coord *co)
 {
     if (!co->pbr)
@@ -569,6 +608,13 @@ void coord_pbr_check(struct coord *co)
     uint64_t now = coord_now_ms();
     for (int g = 0; g < co->pbr->n; g++) {
         struct pgroup *pg = &co->pbr->g[g];
+        if (pg->failover_due) {
+            if (pg->phase == PG_SERVING && !backups_heard(co, pg))
+                continue;
+            if (pg->phase == PG_SERVING)
+                start_failover(co, pg);
+            pg->failover_due = false;
+        }
         if (pg->phase == PG_FENCING && now - pg->step_at_ms > STEP_RESEND_MS)
             send_fences(co, pg);
         else if (pg->phase == PG_PROMOTING && now - pg->step_at_ms > STEP_RESEND_MS)
@@ -608,7 +654,7 @@ static const char *group_state(struct coord *co, const struct pgroup *pg, int *r
         *redundancy = 0;
         return "lost";
     }
-    if (pg->phase != PG_SERVING)
+    if (pg->phase != PG_SERVING || pg->failover_due)
         return "taking-over";
     if (rebuilding)
         return "rebuilding";

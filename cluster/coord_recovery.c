@@ -312,6 +312,51 @@ static void drop_participant(struct coord *co, struct cgroup *cg, int j)
 
 /* ---- events ---- */
 
+/* Nobody serves dp f's keys until its takeover, which starts once the
+ * group's parity processes are heard from (they must all take part): a
+ * death a coordinator learns of only from a restarted process's new pid,
+ * maybe before the others have said hello. */
+static void defer_takeover(struct coord *co, struct cgroup *cg, int f, bool own_state_newest,
+                           const char *who)
+{
+    struct takeover *tk = &cg->tk[f];
+    tk->deferred = true;
+    tk->dead_at_us = coord_now_us();
+    cg->view.dp_server[f] = -2;
+    cg->own_state_newest[f] = own_state_newest;
+    if (!cg->degraded_since_us)
+        cg->degraded_since_us = coord_now_us();
+    fprintf(stderr, "coordinator: group %d dp %d: %s died unseen; its takeover starts once "
+            "the group's parity processes are heard from\n", cg->g, f, who);
+}
+
+/* Parity process j is dead.  The data process it served (if any) is taken
+ * over again by another, at once or, when `defer`, once the group's parity
+ * processes are heard from. */
+static void parity_dead(struct coord *co, struct cgroup *cg, int j, bool defer)
+{
+    enum gv_pp was = cg->view.pp_state[j];
+    int served = cg->view.pp_serves[j];
+    if (was == GV_PP_DEAD)
+        return;
+    cg->view.pp_state[j] = GV_PP_DEAD;
+    cg->view.pp_serves[j] = -1;
+    memset(&cg->prog[j], 0, sizeof(cg->prog[j]));
+    fprintf(stderr, "coordinator: group %d parity process %d is dead%s\n", cg->g, j,
+            was == GV_PP_SERVING ? " (it served a dead data process)" :
+            was == GV_PP_REBUILDING ? " (it was being rebuilt)" : "");
+    drop_participant(co, cg, j);
+    bool again = was == GV_PP_SERVING && served >= 0;
+    if (again && defer && cg->tk[served].phase == PH_NONE) {
+        defer_takeover(co, cg, served, false, "its recovery process");
+        coord_broadcast_view(co, cg);
+    } else if (again) {
+        start_takeover(co, cg, served);   /* broadcasts the view */
+    } else {
+        coord_broadcast_view(co, cg);
+    }
+}
+
 void coord_recovery_on_dead(struct coord *co, struct member *m)
 {
     const struct cluster_proc *p = m->proc;
@@ -326,24 +371,8 @@ void coord_recovery_on_dead(struct coord *co, struct member *m)
             start_takeover(co, cg, p->index);
         return;
     }
-    if (p->role != ROLE_PARITY)
-        return;
-    int j = p->index;
-    enum gv_pp was = cg->view.pp_state[j];
-    int served = cg->view.pp_serves[j];
-    if (was == GV_PP_DEAD)
-        return;
-    cg->view.pp_state[j] = GV_PP_DEAD;
-    cg->view.pp_serves[j] = -1;
-    memset(&cg->prog[j], 0, sizeof(cg->prog[j]));
-    fprintf(stderr, "coordinator: group %d parity process %d is dead%s\n", cg->g, j,
-            was == GV_PP_SERVING ? " (it served a dead data process)" :
-            was == GV_PP_REBUILDING ? " (it was being rebuilt)" : "");
-    drop_participant(co, cg, j);
-    if (was == GV_PP_SERVING && served >= 0)
-        start_takeover(co, cg, served);   /* broadcasts the view */
-    else
-        coord_broadcast_view(co, cg);
+    if (p->role == ROLE_PARITY)
+        parity_dead(co, cg, p->index, false);
 }
 
 void coord_recovery_on_hello(struct coord *co, struct member *m)
@@ -364,22 +393,16 @@ void coord_recovery_on_unseen_restart(struct coord *co, struct member *m)
     if (!cg)
         return;
     if (p->role == ROLE_PARITY) {
-        coord_recovery_on_dead(co, m);   /* no parity there: rebuilt later */
+        /* No parity there (rebuilt later); what it served is taken over
+         * again, by a process that may not have said hello yet. */
+        coord_rebuild_on_dead(co, cg, m);
+        parity_dead(co, cg, p->index, true);
         return;
     }
     if (p->role != ROLE_DATA || cg->view.dp_server[p->index] != -1 ||
         cg->tk[p->index].phase != PH_NONE)
         return;
-    /* Nobody serves its keys until the takeover; it starts once the
-     * parity processes are heard from (they must all take part). */
-    struct takeover *tk = &cg->tk[p->index];
-    tk->deferred = true;
-    tk->dead_at_us = coord_now_us();
-    cg->view.dp_server[p->index] = -2;
-    if (!cg->degraded_since_us)
-        cg->degraded_since_us = coord_now_us();
-    fprintf(stderr, "coordinator: group %d dp %d died unseen; its takeover starts once the "
-            "group's parity processes are heard from\n", cg->g, p->index);
+    defer_takeover(co, cg, p->index, true, "its process");   /* it served until now */
     coord_broadcast_view(co, cg);
 }
 

@@ -544,6 +544,11 @@ bool pbr_backup_complete(struct engine *e)
     return be->complete && !be->src.diverged;
 }
 
+bool pbr_backup_diverged(struct engine *e)
+{
+    return be_of(e)->src.diverged;
+}
+
 int pbr_backup_following(struct engine *e)
 {
     return be_of(e)->leader;

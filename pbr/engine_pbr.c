@@ -315,9 +315,13 @@ static void admit(struct pbr_proc *pp, bool keep, uint64_t n)
 /* pbr rejoin <g> <leader> */
 static void rejoin(struct pbr_proc *pp, int leader)
 {
+    /* Waiting for, or in, a rebuild from that leader already.  Not a
+     * receiver that refused the leader's stream as diverged (a restarted
+     * backup the primary still counted in its ack set dialed it as holding
+     * the stream): it stays refused until replaced here. */
     if (!pp->is_primary && !pbr_backup_complete(pp->inner) &&
-        pbr_backup_following(pp->inner) == leader)
-        return;   /* waiting for, or in, a rebuild from that leader already */
+        !pbr_backup_diverged(pp->inner) && pbr_backup_following(pp->inner) == leader)
+        return;
     pp->inner->ops->destroy(pp->inner);
     pp->inner = NULL;
     pbr_unlink_all(&pp->sh.store);

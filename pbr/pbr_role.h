@@ -79,6 +79,8 @@ size_t pbr_backup_heartbeat(struct engine *e, char *buf, size_t len);
  * or memory ran out. */
 int pbr_backup_handover(struct engine *e, struct reclog *carry, uint64_t *from, uint64_t *last);
 bool pbr_backup_complete(struct engine *e);
+/* Its receiver refused the leader's stream (it stays refused until a rejoin). */
+bool pbr_backup_diverged(struct engine *e);
 int pbr_backup_following(struct engine *e);
 /* Promoted by hand (`cocytus promote`): it serves reads. */
 bool pbr_backup_promoted(struct engine *e);

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# node_restart.sh - the node that runs the coordinator is SIGKILLed and
+# started again: every process of the node, and the coordinator, come back
+# at once, so the restarted coordinator learns of each death only from the
+# process's new pid (docs/routing.md, "Epochs and the state file").  Two
+# clusters, each with keys stored through cocytus-proxy first:
+#
+#  pbr  3 nodes, PBR(2): node 0 holds group 0's primary and a backup of the
+#       two other groups.  The group must fail over to a backup rather than
+#       confirm its empty primary, and the restarted backups must be
+#       dropped from their primaries' ack sets and rebuilt: the cluster is
+#       healthy again, every stored key reads back, and writes to every
+#       group are stored.
+#  rs   4 nodes, RS(2,4), nodes not restarting dead processes: one data
+#       process of the group whose parity process 0 is on node 0 is killed
+#       for good, so that parity process serves it; then node 0 restarts.
+#       The data process's takeover must start again on the group's other
+#       parity process once it is heard from, not at once (with no parity
+#       process heard yet, that was a false DATA LOSS and its keys missed).
+#
+# The trap stops both clusters.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+bench=$build_dir/bench/cocytus-bench
+cli=$build_dir/client/cocytus-cli
+need_built "$build_dir/client/cocytus-proxy" "$build_dir/cocytus/cocytus-node" "$bench" "$cli"
+
+RECORDS=20000
+dir=""
+cleanup() {
+    cluster_remove "$dir"
+}
+on_exit cleanup
+
+# bench_get LABEL: every stored key read back through the proxy, verified.
+bench_get() {
+    local out
+    out=$(timeout 60 "$bench" -s "$proxy" -n "$RECORDS" --no-load -o "$RECORDS" -r 1 --verify \
+        -v 100 -q 2>&1)
+    if echo "$out" | grep -q "^op=get count=$RECORDS .* errors=0 misses=0 wrong=0"; then
+        ok "$1: all $RECORDS keys read back"
+    else
+        fail "$1: reads: $(echo "$out" | grep -E '^op=get|total_errors' | tr '\n' ' ')"
+    fi
+}
+
+# bench_mixed LABEL: sets and verified gets across every group.
+bench_mixed() {
+    local out rc
+    out=$(timeout 60 "$bench" -s "$proxy" -n "$RECORDS" --no-load -o 6000 -r 0.5 \
+        --verify-latest -v 100 -q 2>&1)
+    rc=$?
+    if [ "$rc" = 0 ] && echo "$out" | grep -q "^total_errors=0 total_wrong=0"; then
+        ok "$1: sets stored and read back"
+    else
+        fail "$1: cocytus-bench exit $rc$([ "$rc" = 124 ] && echo ' (timed out: writes hang)') $(echo "$out" | grep -E '^op=|total_errors' | tr '\n' ' ')"
+    fi
+}
+
+restart_node0() {
+    bash "$cluster_script" kill-node --dir "$dir" --node 0 >/dev/null || fail "kill-node 0"
+    sleep 1
+    bash "$cluster_script" start-node --dir "$dir" --node 0 >/dev/null || fail "start-node 0"
+}
+
+no_data_loss_logged() {
+    if grep -q "DATA LOSS" "$dir/coordinator.log"; then
+        fail "$1: the coordinator reported $(grep -m1 "DATA LOSS" "$dir/coordinator.log")"
+    else
+        ok "$1: no data loss reported"
+    fi
+}
+
+# ---- PBR(2) ----
+dir=$(mktemp -d "${TMPDIR:-/tmp}/node_restart_pbr.XXXXXX")
+proxy_port=$(pick_port)
+# 9 processes and the coordinator: 2 ports each.
+if ! cluster_up "$dir" 20 22000 30000 --nodes 3 --scheme pbr:2 --memory 32 --region 16 \
+    --proxy-port "$proxy_port"; then
+    fail "PBR(2) cluster did not come up"
+    finish
+fi
+proxy=$(cat "$dir/proxy")
+timeout 60 "$bench" -s "$proxy" -n "$RECORDS" --load --no-run -v 100 -q >/dev/null 2>&1 \
+    || fail "pbr: loading $RECORDS keys"
+restart_node0
+start=$(date +%s%N)
+if timeout 40 "$cli" --dir "$dir" wait-healthy --timeout 30 >"$dir/healthy.txt" 2>&1; then
+    ok "pbr: healthy $(( ($(date +%s%N) - start) / 1000000 )) ms after node 0 was started again"
+else
+    fail "pbr: not healthy 30 s after node 0 restarted: $(tail -n 5 "$dir/healthy.txt" | tr '\n' ' ')"
+    "$cli" --dir "$dir" status 2>&1 | grep -v '^proc'
+fi
+grep -q "group 0's primary (member 2) is dead: fencing" "$dir/coordinator.log" \
+    && ok "pbr: group 0 failed over from its restarted primary" \
+    || fail "pbr: group 0 did not fail over from its restarted primary"
+bench_get "pbr after node 0 restarted"
+bench_mixed "pbr after node 0 restarted"
+no_data_loss_logged pbr
+cluster_remove "$dir"
+dir=""
+
+# ---- RS(2,4) ----
+dir=$(mktemp -d "${TMPDIR:-/tmp}/node_restart_rs.XXXXXX")
+proxy_port=$(pick_port)
+# 16 processes and the coordinator: 2 ports each.
+if ! cluster_up "$dir" 34 22000 30000 --nodes 4 --scheme rs:2:4 --memory 32 --region 16 \
+    --restart off --proxy-port "$proxy_port"; then
+    fail "RS(2,4) cluster did not come up"
+    finish
+fi
+proxy=$(cat "$dir/proxy")
+timeout 60 "$bench" -s "$proxy" -n "$RECORDS" --load --no-run -v 100 -q >/dev/null 2>&1 \
+    || fail "rs: loading $RECORDS keys"
+# endpoints: "<role> <group> <index> <node> <host:port> <pid>"
+g=$(awk '$1 == "parity" && $3 == 0 && $4 == 0 { print $2; exit }' "$dir/endpoints")
+victim=$(awk -v g="$g" '$1 == "data" && $2 == g && $3 == 0 { print $6 }' "$dir/endpoints")
+if [ -z "$g" ] || [ -z "$victim" ]; then
+    fail "rs: no group with parity process 0 on node 0 in $(tr '\n' ';' <"$dir/endpoints")"
+    finish
+fi
+kill -KILL "$victim"
+served() {
+    "$cli" --dir "$dir" status 2>/dev/null | grep -q "^group $g: data 0 served by recovery process parity $1 "
+}
+wait_for 100 served 0 && ok "rs: group $g's data 0 is served by parity 0 (node 0)" \
+    || fail "rs: group $g's data 0 not served by parity 0 in 10 s"
+restart_node0
+if wait_for 200 served 1; then
+    ok "rs: group $g's data 0 is served by parity 1 after node 0 restarted"
+else
+    fail "rs: group $g's data 0 not served by parity 1 20 s after node 0 restarted"
+    "$cli" --dir "$dir" status 2>&1 | grep '^group'
+fi
+bench_get "rs after node 0 restarted"
+no_data_loss_logged rs
+finish
