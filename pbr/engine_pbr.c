@@ -41,12 +41,19 @@
 #define CONTROL_WORDS_MAX 8
 #define CONTROL_TEXT_MAX 256
 
+struct read_waiter {
+    eng_done_fn done;
+    void *cookie;
+};
+
 struct pbr_proc {
     struct engine engine;           /* what the server holds */
     struct pbr_shared sh;
     struct engine *inner;
     bool is_primary;
     uint64_t admitted;              /* the number of the last "pbr admit" taken */
+    struct read_waiter *waiters;    /* reads waiting for the primary's store */
+    size_t nwaiters, waiters_cap;
 };
 
 static struct pbr_proc *pp_of(struct engine *e)
@@ -135,6 +142,48 @@ static eng_status pp_get_ex(struct engine *e, const char *key, size_t nkey, unsi
     return in->ops->get(in, key, nkey, out, res);
 }
 
+/* A primary whose store may not be the group's (it waits for the
+ * coordinator's confirmation, or found that it restarted without its
+ * state) would answer misses for keys its backups hold: a restarted
+ * primary its coordinator did not see die, until the group fails over.
+ * Its reads wait instead, until it is confirmed or changes role (the
+ * connection parses them again: served, or MOVED by the new map). */
+static bool pp_read_wait(struct engine *e, const char *key, size_t nkey, eng_done_fn done,
+                         void *cookie)
+{
+    struct pbr_proc *pp = pp_of(e);
+    (void)key;
+    (void)nkey;
+    if (!pp->is_primary || pbr_primary_reads_ready(pp->inner))
+        return false;
+    if (pp->nwaiters == pp->waiters_cap) {
+        size_t ncap = pp->waiters_cap ? pp->waiters_cap * 2 : 16;
+        struct read_waiter *n = realloc(pp->waiters, ncap * sizeof(*n));
+        if (!n)
+            return false;   /* cannot wait: served from the store as it is */
+        pp->waiters = n;
+        pp->waiters_cap = ncap;
+    }
+    pp->waiters[pp->nwaiters++] = (struct read_waiter){ done, cookie };
+    return true;
+}
+
+/* Waiting reads are parsed again once they need not wait.  Detached first:
+ * a woken read may wait again and register anew. */
+static void wake_readers(struct pbr_proc *pp)
+{
+    if (pp->nwaiters == 0 || (pp->is_primary && !pbr_primary_reads_ready(pp->inner)))
+        return;
+    size_t n = pp->nwaiters;
+    struct read_waiter *w = pp->waiters;
+    pp->waiters = NULL;
+    pp->nwaiters = pp->waiters_cap = 0;
+    struct eng_result res = { .status = ENG_SUCCESS };
+    for (size_t i = 0; i < n; i++)
+        w[i].done(w[i].cookie, &res);
+    free(w);
+}
+
 /* Handles are items of the shared store, whichever engine handed them out. */
 static void pp_release(struct engine *e, void *handle)
 {
@@ -164,6 +213,7 @@ static void pp_tick(struct engine *e, time_t now)
 {
     struct engine *in = pp_of(e)->inner;
     in->ops->tick(in, now);
+    wake_readers(pp_of(e));
 }
 
 /* The server serves the group's slots though its map names another member
@@ -366,6 +416,7 @@ static void pp_control(struct engine *e, const char *text, size_t len)
         pp_log(pp, "control message '%s' does not apply to a %s; ignored",
                printable_copy(shown, sizeof(shown), text, len),
                pp->is_primary ? "primary" : "backup");
+    wake_readers(pp);   /* confirmed, or another role */
 }
 
 /* ---- lifetime ---- */
@@ -377,6 +428,7 @@ static void pp_destroy(struct engine *e)
         pp->inner->ops->destroy(pp->inner);
     if (pp->sh.store.table.buckets != NULL)
         item_store_destroy(&pp->sh.store);
+    free(pp->waiters);   /* the server is going away with its connections */
     free(pp);
 }
 
@@ -396,6 +448,7 @@ static const struct engine_ops pbr_ops = {
     .walk = pp_walk,
     .control = pp_control,
     .heartbeat_extra = pp_heartbeat_extra,
+    .read_wait = pp_read_wait,
 };
 
 /* The cluster must be pbr with 1..PBR_MAX_MEMBERS-1 backups and name this

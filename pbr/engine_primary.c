@@ -917,6 +917,12 @@ static void primary_joining_up(void *ctx, int member, uint64_t peer_xid)
                peer_xid);
 }
 
+bool pbr_primary_reads_ready(struct engine *e)
+{
+    const struct primary *pe = pe_of(e);
+    return pe->confirmed && !pe->tx.refusing;
+}
+
 /* pbr drop <g> <member> | pbr rebuild <g> <member> | pbr confirm <g> */
 bool pbr_primary_control(struct engine *e, int argc, char **argv)
 {

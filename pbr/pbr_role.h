@@ -61,6 +61,10 @@ struct engine *pbr_primary_create(const struct primary_params *p);
 bool pbr_primary_control(struct engine *e, int argc, char **argv);
 /* Heartbeat words "pbr p <xid> <peer states>" (see coord_pbr.c). */
 size_t pbr_primary_heartbeat(struct engine *e, char *buf, size_t len);
+/* Its store is the group's: confirmed (or no coordinator) and not found to
+ * have restarted without its state.  Else a read could miss a key its
+ * backups hold. */
+bool pbr_primary_reads_ready(struct engine *e);
 
 /* ---- backup (engine_backup.c) ---- */
 
