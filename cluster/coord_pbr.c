@@ -324,6 +324,11 @@ static void fenced_all(struct coord *co, struct pgroup *pg)
             pg->best_xid, (unsigned long long)(coord_now_ms() - pg->dead_at_ms));
     pg->phase = PG_PROMOTING;
     pg->waiting = 1ull << pg->best;
+    /* Saved before best is told: a coordinator restarted after best became
+     * the primary, but before the map said so, would fence the group again
+     * and wait forever for best's answer (a primary takes no fence); it
+     * sends the promotion again instead (best answers it again). */
+    coord_save_progress(co);
     send_promotion(co, pg);
 }
 
@@ -414,6 +419,10 @@ void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
     if (restarted && k != pg->primary) {
         pg->mem[k].stale = true;
         pg->mem[k].cmd_at_ms = 0;
+        /* Died unseen during a failover resumed from the saved progress:
+         * it holds nothing now (promoting it would serve an empty store). */
+        if (pg->phase == PG_FENCING || pg->phase == PG_PROMOTING)
+            drop_participant(co, pg, k);
     }
     if (restarted && k == pg->primary && pg->phase == PG_SERVING && !pg->failover_due) {
         /* Its death went unseen: no coordinator ran, or the new process's
@@ -718,6 +727,45 @@ bool coord_pbr_joining(struct coord *co, const struct member *m)
         return false;
     int k = member_number(co, m);
     return k != pg->primary && pg->mem[k].reported && !counts(co, pg, k);
+}
+
+/* ---- work in progress ---- */
+
+bool coord_pbr_progress_line(struct coord *co, int g, char *line, size_t len)
+{
+    const struct pgroup *pg = group_of(co, g);
+    if (!pg || pg->phase != PG_PROMOTING)
+        return false;
+    uint64_t peers = 0;   /* the participants that may be best's peers */
+    for (int k = 0; k <= co->pbr->m; k++)
+        if ((pg->participants & (1ull << k)) && candidate(&pg->mem[k]))
+            peers |= 1ull << k;
+    int n = snprintf(line, len, "pbr %d promote %d %" PRIu64 " %" PRIu64, g, pg->best,
+                     pg->participants, peers);
+    return n > 0 && (size_t)n < len;
+}
+
+void coord_pbr_resume(struct coord *co, const char *line)
+{
+    int g, best;
+    unsigned long long participants, peers;
+    if (sscanf(line, "pbr %d promote %d %llu %llu", &g, &best, &participants, &peers) != 4)
+        return;
+    struct pgroup *pg = group_of(co, g);
+    if (!pg || best < 0 || best > co->pbr->m || best == pg->primary ||
+        !(participants & (1ull << best)))
+        return;
+    pg->phase = PG_PROMOTING;
+    pg->best = best;
+    pg->participants = participants;
+    pg->waiting = 1ull << best;
+    pg->step_at_ms = 0;   /* sent again at the first check */
+    pg->dead_at_ms = coord_now_ms();
+    pg->dead_wall_ms = wall_ms();
+    for (int k = 0; k <= co->pbr->m; k++)
+        pg->mem[k].complete = (peers & (1ull << k)) != 0 || k == best;
+    fprintf(stderr, "coordinator: resuming group %d's failover: promoting member %d again "
+            "(an earlier coordinator chose it)\n", g, best);
 }
 
 /* ---- setup ---- */

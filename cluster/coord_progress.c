@@ -7,6 +7,8 @@
  *                                                  (phase 0: not started yet)
  *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
  *   move <slot> <to endpoint> <epoch>              the running slot move
+ *   pbr <g> promote <best> <participants> <peers>  a PBR group's failover that
+ *                                                  told best to serve
  *   pid <member> <pid>                             each process's pid, as
  *                                                  seen in its last hello
  *
@@ -22,7 +24,9 @@
  *     starts over later by itself;
  *   - a parity process being rebuilt is rebuilt again from the start;
  *   - a move waits for its source's outcome (its "migrated" is sent again
- *     after the hello, or its epoch shows the move done).
+ *     after the hello, or its epoch shows the move done);
+ *   - a PBR promotion is sent again (the chosen member, a primary by now
+ *     or not, answers it), then the map names it.
  * Without the view lines a restarted data process that came back empty
  * during a takeover would look like the original serving its keys; without
  * the pids, one that died and came back while no leader watched (between
@@ -108,6 +112,10 @@ char *coord_progress_encode(struct coord *co, size_t *len)
         if (pid > 0)
             put(&b, "pid %d %ld\n", i, pid);
     }
+    char line[LINE_MAX_LEN];
+    for (int g = 0; co->pbr && g < co->c->ngroups; g++)
+        if (coord_pbr_progress_line(co, g, line, sizeof(line)))
+            put(&b, "%s\n", line);
     if (co->running >= 0) {
         const struct move *mv = &co->moves[co->running];
         put(&b, "move %u %d %" PRIu64 "\n", mv->slot, mv->to_endpoint, mv->epoch);
@@ -264,6 +272,8 @@ void coord_progress_apply(struct coord *co, const char *text, size_t len)
                 apply_move(co, line);
             else if (strncmp(line, "pid ", 4) == 0)
                 apply_pid(co, line);
+            else if (strncmp(line, "pbr ", 4) == 0)
+                coord_pbr_resume(co, line);
         }
         p += n + 1;
     }

@@ -1,7 +1,8 @@
 /* test_coord_progress.c - the work in progress a coordinator saves beside
  * the map for the next leader (cluster/coord_progress.c): what one leader
  * encodes, a fresh one applies back before anyone is heard from - views,
- * takeover phases, handoff migrations, the running move, pids. */
+ * takeover phases, handoff migrations, the running move, pids, a PBR
+ * promotion. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +18,25 @@ static char err[512];
 static char conf[64];
 static struct cluster cl;
 
-static void setup(void)
+/* Cluster file text written to a new temporary file (its name in path,
+ * 64 bytes) and loaded into c. */
+static void cluster_from_text(char *path, const char *text, struct cluster *c)
 {
-    snprintf(conf, sizeof(conf), "/tmp/test_coord_progress.XXXXXX");
-    int fd = mkstemp(conf);
+    snprintf(path, 64, "/tmp/test_coord_progress.XXXXXX");
+    int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
-    const char *text = "cluster demo\nsecret s\nscheme rs 3 5\nbase_port 30000\n"
-                       "node 0 10.0.0.1\nnode 1 10.0.0.2\nnode 2 10.0.0.3\nnode 3 10.0.0.4\n"
-                       "node 4 10.0.0.5\ncoordinator 10.0.0.1 30100 30101\n";
     ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
-    ck_assert_msg(cluster_load(conf, &cl, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(cluster_load(path, c, err, sizeof(err)) == 0, "%s", err);
+}
+
+static void setup(void)
+{
+    cluster_from_text(conf,
+                      "cluster demo\nsecret s\nscheme rs 3 5\nbase_port 30000\n"
+                      "node 0 10.0.0.1\nnode 1 10.0.0.2\nnode 2 10.0.0.3\nnode 3 10.0.0.4\n"
+                      "node 4 10.0.0.5\ncoordinator 10.0.0.1 30100 30101\n",
+                      &cl);
 }
 
 static void teardown(void)
@@ -36,20 +45,27 @@ static void teardown(void)
     unlink(conf);
 }
 
-/* A coordinator as coord_engine_new builds it, without a server. */
-static void coord_make(struct coord *co)
+/* A coordinator of cluster c as coord_engine_new builds it, without a
+ * server and without its scheme's state. */
+static void coord_make_of(struct coord *co, struct cluster *c)
 {
     memset(co, 0, sizeof(*co));
-    co->c = &cl;
+    co->c = c;
     co->running = -1;
-    co->members = calloc((size_t)cl.nprocs, sizeof(*co->members));
+    co->members = calloc((size_t)c->nprocs, sizeof(*co->members));
     ck_assert_ptr_nonnull(co->members);
-    for (int i = 0; i < cl.nprocs; i++) {
+    for (int i = 0; i < c->nprocs; i++) {
         co->members[i].co = co;
-        co->members[i].proc = &cl.procs[i];
+        co->members[i].proc = &c->procs[i];
     }
-    co->nmembers = cl.nprocs;
-    ck_assert_msg(slotmap_build(&co->map, &cl, 5, err, sizeof(err)) == 0, "%s", err);
+    co->nmembers = c->nprocs;
+    ck_assert_msg(slotmap_build(&co->map, c, 5, err, sizeof(err)) == 0, "%s", err);
+}
+
+/* The same for the RS cluster of setup(), with its coding groups. */
+static void coord_make(struct coord *co)
+{
+    coord_make_of(co, &cl);
     ck_assert_int_eq(coord_recovery_init(co), 0);
 }
 
@@ -149,6 +165,55 @@ START_TEST(test_progress_rebuild_and_loss)
 }
 END_TEST
 
+/* A PBR failover that told a backup to serve: a coordinator restarted
+ * before the map named it promotes the same member again (fencing again
+ * would wait forever for a member that is a primary by now). */
+START_TEST(test_progress_pbr_promotion)
+{
+    char pconf[64];
+    struct cluster pcl;
+    cluster_from_text(pconf,
+                      "cluster demo\nsecret s\nscheme pbr 2\nbase_port 30000\n"
+                      "node 0 10.0.0.1\nnode 1 10.0.0.2\nnode 2 10.0.0.3\n"
+                      "coordinator 10.0.0.1 30100 30101\n",
+                      &pcl);
+    struct coord a, b;
+    struct coord *both[2] = { &a, &b };
+    for (int i = 0; i < 2; i++) {
+        coord_make_of(both[i], &pcl);
+        ck_assert_int_eq(coord_pbr_init(both[i]), 0);
+    }
+    char line[128];
+    ck_assert(!coord_pbr_progress_line(&a, 1, line, sizeof(line)));
+    /* Group 1: members 0 and 1 fenced, 0 chosen, both complete. */
+    coord_pbr_resume(&a, "pbr 1 promote 0 3 3");
+    ck_assert(coord_pbr_progress_line(&a, 1, line, sizeof(line)));
+    ck_assert_str_eq(line, "pbr 1 promote 0 3 3");
+    size_t len;
+    char *saved = coord_progress_encode(&a, &len);
+    ck_assert_ptr_nonnull(saved);
+    ck_assert_ptr_nonnull(strstr(saved, "\npbr 1 promote 0 3 3\n"));
+    coord_progress_apply(&b, saved, len);
+    ck_assert(coord_pbr_progress_line(&b, 1, line, sizeof(line)));
+    ck_assert_str_eq(line, "pbr 1 promote 0 3 3");
+    ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
+    free(saved);
+    /* Nonsense is ignored: the primary itself, a member that took no part,
+     * a group or member out of range, a short line. */
+    const char *junk = "pbr 0 promote 2 3 3\npbr 0 promote 1 1 1\npbr 7 promote 0 1 1\n"
+                       "pbr 0 promote 9 3 3\npbr 0 promote 0 1\n";
+    coord_progress_apply(&b, junk, strlen(junk));
+    ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
+    for (int i = 0; i < 2; i++) {
+        coord_pbr_free(both[i]);
+        slotmap_free(&both[i]->map);
+        free(both[i]->members);
+    }
+    cluster_free(&pcl);
+    unlink(pconf);
+}
+END_TEST
+
 static Suite *progress_suite(void)
 {
     Suite *s = suite_create("coord_progress");
@@ -156,6 +221,7 @@ static Suite *progress_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_progress_round_trip);
     tcase_add_test(tc, test_progress_rebuild_and_loss);
+    tcase_add_test(tc, test_progress_pbr_promotion);
     suite_add_tcase(s, tc);
     return s;
 }
