@@ -156,10 +156,11 @@ void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now);
 void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx);
 /* A live member that is not (yet) a complete backup of its group. */
 bool coord_pbr_joining(struct coord *co, const struct member *m);
-/* Work in progress (coord_progress.c): group g's promotion under way as
- * the line "pbr <g> promote <best> <participants> <peers>" (member bit
- * masks; without newline) in
- * line; false if none.  coord_pbr_resume takes such a line back. */
+/* Work in progress (coord_progress.c): group g's failover under way as the
+ * line "pbr <g> promote <best> <participants> <peers>" (member bit masks)
+ * once a member was told to serve, "pbr <g> failover" before (fencing, or
+ * due), without newline, in line; false if none.  coord_pbr_resume takes
+ * such a line back. */
 bool coord_pbr_progress_line(struct coord *co, int g, char *line, size_t len);
 void coord_pbr_resume(struct coord *co, const char *line);
 

@@ -276,6 +276,7 @@ static void start_failover(struct coord *co, struct pgroup *pg)
             pg->participants |= 1ull << k;
     if (pg->participants == 0) {
         mark_lost(pg, "its primary died and no backup is alive");
+        coord_save_progress(co);   /* no promotion or failover under way any more */
         return;
     }
     pg->phase = PG_FENCING;
@@ -285,6 +286,11 @@ static void start_failover(struct coord *co, struct pgroup *pg)
     fprintf(stderr, "coordinator: group %d's primary (member %d) is dead: fencing its stream "
             "on %d backup(s)\n", pg->g, pg->primary, __builtin_popcountll(pg->participants));
     send_fences(co, pg);
+    /* After the fences (they need not wait for the disk): a coordinator
+     * started after this one dies fails the group over too, rather than
+     * confirm a primary that restarted meanwhile (its new pid may be saved
+     * by then) or that the fenced backups refuse. */
+    coord_save_progress(co);
 }
 
 /* "<best's peers>": every other participant that is complete. */
@@ -317,6 +323,7 @@ static void fenced_all(struct coord *co, struct pgroup *pg)
 {
     if (pg->best < 0) {
         mark_lost(pg, "its primary died and no live backup holds a complete copy");
+        coord_save_progress(co);
         return;
     }
     fprintf(stderr, "coordinator: group %d: member %d received the most (xid %" PRIu64
@@ -433,7 +440,7 @@ void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
          * once the backups are heard from, so that every one of them can
          * be chosen. */
         pg->mem[k].stale = true;
-        pg->failover_due = true;
+        pg->failover_due = true;   /* saved with its new pid (coord.c, the hello) */
         pg->dead_at_ms = coord_now_ms();
         pg->dead_wall_ms = wall_ms();
         coord_log_member(m, "is group %d's primary and restarted empty: failing over to a "
@@ -734,7 +741,13 @@ bool coord_pbr_joining(struct coord *co, const struct member *m)
 bool coord_pbr_progress_line(struct coord *co, int g, char *line, size_t len)
 {
     const struct pgroup *pg = group_of(co, g);
-    if (!pg || pg->phase != PG_PROMOTING)
+    if (!pg)
+        return false;
+    if (pg->phase == PG_FENCING || (pg->phase == PG_SERVING && pg->failover_due)) {
+        int n = snprintf(line, len, "pbr %d failover", g);
+        return n > 0 && (size_t)n < len;
+    }
+    if (pg->phase != PG_PROMOTING)
         return false;
     uint64_t peers = 0;   /* the participants that may be best's peers */
     for (int k = 0; k <= co->pbr->m; k++)
@@ -747,8 +760,21 @@ bool coord_pbr_progress_line(struct coord *co, int g, char *line, size_t len)
 
 void coord_pbr_resume(struct coord *co, const char *line)
 {
-    int g, best;
+    int g, best, used = 0;
     unsigned long long participants, peers;
+    if (sscanf(line, "pbr %d failover%n", &g, &used) == 1 && used > 0 && line[used] == '\0') {
+        struct pgroup *pg = group_of(co, g);
+        if (!pg)
+            return;
+        /* Fenced, or about to be: the map's primary is not confirmed, the
+         * failover starts again once the backups are heard from. */
+        pg->failover_due = true;
+        pg->dead_at_ms = coord_now_ms();
+        pg->dead_wall_ms = wall_ms();
+        fprintf(stderr, "coordinator: resuming group %d's failover: it starts again once the "
+                "backups are heard from\n", g);
+        return;
+    }
     if (sscanf(line, "pbr %d promote %d %llu %llu", &g, &best, &participants, &peers) != 4)
         return;
     struct pgroup *pg = group_of(co, g);

@@ -7,8 +7,9 @@
  *                                                  (phase 0: not started yet)
  *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
  *   move <slot> <to endpoint> <epoch>              the running slot move
- *   pbr <g> promote <best> <participants> <peers>  a PBR group's failover that
- *                                                  told best to serve
+ *   pbr <g> failover                               a PBR group's failover that
+ *                                                  has not chosen yet
+ *   pbr <g> promote <best> <participants> <peers>  one that told best to serve
  *   pid <member> <pid>                             each process's pid, as
  *                                                  seen in its last hello
  *
@@ -25,8 +26,10 @@
  *   - a parity process being rebuilt is rebuilt again from the start;
  *   - a move waits for its source's outcome (its "migrated" is sent again
  *     after the hello, or its epoch shows the move done);
- *   - a PBR promotion is sent again (the chosen member, a primary by now
- *     or not, answers it), then the map names it.
+ *   - a PBR failover starts again (fence, choose) once the group's backups
+ *     are heard from, and the map's primary is not confirmed meanwhile; a
+ *     promotion is sent again (the chosen member, a primary by now or not,
+ *     answers it), then the map names it.
  * Without the view lines a restarted data process that came back empty
  * during a takeover would look like the original serving its keys; without
  * the pids, one that died and came back while no leader watched (between

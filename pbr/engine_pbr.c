@@ -154,7 +154,9 @@ static bool pp_read_wait(struct engine *e, const char *key, size_t nkey, eng_don
     struct pbr_proc *pp = pp_of(e);
     (void)key;
     (void)nkey;
-    if (!pp->is_primary || pbr_primary_reads_ready(pp->inner))
+    /* Without a coordinator nothing would ever end the wait (nobody fails
+     * the group over): served from the store as it is. */
+    if (!pp->sh.has_coordinator || !pp->is_primary || pbr_primary_reads_ready(pp->inner))
         return false;
     if (pp->nwaiters == pp->waiters_cap) {
         size_t ncap = pp->waiters_cap ? pp->waiters_cap * 2 : 16;

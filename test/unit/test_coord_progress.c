@@ -167,7 +167,8 @@ END_TEST
 
 /* A PBR failover that told a backup to serve: a coordinator restarted
  * before the map named it promotes the same member again (fencing again
- * would wait forever for a member that is a primary by now). */
+ * would wait forever for a member that is a primary by now); one that had
+ * not chosen yet starts again (the map's primary is not confirmed). */
 START_TEST(test_progress_pbr_promotion)
 {
     char pconf[64];
@@ -198,10 +199,21 @@ START_TEST(test_progress_pbr_promotion)
     ck_assert_str_eq(line, "pbr 1 promote 0 3 3");
     ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
     free(saved);
+    /* Group 2: a failover not chosen yet (fencing, or due) starts again. */
+    coord_pbr_resume(&a, "pbr 2 failover");
+    ck_assert(coord_pbr_progress_line(&a, 2, line, sizeof(line)));
+    ck_assert_str_eq(line, "pbr 2 failover");
+    saved = coord_progress_encode(&a, &len);
+    ck_assert_ptr_nonnull(saved);
+    coord_progress_apply(&b, saved, len);
+    ck_assert(coord_pbr_progress_line(&b, 2, line, sizeof(line)));
+    ck_assert_str_eq(line, "pbr 2 failover");
+    free(saved);
     /* Nonsense is ignored: the primary itself, a member that took no part,
      * a group or member out of range, a short line. */
     const char *junk = "pbr 0 promote 2 3 3\npbr 0 promote 1 1 1\npbr 7 promote 0 1 1\n"
-                       "pbr 0 promote 9 3 3\npbr 0 promote 0 1\n";
+                       "pbr 0 promote 9 3 3\npbr 0 promote 0 1\npbr 0 failovers\n"
+                       "pbr 9 failover\n";
     coord_progress_apply(&b, junk, strlen(junk));
     ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
     for (int i = 0; i < 2; i++) {
