@@ -21,6 +21,11 @@
  * Then the map gets a new epoch in which the group's endpoint is best's
  * client port.  A step unanswered for a second is sent again; a backup
  * that dies leaves it; the chosen one dying starts the failover again.
+ * A primary that died and came back while no coordinator watched (a new
+ * pid in its hello) is failed over the same way, once its backups are
+ * heard from.  The failover is saved with the work in progress
+ * (coord_progress.c: "pbr <g> failover", then "pbr <g> promote ..."), so
+ * that a coordinator restarted in its middle finishes it.
  *
  * Redundancy is kept by comparing, every check, what the primary reports
  * in its heartbeat (each member: in the ack set, being rebuilt, dropped)
