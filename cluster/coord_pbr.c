@@ -77,6 +77,8 @@ struct pmember {
                                      * 'd' dropped, '?' not reported */
     uint64_t reb_done, reb_total, reb_bytes, reb_rate, reb_at_ms;
     uint64_t cmd_at_ms;             /* last reconciling command about it */
+    unsigned diverged_rejoins;      /* rejoins sent since it was last complete,
+                                     * because it diverged (backs off) */
 };
 
 struct pgroup {
@@ -431,6 +433,7 @@ void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
     if (restarted && k != pg->primary) {
         pg->mem[k].stale = true;
         pg->mem[k].cmd_at_ms = 0;
+        pg->mem[k].diverged_rejoins = 0;
         /* Died unseen during a failover resumed from the saved progress:
          * it holds nothing now (promoting it would serve an empty store). */
         if (pg->phase == PG_FENCING || pg->phase == PG_PROMOTING)
@@ -555,6 +558,8 @@ void coord_pbr_on_progress(struct coord *co, struct member *m, const char *text,
         pm->diverged = diverged != 0;
         if (pm->stale && !pm->complete && leader == pg->primary && !pm->diverged)
             pm->stale = false;   /* it took the rejoin: it waits for its rebuild */
+        if (pm->complete && !pm->diverged)
+            pm->diverged_rejoins = 0;
     }
 }
 
@@ -575,6 +580,16 @@ static void reconcile_member(struct coord *co, struct pgroup *pg, int k, uint64_
     if (!pm->reported)
         return;
     if (pm->kind == 'p' || pm->leader != P || pm->diverged || pm->stale) {
+        if (pm->diverged && !pm->stale && pm->kind != 'p' && pm->leader == P) {
+            /* A rejoin rebuilds it from a full copy: one that diverges
+             * again and again (a record it cannot apply) is rebuilt less
+             * and less often, not every second. */
+            unsigned n = pm->diverged_rejoins;
+            uint64_t wait = n <= 2 ? 0 : (uint64_t)COMMAND_GRACE_MS << (n - 2 < 6 ? n - 2 : 6);
+            if (now - pm->cmd_at_ms < wait)
+                return;
+            pm->diverged_rejoins++;
+        }
         /* Still in the primary's ack set (it restarted while no coordinator
          * watched, so nobody dropped it): the primary keeps dialing it as a
          * peer that holds the stream, it refuses that link as diverged, and
