@@ -50,6 +50,7 @@
 #include "link.h"
 #include "meta.h"
 #include "printable.h"
+#include "read_waiters.h"
 #include "reclog.h"
 #include "record.h"
 #include "engine_data.h"
@@ -131,8 +132,7 @@ struct data_engine {
     bool region_borrowed;
     int serving_pp;               /* own parity index (recovery process), else -1 */
     struct data_unit_hooks units;
-    struct read_waiter *waiters;  /* reads waiting for units */
-    size_t nwaiters, waiters_cap;
+    struct read_waiters waiters;  /* reads waiting for units */
     uint64_t unit_waits;          /* mutations and reads that waited for units */
 
     struct deferred_free *df;     /* FIFO: df[df_head .. df_len) */
@@ -184,11 +184,6 @@ struct data_engine {
     /* counters */
     uint64_t evictions, expired_removed, total_items, blocked_waits;
     char msg[256];
-};
-
-struct read_waiter {
-    eng_done_fn done;
-    void *cookie;
 };
 
 /* The marks a write in flight gives its entry when it commits. */
@@ -968,8 +963,6 @@ static void dp_refused(void *ctx)
     writeq_fail_all(&dp->queue, &res);
 }
 
-static void wake_waiters(struct data_engine *dp);
-
 /* A parity process holds no record beyond ours: our table is the group's,
  * and reads that waited to know it are served. */
 static void dp_peer_up(void *ctx, int index)
@@ -979,7 +972,7 @@ static void dp_peer_up(void *ctx, int index)
     if (!dp->unsure)
         return;
     dp->unsure = false;
-    wake_waiters(dp);
+    read_waiters_wake(&dp->waiters);
 }
 
 static void rebuild_step(struct data_engine *dp);
@@ -1092,36 +1085,14 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
     struct item *e = all_wait ? NULL : meta_find(&dp->meta, key, nkey);
     if (!all_wait && (!entry_visible(dp, e) || units_ready(dp, meta_off(e), e->nbytes)))
         return false;
-    if (dp->nwaiters == dp->waiters_cap) {
-        size_t ncap = dp->waiters_cap ? dp->waiters_cap * 2 : 16;
-        struct read_waiter *n = realloc(dp->waiters, ncap * sizeof(*n));
-        if (!n)
-            return false;   /* cannot wait: the read is served as a miss below */
-        dp->waiters = n;
-        dp->waiters_cap = ncap;
-    }
-    dp->waiters[dp->nwaiters++] = (struct read_waiter){ done, cookie };
-    return true;
-}
-
-/* Every waiting read is parsed again.  Detached first: a woken read may
- * wait again and register anew. */
-static void wake_waiters(struct data_engine *dp)
-{
-    size_t n = dp->nwaiters;
-    struct read_waiter *w = dp->waiters;
-    dp->waiters = NULL;
-    dp->nwaiters = dp->waiters_cap = 0;
-    struct eng_result res = { .status = ENG_SUCCESS };
-    for (size_t i = 0; i < n; i++)
-        w[i].done(w[i].cookie, &res);
-    free(w);
+    /* Out of memory, it cannot wait: the read is served as a miss below. */
+    return read_waiters_add(&dp->waiters, done, cookie);
 }
 
 void engine_data_units_arrived(struct engine *eng)
 {
     struct data_engine *dp = dp_of(eng);
-    wake_waiters(dp);
+    read_waiters_wake(&dp->waiters);
     drain_queue(dp);
 }
 
@@ -1138,7 +1109,7 @@ void engine_data_set_view(struct engine *eng, const struct group_view *v)
     /* Restarted without state: reads wait for a map in which another
      * process serves our keys; it comes just before such a view. */
     if (dp->tx.refusing)
-        wake_waiters(dp);
+        read_waiters_wake(&dp->waiters);
 }
 
 static void ctl_replica(struct data_engine *dp, int from);
@@ -1796,7 +1767,7 @@ void engine_data_release(struct engine *eng, const char *host, int port)
     struct data_engine *dp = dp_of(eng);
     struct moved_ctx mc = { dp, host, port };
     writeq_drain(&dp->queue, answer_moved, &mc);
-    wake_waiters(dp);   /* parsed again, routing sends them on */
+    read_waiters_wake(&dp->waiters);   /* parsed again, routing sends them on */
 }
 
 /* ---- a replacement data process taking its copy (replica.h) ---- */
@@ -1928,7 +1899,7 @@ static void ctl_admit(struct data_engine *dp, bool keep, uint64_t attempt)
         }
     }
     dp_ctl(dp, "serving-dp %d %d", dp->group, dp->index);
-    wake_waiters(dp);
+    read_waiters_wake(&dp->waiters);
     drain_queue(dp);
 }
 
@@ -2074,7 +2045,7 @@ static void dp_destroy(struct engine *eng)
         dalloc_destroy(dp->alloc);
     if (dp->region && dp->region != MAP_FAILED && !dp->region_borrowed)
         munmap(dp->region, dp->region_size);
-    free(dp->waiters);
+    read_waiters_free(&dp->waiters);
     free(dp->df);
     free(dp->ops);
     free(dp->notes);

@@ -36,15 +36,11 @@
 #include "pbr_role.h"
 #include "pbr_store.h"
 #include "printable.h"
+#include "read_waiters.h"
 #include "reclog.h"
 
 #define CONTROL_WORDS_MAX 8
 #define CONTROL_TEXT_MAX 256
-
-struct read_waiter {
-    eng_done_fn done;
-    void *cookie;
-};
 
 struct pbr_proc {
     struct engine engine;           /* what the server holds */
@@ -52,8 +48,7 @@ struct pbr_proc {
     struct engine *inner;
     bool is_primary;
     uint64_t admitted;              /* the number of the last "pbr admit" taken */
-    struct read_waiter *waiters;    /* reads waiting for the primary's store */
-    size_t nwaiters, waiters_cap;
+    struct read_waiters waiters;    /* reads waiting for the primary's store */
 };
 
 static struct pbr_proc *pp_of(struct engine *e)
@@ -158,32 +153,16 @@ static bool pp_read_wait(struct engine *e, const char *key, size_t nkey, eng_don
      * the group over): served from the store as it is. */
     if (!pp->sh.has_coordinator || !pp->is_primary || pbr_primary_reads_ready(pp->inner))
         return false;
-    if (pp->nwaiters == pp->waiters_cap) {
-        size_t ncap = pp->waiters_cap ? pp->waiters_cap * 2 : 16;
-        struct read_waiter *n = realloc(pp->waiters, ncap * sizeof(*n));
-        if (!n)
-            return false;   /* cannot wait: served from the store as it is */
-        pp->waiters = n;
-        pp->waiters_cap = ncap;
-    }
-    pp->waiters[pp->nwaiters++] = (struct read_waiter){ done, cookie };
-    return true;
+    /* Out of memory, it cannot wait: served from the store as it is. */
+    return read_waiters_add(&pp->waiters, done, cookie);
 }
 
-/* Waiting reads are parsed again once they need not wait.  Detached first:
- * a woken read may wait again and register anew. */
+/* Waiting reads are parsed again once they need not wait. */
 static void wake_readers(struct pbr_proc *pp)
 {
-    if (pp->nwaiters == 0 || (pp->is_primary && !pbr_primary_reads_ready(pp->inner)))
+    if (pp->waiters.n == 0 || (pp->is_primary && !pbr_primary_reads_ready(pp->inner)))
         return;
-    size_t n = pp->nwaiters;
-    struct read_waiter *w = pp->waiters;
-    pp->waiters = NULL;
-    pp->nwaiters = pp->waiters_cap = 0;
-    struct eng_result res = { .status = ENG_SUCCESS };
-    for (size_t i = 0; i < n; i++)
-        w[i].done(w[i].cookie, &res);
-    free(w);
+    read_waiters_wake(&pp->waiters);
 }
 
 /* Handles are items of the shared store, whichever engine handed them out. */
@@ -430,7 +409,7 @@ static void pp_destroy(struct engine *e)
         pp->inner->ops->destroy(pp->inner);
     if (pp->sh.store.table.buckets != NULL)
         item_store_destroy(&pp->sh.store);
-    free(pp->waiters);   /* the server is going away with its connections */
+    read_waiters_free(&pp->waiters);   /* the server is going away with its connections */
     free(pp);
 }
 

@@ -1,0 +1,34 @@
+/* read_waiters.h - the reads an engine holds back (engine_ops.read_wait)
+ * until it can serve them.
+ *
+ * An engine that cannot answer a read yet (units not rebuilt, a store that
+ * may not be the group's) keeps the connection's done callback here and
+ * calls read_waiters_wake when that changes: every waiting connection
+ * parses its read again, and may wait again.  One list, in the order the
+ * reads came. */
+#ifndef READ_WAITERS_H
+#define READ_WAITERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine.h"
+
+struct read_waiter {
+    eng_done_fn done;
+    void *cookie;
+};
+
+struct read_waiters {
+    struct read_waiter *w;
+    size_t n, cap;
+};
+
+/* Adds one; false when out of memory (the read cannot wait). */
+bool read_waiters_add(struct read_waiters *q, eng_done_fn done, void *cookie);
+/* Calls every waiter once, detached first: a woken read may register anew. */
+void read_waiters_wake(struct read_waiters *q);
+/* Frees the list without calling anyone (the server is going away). */
+void read_waiters_free(struct read_waiters *q);
+
+#endif
