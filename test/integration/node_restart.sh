@@ -125,12 +125,14 @@ no_data_loss_logged pbr
 # again.  The new coordinator takes that pid for the original's: unless it
 # resumes the failover, it confirms the empty primary (before: "healthy"
 # and 6,683 of 20,000 keys missed).
-place_pid() {
-    pgrep -f -- "--role $1 --cluster $dir/cluster.conf --group $2 --index $3( |\$)"
+# endpoints: "<role> <group> <index> <node> <host:port> <pid>" (the pid
+# of node 0's processes has changed since: asked of the process instead)
+place_addr() {
+    awk -v r="$1" -v g="$2" -v i="$3" '$1 == r && $2 == g && $3 == i { print $5 }' "$dir/endpoints"
 }
-coord_pid=$(pgrep -f -- "--role coordinator --cluster $dir/cluster.conf( |\$)")
-p1=$(place_pid primary 1 0)
-b11=$(place_pid backup 1 1)
+coord_pid=$(server_pid "$(cat "$dir/coordinator")")
+p1=$(server_pid "$(place_addr primary 1 0)")
+b11=$(server_pid "$(place_addr backup 1 1)")
 if [ -n "$coord_pid" ] && [ -n "$p1" ] && [ -n "$b11" ]; then
     kill -STOP "$b11"
     kill -KILL "$p1"
