@@ -369,6 +369,7 @@ static void member_dead(struct member *m, const char *why)
     if (m->state == MEMBER_DEAD)
         return;
     m->state = MEMBER_DEAD;
+    coord_lost_forget(m);
     coord_log_member(m, "dead: %s", why);
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
     if (mv && (mv->source == m || mv->dest == m)) {
@@ -392,6 +393,7 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
         m->rss = msg->rss;
     m->last_heard_ms = now;
     m->state = MEMBER_ALIVE;
+    coord_lost_forget(m);
     if (!was_alive)
         coord_log_member(m, "alive (pid %ld, epoch %llu)", m->pid, (unsigned long long)m->epoch);
     if (m->epoch > co->map.epoch && m->warned_epoch != m->epoch) {
@@ -467,6 +469,10 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
         break;
     case CTL_MIGRATED:
         on_migrated(m, &msg);
+        break;
+    case CTL_LOST:
+        if (m->state == MEMBER_ALIVE)
+            coord_lost_heard(co_of(m), m, &msg);
         break;
     default:
         coord_log_member(m, "sent a coordinator's message; ignored");
@@ -546,7 +552,7 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
 {
     struct coord *co = arg;
     uint64_t now = coord_now_ms();
-    char why[128];
+    char why[256];
     forgive_own_stall(co, now);
     if (co->zk && !coord_zk_leading(co->zk, why, sizeof(why)))
         step_down(why);
@@ -558,6 +564,8 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
         } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > STARTUP_GRACE_MS) {
             snprintf(why, sizeof(why), "not heard from in the %d ms after the coordinator started",
                      STARTUP_GRACE_MS);
+            member_dead(m, why);
+        } else if (m->state == MEMBER_UNKNOWN && coord_lost_evidence(co, m, why, sizeof(why))) {
             member_dead(m, why);
         }
     }

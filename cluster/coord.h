@@ -46,7 +46,11 @@ enum ctl_kind {
     CTL_HB,         /* hb <pid> <epoch> <rss> [<recovery progress words>] */
     CTL_MIGRATED,   /* migrated <slot> <epoch> ok | failed <why> */
     CTL_MAP,        /* map <body> */
-    CTL_MIGRATE     /* migrate <slot> <host>:<port> <epoch> */
+    CTL_MIGRATE,    /* migrate <slot> <host>:<port> <epoch> */
+    CTL_LOST        /* lost <role> <index> <down_ms>: the link to a peer of
+                     * the sender's group (a cluster role and index)
+                     * dropped that long ago and is not back; sent after
+                     * each heartbeat while it lasts (engine_ops.lost_peers) */
 };
 
 struct ctl_msg {
@@ -59,6 +63,9 @@ struct ctl_msg {
     char why[COORD_WHY_MAX];        /* migrated failed: the reason */
     char host[SLOTMAP_HOST_MAX];    /* migrate: destination */
     int port;
+    enum cluster_role role;         /* lost */
+    int index;                      /* lost */
+    uint64_t down_ms;               /* lost */
     const char *body;               /* map: points into the parsed payload;
                                      * hb: the words after <rss> (or NULL) */
     size_t body_len;

@@ -4,7 +4,8 @@
  * The link (repl/link.c) redials by itself, so a coordinator that is down
  * or restarting costs nothing: the process keeps serving with the map it
  * has.  Once up, the process says "hello <pid> <epoch>" and then "hb <pid>
- * <epoch> <rss>" every COORD_HEARTBEAT_MS.  A pushed map is installed only
+ * <epoch> <rss>" every COORD_HEARTBEAT_MS, followed by "lost <role>
+ * <index> <ms>" for each replication peer whose link is down.  A pushed map is installed only
  * when its epoch is newer than the process's own (a move's source and
  * destination already hold the new map when the coordinator publishes it).
  * "migrate" starts migrate_start(); its outcome goes back as "migrated";
@@ -32,6 +33,7 @@
 #include "server.h"
 
 #define RESULT_MAX (COORD_WHY_MAX + 64)
+#define LOST_PEERS_MAX 64               /* a group's processes, far above any */
 
 struct coord_client {
     struct server *s;
@@ -71,6 +73,24 @@ static void send_hello(struct coord_client *cc, struct link *l)
     link_send(l, FT_CONTROL, text, (uint32_t)strlen(text));
 }
 
+/* After each heartbeat, one "lost" per replication peer whose link is
+ * down: a coordinator that started after that peer died learns it here
+ * instead of waiting out its startup grace. */
+static void send_lost(struct coord_client *cc, struct engine *e)
+{
+    struct eng_lost_peer lost[LOST_PEERS_MAX];
+    if (!e || !e->ops->lost_peers)
+        return;
+    int n = e->ops->lost_peers(e, lost, LOST_PEERS_MAX);
+    for (int i = 0; i < n; i++) {
+        char text[96];
+        snprintf(text, sizeof(text), "lost %s %d %llu",
+                 cluster_role_name((enum cluster_role)lost[i].role), lost[i].index,
+                 (unsigned long long)lost[i].down_ms);
+        send_text(cc, text);
+    }
+}
+
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
 {
     struct coord_client *cc = arg;
@@ -85,6 +105,7 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
             text[n] = ' ';
     }
     send_text(cc, text);
+    send_lost(cc, e);
 }
 
 static void on_up(struct link *l, uint64_t peer_xid, void *ctx)

@@ -31,6 +31,16 @@ struct coord_zk;
 enum member_state { MEMBER_UNKNOWN, MEMBER_ALIVE, MEMBER_DEAD };
 
 struct coord;
+struct member;
+
+#define COORD_LOST_REPORTS_MAX 64   /* peers reporting one member (a group's size) */
+
+/* A peer's word that its replication link to a member is down (coord_lost.c). */
+struct lost_report {
+    const struct member *by;
+    uint64_t heard_ms;              /* monotonic, when it said so last */
+    uint64_t down_ms;               /* how long the link had been down then */
+};
 
 /* One server process of the cluster file, as the coordinator sees it. */
 struct member {
@@ -46,6 +56,8 @@ struct member {
     uint64_t pushed_at_ms;
     uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
     long saved_pid;                 /* its pid as an earlier leader saved it (0: none) */
+    struct lost_report lost[COORD_LOST_REPORTS_MAX];   /* peers that lost their link to it */
+    int nlost;
 };
 
 enum move_state { MOVE_RUNNING, MOVE_DONE, MOVE_FAILED };
@@ -136,6 +148,17 @@ void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
 
+/* ---- coord_lost.c ---- */
+
+/* by said "lost ...": remember it against the member it names. */
+void coord_lost_heard(struct coord *co, struct member *by, const struct ctl_msg *msg);
+/* Every live peer linked with x reports its link down for
+ * COORD_DEAD_AFTER_MS or more (x's death, for a member not heard from);
+ * why gets the reason. */
+bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, size_t len);
+/* x was heard from or declared dead: its reports are spent. */
+void coord_lost_forget(struct member *x);
+
 /* ---- coord_pbr.c ---- */
 
 int coord_pbr_init(struct coord *co);
@@ -156,6 +179,8 @@ void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now);
 void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx);
 /* A live member that is not (yet) a complete backup of its group. */
 bool coord_pbr_joining(struct coord *co, const struct member *m);
+/* a and b are the primary of their group and one of its backups. */
+bool coord_pbr_linked(struct coord *co, const struct member *a, const struct member *b);
 /* Work in progress (coord_progress.c): group g's failover under way as the
  * line "pbr <g> promote <best> <participants> <peers>" (member bit masks)
  * once a member was told to serve, "pbr <g> failover" before (fencing, or

@@ -20,6 +20,7 @@
 
 #define CTL_FIELDS_MAX 5
 #define CTL_NUMBER_MAX 24       /* digits of a u64 plus room */
+#define CTL_LOST_INDEX_MAX 1024 /* a role's index in a group, far above any */
 
 /* The message's words, as views into the payload. */
 struct words {
@@ -179,6 +180,24 @@ static int parse_migrate(const struct words *w, struct ctl_msg *m)
     return 0;
 }
 
+/* lost <role> <index> <down_ms> */
+static int parse_lost(const struct words *w, struct ctl_msg *m)
+{
+    char role[16];
+    uint64_t index;
+    if (w->count != 4 || w->nrest != 0 || w->n[1] >= sizeof(role) ||
+        !parse_word_u64(w, 2, &index) || index >= CTL_LOST_INDEX_MAX ||
+        !parse_word_u64(w, 3, &m->down_ms))
+        return -1;
+    memcpy(role, w->p[1], w->n[1]);
+    role[w->n[1]] = '\0';
+    if (cluster_role_from_name(role, &m->role) < 0 || m->role == ROLE_PLAIN)
+        return -1;
+    m->kind = CTL_LOST;
+    m->index = (int)index;
+    return 0;
+}
+
 int ctl_parse(const char *payload, size_t len, struct ctl_msg *m, char *err, size_t errlen)
 {
     struct words w;
@@ -202,6 +221,7 @@ int ctl_parse(const char *payload, size_t len, struct ctl_msg *m, char *err, siz
     } verbs[] = {
         { "hello", parse_hello }, { "hb", parse_hb },
         { "migrated", parse_migrated }, { "migrate", parse_migrate },
+        { "lost", parse_lost },
     };
     for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
         if (!word_is(&w, 0, verbs[i].verb))

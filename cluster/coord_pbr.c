@@ -133,6 +133,14 @@ static struct pgroup *group_of(struct coord *co, int g)
     return co->pbr && g >= 0 && g < co->pbr->n ? &co->pbr->g[g] : NULL;
 }
 
+bool coord_pbr_linked(struct coord *co, const struct member *a, const struct member *b)
+{
+    struct pgroup *pg = group_of(co, a->proc->group);
+    if (!pg || a == b || b->proc->group != a->proc->group)
+        return false;
+    return member_number(co, a) == pg->primary || member_number(co, b) == pg->primary;
+}
+
 static void send_to(struct coord *co, struct pgroup *pg, int k, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void send_to(struct coord *co, struct pgroup *pg, int k, const char *fmt, ...)

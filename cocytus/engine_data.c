@@ -1945,6 +1945,11 @@ static size_t dp_heartbeat_extra(struct engine *eng, char *buf, size_t len)
     return n > 0 && (size_t)n < len ? (size_t)n : 0;
 }
 
+static int dp_lost_peers(struct engine *eng, struct eng_lost_peer *out, int max)
+{
+    return sender_lost_peers(&dp_of(eng)->tx, out, max);
+}
+
 /* ---- admin commands (docs/coding-group.md) ---- */
 
 static bool parse_u64_arg(const char *s, uint64_t *out)
@@ -2071,6 +2076,7 @@ static const struct engine_ops data_ops = {
     .read_wait = dp_read_wait,
     .control = dp_control,
     .heartbeat_extra = dp_heartbeat_extra,
+    .lost_peers = dp_lost_peers,
 };
 
 /* The fields every data engine sets from its configuration. */

@@ -611,6 +611,7 @@ static void parity_destroy_engine(struct engine *e)
 
 static void parity_control(struct engine *e, const char *text, size_t len);
 static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len);
+static int parity_lost_peers(struct engine *e, struct eng_lost_peer *out, int max);
 
 static const struct engine_ops parity_ops = {
     .name = "parity",
@@ -629,6 +630,7 @@ static const struct engine_ops parity_ops = {
     .read_wait = parity_read_wait,
     .control = parity_control,
     .heartbeat_extra = parity_heartbeat_extra,
+    .lost_peers = parity_lost_peers,
 };
 
 /* ---- recovery: what recovery.c needs from us ---- */
@@ -1088,6 +1090,14 @@ static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len)
     recovery_progress(&pe->rec, &done, &total, &bytes);
     int n = snprintf(buf, len, "rec %d %zu %zu %" PRIu64, pe->serving_dp, done, total, bytes);
     return n > 0 && (size_t)n < len ? (size_t)n : 0;
+}
+
+/* The data processes whose links dropped: the coordinator's evidence that
+ * one it has not heard from since it started is dead. */
+static int parity_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
+{
+    struct parity_engine *pe = pe_of(e);
+    return pe->receiver ? repl_receiver_lost_peers(pe->receiver, ROLE_DATA, out, max) : 0;
 }
 
 static int receiver_start(struct parity_engine *pe)

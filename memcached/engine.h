@@ -168,6 +168,13 @@ struct eng_cursor {
     uint64_t table;     /* a data engine's note of which table it walks */
 };
 
+/* A replication peer without its link (engine_ops.lost_peers). */
+struct eng_lost_peer {
+    int role;                   /* its enum cluster_role */
+    int index;                  /* within its role in this process's group */
+    uint64_t down_ms;           /* how long its link has been down */
+};
+
 struct engine_ops {
     const char *name;
 
@@ -221,6 +228,12 @@ struct engine_ops {
     /* Optional: words appended to the heartbeat (recovery progress);
      * returns their length (0: none). */
     size_t (*heartbeat_extra)(struct engine *e, char *buf, size_t len);
+    /* Optional (engines that replicate): fill out[] (at most max) with the
+     * peers whose replication link dropped by itself and has not come
+     * back, for how long; returns how many.  Sent to the coordinator with
+     * each heartbeat ("lost", coord.h): its evidence that a process it
+     * has not heard from is dead. */
+    int (*lost_peers)(struct engine *e, struct eng_lost_peer *out, int max);
     /* Optional (the engines serving keys have it): get() for the meta
      * commands, also filling out->marks, fetched and idle; opts is
      * ENG_GET_* bits.  Without it the meta commands use get() and see

@@ -955,6 +955,11 @@ bool pbr_primary_control(struct engine *e, int argc, char **argv)
 }
 
 /* "pbr p <xid> <member>=<f|d|r:done:total:bytes>..." */
+int pbr_primary_lost_members(struct engine *e, struct eng_lost_peer *out, int max)
+{
+    return sender_lost_peers(&pe_of(e)->tx, out, max);   /* a peer's index is its member */
+}
+
 size_t pbr_primary_heartbeat(struct engine *e, char *buf, size_t len)
 {
     struct primary *pe = pe_of(e);

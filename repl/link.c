@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -181,6 +182,13 @@ static struct timeval ms_to_timeval(unsigned ms)
 {
     struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
     return tv;
+}
+
+uint64_t link_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* A NUL-terminated name of 1..LINK_NAME_MAX-1 bytes. */

@@ -108,6 +108,8 @@ int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcn
 int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t len,
                   uint32_t crc);
 bool link_is_up(const struct link *l);
+/* A monotonic clock in ms, for timing links (how long one has been down). */
+uint64_t link_now_ms(void);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);
 const struct link_identity *link_peer(const struct link *l);

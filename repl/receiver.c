@@ -204,6 +204,9 @@ struct peer {
     uint64_t duplicates;
     uint64_t acks;                /* ACK frames sent */
     bool ack_due;                 /* records taken in this read batch: ACK at its end */
+    bool lost;                    /* its link dropped by itself and is not back
+                                   * (not: never up, closed by us) */
+    uint64_t lost_at_ms;          /* when, link_now_ms() */
     char reject[REJECT_MAX];      /* the last REJECT reason, kept for link.c */
 };
 
@@ -390,6 +393,12 @@ static void on_down(struct link *l, const char *why, void *ctx)
     pr->link = NULL;
     pr->ack_due = false;
     evtimer_del(pr->close_ev);
+    /* Closed because the source diverged is our doing: the sender may be
+     * alive, redialing into a refusal. */
+    if (!pr->fenced && !pr->src->diverged) {
+        pr->lost = true;
+        pr->lost_at_ms = link_now_ms();
+    }
 }
 
 static const struct link_callbacks peer_callbacks = {
@@ -423,6 +432,7 @@ static void take_link(struct peer *pr, struct link *l)
         link_close(pr->link);
     }
     pr->link = l;
+    pr->lost = false;
 }
 
 bool repl_receiver_accept(void *owner, const struct link_identity *id, struct link *l,
@@ -523,6 +533,7 @@ void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason
 {
     struct peer *pr = &rx->peers[index];
     pr->fenced = true;
+    pr->lost = false;
     snprintf(pr->fence_why, sizeof(pr->fence_why), "%s", reason);
     if (pr->link != NULL) {
         evtimer_del(pr->close_ev);
@@ -554,6 +565,26 @@ bool repl_receiver_link_up(const struct repl_receiver *rx, int index)
 {
     const struct peer *pr = &rx->peers[index];
     return pr->link != NULL && !pr->fenced && link_is_up(pr->link);
+}
+
+void repl_receiver_forget_lost(struct repl_receiver *rx, int index)
+{
+    rx->peers[index].lost = false;
+}
+
+int repl_receiver_lost_peers(const struct repl_receiver *rx, int role, struct eng_lost_peer *out,
+                             int max)
+{
+    uint64_t now = link_now_ms();
+    int n = 0;
+    for (int i = 0; i < rx->cfg.nsources && n < max; i++) {
+        const struct peer *pr = &rx->peers[i];
+        if (pr->link != NULL || !pr->lost || now <= pr->lost_at_ms)
+            continue;
+        out[n++] = (struct eng_lost_peer){ .role = role, .index = i,
+                                           .down_ms = now - pr->lost_at_ms };
+    }
+    return n;
 }
 
 void repl_receiver_stats_reset(struct repl_receiver *rx)

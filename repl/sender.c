@@ -238,6 +238,7 @@ static void peer_up(struct link *l, uint64_t peer_xid, void *ctx)
 {
     struct sender_peer *p = ctx;
     struct sender *s = p->s;
+    p->lost = false;
     if (s->verbose)
         sender_log(s, "link to peer %d up (it holds xid %" PRIu64 ")", p->index, peer_xid);
     if (p->rebuilding) {
@@ -330,6 +331,8 @@ static void peer_down(struct link *l, const char *why, void *ctx)
     struct sender_peer *p = ctx;
     struct sender *s = p->s;
     sender_log(s, "link to %s %d down: %s", cluster_role_name(p->role), p->index, why);
+    p->lost = true;
+    p->lost_at_ms = link_now_ms();
     if (!p->joining || p->dropped)
         return;
     /* A rebuild cannot continue on a new link: what was sent is lost. */
@@ -619,6 +622,7 @@ void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index)
     if (!p || p->dropped)
         return;
     p->dropped = true;
+    p->lost = false;
     if (p->link) {
         link_close(p->link);
         p->link = NULL;
@@ -678,6 +682,20 @@ bool sender_peer_up(const struct sender *s, int index)
 {
     struct sender_peer *p = peer_by_index((struct sender *)s, index);
     return p && !p->dropped && p->link && link_is_up(p->link);
+}
+
+int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max)
+{
+    uint64_t now = link_now_ms();
+    int n = 0;
+    for (int j = 0; j < s->npeers && n < max; j++) {
+        const struct sender_peer *p = &s->peers[j];
+        if (p->dropped || !p->lost || (p->link && link_is_up(p->link)) || now <= p->lost_at_ms)
+            continue;
+        out[n++] = (struct eng_lost_peer){ .role = (int)p->role, .index = p->index,
+                                           .down_ms = now - p->lost_at_ms };
+    }
+    return n;
 }
 
 size_t sender_peer_queued(const struct sender *s, int index)

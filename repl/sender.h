@@ -78,6 +78,8 @@ struct sender_peer {
     struct link *link;
     uint64_t acked;            /* cumulative acknowledgement */
     uint64_t written;          /* SEMI: newest xid handed to the kernel */
+    bool lost;                 /* its link dropped and is not back (the link redials) */
+    uint64_t lost_at_ms;       /* when, link_now_ms() */
 };
 
 struct sender_completion;
@@ -207,6 +209,9 @@ int sender_live_peers(const struct sender *s);
 int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iovec *iov,
                     int iovcnt);
 bool sender_peer_up(const struct sender *s, int index);
+/* engine_ops.lost_peers for a sender: the peers (not dropped) whose link
+ * dropped and has not come back yet, and for how long. */
+int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max);
 /* Bytes queued on peer index's link, not yet handed to the kernel. */
 size_t sender_peer_queued(const struct sender *s, int index);
 /* Answer every record still waiting to commit with ENG_FAILED and msg

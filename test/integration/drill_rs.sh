@@ -5,7 +5,11 @@
 # process, to a parity process, and to two data processes of one group;
 # then a data process killed 50 ms after the coordinator (--leader-first):
 # the coordinator, started again by its node on its state file, must see
-# from the saved pid that the process came back empty, and take it over.
+# from the saved pid that the process came back empty, and take it over;
+# and a whole node killed 50 ms after the coordinator (nothing on it comes
+# back): the restarted coordinator never hears from those processes, and
+# must declare them dead on their peers' word that their links are down
+# (coord_lost.c), not only when its 3 s startup grace ends.
 # Each must end with every acknowledged write found, no stale or wrong read,
 # no failed get or set, every slot served and every unit rebuilt, and
 # cocytus-cli verify and decode-check clean on the degraded layout.  The
@@ -28,10 +32,10 @@ cleanup() {
 }
 on_exit cleanup
 
-for run in dp pp 2dp dp-coordinator; do
+for run in dp pp 2dp dp-coordinator node-coordinator; do
     kill=${run%%-*}
     extra=()
-    [ "$run" = dp-coordinator ] && extra=(--leader-first)
+    [ "${run#*-}" = coordinator ] && extra=(--leader-first)
     out=$(bash "$top_srcdir/scripts/drill" rs --kill "$kill" --during-load --seconds 4 \
         --dir "$dir/$run" "${extra[@]}" 2>&1)
     rc=$?
@@ -52,6 +56,16 @@ for run in dp pp 2dp dp-coordinator; do
         fail "drill rs --kill $kill exited $rc: ${line:-no result line}"
     else
         ok "$line"
+    fi
+    if [ "$run" = node-coordinator ]; then
+        # node 1 holds one process of each of the 5 groups
+        seen=$(grep -c "dead: not heard from since the coordinator started, and its .* live peer(s) report their links to it down" "$dir/$run/coordinator.log")
+        if [ "$seen" = 5 ]; then
+            ok "drill rs --kill node --leader-first: the 5 dead processes were found from their peers' links"
+        else
+            grep " dead: " "$dir/$run/coordinator.log"
+            fail "drill rs --kill node --leader-first: $seen of the 5 dead processes were found from their peers' links"
+        fi
     fi
     # A sanitizer build's servers report into their logs (the drill stopped
     # the cluster, so leak reports at exit are in too).

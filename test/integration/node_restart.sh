@@ -14,6 +14,10 @@
 #       Then group 1's primary dies while a backup is stopped, so the
 #       coordinator is still fencing when the primary comes back and when
 #       the coordinator is killed: the next one must fail the group over.
+#       Last, node 2 dies 50 ms after the coordinator and stays down: the
+#       restarted coordinator never hears from its processes, and must
+#       declare them dead on their peers' word that their links are down
+#       (coord_lost.c) rather than wait out its 3 s startup grace.
 #  rs   4 nodes, RS(2,4), nodes not restarting dead processes: one data
 #       process of the group whose parity process 0 is on node 0 is killed
 #       for good, so that parity process serves it; then node 0 restarts.
@@ -151,6 +155,33 @@ if [ -n "$coord_pid" ] && [ -n "$p1" ] && [ -n "$b11" ]; then
     bench_get "pbr after the coordinator died while fencing"
 else
     fail "pbr: no coordinator ($coord_pid), primary 1/0 ($p1) or backup 1/1 ($b11) process"
+fi
+
+# Node 2 (one process of each group) dies while no coordinator runs.
+found_by_peers() {
+    [ "$(tail -n "+$((log_before + 1))" "$dir/coordinator.log" | grep -c "dead: not heard from since the coordinator started, and its .* live peer(s) report their links to it down")" -ge "$1" ]
+}
+log_before=$(wc -l <"$dir/coordinator.log")
+coord_pid=$(server_pid "$(cat "$dir/coordinator")")
+if [ -n "$coord_pid" ]; then
+    kill -KILL "$coord_pid"
+    sleep 0.05
+    bash "$cluster_script" kill-node --dir "$dir" --node 2 >/dev/null || fail "kill-node 2"
+    if wait_for 100 found_by_peers 3; then
+        ok "pbr: node 2's 3 processes were found dead from their peers' links"
+    else
+        grep " dead: " "$dir/coordinator.log" | tail -n 5
+        fail "pbr: node 2's processes were not all found dead from their peers' links in 10 s"
+    fi
+    bash "$cluster_script" start-node --dir "$dir" --node 2 >/dev/null || fail "start-node 2"
+    if timeout 40 "$cli" --dir "$dir" wait-healthy --timeout 30 >"$dir/healthy.txt" 2>&1; then
+        ok "pbr: healthy again after node 2 died with the coordinator"
+    else
+        fail "pbr: not healthy 30 s after node 2 was started again"
+    fi
+    bench_get "pbr after node 2 died with the coordinator"
+else
+    fail "pbr: no coordinator process"
 fi
 cluster_remove "$dir"
 dir=""

@@ -51,6 +51,19 @@ START_TEST(test_parse_server_messages)
     ck_assert_int_eq(parse("migrated 5 8 failed destination 127.0.0.1:21002 refused", &m), 0);
     ck_assert(!m.ok);
     ck_assert_str_eq(m.why, "destination 127.0.0.1:21002 refused");
+
+    /* A replication peer whose link is down, and for how long. */
+    ck_assert_int_eq(parse("lost data 2 1750", &m), 0);
+    ck_assert_int_eq(m.kind, CTL_LOST);
+    ck_assert_int_eq(m.role, ROLE_DATA);
+    ck_assert_int_eq(m.index, 2);
+    ck_assert_uint_eq(m.down_ms, 1750);
+    ck_assert_int_eq(parse("lost primary 0 0", &m), 0);
+    ck_assert_int_eq(m.role, ROLE_PRIMARY);
+    ck_assert_int_eq(parse("lost backup 31 18446744073709551615", &m), 0);
+    ck_assert_int_eq(m.role, ROLE_BACKUP);
+    ck_assert_int_eq(m.index, 31);
+    ck_assert_uint_eq(m.down_ms, UINT64_MAX);
 }
 END_TEST
 
@@ -86,6 +99,9 @@ START_TEST(test_parse_refuses)
         "migrated 1 1 failed", "migrate 1 127.0.0.1 2", "migrate 1 127.0.0.1:0 2",
         "migrate 1 127.0.0.1:65536 2", "migrate 1 :80 2", "migrate 16384 h:1 2",
         "migrate 1 h:1 2 3", "map ", "nonsense", "hello 1 2\n", "hb 1\r2 3 4",
+        "lost", "lost data", "lost data 1", "lost data 1 2 3", "lost plain 0 5",
+        "lost coordinator 0 5", "lost dat 0 5", "lost parityparityparity 0 5",
+        "lost data -1 5", "lost data 1024 5", "lost data 1 x", "lost data 1 99999999999999999999",
     };
     struct ctl_msg m;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)

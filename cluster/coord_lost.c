@@ -1,0 +1,116 @@
+/* coord_lost.c - a death the coordinator learns from the dead process's
+ * peers, not from its own control link.
+ *
+ * A coordinator that starts (the single coordinator restarted by its node,
+ * or a ZooKeeper standby elected after the leader's host died) does not
+ * know which processes died while nobody led: a process it never hears
+ * from is declared dead only when the startup grace ends
+ * (COORD_STARTUP_GRACE_MS), and until then its group cannot write, or
+ * serve the dead data process's keys.
+ *
+ * The dead process's peers know sooner: a parity process saw the link from
+ * a data process drop, a data process the link to a parity process, a
+ * backup the one from its primary, a primary the one to a backup.  Each
+ * process says so after every heartbeat ("lost <role> <index> <ms>",
+ * engine_ops.lost_peers), for as long as the link stays down.  A member
+ * not heard from since this coordinator started is dead as soon as every
+ * live peer linked with it reports its link down for COORD_DEAD_AFTER_MS:
+ * the same silence the heartbeat rule allows, heard from the other end.
+ * A process that was only slow to redial the new coordinator still has its
+ * links, so nobody reports it; one that is alive but has lost every link
+ * cannot commit a write anyway, and is taken over and rebuilt as after any
+ * death. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "coord_internal.h"
+
+#define LOST_FRESH_MS (3 * COORD_HEARTBEAT_MS)   /* a report older than this is stale */
+
+/* The member of msg's group, role and index, as reporter `by` sees it. */
+static struct member *lost_target(struct coord *co, const struct member *by,
+                                  const struct ctl_msg *msg)
+{
+    return coord_member(co, by->proc->group, msg->role, msg->index);
+}
+
+void coord_lost_heard(struct coord *co, struct member *by, const struct ctl_msg *msg)
+{
+    struct member *x = lost_target(co, by, msg);
+    if (!x || x == by)
+        return;
+    uint64_t now = coord_now_ms();
+    int slot = -1;
+    for (int i = 0; i < x->nlost; i++)
+        if (x->lost[i].by == by)
+            slot = i;
+    if (slot < 0) {
+        if (x->nlost >= COORD_LOST_REPORTS_MAX)
+            return;
+        slot = x->nlost++;
+        x->lost[slot].by = by;
+    }
+    x->lost[slot].heard_ms = now;
+    x->lost[slot].down_ms = msg->down_ms;
+}
+
+/* Are a and b linked by replication (one sends records to the other)? */
+static bool linked(struct coord *co, const struct member *a, const struct member *b)
+{
+    if (a == b || a->proc->group != b->proc->group)
+        return false;
+    switch (co->c->scheme) {
+    case SCHEME_RS:
+        return (a->proc->role == ROLE_DATA && b->proc->role == ROLE_PARITY) ||
+               (a->proc->role == ROLE_PARITY && b->proc->role == ROLE_DATA);
+    case SCHEME_PBR:
+        return coord_pbr_linked(co, a, b);
+    default:
+        return false;
+    }
+}
+
+/* by's report about x, if fresh and long enough down; else NULL. */
+static const struct lost_report *report_of(const struct member *x, const struct member *by,
+                                           uint64_t now)
+{
+    for (int i = 0; i < x->nlost; i++) {
+        const struct lost_report *r = &x->lost[i];
+        if (r->by != by)
+            continue;
+        if (now - r->heard_ms > LOST_FRESH_MS || r->down_ms < COORD_DEAD_AFTER_MS)
+            return NULL;
+        return r;
+    }
+    return NULL;
+}
+
+bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, size_t len)
+{
+    uint64_t now = coord_now_ms();
+    int reporters = 0;
+    uint64_t down = UINT64_MAX;
+    for (int i = 0; i < co->nmembers; i++) {
+        const struct member *p = &co->members[i];
+        if (p->state != MEMBER_ALIVE || !linked(co, x, p))
+            continue;
+        const struct lost_report *r = report_of(x, p, now);
+        if (!r)
+            return false;      /* a live peer still has its link, or has not said */
+        reporters++;
+        if (r->down_ms < down)
+            down = r->down_ms;
+    }
+    if (reporters == 0)
+        return false;
+    snprintf(why, len, "not heard from since the coordinator started, and its %d live peer(s) "
+             "report their links to it down for %" PRIu64 " ms or more", reporters, down);
+    return true;
+}
+
+void coord_lost_forget(struct member *x)
+{
+    x->nlost = 0;
+}
