@@ -462,6 +462,7 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     case CTL_HB:
         member_heard(m, &msg);
+        m->heartbeats++;
         if (msg.body && msg.body_len > 4 && memcmp(msg.body, "pbr ", 4) == 0)
             coord_pbr_on_progress(co_of(m), m, msg.body, msg.body_len);
         else if (msg.body)

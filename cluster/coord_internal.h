@@ -39,6 +39,7 @@ struct member;
 struct lost_report {
     const struct member *by;
     uint64_t heard_ms;              /* monotonic, when it said so last */
+    uint64_t hb;                    /* by->heartbeats then: current while equal */
     uint64_t down_ms;               /* how long the link had been down then */
 };
 
@@ -58,6 +59,7 @@ struct member {
     long saved_pid;                 /* its pid as an earlier leader saved it (0: none) */
     struct lost_report lost[COORD_LOST_REPORTS_MAX];   /* peers that lost their link to it */
     int nlost;
+    uint64_t heartbeats;            /* heard; its "lost" words follow each one */
 };
 
 enum move_state { MOVE_RUNNING, MOVE_DONE, MOVE_FAILED };
@@ -152,9 +154,10 @@ bool coord_recovery_joining(const struct coord *co, const struct member *m);
 
 /* by said "lost ...": remember it against the member it names. */
 void coord_lost_heard(struct coord *co, struct member *by, const struct ctl_msg *msg);
-/* Every live peer linked with x reports its link down for
- * COORD_DEAD_AFTER_MS or more (x's death, for a member not heard from);
- * why gets the reason. */
+/* x has not been heard from, this coordinator has run long enough for
+ * any live process to have said hello, and every peer linked with x is
+ * alive and reports, with its last heartbeat, its link to x down for
+ * COORD_DEAD_AFTER_MS or more: x is dead.  why gets the reason. */
 bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, size_t len);
 /* x was heard from or declared dead: its reports are spent. */
 void coord_lost_forget(struct member *x);
@@ -179,7 +182,8 @@ void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now);
 void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx);
 /* A live member that is not (yet) a complete backup of its group. */
 bool coord_pbr_joining(struct coord *co, const struct member *m);
-/* a and b are the primary of their group and one of its backups. */
+/* a and b are the primary of their group and one of its backups, in a
+ * group not failing over (else who leads is not known here). */
 bool coord_pbr_linked(struct coord *co, const struct member *a, const struct member *b);
 /* Work in progress (coord_progress.c): group g's failover under way as the
  * line "pbr <g> promote <best> <participants> <peers>" (member bit masks)

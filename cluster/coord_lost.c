@@ -12,13 +12,18 @@
  * a data process drop, a data process the link to a parity process, a
  * backup the one from its primary, a primary the one to a backup.  Each
  * process says so after every heartbeat ("lost <role> <index> <ms>",
- * engine_ops.lost_peers), for as long as the link stays down.  A member
- * not heard from since this coordinator started is dead as soon as every
- * live peer linked with it reports its link down for COORD_DEAD_AFTER_MS:
- * the same silence the heartbeat rule allows, heard from the other end.
- * A process that was only slow to redial the new coordinator still has its
- * links, so nobody reports it; one that is alive but has lost every link
- * cannot commit a write anyway, and is taken over and rebuilt as after any
+ * engine_ops.lost_peers), for as long as the link stays down and the
+ * peer does not answer its dials.  A member not heard from since this
+ * coordinator started is dead as soon as every peer linked with it is
+ * alive and reports, with its last heartbeat, its link down for
+ * COORD_DEAD_AFTER_MS: the same silence the heartbeat rule allows, heard
+ * from the other end.  Not before the coordinator has listened for
+ * LOST_LISTEN_MS, time for any live process to redial it, and not while a
+ * linked peer is still unheard of (it may hold the link), nor for a PBR
+ * group failing over (who leads is what is being decided).  A process
+ * that was only slow to redial the new coordinator still has its links,
+ * so nobody reports it; one that is alive but has lost every link cannot
+ * commit a write anyway, and is taken over and rebuilt as after any
  * death. */
 #include "config.h"
 
@@ -28,6 +33,10 @@
 #include "coord_internal.h"
 
 #define LOST_FRESH_MS (3 * COORD_HEARTBEAT_MS)   /* a report older than this is stale */
+/* How long a coordinator listens before it takes peers' word: a live
+ * process redials it within a second (repl/link.c's longest back-off) and
+ * says hello at once. */
+#define LOST_LISTEN_MS 1250
 
 /* The member of msg's group, role and index, as reporter `by` sees it. */
 static struct member *lost_target(struct coord *co, const struct member *by,
@@ -53,6 +62,7 @@ void coord_lost_heard(struct coord *co, struct member *by, const struct ctl_msg 
         x->lost[slot].by = by;
     }
     x->lost[slot].heard_ms = now;
+    x->lost[slot].hb = by->heartbeats;
     x->lost[slot].down_ms = msg->down_ms;
 }
 
@@ -72,7 +82,8 @@ static bool linked(struct coord *co, const struct member *a, const struct member
     }
 }
 
-/* by's report about x, if fresh and long enough down; else NULL. */
+/* by's report about x, if it came with by's last heartbeat, recently, and
+ * long enough down; else NULL. */
 static const struct lost_report *report_of(const struct member *x, const struct member *by,
                                            uint64_t now)
 {
@@ -80,7 +91,8 @@ static const struct lost_report *report_of(const struct member *x, const struct 
         const struct lost_report *r = &x->lost[i];
         if (r->by != by)
             continue;
-        if (now - r->heard_ms > LOST_FRESH_MS || r->down_ms < COORD_DEAD_AFTER_MS)
+        if (r->hb != by->heartbeats || now - r->heard_ms > LOST_FRESH_MS ||
+            r->down_ms < COORD_DEAD_AFTER_MS)
             return NULL;
         return r;
     }
@@ -90,15 +102,18 @@ static const struct lost_report *report_of(const struct member *x, const struct 
 bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, size_t len)
 {
     uint64_t now = coord_now_ms();
+    if (x->state != MEMBER_UNKNOWN || now - co->started_ms < LOST_LISTEN_MS)
+        return false;
     int reporters = 0;
     uint64_t down = UINT64_MAX;
     for (int i = 0; i < co->nmembers; i++) {
         const struct member *p = &co->members[i];
-        if (p->state != MEMBER_ALIVE || !linked(co, x, p))
+        if (p->state == MEMBER_DEAD || !linked(co, x, p))
             continue;
-        const struct lost_report *r = report_of(x, p, now);
+        /* A peer not heard from yet may hold the link: wait for it. */
+        const struct lost_report *r = p->state == MEMBER_ALIVE ? report_of(x, p, now) : NULL;
         if (!r)
-            return false;      /* a live peer still has its link, or has not said */
+            return false;
         reporters++;
         if (r->down_ms < down)
             down = r->down_ms;

@@ -136,7 +136,8 @@ static struct pgroup *group_of(struct coord *co, int g)
 bool coord_pbr_linked(struct coord *co, const struct member *a, const struct member *b)
 {
     struct pgroup *pg = group_of(co, a->proc->group);
-    if (!pg || a == b || b->proc->group != a->proc->group)
+    if (!pg || a == b || b->proc->group != a->proc->group || pg->phase != PG_SERVING ||
+        pg->failover_due)
         return false;
     return member_number(co, a) == pg->primary || member_number(co, b) == pg->primary;
 }

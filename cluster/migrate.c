@@ -553,6 +553,12 @@ static size_t wrap_slot_keys(struct engine *e, unsigned slot,
     return in->ops->slot_keys(in, slot, fn, ctx);
 }
 
+static int wrap_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
+{
+    struct engine *in = mg_of(e)->inner;
+    return in->ops->lost_peers ? in->ops->lost_peers(in, out, max) : 0;
+}
+
 /* Server shutdown: the real engine goes, and the migration state with it. */
 static void wrap_destroy(struct engine *e)
 {
@@ -590,6 +596,7 @@ static const struct engine_ops wrap_ops_template = {
     .destroy = wrap_destroy,
     .admin = wrap_admin,
     .slot_keys = wrap_slot_keys,
+    .lost_peers = wrap_lost_peers,
 };
 
 /* ---- ending a move ---- */

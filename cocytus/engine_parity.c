@@ -1092,12 +1092,13 @@ static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len)
     return n > 0 && (size_t)n < len ? (size_t)n : 0;
 }
 
-/* The data processes whose links dropped: the coordinator's evidence that
- * one it has not heard from since it started is dead. */
+/* The senders whose links dropped (data processes, or a recovery process
+ * carrying one's stream): the coordinator's evidence that one it has not
+ * heard from since it started is dead. */
 static int parity_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
 {
     struct parity_engine *pe = pe_of(e);
-    return pe->receiver ? repl_receiver_lost_peers(pe->receiver, ROLE_DATA, out, max) : 0;
+    return pe->receiver ? repl_receiver_lost_peers(pe->receiver, out, max) : 0;
 }
 
 static int receiver_start(struct parity_engine *pe)

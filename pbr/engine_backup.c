@@ -490,8 +490,6 @@ bool pbr_backup_control(struct engine *e, int argc, char **argv)
         int leader = atoi(argv[3]);
         if (leader != be->leader || repl_receiver_fenced(be->receiver, 0))
             be_log(be, "following member %d from xid %" PRIu64, leader, be->src.received_xid);
-        if (leader != be->leader)
-            repl_receiver_forget_lost(be->receiver, 0);
         be->leader = leader;
         evtimer_del(be->fence_ev);
         repl_receiver_unfence(be->receiver, 0);
@@ -502,13 +500,10 @@ bool pbr_backup_control(struct engine *e, int argc, char **argv)
 }
 
 /* "pbr b <leader> <received> <complete> <diverged>" */
-int pbr_backup_lost_members(struct engine *e, struct eng_lost_peer *out, int max)
+int pbr_backup_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
 {
     struct backup *be = be_of(e);
-    if (!be->receiver || repl_receiver_lost_peers(be->receiver, ROLE_PRIMARY, out, max) == 0)
-        return 0;
-    out[0].index = be->leader;     /* the one source is the leader */
-    return 1;
+    return be->receiver ? repl_receiver_lost_peers(be->receiver, out, max) : 0;
 }
 
 size_t pbr_backup_heartbeat(struct engine *e, char *buf, size_t len)

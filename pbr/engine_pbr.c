@@ -232,19 +232,11 @@ static size_t pp_heartbeat_extra(struct engine *e, char *buf, size_t len)
                           : pbr_backup_heartbeat(pp->inner, buf, len);
 }
 
-/* The inner engine's lost peers, named by their cluster file line as the
- * coordinator names members: member m is the primary line, b backup b. */
 static int pp_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
 {
     struct pbr_proc *pp = pp_of(e);
-    int n = pp->is_primary ? pbr_primary_lost_members(pp->inner, out, max)
-                           : pbr_backup_lost_members(pp->inner, out, max);
-    for (int i = 0; i < n; i++) {
-        int k = out[i].index;
-        out[i].role = k == pp->sh.m ? ROLE_PRIMARY : ROLE_BACKUP;
-        out[i].index = k == pp->sh.m ? 0 : k;
-    }
-    return n;
+    return pp->is_primary ? pbr_primary_lost_peers(pp->inner, out, max)
+                          : pbr_backup_lost_peers(pp->inner, out, max);
 }
 
 /* ---- role switches ---- */

@@ -954,12 +954,19 @@ bool pbr_primary_control(struct engine *e, int argc, char **argv)
     return false;
 }
 
-/* "pbr p <xid> <member>=<f|d|r:done:total:bytes>..." */
-int pbr_primary_lost_members(struct engine *e, struct eng_lost_peer *out, int max)
+int pbr_primary_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
 {
-    return sender_lost_peers(&pe_of(e)->tx, out, max);   /* a peer's index is its member */
+    struct primary *pe = pe_of(e);
+    int n = sender_lost_peers(&pe->tx, out, max);
+    for (int i = 0; i < n; i++) {      /* a peer's index is its member number */
+        int k = out[i].index;
+        out[i].role = k == pe->m ? ROLE_PRIMARY : ROLE_BACKUP;
+        out[i].index = k == pe->m ? 0 : k;
+    }
+    return n;
 }
 
+/* "pbr p <xid> <member>=<f|d|r:done:total:bytes>..." */
 size_t pbr_primary_heartbeat(struct engine *e, char *buf, size_t len)
 {
     struct primary *pe = pe_of(e);

@@ -59,8 +59,8 @@ struct primary_params {
 struct engine *pbr_primary_create(const struct primary_params *p);
 /* "pbr drop|rebuild|confirm ..." words for a primary; false if unknown. */
 bool pbr_primary_control(struct engine *e, int argc, char **argv);
-/* engine_ops.lost_peers, but each index is a member number. */
-int pbr_primary_lost_members(struct engine *e, struct eng_lost_peer *out, int max);
+/* engine_ops.lost_peers: the backups (by cluster file line) it lost. */
+int pbr_primary_lost_peers(struct engine *e, struct eng_lost_peer *out, int max);
 /* Heartbeat words "pbr p <xid> <peer states>" (see coord_pbr.c). */
 size_t pbr_primary_heartbeat(struct engine *e, char *buf, size_t len);
 /* Its store is the group's: confirmed (or no coordinator) and not found to
@@ -79,8 +79,8 @@ struct engine *pbr_backup_create(const struct backup_params *p);
 /* "pbr fence|follow ..." words for a backup; false if unknown. */
 bool pbr_backup_control(struct engine *e, int argc, char **argv);
 size_t pbr_backup_heartbeat(struct engine *e, char *buf, size_t len);
-/* The leader, if its link dropped and is not back; index is its member number. */
-int pbr_backup_lost_members(struct engine *e, struct eng_lost_peer *out, int max);
+/* engine_ops.lost_peers: the leader, if its link dropped and is not back. */
+int pbr_backup_lost_peers(struct engine *e, struct eng_lost_peer *out, int max);
 /* Promotion: apply every record received, copy the records above the
  * applied xid before that into carry, return the applied xid before
  * (*from) and after (the new primary's xid).  -1 when the stream diverged

@@ -128,6 +128,7 @@ struct link {
     unsigned backoff_ms;
     char last_error[LINK_ERROR_MAX];
     bool failing;                     /* connector: in a streak of failed attempts */
+    uint64_t answered_ms;             /* connector: the last CHALLENGE (link_now_ms) */
 
     struct link_listener *listener;   /* acceptor, until accepted */
     struct link *ll_prev;
@@ -189,6 +190,11 @@ uint64_t link_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t link_answered_ms(const struct link *l)
+{
+    return l->answered_ms;
 }
 
 /* A NUL-terminated name of 1..LINK_NAME_MAX-1 bytes. */
@@ -639,6 +645,7 @@ static void handle_challenge(struct link *l, const uint8_t *payload, uint32_t le
         link_fail(l, "malformed CHALLENGE");
         return;
     }
+    l->answered_ms = link_now_ms();
     size_t n = link_hello_encode_identity(&l->me, hello);
     compute_proof(l->key, payload, hello, n, hello + n);
     if (queue_frame(l, FT_HELLO, hello, n + LINK_PROOF_SIZE) < 0) {

@@ -110,6 +110,9 @@ int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t l
 bool link_is_up(const struct link *l);
 /* A monotonic clock in ms, for timing links (how long one has been down). */
 uint64_t link_now_ms(void);
+/* Connector: when (link_now_ms()) the peer last answered a dial with
+ * CHALLENGE, 0 if never: a process that refuses us is alive. */
+uint64_t link_answered_ms(const struct link *l);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);
 const struct link_identity *link_peer(const struct link *l);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "frame.h"
 
 #define REJECT_MAX (REPL_WHY_MAX + 64)
@@ -207,6 +208,7 @@ struct peer {
     bool lost;                    /* its link dropped by itself and is not back
                                    * (not: never up, closed by us) */
     uint64_t lost_at_ms;          /* when, link_now_ms() */
+    struct link_identity lost_peer;   /* who was on that link */
     char reject[REJECT_MAX];      /* the last REJECT reason, kept for link.c */
 };
 
@@ -394,9 +396,12 @@ static void on_down(struct link *l, const char *why, void *ctx)
     pr->ack_due = false;
     evtimer_del(pr->close_ev);
     /* Closed because the source diverged is our doing: the sender may be
-     * alive, redialing into a refusal. */
+     * alive, redialing into a refusal.  What is lost is the process that
+     * sent, as its link named it: a recovery process carrying a dead data
+     * process's stream is a parity process, a promoted backup a backup. */
     if (!pr->fenced && !pr->src->diverged) {
         pr->lost = true;
+        pr->lost_peer = *link_peer(l);
         pr->lost_at_ms = link_now_ms();
     }
 }
@@ -567,21 +572,28 @@ bool repl_receiver_link_up(const struct repl_receiver *rx, int index)
     return pr->link != NULL && !pr->fenced && link_is_up(pr->link);
 }
 
-void repl_receiver_forget_lost(struct repl_receiver *rx, int index)
+/* The cluster role of a link role (the same processes, other numbers). */
+static int cluster_role_of_link(uint8_t role)
 {
-    rx->peers[index].lost = false;
+    switch (role) {
+    case LINK_ROLE_DATA: return ROLE_DATA;
+    case LINK_ROLE_PARITY: return ROLE_PARITY;
+    case LINK_ROLE_PRIMARY: return ROLE_PRIMARY;
+    case LINK_ROLE_BACKUP: return ROLE_BACKUP;
+    default: return -1;
+    }
 }
 
-int repl_receiver_lost_peers(const struct repl_receiver *rx, int role, struct eng_lost_peer *out,
-                             int max)
+int repl_receiver_lost_peers(const struct repl_receiver *rx, struct eng_lost_peer *out, int max)
 {
     uint64_t now = link_now_ms();
     int n = 0;
     for (int i = 0; i < rx->cfg.nsources && n < max; i++) {
         const struct peer *pr = &rx->peers[i];
-        if (pr->link != NULL || !pr->lost || now <= pr->lost_at_ms)
+        int role = cluster_role_of_link(pr->lost_peer.role);
+        if (pr->link != NULL || !pr->lost || now <= pr->lost_at_ms || role < 0)
             continue;
-        out[n++] = (struct eng_lost_peer){ .role = role, .index = i,
+        out[n++] = (struct eng_lost_peer){ .role = role, .index = (int)pr->lost_peer.index,
                                            .down_ms = now - pr->lost_at_ms };
     }
     return n;

@@ -156,14 +156,11 @@ bool repl_receiver_fenced(const struct repl_receiver *rx, int index);
 int repl_receiver_sendv(struct repl_receiver *rx, int index, uint16_t type,
                         const struct iovec *iov, int iovcnt);
 bool repl_receiver_link_up(const struct repl_receiver *rx, int index);
-/* engine_ops.lost_peers for a receiver whose senders have cluster role
- * role: the sources whose link dropped by itself and has not come back
- * (not: never linked, fenced, or closed because they diverged), and for
- * how long.  A sender's process that died shows here first. */
-int repl_receiver_lost_peers(const struct repl_receiver *rx, int role, struct eng_lost_peer *out,
-                             int max);
-/* Source index is another process from now on (a backup's new leader):
- * the link its old one lost says nothing of it. */
-void repl_receiver_forget_lost(struct repl_receiver *rx, int index);
+/* engine_ops.lost_peers for a receiver: the processes whose link to a
+ * source dropped by itself and has not been replaced (not: never linked,
+ * fenced, or closed because the source diverged), named as their links
+ * named them, and for how long.  A sender's process that died shows here
+ * first. */
+int repl_receiver_lost_peers(const struct repl_receiver *rx, struct eng_lost_peer *out, int max);
 
 #endif
