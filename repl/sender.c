@@ -690,13 +690,17 @@ int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max
     int n = 0;
     for (int j = 0; j < s->npeers && n < max; j++) {
         const struct sender_peer *p = &s->peers[j];
-        if (p->dropped || !p->lost || now <= p->lost_at_ms)
+        if (p->dropped || !p->lost || (p->link && link_is_up(p->link)))
             continue;
-        /* Up again, or answering our dials (and refusing them): alive. */
-        if (p->link && (link_is_up(p->link) || link_answered_ms(p->link) > p->lost_at_ms))
+        /* Silent since the drop, or since it last answered a dial: one that
+         * refuses us answers every redial, so it never looks silent long. */
+        uint64_t since = p->lost_at_ms;
+        if (p->link && link_answered_ms(p->link) > since)
+            since = link_answered_ms(p->link);
+        if (now <= since)
             continue;
         out[n++] = (struct eng_lost_peer){ .role = (int)p->role, .index = p->index,
-                                           .down_ms = now - p->lost_at_ms };
+                                           .down_ms = now - since };
     }
     return n;
 }

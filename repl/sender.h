@@ -210,8 +210,9 @@ int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iov
                     int iovcnt);
 bool sender_peer_up(const struct sender *s, int index);
 /* engine_ops.lost_peers for a sender: the peers (not dropped) whose link
- * dropped and has not come back yet, and for how long; not a peer that has
- * answered a dial since (one refusing us is alive). */
+ * dropped and has not come back yet, and for how long they have been
+ * silent: since the drop, or since the peer last answered a dial (one
+ * refusing us is alive, and answers every redial). */
 int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max);
 /* Bytes queued on peer index's link, not yet handed to the kernel. */
 size_t sender_peer_queued(const struct sender *s, int index);

@@ -157,19 +157,28 @@ else
     fail "pbr: no coordinator ($coord_pid), primary 1/0 ($p1) or backup 1/1 ($b11) process"
 fi
 
-# Node 2 (one process of each group) dies while no coordinator runs.  The
-# primaries on it must be found dead from their backups' word, and only
-# node 2's processes that way (a backup on it is dropped from its primary's
-# ack set at once anyway, and declared dead when the startup grace ends).
+# Node 2 (one process of each group) dies while no coordinator runs.  Once
+# all three are declared dead: whoever was found dead from peers' word is
+# on node 2, and each primary that died (a group that fails over) was
+# found that way.  (A backup on node 2 may be found either way: its
+# primary drops it from its ack set at once and stops reporting it, and
+# the startup grace then decides.)
 PEERS_SAID="dead: not heard from since the coordinator started, and its .* live peer(s) report their links to it down"
+node2_dead() {
+    local addr
+    for addr in $(awk '$4 == 2 { print $5 }' "$dir/endpoints"); do
+        tail -n "+$((log_before + 1))" "$dir/coordinator.log" | grep -qF " $addr dead: " || return 1
+    done
+}
 found_by_peers() {
-    local new said fenced addr
+    local new addr g
     new=$(tail -n "+$((log_before + 1))" "$dir/coordinator.log")
-    said=$(printf '%s\n' "$new" | grep -c "$PEERS_SAID")
-    fenced=$(printf '%s\n' "$new" | grep -c "'s primary (member [0-9]*) is dead: fencing")
-    [ "$fenced" -ge 1 ] && [ "$said" = "$fenced" ] || return 1
+    printf '%s\n' "$new" | grep -q "'s primary (member [0-9]*) is dead: fencing" || return 1
     for addr in $(printf '%s\n' "$new" | grep "$PEERS_SAID" | awk '{ print $6 }'); do
         awk -v a="$addr" '$4 == 2 && $5 == a { f = 1 } END { exit !f }' "$dir/endpoints" || return 1
+    done
+    for g in $(printf '%s\n' "$new" | sed -n "s/^coordinator: group \([0-9]*\)'s primary (member [0-9]*) is dead: fencing.*/\1/p"); do
+        printf '%s\n' "$new" | grep "$PEERS_SAID" | grep -q "^coordinator: group $g " || return 1
     done
 }
 log_before=$(wc -l <"$dir/coordinator.log")
@@ -178,11 +187,14 @@ if [ -n "$coord_pid" ]; then
     kill -KILL "$coord_pid"
     sleep 0.05
     bash "$cluster_script" kill-node --dir "$dir" --node 2 >/dev/null || fail "kill-node 2"
-    if wait_for 100 found_by_peers; then
+    if ! wait_for 100 node2_dead; then
+        tail -n "+$((log_before + 1))" "$dir/coordinator.log" | grep " dead"
+        fail "pbr: node 2's processes were not all declared dead in 10 s"
+    elif found_by_peers; then
         ok "pbr: node 2's primaries were found dead from their backups' links"
     else
         tail -n "+$((log_before + 1))" "$dir/coordinator.log" | grep " dead"
-        fail "pbr: node 2's primaries were not found dead from their backups' links (only) in 10 s"
+        fail "pbr: node 2's primaries were not found dead from their backups' links, or others were"
     fi
     bash "$cluster_script" start-node --dir "$dir" --node 2 >/dev/null || fail "start-node 2"
     if timeout 40 "$cli" --dir "$dir" wait-healthy --timeout 30 >"$dir/healthy.txt" 2>&1; then
