@@ -7,9 +7,10 @@
  * coordinator restart: the group's endpoint names the primary's port).
  *
  * Failover, when the primary dies, in two steps answered by the backups:
- *   pbr fence <g>             -> pbrok fenced <g> <k> <received xid> <complete>
+ *   pbr fence <g> [gone]      -> pbrok fenced <g> <k> <received xid> <complete>
  *       each live backup waits until the dead primary's link has ended
- *       (everything its kernel still sent is read), then refuses it; the
+ *       (everything its kernel still sent is read; "gone": the primary
+ *       came back with a new pid, its links have ended), then refuses it; the
  *       complete backup that received the most is chosen: nothing any
  *       other backup holds is above it, and every acknowledged record is in
  *       it (full: every backup acked it; semi: every link had it in the
@@ -96,6 +97,10 @@ struct pgroup {
     uint64_t admit_number;          /* the admission's number, the same for every try */
     bool failover_due;              /* SERVING, but its primary restarted empty: fail
                                      * over once the backups are heard from */
+    bool primary_restarted;         /* ... because its hello had a new pid: the old
+                                     * process is gone, its link has ended */
+    bool fence_at_once;             /* this failover's fences need not wait for
+                                     * the dead primary's link to end */
     struct pmember mem[PBR_MEMBERS_MAX];
 };
 
@@ -276,7 +281,10 @@ static void send_fences(struct coord *co, struct pgroup *pg)
     pg->step_at_ms = coord_now_ms();
     for (int k = 0; k <= co->pbr->m; k++)
         if (pg->waiting & (1ull << k))
-            send_to(co, pg, k, "pbr fence %d", pg->g);
+            send_to(co, pg, k, "pbr fence %d%s", pg->g, pg->fence_at_once ? " gone" : "");
+    /* Sent again (unanswered for a second) as a plain fence: a backup
+     * built before "gone" ignores it, and waits 500 ms at most then. */
+    pg->fence_at_once = false;
 }
 
 static void start_failover(struct coord *co, struct pgroup *pg)
@@ -286,6 +294,12 @@ static void start_failover(struct coord *co, struct pgroup *pg)
         pg->dead_wall_ms = wall_ms();
     }
     pg->failover_due = false;
+    /* A primary that came back with a new pid: the process that sent on
+     * the backups' links is gone (its kernel closed them), so the fences
+     * need not wait for those links to end; the one up now is the empty
+     * newcomer's. */
+    pg->fence_at_once = pg->primary_restarted;
+    pg->primary_restarted = false;
     pg->participants = 0;
     for (int k = 0; k <= co->pbr->m; k++)
         if (k != pg->primary && alive(member_k(co, pg->g, k)))
@@ -300,7 +314,8 @@ static void start_failover(struct coord *co, struct pgroup *pg)
     pg->best = -1;
     pg->best_xid = 0;
     fprintf(stderr, "coordinator: group %d's primary (member %d) is dead: fencing its stream "
-            "on %d backup(s)\n", pg->g, pg->primary, __builtin_popcountll(pg->participants));
+            "on %d backup(s)%s\n", pg->g, pg->primary, __builtin_popcountll(pg->participants),
+            pg->fence_at_once ? " at once (it restarted: its links have ended)" : "");
     send_fences(co, pg);
     /* After the fences (they need not wait for the disk): a coordinator
      * started after this one dies fails the group over too, rather than
@@ -458,6 +473,7 @@ void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
          * be chosen. */
         pg->mem[k].stale = true;
         pg->failover_due = true;   /* saved with its new pid (coord.c, the hello) */
+        pg->primary_restarted = true;
         pg->dead_at_ms = coord_now_ms();
         pg->dead_wall_ms = wall_ms();
         coord_log_member(m, "is group %d's primary and restarted empty: failing over to a "

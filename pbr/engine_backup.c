@@ -473,12 +473,16 @@ static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
     fence_now(be);
 }
 
-/* pbr fence <g> | pbr follow <g> <leader> */
+/* pbr fence <g> [gone] | pbr follow <g> <leader> */
 bool pbr_backup_control(struct engine *e, int argc, char **argv)
 {
     struct backup *be = be_of(e);
-    if (argc == 3 && strcmp(argv[1], "fence") == 0) {
-        if (repl_receiver_fenced(be->receiver, 0)) {
+    bool gone = argc == 4 && strcmp(argv[1], "fence") == 0 && strcmp(argv[3], "gone") == 0;
+    if ((argc == 3 && strcmp(argv[1], "fence") == 0) || gone) {
+        /* gone: the primary restarted, so the link up now, if any, is the
+         * newcomer's: nothing of the old process is left to read. */
+        if (repl_receiver_fenced(be->receiver, 0) || gone) {
+            evtimer_del(be->fence_ev);
             fence_now(be);
         } else if (!evtimer_pending(be->fence_ev, NULL)) {
             be->fence_polls = 0;

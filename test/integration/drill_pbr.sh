@@ -44,5 +44,15 @@ mkdir -p "$dir"
 # death, and its node starts it again on its state file while the
 # primary's node starts the primary again, empty.  The new coordinator must
 # fail the group over rather than confirm the empty primary (before
-# b134623 it was confirmed and the group's keys were gone).
+# b134623 it was confirmed and the group's keys were gone), fencing the
+# backups at once ("pbr fence <g> gone").
 drill_once "the primary and then the coordinator" --kill-coordinator 0
+# The primary came back with a new pid: its old links have ended, so the
+# backups fence at once instead of waiting 500 ms on the newcomer's link.
+if grep -q "is dead: fencing its stream on .* at once (it restarted" "$dir/coordinator.log"; then
+    echo "ok: the restarted primary's backups were fenced at once"
+else
+    grep "fencing" "$dir/coordinator.log"
+    echo "FAIL: the restarted primary's backups were not fenced at once"
+    exit 1
+fi
