@@ -129,6 +129,8 @@ struct link {
     char last_error[LINK_ERROR_MAX];
     bool failing;                     /* connector: in a streak of failed attempts */
     uint64_t answered_ms;             /* connector: the last CHALLENGE (link_now_ms) */
+    unsigned keepalive_ms;            /* up: a PING this often (0: none) */
+    uint64_t last_rx_ms;              /* up: when bytes last arrived (link_now_ms) */
 
     struct link_listener *listener;   /* acceptor, until accepted */
     struct link *ll_prev;
@@ -196,6 +198,7 @@ uint64_t link_answered_ms(const struct link *l)
 {
     return l->answered_ms;
 }
+
 
 /* A NUL-terminated name of 1..LINK_NAME_MAX-1 bytes. */
 static bool name_ok(const char *s)
@@ -428,6 +431,20 @@ static void arm_timer(struct link *l, unsigned ms)
 {
     struct timeval tv = ms_to_timeval(ms);
     evtimer_add(l->timer_ev, &tv);
+}
+
+void link_set_keepalive(struct link *l, unsigned ms)
+{
+    l->keepalive_ms = ms;
+    if (l->state == LS_UP && ms)
+        arm_timer(l, ms);
+}
+
+uint64_t link_silent_ms(const struct link *l, uint64_t now_ms)
+{
+    if (l->state != LS_UP || now_ms <= l->last_rx_ms)
+        return 0;
+    return now_ms - l->last_rx_ms;
 }
 
 static void schedule_redial(struct link *l)
@@ -665,6 +682,16 @@ static void handle_reject(struct link *l, const uint8_t *payload, uint32_t len)
 }
 
 /* Connector: WELCOME arrived, the link is up. */
+/* The handshake is done: from now on silence is measured, and kept short
+ * by PINGs if the owner asked for them. */
+static void became_up(struct link *l)
+{
+    l->state = LS_UP;
+    l->last_rx_ms = link_now_ms();
+    if (l->keepalive_ms)
+        arm_timer(l, l->keepalive_ms);
+}
+
 static void handle_welcome(struct link *l, const uint8_t *payload, uint32_t len)
 {
     if (len != 8) {
@@ -677,7 +704,7 @@ static void handle_welcome(struct link *l, const uint8_t *payload, uint32_t len)
         log_line(l, "up");
     l->failing = false;
     l->backoff_ms = LINK_RETRY_MIN_MS;
-    l->state = LS_UP;
+    became_up(l);
     if (l->cb.on_up != NULL)
         l->cb.on_up(l, xid, l->ctx);
 }
@@ -733,7 +760,7 @@ static void handle_hello(struct link *l, const uint8_t *payload, uint32_t len)
     evtimer_del(l->timer_ev);
     l->cb = cb;
     l->ctx = ctx;
-    l->state = LS_UP;
+    became_up(l);
     if (l->cb.on_up != NULL)
         l->cb.on_up(l, welcome_xid, l->ctx);
 }
@@ -885,6 +912,7 @@ static void read_input(struct link *l)
             return;
         }
         l->in.end += (size_t)n;
+        l->last_rx_ms = link_now_ms();
         if (!parse_frames(l) || l->gen != gen)
             return;
         if ((size_t)n < room || (size_t)n >= budget)
@@ -1031,6 +1059,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         break;
     case LS_REJECTING:
         link_finish(l);
+        break;
+    case LS_UP:
+        if (l->keepalive_ms) {
+            (void)link_send(l, FT_PING, NULL, 0);   /* out of memory: the next one */
+            arm_timer(l, l->keepalive_ms);
+        }
         break;
     default:
         break;

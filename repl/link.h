@@ -113,6 +113,16 @@ uint64_t link_now_ms(void);
 /* Connector: when (link_now_ms()) the peer last answered a dial with
  * CHALLENGE, 0 if never: a process that refuses us is alive. */
 uint64_t link_answered_ms(const struct link *l);
+/* While up, send a PING (empty, delivered to on_frame) every ms (0: never,
+ * the default), so that a peer that hears nothing for several periods
+ * knows this end is gone or cut off even when no data flows: a crashed
+ * host or a partition closes no socket.  Both ends of a replication link
+ * set it. */
+#define LINK_PING_MS 250
+void link_set_keepalive(struct link *l, unsigned ms);
+/* How long (ms, at now_ms = link_now_ms()) an up link has received
+ * nothing; 0 when it is not up. */
+uint64_t link_silent_ms(const struct link *l, uint64_t now_ms);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);
 const struct link_identity *link_peer(const struct link *l);

@@ -470,6 +470,7 @@ bool repl_receiver_accept(void *owner, const struct link_identity *id, struct li
         return reject(pr, reason, "%s %d diverged at %s", rx->cfg.noun, pr->index,
                       pr->src->why);
     take_link(pr, l);
+    link_set_keepalive(l, LINK_PING_MS);
     *cb = peer_callbacks;
     *ctx = pr;
     *welcome_xid = pr->src->received_xid;
@@ -590,11 +591,25 @@ int repl_receiver_lost_peers(const struct repl_receiver *rx, struct eng_lost_pee
     int n = 0;
     for (int i = 0; i < rx->cfg.nsources && n < max; i++) {
         const struct peer *pr = &rx->peers[i];
-        int role = cluster_role_of_link(pr->lost_peer.role);
-        if (pr->link != NULL || !pr->lost || now <= pr->lost_at_ms || role < 0)
+        const struct link_identity *who = NULL;
+        uint64_t down = 0;
+        if (pr->link != NULL) {
+            /* Up, but silent past several keepalives: its host crashed or
+             * is cut off, and closed no socket. */
+            uint64_t silent = link_silent_ms(pr->link, now);
+            if (silent >= REPL_SILENT_MS && !pr->fenced) {
+                who = link_peer(pr->link);
+                down = silent;
+            }
+        } else if (pr->lost && now > pr->lost_at_ms) {
+            who = &pr->lost_peer;
+            down = now - pr->lost_at_ms;
+        }
+        int role = who ? cluster_role_of_link(who->role) : -1;
+        if (role < 0)
             continue;
-        out[n++] = (struct eng_lost_peer){ .role = role, .index = (int)pr->lost_peer.index,
-                                           .down_ms = now - pr->lost_at_ms };
+        out[n++] = (struct eng_lost_peer){ .role = role, .index = (int)who->index,
+                                           .down_ms = down };
     }
     return n;
 }

@@ -295,6 +295,8 @@ static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, ui
         s->cb->message(s->ctx, p->index, type, payload, len);
         return;
     }
+    if (type == FT_PING)
+        return;     /* the link's keepalive: it is the arrival that counts */
     if (type != FT_ACK || len < 8) {
         if (s->verbose)
             sender_log(s, "ignoring frame type %u from peer %d", type, p->index);
@@ -356,8 +358,10 @@ static struct link *connect_peer(struct sender *s, struct sender_peer *p, const 
     };
     struct link *l = link_connect(s->base, host, link_port, &s->me, s->cluster->secret,
                                   &link_cb, p);
-    if (l)
+    if (l) {
         link_set_sendq(l, s->sq);
+        link_set_keepalive(l, LINK_PING_MS);
+    }
     return l;
 }
 
@@ -690,17 +694,29 @@ int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max
     int n = 0;
     for (int j = 0; j < s->npeers && n < max; j++) {
         const struct sender_peer *p = &s->peers[j];
-        if (p->dropped || !p->lost || (p->link && link_is_up(p->link)))
+        if (p->dropped)
             continue;
-        /* Silent since the drop, or since it last answered a dial: one that
-         * refuses us answers every redial, so it never looks silent long. */
-        uint64_t since = p->lost_at_ms;
-        if (p->link && link_answered_ms(p->link) > since)
-            since = link_answered_ms(p->link);
-        if (now <= since)
+        uint64_t down = 0;
+        if (p->link && link_is_up(p->link)) {
+            /* Up, but silent past several keepalives: gone without closing
+             * its socket (a crashed host), or cut off. */
+            uint64_t silent = link_silent_ms(p->link, now);
+            if (silent >= SENDER_SILENT_MS)
+                down = silent;
+        } else if (p->lost) {
+            /* Silent since the drop, or since it last answered a dial: one
+             * that refuses us answers every redial, so it never looks
+             * silent long. */
+            uint64_t since = p->lost_at_ms;
+            if (p->link && link_answered_ms(p->link) > since)
+                since = link_answered_ms(p->link);
+            if (now > since)
+                down = now - since;
+        }
+        if (down == 0)
             continue;
         out[n++] = (struct eng_lost_peer){ .role = (int)p->role, .index = p->index,
-                                           .down_ms = now - since };
+                                           .down_ms = down };
     }
     return n;
 }

@@ -9,7 +9,11 @@
 # and a whole node killed 50 ms after the coordinator (nothing on it comes
 # back): the restarted coordinator never hears from those processes, and
 # must declare them dead on their peers' word that their links are down
-# (coord_lost.c), not only when its 3 s startup grace ends.
+# (coord_lost.c), not only when its 3 s startup grace ends; and a data
+# process stopped (SIGSTOP, 3 s) 50 ms after the coordinator: its links
+# stay up but carry no keepalive, so its peers report it silent, and the
+# coordinator must declare it dead before the grace ends (it would
+# otherwise wake first and be kept).
 # Each must end with every acknowledged write found, no stale or wrong read,
 # no failed get or set, every slot served and every unit rebuilt, and
 # cocytus-cli verify and decode-check clean on the degraded layout.  The
@@ -32,7 +36,7 @@ cleanup() {
 }
 on_exit cleanup
 
-for run in dp pp 2dp dp-coordinator node-coordinator; do
+for run in dp pp 2dp dp-coordinator node-coordinator hang-coordinator; do
     kill=${run%%-*}
     extra=()
     [ "${run#*-}" = coordinator ] && extra=(--leader-first)
@@ -57,14 +61,18 @@ for run in dp pp 2dp dp-coordinator node-coordinator; do
     else
         ok "$line"
     fi
-    if [ "$run" = node-coordinator ]; then
-        # node 1 holds one process of each of the 5 groups
+    case $run in
+        node-coordinator) want=5 ;;   # node 1 holds one process of each of the 5 groups
+        hang-coordinator) want=1 ;;
+        *) want="" ;;
+    esac
+    if [ -n "$want" ]; then
         seen=$(grep -c "dead: not heard from since the coordinator started, and its .* live peer(s) report their links to it down" "$dir/$run/coordinator.log")
-        if [ "$seen" = 5 ]; then
-            ok "drill rs --kill node --leader-first: the 5 dead processes were found from their peers' links"
+        if [ "$seen" = "$want" ]; then
+            ok "drill rs --kill $kill --leader-first: the $want dead process(es) were found from their peers' links"
         else
             grep " dead: " "$dir/$run/coordinator.log"
-            fail "drill rs --kill node --leader-first: $seen of the 5 dead processes were found from their peers' links"
+            fail "drill rs --kill $kill --leader-first: $seen of the $want dead process(es) were found from their peers' links"
         fi
     fi
     # A sanitizer build's servers report into their logs (the drill stopped

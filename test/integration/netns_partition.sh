@@ -6,7 +6,8 @@
 # keeps setting keys on its data process.  Must end with no acknowledged
 # write lost, nothing the cut-off process acknowledged during the cut
 # (there must be nothing) contradicted, every group healthy again and
-# cocytus-cli verify clean.  Skipped (77) without root, network namespaces,
+# cocytus-cli verify clean.  Then the same with the leading coordinator's
+# host cut off (below).  Skipped (77) without root, network namespaces,
 # ZooKeeper or a build with libzookeeper.
 set -u
 
@@ -25,6 +26,7 @@ on_exit cleanup
 
 out=$(bash "$netns" up --dir "$dir" 2>&1)
 rc=$?
+out_up=$out
 if [ $rc -eq 77 ]; then
     echo "SKIP: ${out##*cannot run here: }"
     exit 77
@@ -54,6 +56,36 @@ else
         *) fail "a cut-off process acknowledged writes during the cut: $line" ;;
     esac
 fi
+# Then the leading coordinator's host is cut off for 6 s: the other
+# coordinator is elected once the leader's ZooKeeper session expires, and
+# never hears from the 5 processes of that host.  Their peers' links to
+# them are up but carry no keepalive any more: the new leader must declare
+# them dead on the peers' word (coord_lost.c), before its 3 s startup
+# grace ends.
+leader=$(printf '%s\n' "$out_up" | sed -n 's/.* coordinator \([0-9.]*\):[0-9]* leads.*/\1/p')
+leader_node=$(( ${leader##*.} - 1 ))
+before=$(cat "$dir"/coordinator*.log | grep -c "report their links to it down")
+out=$(bash "$netns" drill --kind partition --node "$leader_node" --seconds 10 --cut-ms 6000 \
+    --dir "$dir" 2>&1)
+rc=$?
+line=$(printf '%s\n' "$out" | grep '^netns drill partition')
+if [ -z "$leader" ] || [ $rc -ne 0 ] || [ -z "$line" ]; then
+    printf '%s\n' "$out" | tail -20
+    fail "partition drill of the leader's host (node $leader_node) exited $rc: ${line:-no result line}"
+else
+    case $line in
+        *"cutoff_stored 0, "*) ok "leader's host: $line" ;;
+        *) fail "a cut-off process acknowledged writes during the cut: $line" ;;
+    esac
+fi
+after=$(cat "$dir"/coordinator*.log | grep -c "report their links to it down")
+if [ $((after - before)) = 5 ]; then
+    ok "the leader's host's 5 processes were found dead from their peers' silent links"
+else
+    grep -h " dead: " "$dir"/coordinator*.log | tail -n 10
+    fail "$((after - before)) of the leader's host's 5 processes were found dead from their peers' links"
+fi
+
 bad=$(grep -l -E "AddressSanitizer|LeakSanitizer|runtime error" "$dir"/*.log 2>/dev/null)
 [ -z "$bad" ] || { grep -h -A 20 -E "AddressSanitizer|LeakSanitizer|runtime error" $bad | head -60;
                    fail "sanitizer report in $bad"; }

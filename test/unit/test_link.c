@@ -327,6 +327,30 @@ START_TEST(test_handshake_ok)
 }
 END_TEST
 
+/* A link with a keepalive keeps its peer hearing from it; one without is
+ * silent when no data flows (link_silent_ms: how coord_lost.c learns of
+ * a crashed host, which closes no socket). */
+START_TEST(test_keepalive_silence)
+{
+    struct fixture f;
+    fixture_init(&f);
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert_uint_eq(link_silent_ms(f.conn, link_now_ms()), 0);   /* not up: 0 */
+    ck_assert(run_until(f.base, both_up, &f, 2000));
+    link_set_keepalive(f.conn, 50);         /* the connector pings, the acceptor not */
+    run_for(f.base, 700);
+    uint64_t now = link_now_ms();
+    ck_assert_msg(link_silent_ms(f.acc.link, now) < 400, "acceptor heard nothing for %llu ms",
+                  (unsigned long long)link_silent_ms(f.acc.link, now));
+    ck_assert_msg(link_silent_ms(f.conn, now) >= 600, "connector silent only %llu ms",
+                  (unsigned long long)link_silent_ms(f.conn, now));
+    link_set_keepalive(f.acc.link, 50);
+    run_for(f.base, 300);
+    ck_assert(link_silent_ms(f.conn, link_now_ms()) < 250);
+    fixture_destroy(&f);
+}
+END_TEST
+
 struct reject_case {
     const char *cluster;
     uint32_t group;
@@ -913,6 +937,7 @@ static Suite *link_suite(void)
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_handshake_ok);
+    tcase_add_test(tc, test_keepalive_silence);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_wrong_cluster);
     tcase_add_test(tc, test_wrong_group);
