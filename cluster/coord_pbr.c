@@ -295,10 +295,13 @@ static void start_failover(struct coord *co, struct pgroup *pg)
     }
     pg->failover_due = false;
     /* A primary that came back with a new pid: the process that sent on
-     * the backups' links is gone (its kernel closed them), so the fences
-     * need not wait for those links to end; the one up now is the empty
-     * newcomer's. */
-    pg->fence_at_once = pg->primary_restarted;
+     * the backups' links is gone, so the fences need not wait for those
+     * links to end; the one up now is the empty newcomer's.  In full sync
+     * only: there every acknowledged record was already acknowledged by
+     * every backup, while in semi sync one may still be in the dead
+     * process's kernel, on its way (a lost packet is resent after 200 ms
+     * or more), and the fence's wait is what reads it. */
+    pg->fence_at_once = pg->primary_restarted && co->c->sync == SYNC_FULL;
     pg->primary_restarted = false;
     pg->participants = 0;
     for (int k = 0; k <= co->pbr->m; k++)

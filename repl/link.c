@@ -131,6 +131,8 @@ struct link {
     uint64_t answered_ms;             /* connector: the last CHALLENGE (link_now_ms) */
     unsigned keepalive_ms;            /* up: a PING this often (0: none) */
     uint64_t last_rx_ms;              /* up: when bytes last arrived (link_now_ms) */
+    bool heard_ping;                  /* up: the peer sends keepalives (a peer built
+                                       * before them is silent when idle) */
 
     struct link_listener *listener;   /* acceptor, until accepted */
     struct link *ll_prev;
@@ -442,9 +444,14 @@ void link_set_keepalive(struct link *l, unsigned ms)
 
 uint64_t link_silent_ms(const struct link *l, uint64_t now_ms)
 {
-    if (l->state != LS_UP || now_ms <= l->last_rx_ms)
+    if (l->state != LS_UP || !l->heard_ping || now_ms <= l->last_rx_ms)
         return 0;
     return now_ms - l->last_rx_ms;
+}
+
+uint64_t link_last_heard_ms(const struct link *l)
+{
+    return l->last_rx_ms;
 }
 
 static void schedule_redial(struct link *l)
@@ -688,6 +695,7 @@ static void became_up(struct link *l)
 {
     l->state = LS_UP;
     l->last_rx_ms = link_now_ms();
+    l->heard_ping = false;
     if (l->keepalive_ms)
         arm_timer(l, l->keepalive_ms);
 }
@@ -753,6 +761,9 @@ static void handle_hello(struct link *l, const uint8_t *payload, uint32_t len)
     uint8_t xid_bytes[8];
     store_u64le(xid_bytes, welcome_xid);
     if (queue_frame(l, FT_WELCOME, xid_bytes, sizeof(xid_bytes)) < 0) {
+        /* The owner took l already: it must forget it before it is freed. */
+        if (cb.on_down != NULL)
+            cb.on_down(l, "out of memory for WELCOME", ctx);
         link_fail(l, "out of memory");
         return;
     }
@@ -810,6 +821,8 @@ static void dispatch_frame(struct link *l, uint16_t type, const uint8_t *payload
         link_fail(l, why);
         return;
     }
+    if (type == FT_PING)
+        l->heard_ping = true;
     if (l->cb.on_frame != NULL)
         l->cb.on_frame(l, type, payload, len, l->ctx);
 }
@@ -1062,7 +1075,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         break;
     case LS_UP:
         if (l->keepalive_ms) {
-            (void)link_send(l, FT_PING, NULL, 0);   /* out of memory: the next one */
+            (void)link_send(l, FT_PING, NULL, 0);   /* out of memory drops the link */
             arm_timer(l, l->keepalive_ms);
         }
         break;

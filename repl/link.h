@@ -121,8 +121,12 @@ uint64_t link_answered_ms(const struct link *l);
 #define LINK_PING_MS 250
 void link_set_keepalive(struct link *l, unsigned ms);
 /* How long (ms, at now_ms = link_now_ms()) an up link has received
- * nothing; 0 when it is not up. */
+ * nothing; 0 when it is not up, or before the peer's first PING (a peer
+ * built without keepalives is silent whenever it is idle). */
 uint64_t link_silent_ms(const struct link *l, uint64_t now_ms);
+/* When bytes last arrived on l (link_now_ms()); 0 if never up.  Still
+ * valid in on_down: a link that timed out was silent long before. */
+uint64_t link_last_heard_ms(const struct link *l);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);
 const struct link_identity *link_peer(const struct link *l);

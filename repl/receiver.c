@@ -385,6 +385,14 @@ static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
            pr->src->applied_xid);
 }
 
+/* When a link that just went down last carried anything: a link that
+ * timed out (a crashed host) was silent long before it dropped. */
+static uint64_t lost_since(const struct link *l)
+{
+    uint64_t now = link_now_ms(), heard = link_last_heard_ms(l);
+    return heard != 0 && heard < now ? heard : now;
+}
+
 static void on_down(struct link *l, const char *why, void *ctx)
 {
     struct peer *pr = ctx;
@@ -402,7 +410,7 @@ static void on_down(struct link *l, const char *why, void *ctx)
     if (!pr->fenced && !pr->src->diverged) {
         pr->lost = true;
         pr->lost_peer = *link_peer(l);
-        pr->lost_at_ms = link_now_ms();
+        pr->lost_at_ms = lost_since(l);
     }
 }
 

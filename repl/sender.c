@@ -334,7 +334,9 @@ static void peer_down(struct link *l, const char *why, void *ctx)
     struct sender *s = p->s;
     sender_log(s, "link to %s %d down: %s", cluster_role_name(p->role), p->index, why);
     p->lost = true;
-    p->lost_at_ms = link_now_ms();
+    /* Silent since bytes last came (a link that timed out was silent long
+     * before it dropped). */
+    p->lost_at_ms = link_last_heard_ms(l) ? link_last_heard_ms(l) : link_now_ms();
     if (!p->joining || p->dropped)
         return;
     /* A rebuild cannot continue on a new link: what was sent is lost. */
