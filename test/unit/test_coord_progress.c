@@ -1,8 +1,9 @@
-/* test_coord_progress.c - the work in progress a coordinator saves beside
- * the map for the next leader (cluster/coord_progress.c): what one leader
- * encodes, a fresh one applies back before anyone is heard from - views,
- * takeover phases, handoff migrations, the running move, pids, a PBR
- * promotion. */
+/* test_coord_progress.c - what a coordinator that starts knows: the work
+ * in progress a leader saves beside the map for the next one
+ * (cluster/coord_progress.c: what one leader encodes, a fresh one applies
+ * back before anyone is heard from - views, takeover phases, handoff
+ * migrations, the running move, pids, a PBR promotion), and the deaths it
+ * learns from the dead process's peers (cluster/coord_lost.c). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,21 +170,38 @@ END_TEST
  * before the map named it promotes the same member again (fencing again
  * would wait forever for a member that is a primary by now); one that had
  * not chosen yet starts again (the map's primary is not confirmed). */
-START_TEST(test_progress_pbr_promotion)
+/* A PBR(2) cluster of 3 nodes (its file's name in pconf, 64 bytes). */
+static void pbr_cluster(char *pconf, struct cluster *pcl)
 {
-    char pconf[64];
-    struct cluster pcl;
     cluster_from_text(pconf,
                       "cluster demo\nsecret s\nscheme pbr 2\nbase_port 30000\n"
                       "node 0 10.0.0.1\nnode 1 10.0.0.2\nnode 2 10.0.0.3\n"
                       "coordinator 10.0.0.1 30100 30101\n",
-                      &pcl);
+                      pcl);
+}
+
+static void pbr_coord_make(struct coord *co, struct cluster *pcl)
+{
+    coord_make_of(co, pcl);
+    ck_assert_int_eq(coord_pbr_init(co), 0);
+}
+
+static void pbr_coord_unmake(struct coord *co)
+{
+    coord_pbr_free(co);
+    slotmap_free(&co->map);
+    free(co->members);
+}
+
+START_TEST(test_progress_pbr_promotion)
+{
+    char pconf[64];
+    struct cluster pcl;
+    pbr_cluster(pconf, &pcl);
     struct coord a, b;
     struct coord *both[2] = { &a, &b };
-    for (int i = 0; i < 2; i++) {
-        coord_make_of(both[i], &pcl);
-        ck_assert_int_eq(coord_pbr_init(both[i]), 0);
-    }
+    for (int i = 0; i < 2; i++)
+        pbr_coord_make(both[i], &pcl);
     char line[128];
     ck_assert(!coord_pbr_progress_line(&a, 1, line, sizeof(line)));
     /* Group 1: members 0 and 1 fenced, 0 chosen, both complete. */
@@ -216,11 +234,135 @@ START_TEST(test_progress_pbr_promotion)
                        "pbr 9 failover\n";
     coord_progress_apply(&b, junk, strlen(junk));
     ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
-    for (int i = 0; i < 2; i++) {
-        coord_pbr_free(both[i]);
-        slotmap_free(&both[i]->map);
-        free(both[i]->members);
-    }
+    for (int i = 0; i < 2; i++)
+        pbr_coord_unmake(both[i]);
+    cluster_free(&pcl);
+    unlink(pconf);
+}
+END_TEST
+
+/* ---- a death on the peers' word (coord_lost.c) ---- */
+
+/* by says "lost <what>" with its heartbeat. */
+static void report(struct coord *co, struct member *by, const char *what)
+{
+    struct ctl_msg msg;
+    char text[64];
+    snprintf(text, sizeof(text), "lost %s", what);
+    ck_assert_int_eq(ctl_parse(text, strlen(text), &msg, err, sizeof(err)), 0);
+    coord_lost_heard(co, by, &msg);
+}
+
+START_TEST(test_lost_evidence)
+{
+    struct coord co;
+    coord_make(&co);
+    char why[256];
+    struct member *x = coord_member(&co, 0, ROLE_DATA, 1);
+    struct member *p0 = coord_member(&co, 0, ROLE_PARITY, 0);
+    struct member *p1 = coord_member(&co, 0, ROLE_PARITY, 1);
+    struct member *d0 = coord_member(&co, 0, ROLE_DATA, 0);
+    for (int i = 0; i < co.nmembers; i++)
+        co.members[i].state = MEMBER_ALIVE;
+    x->state = MEMBER_UNKNOWN;
+    co.started_ms = coord_now_ms() - 2000;     /* listened long enough */
+
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));   /* nobody said */
+    report(&co, p0, "data 1 2000");
+    report(&co, d0, "data 1 2000");            /* data processes are not its peers */
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));   /* parity 1 has not */
+    report(&co, p1, "data 1 1400");
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));   /* not 1500 ms yet */
+    report(&co, p1, "data 1 1600");
+    ck_assert(coord_lost_evidence(&co, x, why, sizeof(why)));
+    ck_assert_msg(strstr(why, "its 2 live peer(s)") && strstr(why, "1600 ms"), "%s", why);
+
+    /* Not before the coordinator listened 1250 ms. */
+    co.started_ms = coord_now_ms() - 500;
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));
+    co.started_ms = coord_now_ms() - 2000;
+
+    /* Only with the reporter's last heartbeat: parity 1's next one came
+     * without the word (its link is back). */
+    p1->heartbeats++;
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));
+    report(&co, p1, "data 1 1700");
+    ck_assert(coord_lost_evidence(&co, x, why, sizeof(why)));
+
+    /* A linked peer not heard from yet may hold the link: wait for it;
+     * one declared dead does not count. */
+    p1->state = MEMBER_UNKNOWN;
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));
+    p1->state = MEMBER_DEAD;
+    ck_assert(coord_lost_evidence(&co, x, why, sizeof(why)));
+    ck_assert_msg(strstr(why, "its 1 live peer(s)"), "%s", why);
+
+    /* A stale word (no heartbeat for long) is not evidence. */
+    for (int i = 0; i < x->nlost; i++)
+        if (x->lost[i].by == p0)
+            x->lost[i].heard_ms -= 1000;
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));
+
+    /* Only for a member not heard from; heard, its reports are spent. */
+    report(&co, p0, "data 1 2100");
+    ck_assert(coord_lost_evidence(&co, x, why, sizeof(why)));
+    x->state = MEMBER_ALIVE;
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));
+    coord_lost_forget(x);
+    x->state = MEMBER_UNKNOWN;
+    ck_assert(!coord_lost_evidence(&co, x, why, sizeof(why)));
+
+    /* A parity process: its peers are the data processes. */
+    struct member *px = coord_member(&co, 1, ROLE_PARITY, 0);
+    px->state = MEMBER_UNKNOWN;
+    report(&co, coord_member(&co, 1, ROLE_DATA, 0), "parity 0 3000");
+    report(&co, coord_member(&co, 1, ROLE_DATA, 1), "parity 0 3000");
+    ck_assert(!coord_lost_evidence(&co, px, why, sizeof(why)));
+    report(&co, coord_member(&co, 1, ROLE_DATA, 2), "parity 0 3000");
+    ck_assert(coord_lost_evidence(&co, px, why, sizeof(why)));
+    ck_assert_msg(strstr(why, "its 3 live peer(s)"), "%s", why);
+    coord_unmake(&co);
+}
+END_TEST
+
+/* PBR: a primary's peers are its backups, a backup's its primary; none
+ * while the group fails over (who leads is what is being decided). */
+START_TEST(test_lost_evidence_pbr)
+{
+    char pconf[64];
+    struct cluster pcl;
+    pbr_cluster(pconf, &pcl);
+    struct coord co;
+    pbr_coord_make(&co, &pcl);
+    char why[256];
+    for (int i = 0; i < co.nmembers; i++)
+        co.members[i].state = MEMBER_ALIVE;
+    co.started_ms = coord_now_ms() - 2000;
+    struct member *prim = coord_member(&co, 0, ROLE_PRIMARY, 0);
+    struct member *b0 = coord_member(&co, 0, ROLE_BACKUP, 0);
+    struct member *b1 = coord_member(&co, 0, ROLE_BACKUP, 1);
+    prim->state = MEMBER_UNKNOWN;
+    report(&co, b0, "primary 0 1800");
+    ck_assert(!coord_lost_evidence(&co, prim, why, sizeof(why)));
+    report(&co, b1, "primary 0 1800");
+    ck_assert(coord_lost_evidence(&co, prim, why, sizeof(why)));
+    prim->state = MEMBER_ALIVE;
+
+    b1->state = MEMBER_UNKNOWN;
+    report(&co, b0, "backup 1 5000");          /* backups do not link with each other */
+    ck_assert(!coord_lost_evidence(&co, b1, why, sizeof(why)));
+    report(&co, prim, "backup 1 1500");
+    ck_assert(coord_lost_evidence(&co, b1, why, sizeof(why)));
+    ck_assert_msg(strstr(why, "its 1 live peer(s)"), "%s", why);
+
+    /* Group 1 failing over (resumed): no evidence there. */
+    coord_pbr_resume(&co, "pbr 1 failover");
+    struct member *p1 = coord_member(&co, 1, ROLE_PRIMARY, 0);
+    p1->state = MEMBER_UNKNOWN;
+    report(&co, coord_member(&co, 1, ROLE_BACKUP, 0), "primary 0 4000");
+    report(&co, coord_member(&co, 1, ROLE_BACKUP, 1), "primary 0 4000");
+    ck_assert(!coord_lost_evidence(&co, p1, why, sizeof(why)));
+    pbr_coord_unmake(&co);
     cluster_free(&pcl);
     unlink(pconf);
 }
@@ -235,6 +377,11 @@ static Suite *progress_suite(void)
     tcase_add_test(tc, test_progress_rebuild_and_loss);
     tcase_add_test(tc, test_progress_pbr_promotion);
     suite_add_tcase(s, tc);
+    TCase *lost = tcase_create("lost");
+    tcase_add_checked_fixture(lost, setup, teardown);
+    tcase_add_test(lost, test_lost_evidence);
+    tcase_add_test(lost, test_lost_evidence_pbr);
+    suite_add_tcase(s, lost);
     return s;
 }
 
