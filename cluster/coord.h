@@ -48,9 +48,10 @@ enum ctl_kind {
     CTL_MAP,        /* map <body> */
     CTL_MIGRATE,    /* migrate <slot> <host>:<port> <epoch> */
     CTL_LOST        /* lost <role> <index> <down_ms>: the link to a peer of
-                     * the sender's group (a cluster role and index)
-                     * dropped that long ago and is not back; sent after
-                     * each heartbeat while it lasts (engine_ops.lost_peers) */
+                     * the sender's group (a cluster role and index) is
+                     * down, or up but silent, and nothing came from the
+                     * peer for down_ms; sent after each heartbeat while it
+                     * lasts (engine_ops.lost_peers) */
 };
 
 struct ctl_msg {

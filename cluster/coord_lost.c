@@ -12,10 +12,12 @@
  * a data process drop, a data process the link to a parity process, a
  * backup the one from its primary, a primary the one to a backup.  Each
  * process says so after every heartbeat ("lost <role> <index> <ms>",
- * engine_ops.lost_peers), for as long as the link stays down and the
- * peer does not answer its dials.  A member not heard from since this
- * coordinator started is dead as soon as every peer linked with it is
- * alive and reports, with its last heartbeat, its link down for
+ * engine_ops.lost_peers), while the link is down, or up but silent (no
+ * keepalive for a second), with how long nothing has come from the peer
+ * (a peer answering our dials is silent only since its last answer).  A
+ * member not heard from since this coordinator started is dead as soon as
+ * every peer linked with it that is not declared dead is alive and
+ * reports (at least one), with its last heartbeat, its link down for
  * COORD_DEAD_AFTER_MS: the same silence the heartbeat rule allows, heard
  * from the other end.  Not before the coordinator has listened for
  * LOST_LISTEN_MS, time for any live process to redial it, and not while a

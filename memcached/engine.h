@@ -229,8 +229,8 @@ struct engine_ops {
      * returns their length (0: none). */
     size_t (*heartbeat_extra)(struct engine *e, char *buf, size_t len);
     /* Optional (engines that replicate): fill out[] (at most max) with the
-     * peers whose replication link dropped by itself and has not come
-     * back, for how long; returns how many.  Sent to the coordinator with
+     * peers whose replication link is down (not closed by us) or up but
+     * silent, and how long nothing has come from each; returns how many.  Sent to the coordinator with
      * each heartbeat ("lost", coord.h): its evidence that a process it
      * has not heard from is dead. */
     int (*lost_peers)(struct engine *e, struct eng_lost_peer *out, int max);

@@ -124,8 +124,9 @@ void link_set_keepalive(struct link *l, unsigned ms);
  * nothing; 0 when it is not up, or before the peer's first PING (a peer
  * built without keepalives is silent whenever it is idle). */
 uint64_t link_silent_ms(const struct link *l, uint64_t now_ms);
-/* When bytes last arrived on l (link_now_ms()); 0 if never up.  Still
- * valid in on_down: a link that timed out was silent long before. */
+/* When bytes (handshake included) last arrived on l, on any of its
+ * connections (link_now_ms()); 0 if none ever did.  Still valid in
+ * on_down: a link that timed out was silent long before. */
 uint64_t link_last_heard_ms(const struct link *l);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);

@@ -211,10 +211,10 @@ int sender_sendv_to(struct sender *s, int index, uint16_t type, const struct iov
 bool sender_peer_up(const struct sender *s, int index);
 /* engine_ops.lost_peers for a sender: the peers (not dropped) whose link
  * dropped and has not come back yet, and for how long they have been
- * silent: since the drop, or since the peer last answered a dial (one
- * refusing us is alive, and answers every redial); and those whose link is
- * up but has carried nothing, not even a keepalive, for SENDER_SILENT_MS
- * or more. */
+ * silent: since they last sent anything before the drop, or since they
+ * last answered a dial (one refusing us is alive, and answers every
+ * redial); and those whose link is up but, once a PING was heard on it,
+ * has carried nothing for SENDER_SILENT_MS or more. */
 #define SENDER_SILENT_MS (4 * LINK_PING_MS)
 int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max);
 /* Bytes queued on peer index's link, not yet handed to the kernel. */
