@@ -65,6 +65,7 @@ static void rlog(const struct recovery *rc, const char *fmt, ...)
 }
 
 static bool unit_map_free_of_data(struct recovery *rc, const struct recov_msg *m);
+static void pass_needs_on(struct recovery *rc);
 
 #define DEBUG(rc, ...) do { if ((rc)->debug) rlog(rc, __VA_ARGS__); } while (0)
 
@@ -88,6 +89,16 @@ static struct unit_map *map_of(struct recovery *rc, int pp)
     if (pp == rc->self)
         return rc->own_valid ? &rc->own : NULL;
     return rc->shadow_valid[pp] ? &rc->shadow[pp] : NULL;
+}
+
+/* The parity index of the leader that started batch id (its top bits).
+ * Replies go to that leader, not to whoever leads in our view: a
+ * recovery process that has just taken over builds its own view before the
+ * coordinator's reaches it, and may take itself for the leader a little
+ * while after another one started a batch. */
+static int batch_leader(uint64_t id)
+{
+    return (int)(id >> 48) - 1;
 }
 
 /* F for unit u: the logical DPs whose unit u is still parity (bit i). */
@@ -126,6 +137,7 @@ static void contrib_clear(struct contrib *c)
     c->active = false;
     c->announced = false;
     c->id = 0;
+    c->leader_dp = -1;
     c->nsources = 0;
     c->got = 0;
     c->want = 0;
@@ -158,6 +170,7 @@ static int contrib_init(struct contrib *c, uint64_t id, const struct recov_range
     c->announced = false;
     c->got = c->want = 0;
     c->id = id;
+    c->leader_dp = -1;
     c->nranges = nranges;
     memcpy(c->ranges, ranges, (size_t)nranges * sizeof(*ranges));
     c->bytes = bytes;
@@ -247,7 +260,8 @@ static void send_residual(struct recovery *rc, struct contrib *c)
                       c->ranges[i].len);
         pos += c->ranges[i].len;
     }
-    if (rc->view_leader == rc->self) {
+    int leader = batch_leader(c->id);
+    if (leader == rc->self) {
         leader_take_residual(rc, c->id, rc->self, c->acc, c->bytes);
         return;
     }
@@ -261,10 +275,9 @@ static void send_residual(struct recovery *rc, struct contrib *c)
     uint8_t hdr[1024];
     size_t nh = recov_encode_header(&m, hdr);
     struct iovec iov[2] = { { hdr, nh }, { c->acc, c->bytes } };
-    int leader_dp = rc->view_leader >= 0 ? rc->view.pp_serves[rc->view_leader] : -1;
-    if (leader_dp < 0 || rc->env.to_source(rc->env.ctx, leader_dp, FT_REPLY, iov, 2) < 0)
+    if (c->leader_dp < 0 || rc->env.to_source(rc->env.ctx, c->leader_dp, FT_REPLY, iov, 2) < 0)
         rlog(rc, "batch %" PRIu64 ": cannot send the residual to the leader (parity %d)",
-             c->id, rc->view_leader);
+             c->id, leader);
 }
 
 /* Every source in and the batch announced: finish the oldest contribution
@@ -400,14 +413,15 @@ static bool contrib_holds_parity(struct recovery *rc, const struct recov_msg *m)
     if (have.nranges == 0)
         return true;
     DEBUG(rc, "batch %" PRIx64 ": %d ranges are data here already", m->id, have.nranges);
-    if (rc->view_leader == rc->self) {
+    if (batch_leader(m->id) == rc->self) {
         leader_take_have(rc, &have);
         return false;
     }
     uint8_t hdr[2048];
     size_t nh = recov_encode_header(&have, hdr);
     struct iovec iov[1] = { { hdr, nh } };
-    int leader_dp = rc->view_leader >= 0 ? rc->view.pp_serves[rc->view_leader] : -1;
+    /* The announcement names the data process its leader serves. */
+    int leader_dp = m->who < (uint32_t)rc->view.k ? (int)m->who : -1;
     if (leader_dp < 0 || rc->env.to_source(rc->env.ctx, leader_dp, FT_REPLY, iov, 1) < 0)
         rlog(rc, "batch %" PRIu64 ": cannot tell the leader which units are data here", m->id);
     return false;
@@ -425,6 +439,7 @@ static void contrib_on_batch(struct recovery *rc, const struct recov_msg *m)
     if (!c || !same_ranges(c, m->ranges, m->nranges))
         return;
     c->announced = true;
+    c->leader_dp = m->who < (uint32_t)rc->view.k ? (int)m->who : -1;
     c->want = 0;
     for (int i = 0; i < m->nlist; i++)
         c->want |= 1u << m->list[i];
@@ -800,6 +815,7 @@ static int announce_to(struct recovery *rc, struct lbatch *b, int pp, const uint
 {
     struct recov_msg m;
     batch_msg(b, RK_BATCH, sources, nsources, &m);
+    m.who = (uint32_t)rc->serving;   /* where the contributor replies */
     if (pp == rc->self) {
         contrib_on_batch(rc, &m);
         return 0;
@@ -925,6 +941,12 @@ static void leader_schedule(struct recovery *rc)
     leader_start(rc, b);
     if (b->active && !rc->ahead.active && in_place_batch(rc, b))
         start_ahead(rc);
+    /* Watch the batch from now on, whatever happens to its messages: a
+     * residual that never comes must time it out, not stall the group.
+     * (A kick already set, such as one from a batch solved at once, comes
+     * sooner and watches it too.) */
+    if (b->active && !evtimer_pending(rc->kick, NULL))
+        kick(rc, 100);
 }
 
 /* ---- public ---- */
@@ -981,7 +1003,7 @@ int recovery_serve(struct recovery *rc, int dp)
     rc->first_batch_us = 0;
     rc->cursor = 0;
     rlog(rc, "serving dp %d: %zu of %zu units to rebuild (%zu known zero)", dp,
-         zero_from < um->nunits ? zero_from : um->nunits, um->nunits, um->nunits - um->done);
+         zero_from < um->nunits ? zero_from : um->nunits, um->nunits, um->done);
     return 0;
 }
 
@@ -1043,6 +1065,9 @@ void recovery_set_view(struct recovery *rc, const struct group_view *v)
     }
     if (rc->view_leader == rc->self && old_leader != rc->self)
         rlog(rc, "recovery leader of the group (view %" PRIu64 ")", v->version);
+    if (rc->view_leader >= 0 && rc->view_leader != rc->self && old_leader != rc->view_leader &&
+        rc->own_valid)
+        pass_needs_on(rc);
     kick(rc, 0);
 }
 
@@ -1070,6 +1095,54 @@ static int needs_add(struct recovery *rc, size_t u)
     return 1;
 }
 
+/* RK_NEED with ranges r to the leader of our view, if there is one. */
+static void send_need(struct recovery *rc, const struct recov_range *r, int n)
+{
+    if (rc->view_leader < 0 || rc->view_leader == rc->self)
+        return;
+    struct recov_msg m;
+    memset(&m, 0, sizeof(m));
+    m.kind = RK_NEED;
+    m.nranges = n;
+    memcpy(m.ranges, r, (size_t)n * sizeof(*r));
+    uint8_t hdr[1024];
+    size_t nh = recov_encode_header(&m, hdr);
+    struct iovec iov[1] = { { hdr, nh } };
+    rc->env.to_pp(rc->env.ctx, rc->view_leader, FT_REQUEST, iov, 1);
+}
+
+/* Another process leads now: every unit still queued here goes to it.
+ * Requests we queued as the leader (ours, or passed on to us), or while no
+ * one led, would otherwise wait for its background walk. */
+static void pass_needs_on(struct recovery *rc)
+{
+    struct recov_range r[RECOV_MAX_RANGES];
+    int n = 0;
+    size_t sent = 0;
+    for (size_t i = 0; i < rc->nneeds; i++) {
+        size_t u = rc->needs[i];
+        if (u >= rc->own.nunits)
+            continue;
+        uint64_t off = (uint64_t)u * RECOV_UNIT;
+        uint32_t len = (uint32_t)unit_map_unit_len(&rc->own, u);
+        if (n > 0 && r[n - 1].off + r[n - 1].len == off) {
+            r[n - 1].len += len;
+        } else {
+            if (n == RECOV_MAX_RANGES) {
+                send_need(rc, r, n);
+                n = 0;
+            }
+            r[n++] = (struct recov_range){ off, len };
+        }
+        sent++;
+    }
+    if (n > 0)
+        send_need(rc, r, n);
+    if (sent > 0)
+        rlog(rc, "%zu requested unit(s) passed on to the new leader, parity %d", sent,
+             rc->view_leader);
+}
+
 void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
 {
     if (!rc->own_valid || len == 0)
@@ -1089,20 +1162,12 @@ void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
         return;
     }
     /* Not the leader: pass the request on (our link to it). */
-    struct recov_msg m;
-    memset(&m, 0, sizeof(m));
-    m.kind = RK_NEED;
-    m.nranges = 1;
-    m.ranges[0].off = (uint64_t)first * RECOV_UNIT;
+    struct recov_range r = { (uint64_t)first * RECOV_UNIT, 0 };
     uint64_t end = (uint64_t)(last + 1) * RECOV_UNIT;
     if (end > rc->own.region_size)
         end = rc->own.region_size;
-    m.ranges[0].len = (uint32_t)(end - m.ranges[0].off);
-    uint8_t hdr[1024];
-    size_t nh = recov_encode_header(&m, hdr);
-    struct iovec iov[1] = { { hdr, nh } };
-    if (rc->view_leader >= 0)
-        rc->env.to_pp(rc->env.ctx, rc->view_leader, FT_REQUEST, iov, 1);
+    r.len = (uint32_t)(end - r.off);
+    send_need(rc, &r, 1);
 }
 
 void recovery_abandon(struct recovery *rc)
@@ -1149,7 +1214,7 @@ void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payl
         leader_take_residual(rc, m.id, (int)m.who, m.bytes, m.nbytes);
         break;
     case RK_HAVE:
-        if (rc->view_leader == rc->self)
+        if (batch_leader(m.id) == rc->self)
             leader_take_have(rc, &m);
         break;
     case RK_DECODED:

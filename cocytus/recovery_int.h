@@ -43,6 +43,7 @@ struct recovery_env {
 struct contrib {
     bool active, announced;
     uint64_t id;
+    int leader_dp;                  /* what the batch's leader serves (its BATCH said), or -1 */
     int nranges;
     struct recov_range ranges[RECOV_MAX_RANGES];
     uint64_t bytes;
