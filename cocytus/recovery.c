@@ -1065,8 +1065,7 @@ void recovery_set_view(struct recovery *rc, const struct group_view *v)
     }
     if (rc->view_leader == rc->self && old_leader != rc->self)
         rlog(rc, "recovery leader of the group (view %" PRIu64 ")", v->version);
-    if (rc->view_leader >= 0 && rc->view_leader != rc->self && old_leader != rc->view_leader &&
-        rc->own_valid)
+    if (rc->view_leader >= 0 && rc->view_leader != rc->self && old_leader != rc->view_leader)
         pass_needs_on(rc);
     kick(rc, 0);
 }
@@ -1111,21 +1110,24 @@ static void send_need(struct recovery *rc, const struct recov_range *r, int n)
     rc->env.to_pp(rc->env.ctx, rc->view_leader, FT_REQUEST, iov, 1);
 }
 
-/* Another process leads now: every unit still queued here goes to it.
- * Requests we queued as the leader (ours, or passed on to us), or while no
- * one led, would otherwise wait for its background walk. */
+/* Another process leads now: the units queued here go to it, and the
+ * queue empties (only a leader works from it).  Requests we queued as the
+ * leader (ours, or passed on to us), or while no one led, would otherwise
+ * wait for its background walk.  Some may be done already (units of other
+ * processes cannot be told from here): the new leader drops those. */
 static void pass_needs_on(struct recovery *rc)
 {
     struct recov_range r[RECOV_MAX_RANGES];
     int n = 0;
     size_t sent = 0;
+    uint64_t region = rc->env.p->region_size;
     for (size_t i = 0; i < rc->nneeds; i++) {
-        size_t u = rc->needs[i];
-        if (u >= rc->own.nunits)
+        uint64_t off = (uint64_t)rc->needs[i] * RECOV_UNIT;
+        if (off >= region)
             continue;
-        uint64_t off = (uint64_t)u * RECOV_UNIT;
-        uint32_t len = (uint32_t)unit_map_unit_len(&rc->own, u);
-        if (n > 0 && r[n - 1].off + r[n - 1].len == off) {
+        uint32_t len = (uint32_t)(region - off < RECOV_UNIT ? region - off : RECOV_UNIT);
+        if (n > 0 && r[n - 1].off + r[n - 1].len == off &&
+            r[n - 1].len <= UINT32_MAX - RECOV_UNIT) {
             r[n - 1].len += len;
         } else {
             if (n == RECOV_MAX_RANGES) {
@@ -1138,6 +1140,7 @@ static void pass_needs_on(struct recovery *rc)
     }
     if (n > 0)
         send_need(rc, r, n);
+    rc->nneeds = 0;
     if (sent > 0)
         rlog(rc, "%zu requested unit(s) passed on to the new leader, parity %d", sent,
              rc->view_leader);
@@ -1145,8 +1148,10 @@ static void pass_needs_on(struct recovery *rc)
 
 void recovery_need(struct recovery *rc, uint64_t off, uint64_t len)
 {
-    if (!rc->own_valid || len == 0)
+    if (!rc->own_valid || len == 0 || off >= rc->own.region_size)
         return;
+    if (len > rc->own.region_size - off)
+        len = rc->own.region_size - off;
     size_t first = (size_t)(off / RECOV_UNIT), last = (size_t)((off + len - 1) / RECOV_UNIT);
     for (size_t u = first; u <= last && u < rc->own.nunits; u++) {
         if (unit_map_has(&rc->own, u))
@@ -1222,14 +1227,16 @@ void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payl
             install_units(rc, m.ranges, m.nranges, m.bytes);
         break;
     case RK_NEED:
-        if (rc->view_leader == rc->self) {
-            /* The units of another recovery process: queue them by unit;
-             * the pattern decides what a batch rebuilds. */
+        /* The units of another recovery process: queue them by unit; the
+         * pattern decides what a batch rebuilds.  Also with no leader in
+         * our view yet (we may be about to lead: the sender's view is
+         * ahead of ours); a process that then leads passes them on. */
+        if (rc->view_leader == rc->self || rc->view_leader < 0) {
             for (int i = 0; i < m.nranges; i++)
                 for (uint64_t x = 0; x < m.ranges[i].len; x += RECOV_UNIT)
                     if (needs_add(rc, (size_t)((m.ranges[i].off + x) / RECOV_UNIT)) < 0)
                         return;
-            if (!rc->batch.active)
+            if (rc->view_leader == rc->self && !rc->batch.active)
                 kick(rc, 0);
         }
         break;

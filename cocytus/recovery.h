@@ -110,7 +110,7 @@ static inline uint64_t unit_map_unit_len(const struct unit_map *u, size_t unit)
 enum recov_kind {
     RK_FETCH = 1,      /* leader -> data source:  REQUEST  contributors + ranges */
     RK_DATA = 2,       /* data source -> contrib:  REPLY    source dp, T, ranges, bytes */
-    RK_BATCH = 3,      /* leader -> contributor:  REQUEST  sources + ranges */
+    RK_BATCH = 3,      /* leader -> contributor:  REQUEST  the leader's dp, sources + ranges */
     RK_RESIDUAL = 4,   /* contributor -> leader:  REPLY    contributor, bytes */
     RK_DECODED = 5,    /* leader -> recovery p.:  REQUEST  dp, ranges, bytes */
     RK_NEED = 6,       /* recovery p. -> leader:  REQUEST  ranges (units wanted now) */
@@ -126,8 +126,9 @@ struct recov_range {
 struct recov_msg {
     uint64_t id;                       /* batch id (RK_NEED: 0) */
     uint8_t kind;
-    uint32_t who;                      /* DATA: source dp; RESIDUAL: contributor pp;
-                                        * DECODED: dp */
+    uint32_t who;                      /* DATA: source dp; BATCH: the dp its leader
+                                        * serves (replies go on that dp's link);
+                                        * RESIDUAL, HAVE: contributor pp; DECODED: dp */
     uint64_t t;                        /* DATA: the source's committed xid */
     int nlist;                         /* FETCH: contributors; BATCH: sources */
     uint8_t list[RECOV_MAX_K + RECOV_MAX_M];
