@@ -45,6 +45,7 @@ struct msg {
     uint8_t kind;
     uint8_t *bytes;
     size_t len;
+    bool done;                        /* delivered (the shuffled order) */
 };
 
 struct net {
@@ -58,6 +59,10 @@ struct net {
     uint64_t need_units_to_pp0;       /* units NEED brought to pp 0 */
     int need_msgs_to_pp0;
     bool need_unit[UNITS];            /* which ones */
+    /* Shuffled order: each link stays in order (TCP), links interleave at
+     * random; pp 1 gets the coordinator's view at step view_step. */
+    struct rng *shuffle;
+    int steps, view_step;
 };
 
 struct proc {
@@ -92,7 +97,7 @@ static void enqueue(int from_pp, int to_pp, int dp, uint16_t type, const struct 
     }
     uint8_t kind = kind_of(b, len);
     ck_assert_int_lt(nt->tail, (int)(sizeof(nt->q) / sizeof(nt->q[0])));
-    nt->q[nt->tail++] = (struct msg){ to_pp, dp, from_pp, type, kind, b, len };
+    nt->q[nt->tail++] = (struct msg){ to_pp, dp, from_pp, type, kind, b, len, false };
     if (from_pp >= 0 && kind < 8)
         nt->sent_kind[from_pp][kind]++;
 }
@@ -214,12 +219,47 @@ static void deliver(struct msg *q)
     recovery_on_message(&procs[to].rc, q->type, q->bytes, (uint32_t)q->len);
 }
 
+static void set_view(int pp, const char *text);
+
+/* The link a frame travels on: (sender, receiver), -1 for dp 1. */
+static int link_of(const struct msg *q)
+{
+    int to = q->to_pp >= 0 ? q->to_pp : server_of(q->dp);
+    return (q->from_pp + 1) * 3 + (to + 1);
+}
+
+/* Shuffled order: the oldest frame of a link chosen at random. */
+static void deliver_one_shuffled(void)
+{
+    int pending = 0;
+    for (int i = net.head; i < net.tail; i++)
+        pending += !net.q[i].done;
+    int pick = (int)rng_below(net.shuffle, (uint64_t)pending), j = net.head;
+    for (;; j++)
+        if (!net.q[j].done && pick-- == 0)
+            break;
+    int k = net.head;
+    while (net.q[k].done || link_of(&net.q[k]) != link_of(&net.q[j]))
+        k++;
+    struct msg *q = &net.q[k];
+    q->done = true;
+    deliver(q);
+    free(q->bytes);
+    q->bytes = NULL;
+    while (net.head < net.tail && net.q[net.head].done)
+        net.head++;
+    if (++net.steps == net.view_step)
+        set_view(1, "4 p0,-,p1 s0,s2");
+}
+
 /* Deliver what is queued (and what that sends) and run due timers, until
  * pred holds or ms pass. */
 static bool pump_until(bool (*pred)(void), int ms)
 {
     double deadline = now_ms() + ms;
     while (!pred() && now_ms() < deadline) {
+        while (net.shuffle && net.head < net.tail)
+            deliver_one_shuffled();
         while (net.head < net.tail) {
             struct msg *q = &net.q[net.head++];
             deliver(q);
@@ -396,6 +436,37 @@ START_TEST(test_needs_follow_the_leader)
 }
 END_TEST
 
+/* Many orders: links interleave at random (each in order), and pp 1 gets
+ * the coordinator's view at a random step, before, during or after the
+ * first batches.  Every order must rebuild both regions exactly, with no
+ * batch dropped. */
+START_TEST(test_shuffled_orders)
+{
+    for (int seed = 1; seed <= 60; seed++) {
+        struct rng r = { (uint64_t)seed * 7919 };
+        setup_group();
+        net.shuffle = &r;
+        net.view_step = (int)rng_below(&r, 40);
+        ck_assert_int_eq(recovery_serve(&procs[0].rc, 0), 0);
+        ck_assert_int_eq(recovery_serve(&procs[1].rc, 2), 0);
+        set_view(1, "2 x,-,p1 p,s2");
+        if (rng_below(&r, 2))
+            recovery_need(&procs[1].rc, rng_below(&r, UNITS) * RECOV_UNIT, RECOV_UNIT);
+        set_view(0, "4 p0,-,p1 s0,s2");
+        if (net.view_step == 0)
+            set_view(1, "4 p0,-,p1 s0,s2");
+        bool done = pump_until(both_recovered, 1500);
+        ck_assert_msg(done, "seed %d: not recovered: pp 0 %zu, pp 1 %zu of %d units (view at "
+                      "step %d of %d)", seed, procs[0].rc.own.done, procs[1].rc.own.done, UNITS,
+                      net.view_step, net.steps);
+        check_regions();
+        ck_assert_msg(procs[0].rc.batches_dropped == 0, "seed %d: %llu batch(es) dropped", seed,
+                      (unsigned long long)procs[0].rc.batches_dropped);
+        teardown_group();
+    }
+}
+END_TEST
+
 static Suite *recovery_batch_suite(void)
 {
     Suite *s = suite_create("recovery_batch");
@@ -404,6 +475,7 @@ static Suite *recovery_batch_suite(void)
     tcase_add_loop_test(tc, test_residual_goes_to_the_batch_leader, 0, 2);
     tcase_add_test(tc, test_lost_residual_times_out);
     tcase_add_test(tc, test_needs_follow_the_leader);
+    tcase_add_test(tc, test_shuffled_orders);
     suite_add_tcase(s, tc);
     return s;
 }
