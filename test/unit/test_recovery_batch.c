@@ -60,9 +60,9 @@ struct net {
     int need_msgs_to_pp0;
     bool need_unit[UNITS];            /* which ones */
     /* Shuffled order: each link stays in order (TCP), links interleave at
-     * random; pp 1 gets the coordinator's view at step view_step. */
+     * random; pp j gets the coordinator's view at step view_step[j]. */
     struct rng *shuffle;
-    int steps, view_step;
+    int steps, view_step[M];
 };
 
 struct proc {
@@ -248,8 +248,10 @@ static void deliver_one_shuffled(void)
     q->bytes = NULL;
     while (net.head < net.tail && net.q[net.head].done)
         net.head++;
-    if (++net.steps == net.view_step)
-        set_view(1, "4 p0,-,p1 s0,s2");
+    net.steps++;
+    for (int pp = 0; pp < M; pp++)
+        if (net.steps == net.view_step[pp])
+            set_view(pp, "4 p0,-,p1 s0,s2");
 }
 
 /* Deliver what is queued (and what that sends) and run due timers, until
@@ -260,6 +262,14 @@ static bool pump_until(bool (*pred)(void), int ms)
     while (!pred() && now_ms() < deadline) {
         while (net.shuffle && net.head < net.tail)
             deliver_one_shuffled();
+        /* Nothing in flight: a view still to come comes now. */
+        for (int pp = 0; net.shuffle && net.head == net.tail && pp < M; pp++)
+            if (net.view_step[pp] > net.steps) {
+                net.view_step[pp] = net.steps;
+                set_view(pp, "4 p0,-,p1 s0,s2");
+            }
+        if (net.shuffle && net.head < net.tail)
+            continue;
         while (net.head < net.tail) {
             struct msg *q = &net.q[net.head++];
             deliver(q);
@@ -436,29 +446,34 @@ START_TEST(test_needs_follow_the_leader)
 }
 END_TEST
 
-/* Many orders: links interleave at random (each in order), and pp 1 gets
- * the coordinator's view at a random step, before, during or after the
- * first batches.  Every order must rebuild both regions exactly, with no
- * batch dropped. */
+/* Many orders: links interleave at random (each in order), and each
+ * recovery process starts on its provisional view and gets the
+ * coordinator's at a random step, before, during or after the first
+ * batches (until pp 0 has it, nobody can rebuild: dp 2 is "x" there).
+ * Every order must rebuild both regions exactly, with no batch dropped. */
 START_TEST(test_shuffled_orders)
 {
     for (int seed = 1; seed <= 60; seed++) {
         struct rng r = { (uint64_t)seed * 7919 };
         setup_group();
         net.shuffle = &r;
-        net.view_step = (int)rng_below(&r, 40);
+        net.view_step[0] = (int)rng_below(&r, 3);
+        net.view_step[1] = (int)rng_below(&r, 40);
         ck_assert_int_eq(recovery_serve(&procs[0].rc, 0), 0);
         ck_assert_int_eq(recovery_serve(&procs[1].rc, 2), 0);
+        set_view(0, "2 p0,-,x s0,p");
         set_view(1, "2 x,-,p1 p,s2");
         if (rng_below(&r, 2))
             recovery_need(&procs[1].rc, rng_below(&r, UNITS) * RECOV_UNIT, RECOV_UNIT);
-        set_view(0, "4 p0,-,p1 s0,s2");
-        if (net.view_step == 0)
-            set_view(1, "4 p0,-,p1 s0,s2");
+        if (rng_below(&r, 2))
+            recovery_need(&procs[0].rc, rng_below(&r, UNITS) * RECOV_UNIT, RECOV_UNIT);
+        for (int j = 0; j < M; j++)
+            if (net.view_step[j] == 0)
+                set_view(j, "4 p0,-,p1 s0,s2");
         bool done = pump_until(both_recovered, 1500);
-        ck_assert_msg(done, "seed %d: not recovered: pp 0 %zu, pp 1 %zu of %d units (view at "
-                      "step %d of %d)", seed, procs[0].rc.own.done, procs[1].rc.own.done, UNITS,
-                      net.view_step, net.steps);
+        ck_assert_msg(done, "seed %d: not recovered: pp 0 %zu, pp 1 %zu of %d units (views at "
+                      "steps %d and %d of %d)", seed, procs[0].rc.own.done, procs[1].rc.own.done,
+                      UNITS, net.view_step[0], net.view_step[1], net.steps);
         check_regions();
         ck_assert_msg(procs[0].rc.batches_dropped == 0, "seed %d: %llu batch(es) dropped", seed,
                       (unsigned long long)procs[0].rc.batches_dropped);
