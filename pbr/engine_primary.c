@@ -957,13 +957,15 @@ bool pbr_primary_control(struct engine *e, int argc, char **argv)
 int pbr_primary_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
 {
     struct primary *pe = pe_of(e);
-    int n = sender_lost_peers(&pe->tx, out, max);
+    int n = sender_lost_peers(&pe->tx, out, max), kept = 0;
     for (int i = 0; i < n; i++) {      /* a peer's index is its member number */
-        int k = out[i].index;
-        out[i].role = k == pe->m ? ROLE_PRIMARY : ROLE_BACKUP;
-        out[i].index = k == pe->m ? 0 : k;
+        const struct cluster_proc *p = pbr_member_proc(pe->sh->cfg.cluster, pe->group, pe->m,
+                                                       out[i].index);
+        if (p)
+            out[kept++] = (struct eng_lost_peer){ .role = (int)p->role, .index = p->index,
+                                                  .down_ms = out[i].down_ms };
     }
-    return n;
+    return kept;
 }
 
 /* "pbr p <xid> <member>=<f|d|r:done:total:bytes>..." */

@@ -128,9 +128,9 @@ struct link {
     unsigned backoff_ms;
     char last_error[LINK_ERROR_MAX];
     bool failing;                     /* connector: in a streak of failed attempts */
-    uint64_t answered_ms;             /* connector: the last CHALLENGE (link_now_ms) */
     unsigned keepalive_ms;            /* up: a PING this often (0: none) */
-    uint64_t last_rx_ms;              /* up: when bytes last arrived (link_now_ms) */
+    uint64_t last_rx_ms;              /* when bytes last arrived, handshakes included
+                                       * (link_now_ms) */
     bool heard_ping;                  /* up: the peer sends keepalives (a peer built
                                        * before them is silent when idle) */
 
@@ -195,12 +195,6 @@ uint64_t link_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
-
-uint64_t link_answered_ms(const struct link *l)
-{
-    return l->answered_ms;
-}
-
 
 /* A NUL-terminated name of 1..LINK_NAME_MAX-1 bytes. */
 static bool name_ok(const char *s)
@@ -669,7 +663,6 @@ static void handle_challenge(struct link *l, const uint8_t *payload, uint32_t le
         link_fail(l, "malformed CHALLENGE");
         return;
     }
-    l->answered_ms = link_now_ms();
     size_t n = link_hello_encode_identity(&l->me, hello);
     compute_proof(l->key, payload, hello, n, hello + n);
     if (queue_frame(l, FT_HELLO, hello, n + LINK_PROOF_SIZE) < 0) {
@@ -688,7 +681,6 @@ static void handle_reject(struct link *l, const uint8_t *payload, uint32_t len)
     link_fail(l, why);
 }
 
-/* Connector: WELCOME arrived, the link is up. */
 /* The handshake is done: from now on silence is measured, and kept short
  * by PINGs if the owner asked for them. */
 static void became_up(struct link *l)
@@ -700,6 +692,7 @@ static void became_up(struct link *l)
         arm_timer(l, l->keepalive_ms);
 }
 
+/* Connector: WELCOME arrived, the link is up. */
 static void handle_welcome(struct link *l, const uint8_t *payload, uint32_t len)
 {
     if (len != 8) {

@@ -110,15 +110,15 @@ int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t l
 bool link_is_up(const struct link *l);
 /* A monotonic clock in ms, for timing links (how long one has been down). */
 uint64_t link_now_ms(void);
-/* Connector: when (link_now_ms()) the peer last answered a dial with
- * CHALLENGE, 0 if never: a process that refuses us is alive. */
-uint64_t link_answered_ms(const struct link *l);
 /* While up, send a PING (empty, delivered to on_frame) every ms (0: never,
  * the default), so that a peer that hears nothing for several periods
  * knows this end is gone or cut off even when no data flows: a crashed
  * host or a partition closes no socket.  Both ends of a replication link
  * set it. */
 #define LINK_PING_MS 250
+/* A peer that sends keepalives and was not heard for this long missed
+ * several: gone, or cut off. */
+#define LINK_SILENT_MS (4 * LINK_PING_MS)
 void link_set_keepalive(struct link *l, unsigned ms);
 /* How long (ms, at now_ms = link_now_ms()) an up link has received
  * nothing; 0 when it is not up, or before the peer's first PING (a peer
@@ -126,7 +126,9 @@ void link_set_keepalive(struct link *l, unsigned ms);
 uint64_t link_silent_ms(const struct link *l, uint64_t now_ms);
 /* When bytes (handshake included) last arrived on l, on any of its
  * connections (link_now_ms()); 0 if none ever did.  Still valid in
- * on_down: a link that timed out was silent long before. */
+ * on_down: a link that timed out was silent long before.  A connector
+ * whose peer answers its redials (a CHALLENGE, then perhaps a REJECT)
+ * hears from an alive process. */
 uint64_t link_last_heard_ms(const struct link *l);
 /* Bytes queued but not yet handed to the kernel. */
 size_t link_output_pending(const struct link *l);

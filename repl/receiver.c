@@ -207,7 +207,7 @@ struct peer {
     bool ack_due;                 /* records taken in this read batch: ACK at its end */
     bool lost;                    /* its link dropped by itself and is not back
                                    * (not: never up, closed by us) */
-    uint64_t lost_at_ms;          /* when, link_now_ms() */
+    uint64_t lost_at_ms;          /* since when nothing came on it, link_now_ms() */
     struct link_identity lost_peer;   /* who was on that link */
     char reject[REJECT_MAX];      /* the last REJECT reason, kept for link.c */
 };
@@ -385,14 +385,6 @@ static void on_up(struct link *l, uint64_t peer_xid, void *ctx)
            pr->src->applied_xid);
 }
 
-/* When a link that just went down last carried anything: a link that
- * timed out (a crashed host) was silent long before it dropped. */
-static uint64_t lost_since(const struct link *l)
-{
-    uint64_t now = link_now_ms(), heard = link_last_heard_ms(l);
-    return heard != 0 && heard < now ? heard : now;
-}
-
 static void on_down(struct link *l, const char *why, void *ctx)
 {
     struct peer *pr = ctx;
@@ -410,7 +402,9 @@ static void on_down(struct link *l, const char *why, void *ctx)
     if (!pr->fenced && !pr->src->diverged) {
         pr->lost = true;
         pr->lost_peer = *link_peer(l);
-        pr->lost_at_ms = lost_since(l);
+        /* A link that timed out was silent long before it dropped. */
+        uint64_t heard = link_last_heard_ms(l);
+        pr->lost_at_ms = heard ? heard : link_now_ms();
     }
 }
 
@@ -605,7 +599,7 @@ int repl_receiver_lost_peers(const struct repl_receiver *rx, struct eng_lost_pee
             /* Up, but silent past several keepalives: its host crashed or
              * is cut off, and closed no socket. */
             uint64_t silent = link_silent_ms(pr->link, now);
-            if (silent >= REPL_SILENT_MS && !pr->fenced) {
+            if (silent >= LINK_SILENT_MS && !pr->fenced) {
                 who = link_peer(pr->link);
                 down = silent;
             }

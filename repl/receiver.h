@@ -159,11 +159,10 @@ bool repl_receiver_link_up(const struct repl_receiver *rx, int index);
 /* engine_ops.lost_peers for a receiver: the processes whose link to a
  * source dropped by itself and has not been replaced (not: never linked,
  * fenced, or closed because the source diverged), or is up but, once a
- * PING was heard on it, has carried nothing for REPL_SILENT_MS or more;
+ * PING was heard on it, has carried nothing for LINK_SILENT_MS or more;
  * named as their links named them, and how long nothing came from each
  * (a dropped link: since it last carried anything).  A sender's process that died
  * shows here first. */
-#define REPL_SILENT_MS (4 * LINK_PING_MS)
 int repl_receiver_lost_peers(const struct repl_receiver *rx, struct eng_lost_peer *out, int max);
 
 #endif

@@ -334,9 +334,6 @@ static void peer_down(struct link *l, const char *why, void *ctx)
     struct sender *s = p->s;
     sender_log(s, "link to %s %d down: %s", cluster_role_name(p->role), p->index, why);
     p->lost = true;
-    /* Silent since bytes last came (a link that timed out was silent long
-     * before it dropped). */
-    p->lost_at_ms = link_last_heard_ms(l) ? link_last_heard_ms(l) : link_now_ms();
     if (!p->joining || p->dropped)
         return;
     /* A rebuild cannot continue on a new link: what was sent is lost. */
@@ -703,17 +700,16 @@ int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max
             /* Up, but silent past several keepalives: gone without closing
              * its socket (a crashed host), or cut off. */
             uint64_t silent = link_silent_ms(p->link, now);
-            if (silent >= SENDER_SILENT_MS)
+            if (silent >= LINK_SILENT_MS)
                 down = silent;
-        } else if (p->lost) {
-            /* Silent since the drop, or since it last answered a dial: one
-             * that refuses us answers every redial, so it never looks
-             * silent long. */
-            uint64_t since = p->lost_at_ms;
-            if (p->link && link_answered_ms(p->link) > since)
-                since = link_answered_ms(p->link);
-            if (now > since)
-                down = now - since;
+        } else if (p->lost && p->link) {
+            /* Silent since it last sent anything: before the drop (a link
+             * that timed out was silent long before), or an answer to a
+             * redial (one that refuses us answers every redial, so it
+             * never looks silent long). */
+            uint64_t heard = link_last_heard_ms(p->link);
+            if (heard != 0 && now > heard)
+                down = now - heard;
         }
         if (down == 0)
             continue;

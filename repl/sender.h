@@ -78,8 +78,8 @@ struct sender_peer {
     struct link *link;
     uint64_t acked;            /* cumulative acknowledgement */
     uint64_t written;          /* SEMI: newest xid handed to the kernel */
-    bool lost;                 /* its link dropped and is not back (the link redials) */
-    uint64_t lost_at_ms;       /* when, link_now_ms() */
+    bool lost;                 /* its link dropped and is not back (the link redials;
+                                * link_last_heard_ms: since when it is silent) */
 };
 
 struct sender_completion;
@@ -214,8 +214,7 @@ bool sender_peer_up(const struct sender *s, int index);
  * silent: since they last sent anything before the drop, or since they
  * last answered a dial (one refusing us is alive, and answers every
  * redial); and those whose link is up but, once a PING was heard on it,
- * has carried nothing for SENDER_SILENT_MS or more. */
-#define SENDER_SILENT_MS (4 * LINK_PING_MS)
+ * has carried nothing for LINK_SILENT_MS or more. */
 int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max);
 /* Bytes queued on peer index's link, not yet handed to the kernel. */
 size_t sender_peer_queued(const struct sender *s, int index);
