@@ -182,7 +182,9 @@ static void mig_abort(struct coord *co, struct cgroup *cg, int f, const char *wh
     }
     fprintf(stderr, "coordinator: group %d dp %d: migration from parity process %d abandoned: "
             "%s\n", cg->g, f, mg->r, why);
-    if (mg->phase == MIG_HANDOFF)
+    /* From the copy on, f is in r's ack set: r must let it go (and, at the
+     * handoff, take writes again), or its writes wait for a dead f. */
+    if (mg->phase == MIG_COPY || mg->phase == MIG_HANDOFF)
         send_to(coord_pp_member(co, cg->g, mg->r), "resume %d %d", cg->g, f);
     mg->phase = MIG_NONE;
     coord_save_progress(co);

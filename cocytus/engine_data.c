@@ -1737,6 +1737,15 @@ void engine_data_hold(struct engine *eng, void (*quiet)(void *ctx, uint64_t xid)
 void engine_data_resume(struct engine *eng)
 {
     struct data_engine *dp = dp_of(eng);
+    /* The data process we were copying to is not taking over (it died, or
+     * the migration made no progress): out of the ack set, or every write
+     * waits for acks it will never send once its link is gone (a copy
+     * that ended made it a settled peer, which a lost link does not drop).
+     * The next attempt copies to it afresh. */
+    struct rb_out *o = rb_find(dp, ROLE_DATA, dp->index);
+    if (o)
+        rebuild_fail(dp, o, "the migration was abandoned");
+    sender_drop_peer_role(&dp->tx, ROLE_DATA, dp->index);
     dp->hold_writes = false;
     dp->handed = false;
     dp->quiet = NULL;

@@ -92,7 +92,8 @@ int engine_data_rebuild(struct engine *e, enum cluster_role role, int index);
 /* Hold every write from now on; quiet(ctx, xid) once nothing is in flight
  * (the handoff of a recovery process to the data process it served). */
 void engine_data_hold(struct engine *e, void (*quiet)(void *ctx, uint64_t xid), void *ctx);
-/* The handoff was abandoned: writes go on. */
+/* The migration back to our data process was abandoned (while it copied,
+ * or at the handoff): it leaves the ack set and writes go on. */
 void engine_data_resume(struct engine *e);
 /* Answer held writes with MOVED to host:port, and wake waiting reads (the
  * engine is about to be destroyed). */
