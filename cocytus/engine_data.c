@@ -1710,6 +1710,12 @@ int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index)
     struct data_engine *dp = dp_of(eng);
     if (rb_find(dp, role, index))
         return 0;
+    /* A new migration to our data process: what is left of an earlier one
+     * (a settled peer whose `resume` never came: lost on a dropped control
+     * link, or a coordinator restarted mid-copy) goes first, or the new
+     * copy could not join the ack set. */
+    if (role == ROLE_DATA)
+        sender_drop_peer_role(&dp->tx, role, index);
     for (int i = 0; i < DP_MAX_REBUILDS; i++) {
         struct rb_out *o = &dp->rb[i];
         if (o->active)
@@ -1742,13 +1748,13 @@ void engine_data_resume(struct engine *eng)
      * waits for acks it will never send once its link is gone (a copy
      * that ended made it a settled peer, which a lost link does not drop).
      * The next attempt copies to it afresh. */
+    dp->hold_writes = false;     /* first: the drop commits, and a held */
+    dp->handed = false;          /* write's commit must not say "handed" */
+    dp->quiet = NULL;
     struct rb_out *o = rb_find(dp, ROLE_DATA, dp->index);
     if (o)
         rebuild_fail(dp, o, "the migration was abandoned");
     sender_drop_peer_role(&dp->tx, ROLE_DATA, dp->index);
-    dp->hold_writes = false;
-    dp->handed = false;
-    dp->quiet = NULL;
     engine_data_units_arrived(eng);
     rebuild_step(dp);
 }

@@ -63,8 +63,10 @@ r=$(awk -v i="$ridx" '$1 == "parity" && $2 == 0 && $3 == i { print $5; exit }' "
 ok "parity process $ridx ($r) serves data process 0"
 
 # The migration back starts once the restarted process says hello.
+# Polled every 5 ms: the whole migration of a few keys takes milliseconds.
 copy_asked() { grep -q "copy of our state to data 0 requested" "$rlog"; }
-wait_for 200 copy_asked || { fail "no copy to the restarted data process"; finish; }
+for _ in $(seq 4000); do copy_asked && break; sleep 0.005; done
+copy_asked || { fail "no copy to the restarted data process"; finish; }
 kill -STOP "$stopped_coord" && coord_pid=$stopped_coord
 copy_sent() { grep -q "copy of our state to data 0 sent" "$rlog"; }
 if wait_for 100 copy_sent; then
@@ -81,6 +83,13 @@ kill -KILL "$f_pid"
 sleep 0.3
 kill -CONT "$coord_pid" && coord_pid=""
 ok "restarted data process 0 (pid $f_pid) killed after the copy; coordinator continued"
+abandoned() { grep -q "group 0 dp 0: migration from parity process $ridx abandoned" "$dir/coordinator.log"; }
+if wait_for 50 abandoned; then
+    ok "the coordinator abandoned the migration ($(grep -o "group 0 dp 0: migration from parity process $ridx abandoned: .*" "$dir/coordinator.log" | head -1))"
+else
+    grep "group 0 dp 0" "$dir/coordinator.log" | tail -5
+    fail "the migration was not abandoned: the kill missed the window between the copy's end and the handoff"
+fi
 
 # Writes through r go on (they would wait for the dead process's acks).
 stored=""
