@@ -101,6 +101,13 @@ static int batch_leader(uint64_t id)
     return (int)(id >> 48) - 1;
 }
 
+/* The data process a BATCH's leader serves, whose link carries our replies
+ * to it; -1 if the message names none. */
+static int batch_leader_dp(const struct recovery *rc, const struct recov_msg *m)
+{
+    return m->who < (uint32_t)rc->view.k ? (int)m->who : -1;
+}
+
 /* F for unit u: the logical DPs whose unit u is still parity (bit i). */
 static uint32_t pattern_of(struct recovery *rc, size_t u)
 {
@@ -420,8 +427,7 @@ static bool contrib_holds_parity(struct recovery *rc, const struct recov_msg *m)
     uint8_t hdr[2048];
     size_t nh = recov_encode_header(&have, hdr);
     struct iovec iov[1] = { { hdr, nh } };
-    /* The announcement names the data process its leader serves. */
-    int leader_dp = m->who < (uint32_t)rc->view.k ? (int)m->who : -1;
+    int leader_dp = batch_leader_dp(rc, m);
     if (leader_dp < 0 || rc->env.to_source(rc->env.ctx, leader_dp, FT_REPLY, iov, 1) < 0)
         rlog(rc, "batch %" PRIu64 ": cannot tell the leader which units are data here", m->id);
     return false;
@@ -439,7 +445,7 @@ static void contrib_on_batch(struct recovery *rc, const struct recov_msg *m)
     if (!c || !same_ranges(c, m->ranges, m->nranges))
         return;
     c->announced = true;
-    c->leader_dp = m->who < (uint32_t)rc->view.k ? (int)m->who : -1;
+    c->leader_dp = batch_leader_dp(rc, m);
     c->want = 0;
     for (int i = 0; i < m->nlist; i++)
         c->want |= 1u << m->list[i];
