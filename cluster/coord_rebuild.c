@@ -180,8 +180,9 @@ static void mig_abort(struct coord *co, struct cgroup *cg, int f, const char *wh
         mg->phase = MIG_NONE;
         return;
     }
-    fprintf(stderr, "coordinator: group %d dp %d: migration from parity process %d abandoned: "
-            "%s\n", cg->g, f, mg->r, why);
+    fprintf(stderr, "coordinator: group %d dp %d: migration from parity process %d abandoned "
+            "in the %s: %s\n", cg->g, f, mg->r,
+            mg->phase == MIG_COPY ? "copy" : mg->phase == MIG_HANDOFF ? "handoff" : "serve", why);
     /* From the copy on, f is in r's ack set: r must let it go (and, at the
      * handoff, take writes again), or its writes wait for a dead f. */
     if (mg->phase == MIG_COPY || mg->phase == MIG_HANDOFF)

@@ -16,10 +16,17 @@
 # killed: a parity process takes its keys over (r), cocytus-node starts
 # it again, and the coordinator starts the migration back.  As soon as r
 # logs the copy's request the coordinator is stopped (SIGSTOP), so that
-# nothing moves past the copy; once r has sent the copy's end, f is
-# killed, and the coordinator continues.  Then a write through r must be
-# stored, and in the end the restarted data process must hold both keys
-# and serve them, at full redundancy.
+# nothing moves past the copy; once r has sent the copy's end, r is
+# stopped too, and the node (so that it does not start f again before the
+# write below: the next copy would rescue r too, engine_data_rebuild), f
+# is killed, and the coordinator continues: it reads f's
+# "copied" and then its death, with r unable to answer the handoff in
+# between (had r answered, f would have been given its keys back before it
+# was seen dead: a different path, a takeover of a dead f, which the kill
+# drills cover).  r continues once the coordinator has abandoned the
+# migration.  Then a write through r must be stored, and in the end the
+# restarted data process must hold both keys and serve them, at full
+# redundancy.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -29,8 +36,12 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/migration_abort.XXXXXX")
 coord_pid=""
+r_pid=""
+node_pid=""
 cleanup() {
     [ -n "$coord_pid" ] && kill -CONT "$coord_pid" 2>/dev/null
+    [ -n "$r_pid" ] && kill -CONT "$r_pid" 2>/dev/null
+    [ -n "$node_pid" ] && kill -CONT "$node_pid" 2>/dev/null
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -79,19 +90,36 @@ fi
 sleep 0.2                       # f applies the end and says "copied" (to nobody yet)
 f_pid=$(pgrep -f -- "--role data --cluster $dir/cluster.conf --group 0 --index 0( |$)" | head -1)
 [ -n "$f_pid" ] && [ "$f_pid" != "$dp_pid" ] || { fail "no restarted data process 0 (pid '$f_pid')"; finish; }
+stopped_r=$(awk -v i="$ridx" '$1 == "parity" && $2 == 0 && $3 == i { print $6; exit }' "$dir/endpoints")
+[ -n "$stopped_r" ] || { fail "no pid for parity process $ridx"; finish; }
+# r stays stopped for well under a second: its links do not time out, and
+# the coordinator (which forgives its own stop) takes it for dead only
+# after 1.5 s without a heartbeat.
+stopped_node=$(pgrep -f -- "cocytus-node --cluster $dir/cluster.conf --node 0( |$)" | head -1)
+[ -n "$stopped_node" ] || { fail "no cocytus-node for node 0"; finish; }
+kill -STOP "$stopped_node" && node_pid=$stopped_node
+kill -STOP "$stopped_r" && r_pid=$stopped_r
 kill -KILL "$f_pid"
 sleep 0.3
 kill -CONT "$coord_pid" && coord_pid=""
-ok "restarted data process 0 (pid $f_pid) killed after the copy; coordinator continued"
 abandoned() { grep -q "group 0 dp 0: migration from parity process $ridx abandoned" "$dir/coordinator.log"; }
+for _ in $(seq 40); do abandoned && break; sleep 0.02; done
+kill -CONT "$r_pid" && r_pid=""
+ok "restarted data process 0 (pid $f_pid) killed after the copy; coordinator continued"
 if wait_for 50 abandoned; then
-    ok "the coordinator abandoned the migration ($(grep -o "group 0 dp 0: migration from parity process $ridx abandoned: .*" "$dir/coordinator.log" | head -1))"
+    how=$(grep -o "group 0 dp 0: migration from parity process $ridx abandoned .*" "$dir/coordinator.log" | head -1)
+    case $how in
+        *"abandoned in the copy: the data process died"* | *"abandoned in the handoff: the data process died"*)
+            ok "the coordinator abandoned the migration ($how)" ;;
+        *) fail "the migration was abandoned past the handoff, or not for f's death: $how" ;;
+    esac
 else
     grep "group 0 dp 0" "$dir/coordinator.log" | tail -5
     fail "the migration was not abandoned: the kill missed the window between the copy's end and the handoff"
 fi
 
-# Writes through r go on (they would wait for the dead process's acks).
+# Writes through r go on (they would wait for the dead process's acks;
+# the node is still stopped, so f cannot come back meanwhile).
 stored=""
 for _ in $(seq 25); do
     reply=$(mc "$r" 'set during_key 0 0 6\r\nduring\r\n')
@@ -100,6 +128,7 @@ for _ in $(seq 25); do
 done
 [ -n "$stored" ] && ok "a write through the recovery process is stored after the abandoned migration" ||
     fail "no write through the recovery process stored (last reply: '${reply:-nothing in 2 s}')"
+kill -CONT "$node_pid" && node_pid=""
 
 # The node starts data process 0 once more; the next migration must end
 # with it serving both keys at full redundancy.
