@@ -66,6 +66,26 @@ uint64_t coord_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* How long a repair may make no progress before it starts over: the
+ * default, or COCYTUS_REPAIR_STALL_MS (1 ms to an hour) for tests. */
+static uint64_t repair_stall_ms(void)
+{
+    const char *v = getenv("COCYTUS_REPAIR_STALL_MS");
+    if (!v)
+        return COORD_REPAIR_STALL_MS;
+    char *end;
+    errno = 0;
+    unsigned long long ms = strtoull(v, &end, 10);
+    if (errno || end == v || *end || ms == 0 || ms > 3600000) {
+        fprintf(stderr, "coordinator: COCYTUS_REPAIR_STALL_MS '%s' is not 1-3600000 ms; "
+                "using %d\n", v, COORD_REPAIR_STALL_MS);
+        return COORD_REPAIR_STALL_MS;
+    }
+    fprintf(stderr, "coordinator: a repair without progress for %llu ms starts over "
+            "(COCYTUS_REPAIR_STALL_MS)\n", ms);
+    return ms;
+}
+
 static void member_name(const struct member *m, char *buf, size_t len)
 {
     const struct cluster_proc *p = m->proc;
@@ -1075,6 +1095,7 @@ struct engine *coord_engine_new(struct server *s)
         free(co->resume);
         co->resume = NULL;
     }
+    co->repair_stall_ms = repair_stall_ms();
     /* Startup grace counts from now: a waiting candidate may have waited long. */
     co->started_ms = coord_now_ms();
     if (start_listening(co) < 0) {

@@ -74,6 +74,8 @@ struct move {
     struct member *source, *dest;
 };
 
+#define COORD_REPAIR_STALL_MS 10000   /* struct coord, repair_stall_ms */
+
 struct coord {
     struct server *s;
     const struct cluster *c;
@@ -96,6 +98,10 @@ struct coord {
     int self;                       /* our line in cluster->coords */
     char *resume;                   /* saved progress lines, applied once at start */
     size_t nresume;
+    /* A repair (migration or parity rebuild) whose progress stops this
+     * long starts over: 10 s, or COCYTUS_REPAIR_STALL_MS (for tests that
+     * make a rebuild start over without waiting that long). */
+    uint64_t repair_stall_ms;
 };
 
 /* ---- coord.c, for coord_recovery.c ---- */

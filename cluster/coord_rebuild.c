@@ -40,7 +40,10 @@
  *
  * One piece of work per group at a time, and none while a takeover runs.
  * Steps unanswered for a second are sent again; a rebuild or migration
- * whose progress stops for REBUILD_STALL_MS is started over; a participant
+ * whose progress stops for co->repair_stall_ms (10 s) is started over: a
+ * rebuild with its process declared dead first, so that every source drops
+ * it (and the stream it was sent) before it is asked to copy again; a
+ * participant
  * that dies aborts it (a dead data process is then taken over as usual). */
 #include "config.h"
 
@@ -54,7 +57,6 @@
 #include "coord_internal.h"
 
 #define STEP_RESEND_MS 1000
-#define REBUILD_STALL_MS 10000
 #define ABANDON_AFTER_MS 5000
 
 static struct member *dp_member(struct coord *co, int g, int f)
@@ -339,11 +341,17 @@ static void rb_start(struct coord *co, struct cgroup *cg, int j)
     rb->started_us = coord_now_us();
     rb->progress_at_ms = coord_now_ms();
     memset(&cg->prog[j], 0, sizeof(cg->prog[j]));
-    if (!restart) {
-        cg->view.pp_state[j] = GV_PP_REBUILDING;
-        cg->view.pp_serves[j] = -1;
+    if (restart) {
+        /* The sources whose copy ended hold j as a settled peer, still
+         * streaming to it: dead first, so that each drops it (engine_data.c,
+         * engine_data_set_view) and can join it afresh, as on the first
+         * attempt; j starts over empty. */
+        cg->view.pp_state[j] = GV_PP_DEAD;
         coord_broadcast_view(co, cg);
     }
+    cg->view.pp_state[j] = GV_PP_REBUILDING;
+    cg->view.pp_serves[j] = -1;
+    coord_broadcast_view(co, cg);
     fprintf(stderr, "coordinator: group %d parity process %d is rebuilt from the %d data "
             "processes (attempt %" PRIu64 ")\n", cg->g, j, cg->view.k, rb->attempt);
     rb_send_step(co, cg, j);
@@ -446,7 +454,7 @@ void coord_rebuild_check(struct coord *co, struct cgroup *cg)
         if (mg->phase == MIG_NONE)
             continue;
         busy = true;
-        if (now - mg->progress_at_ms > REBUILD_STALL_MS) {
+        if (now - mg->progress_at_ms > co->repair_stall_ms) {
             mig_abort(co, cg, f, "no progress");
             continue;
         }
@@ -458,9 +466,9 @@ void coord_rebuild_check(struct coord *co, struct cgroup *cg)
         if (!rb->running)
             continue;
         busy = true;
-        if (now - rb->progress_at_ms > REBUILD_STALL_MS) {
+        if (now - rb->progress_at_ms > co->repair_stall_ms) {
             fprintf(stderr, "coordinator: group %d parity process %d: rebuild made no progress "
-                    "for %d ms; starting over\n", cg->g, j, REBUILD_STALL_MS);
+                    "for %" PRIu64 " ms; starting over\n", cg->g, j, co->repair_stall_ms);
             rb_start(co, cg, j);
         } else if (!rb->ready && now - rb->step_at_ms > STEP_RESEND_MS) {
             rb_send_step(co, cg, j);

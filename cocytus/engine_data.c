@@ -1708,14 +1708,21 @@ static void rb_join_failed(void *ctx, enum cluster_role role, int index, const c
 int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index)
 {
     struct data_engine *dp = dp_of(eng);
-    if (rb_find(dp, role, index))
+    /* The coordinator asks once per attempt (a migration's `copy`, a
+     * rebuild's `rebuild` to its sources), and the peer starts every
+     * attempt empty.  So a request for a copy that has not joined its peer
+     * yet is the same copy; otherwise what is left of an earlier attempt
+     * goes first: a copy under way, or a settled peer (a data process whose
+     * `resume` never came: lost on a dropped control link, or a coordinator
+     * restarted mid-copy; a parity process whose rebuild started over
+     * before we heard that it was dead), which the new copy could not join
+     * the ack set beside, and whose stream the emptied peer cannot use. */
+    struct rb_out *old = rb_find(dp, role, index);
+    if (old && !old->added)
         return 0;
-    /* A new migration to our data process: what is left of an earlier one
-     * (a settled peer whose `resume` never came: lost on a dropped control
-     * link, or a coordinator restarted mid-copy) goes first, or the new
-     * copy could not join the ack set. */
-    if (role == ROLE_DATA)
-        sender_drop_peer_role(&dp->tx, role, index);
+    if (old)
+        rebuild_fail(dp, old, "a new attempt was asked for");
+    sender_drop_peer_role(&dp->tx, role, index);
     for (int i = 0; i < DP_MAX_REBUILDS; i++) {
         struct rb_out *o = &dp->rb[i];
         if (o->active)
