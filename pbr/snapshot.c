@@ -147,7 +147,8 @@ static int send_chunk(struct snapshot *sn, size_t from, size_t to, uint32_t valu
         rc = send_frame(sn, 'C', sn->enc, size);
     }
     free(data);
-    sn->done += to - from;
+    if (rc == 0)
+        sn->done += to - from;
     return rc;
 }
 
@@ -221,6 +222,8 @@ static void step(evutil_socket_t fd, short what, void *arg)
     }
     struct collect c = { sn, false };
     size_t spent = 0, value_bytes = 0;
+    size_t cursor0 = sn->cursor;
+    bool scanned0 = sn->scanned_once;
     do {
         size_t before = sn->nbatch;
         spent += assoc_scan(&sn->src.store->table, &sn->cursor, SNAPSHOT_SCAN_BUDGET,
@@ -231,10 +234,21 @@ static void step(evutil_socket_t fd, short what, void *arg)
     } while (sn->cursor != 0 && !c.oom && spent < SNAPSHOT_STEP_UNITS &&
              sn->nbatch < SNAPSHOT_STEP_ITEMS && value_bytes < SNAPSHOT_CHUNK_BYTES);
     if (c.oom || send_batch(sn) < 0) {
-        fprintf(stderr, "%s: snapshot for member %d stopped (%s); it starts again when the "
-                "link comes back\n", sn->src.who, sn->member,
-                c.oom ? "out of memory" : "link down");
         sn->nbatch = 0;
+        if (!sender_peer_up(sn->src.tx, sn->member)) {
+            fprintf(stderr, "%s: snapshot for member %d stopped (link down); it starts again "
+                    "when the link comes back\n", sn->src.who, sn->member);
+            return;
+        }
+        /* Out of memory with the link up: nothing else would wake us.
+         * This step's buckets are walked again later (items of them that
+         * went out already go again: a chunk's copy of a key with no
+         * record in flight is right whenever it is taken). */
+        fprintf(stderr, "%s: snapshot for member %d: out of memory; this step again in "
+                "100 ms\n", sn->src.who, sn->member);
+        sn->cursor = cursor0;
+        sn->scanned_once = scanned0;
+        arm(sn, 100000);
         return;
     }
     arm(sn, 0);   /* the next step after the loop's other work */
