@@ -1116,12 +1116,9 @@ static void send_need(struct recovery *rc, const struct recov_range *r, int n)
     rc->env.to_pp(rc->env.ctx, rc->view_leader, FT_REQUEST, iov, 1);
 }
 
-/* Another process leads now: the units queued here go to it, and the
- * queue empties (only a leader works from it).  Requests we queued as the
- * leader (ours, or passed on to us), or while no one led, would otherwise
- * wait for its background walk.  Some may be done already (units of other
- * processes cannot be told from here): the new leader drops those. */
-static void pass_needs_on(struct recovery *rc)
+/* The units queued here as NEED frames to the leader of our view (ranges
+ * of adjacent units, RECOV_MAX_RANGES a frame); how many units. */
+static size_t send_needs(struct recovery *rc)
 {
     struct recov_range r[RECOV_MAX_RANGES];
     int n = 0;
@@ -1146,9 +1143,40 @@ static void pass_needs_on(struct recovery *rc)
     }
     if (n > 0)
         send_need(rc, r, n);
+    return sent;
+}
+
+/* Another process leads now: the units queued here go to it, and the
+ * queue empties (only a leader works from it).  Requests we queued as the
+ * leader (ours, or passed on to us), or while no one led, would otherwise
+ * wait for its background walk.  Some may be done already (units of other
+ * processes cannot be told from here): the new leader drops those. */
+static void pass_needs_on(struct recovery *rc)
+{
+    size_t sent = send_needs(rc);
     rc->nneeds = 0;
     if (sent > 0)
         rlog(rc, "%zu requested unit(s) passed on to the new leader, parity %d", sent,
+             rc->view_leader);
+}
+
+/* Not leading: what recovery_need queued since the last pass-on is ours,
+ * each asked of the leader once already.  A NEED lost with a dropped link
+ * would leave its reads waiting for the leader's background walk, so the
+ * units still missing here are asked again (recovery_tick, once a second;
+ * the leader queues a unit once, and drops it once rebuilt). */
+static void resend_needs(struct recovery *rc)
+{
+    if (rc->view_leader < 0 || rc->view_leader == rc->self || !rc->own_valid)
+        return;
+    size_t keep = 0;
+    for (size_t i = 0; i < rc->nneeds; i++)
+        if (rc->needs[i] < rc->own.nunits && !unit_map_has(&rc->own, rc->needs[i]))
+            rc->needs[keep++] = rc->needs[i];
+    rc->nneeds = keep;
+    size_t sent = send_needs(rc);
+    if (sent > 0 && rc->debug)
+        rlog(rc, "%zu requested unit(s) still missing: asked of parity %d again", sent,
              rc->view_leader);
 }
 
@@ -1257,6 +1285,7 @@ void recovery_tick(struct recovery *rc)
         rlog(rc, "batch %" PRIu64 " never completed here; released", rc->contrib.id);
         contrib_reset(rc);
     }
+    resend_needs(rc);
 }
 
 uint64_t recovery_rebuild_us(const struct recovery *rc)

@@ -125,7 +125,8 @@ void recovery_on_message(struct recovery *rc, uint16_t type, const uint8_t *payl
  * part in the group's recovery, neither as a source nor as a contributor
  * or leader, so no other unit is ever solved from those zeros. */
 void recovery_abandon(struct recovery *rc);
-/* Once a second: drop a contribution whose batch never completed. */
+/* Once a second: drop a contribution whose batch never completed; ask the
+ * leader again for requested units still missing here. */
 void recovery_tick(struct recovery *rc);
 void recovery_progress(const struct recovery *rc, size_t *done, size_t *total, uint64_t *bytes);
 /* Microseconds from serving until every unit was rebuilt (or until now). */

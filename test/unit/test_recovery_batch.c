@@ -10,9 +10,10 @@
  * over still holds its own provisional view, in which it leads, when the
  * real leader's batch reaches it (its residual must still go to the batch's
  * leader); a residual lost on the way (the leader must time the batch out
- * and retry, not wait forever); and units requested while the process took
+ * and retry, not wait forever); units requested while the process took
  * itself for the leader (they must reach the real one when its view says
- * who that is). */
+ * who that is); and a request lost on the way (asked again at the next
+ * tick). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,7 @@ struct net {
     int head, tail;
     int sent_kind[2][8];              /* per sending pp, per kind */
     int drop_residuals;               /* residuals still to lose */
+    int drop_needs;                   /* NEED frames still to lose */
     bool batch_late;                  /* BATCH only once nothing else is queued */
     struct msg held[16];              /* BATCH frames held back */
     int nheld;
@@ -200,6 +202,10 @@ static void deliver(struct msg *q)
     }
     if (to < 0) {
         dp1_fetch(q->bytes, q->len);
+        return;
+    }
+    if (q->kind == RK_NEED && net.drop_needs > 0) {
+        net.drop_needs--;
         return;
     }
     if (q->kind == RK_NEED && to == 0) {
@@ -446,6 +452,47 @@ START_TEST(test_needs_follow_the_leader)
 }
 END_TEST
 
+/* Deliver what is queued now, in order, without running any timer. */
+static void deliver_queued(void)
+{
+    while (net.head < net.tail) {
+        struct msg *q = &net.q[net.head++];
+        deliver(q);
+        free(q->bytes);
+        q->bytes = NULL;
+    }
+}
+
+/* A NEED lost on the way (its link dropped): pp 1, which does not lead,
+ * asks again at its next tick, for the units it still misses, and for
+ * nothing once they are here. */
+START_TEST(test_lost_need_is_asked_again)
+{
+    setup_group();
+    ck_assert_int_eq(recovery_serve(&procs[0].rc, 0), 0);
+    ck_assert_int_eq(recovery_serve(&procs[1].rc, 2), 0);
+    set_view(0, "4 p0,-,p1 s0,s2");
+    set_view(1, "4 p0,-,p1 s0,s2");
+    net.drop_needs = 1;
+    recovery_need(&procs[1].rc, 100 * RECOV_UNIT + 5, RECOV_UNIT);   /* units 100 and 101 */
+    ck_assert_int_eq(net.tail - net.head, 1);
+    deliver_queued();
+    ck_assert_int_eq(net.drop_needs, 0);
+    ck_assert_int_eq(net.need_msgs_to_pp0, 0);
+    recovery_tick(&procs[1].rc);
+    deliver_queued();
+    ck_assert_int_eq(net.need_msgs_to_pp0, 1);
+    ck_assert_uint_eq(net.need_units_to_pp0, 2);
+    ck_assert(net.need_unit[100] && net.need_unit[101]);
+    ck_assert_msg(pump_until(both_recovered, 1500), "not recovered");
+    recovery_tick(&procs[1].rc);
+    ck_assert_uint_eq(procs[1].rc.nneeds, 0);
+    ck_assert_int_eq(net.tail, net.head);
+    check_regions();
+    teardown_group();
+}
+END_TEST
+
 /* Many orders: links interleave at random (each in order), and each
  * recovery process starts on its provisional view and gets the
  * coordinator's at a random step, before, during or after the first
@@ -490,6 +537,7 @@ static Suite *recovery_batch_suite(void)
     tcase_add_loop_test(tc, test_residual_goes_to_the_batch_leader, 0, 2);
     tcase_add_test(tc, test_lost_residual_times_out);
     tcase_add_test(tc, test_needs_follow_the_leader);
+    tcase_add_test(tc, test_lost_need_is_asked_again);
     tcase_add_test(tc, test_shuffled_orders);
     suite_add_tcase(s, tc);
     return s;
