@@ -27,6 +27,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,23 +67,23 @@ uint64_t coord_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* How long a repair may make no progress before it starts over: the
- * default, or COCYTUS_REPAIR_STALL_MS (1 ms to an hour) for tests. */
-static uint64_t repair_stall_ms(void)
+/* A period from the environment, for tests that must not wait the real one
+ * (COCYTUS_REPAIR_STALL_MS, COCYTUS_DEAD_AFTER_MS): 1 ms to an hour, or
+ * the default. */
+static uint64_t env_ms(const char *name, uint64_t dflt)
 {
-    const char *v = getenv("COCYTUS_REPAIR_STALL_MS");
+    const char *v = getenv(name);
     if (!v)
-        return COORD_REPAIR_STALL_MS;
+        return dflt;
     char *end;
     errno = 0;
     unsigned long long ms = strtoull(v, &end, 10);
     if (errno || end == v || *end || ms == 0 || ms > 3600000) {
-        fprintf(stderr, "coordinator: COCYTUS_REPAIR_STALL_MS '%s' is not 1-3600000 ms; "
-                "using %d\n", v, COORD_REPAIR_STALL_MS);
-        return COORD_REPAIR_STALL_MS;
+        fprintf(stderr, "coordinator: %s '%s' is not 1-3600000 ms; using %" PRIu64 "\n", name,
+                v, dflt);
+        return dflt;
     }
-    fprintf(stderr, "coordinator: a repair without progress for %llu ms starts over "
-            "(COCYTUS_REPAIR_STALL_MS)\n", ms);
+    fprintf(stderr, "coordinator: %s=%llu (default %" PRIu64 ")\n", name, ms, dflt);
     return ms;
 }
 
@@ -579,8 +580,8 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
         step_down(why);
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
-        if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > COORD_DEAD_AFTER_MS) {
-            snprintf(why, sizeof(why), "no heartbeat for %d ms", COORD_DEAD_AFTER_MS);
+        if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > co->dead_after_ms) {
+            snprintf(why, sizeof(why), "no heartbeat for %" PRIu64 " ms", co->dead_after_ms);
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > STARTUP_GRACE_MS) {
             snprintf(why, sizeof(why), "not heard from in the %d ms after the coordinator started",
@@ -1095,7 +1096,8 @@ struct engine *coord_engine_new(struct server *s)
         free(co->resume);
         co->resume = NULL;
     }
-    co->repair_stall_ms = repair_stall_ms();
+    co->repair_stall_ms = env_ms("COCYTUS_REPAIR_STALL_MS", COORD_REPAIR_STALL_MS);
+    co->dead_after_ms = env_ms("COCYTUS_DEAD_AFTER_MS", COORD_DEAD_AFTER_MS);
     /* Startup grace counts from now: a waiting candidate may have waited long. */
     co->started_ms = coord_now_ms();
     if (start_listening(co) < 0) {

@@ -102,6 +102,9 @@ struct coord {
      * long starts over: 10 s, or COCYTUS_REPAIR_STALL_MS (for tests that
      * make a rebuild start over without waiting that long). */
     uint64_t repair_stall_ms;
+    /* A member not heard from this long is dead: COORD_DEAD_AFTER_MS, or
+     * COCYTUS_DEAD_AFTER_MS (for tests that stop a process for longer). */
+    uint64_t dead_after_ms;
 };
 
 /* ---- coord.c, for coord_recovery.c ---- */

@@ -90,6 +90,7 @@ struct rb_out {
     int index;
     uint64_t x0, next_off, end, units;
     uint64_t added_at_ms;
+    uint64_t attempt;             /* the coordinator's rebuild attempt; 0: a migration */
 };
 
 #define DP_MAX_REBUILDS 8
@@ -1130,7 +1131,7 @@ static bool dp_control_rebuild(struct data_engine *dp, const char *text, size_t 
     if (n < 3 || a != (unsigned long long)dp->group)
         return false;
     if (strcmp(verb, "rebuild") == 0 && b < (unsigned long long)dp->m) {
-        engine_data_rebuild(&dp->base, ROLE_PARITY, (int)b);
+        engine_data_rebuild(&dp->base, ROLE_PARITY, (int)b, n >= 4 ? c : 0);
         return true;
     }
     if (b == (unsigned long long)dp->index && n == 5 && c <= 1 && strcmp(verb, "admit") == 0) {
@@ -1674,7 +1675,7 @@ static void rb_joined(void *ctx, enum cluster_role role, int index)
     o->end = end < dp->region_size ? end : dp->region_size;
     o->next_off = 0;
     struct rb_begin b = { .source = (uint32_t)dp->index, .x0 = o->x0, .end = o->end,
-                          .max_cas = dp->cas_counter };
+                          .max_cas = dp->cas_counter, .attempt = o->attempt };
     struct rb_msg m = { 0 };
     rb_msg_begin(&m, &b);
     void *args[2] = { dp, o };
@@ -1705,21 +1706,24 @@ static void rb_join_failed(void *ctx, enum cluster_role role, int index, const c
     evtimer_add(dp->rb_timer, &tv);
 }
 
-int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index)
+int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index, uint64_t attempt)
 {
     struct data_engine *dp = dp_of(eng);
     /* The coordinator asks once per attempt (a migration's `copy`, a
      * rebuild's `rebuild` to its sources), and the peer starts every
-     * attempt empty.  So a request for a copy that has not joined its peer
-     * yet is the same copy; otherwise what is left of an earlier attempt
-     * goes first: a copy under way, or a settled peer (a data process whose
-     * `resume` never came: lost on a dropped control link, or a coordinator
-     * restarted mid-copy; a parity process whose rebuild started over
-     * before we heard that it was dead), which the new copy could not join
-     * the ack set beside, and whose stream the emptied peer cannot use. */
+     * attempt empty.  So a request for the same rebuild attempt, or for a
+     * copy that has not joined its peer yet, is the same copy; otherwise
+     * what is left of an earlier attempt goes first: a copy under way, or a
+     * settled peer (a data process whose `resume` never came: lost on a
+     * dropped control link, or a coordinator restarted mid-copy; a parity
+     * process whose rebuild started over before we heard that it was
+     * dead), which the new copy could not join the ack set beside, and
+     * whose stream the emptied peer cannot use. */
     struct rb_out *old = rb_find(dp, role, index);
-    if (old && !old->added)
+    if (old && ((attempt != 0 && old->attempt == attempt) || !old->added)) {
+        old->attempt = attempt;
         return 0;
+    }
     if (old)
         rebuild_fail(dp, old, "a new attempt was asked for");
     sender_drop_peer_role(&dp->tx, role, index);
@@ -1731,6 +1735,7 @@ int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index)
         o->active = true;
         o->role = role;
         o->index = index;
+        o->attempt = attempt;
         dp_log(dp, "copy of our state to %s %d requested", cluster_role_name(role), index);
         rebuild_step(dp);
         return 0;

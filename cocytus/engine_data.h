@@ -85,10 +85,13 @@ size_t engine_data_items(struct engine *e);
 size_t engine_data_drop_unready(struct engine *e, uint64_t *xid);
 
 /* Send a copy of our state to a process that joins our stream (rebuild.h):
- * parity process `index` (role ROLE_PARITY) being rebuilt, or the data
- * process we serve coming back (ROLE_DATA).  A recovery process starts it
- * once every unit is rebuilt.  0, or -1 when too many run. */
-int engine_data_rebuild(struct engine *e, enum cluster_role role, int index);
+ * parity process `index` (role ROLE_PARITY) being rebuilt, in the
+ * coordinator's rebuild attempt `attempt` (its BEGIN says so), or the data
+ * process we serve coming back (ROLE_DATA, attempt 0).  A recovery process
+ * starts it once every unit is rebuilt.  A request for the attempt of a
+ * copy under way is the same copy; any other replaces what is left of an
+ * earlier one.  0, or -1 when too many run. */
+int engine_data_rebuild(struct engine *e, enum cluster_role role, int index, uint64_t attempt);
 /* Hold every write from now on; quiet(ctx, xid) once nothing is in flight
  * (the handoff of a recovery process to the data process it served). */
 void engine_data_hold(struct engine *e, void (*quiet)(void *ctx, uint64_t xid), void *ctx);

@@ -70,6 +70,8 @@ struct parity_engine {
      * the newest unit it sent. */
     bool rebuilding;
     uint64_t rb_attempt;              /* the coordinator's number for this rebuild */
+    bool rb_spoiled;                  /* a source began twice: wait for the next attempt */
+    bool rb_orphans_logged[RECOV_MAX_K];
     struct rb_units rb[RECOV_MAX_K];
     uint64_t rb_max_t[RECOV_MAX_K];
 };
@@ -139,6 +141,39 @@ static void rebuild_check_done(struct parity_engine *pe)
     ctl_reply(pe, "rebuilt %d %d", pe->group, pe->index);
 }
 
+/* A source's BEGIN: only one per source and attempt.  A copy that answers
+ * an earlier attempt (its source heard of this one late) is ignored, with
+ * what follows it (no BEGIN: refused below).  A second copy from one source
+ * in one attempt cannot be told apart from the first: units that arrived
+ * stay (as of the first copy's xids, while the stream restarts at the
+ * second's x0), so the attempt is spoiled and waits to be started over. */
+static void rebuild_begin(struct parity_engine *pe, int index, const uint8_t *payload,
+                          uint32_t len)
+{
+    struct rb_begin b;
+    if (rb_decode_begin(payload, len, &b) != 0) {
+        pe_log(pe, "malformed rebuild BEGIN from dp %d; ignored", index);
+        return;
+    }
+    if (b.attempt != pe->rb_attempt) {
+        pe_log(pe, "rebuild BEGIN from dp %d answers attempt %" PRIu64 ", not ours (%" PRIu64
+               "); ignored", index, b.attempt, pe->rb_attempt);
+        return;
+    }
+    if (pe->rb[index].begun) {
+        pe_log(pe, "a second rebuild BEGIN from dp %d in attempt %" PRIu64 ": the units it "
+               "sent before cannot be told from the new ones; this attempt is spoiled and "
+               "waits for the coordinator to start over", index, pe->rb_attempt);
+        pe->rb_spoiled = true;
+        return;
+    }
+    if (parity_rebuild_begin(&pe->state, index, &pe->rb[index], payload, len) != 0)
+        pe_log(pe, "malformed rebuild BEGIN from dp %d; ignored", index);
+    else
+        pe_log(pe, "rebuild from dp %d begins at xid %" PRIu64, index,
+               pe->state.dps[index].src.applied_xid);
+}
+
 static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *payload,
                             uint32_t len)
 {
@@ -147,12 +182,18 @@ static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *
         pe_log(pe, "rebuild message from dp %d while not being rebuilt; ignored", index);
         return;
     }
+    if (pe->rb_spoiled)
+        return;
     if (rb_kind_of(payload, len) == RB_BEGIN) {
-        if (parity_rebuild_begin(&pe->state, index, &pe->rb[index], payload, len) != 0)
-            pe_log(pe, "malformed rebuild BEGIN from dp %d; ignored", index);
-        else
-            pe_log(pe, "rebuild from dp %d begins at xid %" PRIu64, index,
-                   pe->state.dps[index].src.applied_xid);
+        rebuild_begin(pe, index, payload, len);
+        return;
+    }
+    if (!pe->rb[index].begun) {
+        /* The rest of an ignored copy: said once per source and attempt. */
+        if (!pe->rb_orphans_logged[index])
+            pe_log(pe, "rebuild messages from dp %d before its BEGIN (the rest of a copy "
+                   "for another attempt); ignored", index);
+        pe->rb_orphans_logged[index] = true;
         return;
     }
     if (parity_rebuild_message(&pe->state, index, payload, len, err, sizeof(err)) != 0) {
@@ -917,14 +958,17 @@ static void ctl_rebuild(struct parity_engine *pe, int j, uint64_t attempt)
 {
     if (j != pe->index) {
         if (pe->serving)
-            engine_data_rebuild(pe->serving, ROLE_PARITY, j);
+            engine_data_rebuild(pe->serving, ROLE_PARITY, j, attempt);
         return;
     }
     if (!pe->rebuilding || attempt != pe->rb_attempt) {
         pe->rb_attempt = attempt;
-        pe_log(pe, "starting over empty: the group's data processes rebuild our parity");
+        pe_log(pe, "starting over empty: the group's data processes rebuild our parity "
+               "(attempt %" PRIu64 ")", attempt);
         become_empty(pe);
         pe->rebuilding = true;
+        pe->rb_spoiled = false;
+        memset(pe->rb_orphans_logged, 0, sizeof(pe->rb_orphans_logged));
     }
     ctl_reply(pe, "rebuild-ready %d %d", pe->group, pe->index);
 }
@@ -936,7 +980,7 @@ static void ctl_copy(struct parity_engine *pe, int dp)
         pe_log(pe, "copy of dp %d asked, but we do not serve it; ignored", dp);
         return;
     }
-    engine_data_rebuild(pe->serving, ROLE_DATA, dp);
+    engine_data_rebuild(pe->serving, ROLE_DATA, dp, 0);
 }
 
 static void handoff_quiet(void *ctx, uint64_t xid)

@@ -225,7 +225,7 @@ void parity_reset(struct parity *p)
 {
     for (int i = 0; i < p->k; i++) {
         struct parity_dp *d = &p->dps[i];
-        repl_source_reset(&d->src, 0);
+        repl_source_await_start(&d->src);
         meta_clear(&d->meta);
         dalloc_reset(d->alloc);
         d->delta_bytes = d->touched_end = d->max_cas = 0;

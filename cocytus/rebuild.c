@@ -117,13 +117,16 @@ void rb_units_arrive(struct rb_units *u, uint64_t t, uint64_t off, uint64_t len,
 
 int rb_decode_begin(const uint8_t *p, size_t len, struct rb_begin *b)
 {
-    if (len != HDR + 4 + 24 || p[8] != RB_BEGIN)
+    /* Without the attempt (28 bytes): from a sender before it was added. */
+    if ((len != HDR + 4 + 24 && len != HDR + 4 + 32) || p[8] != RB_BEGIN)
         return -1;
+    bool has_attempt = len == HDR + 4 + 32;
     p += HDR;
     b->source = (uint32_t)get_le(p, 4);
     b->x0 = get_le(p + 4, 8);
     b->end = get_le(p + 12, 8);
     b->max_cas = get_le(p + 20, 8);
+    b->attempt = has_attempt ? get_le(p + 28, 8) : 0;
     return 0;
 }
 
@@ -253,13 +256,14 @@ void rb_msg_free(struct rb_msg *m)
 void rb_msg_begin(struct rb_msg *m, const struct rb_begin *b)
 {
     start(m, RB_BEGIN);
-    uint8_t *p = room(m, 28);
+    uint8_t *p = room(m, 36);
     if (!p)
         return;
     put_le(p, b->source, 4);
     put_le(p + 4, b->x0, 8);
     put_le(p + 12, b->end, 8);
     put_le(p + 20, b->max_cas, 8);
+    put_le(p + 28, b->attempt, 8);
 }
 
 void rb_msg_meta_start(struct rb_msg *m)

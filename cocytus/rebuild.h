@@ -84,6 +84,7 @@ void rb_units_filter(const struct rb_units *u, uint64_t xid, uint64_t off, uint6
 struct rb_begin {
     uint32_t source;
     uint64_t x0, end, max_cas;
+    uint64_t attempt;        /* the coordinator's rebuild attempt; 0: a migration's copy */
 };
 
 int rb_decode_begin(const uint8_t *p, size_t len, struct rb_begin *b);

@@ -45,7 +45,14 @@ void repl_source_reset(struct repl_source *s, uint64_t xid)
     reclog_init(&s->buffer);
     s->received_xid = s->applied_xid = s->stable_xid = xid;
     s->diverged = false;
+    s->awaiting_start = false;
     s->why[0] = '\0';
+}
+
+void repl_source_await_start(struct repl_source *s)
+{
+    repl_source_reset(s, 0);
+    s->awaiting_start = true;
 }
 
 void repl_source_destroy(struct repl_source *s)
@@ -203,6 +210,7 @@ struct peer {
     char fence_why[REJECT_MAX];
     uint64_t records;
     uint64_t duplicates;
+    uint64_t before_start;        /* frames dropped awaiting the stream's start */
     uint64_t acks;                /* ACK frames sent */
     bool ack_due;                 /* records taken in this read batch: ACK at its end */
     bool lost;                    /* its link dropped by itself and is not back
@@ -350,10 +358,18 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
             pr->rx->cfg.hooks.message(pr->rx->cfg.owner, pr->index, type, payload, len);
         break;
     case FT_RECORD:
-        on_record(pr, payload, len);
-        break;
     case FT_STABLE:
-        on_stable(pr, payload, len);
+        /* Emptied: the old stream's frames until the new one starts. */
+        if (pr->src->awaiting_start) {
+            if (pr->before_start++ == 0 || pr->rx->cfg.verbose)
+                rx_log(pr->rx, "%s %d (peer %s): frames of its old stream dropped until its "
+                       "new one starts", pr->rx->cfg.tag, pr->index, peer_name(pr));
+            break;
+        }
+        if (type == FT_RECORD)
+            on_record(pr, payload, len);
+        else
+            on_stable(pr, payload, len);
         break;
     case FT_PING:
         break;
@@ -534,6 +550,7 @@ void repl_receiver_peer_stats(const struct repl_receiver *rx, int index,
     out->link_up = pr->link != NULL && link_is_up(pr->link);
     out->records = pr->records;
     out->duplicates = pr->duplicates;
+    out->before_start = pr->before_start;
     out->acks = pr->acks;
 }
 

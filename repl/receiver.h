@@ -39,6 +39,10 @@ struct repl_source {
     uint64_t applied_xid;        /* every record up to this one is applied */
     uint64_t stable_xid;         /* newest stable xid the sender declared */
     bool diverged;
+    /* Emptied to be rebuilt: records and STABLE frames are dropped, not
+     * taken for a gap, until the stream starts again (repl_source_reset):
+     * what the old stream still sends before its sender drops us. */
+    bool awaiting_start;
     char why[REPL_WHY_MAX];      /* what diverged, for logs and REJECTs */
     struct rec_op *ops;          /* decode scratch for receive */
     uint32_t ops_cap;
@@ -57,6 +61,10 @@ void repl_source_destroy(struct repl_source *s);
 /* Forget everything buffered and start over as holding every record up to
  * xid (a rebuild: the state up to xid arrives another way). */
 void repl_source_reset(struct repl_source *s, uint64_t xid);
+/* Forget everything and drop the stream's frames until the next
+ * repl_source_reset (the receiver was emptied; the new stream starts with
+ * a message that resets it). */
+void repl_source_await_start(struct repl_source *s);
 
 /* One encoded record.  On BUFFERED, *stable gets its piggybacked stable
  * xid; otherwise 0. */
@@ -136,6 +144,7 @@ struct repl_peer_stats {
     bool link_up;
     uint64_t records;              /* RECORD frames taken, duplicates included */
     uint64_t duplicates;
+    uint64_t before_start;         /* RECORD and STABLE frames dropped awaiting a start */
     uint64_t acks;                 /* ACK frames sent (one per read batch) */
 };
 

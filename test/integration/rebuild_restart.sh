@@ -10,22 +10,26 @@
 # that source's records without their start, and the rebuild stalled and
 # started over every 10 s, for good.  Now the coordinator declares j dead
 # before it starts over (each source drops it, as before a first attempt),
-# and a source drops what is left of an earlier attempt itself when the
-# next one is asked for.
+# a source drops what is left of an earlier attempt itself when the next
+# one is asked for, the emptied j drops what an old stream still sends
+# until that source's new copy begins, and a copy's BEGIN names its
+# attempt (j ignores a copy for another one).
 #
 # One node, RS(3,5), a coordinator, no proxy, routing off.  A key is
-# stored through each data process; parity process 1 is killed, and as
-# soon as cocytus-node has started it again and it has said hello, data
-# process 2 is stopped (SIGSTOP, at most 1.1 s: less than the 1.5 s after
-# which the coordinator would take it for dead).  The rebuild then starts:
-# data processes 0 and 1 copy to j, data process 2 cannot, so j's progress
-# stops and the coordinator starts the rebuild over, with 0 and 1's first
-# copies ended.  (On a machine so loaded that the rebuild did not start
-# over within the 1.1 s, it is let finish and tried again: up to 5 tries.)
-# Then data process 2 continues; j must hold parity again after the second
-# attempt, a source must have copied to it twice, verify must find the
-# group exact, and a write through each data process must be stored.  On
-# the old code the rebuild starts over for good and writes hang.
+# stored through each data process; data process 2 is stopped (SIGSTOP,
+# at most 4 s; the coordinator is told to declare a process dead after 5 s
+# of silence rather than 1.5 s) and parity process 1 killed.  cocytus-node
+# starts it again, and its rebuild starts: data processes 0 and 1 copy to
+# j, data process 2 cannot, so j's progress stops and the coordinator
+# starts the rebuild over, with 0 and 1's first copies ended.  (Should the
+# rebuild not start over within the 4 s, on a very loaded machine, it is
+# let finish and tried again: up to 3 tries.)
+# Writes go on through data processes 0 and 1 all along.  Then data
+# process 2 continues; j must hold parity again after the second attempt,
+# a source must have copied to it twice, verify must find the group exact,
+# every write acknowledged must read back, and a write through each data
+# process must be stored.  On the old code the rebuild starts over for
+# good and writes hang.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -35,17 +39,22 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rebuild_restart.XXXXXX")
 stopped=""
+writer_pids=""
 cleanup() {
     [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null
+    touch "$dir/stop-writers" 2>/dev/null
+    # shellcheck disable=SC2086
+    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
     cluster_remove "$dir"
 }
 on_exit cleanup
 
-export COCYTUS_REPAIR_STALL_MS=300
+# A stopped data process is declared dead after 5 s here, not 1.5 s: the
+# test stops one for up to 3 s.
+export COCYTUS_REPAIR_STALL_MS=300 COCYTUS_DEAD_AFTER_MS=5000
 cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-proxy ||
     { fail "cluster up"; exit 1; }
 addr_of() { awk -v r="$1" -v i="$2" '$1 == r && $2 == 0 && $3 == i { print $5; exit }' "$dir/endpoints"; }
-pid_of() { awk -v r="$1" -v i="$2" '$1 == r && $2 == 0 && $3 == i { print $6; exit }' "$dir/endpoints"; }
 proc_pid() {
     pgrep -f -- "--role $1 --cluster $dir/cluster.conf --group 0 --index $2( |$)" | head -1
 }
@@ -54,37 +63,60 @@ for i in 0 1 2; do
     [ "$reply" = STORED ] && ok "set through data process $i" || fail "set through data process $i: $reply"
 done
 
-# try: parity process 1 is killed; once cocytus-node has started it again
-# and it has said hello, data process 2 is stopped, for at most 1.1 s.
+# try: data process 2 is stopped, for at most 4 s, and parity process 1
+# killed.
 # True if the rebuild started over meanwhile; else (the rebuild may not
 # have started at all in time, on a loaded machine) it is let finish.
 holds() { [ "$(grep -c "group 0 parity process 1 holds parity again" "$dir/coordinator.log")" -gt "$held" ]; }
 started_over() { [ "$(grep -c "group 0 parity process 1: rebuild made no progress" "$dir/coordinator.log")" -gt "$overs" ]; }
 try() {
-    local j_old j_new="" dp2
+    local j_old dp2
     held=$(grep -c "group 0 parity process 1 holds parity again" "$dir/coordinator.log")
     overs=$(grep -c "group 0 parity process 1: rebuild made no progress" "$dir/coordinator.log")
     j_old=$(proc_pid parity 1)
     dp2=$(proc_pid data 2)
     [ -n "$j_old" ] && [ -n "$dp2" ] || { fail "no parity process 1 or data process 2"; return 1; }
-    kill -KILL "$j_old"
-    hello() {
-        j_new=$(proc_pid parity 1)
-        [ -n "$j_new" ] && [ "$j_new" != "$j_old" ] &&
-            grep -q "group 0 parity 1 .* alive (pid $j_new," "$dir/coordinator.log"
-    }
-    for _ in $(seq 1000); do hello && break; sleep 0.005; done
-    hello || { fail "parity process 1 was not started again"; return 1; }
+    # dp2 stops first: j comes back (cocytus-node starts it again after
+    # 0.5 s, 1 s, 2 s as it keeps dying), says hello, and its rebuild starts
+    # while dp2 cannot copy.
     kill -STOP "$dp2" && stopped=$dp2
-    for _ in $(seq 55); do started_over && break; sleep 0.02; done
-    sleep 0.05
+    kill -KILL "$j_old"
+    # Stopped for 4 s at most, by the clock (5 s of silence is death
+    # here), or until the rebuild started over (then 50 ms more, for its
+    # messages to go out).
+    local t0=${EPOCHREALTIME/./} now
+    while ! started_over && ! holds; do
+        now=${EPOCHREALTIME/./}
+        [ $((now - t0)) -lt 4000000 ] || break
+        sleep 0.01
+    done
+    started_over && sleep 0.05
     kill -CONT "$stopped" && stopped=""
     started_over && return 0
     wait_for 100 holds
     return 1
 }
+
+# Writes through data processes 0 and 1 go on meanwhile (bounded: 20 s,
+# 3000 writes each), so that records are in flight when the rebuild
+# starts over: what a source's old stream still sends to the emptied
+# parity process must be dropped there, not diverge the source.
+writer() {
+    local i=$1 a n=0 reply
+    a=$(addr_of data "$i")
+    local end=$((SECONDS + 20))
+    while [ "$n" -lt 3000 ] && [ "$SECONDS" -lt "$end" ] && [ ! -e "$dir/stop-writers" ]; do
+        n=$((n + 1))
+        reply=$(mc "$a" "set w${i}_$n 0 0 ${#n}\r\n$n\r\n")
+        echo "$n $reply" >>"$dir/writer-$i.out"
+    done
+}
+writer 0 &
+writer_pids=$!
+writer 1 &
+writer_pids="$writer_pids $!"
 tried=0
-while [ "$tried" -lt 5 ]; do
+while [ "$tried" -lt 3 ]; do
     tried=$((tried + 1))
     try && break
 done
@@ -94,6 +126,9 @@ else
     grep "group 0" "$dir/coordinator.log" | tail -6
     fail "in $tried tries, the rebuild never started over while data process 2 was stopped"
 fi
+touch "$dir/stop-writers"
+# shellcheck disable=SC2086
+wait $writer_pids
 if wait_for 150 holds; then
     ok "parity process 1 holds parity again ($(grep -c "parity process 1 is rebuilt from" "$dir/coordinator.log") attempts)"
 else
@@ -115,6 +150,18 @@ else
     tail -5 "$dir/verify.out"
     fail "verify"
 fi
+# Every write the writers saw stored reads back.
+for i in 0 1; do
+    a=$(addr_of data "$i")
+    stored=$(awk '$2 == "STORED"' "$dir/writer-$i.out" | wc -l)
+    missing=0
+    for n in $(awk '$2 == "STORED" { print $1 }' "$dir/writer-$i.out"); do
+        [ "$(mc "$a" "get w${i}_$n\r\n" | head -1)" = "VALUE w${i}_$n 0 ${#n}" ] || missing=$((missing + 1))
+    done
+    [ "$stored" -gt 0 ] && [ "$missing" = 0 ] &&
+        ok "writer $i: $stored writes stored, every one reads back" ||
+        fail "writer $i: $stored writes stored, $missing of them do not read back"
+done
 for i in 0 1 2; do
     a=$(addr_of data "$i")
     reply=$(mc "$a" "set after_$i 0 0 7\r\nafter_$i\r\n")

@@ -581,6 +581,53 @@ START_TEST(test_link_diverged_sender_refused)
 }
 END_TEST
 
+struct drop_wait {
+    struct fixture *f;
+    uint64_t frames;
+};
+
+static bool dropped_before_start(void *arg)
+{
+    struct drop_wait *w = arg;
+    struct repl_peer_stats ps;
+    repl_receiver_peer_stats(w->f->r.rx, 0, &ps);
+    return ps.before_start >= w->frames;
+}
+
+/* A receiver emptied to be rebuilt (repl_source_await_start) drops what the
+ * old stream still sends, rather than taking it for a gap and refusing the
+ * sender for good; the new stream's start (repl_source_reset) takes
+ * records again. */
+START_TEST(test_link_awaiting_start_drops_old_stream)
+{
+    struct fixture f;
+    fixture_start(&f);
+    tx_connect(&f, LINK_ROLE_PRIMARY, 0);
+    ck_assert(run_until(f.r.base, tx_is_up, &f, 3000));
+    send_record(&f, 1, 0);
+    send_record(&f, 2, 1);
+    struct ack_wait w = { &f, 2 };
+    ck_assert(run_until(f.r.base, acked, &w, 3000));
+    repl_source_await_start(&f.r.src[0]);
+    send_record(&f, 3, 2);
+    send_stable(&f, 3);
+    struct drop_wait d = { &f, 2 };
+    ck_assert(run_until(f.r.base, dropped_before_start, &d, 3000));
+    ck_assert(!f.r.src[0].diverged);
+    ck_assert_uint_eq(f.r.src[0].received_xid, 0);
+    ck_assert_uint_eq(f.t.last_ack, 2);
+    ck_assert_int_eq(f.t.downs, 0);
+    /* The new stream starts after xid 10. */
+    repl_source_reset(&f.r.src[0], 10);
+    send_record(&f, 11, 10);
+    struct ack_wait w2 = { &f, 11 };
+    ck_assert(run_until(f.r.base, acked, &w2, 3000));
+    ck_assert(!f.r.src[0].diverged);
+    ck_assert_uint_eq(f.r.src[0].received_xid, 11);
+    fixture_stop(&f);
+}
+END_TEST
+
 START_TEST(test_link_wrong_role_refused)
 {
     struct fixture f;
@@ -627,6 +674,7 @@ static Suite *receiver_suite(void)
     tcase_add_test(apply, test_truncate_lowers_stable);
     tcase_add_test(links, test_link_acks_and_applies);
     tcase_add_test(links, test_link_diverged_sender_refused);
+    tcase_add_test(links, test_link_awaiting_start_drops_old_stream);
     tcase_add_test(links, test_link_wrong_role_refused);
     tcase_add_test(links, test_link_unknown_index_refused);
     tcase_set_timeout(links, 30);

@@ -336,7 +336,7 @@ static int apply_meta_message(void *ctx, const uint8_t *p, size_t len)
 START_TEST(test_rebuild_messages)
 {
     struct rb_msg m = { 0 };
-    struct rb_begin b = { .source = 2, .x0 = 77, .end = 8192, .max_cas = 9 }, c;
+    struct rb_begin b = { .source = 2, .x0 = 77, .end = 8192, .max_cas = 9, .attempt = 41 }, c;
     rb_msg_begin(&m, &b);
     ck_assert(rb_is_rebuild(m.buf, m.len));
     ck_assert_int_eq(rb_decode_begin(m.buf, m.len, &c), 0);
@@ -344,7 +344,12 @@ START_TEST(test_rebuild_messages)
     ck_assert_uint_eq(c.x0, 77);
     ck_assert_uint_eq(c.end, 8192);
     ck_assert_uint_eq(c.max_cas, 9);
+    ck_assert_uint_eq(c.attempt, 41);
     ck_assert_int_lt(rb_decode_begin(m.buf, m.len - 1, &c), 0);
+    /* Without the attempt (an older sender): attempt 0. */
+    ck_assert_int_eq(rb_decode_begin(m.buf, m.len - 8, &c), 0);
+    ck_assert_uint_eq(c.max_cas, 9);
+    ck_assert_uint_eq(c.attempt, 0);
 
     /* The metadata of a table and allocator, into fresh ones. */
     struct meta_table t, t2;
