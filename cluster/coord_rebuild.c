@@ -36,7 +36,9 @@
  *     rebuild <g> <j> <a>  -> every process serving a logical DP: it joins
  *                                     j to its stream, sends metadata, units
  *     rebuilt <g> <j>      <- j       every source sent everything
- *   and j is a parity process again.
+ *   and j is a parity process again.  j answers instead
+ *     rebuild-failed <g> <j> <a> <- j a copy arrived that it cannot use:
+ *                                     the rebuild starts over at once
  *
  * One piece of work per group at a time, and none while a takeover runs.
  * Steps unanswered for a second are sent again; a rebuild or migration
@@ -484,6 +486,19 @@ bool coord_rebuild_on_answer(struct coord *co, struct cgroup *cg, struct member 
                              const char *verb, int a, uint64_t xid)
 {
     const struct cluster_proc *p = m->proc;
+    if (strcmp(verb, "rebuild-failed") == 0) {
+        if (p->role != ROLE_PARITY || p->index != a || a >= cg->view.m)
+            return false;
+        struct rebuild *rb = &cg->rb[a];
+        /* j cannot finish this attempt (a copy it cannot use arrived):
+         * start over now rather than after repair_stall_ms. */
+        if (rb->running && rb->ready && xid == rb->attempt) {
+            fprintf(stderr, "coordinator: group %d parity process %d cannot finish rebuild "
+                    "attempt %" PRIu64 "; starting over\n", cg->g, a, rb->attempt);
+            rb_start(co, cg, a);
+        }
+        return true;
+    }
     if (strcmp(verb, "rebuild-ready") == 0 || strcmp(verb, "rebuilt") == 0) {
         if (p->role != ROLE_PARITY || p->index != a || a >= cg->view.m)
             return false;

@@ -147,31 +147,40 @@ static void rebuild_check_done(struct parity_engine *pe)
  * in one attempt cannot be told apart from the first: units that arrived
  * stay (as of the first copy's xids, while the stream restarts at the
  * second's x0), so the attempt is spoiled and waits to be started over. */
+static void rebuild_spoil(struct parity_engine *pe, int index, const char *why)
+{
+    pe_log(pe, "rebuild attempt %" PRIu64 " cannot finish: %s from dp %d; the coordinator "
+           "is asked to start over", pe->rb_attempt, why, index);
+    pe->rb_spoiled = true;
+    ctl_reply(pe, "rebuild-failed %d %d %" PRIu64, pe->group, pe->index, pe->rb_attempt);
+}
+
 static void rebuild_begin(struct parity_engine *pe, int index, const uint8_t *payload,
                           uint32_t len)
 {
     struct rb_begin b;
     if (rb_decode_begin(payload, len, &b) != 0) {
-        pe_log(pe, "malformed rebuild BEGIN from dp %d; ignored", index);
+        rebuild_spoil(pe, index, "a malformed BEGIN");
         return;
     }
-    if (b.attempt != pe->rb_attempt) {
+    /* 0: a sender that does not number its copies (older than the field). */
+    if (b.attempt != 0 && b.attempt != pe->rb_attempt) {
         pe_log(pe, "rebuild BEGIN from dp %d answers attempt %" PRIu64 ", not ours (%" PRIu64
                "); ignored", index, b.attempt, pe->rb_attempt);
         return;
     }
     if (pe->rb[index].begun) {
-        pe_log(pe, "a second rebuild BEGIN from dp %d in attempt %" PRIu64 ": the units it "
-               "sent before cannot be told from the new ones; this attempt is spoiled and "
-               "waits for the coordinator to start over", index, pe->rb_attempt);
-        pe->rb_spoiled = true;
+        /* Units of the first copy stay, as of its xids, while the stream
+         * would restart at the second's x0: parity built so is wrong. */
+        rebuild_spoil(pe, index, "a second BEGIN");
         return;
     }
-    if (parity_rebuild_begin(&pe->state, index, &pe->rb[index], payload, len) != 0)
-        pe_log(pe, "malformed rebuild BEGIN from dp %d; ignored", index);
-    else
-        pe_log(pe, "rebuild from dp %d begins at xid %" PRIu64, index,
-               pe->state.dps[index].src.applied_xid);
+    if (parity_rebuild_begin(&pe->state, index, &pe->rb[index], payload, len) != 0) {
+        rebuild_spoil(pe, index, "a BEGIN that does not fit this process");
+        return;
+    }
+    pe_log(pe, "rebuild from dp %d begins at xid %" PRIu64, index,
+           pe->state.dps[index].src.applied_xid);
 }
 
 static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *payload,

@@ -255,15 +255,18 @@ void rb_msg_free(struct rb_msg *m)
 
 void rb_msg_begin(struct rb_msg *m, const struct rb_begin *b)
 {
+    /* Attempt 0 (a migration's copy) in the form without it, which a
+     * receiver older than the field also takes. */
     start(m, RB_BEGIN);
-    uint8_t *p = room(m, 36);
+    uint8_t *p = room(m, b->attempt ? 36 : 28);
     if (!p)
         return;
     put_le(p, b->source, 4);
     put_le(p + 4, b->x0, 8);
     put_le(p + 12, b->end, 8);
     put_le(p + 20, b->max_cas, 8);
-    put_le(p + 28, b->attempt, 8);
+    if (b->attempt)
+        put_le(p + 28, b->attempt, 8);
 }
 
 void rb_msg_meta_start(struct rb_msg *m)

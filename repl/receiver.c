@@ -46,6 +46,7 @@ void repl_source_reset(struct repl_source *s, uint64_t xid)
     s->received_xid = s->applied_xid = s->stable_xid = xid;
     s->diverged = false;
     s->awaiting_start = false;
+    s->start_drop_logged = false;
     s->why[0] = '\0';
 }
 
@@ -361,9 +362,11 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
     case FT_STABLE:
         /* Emptied: the old stream's frames until the new one starts. */
         if (pr->src->awaiting_start) {
-            if (pr->before_start++ == 0 || pr->rx->cfg.verbose)
+            pr->before_start++;
+            if (!pr->src->start_drop_logged || pr->rx->cfg.verbose)
                 rx_log(pr->rx, "%s %d (peer %s): frames of its old stream dropped until its "
                        "new one starts", pr->rx->cfg.tag, pr->index, peer_name(pr));
+            pr->src->start_drop_logged = true;
             break;
         }
         if (type == FT_RECORD)

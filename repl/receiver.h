@@ -43,6 +43,7 @@ struct repl_source {
      * taken for a gap, until the stream starts again (repl_source_reset):
      * what the old stream still sends before its sender drops us. */
     bool awaiting_start;
+    bool start_drop_logged;      /* said so once since awaiting_start was set */
     char why[REPL_WHY_MAX];      /* what diverged, for logs and REJECTs */
     struct rec_op *ops;          /* decode scratch for receive */
     uint32_t ops_cap;

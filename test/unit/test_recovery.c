@@ -350,6 +350,15 @@ START_TEST(test_rebuild_messages)
     ck_assert_int_eq(rb_decode_begin(m.buf, m.len - 8, &c), 0);
     ck_assert_uint_eq(c.max_cas, 9);
     ck_assert_uint_eq(c.attempt, 0);
+    /* Attempt 0 (a migration) is sent in that shorter form. */
+    size_t numbered = m.len;
+    rb_msg_free(&m);
+    b.attempt = 0;
+    rb_msg_begin(&m, &b);
+    ck_assert_uint_eq(m.len, numbered - 8);
+    ck_assert_int_eq(rb_decode_begin(m.buf, m.len, &c), 0);
+    ck_assert_uint_eq(c.attempt, 0);
+    ck_assert_uint_eq(c.max_cas, 9);
 
     /* The metadata of a table and allocator, into fresh ones. */
     struct meta_table t, t2;
