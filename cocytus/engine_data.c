@@ -165,7 +165,7 @@ struct data_engine {
     bool handed;                  /* quiet at the handoff: reads wait too */
     /* Started, and no parity process has told us yet whether the group
      * holds records beyond ours (we restarted without our state): reads
-     * wait, as they do once we know we did. */
+     * wait, as they do once we know we did, and so do writes. */
     bool unsure;
     uint64_t table_gen;           /* bumped when meta is replaced (metadump walks) */
     uint64_t admitted;            /* the coordinator's number of the last admission taken */
@@ -840,6 +840,13 @@ static enum try_result try_mutation(struct data_engine *dp, const struct eng_mut
         res->msg = "data process restarted without its state; writes refused until recovery";
         return TRY_DONE;
     }
+    /* Started, and no parity process has said yet whether the group holds
+     * records beyond ours: a write now would take xid 1 (or the next of
+     * ours) again, which the parity processes would take for a duplicate
+     * and acknowledge without applying.  It waits to know (dp_peer_up, or
+     * refused with every waiting write: dp_refused). */
+    if (dp->unsure)
+        return TRY_BLOCKED;
     if (dp->flush_inflight || sender_backlog(&dp->tx) > DP_MAX_INFLIGHT_BYTES)
         return TRY_BLOCKED;
     /* "recovery blocked": no write until the whole region is rebuilt. */
@@ -965,7 +972,7 @@ static void dp_refused(void *ctx)
 }
 
 /* A parity process holds no record beyond ours: our table is the group's,
- * and reads that waited to know it are served. */
+ * and the reads and writes that waited to know it go on. */
 static void dp_peer_up(void *ctx, int index)
 {
     struct data_engine *dp = ctx;
@@ -974,6 +981,7 @@ static void dp_peer_up(void *ctx, int index)
         return;
     dp->unsure = false;
     read_waiters_wake(&dp->waiters);
+    drain_queue(dp);
 }
 
 static void rebuild_step(struct data_engine *dp);

@@ -11,9 +11,10 @@
 # a key is stored through data process 0, both parity processes are
 # stopped (SIGSTOP) so that no link can tell the restarted process
 # anything, and data process 0 is killed; cocytus-node starts it again.
-# Its answer to the get must not be a miss (it waits).  Then the parity
-# processes continue: the process learns it restarted without its state,
-# refuses writes and still answers no miss.
+# Its answer to the get must not be a miss (it waits), and a write sent
+# then must not be acknowledged (it waits).  Then the parity processes
+# continue: the process learns it restarted without its state, refuses
+# that write and later ones, and still answers no miss.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -66,8 +67,24 @@ case $reply in
     *) fail "get on the restarted process: $reply" ;;
 esac
 
+# A write sent now, before any parity process can say anything, must not
+# be acknowledged: it would take xid 1 again, which the parity processes
+# hold already and would acknowledge as a duplicate without applying it
+# (a stored value that is in no parity: CI caught this, 2026-12-02, a
+# write that came in before the links' handshake ended).  It waits, and is
+# refused once the links come up.
+early=$dir/early-write.out
+( mc "$dp" 'set early_key 0 0 5\r\nearly\r\n' >"$early" 2>&1 ) &
+early_pid=$!
+sleep 0.5
 for p in $stopped; do kill -CONT "$p"; done
 stopped=""
+wait "$early_pid"
+case $(head -1 "$early") in
+    *"without its state"*) ok "a write sent before the links came up was refused: $(head -1 "$early")" ;;
+    STORED) fail "a write sent before the links came up was acknowledged" ;;
+    *) fail "a write sent before the links came up: '$(head -1 "$early")'" ;;
+esac
 # The links come up and the parity processes hold more than it: it refuses
 # writes (the refusal names why) and keeps holding reads.
 refused=""
