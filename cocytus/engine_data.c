@@ -1714,6 +1714,16 @@ static void rb_join_failed(void *ctx, enum cluster_role role, int index, const c
     evtimer_add(dp->rb_timer, &tv);
 }
 
+/* What is left of a copy to (role, index) goes: one under way fails, and a
+ * peer it made settled leaves the ack set. */
+static void drop_copy(struct data_engine *dp, enum cluster_role role, int index, const char *why)
+{
+    struct rb_out *o = rb_find(dp, role, index);
+    if (o)
+        rebuild_fail(dp, o, why);
+    sender_drop_peer_role(&dp->tx, role, index);
+}
+
 int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index, uint64_t attempt)
 {
     struct data_engine *dp = dp_of(eng);
@@ -1732,9 +1742,7 @@ int engine_data_rebuild(struct engine *eng, enum cluster_role role, int index, u
         old->attempt = attempt;
         return 0;
     }
-    if (old)
-        rebuild_fail(dp, old, "a new attempt was asked for");
-    sender_drop_peer_role(&dp->tx, role, index);
+    drop_copy(dp, role, index, "a new attempt was asked for");
     for (int i = 0; i < DP_MAX_REBUILDS; i++) {
         struct rb_out *o = &dp->rb[i];
         if (o->active)
@@ -1771,10 +1779,7 @@ void engine_data_resume(struct engine *eng)
     dp->hold_writes = false;     /* first: the drop commits, and a held */
     dp->handed = false;          /* write's commit must not say "handed" */
     dp->quiet = NULL;
-    struct rb_out *o = rb_find(dp, ROLE_DATA, dp->index);
-    if (o)
-        rebuild_fail(dp, o, "the migration was abandoned");
-    sender_drop_peer_role(&dp->tx, ROLE_DATA, dp->index);
+    drop_copy(dp, ROLE_DATA, dp->index, "the migration was abandoned");
     engine_data_units_arrived(eng);
     rebuild_step(dp);
 }

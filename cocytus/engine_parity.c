@@ -141,12 +141,8 @@ static void rebuild_check_done(struct parity_engine *pe)
     ctl_reply(pe, "rebuilt %d %d", pe->group, pe->index);
 }
 
-/* A source's BEGIN: only one per source and attempt.  A copy that answers
- * an earlier attempt (its source heard of this one late) is ignored, with
- * what follows it (no BEGIN: refused below).  A second copy from one source
- * in one attempt cannot be told apart from the first: units that arrived
- * stay (as of the first copy's xids, while the stream restarts at the
- * second's x0), so the attempt is spoiled and waits to be started over. */
+/* This attempt cannot end in good parity: take nothing more of it and ask
+ * the coordinator to start over. */
 static void rebuild_spoil(struct parity_engine *pe, int index, const char *why)
 {
     pe_log(pe, "rebuild attempt %" PRIu64 " cannot finish: %s from dp %d; the coordinator "
@@ -155,6 +151,12 @@ static void rebuild_spoil(struct parity_engine *pe, int index, const char *why)
     ctl_reply(pe, "rebuild-failed %d %d %" PRIu64, pe->group, pe->index, pe->rb_attempt);
 }
 
+/* A source's BEGIN: only one per source and attempt.  A copy that answers
+ * another attempt (its source heard of this one late) is ignored, with what
+ * follows it (no BEGIN: ignored in rebuild_message).  A second copy from
+ * one source in one attempt cannot be told apart from the first: units
+ * that arrived stay (as of the first copy's xids, while the stream restarts
+ * at the second's x0), so the attempt is spoiled. */
 static void rebuild_begin(struct parity_engine *pe, int index, const uint8_t *payload,
                           uint32_t len)
 {

@@ -346,6 +346,20 @@ static void on_stable(struct peer *pr, const uint8_t *payload, uint32_t len)
     apply_upto(pr, stable);
 }
 
+/* Emptied (repl_source_await_start): a RECORD or STABLE frame of the old
+ * stream is dropped until the new one starts.  True if this one was. */
+static bool dropped_before_start(struct peer *pr)
+{
+    if (!pr->src->awaiting_start)
+        return false;
+    pr->before_start++;
+    if (!pr->src->start_drop_logged || pr->rx->cfg.verbose)
+        rx_log(pr->rx, "%s %d (peer %s): frames of its old stream dropped until its new one "
+               "starts", pr->rx->cfg.tag, pr->index, peer_name(pr));
+    pr->src->start_drop_logged = true;
+    return true;
+}
+
 static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint32_t len,
                      void *ctx)
 {
@@ -359,19 +373,11 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
             pr->rx->cfg.hooks.message(pr->rx->cfg.owner, pr->index, type, payload, len);
         break;
     case FT_RECORD:
-    case FT_STABLE:
-        /* Emptied: the old stream's frames until the new one starts. */
-        if (pr->src->awaiting_start) {
-            pr->before_start++;
-            if (!pr->src->start_drop_logged || pr->rx->cfg.verbose)
-                rx_log(pr->rx, "%s %d (peer %s): frames of its old stream dropped until its "
-                       "new one starts", pr->rx->cfg.tag, pr->index, peer_name(pr));
-            pr->src->start_drop_logged = true;
-            break;
-        }
-        if (type == FT_RECORD)
+        if (!dropped_before_start(pr))
             on_record(pr, payload, len);
-        else
+        break;
+    case FT_STABLE:
+        if (!dropped_before_start(pr))
             on_stable(pr, payload, len);
         break;
     case FT_PING:
