@@ -6,6 +6,10 @@
  *   tk <g> <f> <phase> <r> <stable> <participants> a takeover of dead DP f
  *                                                  (phase 0: not started yet)
  *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
+ *   figures <g> <serve_ms> <prepare_us> <dead_at> <served_at> <full_ms>
+ *           <full_at> <degraded_since>             the last failure's timings
+ *                                                  (`cocytus groups`; unix ms,
+ *                                                  0: none)
  *   move <slot> <to endpoint> <epoch>              the running slot move
  *   pbr <g> failover                               a PBR group's failover that
  *                                                  has not chosen yet
@@ -30,6 +34,10 @@
  *     are heard from, and the map's primary is not confirmed meanwhile; a
  *     promotion is sent again (the chosen member, a primary by now or not,
  *     answers it), then the map names it.
+ * The figures line comes before the group's takeovers: a takeover resumed
+ * counts its time from the death the old leader saw, not from the resume,
+ * and `cocytus groups` reports the last failure's timings whichever
+ * coordinator handled it (a drill that kills the coordinator reads them).
  * Without the view lines a restarted data process that came back empty
  * during a takeover would look like the original serving its keys; without
  * the pids, one that died and came back while no leader watched (between
@@ -90,6 +98,17 @@ static void put_group(struct textbuf *b, const struct cgroup *cg)
     char view[256];
     group_view_format(&cg->view, view, sizeof(view));
     put(b, "view %d %s\n", cg->g, view);
+    uint64_t degraded_wall = 0;
+    if (cg->degraded_since_us) {
+        uint64_t ago_ms = (coord_now_us() - cg->degraded_since_us) / 1000;
+        uint64_t wall = coord_wall_ms();
+        degraded_wall = wall > ago_ms ? wall - ago_ms : 1;
+    }
+    if (cg->last_dead_wall_ms || cg->last_full_wall_ms || degraded_wall)
+        put(b, "figures %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+            " %" PRIu64 "\n", cg->g, cg->last_serve_ms, cg->last_prepare_us,
+            cg->last_dead_wall_ms, cg->last_served_wall_ms, cg->last_full_ms,
+            cg->last_full_wall_ms, degraded_wall);
     for (int f = 0; f < cg->view.k; f++) {
         const struct takeover *tk = &cg->tk[f];
         if (tk->phase != PH_NONE || tk->deferred)
@@ -162,6 +181,36 @@ static void apply_view(struct coord *co, const char *line)
         }
 }
 
+/* The monotonic time that was wall_ms (unix ms) by our clocks now; now if
+ * wall_ms is 0 or ahead of our wall clock. */
+static uint64_t mono_us_of_wall(uint64_t wall_ms)
+{
+    uint64_t now_us = coord_now_us(), wall = coord_wall_ms();
+    if (wall_ms == 0 || wall_ms > wall)
+        return now_us;
+    uint64_t ago_us = (wall - wall_ms) * 1000;
+    return ago_us < now_us ? now_us - ago_us : 1;
+}
+
+static void apply_figures(struct coord *co, const char *line)
+{
+    int g;
+    unsigned long long serve, prep, dead, served, full, full_at, degraded;
+    if (sscanf(line, "figures %d %llu %llu %llu %llu %llu %llu %llu", &g, &serve, &prep, &dead,
+               &served, &full, &full_at, &degraded) != 8)
+        return;
+    struct cgroup *cg = coord_group_of(co, g);
+    if (!cg)
+        return;
+    cg->last_serve_ms = serve;
+    cg->last_prepare_us = prep;
+    cg->last_dead_wall_ms = dead;
+    cg->last_served_wall_ms = served;
+    cg->last_full_ms = full;
+    cg->last_full_wall_ms = full_at;
+    cg->degraded_since_us = degraded ? mono_us_of_wall(degraded) : 0;
+}
+
 static void apply_takeover(struct coord *co, const char *line)
 {
     int g, f, phase, r;
@@ -183,8 +232,9 @@ static void apply_takeover(struct coord *co, const char *line)
     tk->phase = (enum dp_phase)phase;
     tk->participants = participants;
     tk->r = r;
-    tk->dead_at_us = coord_now_us();
-    tk->prepare_started_us = tk->dead_at_us;
+    /* From the death the old leader saw (its figures line came first). */
+    tk->dead_at_us = mono_us_of_wall(cg->last_dead_wall_ms);
+    tk->prepare_started_us = coord_now_us();
     tk->step_at_ms = 0;                       /* sent at the first check */
     if (tk->phase == PH_PREPARE) {
         tk->stable = UINT64_MAX;
@@ -267,6 +317,8 @@ void coord_progress_apply(struct coord *co, const char *text, size_t len)
             line[n] = '\0';
             if (strncmp(line, "view ", 5) == 0)
                 apply_view(co, line);
+            else if (strncmp(line, "figures ", 8) == 0)
+                apply_figures(co, line);
             else if (strncmp(line, "tk ", 3) == 0)
                 apply_takeover(co, line);
             else if (strncmp(line, "mig ", 4) == 0)

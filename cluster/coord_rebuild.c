@@ -131,6 +131,7 @@ static void note_full_redundancy(struct coord *co, struct cgroup *cg)
         fprintf(stderr, "coordinator: group %d is at full redundancy again (%d of %d parity "
                 "processes), %" PRIu64 " ms after the first failure\n", cg->g, cg->view.m,
                 cg->view.m, cg->last_full_ms);
+        coord_save_progress(co);   /* the figures, for a coordinator started later */
     }
 }
 

@@ -273,10 +273,11 @@ static void serving(struct coord *co, struct cgroup *cg, int f)
     cg->view.pp_state[r] = GV_PP_SERVING;
     cg->view.pp_serves[r] = f;
     memset(&cg->prog[r], 0, sizeof(cg->prog[r]));
-    publish_takeover(co, cg, f, r);
-    coord_broadcast_view(co, cg);
+    /* Before the view's save: a coordinator started after it reports them. */
     cg->last_serve_ms = (coord_now_us() - tk->dead_at_us) / 1000;
     cg->last_served_wall_ms = coord_wall_ms();
+    publish_takeover(co, cg, f, r);
+    coord_broadcast_view(co, cg);
     fprintf(stderr, "coordinator: group %d dp %d is served by parity process %d at epoch %llu, "
             "%llu ms after its death was seen (preparation %.3f ms)\n", cg->g, f, r,
             (unsigned long long)co->map.epoch, (unsigned long long)cg->last_serve_ms,

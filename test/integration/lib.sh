@@ -414,3 +414,64 @@ mc() {
     done
     exec 3<&- 3>&-
 }
+
+# --- writers through group 0's data processes (one node, routing off) ---
+
+# group0_addr DIR ROLE I: the client address of group 0's ROLE I, from
+# DIR/endpoints (scripts/cluster).
+group0_addr() {
+    awk -v r="$2" -v i="$3" '$1 == r && $2 == 0 && $3 == i { print $5; exit }' "$1/endpoints"
+}
+
+# group0_writer DIR I: sets w<I>_<n> = n through data process I, one
+# connection each, for at most 20 s and 3000 writes or until DIR/stop-writers
+# exists; each reply goes to DIR/writer-I.out as "n REPLY".
+group0_writer() {
+    local d=$1 i=$2 a n=0 reply end=$((SECONDS + 20))
+    a=$(group0_addr "$d" data "$i")
+    while [ "$n" -lt 3000 ] && [ "$SECONDS" -lt "$end" ] && [ ! -e "$d/stop-writers" ]; do
+        n=$((n + 1))
+        reply=$(mc "$a" "set w${i}_$n 0 0 ${#n}\r\n$n\r\n")
+        echo "$n $reply" >>"$d/writer-$i.out"
+    done
+}
+
+# group0_writers_read_back DIR I...: every write that group0_writer I saw
+# STORED reads back through data process I, and there was at least one.
+group0_writers_read_back() {
+    local d=$1 i a stored missing n
+    shift
+    for i in "$@"; do
+        a=$(group0_addr "$d" data "$i")
+        stored=$(awk '$2 == "STORED"' "$d/writer-$i.out" | wc -l)
+        missing=0
+        for n in $(awk '$2 == "STORED" { print $1 }' "$d/writer-$i.out"); do
+            [ "$(mc "$a" "get w${i}_$n\r\n" | head -1)" = "VALUE w${i}_$n 0 ${#n}" ] ||
+                missing=$((missing + 1))
+        done
+        [ "$stored" -gt 0 ] && [ "$missing" = 0 ] &&
+            ok "writer $i: $stored writes stored, every one reads back" ||
+            fail "writer $i: $stored writes stored, $missing of them do not read back"
+    done
+}
+
+# group0_after DIR WHAT: verify finds group 0 exact, and through each of
+# data processes 0-2 a new set is stored and before_<i> (stored by the
+# test first) reads back; WHAT ends the messages ("after the rebuild").
+group0_after() {
+    local d=$1 what=$2 i a reply
+    if "$build_dir/client/cocytus-cli" --dir "$d" --timeout 5000 verify >"$d/verify.out" 2>&1; then
+        ok "verify $what: the group's parity and metadata are exact"
+    else
+        tail -5 "$d/verify.out"
+        fail "verify $what"
+    fi
+    for i in 0 1 2; do
+        a=$(group0_addr "$d" data "$i")
+        reply=$(mc "$a" "set after_$i 0 0 7\r\nafter_$i\r\n")
+        [ "$reply" = STORED ] && ok "set through data process $i $what" ||
+            fail "set through data process $i $what: ${reply:-nothing in 2 s}"
+        reply=$(mc "$a" "get before_$i\r\n" | head -1)
+        [ "$reply" = "VALUE before_$i 0 8" ] || fail "get before_$i $what: $reply"
+    done
+}

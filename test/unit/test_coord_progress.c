@@ -141,6 +141,69 @@ START_TEST(test_progress_round_trip)
 }
 END_TEST
 
+/* The last failure's timings survive a coordinator's restart, and a
+ * takeover resumed counts from the death its old leader saw: `cocytus
+ * groups` (and the drills that kill the coordinator) report what happened,
+ * not the time since the restart. */
+START_TEST(test_progress_figures)
+{
+    struct coord a, b;
+    coord_make(&a);
+    coord_make(&b);
+    struct cgroup *g0 = &a.groups->g[0], *g2 = &a.groups->g[2];
+    uint64_t wall = coord_wall_ms();
+    /* Group 0: served 84 ms after a death 5 s ago, full again 2 s ago. */
+    g0->last_serve_ms = 84;
+    g0->last_prepare_us = 1234;
+    g0->last_dead_wall_ms = wall - 5000;
+    g0->last_served_wall_ms = wall - 4916;
+    g0->last_full_ms = 3000;
+    g0->last_full_wall_ms = wall - 2000;
+    /* Group 2: dp 1 died 3 s ago, its takeover truncating; degraded since. */
+    g2->last_dead_wall_ms = wall - 3000;
+    g2->degraded_since_us = coord_now_us() - 3000 * 1000ull;
+    g2->view.dp_server[1] = -2;
+    g2->tk[1].phase = PH_TRUNCATE;
+    g2->tk[1].r = 1;
+    g2->tk[1].stable = 40;
+    g2->tk[1].participants = 3;
+
+    size_t len;
+    char *text = coord_progress_encode(&a, &len);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_ptr_null(strstr(text, "figures 1 "));     /* nothing happened there */
+    /* The figures come before the takeover they date. */
+    ck_assert_ptr_nonnull(strstr(text, "figures 2 "));
+    ck_assert(strstr(text, "figures 2 ") < strstr(text, "tk 2 1 "));
+    coord_progress_apply(&b, text, len);
+
+    const struct cgroup *h0 = &b.groups->g[0], *h2 = &b.groups->g[2];
+    ck_assert_uint_eq(h0->last_serve_ms, 84);
+    ck_assert_uint_eq(h0->last_prepare_us, 1234);
+    ck_assert_uint_eq(h0->last_dead_wall_ms, wall - 5000);
+    ck_assert_uint_eq(h0->last_served_wall_ms, wall - 4916);
+    ck_assert_uint_eq(h0->last_full_ms, 3000);
+    ck_assert_uint_eq(h0->last_full_wall_ms, wall - 2000);
+    ck_assert_uint_eq(h0->degraded_since_us, 0);
+    /* About 3 s ago by b's clock (the test may be slow: up to 1 s more). */
+    uint64_t now = coord_now_us();
+    ck_assert_int_eq(h2->tk[1].phase, PH_TRUNCATE);
+    ck_assert_uint_ge(now - h2->tk[1].dead_at_us, 2999 * 1000ull);
+    ck_assert_uint_le(now - h2->tk[1].dead_at_us, 4000 * 1000ull);
+    ck_assert_uint_ge(now - h2->degraded_since_us, 2999 * 1000ull);
+    ck_assert_uint_le(now - h2->degraded_since_us, 4000 * 1000ull);
+    /* A saved time ahead of our clock (another host's) counts from now. */
+    char ahead[128];
+    snprintf(ahead, sizeof(ahead), "figures 3 0 0 %llu 0 0 0 %llu\n",
+             (unsigned long long)(wall + 60000), (unsigned long long)(wall + 60000));
+    coord_progress_apply(&b, ahead, strlen(ahead));
+    ck_assert_uint_le(coord_now_us() - b.groups->g[3].degraded_since_us, 1000 * 1000ull);
+    free(text);
+    coord_unmake(&a);
+    coord_unmake(&b);
+}
+END_TEST
+
 START_TEST(test_progress_rebuild_and_loss)
 {
     struct coord a, b;
@@ -375,6 +438,7 @@ static Suite *progress_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_progress_round_trip);
     tcase_add_test(tc, test_progress_rebuild_and_loss);
+    tcase_add_test(tc, test_progress_figures);
     tcase_add_test(tc, test_progress_pbr_promotion);
     suite_add_tcase(s, tc);
     TCase *lost = tcase_create("lost");
