@@ -67,6 +67,25 @@ uint64_t coord_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t coord_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The monotonic ms that was wall_ms (unix ms) by our clocks now: for times
+ * an earlier coordinator saved.  Now if wall_ms is 0 or ahead of our wall
+ * clock (another host's). */
+uint64_t coord_mono_ms_of_wall(uint64_t wall_ms)
+{
+    uint64_t wall = coord_wall_ms();
+    uint64_t now = coord_now_ms();
+    if (wall_ms == 0 || wall_ms > wall)
+        return now;
+    return wall - wall_ms < now ? now - (wall - wall_ms) : 1;
+}
+
 /* A period from the environment, for tests that must not wait the real one
  * (COCYTUS_REPAIR_STALL_MS, COCYTUS_DEAD_AFTER_MS): 1 ms to an hour, or
  * the default. */

@@ -110,6 +110,8 @@ struct coord {
 /* ---- coord.c, for coord_recovery.c ---- */
 
 uint64_t coord_now_ms(void);
+uint64_t coord_wall_ms(void);   /* unix ms */
+uint64_t coord_mono_ms_of_wall(uint64_t wall_ms);
 /* t moved forward by late ms, but not past now: a timestamp of silence or
  * progress, after a stall of the coordinator (coord.c, forgive_own_stall). */
 uint64_t coord_forgive_ms(uint64_t t, uint64_t late, uint64_t now);
@@ -201,6 +203,10 @@ bool coord_pbr_linked(struct coord *co, const struct member *a, const struct mem
  * due), without newline, in line; false if none.  coord_pbr_resume takes
  * such a line back. */
 bool coord_pbr_progress_line(struct coord *co, int g, char *line, size_t len);
+/* "pbr <g> figures ...": the group's last failover's timings, saved before
+ * its progress line (a resumed failover dates from the saved death); false
+ * if it never failed over. */
+bool coord_pbr_figures_line(struct coord *co, int g, char *line, size_t len);
 void coord_pbr_resume(struct coord *co, const char *line);
 
 #endif

@@ -110,13 +110,6 @@ struct coord_pbr {
     struct pgroup *g;
 };
 
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static bool alive(const struct member *m)
 {
     return m && m->state == MEMBER_ALIVE && m->link;
@@ -196,7 +189,7 @@ static void mark_lost(struct pgroup *pg, const char *why)
 {
     pg->phase = PG_LOST;
     snprintf(pg->lost_why, sizeof(pg->lost_why), "%s", why);
-    pg->loss_wall_ms = wall_ms();
+    pg->loss_wall_ms = coord_wall_ms();
     fprintf(stderr, "coordinator: DATA LOSS in pbr group %d: %s; the group serves nothing "
             "until one of its members is alive again\n", pg->g, why);
 }
@@ -237,7 +230,7 @@ static void admit_step(struct coord *co, struct pgroup *pg)
                 "the group again (%s)\n", pg->g, k,
                 k == pg->primary ? "as the primary, with what it holds"
                                  : "empty: its primary stayed away");
-        pg->admit_number = (uint64_t)wall_ms() * 64u + (uint64_t)k;   /* new try, new number */
+        pg->admit_number = (uint64_t)coord_wall_ms() * 64u + (uint64_t)k;   /* new try, new number */
     }
     pg->phase = PG_ADMITTING;
     pg->best = k;
@@ -260,7 +253,7 @@ static void admitted(struct coord *co, struct pgroup *pg)
         pg->mem[j].cmd_at_ms = 0;
     }
     publish_primary(co, pg, k);
-    pg->served_wall_ms = wall_ms();
+    pg->served_wall_ms = coord_wall_ms();
     send_to(co, pg, k, "pbr confirm %d", pg->g);
     fprintf(stderr, "coordinator: group %d serves again, member %d its primary at epoch %llu "
             "(lost: %s); its backups are rebuilt next\n", pg->g, k,
@@ -291,7 +284,7 @@ static void start_failover(struct coord *co, struct pgroup *pg)
 {
     if (pg->phase == PG_SERVING && !pg->failover_due) {
         pg->dead_at_ms = coord_now_ms();
-        pg->dead_wall_ms = wall_ms();
+        pg->dead_wall_ms = coord_wall_ms();
     }
     pg->failover_due = false;
     /* A primary that came back with a new pid: the process that sent on
@@ -383,9 +376,10 @@ static void promoted(struct coord *co, struct pgroup *pg, uint64_t xid)
         pg->mem[k].peer_state = '?';
         pg->mem[k].cmd_at_ms = coord_now_ms();   /* let them settle before reconciling */
     }
-    publish_primary(co, pg, pg->primary);
+    /* Before the map's save: a coordinator started after it reports them. */
     pg->last_serve_ms = coord_now_ms() - pg->dead_at_ms;
-    pg->served_wall_ms = wall_ms();
+    pg->served_wall_ms = coord_wall_ms();
+    publish_primary(co, pg, pg->primary);
     fprintf(stderr, "coordinator: group %d is served by member %d (was member %d) from xid %"
             PRIu64 " at epoch %llu, %llu ms after the death was seen\n", pg->g, pg->primary,
             old, xid, (unsigned long long)co->map.epoch, (unsigned long long)pg->last_serve_ms);
@@ -478,7 +472,7 @@ void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
         pg->failover_due = true;   /* saved with its new pid (coord.c, the hello) */
         pg->primary_restarted = true;
         pg->dead_at_ms = coord_now_ms();
-        pg->dead_wall_ms = wall_ms();
+        pg->dead_wall_ms = coord_wall_ms();
         coord_log_member(m, "is group %d's primary and restarted empty: failing over to a "
                          "backup once they are heard from", pg->g);
         return;
@@ -806,10 +800,43 @@ bool coord_pbr_progress_line(struct coord *co, int g, char *line, size_t len)
     return n > 0 && (size_t)n < len;
 }
 
+bool coord_pbr_figures_line(struct coord *co, int g, char *line, size_t len)
+{
+    const struct pgroup *pg = group_of(co, g);
+    if (!pg || (!pg->dead_wall_ms && !pg->served_wall_ms && !pg->loss_wall_ms))
+        return false;
+    int n = snprintf(line, len, "pbr %d figures %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, g,
+                     pg->last_serve_ms, pg->dead_wall_ms, pg->served_wall_ms, pg->loss_wall_ms);
+    return n > 0 && (size_t)n < len;
+}
+
+/* A failover resumed: from the death an earlier coordinator saw, if its
+ * figures say one is not served yet; else from now. */
+static void resume_dead_at(struct pgroup *pg)
+{
+    if (pg->dead_wall_ms && pg->dead_wall_ms > pg->served_wall_ms) {
+        pg->dead_at_ms = coord_mono_ms_of_wall(pg->dead_wall_ms);
+        return;
+    }
+    pg->dead_at_ms = coord_now_ms();
+    pg->dead_wall_ms = coord_wall_ms();
+}
+
 void coord_pbr_resume(struct coord *co, const char *line)
 {
     int g, best, used = 0;
-    unsigned long long participants, peers;
+    unsigned long long participants, peers, serve, dead, served, lost_at;
+    if (sscanf(line, "pbr %d figures %llu %llu %llu %llu", &g, &serve, &dead, &served,
+               &lost_at) == 5) {
+        struct pgroup *pg = group_of(co, g);
+        if (pg) {
+            pg->last_serve_ms = serve;
+            pg->dead_wall_ms = dead;
+            pg->served_wall_ms = served;
+            pg->loss_wall_ms = lost_at;
+        }
+        return;
+    }
     if (sscanf(line, "pbr %d failover%n", &g, &used) == 1 && used > 0 && line[used] == '\0') {
         struct pgroup *pg = group_of(co, g);
         if (!pg)
@@ -817,8 +844,7 @@ void coord_pbr_resume(struct coord *co, const char *line)
         /* Fenced, or about to be: the map's primary is not confirmed, the
          * failover starts again once the backups are heard from. */
         pg->failover_due = true;
-        pg->dead_at_ms = coord_now_ms();
-        pg->dead_wall_ms = wall_ms();
+        resume_dead_at(pg);
         fprintf(stderr, "coordinator: resuming group %d's failover: it starts again once the "
                 "backups are heard from\n", g);
         return;
@@ -834,8 +860,7 @@ void coord_pbr_resume(struct coord *co, const char *line)
     pg->participants = participants;
     pg->waiting = 1ull << best;
     pg->step_at_ms = 0;   /* sent again at the first check */
-    pg->dead_at_ms = coord_now_ms();
-    pg->dead_wall_ms = wall_ms();
+    resume_dead_at(pg);
     for (int k = 0; k <= co->pbr->m; k++)
         pg->mem[k].complete = (peers & (1ull << k)) != 0 || k == best;
     fprintf(stderr, "coordinator: resuming group %d's failover: promoting member %d again "

@@ -7,13 +7,16 @@
  *                                                  (phase 0: not started yet)
  *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
  *   figures <g> <serve_ms> <prepare_us> <dead_at> <served_at> <full_ms>
- *           <full_at> <degraded_since>             the last failure's timings
+ *           <full_at> <degraded_since> <lost_at>   the last failure's timings
  *                                                  (`cocytus groups`; unix ms,
  *                                                  0: none)
  *   move <slot> <to endpoint> <epoch>              the running slot move
  *   pbr <g> failover                               a PBR group's failover that
  *                                                  has not chosen yet
  *   pbr <g> promote <best> <participants> <peers>  one that told best to serve
+ *   pbr <g> figures <serve_ms> <dead_at> <served_at> <lost_at>
+ *                                                  its last failover's timings
+ *                                                  (unix ms), first
  *   pid <member> <pid>                             each process's pid, as
  *                                                  seen in its last hello
  *
@@ -104,11 +107,11 @@ static void put_group(struct textbuf *b, const struct cgroup *cg)
         uint64_t wall = coord_wall_ms();
         degraded_wall = wall > ago_ms ? wall - ago_ms : 1;
     }
-    if (cg->last_dead_wall_ms || cg->last_full_wall_ms || degraded_wall)
+    if (cg->last_dead_wall_ms || cg->last_full_wall_ms || degraded_wall || cg->loss_wall_ms)
         put(b, "figures %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-            " %" PRIu64 "\n", cg->g, cg->last_serve_ms, cg->last_prepare_us,
+            " %" PRIu64 " %" PRIu64 "\n", cg->g, cg->last_serve_ms, cg->last_prepare_us,
             cg->last_dead_wall_ms, cg->last_served_wall_ms, cg->last_full_ms,
-            cg->last_full_wall_ms, degraded_wall);
+            cg->last_full_wall_ms, degraded_wall, cg->loss_wall_ms);
     for (int f = 0; f < cg->view.k; f++) {
         const struct takeover *tk = &cg->tk[f];
         if (tk->phase != PH_NONE || tk->deferred)
@@ -135,9 +138,12 @@ char *coord_progress_encode(struct coord *co, size_t *len)
             put(&b, "pid %d %ld\n", i, pid);
     }
     char line[LINE_MAX_LEN];
-    for (int g = 0; co->pbr && g < co->c->ngroups; g++)
+    for (int g = 0; co->pbr && g < co->c->ngroups; g++) {
+        if (coord_pbr_figures_line(co, g, line, sizeof(line)))
+            put(&b, "%s\n", line);
         if (coord_pbr_progress_line(co, g, line, sizeof(line)))
             put(&b, "%s\n", line);
+    }
     if (co->running >= 0) {
         const struct move *mv = &co->moves[co->running];
         put(&b, "move %u %d %" PRIu64 "\n", mv->slot, mv->to_endpoint, mv->epoch);
@@ -181,23 +187,20 @@ static void apply_view(struct coord *co, const char *line)
         }
 }
 
-/* The monotonic time that was wall_ms (unix ms) by our clocks now; now if
- * wall_ms is 0 or ahead of our wall clock. */
+/* The monotonic us that was wall_ms by our clocks (coord_mono_ms_of_wall). */
 static uint64_t mono_us_of_wall(uint64_t wall_ms)
 {
-    uint64_t now_us = coord_now_us(), wall = coord_wall_ms();
-    if (wall_ms == 0 || wall_ms > wall)
-        return now_us;
-    uint64_t ago_us = (wall - wall_ms) * 1000;
-    return ago_us < now_us ? now_us - ago_us : 1;
+    uint64_t ago_ms = coord_now_ms() - coord_mono_ms_of_wall(wall_ms);
+    uint64_t now_us = coord_now_us();
+    return ago_ms * 1000 < now_us ? now_us - ago_ms * 1000 : 1;
 }
 
 static void apply_figures(struct coord *co, const char *line)
 {
     int g;
-    unsigned long long serve, prep, dead, served, full, full_at, degraded;
-    if (sscanf(line, "figures %d %llu %llu %llu %llu %llu %llu %llu", &g, &serve, &prep, &dead,
-               &served, &full, &full_at, &degraded) != 8)
+    unsigned long long serve, prep, dead, served, full, full_at, degraded, lost_at;
+    if (sscanf(line, "figures %d %llu %llu %llu %llu %llu %llu %llu %llu", &g, &serve, &prep,
+               &dead, &served, &full, &full_at, &degraded, &lost_at) != 9)
         return;
     struct cgroup *cg = coord_group_of(co, g);
     if (!cg)
@@ -209,6 +212,7 @@ static void apply_figures(struct coord *co, const char *line)
     cg->last_full_ms = full;
     cg->last_full_wall_ms = full_at;
     cg->degraded_since_us = degraded ? mono_us_of_wall(degraded) : 0;
+    cg->loss_wall_ms = lost_at;
 }
 
 static void apply_takeover(struct coord *co, const char *line)

@@ -162,6 +162,7 @@ START_TEST(test_progress_figures)
     /* Group 2: dp 1 died 3 s ago, its takeover truncating; degraded since. */
     g2->last_dead_wall_ms = wall - 3000;
     g2->degraded_since_us = coord_now_us() - 3000 * 1000ull;
+    g2->loss_wall_ms = wall - 60000;     /* an earlier loss, admitted since */
     g2->view.dp_server[1] = -2;
     g2->tk[1].phase = PH_TRUNCATE;
     g2->tk[1].r = 1;
@@ -185,6 +186,8 @@ START_TEST(test_progress_figures)
     ck_assert_uint_eq(h0->last_full_ms, 3000);
     ck_assert_uint_eq(h0->last_full_wall_ms, wall - 2000);
     ck_assert_uint_eq(h0->degraded_since_us, 0);
+    ck_assert_uint_eq(h0->loss_wall_ms, 0);
+    ck_assert_uint_eq(h2->loss_wall_ms, wall - 60000);
     /* About 3 s ago by b's clock (the test may be slow: up to 1 s more). */
     uint64_t now = coord_now_us();
     ck_assert_int_eq(h2->tk[1].phase, PH_TRUNCATE);
@@ -194,7 +197,7 @@ START_TEST(test_progress_figures)
     ck_assert_uint_le(now - h2->degraded_since_us, 4000 * 1000ull);
     /* A saved time ahead of our clock (another host's) counts from now. */
     char ahead[128];
-    snprintf(ahead, sizeof(ahead), "figures 3 0 0 %llu 0 0 0 %llu\n",
+    snprintf(ahead, sizeof(ahead), "figures 3 0 0 %llu 0 0 0 %llu 0\n",
              (unsigned long long)(wall + 60000), (unsigned long long)(wall + 60000));
     coord_progress_apply(&b, ahead, strlen(ahead));
     ck_assert_uint_le(coord_now_us() - b.groups->g[3].degraded_since_us, 1000 * 1000ull);
@@ -297,6 +300,57 @@ START_TEST(test_progress_pbr_promotion)
                        "pbr 9 failover\n";
     coord_progress_apply(&b, junk, strlen(junk));
     ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
+    for (int i = 0; i < 2; i++)
+        pbr_coord_unmake(both[i]);
+    cluster_free(&pcl);
+    unlink(pconf);
+}
+END_TEST
+
+/* A PBR group's last failover's timings survive a restart (saved before its
+ * progress line), and a failover resumed dates from the death the earlier
+ * coordinator saw, unless that death was served already. */
+START_TEST(test_progress_pbr_figures)
+{
+    char pconf[64];
+    struct cluster pcl;
+    pbr_cluster(pconf, &pcl);
+    struct coord a, b;
+    struct coord *both[2] = { &a, &b };
+    for (int i = 0; i < 2; i++)
+        pbr_coord_make(both[i], &pcl);
+    char line[128], want[128];
+    unsigned long long wall = coord_wall_ms();
+    ck_assert(!coord_pbr_figures_line(&a, 1, line, sizeof(line)));
+    /* Group 1: a death 5 s ago, member 0 told to serve. */
+    snprintf(line, sizeof(line), "pbr 1 figures 0 %llu 0 0", wall - 5000);
+    coord_pbr_resume(&a, line);
+    coord_pbr_resume(&a, "pbr 1 promote 0 3 3");
+    /* Group 2: served 70 ms after a death 9 s ago; a new failover since. */
+    snprintf(line, sizeof(line), "pbr 2 figures 70 %llu %llu %llu", wall - 9000, wall - 8930,
+             wall - 20000);
+    coord_pbr_resume(&a, line);
+    coord_pbr_resume(&a, "pbr 2 failover");
+    size_t len;
+    char *saved = coord_progress_encode(&a, &len);
+    ck_assert_ptr_nonnull(saved);
+    ck_assert_ptr_nonnull(strstr(saved, "\npbr 1 figures "));
+    ck_assert(strstr(saved, "\npbr 1 figures ") < strstr(saved, "\npbr 1 promote "));
+    coord_progress_apply(&b, saved, len);
+    free(saved);
+    ck_assert(coord_pbr_figures_line(&b, 1, line, sizeof(line)));
+    snprintf(want, sizeof(want), "pbr 1 figures 0 %llu 0 0", wall - 5000);
+    ck_assert_str_eq(line, want);
+    ck_assert(coord_pbr_figures_line(&b, 2, line, sizeof(line)));
+    unsigned long long serve, dead, served;
+    unsigned long long lost_at;
+    ck_assert_int_eq(sscanf(line, "pbr 2 figures %llu %llu %llu %llu", &serve, &dead, &served,
+                            &lost_at), 4);
+    ck_assert_uint_eq(lost_at, wall - 20000);
+    ck_assert_uint_eq(serve, 70);
+    ck_assert_uint_eq(served, wall - 8930);
+    ck_assert_uint_ge(dead, wall);          /* the new failover's death: now */
+    ck_assert(!coord_pbr_figures_line(&b, 0, line, sizeof(line)));
     for (int i = 0; i < 2; i++)
         pbr_coord_unmake(both[i]);
     cluster_free(&pcl);
@@ -439,6 +493,7 @@ static Suite *progress_suite(void)
     tcase_add_test(tc, test_progress_round_trip);
     tcase_add_test(tc, test_progress_rebuild_and_loss);
     tcase_add_test(tc, test_progress_figures);
+    tcase_add_test(tc, test_progress_pbr_figures);
     tcase_add_test(tc, test_progress_pbr_promotion);
     suite_add_tcase(s, tc);
     TCase *lost = tcase_create("lost");
