@@ -232,10 +232,6 @@ START_TEST(test_progress_rebuild_and_loss)
 }
 END_TEST
 
-/* A PBR failover that told a backup to serve: a coordinator restarted
- * before the map named it promotes the same member again (fencing again
- * would wait forever for a member that is a primary by now); one that had
- * not chosen yet starts again (the map's primary is not confirmed). */
 /* A PBR(2) cluster of 3 nodes (its file's name in pconf, 64 bytes). */
 static void pbr_cluster(char *pconf, struct cluster *pcl)
 {
@@ -259,38 +255,61 @@ static void pbr_coord_unmake(struct coord *co)
     free(co->members);
 }
 
+/* Two coordinators of one PBR(2) cluster: a, which saves, and b, started
+ * on a's save. */
+struct pbr_pair {
+    char conf[64];
+    struct cluster cl;
+    struct coord a, b;
+};
+
+static void pbr_pair_make(struct pbr_pair *p)
+{
+    pbr_cluster(p->conf, &p->cl);
+    pbr_coord_make(&p->a, &p->cl);
+    pbr_coord_make(&p->b, &p->cl);
+}
+
+static void pbr_pair_free(struct pbr_pair *p)
+{
+    pbr_coord_unmake(&p->a);
+    pbr_coord_unmake(&p->b);
+    cluster_free(&p->cl);
+    unlink(p->conf);
+}
+
+/* A PBR failover that told a backup to serve: a coordinator restarted
+ * before the map named it promotes the same member again (fencing again
+ * would wait forever for a member that is a primary by now); one that had
+ * not chosen yet starts again (the map's primary is not confirmed). */
 START_TEST(test_progress_pbr_promotion)
 {
-    char pconf[64];
-    struct cluster pcl;
-    pbr_cluster(pconf, &pcl);
-    struct coord a, b;
-    struct coord *both[2] = { &a, &b };
-    for (int i = 0; i < 2; i++)
-        pbr_coord_make(both[i], &pcl);
+    struct pbr_pair p;
+    pbr_pair_make(&p);
+    struct coord *pa = &p.a, *pb = &p.b;
     char line[128];
-    ck_assert(!coord_pbr_progress_line(&a, 1, line, sizeof(line)));
+    ck_assert(!coord_pbr_progress_line(pa, 1, line, sizeof(line)));
     /* Group 1: members 0 and 1 fenced, 0 chosen, both complete. */
-    coord_pbr_resume(&a, "pbr 1 promote 0 3 3");
-    ck_assert(coord_pbr_progress_line(&a, 1, line, sizeof(line)));
+    coord_pbr_resume(pa, "pbr 1 promote 0 3 3");
+    ck_assert(coord_pbr_progress_line(pa, 1, line, sizeof(line)));
     ck_assert_str_eq(line, "pbr 1 promote 0 3 3");
     size_t len;
-    char *saved = coord_progress_encode(&a, &len);
+    char *saved = coord_progress_encode(pa, &len);
     ck_assert_ptr_nonnull(saved);
     ck_assert_ptr_nonnull(strstr(saved, "\npbr 1 promote 0 3 3\n"));
-    coord_progress_apply(&b, saved, len);
-    ck_assert(coord_pbr_progress_line(&b, 1, line, sizeof(line)));
+    coord_progress_apply(pb, saved, len);
+    ck_assert(coord_pbr_progress_line(pb, 1, line, sizeof(line)));
     ck_assert_str_eq(line, "pbr 1 promote 0 3 3");
-    ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
+    ck_assert(!coord_pbr_progress_line(pb, 0, line, sizeof(line)));
     free(saved);
     /* Group 2: a failover not chosen yet (fencing, or due) starts again. */
-    coord_pbr_resume(&a, "pbr 2 failover");
-    ck_assert(coord_pbr_progress_line(&a, 2, line, sizeof(line)));
+    coord_pbr_resume(pa, "pbr 2 failover");
+    ck_assert(coord_pbr_progress_line(pa, 2, line, sizeof(line)));
     ck_assert_str_eq(line, "pbr 2 failover");
-    saved = coord_progress_encode(&a, &len);
+    saved = coord_progress_encode(pa, &len);
     ck_assert_ptr_nonnull(saved);
-    coord_progress_apply(&b, saved, len);
-    ck_assert(coord_pbr_progress_line(&b, 2, line, sizeof(line)));
+    coord_progress_apply(pb, saved, len);
+    ck_assert(coord_pbr_progress_line(pb, 2, line, sizeof(line)));
     ck_assert_str_eq(line, "pbr 2 failover");
     free(saved);
     /* Nonsense is ignored: the primary itself, a member that took no part,
@@ -298,12 +317,9 @@ START_TEST(test_progress_pbr_promotion)
     const char *junk = "pbr 0 promote 2 3 3\npbr 0 promote 1 1 1\npbr 7 promote 0 1 1\n"
                        "pbr 0 promote 9 3 3\npbr 0 promote 0 1\npbr 0 failovers\n"
                        "pbr 9 failover\n";
-    coord_progress_apply(&b, junk, strlen(junk));
-    ck_assert(!coord_pbr_progress_line(&b, 0, line, sizeof(line)));
-    for (int i = 0; i < 2; i++)
-        pbr_coord_unmake(both[i]);
-    cluster_free(&pcl);
-    unlink(pconf);
+    coord_progress_apply(pb, junk, strlen(junk));
+    ck_assert(!coord_pbr_progress_line(pb, 0, line, sizeof(line)));
+    pbr_pair_free(&p);
 }
 END_TEST
 
@@ -312,36 +328,32 @@ END_TEST
  * coordinator saw, unless that death was served already. */
 START_TEST(test_progress_pbr_figures)
 {
-    char pconf[64];
-    struct cluster pcl;
-    pbr_cluster(pconf, &pcl);
-    struct coord a, b;
-    struct coord *both[2] = { &a, &b };
-    for (int i = 0; i < 2; i++)
-        pbr_coord_make(both[i], &pcl);
+    struct pbr_pair p;
+    pbr_pair_make(&p);
+    struct coord *pa = &p.a, *pb = &p.b;
     char line[128], want[128];
     unsigned long long wall = coord_wall_ms();
-    ck_assert(!coord_pbr_figures_line(&a, 1, line, sizeof(line)));
+    ck_assert(!coord_pbr_figures_line(pa, 1, line, sizeof(line)));
     /* Group 1: a death 5 s ago, member 0 told to serve. */
     snprintf(line, sizeof(line), "pbr 1 figures 0 %llu 0 0", wall - 5000);
-    coord_pbr_resume(&a, line);
-    coord_pbr_resume(&a, "pbr 1 promote 0 3 3");
+    coord_pbr_resume(pa, line);
+    coord_pbr_resume(pa, "pbr 1 promote 0 3 3");
     /* Group 2: served 70 ms after a death 9 s ago; a new failover since. */
     snprintf(line, sizeof(line), "pbr 2 figures 70 %llu %llu %llu", wall - 9000, wall - 8930,
              wall - 20000);
-    coord_pbr_resume(&a, line);
-    coord_pbr_resume(&a, "pbr 2 failover");
+    coord_pbr_resume(pa, line);
+    coord_pbr_resume(pa, "pbr 2 failover");
     size_t len;
-    char *saved = coord_progress_encode(&a, &len);
+    char *saved = coord_progress_encode(pa, &len);
     ck_assert_ptr_nonnull(saved);
     ck_assert_ptr_nonnull(strstr(saved, "\npbr 1 figures "));
     ck_assert(strstr(saved, "\npbr 1 figures ") < strstr(saved, "\npbr 1 promote "));
-    coord_progress_apply(&b, saved, len);
+    coord_progress_apply(pb, saved, len);
     free(saved);
-    ck_assert(coord_pbr_figures_line(&b, 1, line, sizeof(line)));
+    ck_assert(coord_pbr_figures_line(pb, 1, line, sizeof(line)));
     snprintf(want, sizeof(want), "pbr 1 figures 0 %llu 0 0", wall - 5000);
     ck_assert_str_eq(line, want);
-    ck_assert(coord_pbr_figures_line(&b, 2, line, sizeof(line)));
+    ck_assert(coord_pbr_figures_line(pb, 2, line, sizeof(line)));
     unsigned long long serve, dead, served;
     unsigned long long lost_at;
     ck_assert_int_eq(sscanf(line, "pbr 2 figures %llu %llu %llu %llu", &serve, &dead, &served,
@@ -350,11 +362,8 @@ START_TEST(test_progress_pbr_figures)
     ck_assert_uint_eq(serve, 70);
     ck_assert_uint_eq(served, wall - 8930);
     ck_assert_uint_ge(dead, wall);          /* the new failover's death: now */
-    ck_assert(!coord_pbr_figures_line(&b, 0, line, sizeof(line)));
-    for (int i = 0; i < 2; i++)
-        pbr_coord_unmake(both[i]);
-    cluster_free(&pcl);
-    unlink(pconf);
+    ck_assert(!coord_pbr_figures_line(pb, 0, line, sizeof(line)));
+    pbr_pair_free(&p);
 }
 END_TEST
 
