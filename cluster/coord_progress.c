@@ -190,7 +190,8 @@ static void apply_view(struct coord *co, const char *line)
 /* The monotonic us that was wall_ms by our clocks (coord_mono_ms_of_wall). */
 static uint64_t mono_us_of_wall(uint64_t wall_ms)
 {
-    uint64_t ago_ms = coord_now_ms() - coord_mono_ms_of_wall(wall_ms);
+    uint64_t then_ms = coord_mono_ms_of_wall(wall_ms);   /* first: now_ms >= it */
+    uint64_t ago_ms = coord_now_ms() - then_ms;
     uint64_t now_us = coord_now_us();
     return ago_ms * 1000 < now_us ? now_us - ago_ms * 1000 : 1;
 }
