@@ -42,7 +42,11 @@
 #define STOP_GRACE_SECONDS 2
 #define RESTART_FIRST_MS 500
 #define RESTART_MAX_MS 30000
-#define RESTART_RESET_MS 60000
+/* A crash loop dies within moments of each start; a process that ran 10 s
+ * was not looping (a kill then, by an operator's drill or the OOM killer,
+ * is restarted at the first back-off: under a minute's reset, a coordinator
+ * killed every 20 s would come back 16 s late by the fifth time). */
+#define RESTART_RESET_MS 10000
 
 struct child {
     const struct cluster_proc *proc;   /* NULL for a coordinator */
