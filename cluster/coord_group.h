@@ -74,8 +74,10 @@ struct cgroup {
     uint64_t loss_wall_ms;          /* unix ms: the group last lost data (0: never) */
     /* Place f's own process was serving when it was last declared dead and
      * nobody served f since: if that process was only cut off, its state is
-     * the newest and admission keeps it.  False when unknown (a restarted
-     * coordinator): admission then empties it. */
+     * the newest and admission keeps it.  Saved with the work in progress
+     * (`own` lines), so a coordinator started again knows it; false when
+     * unknown (a state saved before those lines): admission then empties
+     * it. */
     bool own_state_newest[RECOV_MAX_K];
     /* The number of f's admission, the same for every try of it (a process
      * takes each number once), 0 when none is under way. */

@@ -6,6 +6,9 @@
  *   tk <g> <f> <phase> <r> <stable> <participants> a takeover of dead DP f
  *                                                  (phase 0: not started yet)
  *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
+ *   own <g> <mask>                                 the places whose own process
+ *                                                  served last: an admission
+ *                                                  keeps what it holds
  *   figures <g> <serve_ms> <prepare_us> <dead_at> <served_at> <full_ms>
  *           <full_at> <degraded_since> <lost_at>   the last failure's timings
  *                                                  (`cocytus groups`; unix ms,
@@ -112,6 +115,12 @@ static void put_group(struct textbuf *b, const struct cgroup *cg)
             " %" PRIu64 " %" PRIu64 "\n", cg->g, cg->last_serve_ms, cg->last_prepare_us,
             cg->last_dead_wall_ms, cg->last_served_wall_ms, cg->last_full_ms,
             cg->last_full_wall_ms, degraded_wall, cg->loss_wall_ms);
+    unsigned own = 0;
+    for (int f = 0; f < cg->view.k; f++)
+        if (cg->own_state_newest[f])
+            own |= 1u << f;
+    if (own)
+        put(b, "own %d %u\n", cg->g, own);
     for (int f = 0; f < cg->view.k; f++) {
         const struct takeover *tk = &cg->tk[f];
         if (tk->phase != PH_NONE || tk->deferred)
@@ -214,6 +223,17 @@ static void apply_figures(struct coord *co, const char *line)
     cg->last_full_wall_ms = full_at;
     cg->degraded_since_us = degraded ? mono_us_of_wall(degraded) : 0;
     cg->loss_wall_ms = lost_at;
+}
+
+static void apply_own(struct coord *co, const char *line)
+{
+    int g;
+    unsigned own;
+    if (sscanf(line, "own %d %u", &g, &own) != 2)
+        return;
+    struct cgroup *cg = coord_group_of(co, g);
+    for (int f = 0; cg && f < cg->view.k; f++)
+        cg->own_state_newest[f] = (own >> f) & 1u;
 }
 
 static void apply_takeover(struct coord *co, const char *line)
@@ -322,6 +342,8 @@ void coord_progress_apply(struct coord *co, const char *text, size_t len)
             line[n] = '\0';
             if (strncmp(line, "view ", 5) == 0)
                 apply_view(co, line);
+            else if (strncmp(line, "own ", 4) == 0)
+                apply_own(co, line);
             else if (strncmp(line, "figures ", 8) == 0)
                 apply_figures(co, line);
             else if (strncmp(line, "tk ", 3) == 0)

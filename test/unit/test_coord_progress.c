@@ -99,9 +99,11 @@ START_TEST(test_progress_round_trip)
     g3->view.pp_serves[1] = 0;
     g3->view.dp_server[0] = 1;
     a.members[4].pid = 4711;
-    /* Group 4: dp 1 died unseen; its takeover waits. */
+    /* Group 4: dp 1 died unseen; its takeover waits; its own process served
+     * until then, so an admission would keep what it holds. */
     a.groups->g[4].tk[1].deferred = true;
     a.groups->g[4].view.dp_server[1] = -2;
+    a.groups->g[4].own_state_newest[1] = true;
 
     size_t len;
     char *text = coord_progress_encode(&a, &len);
@@ -124,6 +126,9 @@ START_TEST(test_progress_round_trip)
     ck_assert_int_eq(h3->view.pp_state[1], GV_PP_SERVING);
     ck_assert(h4->tk[1].deferred);
     ck_assert(!h4->lost);
+    ck_assert(h4->own_state_newest[1]);
+    ck_assert(!h4->own_state_newest[0] && !h4->own_state_newest[2]);
+    ck_assert(!h1->own_state_newest[2]);
     ck_assert_int_eq(b.members[4].saved_pid, 4711);
     /* b, started on that save, saves again before member 4's hello (a
      * hello from another member, a view): 4711 must stay in the file for
