@@ -168,7 +168,7 @@ void coord_lost_heard(struct coord *co, struct member *by, const struct ctl_msg 
 /* x has not been heard from, this coordinator has run long enough for
  * any live process to have said hello, and every peer linked with x that
  * is not declared dead is alive and reports (at least one), with its last
- * heartbeat, its link to x down for COORD_DEAD_AFTER_MS or more: x is
+ * heartbeat, its link to x down for co->dead_after_ms or more: x is
  * dead.  why gets the reason. */
 bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, size_t len);
 /* x was heard from or declared dead: its reports are spent. */

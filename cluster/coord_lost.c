@@ -18,8 +18,9 @@
  * member not heard from since this coordinator started is dead as soon as
  * every peer linked with it that is not declared dead is alive and
  * reports (at least one), with its last heartbeat, its link down for
- * COORD_DEAD_AFTER_MS: the same silence the heartbeat rule allows, heard
- * from the other end.  Not before the coordinator has listened for
+ * co->dead_after_ms (COORD_DEAD_AFTER_MS unless a test set
+ * COCYTUS_DEAD_AFTER_MS): the same silence the heartbeat rule allows,
+ * heard from the other end.  Not before the coordinator has listened for
  * LOST_LISTEN_MS, time for any live process to redial it, and not while a
  * linked peer is still unheard of (it may hold the link), nor for a PBR
  * group failing over (who leads is what is being decided).  A process
@@ -85,16 +86,17 @@ static bool linked(struct coord *co, const struct member *a, const struct member
 }
 
 /* by's report about x, if it came with by's last heartbeat, recently, and
- * long enough down; else NULL. */
+ * down for dead_after ms (the silence that declares a member dead); else
+ * NULL. */
 static const struct lost_report *report_of(const struct member *x, const struct member *by,
-                                           uint64_t now)
+                                           uint64_t now, uint64_t dead_after)
 {
     for (int i = 0; i < x->nlost; i++) {
         const struct lost_report *r = &x->lost[i];
         if (r->by != by)
             continue;
         if (r->hb != by->heartbeats || now - r->heard_ms > LOST_FRESH_MS ||
-            r->down_ms < COORD_DEAD_AFTER_MS)
+            r->down_ms < dead_after)
             return NULL;
         return r;
     }
@@ -113,7 +115,8 @@ bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, si
         if (p->state == MEMBER_DEAD || !linked(co, x, p))
             continue;
         /* A peer not heard from yet may hold the link: wait for it. */
-        const struct lost_report *r = p->state == MEMBER_ALIVE ? report_of(x, p, now) : NULL;
+        const struct lost_report *r = p->state == MEMBER_ALIVE ? report_of(x, p, now, co->dead_after_ms)
+                                                        : NULL;
         if (!r)
             return false;
         reporters++;

@@ -212,7 +212,10 @@ static int admission_member(struct coord *co, const struct pgroup *pg)
 {
     if (alive(member_k(co, pg->g, pg->primary)))
         return pg->primary;
-    if (coord_now_ms() - pg->dead_at_ms < ADMIT_PRIMARY_WAIT_MS)
+    /* From our start at the earliest: a death dated by an earlier
+     * coordinator's figures leaves the wait whole (the primary redials us). */
+    uint64_t since = pg->dead_at_ms > co->started_ms ? pg->dead_at_ms : co->started_ms;
+    if (coord_now_ms() - since < ADMIT_PRIMARY_WAIT_MS)
         return -1;
     for (int k = 0; k <= co->pbr->m; k++)
         if (alive(member_k(co, pg->g, k)))
@@ -252,8 +255,8 @@ static void admitted(struct coord *co, struct pgroup *pg)
         pg->mem[j].stale = j != k;
         pg->mem[j].cmd_at_ms = 0;
     }
+    pg->served_wall_ms = coord_wall_ms();   /* before the map's save */
     publish_primary(co, pg, k);
-    pg->served_wall_ms = coord_wall_ms();
     send_to(co, pg, k, "pbr confirm %d", pg->g);
     fprintf(stderr, "coordinator: group %d serves again, member %d its primary at epoch %llu "
             "(lost: %s); its backups are rebuilt next\n", pg->g, k,

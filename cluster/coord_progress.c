@@ -3,7 +3,8 @@
  * slot map in ZooKeeper (coord_zk.c) or the state file (coord_state.c):
  *
  *   view <g> <version> <dps> <pps>                 each coding group's view
- *   tk <g> <f> <phase> <r> <stable> <participants> a takeover of dead DP f
+ *   tk <g> <f> <phase> <r> <stable> <participants> <dead_at>
+ *                                                  a takeover of dead DP f
  *                                                  (phase 0: not started yet)
  *   mig <g> <f> <phase> <r> <xid>                  DP f taking its keys back
  *   own <g> <mask>                                 the places whose own process
@@ -40,10 +41,10 @@
  *     are heard from, and the map's primary is not confirmed meanwhile; a
  *     promotion is sent again (the chosen member, a primary by now or not,
  *     answers it), then the map names it.
- * The figures line comes before the group's takeovers: a takeover resumed
- * counts its time from the death the old leader saw, not from the resume,
- * and `cocytus groups` reports the last failure's timings whichever
- * coordinator handled it (a drill that kills the coordinator reads them).
+ * A takeover resumed counts its time from the death the old leader saw (the
+ * tk line's dead_at), not from the resume, and `cocytus groups` reports the
+ * last failure's timings whichever coordinator handled it (a drill that
+ * kills the coordinator reads them).
  * Without the view lines a restarted data process that came back empty
  * during a takeover would look like the original serving its keys; without
  * the pids, one that died and came back while no leader watched (between
@@ -99,17 +100,23 @@ static void put(struct textbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* The unix ms of a monotonic time in us (0 for 0: none; 1 if before the
+ * epoch). */
+static uint64_t wall_of_mono_us(uint64_t mono_us)
+{
+    if (mono_us == 0)
+        return 0;
+    uint64_t ago_ms = (coord_now_us() - mono_us) / 1000;
+    uint64_t wall = coord_wall_ms();
+    return wall > ago_ms ? wall - ago_ms : 1;
+}
+
 static void put_group(struct textbuf *b, const struct cgroup *cg)
 {
     char view[256];
     group_view_format(&cg->view, view, sizeof(view));
     put(b, "view %d %s\n", cg->g, view);
-    uint64_t degraded_wall = 0;
-    if (cg->degraded_since_us) {
-        uint64_t ago_ms = (coord_now_us() - cg->degraded_since_us) / 1000;
-        uint64_t wall = coord_wall_ms();
-        degraded_wall = wall > ago_ms ? wall - ago_ms : 1;
-    }
+    uint64_t degraded_wall = cg->degraded_since_us ? wall_of_mono_us(cg->degraded_since_us) : 0;
     if (cg->last_dead_wall_ms || cg->last_full_wall_ms || degraded_wall || cg->loss_wall_ms)
         put(b, "figures %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
             " %" PRIu64 " %" PRIu64 "\n", cg->g, cg->last_serve_ms, cg->last_prepare_us,
@@ -124,8 +131,8 @@ static void put_group(struct textbuf *b, const struct cgroup *cg)
     for (int f = 0; f < cg->view.k; f++) {
         const struct takeover *tk = &cg->tk[f];
         if (tk->phase != PH_NONE || tk->deferred)
-            put(b, "tk %d %d %d %d %" PRIu64 " %u\n", cg->g, f, (int)tk->phase, tk->r,
-                tk->stable, (unsigned)tk->participants);
+            put(b, "tk %d %d %d %d %" PRIu64 " %u %" PRIu64 "\n", cg->g, f, (int)tk->phase,
+                tk->r, tk->stable, (unsigned)tk->participants, wall_of_mono_us(tk->dead_at_us));
         const struct migration *mg = &cg->mig[f];
         if (mg->phase != MIG_NONE)
             put(b, "mig %d %d %d %d %" PRIu64 "\n", cg->g, f, (int)mg->phase, mg->r, mg->xid);
@@ -239,9 +246,11 @@ static void apply_own(struct coord *co, const char *line)
 static void apply_takeover(struct coord *co, const char *line)
 {
     int g, f, phase, r;
-    unsigned long long stable;
+    unsigned long long stable, dead_wall = 0;
     unsigned participants;
-    if (sscanf(line, "tk %d %d %d %d %llu %u", &g, &f, &phase, &r, &stable, &participants) != 6)
+    int n = sscanf(line, "tk %d %d %d %d %llu %u %llu", &g, &f, &phase, &r, &stable, &participants,
+                   &dead_wall);
+    if (n < 6)
         return;
     struct cgroup *cg = coord_group_of(co, g);
     if (!cg || f < 0 || f >= cg->view.k || phase < PH_NONE || phase > PH_TAKEOVER)
@@ -251,14 +260,14 @@ static void apply_takeover(struct coord *co, const char *line)
     if (phase == PH_NONE) {
         /* A death seen late whose takeover had not started. */
         tk->deferred = true;
-        tk->dead_at_us = coord_now_us();
+        tk->dead_at_us = mono_us_of_wall(dead_wall);
         return;
     }
     tk->phase = (enum dp_phase)phase;
     tk->participants = participants;
     tk->r = r;
-    /* From the death the old leader saw (its figures line came first). */
-    tk->dead_at_us = mono_us_of_wall(cg->last_dead_wall_ms);
+    /* From the death the old leader saw (now for a line without it). */
+    tk->dead_at_us = mono_us_of_wall(dead_wall);
     tk->prepare_started_us = coord_now_us();
     tk->step_at_ms = 0;                       /* sent at the first check */
     if (tk->phase == PH_PREPARE) {

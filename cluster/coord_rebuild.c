@@ -131,7 +131,6 @@ static void note_full_redundancy(struct coord *co, struct cgroup *cg)
         fprintf(stderr, "coordinator: group %d is at full redundancy again (%d of %d parity "
                 "processes), %" PRIu64 " ms after the first failure\n", cg->g, cg->view.m,
                 cg->view.m, cg->last_full_ms);
-        coord_save_progress(co);   /* the figures, for a coordinator started later */
     }
 }
 
@@ -383,8 +382,8 @@ static void rb_done(struct coord *co, struct cgroup *cg, int j)
     memset(&cg->prog[j], 0, sizeof(cg->prog[j]));
     fprintf(stderr, "coordinator: group %d parity process %d holds parity again (rebuild took "
             "%.1f ms)\n", cg->g, j, (double)(coord_now_us() - rb->started_us) / 1000.0);
+    note_full_redundancy(co, cg);   /* first: the view's save keeps its figures */
     coord_broadcast_view(co, cg);
-    note_full_redundancy(co, cg);
 }
 
 /* Every logical DP is served by a process holding all its data. */
