@@ -155,6 +155,10 @@ void coord_recovery_check(struct coord *co);
 void coord_recovery_forgive(struct coord *co, uint64_t late, uint64_t now);
 /* "cocytus groups": one line per group. */
 void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx);
+/* A process of group g this coordinator has not heard from yet, nor
+ * declared dead: until then (its startup grace at most) the saved state may
+ * hide a death, so `cocytus groups` says "starting", not "healthy". */
+bool coord_group_unheard(const struct coord *co, int g);
 /* m restarted while no leader watched (a new pid in its hello): its death
  * was never handled.  Called before coord_recovery_on_hello. */
 void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);

@@ -719,6 +719,8 @@ static const char *group_state(struct coord *co, const struct pgroup *pg, int *r
         return "taking-over";
     if (rebuilding)
         return "rebuilding";
+    if (coord_group_unheard(co, pg->g))
+        return "starting";
     return *redundancy < co->pbr->m ? "degraded" : "healthy";
 }
 

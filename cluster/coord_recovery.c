@@ -556,6 +556,14 @@ void coord_recovery_check(struct coord *co)
 
 /* ---- status ---- */
 
+bool coord_group_unheard(const struct coord *co, int g)
+{
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].proc->group == g && co->members[i].state == MEMBER_UNKNOWN)
+            return true;
+    return false;
+}
+
 static const char *group_state(const struct coord *co, const struct cgroup *cg, int *redundancy)
 {
     int parity = 0;
@@ -586,6 +594,8 @@ static const char *group_state(const struct coord *co, const struct cgroup *cg, 
         return "migrating";
     if (rebuilding)
         return "rebuilding";
+    if (coord_group_unheard(co, cg->g))
+        return "starting";
     return degraded ? "degraded" : "healthy";
 }
 

@@ -242,6 +242,47 @@ START_TEST(test_progress_rebuild_and_loss)
 }
 END_TEST
 
+/* What `cocytus groups` writes, gathered. */
+struct admin_out {
+    char text[8192];
+    size_t len;
+};
+
+static void admin_write(void *ctx, const void *p, size_t n)
+{
+    struct admin_out *o = ctx;
+    ck_assert_uint_lt(o->len + n, sizeof(o->text));
+    memcpy(o->text + o->len, p, n);
+    o->len += n;
+    o->text[o->len] = '\0';
+}
+
+/* A coordinator just started (on a saved state that says all is well)
+ * reports a group as starting, not healthy, until it has heard from every
+ * one of its processes or declared it dead. */
+START_TEST(test_group_starting_until_heard)
+{
+    struct coord a;
+    coord_make(&a);
+    struct admin_out out = { .len = 0 };
+    coord_recovery_admin(&a, admin_write, &out);
+    ck_assert_msg(strstr(out.text, "group 0 starting redundancy 2/2 ") != NULL, "%s", out.text);
+    int one = -1;
+    for (int i = 0; i < a.nmembers; i++)
+        if (a.members[i].proc->group == 0) {
+            a.members[i].state = MEMBER_ALIVE;
+            one = i;
+        }
+    ck_assert_int_ge(one, 0);
+    a.members[one].state = MEMBER_DEAD;               /* dead counts as heard of */
+    out.len = 0;
+    coord_recovery_admin(&a, admin_write, &out);
+    ck_assert_msg(strstr(out.text, "group 0 healthy redundancy 2/2 ") != NULL, "%s", out.text);
+    ck_assert_msg(strstr(out.text, "group 1 starting ") != NULL, "%s", out.text);
+    coord_unmake(&a);
+}
+END_TEST
+
 /* A PBR(2) cluster of 3 nodes (its file's name in pconf, 64 bytes). */
 static void pbr_cluster(char *pconf, struct cluster *pcl)
 {
@@ -512,6 +553,7 @@ static Suite *progress_suite(void)
     tcase_add_test(tc, test_progress_round_trip);
     tcase_add_test(tc, test_progress_rebuild_and_loss);
     tcase_add_test(tc, test_progress_figures);
+    tcase_add_test(tc, test_group_starting_until_heard);
     tcase_add_test(tc, test_progress_pbr_figures);
     tcase_add_test(tc, test_progress_pbr_promotion);
     suite_add_tcase(s, tc);
