@@ -74,16 +74,33 @@ uint64_t coord_wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* The monotonic ms that was wall_ms (unix ms) by our clocks now: for times
- * an earlier coordinator saved.  Now if wall_ms is 0 or ahead of our wall
- * clock (another host's). */
-uint64_t coord_mono_ms_of_wall(uint64_t wall_ms)
+uint64_t coord_now_us(void)
 {
-    uint64_t wall = coord_wall_ms();
-    uint64_t now = coord_now_ms();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Times saved for a coordinator started later are unix ms; our own are
+ * monotonic.  The monotonic us that was wall_ms by our clocks now (now if
+ * wall_ms is 0 or ahead of our wall clock, another host's; at least 1). */
+uint64_t coord_mono_us_of_wall(uint64_t wall_ms)
+{
+    uint64_t wall = coord_wall_ms(), now = coord_now_us();
     if (wall_ms == 0 || wall_ms > wall)
         return now;
-    return wall - wall_ms < now ? now - (wall - wall_ms) : 1;
+    uint64_t ago_us = (wall - wall_ms) * 1000;
+    return ago_us < now ? now - ago_us : 1;
+}
+
+/* The unix ms of a monotonic time in us (0 for 0: none; at least 1). */
+uint64_t coord_wall_of_mono_us(uint64_t mono_us)
+{
+    if (mono_us == 0)
+        return 0;
+    uint64_t ago_ms = (coord_now_us() - mono_us) / 1000;
+    uint64_t wall = coord_wall_ms();
+    return wall > ago_ms ? wall - ago_ms : 1;
 }
 
 /* A period from the environment, for tests that must not wait the real one

@@ -101,7 +101,6 @@ struct coord_groups {
 };
 
 
-uint64_t coord_now_us(void);
 struct cgroup *coord_group_of(struct coord *co, int g);
 bool coord_alive(const struct member *m);
 struct member *coord_pp_member(struct coord *co, int g, int j);

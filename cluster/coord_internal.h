@@ -110,8 +110,10 @@ struct coord {
 /* ---- coord.c, for coord_recovery.c ---- */
 
 uint64_t coord_now_ms(void);
+uint64_t coord_now_us(void);
 uint64_t coord_wall_ms(void);   /* unix ms */
-uint64_t coord_mono_ms_of_wall(uint64_t wall_ms);
+uint64_t coord_mono_us_of_wall(uint64_t wall_ms);
+uint64_t coord_wall_of_mono_us(uint64_t mono_us);
 /* t moved forward by late ms, but not past now: a timestamp of silence or
  * progress, after a stall of the coordinator (coord.c, forgive_own_stall). */
 uint64_t coord_forgive_ms(uint64_t t, uint64_t late, uint64_t now);

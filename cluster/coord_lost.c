@@ -115,8 +115,8 @@ bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, si
         if (p->state == MEMBER_DEAD || !linked(co, x, p))
             continue;
         /* A peer not heard from yet may hold the link: wait for it. */
-        const struct lost_report *r = p->state == MEMBER_ALIVE ? report_of(x, p, now, co->dead_after_ms)
-                                                        : NULL;
+        const struct lost_report *r =
+            p->state == MEMBER_ALIVE ? report_of(x, p, now, co->dead_after_ms) : NULL;
         if (!r)
             return false;
         reporters++;

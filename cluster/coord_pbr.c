@@ -233,7 +233,8 @@ static void admit_step(struct coord *co, struct pgroup *pg)
                 "the group again (%s)\n", pg->g, k,
                 k == pg->primary ? "as the primary, with what it holds"
                                  : "empty: its primary stayed away");
-        pg->admit_number = (uint64_t)coord_wall_ms() * 64u + (uint64_t)k;   /* new try, new number */
+        /* a new try, a new number */
+        pg->admit_number = (uint64_t)coord_wall_ms() * 64u + (uint64_t)k;
     }
     pg->phase = PG_ADMITTING;
     pg->best = k;
@@ -820,7 +821,7 @@ bool coord_pbr_figures_line(struct coord *co, int g, char *line, size_t len)
 static void resume_dead_at(struct pgroup *pg)
 {
     if (pg->dead_wall_ms && pg->dead_wall_ms > pg->served_wall_ms) {
-        pg->dead_at_ms = coord_mono_ms_of_wall(pg->dead_wall_ms);
+        pg->dead_at_ms = coord_mono_us_of_wall(pg->dead_wall_ms) / 1000;
         return;
     }
     pg->dead_at_ms = coord_now_ms();

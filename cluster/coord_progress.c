@@ -100,23 +100,12 @@ static void put(struct textbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-/* The unix ms of a monotonic time in us (0 for 0: none; 1 if before the
- * epoch). */
-static uint64_t wall_of_mono_us(uint64_t mono_us)
-{
-    if (mono_us == 0)
-        return 0;
-    uint64_t ago_ms = (coord_now_us() - mono_us) / 1000;
-    uint64_t wall = coord_wall_ms();
-    return wall > ago_ms ? wall - ago_ms : 1;
-}
-
 static void put_group(struct textbuf *b, const struct cgroup *cg)
 {
     char view[256];
     group_view_format(&cg->view, view, sizeof(view));
     put(b, "view %d %s\n", cg->g, view);
-    uint64_t degraded_wall = cg->degraded_since_us ? wall_of_mono_us(cg->degraded_since_us) : 0;
+    uint64_t degraded_wall = coord_wall_of_mono_us(cg->degraded_since_us);
     if (cg->last_dead_wall_ms || cg->last_full_wall_ms || degraded_wall || cg->loss_wall_ms)
         put(b, "figures %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
             " %" PRIu64 " %" PRIu64 "\n", cg->g, cg->last_serve_ms, cg->last_prepare_us,
@@ -132,7 +121,8 @@ static void put_group(struct textbuf *b, const struct cgroup *cg)
         const struct takeover *tk = &cg->tk[f];
         if (tk->phase != PH_NONE || tk->deferred)
             put(b, "tk %d %d %d %d %" PRIu64 " %u %" PRIu64 "\n", cg->g, f, (int)tk->phase,
-                tk->r, tk->stable, (unsigned)tk->participants, wall_of_mono_us(tk->dead_at_us));
+                tk->r, tk->stable, (unsigned)tk->participants,
+                coord_wall_of_mono_us(tk->dead_at_us));
         const struct migration *mg = &cg->mig[f];
         if (mg->phase != MIG_NONE)
             put(b, "mig %d %d %d %d %" PRIu64 "\n", cg->g, f, (int)mg->phase, mg->r, mg->xid);
@@ -203,15 +193,6 @@ static void apply_view(struct coord *co, const char *line)
         }
 }
 
-/* The monotonic us that was wall_ms by our clocks (coord_mono_ms_of_wall). */
-static uint64_t mono_us_of_wall(uint64_t wall_ms)
-{
-    uint64_t then_ms = coord_mono_ms_of_wall(wall_ms);   /* first: now_ms >= it */
-    uint64_t ago_ms = coord_now_ms() - then_ms;
-    uint64_t now_us = coord_now_us();
-    return ago_ms * 1000 < now_us ? now_us - ago_ms * 1000 : 1;
-}
-
 static void apply_figures(struct coord *co, const char *line)
 {
     int g;
@@ -228,7 +209,7 @@ static void apply_figures(struct coord *co, const char *line)
     cg->last_served_wall_ms = served;
     cg->last_full_ms = full;
     cg->last_full_wall_ms = full_at;
-    cg->degraded_since_us = degraded ? mono_us_of_wall(degraded) : 0;
+    cg->degraded_since_us = degraded ? coord_mono_us_of_wall(degraded) : 0;
     cg->loss_wall_ms = lost_at;
 }
 
@@ -260,14 +241,14 @@ static void apply_takeover(struct coord *co, const char *line)
     if (phase == PH_NONE) {
         /* A death seen late whose takeover had not started. */
         tk->deferred = true;
-        tk->dead_at_us = mono_us_of_wall(dead_wall);
+        tk->dead_at_us = coord_mono_us_of_wall(dead_wall);
         return;
     }
     tk->phase = (enum dp_phase)phase;
     tk->participants = participants;
     tk->r = r;
     /* From the death the old leader saw (now for a line without it). */
-    tk->dead_at_us = mono_us_of_wall(dead_wall);
+    tk->dead_at_us = coord_mono_us_of_wall(dead_wall);
     tk->prepare_started_us = coord_now_us();
     tk->step_at_ms = 0;                       /* sent at the first check */
     if (tk->phase == PH_PREPARE) {

@@ -42,13 +42,6 @@
 
 #define RESEND_AFTER_MS 1000
 
-uint64_t coord_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static bool rs_cluster(const struct coord *co)
 {
     return co->c->scheme == SCHEME_RS && co->groups;

@@ -423,6 +423,23 @@ group0_addr() {
     awk -v r="$2" -v i="$3" '$1 == r && $2 == 0 && $3 == i { print $5; exit }' "$1/endpoints"
 }
 
+# group0_pid DIR ROLE I: the pid of group 0's ROLE I of the cluster in DIR
+# (from the process list: a process restarted by its node has a new one).
+group0_pid() {
+    pgrep -f -- "--role $2 --cluster $1/cluster.conf --group 0 --index $3( |\$)" | head -1
+}
+
+# group0_before DIR: before_<i> stored through each of data processes 0-2
+# (group0_after reads them back).
+group0_before() {
+    local d=$1 i reply
+    for i in 0 1 2; do
+        reply=$(mc "$(group0_addr "$d" data "$i")" "set before_$i 0 0 8\r\nbefore_$i\r\n")
+        [ "$reply" = STORED ] && ok "set through data process $i" ||
+            fail "set through data process $i: $reply"
+    done
+}
+
 # group0_writer DIR I: sets w<I>_<n> = n through data process I, one
 # connection each, for at most 20 s and 3000 writes or until DIR/stop-writers
 # exists; each reply goes to DIR/writer-I.out as "n REPLY".
@@ -456,8 +473,8 @@ group0_writers_read_back() {
 }
 
 # group0_after DIR WHAT: verify finds group 0 exact, and through each of
-# data processes 0-2 a new set is stored and before_<i> (stored by the
-# test first) reads back; WHAT ends the messages ("after the rebuild").
+# data processes 0-2 a new set is stored and before_<i> (group0_before)
+# reads back; WHAT ends the messages ("after the rebuild").
 group0_after() {
     local d=$1 what=$2 i a reply
     if "$build_dir/client/cocytus-cli" --dir "$d" --timeout 5000 verify >"$d/verify.out" 2>&1; then

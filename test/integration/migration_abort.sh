@@ -88,9 +88,9 @@ else
     finish
 fi
 sleep 0.2                       # f applies the end and says "copied" (to nobody yet)
-f_pid=$(pgrep -f -- "--role data --cluster $dir/cluster.conf --group 0 --index 0( |$)" | head -1)
+f_pid=$(group0_pid "$dir" data 0)
 [ -n "$f_pid" ] && [ "$f_pid" != "$dp_pid" ] || { fail "no restarted data process 0 (pid '$f_pid')"; finish; }
-stopped_r=$(pgrep -f -- "--role parity --cluster $dir/cluster.conf --group 0 --index $ridx( |$)" | head -1)
+stopped_r=$(group0_pid "$dir" parity "$ridx")
 [ -n "$stopped_r" ] || { fail "no pid for parity process $ridx"; finish; }
 # r stays stopped for well under a second: its links do not time out, and
 # the coordinator (which forgives its own stop) takes it for dead only

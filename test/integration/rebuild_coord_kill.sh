@@ -35,14 +35,8 @@ on_exit cleanup
 export COCYTUS_DEAD_AFTER_MS=5000
 cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-proxy ||
     { fail "cluster up"; exit 1; }
-proc_pid() {
-    pgrep -f -- "--role $1 --cluster $dir/cluster.conf --group 0 --index $2( |$)" | head -1
-}
 coord_pid() { pgrep -f -- "--role coordinator --cluster $dir/cluster.conf" | head -1; }
-for i in 0 1 2; do
-    reply=$(mc "$(group0_addr "$dir" data "$i")" "set before_$i 0 0 8\r\nbefore_$i\r\n")
-    [ "$reply" = STORED ] && ok "set through data process $i" || fail "set through data process $i: $reply"
-done
+group0_before "$dir"
 
 group0_writer "$dir" 0 &
 writer_pids=$!
@@ -51,8 +45,8 @@ writer_pids="$writer_pids $!"
 
 rebuilding() { grep -q "group 0 parity process 1 is rebuilt from" "$dir"/coordinator*.log; }
 holds() { grep -q "group 0 parity process 1 holds parity again" "$dir"/coordinator*.log; }
-j_old=$(proc_pid parity 1)
-dp2=$(proc_pid data 2)
+j_old=$(group0_pid "$dir" parity 1)
+dp2=$(group0_pid "$dir" data 2)
 c_old=$(coord_pid)
 [ -n "$j_old" ] && [ -n "$dp2" ] && [ -n "$c_old" ] || { fail "no parity process 1, data process 2 or coordinator"; exit 1; }
 kill -STOP "$dp2" && stopped=$dp2

@@ -54,13 +54,7 @@ on_exit cleanup
 export COCYTUS_REPAIR_STALL_MS=300 COCYTUS_DEAD_AFTER_MS=5000
 cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-proxy ||
     { fail "cluster up"; exit 1; }
-proc_pid() {
-    pgrep -f -- "--role $1 --cluster $dir/cluster.conf --group 0 --index $2( |$)" | head -1
-}
-for i in 0 1 2; do
-    reply=$(mc "$(group0_addr "$dir" data "$i")" "set before_$i 0 0 8\r\nbefore_$i\r\n")
-    [ "$reply" = STORED ] && ok "set through data process $i" || fail "set through data process $i: $reply"
-done
+group0_before "$dir"
 
 # try: data process 2 is stopped, for at most 4 s, and parity process 1
 # killed.
@@ -72,8 +66,8 @@ try() {
     local j_old dp2
     held=$(grep -c "group 0 parity process 1 holds parity again" "$dir/coordinator.log")
     overs=$(grep -c "group 0 parity process 1: rebuild made no progress" "$dir/coordinator.log")
-    j_old=$(proc_pid parity 1)
-    dp2=$(proc_pid data 2)
+    j_old=$(group0_pid "$dir" parity 1)
+    dp2=$(group0_pid "$dir" data 2)
     [ -n "$j_old" ] && [ -n "$dp2" ] || { fail "no parity process 1 or data process 2"; return 1; }
     # dp2 stops first: j comes back (cocytus-node starts it again after
     # 0.5 s, 1 s, 2 s as it keeps dying), says hello, and its rebuild starts
