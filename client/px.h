@@ -250,6 +250,8 @@ struct px_backend {
     struct event *rev, *wev;
     enum px_be_state state;
     bool was_down;                  /* logged as down, not yet as up again */
+    bool silent;                    /* its last failure was a timeout, and it has not
+                                       answered since (a stopped process, a cut link) */
     int64_t retry_at_ms;            /* BE_DOWN: no connection before this */
     int64_t connect_started_ms;
     int fails;                      /* connection failures in a row */
@@ -298,6 +300,7 @@ struct px_fetch {
     bool again;                     /* asked for while running */
     bool pending;                   /* another fetch starts at again_at_ms */
     int64_t again_at_ms;
+    int64_t started_ms;             /* when the last fetch began */
     int fd;
     struct event *ev;
     struct px_rbuf in;
@@ -429,6 +432,15 @@ bool px_backend_send(struct px_backend *be, struct px_op *op);
 void px_backend_flush(struct px_backend *be);
 void px_backend_queue(struct px_backend *be);
 void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
+/* After a newer map: a silent backend whose oldest op's slot the map gave
+ * to another server is closed now, as if it had timed out (px_route.c,
+ * "A silent server"). */
+void px_backend_leave_silent(struct px_worker *w);
+/* A silent backend, while ops or meta commands are in progress; else NULL. */
+const struct px_backend *px_backend_silent_busy(const struct px_worker *w);
+/* The server at a is silent (a meta connection to it timed out) or not
+ * (it answered one). */
+void px_backend_set_silent(struct px_worker *w, const struct lc_addr *a, bool silent);
 void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno.  A numeric host
  * never blocks; a host name is looked up once per worker and remembered
@@ -505,6 +517,8 @@ void px_meta_close_all(struct px_worker *w);
 bool px_meta_busy(const struct px_worker *w);
 /* Timeouts and retries of the meta commands. */
 void px_meta_tick(struct px_worker *w, int64_t now_ms);
+/* After a newer map: px_backend_leave_silent for meta connections. */
+void px_meta_leave_silent(struct px_worker *w);
 /* A classic request about to be launched: true if it must wait behind an
  * earlier meta command of its client (px_meta.c launches it later). */
 bool px_meta_defer_classic(struct px_worker *w, struct px_req *rq);

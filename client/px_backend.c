@@ -211,6 +211,7 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
         be->was_down = true;
     }
     __atomic_store_n(&be->st->down, 1, __ATOMIC_RELAXED);
+    be->silent = timed_out;
     px_count(&be->st->errors, 1);
     px_count(timed_out ? &w->st.timeouts : &w->st.conn_failures, 1);
     /* A message of this flush step's batch went out or not: count it
@@ -381,6 +382,7 @@ static void on_be_write(evutil_socket_t fd, short what, void *arg)
 static void be_answered(struct px_backend *be)
 {
     be->fails = 0;
+    be->silent = false;
     if (be->was_down) {
         fprintf(stderr, "cocytus-proxy: worker %d: backend %s up\n", be->w->id, be->name);
         be->was_down = false;
@@ -506,6 +508,53 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
             snprintf(why, sizeof(why), "no reply in %d ms", timeout);
             be_fail(be, why, true);
         }
+    }
+}
+
+const struct px_backend *px_backend_silent_busy(const struct px_worker *w)
+{
+    if (w->ninflight == 0 && w->nwaiting == 0 && !px_meta_busy(w))
+        return NULL;
+    for (const struct px_backend *be = w->all_be; be; be = be->next_all)
+        if (be->silent)
+            return be;
+    return NULL;
+}
+
+void px_backend_set_silent(struct px_worker *w, const struct lc_addr *a, bool silent)
+{
+    for (struct px_backend *be = w->all_be; be; be = be->next_all) {
+        if (lc_addr_equal(&be->addr, a)) {
+            be->silent = silent;
+            return;
+        }
+    }
+    struct px_backend *be = silent ? px_backend_get(w, a) : NULL;
+    if (be != NULL)
+        be->silent = true;
+}
+
+/* Whether the map now gives op's slot to a server other than be: a keyed
+ * op only (a flush's or a stats poll's goes to its server whatever the
+ * map says). */
+static bool slot_moved_from(const struct px_worker *w, const struct px_op *op,
+                            const struct px_backend *be)
+{
+    return op->fanout < 0 && op->mop == NULL && w->be[w->owner[op->slot]] != be;
+}
+
+void px_backend_leave_silent(struct px_worker *w)
+{
+    for (struct px_backend *be = w->all_be; be; be = be->next_all) {
+        if (!be->silent || be->head == NULL || !slot_moved_from(w, be->head, be))
+            continue;
+        /* It answers in order, so nothing behind its oldest op is answered
+         * before that one, which a silent server may never answer: taken
+         * over, it exits once it runs again (docs/recovery.md). */
+        fprintf(stderr, "cocytus-proxy: worker %d: backend %s: silent, and the map gives slot %u "
+                "to another server: its %zu request(s) in flight go to the new owners\n",
+                w->id, be->name, be->head->slot, be->ninflight);
+        be_fail(be, "silent, and the map gave its slots to another server", true);
     }
 }
 

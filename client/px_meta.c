@@ -24,7 +24,10 @@
  * Failures follow the classic path's rules (px_route.c).  A connection
  * whose oldest request has waited timeout_ms for its reply (a stopped or
  * hung server), or that did not connect in timeout_ms, is closed like a
- * lost one.  The requests in flight on a lost connection that are harmless
+ * lost one, and its server is then silent as a classic backend is
+ * (px_route.c, "A silent server"): one still open to it is closed as soon
+ * as a newer map gives the slot of its oldest request to another server
+ * (px_meta_leave_silent).  The requests in flight on a lost connection that are harmless
  * twice (mg without N or R, ms in set or replace mode without C, md
  * without C, me) wait a back-off while the map is fetched again and go
  * to their slot's owner then, until the request's deadline or
@@ -662,8 +665,11 @@ static void mconn_read(struct px_mconn *m)
         mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
         return;
     }
-    if (got > 0)
+    if (got > 0) {
         m->last_rx_ms = px_now_ms();
+        if (!m->dumps)
+            px_backend_set_silent(m->w, &m->addr, false);
+    }
     if (m->auth_pending && !mconn_auth_reply(m))
         return;
     for (;;) {
@@ -854,6 +860,29 @@ bool px_meta_busy(const struct px_worker *w)
     return w->meta != NULL && w->meta->inflight > 0;
 }
 
+void px_meta_leave_silent(struct px_worker *w)
+{
+    struct px_meta *pm = w->meta;
+    if (pm == NULL)
+        return;
+    struct px_mconn *next;
+    for (struct px_mconn *m = pm->conns; m; m = next) {
+        next = m->next;
+        if (m->dumps || m->head == NULL || m->head->pinned)
+            continue;
+        const struct px_backend *silent = px_backend_get(w, &m->addr);
+        const struct px_backend *owner = w->be[w->owner[m->head->op->slot]];
+        if (silent == NULL || !silent->silent || owner == NULL ||
+            lc_addr_equal(&owner->addr, &m->addr))
+            continue;
+        fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: silent, and the map "
+                "gives slot %u to another server: its requests go to the new owners\n", w->id,
+                m->name, m->head->op->slot);
+        px_count(&w->st.timeouts, 1);
+        mconn_lost(m, "silent, and the map gave its slots to another server:", true);
+    }
+}
+
 /* Closes connections that stopped answering (their requests go again or
  * fail, mconn_lost) and launches the waiting requests whose back-off is
  * over. */
@@ -875,6 +904,8 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
                    now_ms - m->last_rx_ms > timeout) {
             snprintf(what, sizeof(what), "no reply in %d ms from", timeout);
             px_count(&w->st.timeouts, 1);
+            if (!m->dumps)
+                px_backend_set_silent(w, &m->addr, true);
             mconn_lost(m, what, true);
         }
     }

@@ -36,6 +36,23 @@
  * route_gen, and when it has not moved since the client's oldest request
  * in progress arrived, every earlier op went where this one goes.
  *
+ * A silent server.  A stopped process (SIGSTOP, a paused VM) still
+ * completes connections, so it is found only by a try's timeout, and the
+ * coordinator takes its keys over only after its dead-after period (1.5
+ * s): a request sent to it at the stop failed its first try at 1 s, was
+ * sent to it again (the map had not changed), and ran out of the 2 s
+ * deadline while that second try waited.  So a backend whose last failure
+ * was a timeout and that has not answered since is silent
+ * (px_backend.c): while one is, and ops are in flight or waiting, the map
+ * is fetched every SILENT_FETCH_MS (from the others first); and when a
+ * newer map gives the slot of a silent backend's oldest op to another
+ * server, the backend is closed at once, as a timeout would, and its ops
+ * go the usual way: the harmless-twice ones to the new owner, the others
+ * fail with "may have been applied".  Nothing behind the oldest op can be
+ * answered before it, and a process that was taken over exits once it
+ * runs again without applying anything (its parity processes refuse it).
+ * test/integration/proxy_hang.sh.
+ *
  * The map fetch is non-blocking too: one short "config get cluster"
  * connection at a time, PX_FETCH_TIMEOUT_MS per server, through the
  * servers libcocytus would ask (lc_refresh_sources), stopping at the first
@@ -58,6 +75,7 @@
 
 #define EXTRA_BACKENDS 64          /* MOVED targets outside the map */
 #define FETCH_AGAIN_MS 20          /* between two fetches asked for back to back */
+#define SILENT_FETCH_MS 100        /* between two fetches while a server is silent */
 #define FETCH_REPLY_MAX (8u << 20)
 
 static const char fetch_request[] = "config get cluster\r\n";
@@ -412,6 +430,8 @@ static void fetch_answer(struct px_worker *w, size_t n)
         if (!install_map(w, m))
             lc_map_free(m);
         fetch_done(w);
+        px_backend_leave_silent(w);
+        px_meta_leave_silent(w);
         return;
     case LC_MAP_SAME:
         if (++f->same >= 2 || f->cur + 1 >= f->nsrc) {
@@ -519,6 +539,7 @@ static void fetch_start(struct px_worker *w, const struct lc_addr *prefer,
     struct px_fetch *f = &w->fetch;
 
     f->running = true;
+    f->started_ms = px_now_ms();
     f->pending = false;
     f->again = false;
     f->has_prefer = false;
@@ -562,6 +583,12 @@ void px_route_tick(struct px_worker *w, int64_t now_ms)
     if (!f->running && f->pending && now_ms >= f->again_at_ms) {
         struct lc_addr prefer = f->prefer;
         fetch_start(w, f->has_prefer ? &prefer : NULL, NULL, f->min_epoch);
+    }
+    const struct px_backend *silent;
+    if (!f->running && !f->pending && now_ms - f->started_ms >= SILENT_FETCH_MS &&
+        (silent = px_backend_silent_busy(w)) != NULL) {
+        struct lc_addr avoid = silent->addr;
+        fetch_start(w, NULL, &avoid, 0);
     }
     /* the ops due now; those that wait again go to a new list */
     struct px_op *list = w->waiting;

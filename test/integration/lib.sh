@@ -60,6 +60,21 @@ need_built() {
     done
 }
 
+# need_pymemcache: sets py to a python3 that imports pymemcache, or skips
+# the test (exit 77).
+need_pymemcache() {
+    local candidate
+    py=""
+    for candidate in python3 /usr/bin/python3; do
+        if "$candidate" -c 'import pymemcache' 2>/dev/null; then
+            py=$candidate
+            return 0
+        fi
+    done
+    echo "SKIP: pymemcache is not installed (apt-get install python3-pymemcache)"
+    exit 77
+}
+
 # on_exit FUNCTION: runs FUNCTION when the test exits, also on INT and TERM
 # (which exit 130 and 143), then gives back the ports the test held.
 on_exit() {

@@ -12,6 +12,7 @@ a target.
 
   pymemcache_client.py load --target HOST:PORT --seconds S --kill-at T
                             --kill-cmd CMD [--threads N] [--json FILE]
+                            [--max-errors E]
       N threads (one pymemcache Client each) write and read back their keys
       with noreply=False for S seconds; CMD (a shell command) runs T
       seconds in.  Then every key is read: its value must be the last one
@@ -19,7 +20,8 @@ a target.
       unacknowledged write may or may not have been applied).  Prints the
       counts and the longest time without a successful operation after the
       kill; exits 1 when an acknowledged write is lost, a read returned
-      another key's or an older value, or nothing succeeded after the kill.
+      another key's or an older value, nothing succeeded after the kill,
+      or (--max-errors) more than E calls failed.
 
 Exit status 0 good, 1 a failure (shown), 77 without pymemcache.
 """
@@ -252,8 +254,12 @@ def run_load(args):
             json.dump(result, f)
     if kill.returncode != 0:
         print("FAIL: the kill command failed (exit %d)" % kill.returncode)
+    too_many = args.max_errors is not None and result["client_errors"] > args.max_errors
+    if too_many:
+        print("FAIL: %d calls failed, at most %d allowed" % (result["client_errors"],
+                                                          args.max_errors))
     failed = (result["lost"] or result["stale"] or result["wrong_reads"] or not after
-              or kill.returncode != 0)
+              or kill.returncode != 0 or too_many)
     return 1 if failed else 0
 
 
@@ -272,6 +278,7 @@ def main():
     lo.add_argument("--threads", type=int, default=4)
     lo.add_argument("--keys", type=int, default=2000)
     lo.add_argument("--json")
+    lo.add_argument("--max-errors", type=int)
     args = ap.parse_args()
     return run_api(args) if args.cmd == "api" else run_load(args)
 

@@ -15,17 +15,7 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
 need_built "$build_dir/client/cocytus-proxy" "$build_dir/cocytus/cocytus-node"
-py=""
-for candidate in python3 /usr/bin/python3; do
-    if "$candidate" -c 'import pymemcache' 2>/dev/null; then
-        py=$candidate
-        break
-    fi
-done
-if [ -z "$py" ]; then
-    echo "SKIP: pymemcache is not installed (apt-get install python3-pymemcache)"
-    exit 77
-fi
+need_pymemcache
 memcached_bin=${MEMCACHED:-$(command -v memcached || echo /usr/bin/memcached)}
 if [ ! -x "$memcached_bin" ]; then
     echo "SKIP: no memcached to compare with (apt-get install memcached)"
