@@ -432,7 +432,7 @@ bool px_backend_send(struct px_backend *be, struct px_op *op);
 void px_backend_flush(struct px_backend *be);
 void px_backend_queue(struct px_backend *be);
 void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
-/* After a newer map: a silent backend whose oldest op's slot the map gave
+/* After a newer map: a silent backend with an op whose slot the map gave
  * to another server is closed now, as if it had timed out (px_route.c,
  * "A silent server"). */
 void px_backend_leave_silent(struct px_worker *w);
@@ -441,6 +441,8 @@ const struct px_backend *px_backend_silent_busy(const struct px_worker *w);
 /* The server at a is silent (a meta connection to it timed out) or not
  * (it answered one). */
 void px_backend_set_silent(struct px_worker *w, const struct lc_addr *a, bool silent);
+/* The worker's backend for a, or NULL (none is made). */
+struct px_backend *px_backend_find(struct px_worker *w, const struct lc_addr *a);
 void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno.  A numeric host
  * never blocks; a host name is looked up once per worker and remembered
@@ -519,6 +521,8 @@ bool px_meta_busy(const struct px_worker *w);
 void px_meta_tick(struct px_worker *w, int64_t now_ms);
 /* After a newer map: px_backend_leave_silent for meta connections. */
 void px_meta_leave_silent(struct px_worker *w);
+/* Whether a meta connection to a has a request in flight. */
+bool px_meta_waits_on(const struct px_worker *w, const struct lc_addr *a);
 /* A classic request about to be launched: true if it must wait behind an
  * earlier meta command of its client (px_meta.c launches it later). */
 bool px_meta_defer_classic(struct px_worker *w, struct px_req *rq);

@@ -438,7 +438,7 @@ static bool be_replies(struct px_backend *be)
             be_fail(be, op ? "reply out of order" : "reply to nothing", false);
             return false;
         }
-        if (be->was_down || be->fails)
+        if (be->was_down || be->fails || be->silent)
             be_answered(be);
         if (is_stat_line(op, h, total)) {
             /* one statistic: a STAT's reply ends with the packet without a key */
@@ -511,27 +511,44 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
     }
 }
 
+struct px_backend *px_backend_find(struct px_worker *w, const struct lc_addr *a)
+{
+    for (struct px_backend *be = w->all_be; be; be = be->next_all)
+        if (lc_addr_equal(&be->addr, a))
+            return be;
+    return NULL;
+}
+
+/* Whether the map gives be at least one slot. */
+static bool owns_a_slot(const struct px_worker *w, const struct px_backend *be)
+{
+    for (size_t s = 0; s < COCYTUS_SLOTS; s++)
+        if (w->be[w->owner[s]] == be)
+            return true;
+    return false;
+}
+
 const struct px_backend *px_backend_silent_busy(const struct px_worker *w)
 {
     if (w->ninflight == 0 && w->nwaiting == 0 && !px_meta_busy(w))
         return NULL;
+    /* Only while something waits for it: a request on its connection or a
+     * meta connection's, or a slot the map still gives it (requests for
+     * which wait or will come).  A server taken over is asked no more. */
     for (const struct px_backend *be = w->all_be; be; be = be->next_all)
-        if (be->silent)
+        if (be->silent && (be->head != NULL || px_meta_waits_on(w, &be->addr) ||
+                           owns_a_slot(w, be)))
             return be;
     return NULL;
 }
 
 void px_backend_set_silent(struct px_worker *w, const struct lc_addr *a, bool silent)
 {
-    for (struct px_backend *be = w->all_be; be; be = be->next_all) {
-        if (lc_addr_equal(&be->addr, a)) {
-            be->silent = silent;
-            return;
-        }
-    }
-    struct px_backend *be = silent ? px_backend_get(w, a) : NULL;
+    struct px_backend *be = px_backend_find(w, a);
+    if (be == NULL && silent)
+        be = px_backend_get(w, a);      /* a server only meta commands went to */
     if (be != NULL)
-        be->silent = true;
+        be->silent = silent;
 }
 
 /* Whether the map now gives op's slot to a server other than be: a keyed
@@ -543,17 +560,30 @@ static bool slot_moved_from(const struct px_worker *w, const struct px_op *op,
     return op->fanout < 0 && op->mop == NULL && w->be[w->owner[op->slot]] != be;
 }
 
+/* The first op in be's queue whose slot the map now gives to another
+ * server, or NULL. */
+static const struct px_op *first_moved(const struct px_worker *w, const struct px_backend *be)
+{
+    for (const struct px_op *op = be->head; op; op = op->next)
+        if (slot_moved_from(w, op, be))
+            return op;
+    return NULL;
+}
+
 void px_backend_leave_silent(struct px_worker *w)
 {
     for (struct px_backend *be = w->all_be; be; be = be->next_all) {
-        if (!be->silent || be->head == NULL || !slot_moved_from(w, be->head, be))
+        const struct px_op *moved = be->silent ? first_moved(w, be) : NULL;
+        if (moved == NULL)
             continue;
-        /* It answers in order, so nothing behind its oldest op is answered
-         * before that one, which a silent server may never answer: taken
-         * over, it exits once it runs again (docs/recovery.md). */
+        /* It answers in order, so nothing behind an op whose server may
+         * never answer is answered either: taken over, a silent process
+         * exits once it runs again, without applying anything
+         * (docs/recovery.md).  Its other ops come back to it once it
+         * answers again, or go where the next map says. */
         fprintf(stderr, "cocytus-proxy: worker %d: backend %s: silent, and the map gives slot %u "
                 "to another server: its %zu request(s) in flight go to the new owners\n",
-                w->id, be->name, be->head->slot, be->ninflight);
+                w->id, be->name, moved->slot, be->ninflight);
         be_fail(be, "silent, and the map gave its slots to another server", true);
     }
 }

@@ -860,6 +860,30 @@ bool px_meta_busy(const struct px_worker *w)
     return w->meta != NULL && w->meta->inflight > 0;
 }
 
+bool px_meta_waits_on(const struct px_worker *w, const struct lc_addr *a)
+{
+    if (w->meta == NULL)
+        return false;
+    for (const struct px_mconn *m = w->meta->conns; m; m = m->next)
+        if (!m->dumps && m->head != NULL && lc_addr_equal(&m->addr, a))
+            return true;
+    return false;
+}
+
+/* The first request on m whose slot the map now gives to a server other
+ * than m's, or NULL. */
+static const struct px_mop *first_moved(const struct px_worker *w, const struct px_mconn *m)
+{
+    for (const struct px_mop *mop = m->head; mop; mop = mop->next) {
+        if (mop->pinned)
+            continue;
+        const struct px_backend *owner = w->be[w->owner[mop->op->slot]];
+        if (owner != NULL && !lc_addr_equal(&owner->addr, &m->addr))
+            return mop;
+    }
+    return NULL;
+}
+
 void px_meta_leave_silent(struct px_worker *w)
 {
     struct px_meta *pm = w->meta;
@@ -868,16 +892,15 @@ void px_meta_leave_silent(struct px_worker *w)
     struct px_mconn *next;
     for (struct px_mconn *m = pm->conns; m; m = next) {
         next = m->next;
-        if (m->dumps || m->head == NULL || m->head->pinned)
+        if (m->dumps || m->head == NULL)
             continue;
-        const struct px_backend *silent = px_backend_get(w, &m->addr);
-        const struct px_backend *owner = w->be[w->owner[m->head->op->slot]];
-        if (silent == NULL || !silent->silent || owner == NULL ||
-            lc_addr_equal(&owner->addr, &m->addr))
+        const struct px_backend *be = px_backend_find(w, &m->addr);
+        const struct px_mop *moved = be != NULL && be->silent ? first_moved(w, m) : NULL;
+        if (moved == NULL)
             continue;
         fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: silent, and the map "
                 "gives slot %u to another server: its requests go to the new owners\n", w->id,
-                m->name, m->head->op->slot);
+                m->name, moved->op->slot);
         px_count(&w->st.timeouts, 1);
         mconn_lost(m, "silent, and the map gave its slots to another server:", true);
     }
@@ -899,6 +922,8 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
         if (!m->connected && now_ms - m->connect_started_ms > w->px->opt.timeout_ms) {
             snprintf(what, sizeof(what), "connect: no answer in %d ms from",
                      w->px->opt.timeout_ms);
+            if (!m->dumps)
+                px_backend_set_silent(w, &m->addr, true);
             mconn_lost(m, what, true);
         } else if (m->head != NULL && now_ms - m->head->sent_ms > timeout &&
                    now_ms - m->last_rx_ms > timeout) {

@@ -43,14 +43,16 @@
  * sent to it again (the map had not changed), and ran out of the 2 s
  * deadline while that second try waited.  So a backend whose last failure
  * was a timeout and that has not answered since is silent
- * (px_backend.c): while one is, and ops are in flight or waiting, the map
- * is fetched every SILENT_FETCH_MS (from the others first); and when a
- * newer map gives the slot of a silent backend's oldest op to another
- * server, the backend is closed at once, as a timeout would, and its ops
- * go the usual way: the harmless-twice ones to the new owner, the others
- * fail with "may have been applied".  Nothing behind the oldest op can be
- * answered before it, and a process that was taken over exits once it
- * runs again without applying anything (its parity processes refuse it).
+ * (px_backend.c): while one is and something waits for it (a request on
+ * its connection, or a slot the map still gives it), the map is fetched
+ * every SILENT_FETCH_MS (from the others first); and when a newer map
+ * gives the slot of one of a silent backend's ops to another server, the
+ * backend is closed at once, as a timeout would, and its ops go the usual
+ * way: the harmless-twice ones to the new owner, the others fail with
+ * "may have been applied".  Nothing behind that op can be answered before
+ * it, and a process that was taken over exits once it runs again without
+ * applying anything (its parity processes refuse it).  Any reply clears
+ * the flag.
  * test/integration/proxy_hang.sh.
  *
  * The map fetch is non-blocking too: one short "config get cluster"
