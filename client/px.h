@@ -438,11 +438,6 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
 void px_backend_leave_silent(struct px_worker *w);
 /* A silent backend, while ops or meta commands are in progress; else NULL. */
 const struct px_backend *px_backend_silent_busy(const struct px_worker *w);
-/* The server at a is silent (a meta connection to it timed out) or not
- * (it answered one). */
-void px_backend_set_silent(struct px_worker *w, const struct lc_addr *a, bool silent);
-/* The worker's backend for a, or NULL (none is made). */
-struct px_backend *px_backend_find(struct px_worker *w, const struct lc_addr *a);
 void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno.  A numeric host
  * never blocks; a host name is looked up once per worker and remembered

@@ -136,12 +136,20 @@ int px_connect_start(struct px_worker *w, const struct lc_addr *a)
 static void on_be_read(evutil_socket_t fd, short what, void *arg);
 static void on_be_write(evutil_socket_t fd, short what, void *arg);
 
-struct px_backend *px_backend_get(struct px_worker *w, const struct lc_addr *a)
+static struct px_backend *px_backend_find(struct px_worker *w, const struct lc_addr *a)
 {
     for (struct px_backend *be = w->all_be; be; be = be->next_all)
         if (lc_addr_equal(&be->addr, a))
             return be;
-    struct px_backend *be = calloc(1, sizeof(*be));
+    return NULL;
+}
+
+struct px_backend *px_backend_get(struct px_worker *w, const struct lc_addr *a)
+{
+    struct px_backend *be = px_backend_find(w, a);
+    if (be != NULL)
+        return be;
+    be = calloc(1, sizeof(*be));
     if (be == NULL)
         return NULL;
     be->out = evbuffer_new();
@@ -511,14 +519,6 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
     }
 }
 
-struct px_backend *px_backend_find(struct px_worker *w, const struct lc_addr *a)
-{
-    for (struct px_backend *be = w->all_be; be; be = be->next_all)
-        if (lc_addr_equal(&be->addr, a))
-            return be;
-    return NULL;
-}
-
 /* Whether the map gives be at least one slot. */
 static bool owns_a_slot(const struct px_worker *w, const struct px_backend *be)
 {
@@ -540,15 +540,6 @@ const struct px_backend *px_backend_silent_busy(const struct px_worker *w)
                            owns_a_slot(w, be)))
             return be;
     return NULL;
-}
-
-void px_backend_set_silent(struct px_worker *w, const struct lc_addr *a, bool silent)
-{
-    struct px_backend *be = px_backend_find(w, a);
-    if (be == NULL && silent)
-        be = px_backend_get(w, a);      /* a server only meta commands went to */
-    if (be != NULL)
-        be->silent = silent;
 }
 
 /* Whether the map now gives op's slot to a server other than be: a keyed

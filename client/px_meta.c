@@ -145,6 +145,8 @@ struct px_mconn {
     bool refused;                   /* the server refused our credentials */
     size_t scanned;                 /* in: bytes looked through for the MN line */
     int64_t last_rx_ms;             /* bytes last arrived (a long reply is progress) */
+    struct px_backend *be;          /* the worker's backend for addr: whether the
+                                       server is silent (px_route.c) */
     struct event *rev, *wev;
     struct evbuffer *out;
     struct px_rbuf in;
@@ -370,12 +372,13 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a,
     m->w = w;
     m->addr = *a;
     m->dumps = dumps;
+    m->be = px_backend_get(w, a);
     lc_addr_format(a, m->name, sizeof(m->name));
     m->fd = px_connect_start(w, a);
     m->connect_started_ms = px_now_ms();
     m->last_rx_ms = m->connect_started_ms;
     m->out = evbuffer_new();
-    if (m->fd < 0 || m->out == NULL) {
+    if (m->be == NULL || m->fd < 0 || m->out == NULL) {
         mconn_free(m);
         return NULL;
     }
@@ -668,7 +671,7 @@ static void mconn_read(struct px_mconn *m)
     if (got > 0) {
         m->last_rx_ms = px_now_ms();
         if (!m->dumps)
-            px_backend_set_silent(m->w, &m->addr, false);
+            m->be->silent = false;
     }
     if (m->auth_pending && !mconn_auth_reply(m))
         return;
@@ -894,8 +897,7 @@ void px_meta_leave_silent(struct px_worker *w)
         next = m->next;
         if (m->dumps || m->head == NULL)
             continue;
-        const struct px_backend *be = px_backend_find(w, &m->addr);
-        const struct px_mop *moved = be != NULL && be->silent ? first_moved(w, m) : NULL;
+        const struct px_mop *moved = m->be->silent ? first_moved(w, m) : NULL;
         if (moved == NULL)
             continue;
         fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: silent, and the map "
@@ -923,14 +925,14 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
             snprintf(what, sizeof(what), "connect: no answer in %d ms from",
                      w->px->opt.timeout_ms);
             if (!m->dumps)
-                px_backend_set_silent(w, &m->addr, true);
+                m->be->silent = true;
             mconn_lost(m, what, true);
         } else if (m->head != NULL && now_ms - m->head->sent_ms > timeout &&
                    now_ms - m->last_rx_ms > timeout) {
             snprintf(what, sizeof(what), "no reply in %d ms from", timeout);
             px_count(&w->st.timeouts, 1);
             if (!m->dumps)
-                px_backend_set_silent(w, &m->addr, true);
+                m->be->silent = true;
             mconn_lost(m, what, true);
         }
     }
