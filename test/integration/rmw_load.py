@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""rmw_load.py - the read-modify-write commands memcached users count and
+log with (incr, decr, append, prepend, gets + cas) through a kill.
+
+  rmw_load.py --target HOST:PORT --seconds S --at T --cmd CMD
+              [--threads N] [--keys K] [--json FILE]
+
+N threads (one pymemcache Client each, noreply=False) own K keys of each
+kind and change them for S seconds; CMD (a shell command, the kill) runs T
+seconds in.  Each thread counts, per key, the changes acknowledged and
+the ones whose call failed (a failed call may or may not have been
+applied: cocytus-proxy answers such a call "may have been applied" and
+does not send it again).  At the end every key is read, and:
+
+  counter (incr 1)     acknowledged <= value <= acknowledged + failed
+  countdown (decr 1)   the same, counted down from START
+  cas counter (gets, then cas value+1 with its token)
+                       the same; EXISTS, which no other writer can cause
+                       here, is counted apart (a cas token need not
+                       survive a takeover) but must be rare
+  log (append "<seq>,") every acknowledged token exactly once, a failed
+                       one at most once, in the order sent
+  stack (prepend)      the same, in the reverse order
+
+Also while running: an incr's reply must lie in the same bounds (a
+counter never goes back), and no call may answer NOT_FOUND / NOT_STORED
+for a key that was created (a lost key).  Prints the counts and the
+longest time without a successful call after CMD; exits 1 on any
+violation, when nothing succeeded after CMD, or when CMD failed.
+Exit 77 without pymemcache.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+
+try:
+    from pymemcache.client.base import Client
+    from pymemcache import exceptions as pmexc
+except ImportError:
+    print("SKIP: pymemcache is not installed (apt-get install python3-pymemcache)")
+    sys.exit(77)
+
+START = 1000000          # a countdown's first value
+KINDS = ("counter", "countdown", "cas", "log", "stack")
+
+
+def target_of(text):
+    host, port = text.rsplit(":", 1)
+    return host, int(port)
+
+
+class Key:
+    """One key a thread owns: what it acknowledged and what may have applied."""
+
+    def __init__(self, name, kind):
+        self.name = name
+        self.kind = kind
+        self.acked = 0           # counters: changes acknowledged
+        self.failed = 0          # counters: calls that failed
+        self.tokens = []         # log/stack: (seq, acknowledged) in the order sent
+        self.last_seen = None    # counter: the last value an incr returned
+
+
+class Worker(threading.Thread):
+    def __init__(self, addr, tid, stop_at, nkeys):
+        super().__init__()
+        self.addr = addr
+        self.stop_at = stop_at
+        self.keys = [Key("rmw%d_%s_%d" % (tid, kind, i), kind)
+                     for i in range(nkeys) for kind in KINDS]
+        self.ok_times = []
+        self.errors = []         # calls that failed (may have been applied)
+        self.violations = []     # what must never happen
+        self.cas_exists = 0
+        self.calls = 0
+        self.c = None
+
+    def conn(self):
+        if self.c is None:
+            self.c = Client(self.addr, connect_timeout=5, timeout=10)
+        return self.c
+
+    def drop(self):
+        if self.c is not None:
+            self.c.close()
+            self.c = None
+
+    def create(self):
+        c = self.conn()
+        for k in self.keys:
+            first = b"%d" % START if k.kind == "countdown" else b"0"
+            if k.kind in ("log", "stack"):
+                first = b""
+            if not c.set(k.name, first, noreply=False):
+                raise RuntimeError("set %s: not stored" % k.name)
+
+    def failed_call(self, k, what, e):
+        self.errors.append("%.3f %s %s: %s: %s" % (time.monotonic(), what, k.name,
+                                                   type(e).__name__, e))
+        self.drop()
+
+    def step_counter(self, k):
+        try:
+            got = self.conn().incr(k.name, 1, noreply=False)
+        except (pmexc.MemcacheError, OSError) as e:
+            k.failed += 1
+            self.failed_call(k, "incr", e)
+            return
+        if got is None:
+            self.violations.append("incr %s: NOT_FOUND (acknowledged %d)" % (k.name, k.acked))
+            return
+        k.acked += 1
+        if not k.acked <= got <= k.acked + k.failed:
+            self.violations.append("incr %s returned %d: acknowledged %d, failed %d" %
+                                   (k.name, got, k.acked, k.failed))
+        if k.last_seen is not None and got <= k.last_seen:
+            self.violations.append("incr %s went back: %d after %d" % (k.name, got, k.last_seen))
+        k.last_seen = got
+        self.ok_times.append(time.monotonic())
+
+    def step_countdown(self, k):
+        try:
+            got = self.conn().decr(k.name, 1, noreply=False)
+        except (pmexc.MemcacheError, OSError) as e:
+            k.failed += 1
+            self.failed_call(k, "decr", e)
+            return
+        if got is None:
+            self.violations.append("decr %s: NOT_FOUND" % k.name)
+            return
+        k.acked += 1
+        self.ok_times.append(time.monotonic())
+
+    def step_cas(self, k):
+        c = self.conn()
+        try:
+            value, token = c.gets(k.name)
+            if value is None:
+                self.violations.append("gets %s: missing (acknowledged %d)" % (k.name, k.acked))
+                return
+            stored = c.cas(k.name, b"%d" % (int(value) + 1), token, noreply=False)
+        except (pmexc.MemcacheError, OSError) as e:
+            k.failed += 1           # counted even if the gets failed: an upper bound
+            self.failed_call(k, "gets/cas", e)
+            return
+        if stored is None:
+            self.violations.append("cas %s: NOT_FOUND" % k.name)
+        elif not stored:
+            self.cas_exists += 1
+        else:
+            k.acked += 1
+            self.ok_times.append(time.monotonic())
+
+    def step_list(self, k):
+        seq = len(k.tokens)
+        token = b"%d," % seq
+        c = self.conn()
+        try:
+            if k.kind == "log":
+                stored = c.append(k.name, token, noreply=False)
+            else:
+                stored = c.prepend(k.name, token, noreply=False)
+        except (pmexc.MemcacheError, OSError) as e:
+            k.tokens.append((seq, False))
+            self.failed_call(k, k.kind == "log" and "append" or "prepend", e)
+            return
+        if not stored:
+            self.violations.append("%s %s: NOT_STORED" % (k.kind, k.name))
+            k.tokens.append((seq, False))
+            return
+        k.tokens.append((seq, True))
+        self.ok_times.append(time.monotonic())
+
+    def run(self):
+        steps = {"counter": self.step_counter, "countdown": self.step_countdown,
+                 "cas": self.step_cas, "log": self.step_list, "stack": self.step_list}
+        i = 0
+        while time.monotonic() < self.stop_at:
+            k = self.keys[i % len(self.keys)]
+            i += 1
+            self.calls += 1
+            steps[k.kind](k)
+        self.drop()
+
+
+def check_counter(k, got):
+    """The final value of a counter-like key, or a violation."""
+    if got is None:
+        return "%s: missing (acknowledged %d)" % (k.name, k.acked)
+    try:
+        v = int(got)
+    except ValueError:
+        return "%s: not a number: %r" % (k.name, got)
+    done = START - v if k.kind == "countdown" else v
+    if k.acked <= done <= k.acked + k.failed:
+        return None
+    return "%s: %d changes applied, acknowledged %d, failed %d" % (k.name, done,
+                                                                   k.acked, k.failed)
+
+
+def check_list(k, got):
+    """Every acknowledged token once, a failed one at most once, in order."""
+    if got is None:
+        return "%s: missing (%d tokens)" % (k.name, len(k.tokens))
+    parts = [p for p in got.split(b",") if p != b""]
+    try:
+        seqs = [int(p) for p in parts]
+    except ValueError:
+        return "%s: not a list of tokens: %r" % (k.name, got[:80])
+    if k.kind == "stack":
+        seqs.reverse()
+    if seqs != sorted(set(seqs)):
+        return "%s: tokens repeated or out of order: %r" % (k.name, got[:80])
+    have = set(seqs)
+    sent = dict(k.tokens)
+    stray = [s for s in seqs if s not in sent]
+    if stray:
+        return "%s: tokens never sent: %r" % (k.name, stray[:5])
+    missing = [s for s, acked in k.tokens if acked and s not in have]
+    if missing:
+        return "%s: acknowledged tokens missing: %r" % (k.name, missing[:5])
+    return None
+
+
+def final_check(addr, workers):
+    c = Client(addr, connect_timeout=5, timeout=10)
+    bad, checked = [], 0
+    for w in workers:
+        for k in w.keys:
+            checked += 1
+            try:
+                got = c.get(k.name)
+            except (pmexc.MemcacheError, OSError) as e:
+                bad.append("%s: read failed: %s" % (k.name, e))
+                c.close()
+                continue
+            why = (check_list if k.kind in ("log", "stack") else check_counter)(k, got)
+            if why:
+                bad.append(why)
+    c.close()
+    return checked, bad
+
+
+def longest_gap(workers, since):
+    times = sorted(t for w in workers for t in w.ok_times if t >= since)
+    gap, prev = 0.0, since
+    for t in times:
+        gap = max(gap, t - prev)
+        prev = t
+    return len(times), gap
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--at", type=float, default=3)
+    ap.add_argument("--cmd", required=True)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--keys", type=int, default=20)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    addr = target_of(args.target)
+    start = time.monotonic()
+    workers = [Worker(addr, t, start + args.seconds, args.keys) for t in range(args.threads)]
+    for w in workers:
+        w.create()
+        w.drop()
+    for w in workers:
+        w.start()
+    time.sleep(args.at)
+    cmd_at = time.monotonic()
+    cmd = subprocess.run(args.cmd, shell=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    print("command at %.1f s: %s (exit %d)" % (cmd_at - start, cmd.stdout.strip(),
+                                              cmd.returncode))
+    for w in workers:
+        w.join()
+
+    checked, bad = final_check(addr, workers)
+    after, gap = longest_gap(workers, cmd_at)
+    keys = [k for w in workers for k in w.keys]
+    result = {
+        "calls": sum(w.calls for w in workers),
+        "acknowledged": sum(k.acked for k in keys) +
+        sum(1 for k in keys for _, a in k.tokens if a),
+        "failed_calls": sum(len(w.errors) for w in workers),
+        "cas_exists": sum(w.cas_exists for w in workers),
+        "keys_checked": checked,
+        "violations": sum(len(w.violations) for w in workers) + len(bad),
+        "ok_after_cmd": after,
+        "longest_gap_after_cmd_ms": round(gap * 1000),
+    }
+    print("rmw load: " + " ".join("%s %s" % kv for kv in result.items()))
+    for w in workers:
+        for e in w.errors[:3] + w.violations[:5]:
+            print("  " + e)
+    for e in bad[:10]:
+        print("  " + e)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f)
+    failed = result["violations"] or not after or cmd.returncode != 0
+    # EXISTS without a rival writer: at most the calls around a takeover
+    if result["cas_exists"] > max(10, result["failed_calls"] * 2):
+        print("FAIL: %d cas calls answered EXISTS with no other writer" % result["cas_exists"])
+        failed = True
+    if cmd.returncode != 0:
+        print("FAIL: the command failed (exit %d)" % cmd.returncode)
+    if not after:
+        print("FAIL: no call succeeded after the command")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
