@@ -12,8 +12,10 @@
 # Each time: no acknowledged change lost, none applied twice (a counter
 # lies between its acknowledged changes and those plus the calls that
 # failed with "may have been applied"; a log holds each acknowledged
-# token once and in order), and a call succeeded after the failure.  At
-# the end verify and decode-check.
+# token once and in order), and a call succeeded after the failure; keys
+# whose TTL was changed by touch or gat before the failure live or expire
+# by the changed TTL, and an expired key does not come back.  At the end
+# verify and decode-check.
 # Skipped (77) without pymemcache (Debian: python3-pymemcache).
 # The trap stops the cluster.
 set -u
@@ -47,7 +49,7 @@ healthy_again() {
 # rmw_through WHAT CMD: the load with CMD run 2 s in.
 rmw_through() {
     if "$py" "$load" --target "$proxy" --seconds 7 --at 2 --threads 4 --cmd "$2"; then
-        ok "incr/decr/cas/append/prepend through $1: nothing lost, nothing applied twice"
+        ok "incr/decr/cas/append/prepend through $1: nothing lost, nothing applied twice, TTLs kept"
     else
         fail "incr/decr/cas/append/prepend through $1 (above)"
     fi

@@ -22,6 +22,13 @@ does not send it again).  At the end every key is read, and:
                        one at most once, in the order sent
   stack (prepend)      the same, in the reverse order
 
+Before the load, keys with a TTL: set with 3 s and touched to 100 s,
+set with 100 s and touched to 3 s, set with 3 s and read with gat 100
+(get-and-touch), set with 3 s.  At the end (S >= 4 seconds later) the
+touched-up and gat ones must be there and the others gone: a TTL and its
+changes travel with the key through a takeover and a rebuild, and an
+expired key does not come back.
+
 Also while running: an incr's reply must lie in the same bounds (a
 counter never goes back), and no call may answer NOT_FOUND / NOT_STORED
 for a key that was created (a lost key).  Prints the counts and the
@@ -32,6 +39,7 @@ Exit 77 without pymemcache.
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -226,6 +234,57 @@ def check_list(k, got):
     return None
 
 
+TTL_KEYS = 100
+# name, the TTL it is set with, how it is then changed, present at the end
+TTL_KINDS = (("ttl_up", 3, "touch 100", True), ("ttl_down", 100, "touch 3", False),
+             ("ttl_gat", 3, "gat 100", True), ("ttl_short", 3, None, False))
+
+
+def ttl_setup(addr):
+    """The TTL keys (above); gat has no call in pymemcache 3.5, so the text protocol."""
+    c = Client(addr, connect_timeout=5, timeout=10)
+    sock = socket.create_connection(addr, timeout=10)
+    try:
+        for name, ttl, change, _ in TTL_KINDS:
+            for i in range(TTL_KEYS):
+                key = "%s_%d" % (name, i)
+                if not c.set(key, b"v", expire=ttl, noreply=False):
+                    raise RuntimeError("set %s: not stored" % key)
+                if change is None:
+                    continue
+                verb, secs = change.split()
+                if verb == "touch":
+                    if not c.touch(key, int(secs), noreply=False):
+                        raise RuntimeError("touch %s: not found" % key)
+                    continue
+                sock.sendall(b"gat %s %s\r\n" % (secs.encode(), key.encode()))
+                reply = b""
+                while not reply.endswith(b"END\r\n") and b"ERROR" not in reply:
+                    more = sock.recv(4096)
+                    if not more:
+                        break
+                    reply += more
+                if not reply.startswith(b"VALUE %s " % key.encode()):
+                    raise RuntimeError("gat %s: %r" % (key, reply[:80]))
+    finally:
+        c.close()
+        sock.close()
+
+
+def ttl_check(c):
+    bad = []
+    for name, _, change, live in TTL_KINDS:
+        keys = ["%s_%d" % (name, i) for i in range(TTL_KEYS)]
+        got = c.get_many(keys)
+        if live and len(got) != len(keys):
+            bad.append("%s (%s): %d of %d keys gone" % (name, change or "unchanged",
+                                                        len(keys) - len(got), len(keys)))
+        if not live and got:
+            bad.append("%s (%s): %d of %d keys expired, yet there" %
+                       (name, change or "unchanged", len(got), len(keys)))
+    return bad
+
+
 def final_check(addr, workers):
     c = Client(addr, connect_timeout=5, timeout=10)
     bad, checked = [], 0
@@ -241,6 +300,10 @@ def final_check(addr, workers):
             why = (check_list if k.kind in ("log", "stack") else check_counter)(k, got)
             if why:
                 bad.append(why)
+    try:
+        bad += ttl_check(c)
+    except (pmexc.MemcacheError, OSError) as e:
+        bad.append("TTL keys: read failed: %s" % e)
     c.close()
     return checked, bad
 
@@ -267,6 +330,9 @@ def main():
 
     addr = target_of(args.target)
     start = time.monotonic()
+    if args.seconds < 4:
+        ap.error("--seconds must be at least 4 (the TTL keys' 3 s must pass)")
+    ttl_setup(addr)
     workers = [Worker(addr, t, start + args.seconds, args.keys) for t in range(args.threads)]
     for w in workers:
         w.create()
