@@ -252,6 +252,8 @@ struct px_backend {
     bool was_down;                  /* logged as down, not yet as up again */
     bool silent;                    /* its last failure was a timeout, and it has not
                                        answered since (a stopped process, a cut link) */
+    int64_t hold_until_ms;          /* not 0: past the timeout, kept open until then for
+                                       a request that cannot be sent twice (be_hold) */
     int64_t retry_at_ms;            /* BE_DOWN: no connection before this */
     int64_t connect_started_ms;
     int fails;                      /* connection failures in a row */
@@ -436,7 +438,8 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms);
  * to another server is closed now, as if it had timed out (px_route.c,
  * "A silent server"). */
 void px_backend_leave_silent(struct px_worker *w);
-/* A silent backend, while ops or meta commands are in progress; else NULL. */
+/* A silent or held backend (or one a held meta connection goes to), while
+ * ops or meta commands are in progress; else NULL. */
 const struct px_backend *px_backend_silent_busy(const struct px_worker *w);
 void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno.  A numeric host
@@ -514,6 +517,8 @@ void px_meta_close_all(struct px_worker *w);
 bool px_meta_busy(const struct px_worker *w);
 /* Timeouts and retries of the meta commands. */
 void px_meta_tick(struct px_worker *w, int64_t now_ms);
+/* The backend of a held meta connection (mconn_hold), or NULL. */
+const struct px_backend *px_meta_held(const struct px_worker *w);
 /* After a newer map: px_backend_leave_silent for meta connections. */
 void px_meta_leave_silent(struct px_worker *w);
 /* Whether a meta connection to a has a request in flight. */

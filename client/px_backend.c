@@ -10,8 +10,9 @@
  * requests in order.
  *
  * A connection that breaks, sends what is not a reply in order, or leaves
- * its oldest request unanswered for timeout_ms is closed, and every op on
- * it goes back to the router, which knows which of them may have reached
+ * its oldest request unanswered for timeout_ms (unless it holds one that
+ * cannot be sent twice: be_hold) is closed, and every op on it goes back
+ * to the router, which knows which of them may have reached
  * the server (op->start_byte against the bytes written).  The backend then
  * stays down for a back-off that doubles per failure; a request routed to
  * it meanwhile waits instead of paying a connect each time.  A dead or
@@ -220,6 +221,7 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     }
     __atomic_store_n(&be->st->down, 1, __ATOMIC_RELAXED);
     be->silent = timed_out;
+    be->hold_until_ms = 0;
     px_count(&be->st->errors, 1);
     px_count(timed_out ? &w->st.timeouts : &w->st.conn_failures, 1);
     /* A message of this flush step's batch went out or not: count it
@@ -391,6 +393,7 @@ static void be_answered(struct px_backend *be)
 {
     be->fails = 0;
     be->silent = false;
+    be->hold_until_ms = 0;
     if (be->was_down) {
         fprintf(stderr, "cocytus-proxy: worker %d: backend %s up\n", be->w->id, be->name);
         be->was_down = false;
@@ -446,7 +449,7 @@ static bool be_replies(struct px_backend *be)
             be_fail(be, op ? "reply out of order" : "reply to nothing", false);
             return false;
         }
-        if (be->was_down || be->fails || be->silent)
+        if (be->was_down || be->fails || be->silent || be->hold_until_ms)
             be_answered(be);
         if (is_stat_line(op, h, total)) {
             /* one statistic: a STAT's reply ends with the packet without a key */
@@ -501,6 +504,46 @@ static void on_be_read(evutil_socket_t fd, short what, void *arg)
     be_replies(be);
 }
 
+/* The oldest op on be that reached the server and cannot be sent twice
+ * (incr, append, cas, add...) for a client still waiting, or NULL. */
+static const struct px_op *oldest_unrepeatable(const struct px_backend *be)
+{
+    for (const struct px_op *op = be->head; op; op = op->next)
+        if (op->req != NULL && !op->retry_lost && op->fanout < 0 &&
+            op->start_byte < be->written_bytes)
+            return op;
+    return NULL;
+}
+
+/* be's oldest request is unanswered after timeout_ms.  Closing the
+ * connection lets the ops that are harmless twice go again, but turns one
+ * that is not into an error ("may have been applied") though its server
+ * may only be slow: a parity process of its group stopped or dead, whose
+ * acks every write waits for until the coordinator drops it (1.5 s and
+ * more; longer while no coordinator leads).  So the connection is held
+ * open until the oldest such op's deadline, fixed when the hold begins
+ * (later requests do not extend it), and the map is polled meanwhile as
+ * for a silent server (px_route.c): a reply ends the hold (be_answered;
+ * if the next request is overdue too, a new one may begin), a map that
+ * gives one of its slots to another server closes the connection
+ * (px_backend_leave_silent), and so does the end of the hold.  The ops
+ * behind it wait too, as they would behind any slow reply.  True while be
+ * is held. */
+static bool be_hold(struct px_backend *be, int64_t now_ms, int timeout)
+{
+    if (be->hold_until_ms == 0) {
+        const struct px_op *op = oldest_unrepeatable(be);
+        if (op == NULL || now_ms >= op->deadline_ms)
+            return false;
+        be->hold_until_ms = op->deadline_ms;
+        fprintf(stderr, "cocytus-proxy: worker %d: backend %s: no reply in %d ms; waiting, "
+                "since a request in flight cannot be sent twice (slot %u), for at most %lld ms "
+                "more\n", be->w->id, be->name, timeout, op->slot,
+                (long long)(op->deadline_ms - now_ms));
+    }
+    return now_ms < be->hold_until_ms;
+}
+
 void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
 {
     int timeout = w->px->opt.timeout_ms;
@@ -512,8 +555,10 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
             snprintf(why, sizeof(why), "connect: no answer in %d ms", timeout);
             be_fail(be, why, true);
         } else if (be->state == BE_UP && be->head &&
-                   now_us - be->head->sent_us > (int64_t)timeout * 1000) {
-            snprintf(why, sizeof(why), "no reply in %d ms", timeout);
+                   now_us - be->head->sent_us > (int64_t)timeout * 1000 &&
+                   !be_hold(be, now_ms, timeout)) {
+            snprintf(why, sizeof(why), "no reply in %lld ms",
+                     (long long)((now_us - be->head->sent_us) / 1000));
             be_fail(be, why, true);
         }
     }
@@ -536,10 +581,10 @@ const struct px_backend *px_backend_silent_busy(const struct px_worker *w)
      * meta connection's, or a slot the map still gives it (requests for
      * which wait or will come).  A server taken over is asked no more. */
     for (const struct px_backend *be = w->all_be; be; be = be->next_all)
-        if (be->silent && (be->head != NULL || px_meta_waits_on(w, &be->addr) ||
-                           owns_a_slot(w, be)))
+        if ((be->silent || be->hold_until_ms) &&
+            (be->head != NULL || px_meta_waits_on(w, &be->addr) || owns_a_slot(w, be)))
             return be;
-    return NULL;
+    return px_meta_held(w);
 }
 
 /* Whether the map now gives op's slot to a server other than be: a keyed
@@ -564,7 +609,8 @@ static const struct px_op *first_moved(const struct px_worker *w, const struct p
 void px_backend_leave_silent(struct px_worker *w)
 {
     for (struct px_backend *be = w->all_be; be; be = be->next_all) {
-        const struct px_op *moved = be->silent ? first_moved(w, be) : NULL;
+        const struct px_op *moved =
+            be->silent || be->hold_until_ms ? first_moved(w, be) : NULL;
         if (moved == NULL)
             continue;
         /* It answers in order, so nothing behind an op whose server may

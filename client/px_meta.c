@@ -24,7 +24,8 @@
  * Failures follow the classic path's rules (px_route.c).  A connection
  * whose oldest request has waited timeout_ms for its reply (a stopped or
  * hung server), or that did not connect in timeout_ms, is closed like a
- * lost one, and its server is then silent as a classic backend is
+ * lost one (unless it holds a request that cannot be sent twice and has
+ * time left: mconn_hold), and its server is then silent as a classic backend is
  * (px_route.c, "A silent server"): one still open to it is closed as soon
  * as a newer map gives the slot of its oldest request to another server
  * (px_meta_leave_silent).  The requests in flight on a lost connection that are harmless
@@ -147,6 +148,9 @@ struct px_mconn {
     int64_t last_rx_ms;             /* bytes last arrived (a long reply is progress) */
     struct px_backend *be;          /* the worker's backend for addr: whether the
                                        server is silent (px_route.c) */
+    int64_t hold_until_ms;          /* not 0: past the timeout, kept open until then
+                                       for a request that cannot be sent twice
+                                       (mconn_hold) */
     struct event *rev, *wev;
     struct evbuffer *out;
     struct px_rbuf in;
@@ -670,6 +674,7 @@ static void mconn_read(struct px_mconn *m)
     }
     if (got > 0) {
         m->last_rx_ms = px_now_ms();
+        m->hold_until_ms = 0;
         if (!m->dumps)
             m->be->silent = false;
     }
@@ -897,7 +902,8 @@ void px_meta_leave_silent(struct px_worker *w)
         next = m->next;
         if (m->dumps || m->head == NULL)
             continue;
-        const struct px_mop *moved = m->be->silent ? first_moved(w, m) : NULL;
+        const struct px_mop *moved =
+            m->be->silent || m->hold_until_ms ? first_moved(w, m) : NULL;
         if (moved == NULL)
             continue;
         fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: silent, and the map "
@@ -906,6 +912,42 @@ void px_meta_leave_silent(struct px_worker *w)
         px_count(&w->st.timeouts, 1);
         mconn_lost(m, "silent, and the map gave its slots to another server:", true);
     }
+}
+
+/* m's oldest request is unanswered after the timeout.  As a classic
+ * backend is (px_backend.c, be_hold): while the oldest request on m that
+ * cannot be sent twice (ma, ms in append mode or with C, ...) has time
+ * left, m is held open until its deadline, fixed when the hold begins, and
+ * the map is polled (px_meta_held), so that a slow server (a write waiting
+ * for a stopped parity process's ack) answers it instead of the client
+ * getting "may have been applied"; a reply ends the hold, a map that moves
+ * one of m's slots closes m (px_meta_leave_silent), the hold's end too.
+ * True while m is held. */
+static bool mconn_hold(struct px_mconn *m, int64_t now_ms, int timeout)
+{
+    if (m->hold_until_ms == 0) {
+        const struct px_mop *mop = m->head;
+        while (mop && (mop->op->req == NULL || mop->retry_lost))
+            mop = mop->next;
+        if (mop == NULL || now_ms >= mop->op->deadline_ms)
+            return false;
+        m->hold_until_ms = mop->op->deadline_ms;
+        fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: no reply in %d ms; "
+                "waiting, since a request in flight cannot be sent twice (slot %u), for at "
+                "most %lld ms more\n", m->w->id, m->name, timeout, mop->op->slot,
+                (long long)(mop->op->deadline_ms - now_ms));
+    }
+    return now_ms < m->hold_until_ms;
+}
+
+const struct px_backend *px_meta_held(const struct px_worker *w)
+{
+    if (w->meta == NULL)
+        return NULL;
+    for (const struct px_mconn *m = w->meta->conns; m; m = m->next)
+        if (m->hold_until_ms && m->head != NULL)
+            return m->be;
+    return NULL;
 }
 
 /* Closes connections that stopped answering (their requests go again or
@@ -928,8 +970,10 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
                 m->be->silent = true;
             mconn_lost(m, what, true);
         } else if (m->head != NULL && now_ms - m->head->sent_ms > timeout &&
-                   now_ms - m->last_rx_ms > timeout) {
-            snprintf(what, sizeof(what), "no reply in %d ms from", timeout);
+                   now_ms - m->last_rx_ms > timeout &&
+                   (m->dumps || m->broken || !mconn_hold(m, now_ms, timeout))) {
+            snprintf(what, sizeof(what), "no reply in %lld ms from",
+                     (long long)(now_ms - m->head->sent_ms));
             px_count(&w->st.timeouts, 1);
             if (!m->dumps)
                 m->be->silent = true;

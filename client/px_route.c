@@ -53,7 +53,13 @@
  * it, and a process that was taken over exits once it runs again without
  * applying anything (its parity processes refuse it).  Any reply clears
  * the flag.
- * test/integration/proxy_hang.sh.
+ * test/integration/proxy_hang.sh.  A connection whose oldest request
+ * timed out but which holds one that cannot be sent twice is not closed
+ * at the timeout: it is held, and its server silent, until a reply, a
+ * map that moves one of its slots, or that request's deadline
+ * (px_backend.c, be_hold): a server that is only slow (a write waiting
+ * for a stopped parity process's ack) answers it.
+ * test/integration/rmw_kill.sh.
  *
  * The map fetch is non-blocking too: one short "config get cluster"
  * connection at a time, PX_FETCH_TIMEOUT_MS per server, through the

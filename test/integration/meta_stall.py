@@ -4,7 +4,8 @@ stopped or dead (used by proxy_meta_stall.sh).
 
 The proxy forwards meta commands on text connections of their own; they
 must follow the classic path's failure rules: a per-try timeout, a retry of
-what is harmless twice until the deadline, a SERVER_ERROR for the rest, and
+what is harmless twice until the deadline, a wait until the deadline for
+the rest and then a SERVER_ERROR, and
 nothing but the stopped server's own requests held up.  Each scenario
 stops (SIGSTOP), continues or kills the server itself, so the times it
 checks are measured from its own sends.  Exit 0 when every check holds."""
@@ -150,15 +151,30 @@ def main():
         check(first.startswith("VA") and value == b"healt",
               "the request after it on the same connection answers in order: %r %r" % (first, value))
 
-        # 2. An arithmetic command is not harmless twice: it fails after one
-        # try, saying it may have been applied.
+        # 2. An arithmetic command is not harmless twice, so it is never
+        # sent again: past the try timeout its connection is kept until the
+        # deadline, and a server that was only slow answers it (here: the
+        # value is not a number) ...
+        t0 = time.monotonic()
+        c.send(b"ma %s\r\n" % ks.encode())
+        time.sleep(t_try + (t_dead - t_try) / 4)
+        os.kill(a.pid, signal.SIGCONT)
+        tc = time.monotonic() - t0
+        first, value, took = timed_reply(c, t0)
+        check(first.startswith("CLIENT_ERROR") and took >= t_try,
+              "ma of the stopped server's key waited for past the try timeout (%.1f s), "
+              "answered by the server once it continued (at %.3f s): %r in %.3f s"
+              % (t_try, tc, first, took))
+        # ... and one that stays silent fails it at the deadline, saying it
+        # may have been applied.
+        os.kill(a.pid, signal.SIGSTOP)
         t0 = time.monotonic()
         c.send(b"ma %s\r\n" % ks.encode())
         first, value, took = timed_reply(c, t0)
         check(first.startswith("SERVER_ERROR no reply in") and "may have been applied" in first
-              and t_try - 0.1 <= took <= t_try + slack,
-              "ma of the stopped server's key fails after one try (%.1f s): %r in %.3f s"
-              % (t_try, first, took))
+              and t_dead - 0.1 <= took <= t_dead + t_try + slack,
+              "ma of the stopped server's key fails at the deadline (%.1f s): %r in %.3f s"
+              % (t_dead, first, took))
 
         # 3. A lookup whose first try timed out is answered by its next try
         # once the server continues before the deadline.

@@ -8,7 +8,14 @@
 #      the other data processes and the parity regions);
 #   2. the same process, started again by its node and rebuilt, stopped
 #      for 3 s (SIGSTOP: taken over while its clients wait);
-#   3. node 1 SIGKILLed: two data processes and a parity process at once.
+#   3. a parity process of group 0 stopped for 3 s: every write of its
+#      group waits for its acks until the coordinator declares it dead
+#      (1.5 s), longer than cocytus-proxy's try timeout (1 s).  No call
+#      may fail: the proxy keeps waiting for a request that cannot be sent
+#      twice, up to its deadline, instead of answering "may have been
+#      applied" (px_backend.c, be_hold).  Through a second proxy with a 4 s
+#      deadline (-D 4000; the default 2 s leaves 0.4 s to a loaded machine);
+#   4. node 1 SIGKILLed: two data processes and a parity process at once.
 # Each time: no acknowledged change lost, none applied twice (a counter
 # lies between its acknowledged changes and those plus the calls that
 # failed with "may have been applied"; a log holds each acknowledged
@@ -29,8 +36,10 @@ load=$script_dir/rmw_load.py
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rmw_kill.XXXXXX")
 stopped=""
+proxy_pid=""
 cleanup() {
     [ -z "$stopped" ] || kill -CONT "$stopped" 2>/dev/null
+    [ -z "$proxy_pid" ] || stop_pid "$proxy_pid"
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -46,9 +55,9 @@ healthy_again() {
     fi
 }
 
-# rmw_through WHAT CMD: the load with CMD run 2 s in.
+# rmw_through WHAT CMD [ARGS...]: the load with CMD run 2 s in.
 rmw_through() {
-    if "$py" "$load" --target "$proxy" --seconds 7 --at 2 --threads 4 --cmd "$2"; then
+    if "$py" "$load" --target "${target:-$proxy}" --seconds 7 --at 2 --threads 4 --cmd "$2" "${@:3}"; then
         ok "incr/decr/cas/append/prepend through $1: nothing lost, nothing applied twice, TTLs kept"
     else
         fail "incr/decr/cas/append/prepend through $1 (above)"
@@ -63,6 +72,11 @@ if ! cluster_up "$dir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 32 --re
     finish
 fi
 proxy=$(cat "$dir/proxy")
+seeds=$(awk '$1 == "data" { printf "%s%s", sep, $5; sep = "," }' "$dir/endpoints")
+if ! start_proxy "$dir/proxy-d4.log" --seeds "$seeds" -D 4000; then
+    fail "a second cocytus-proxy (-D 4000) did not start"
+    finish
+fi
 
 pid=$(group0_pid "$dir" data 0)
 if [ -n "$pid" ]; then
@@ -82,6 +96,24 @@ else
     fail "no pid for data process 0 of group 0 after its restart"
 fi
 healthy_again "after the stop"
+
+pid=$(group0_pid "$dir" parity 0)
+if [ -n "$pid" ]; then
+    stopped=$pid
+    target=127.0.0.1:$proxy_port rmw_through "a 3 s stop of a parity process, with no call failing" \
+        "kill -STOP $pid && sleep 3 && kill -CONT $pid && echo stopped $pid for 3 s" \
+        --max-failed 0
+    if grep -q "waiting, since a request in flight cannot be sent twice" "$dir/proxy-d4.log"; then
+        ok "the proxy waited past its try timeout for a request it cannot send twice"
+    else
+        fail "the proxy did not log a wait for a request it cannot send twice"
+        tail -n 20 "$dir/proxy-d4.log"
+    fi
+    stopped=""
+else
+    fail "no pid for parity process 0 of group 0"
+fi
+healthy_again "after the parity process's stop"
 
 rmw_through "a node kill" \
     "bash $(printf '%q' "$cluster_script") kill-node --node 1 --dir $(printf '%q' "$dir")"

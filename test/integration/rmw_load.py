@@ -3,7 +3,8 @@
 log with (incr, decr, append, prepend, gets + cas) through a kill.
 
   rmw_load.py --target HOST:PORT --seconds S --at T --cmd CMD
-              [--threads N] [--keys K] [--json FILE]
+              [--threads N] [--keys K] [--prefix P] [--max-failed F]
+              [--json FILE]
 
 N threads (one pymemcache Client each, noreply=False) own K keys of each
 kind and change them for S seconds; CMD (a shell command, the kill) runs T
@@ -33,7 +34,8 @@ Also while running: an incr's reply must lie in the same bounds (a
 counter never goes back), and no call may answer NOT_FOUND / NOT_STORED
 for a key that was created (a lost key).  Prints the counts and the
 longest time without a successful call after CMD; exits 1 on any
-violation, when nothing succeeded after CMD, or when CMD failed.
+violation, when nothing succeeded after CMD, when CMD failed, or
+(--max-failed) when more than F calls failed.
 Exit 77 without pymemcache.
 """
 
@@ -74,11 +76,11 @@ class Key:
 
 
 class Worker(threading.Thread):
-    def __init__(self, addr, tid, stop_at, nkeys):
+    def __init__(self, addr, prefix, tid, stop_at, nkeys):
         super().__init__()
         self.addr = addr
         self.stop_at = stop_at
-        self.keys = [Key("rmw%d_%s_%d" % (tid, kind, i), kind)
+        self.keys = [Key("%s%d_%s_%d" % (prefix, tid, kind, i), kind)
                      for i in range(nkeys) for kind in KINDS]
         self.ok_times = []
         self.errors = []         # calls that failed (may have been applied)
@@ -240,14 +242,14 @@ TTL_KINDS = (("ttl_up", 3, "touch 100", True), ("ttl_down", 100, "touch 3", Fals
              ("ttl_gat", 3, "gat 100", True), ("ttl_short", 3, None, False))
 
 
-def ttl_setup(addr):
+def ttl_setup(addr, prefix):
     """The TTL keys (above); gat has no call in pymemcache 3.5, so the text protocol."""
     c = Client(addr, connect_timeout=5, timeout=10)
     sock = socket.create_connection(addr, timeout=10)
     try:
         for name, ttl, change, _ in TTL_KINDS:
             for i in range(TTL_KEYS):
-                key = "%s_%d" % (name, i)
+                key = "%s%s_%d" % (prefix, name, i)
                 if not c.set(key, b"v", expire=ttl, noreply=False):
                     raise RuntimeError("set %s: not stored" % key)
                 if change is None:
@@ -271,10 +273,10 @@ def ttl_setup(addr):
         sock.close()
 
 
-def ttl_check(c):
+def ttl_check(c, prefix):
     bad = []
     for name, _, change, live in TTL_KINDS:
-        keys = ["%s_%d" % (name, i) for i in range(TTL_KEYS)]
+        keys = ["%s%s_%d" % (prefix, name, i) for i in range(TTL_KEYS)]
         got = c.get_many(keys)
         if live and len(got) != len(keys):
             bad.append("%s (%s): %d of %d keys gone" % (name, change or "unchanged",
@@ -285,7 +287,7 @@ def ttl_check(c):
     return bad
 
 
-def final_check(addr, workers):
+def final_check(addr, prefix, workers):
     c = Client(addr, connect_timeout=5, timeout=10)
     bad, checked = [], 0
     for w in workers:
@@ -301,7 +303,7 @@ def final_check(addr, workers):
             if why:
                 bad.append(why)
     try:
-        bad += ttl_check(c)
+        bad += ttl_check(c, prefix)
     except (pmexc.MemcacheError, OSError) as e:
         bad.append("TTL keys: read failed: %s" % e)
     c.close()
@@ -325,6 +327,9 @@ def main():
     ap.add_argument("--cmd", required=True)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--keys", type=int, default=20)
+    ap.add_argument("--prefix", default="rmw",
+                    help="of every key: loads run side by side need different ones")
+    ap.add_argument("--max-failed", type=int)
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -332,8 +337,9 @@ def main():
     start = time.monotonic()
     if args.seconds < 4:
         ap.error("--seconds must be at least 4 (the TTL keys' 3 s must pass)")
-    ttl_setup(addr)
-    workers = [Worker(addr, t, start + args.seconds, args.keys) for t in range(args.threads)]
+    ttl_setup(addr, args.prefix)
+    workers = [Worker(addr, args.prefix, t, start + args.seconds, args.keys)
+               for t in range(args.threads)]
     for w in workers:
         w.create()
         w.drop()
@@ -348,7 +354,7 @@ def main():
     for w in workers:
         w.join()
 
-    checked, bad = final_check(addr, workers)
+    checked, bad = final_check(addr, args.prefix, workers)
     after, gap = longest_gap(workers, cmd_at)
     keys = [k for w in workers for k in w.keys]
     result = {
@@ -375,6 +381,10 @@ def main():
     # EXISTS without a rival writer: at most the calls around a takeover
     if result["cas_exists"] > max(10, result["failed_calls"] * 2):
         print("FAIL: %d cas calls answered EXISTS with no other writer" % result["cas_exists"])
+        failed = True
+    if args.max_failed is not None and result["failed_calls"] > args.max_failed:
+        print("FAIL: %d calls failed, at most %d allowed" % (result["failed_calls"],
+                                                          args.max_failed))
         failed = True
     if cmd.returncode != 0:
         print("FAIL: the command failed (exit %d)" % cmd.returncode)
