@@ -305,6 +305,19 @@ cluster_remove() {
     rm -rf "$1"
 }
 
+# cluster_healthy_again DIR WHEN: counts a failure unless every group of
+# the cluster in DIR is at full redundancy again within 60 s (`cocytus-cli
+# wait-healthy`); WHEN ends the message.
+cluster_healthy_again() {
+    if "$build_dir/client/cocytus-cli" --dir "$1" wait-healthy --timeout 60 \
+        >"$1/healthy.out" 2>&1; then
+        ok "full redundancy again $2: $(tail -n 1 "$1/healthy.out")"
+    else
+        fail "no full redundancy again $2"
+        tail -n 20 "$1/healthy.out"
+    fi
+}
+
 # cluster_check_ok DIR CHECK WHEN: runs `cocytus-cli --dir DIR CHECK`
 # (verify, decode-check), shows its output, and counts a failed check
 # unless it says "group 0: OK" and "CHECK: all groups OK".  WHEN ends the

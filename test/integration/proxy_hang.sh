@@ -41,18 +41,6 @@ cleanup() {
 }
 on_exit cleanup
 
-# healthy_again WHEN: every group at full redundancy again within 60 s (the
-# stopped process exits once it runs, and its node starts it again).
-healthy_again() {
-    if "$build_dir/client/cocytus-cli" --dir "$dir" wait-healthy --timeout 60 \
-        >"$dir/healthy.out" 2>&1; then
-        ok "full redundancy again $1: $(tail -n 1 "$dir/healthy.out")"
-    else
-        fail "no full redundancy again $1"
-        tail -n 20 "$dir/healthy.out"
-    fi
-}
-
 proxy_port=$(pick_port)
 # 9 processes and the coordinator: 2 ports each; the proxy's is the kernel's choice.
 if ! cluster_up "$dir" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 32 --region 32 \
@@ -84,7 +72,7 @@ else
     tail -n 20 "$dir/proxy.log"
 fi
 
-healthy_again "after the first stop"
+cluster_healthy_again "$dir" "after the first stop"
 cluster_check_ok "$dir" verify "after the stop"
 # The same for meta commands (ms, mg), which the proxy forwards over text
 # connections of their own: the same data process, started again by its
@@ -106,7 +94,7 @@ else
     tail -n 20 "$dir/proxy.log"
 fi
 
-healthy_again "after the second stop"
+cluster_healthy_again "$dir" "after the second stop"
 cluster_check_ok "$dir" verify "after the stops"
 cluster_check_ok "$dir" decode-check "after the stops"
 finish

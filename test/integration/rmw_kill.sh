@@ -44,17 +44,6 @@ cleanup() {
 }
 on_exit cleanup
 
-# healthy_again WHEN: every group at full redundancy again within 60 s.
-healthy_again() {
-    if "$build_dir/client/cocytus-cli" --dir "$dir" wait-healthy --timeout 60 \
-        >"$dir/healthy.out" 2>&1; then
-        ok "full redundancy again $1: $(tail -n 1 "$dir/healthy.out")"
-    else
-        fail "no full redundancy again $1"
-        tail -n 20 "$dir/healthy.out"
-    fi
-}
-
 # rmw_through WHAT CMD [ARGS...]: the load with CMD run 2 s in.
 rmw_through() {
     if "$py" "$load" --target "${target:-$proxy}" --seconds 7 --at 2 --threads 4 --cmd "$2" "${@:3}"; then
@@ -84,36 +73,35 @@ if [ -n "$pid" ]; then
 else
     fail "no pid for data process 0 of group 0"
 fi
-healthy_again "after the kill"
+cluster_healthy_again "$dir" "after the kill"
 
-pid=$(group0_pid "$dir" data 0)
-if [ -n "$pid" ]; then
-    stopped=$pid
-    rmw_through "a 3 s stop of a data process" \
-        "kill -STOP $pid && sleep 3 && kill -CONT $pid && echo stopped $pid for 3 s"
-    stopped=""
-else
-    fail "no pid for data process 0 of group 0 after its restart"
-fi
-healthy_again "after the stop"
-
-pid=$(group0_pid "$dir" parity 0)
-if [ -n "$pid" ]; then
-    stopped=$pid
-    target=127.0.0.1:$proxy_port rmw_through "a 3 s stop of a parity process, with no call failing" \
-        "kill -STOP $pid && sleep 3 && kill -CONT $pid && echo stopped $pid for 3 s" \
-        --max-failed 0
-    if grep -q "waiting, since a request in flight cannot be sent twice" "$dir/proxy-d4.log"; then
-        ok "the proxy waited past its try timeout for a request it cannot send twice"
-    else
-        fail "the proxy did not log a wait for a request it cannot send twice"
-        tail -n 20 "$dir/proxy-d4.log"
+# stop_through ROLE WHAT [ARGS...]: the load through a 3 s stop of process
+# 0 of group 0 in ROLE (data, parity), ARGS passed to the load.
+stop_through() {
+    local pid
+    pid=$(group0_pid "$dir" "$1" 0)
+    if [ -z "$pid" ]; then
+        fail "no pid for $1 process 0 of group 0"
+        return
     fi
+    stopped=$pid
+    rmw_through "$2" "kill -STOP $pid && sleep 3 && kill -CONT $pid && echo stopped $pid for 3 s" \
+        "${@:3}"
     stopped=""
+}
+
+stop_through data "a 3 s stop of a data process"
+cluster_healthy_again "$dir" "after the stop"
+
+target=127.0.0.1:$proxy_port stop_through parity \
+    "a 3 s stop of a parity process, with no call failing" --max-failed 0
+if grep -q "waiting, since a request in flight cannot be sent twice" "$dir/proxy-d4.log"; then
+    ok "the proxy waited past its try timeout for a request it cannot send twice"
 else
-    fail "no pid for parity process 0 of group 0"
+    fail "the proxy did not log a wait for a request it cannot send twice"
+    tail -n 20 "$dir/proxy-d4.log"
 fi
-healthy_again "after the parity process's stop"
+cluster_healthy_again "$dir" "after the parity process's stop"
 
 rmw_through "a node kill" \
     "bash $(printf '%q' "$cluster_script") kill-node --node 1 --dir $(printf '%q' "$dir")"

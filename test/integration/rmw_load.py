@@ -30,8 +30,8 @@ touched-up and gat ones must be there and the others gone: a TTL and its
 changes travel with the key through a takeover and a rebuild, and an
 expired key does not come back.
 
-Also while running: an incr's reply must lie in the same bounds (a
-counter never goes back), and no call may answer NOT_FOUND / NOT_STORED
+Also while running: an incr's or decr's reply must lie in the same
+bounds (a counter never goes back), and no call may answer NOT_FOUND / NOT_STORED
 for a key that was created (a lost key).  Prints the counts and the
 longest time without a successful call after CMD; exits 1 on any
 violation, when nothing succeeded after CMD, when CMD failed, or
@@ -72,7 +72,7 @@ class Key:
         self.acked = 0           # counters: changes acknowledged
         self.failed = 0          # counters: calls that failed
         self.tokens = []         # log/stack: (seq, acknowledged) in the order sent
-        self.last_seen = None    # counter: the last value an incr returned
+        self.last_seen = None    # counter, countdown: changes applied, by the last reply
 
 
 class Worker(threading.Thread):
@@ -113,36 +113,31 @@ class Worker(threading.Thread):
                                                    type(e).__name__, e))
         self.drop()
 
-    def step_counter(self, k):
+    def step_arith(self, k):
+        """incr a counter or decr a countdown by 1: its reply must lie in the
+        bounds of the final check and never go back."""
+        verb = "incr" if k.kind == "counter" else "decr"
         try:
-            got = self.conn().incr(k.name, 1, noreply=False)
+            if verb == "incr":
+                got = self.conn().incr(k.name, 1, noreply=False)
+            else:
+                got = self.conn().decr(k.name, 1, noreply=False)
         except (pmexc.MemcacheError, OSError) as e:
             k.failed += 1
-            self.failed_call(k, "incr", e)
+            self.failed_call(k, verb, e)
             return
         if got is None:
-            self.violations.append("incr %s: NOT_FOUND (acknowledged %d)" % (k.name, k.acked))
+            self.violations.append("%s %s: NOT_FOUND (acknowledged %d)" % (verb, k.name, k.acked))
             return
         k.acked += 1
-        if not k.acked <= got <= k.acked + k.failed:
-            self.violations.append("incr %s returned %d: acknowledged %d, failed %d" %
-                                   (k.name, got, k.acked, k.failed))
-        if k.last_seen is not None and got <= k.last_seen:
-            self.violations.append("incr %s went back: %d after %d" % (k.name, got, k.last_seen))
-        k.last_seen = got
-        self.ok_times.append(time.monotonic())
-
-    def step_countdown(self, k):
-        try:
-            got = self.conn().decr(k.name, 1, noreply=False)
-        except (pmexc.MemcacheError, OSError) as e:
-            k.failed += 1
-            self.failed_call(k, "decr", e)
-            return
-        if got is None:
-            self.violations.append("decr %s: NOT_FOUND" % k.name)
-            return
-        k.acked += 1
+        done = got if verb == "incr" else START - got
+        if not k.acked <= done <= k.acked + k.failed:
+            self.violations.append("%s %s returned %d: acknowledged %d, failed %d" %
+                                   (verb, k.name, got, k.acked, k.failed))
+        if k.last_seen is not None and done <= k.last_seen:
+            self.violations.append("%s %s went back: %d changes after %d" %
+                                   (verb, k.name, done, k.last_seen))
+        k.last_seen = done
         self.ok_times.append(time.monotonic())
 
     def step_cas(self, k):
@@ -186,7 +181,7 @@ class Worker(threading.Thread):
         self.ok_times.append(time.monotonic())
 
     def run(self):
-        steps = {"counter": self.step_counter, "countdown": self.step_countdown,
+        steps = {"counter": self.step_arith, "countdown": self.step_arith,
                  "cas": self.step_cas, "log": self.step_list, "stack": self.step_list}
         i = 0
         while time.monotonic() < self.stop_at:
