@@ -10,7 +10,9 @@
  * After a timeout it does not try the same server again for timeout_ms (a
  * hung process would cost a whole timeout per try) but keeps fetching the
  * map meanwhile.  A request that may have reached the server is sent again
- * only if doing so twice is harmless (lc_request.retry_lost). */
+ * only if doing so twice is harmless (lc_request.retry_lost); one that is
+ * not waits for its reply until the call's deadline, and its failure
+ * fetches the map before it is reported. */
 #include "config.h"
 
 #include <errno.h>
@@ -493,6 +495,36 @@ static bool follow_map_owner(cocytus_t *c, unsigned slot, size_t *target)
     return !lc_addr_equal(&c->conns[*target].addr, &failed);
 }
 
+/* The reply wait of one try.  A request that cannot be sent twice waits
+ * for its reply until the call's deadline (at least timeout_ms), not only
+ * timeout_ms: its server may just be slow (a write waits for every parity
+ * process's ack, and a stopped parity process holds its group's writes
+ * until the coordinator drops it, about 1.5 s), and giving up early turns
+ * a slow reply into "may have been applied" that nothing can retry.  Other
+ * requests keep timeout_ms: their retry after a timeout is harmless. */
+static uint64_t reply_wait_ms(const cocytus_t *c, const struct lc_request *rq)
+{
+    int64_t left = budget_left(c);
+
+    if (rq->retry_lost || left <= c->opt.timeout_ms)
+        return (uint64_t)c->opt.timeout_ms;
+    return left > c->opt.deadline_ms ? (uint64_t)c->opt.deadline_ms : (uint64_t)left;
+}
+
+/* One try of rq on mc, with its reply wait; the handle's default wait
+ * (timeout_ms) is put back after it. */
+static memcached_return_t attempt(cocytus_t *c, memcached_st *mc, const struct lc_request *rq)
+{
+    uint64_t wait = reply_wait_ms(c, rq);
+
+    if (wait == (uint64_t)c->opt.timeout_ms)
+        return lc_attempt_rc(mc, rq->fn(mc, rq->arg));
+    memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, wait);
+    memcached_return_t rc = lc_attempt_rc(mc, rq->fn(mc, rq->arg));
+    memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, (uint64_t)c->opt.timeout_ms);
+    return rc;
+}
+
 static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
 {
     unsigned slot = lc_key_slot(rq->key, rq->nkey);
@@ -518,7 +550,7 @@ static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
             target = reroute_after_failure(c, slot, target, tries, rc == MEMCACHED_TIMEOUT);
             continue;
         }
-        rc = lc_attempt_rc(mc, rq->fn(mc, rq->arg));
+        rc = attempt(c, mc, rq);
         switch (lc_classify(c, mc, rc, &mv)) {
         case LC_FINAL:
             return rc;
@@ -533,6 +565,12 @@ static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
             c->stats.conn_failures++;
             lc_conn_reset(c, target);
             if (!rq->retry_lost) {
+                /* The next call should not find the same server by a map
+                 * the cluster may have replaced meanwhile (a stopped
+                 * process taken over, which on resuming reads requests and
+                 * exits without an answer). */
+                struct lc_addr failed = c->conns[target].addr;
+                lc_refresh_for_retry(c, NULL, &failed, 0);
                 prefix_error(c, rc == MEMCACHED_TIMEOUT
                                     ? "no reply in time, the request may have been applied"
                                     : "connection lost, the request may have been applied");

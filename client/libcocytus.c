@@ -8,7 +8,8 @@
  * not come, when the server may have applied them: get, set, replace,
  * delete and touch (the same outcome twice; a delete may then answer
  * NOT_FOUND).  Never add, cas, append, prepend, incr or decr: those return
- * COCYTUS_UNAVAILABLE ("... the request may have been applied").  A
+ * COCYTUS_UNAVAILABLE ("... the request may have been applied"), after
+ * waiting for their reply until the call's deadline (lc_core.c).  A
  * failure before anything was sent (no connection) is retried for all. */
 #include "config.h"
 

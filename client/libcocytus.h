@@ -15,7 +15,9 @@
  * have reached the server before its connection failed is sent again only
  * if that is harmless (get, set, replace, delete, touch); add, cas, append,
  * prepend, incr and decr then fail with COCYTUS_UNAVAILABLE and a
- * last_error saying "the request may have been applied".  The servers are
+ * last_error saying "the request may have been applied"; since they cannot
+ * be tried again, they wait for their reply until the deadline rather than
+ * timeout_ms, so a server that is only slow does not fail them.  The servers are
  * spoken to through libmemcached, in the ASCII or the binary protocol.
  *
  * A cocytus_t is not thread-safe: use one per thread.  Every call returns
@@ -71,7 +73,9 @@ typedef enum cocytus_route {
  * libcocytus.h must be rebuilt. */
 typedef struct cocytus_options {
     int binary;              /* 0: ASCII protocol to the servers (default), 1: binary */
-    int timeout_ms;          /* connect and per-reply timeout of one try (default 1000);
+    int timeout_ms;          /* connect and per-reply timeout of one try (default 1000;
+                                add, cas, append, prepend, incr and decr wait for
+                                their reply until deadline_ms instead, if longer);
                                 a map fetch inside a call waits at most 200 ms */
     int max_attempts;        /* upper bound on tries per call, the first included
                                 (default 100, at most 1000); deadline_ms normally

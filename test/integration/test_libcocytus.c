@@ -2155,16 +2155,50 @@ START_TEST(test_deadline_dead_cluster)
 }
 END_TEST
 
-/* A real cocytus-server stopped with SIGSTOP: a get costs about
- * deadline_ms + timeout_ms and fails; an incr sent on an open connection
- * gets no reply in time and is reported, not sent again; after SIGCONT the
- * server runs the incr it had buffered: applied once, never twice. */
+/* Sends SIGCONT to pid after ms, from a child process; returns the child. */
+static pid_t resume_later(pid_t pid, int ms)
+{
+    fflush(NULL);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        harness_sleep_ms(ms);
+        kill(pid, SIGCONT);
+        _exit(0);
+    }
+    return child;
+}
+
+/* Waits until n reads back as want; n may only be old or want meanwhile. */
+static void await_counter(cocytus_t *c, const char *old, const char *want)
+{
+    char text[24];
+    cocytus_item_t it;
+
+    snprintf(text, sizeof(text), "?");
+    for (int i = 0; i < 40 && strcmp(text, want) != 0; i++) {
+        if (i > 0)
+            harness_sleep_ms(25);
+        ck_assert_int_eq(cocytus_get(c, "n", 1, &it), COCYTUS_OK);
+        snprintf(text, sizeof(text), "%s", it.value);
+        cocytus_item_free(&it);
+        ck_assert_msg(strcmp(text, old) == 0 || strcmp(text, want) == 0, "n is %s", text);
+    }
+    ck_assert_str_eq(text, want);
+}
+
+/* A real cocytus-server stopped with SIGSTOP (timeout 200 ms, deadline 500
+ * ms): a get costs about deadline_ms + timeout_ms and fails.  An incr sent
+ * on an open connection is never sent twice; it waits for its reply past
+ * timeout_ms, up to the deadline: a server resumed after 300 ms answers it
+ * (a slow server is not a failure), one stopped past the deadline gets it
+ * reported as "may have been applied", and on resuming applies it once. */
 START_TEST(test_deadline_stopped_server)
 {
     harness_server srv;
-    char seed[64], text[24];
+    char seed[64];
     cocytus_item_t it;
-    uint64_t v;
+    uint64_t v = 0;
 
     ck_assert(harness_server_start(&srv, NULL));
     snprintf(seed, sizeof(seed), "127.0.0.1:%d", srv.port);
@@ -2179,11 +2213,25 @@ START_TEST(test_deadline_stopped_server)
                   cocytus_last_error(c));
     ck_assert_msg(took >= 450 && took <= 500 + 200 + 250, "get took %" PRId64 " ms", took);
 
-    /* A connection opened while the server runs, then an incr on it. */
+    /* A connection opened while the server runs, then an incr on it while
+     * the server is stopped for 300 ms: answered, once. */
     ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
     ck_assert_int_eq(cocytus_get(c, "n", 1, &it), COCYTUS_OK);
     ck_assert_str_eq(it.value, "10");
     cocytus_item_free(&it);
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+    pid_t resumer = resume_later(srv.pid, 300);
+    t0 = mono_ms();
+    r = cocytus_incr(c, "n", 1, 1, &v);
+    took = mono_ms() - t0;
+    ck_assert_int_eq(waitpid(resumer, NULL, 0), resumer);
+    ck_assert_msg(r == COCYTUS_OK, "incr over a 300 ms stop: %s (%s)", cocytus_strerror(r),
+                  cocytus_last_error(c));
+    ck_assert_uint_eq(v, 11);
+    ck_assert_msg(took >= 250 && took < 500, "incr took %" PRId64 " ms", took);
+    await_counter(c, "11", "11");
+
+    /* Stopped past the deadline: reported, not sent again. */
     ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
     t0 = mono_ms();
     r = cocytus_incr(c, "n", 1, 1, &v);
@@ -2193,21 +2241,58 @@ START_TEST(test_deadline_stopped_server)
                   cocytus_last_error(c));
     ck_assert_msg(strstr(cocytus_last_error(c), "may have been applied") != NULL, "incr: %s",
                   cocytus_last_error(c));
-    ck_assert_msg(took >= 150 && took <= 200 + 250, "incr took %" PRId64 " ms", took);
+    ck_assert_msg(took >= 450 && took <= 500 + 250, "incr took %" PRId64 " ms", took);
 
     /* The resumed server applies the buffered incr once. */
-    snprintf(text, sizeof(text), "?");
-    for (int i = 0; i < 40 && strcmp(text, "11") != 0; i++) {
-        if (i > 0)
-            harness_sleep_ms(25);
-        ck_assert_int_eq(cocytus_get(c, "n", 1, &it), COCYTUS_OK);
-        snprintf(text, sizeof(text), "%s", it.value);
-        cocytus_item_free(&it);
-        ck_assert_msg(strcmp(text, "10") == 0 || strcmp(text, "11") == 0, "n is %s", text);
-    }
-    ck_assert_str_eq(text, "11");
+    await_counter(c, "11", "12");
     cocytus_close(c);
     harness_server_stop(&srv);
+}
+END_TEST
+
+/* An incr waits on a stopped server past the deadline and is reported;
+ * meanwhile the cluster gave the server's slots to another one.  The
+ * failed call fetched the map before returning, so the next call goes to
+ * the new owner at once, not first to the stopped server for a timeout
+ * (nor, had it resumed, to a process that reads the request and exits,
+ * as one declared dead does). */
+START_TEST(test_lost_mutation_refreshes_map)
+{
+    harness_server srv;
+    struct stub st;
+    char reply[64];
+    cocytus_item_t it;
+    uint64_t v;
+
+    harness_assert_server_up(&plain);
+    ck_assert(harness_server_start(&srv, NULL));
+    int lfd = stub_listen(&st);
+    stub_map(&st, 0, 5, srv.port);
+    stub_map(&st, 1, 6, plain.port);
+    stub_start(&st, lfd);
+    cocytus_t *c = connect_budget(st.seed, false, 300, 600);
+    ck_assert_int_eq(cocytus_set(c, "lm", 2, "1", 1, 0, 0), COCYTUS_OK);
+
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+    stub_cmd(&st, "stub after 200 1", reply, sizeof(reply));
+    cocytus_rc r = cocytus_incr(c, "lm", 2, 1, &v);
+    ck_assert_msg(r == COCYTUS_UNAVAILABLE, "incr: %s (%s)", cocytus_strerror(r),
+                  cocytus_last_error(c));
+    ck_assert_msg(strstr(cocytus_last_error(c), "may have been applied") != NULL, "incr: %s",
+                  cocytus_last_error(c));
+    ck_assert_uint_eq(cocytus_epoch(c), 6);
+
+    int64_t t0 = mono_ms();
+    ck_assert_int_eq(cocytus_set(c, "lm", 2, "7", 1, 0, 0), COCYTUS_OK);
+    int64_t took = mono_ms() - t0;
+    ck_assert_msg(took < 250, "the set after the failed incr took %" PRId64 " ms", took);
+    ck_assert_int_eq(cocytus_get(c, "lm", 2, &it), COCYTUS_OK);
+    ck_assert_str_eq(it.value, "7");
+    cocytus_item_free(&it);
+    cocytus_close(c);
+    ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+    harness_server_stop(&srv);
+    stub_stop(&st);
 }
 END_TEST
 
@@ -2320,6 +2405,7 @@ static Suite *libcocytus_suite(void)
     tcase_add_test(tc, test_lost_request_not_retried);
     tcase_add_test(tc, test_deadline_dead_cluster);
     tcase_add_test(tc, test_deadline_stopped_server);
+    tcase_add_test(tc, test_lost_mutation_refreshes_map);
     tcase_add_test(tc, test_proxy_reports_lost_mutation);
     tcase_set_timeout(tc, 30);
     suite_add_tcase(s, tc);
