@@ -137,7 +137,10 @@ static memcached_st *new_handle(const cocytus_t *c, const struct lc_addr *a)
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, ms * 1000);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, ms * 1000);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 0);
-    if (memcached_server_add(mc, a->host, (in_port_t)a->port) != MEMCACHED_SUCCESS) {
+    if (memcached_server_add(mc, a->host, (in_port_t)a->port) != MEMCACHED_SUCCESS ||
+        (c->opt.binary && c->auth_set != NULL &&
+         memcached_set_sasl_auth_data(mc, c->opt.username, c->opt.password) !=
+             MEMCACHED_SUCCESS)) {
         memcached_free(mc);
         return NULL;
     }
@@ -157,9 +160,22 @@ memcached_return_t lc_attempt_rc(const memcached_st *mc, memcached_return_t rc)
 /* A version round trip opens the connection, so that a failure of the
  * request itself can only come from a connection that was working.
  * memcached_version() reports any failure as MEMCACHED_SOME_ERRORS; the
- * handle's last error says which (MEMCACHED_TIMEOUT for a hung server). */
-static memcached_return_t prime_handle(memcached_st *mc)
+ * handle's last error says which (MEMCACHED_TIMEOUT for a hung server).
+ * With credentials an ASCII connection first sends the authentication set
+ * (a binary one authenticated with SASL as libmemcached connected). */
+static memcached_return_t prime_handle(const cocytus_t *c, memcached_st *mc)
 {
+    if (c->auth_set != NULL && !c->opt.binary) {
+        const char *user = c->opt.username, *pass = c->opt.password;
+        size_t nuser = strlen(user), npass = strlen(pass);
+        char data[2 * LC_AUTH_FIELD_MAX + 2];
+        memcpy(data, user, nuser);
+        data[nuser] = ' ';
+        memcpy(data + nuser + 1, pass, npass);
+        memcached_return_t rc = memcached_set(mc, "auth", 4, data, nuser + 1 + npass, 0, 0);
+        if (rc != MEMCACHED_SUCCESS)
+            return rc;
+    }
     return lc_attempt_rc(mc, memcached_version(mc));
 }
 
@@ -175,7 +191,7 @@ memcached_st *lc_conn_handle(cocytus_t *c, size_t i, memcached_return_t *rc)
         *rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
         return NULL;
     }
-    *rc = prime_handle(cn->mc);
+    *rc = prime_handle(c, cn->mc);
     if (*rc != MEMCACHED_SUCCESS) {
         char where[LC_ADDR_TEXT_MAX];
         lc_addr_format(&cn->addr, where, sizeof(where));
@@ -294,7 +310,7 @@ static enum lc_judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t
 {
     struct lc_map *m = NULL;
     char err[LC_ERR_MAX];
-    enum lc_fetch kind = lc_fetch_map(a, fetch_timeout(c), &m, err, sizeof(err));
+    enum lc_fetch kind = lc_fetch_map_as(a, fetch_timeout(c), c->auth_set, &m, err, sizeof(err));
 
     *out = NULL;
     *answered = kind != LC_FETCH_FAILED;

@@ -21,6 +21,7 @@
 #define LC_EXTRA_CONNS 64          /* MOVED targets outside the map, at most */
 #define LC_BACKOFF_CAP_MS 50       /* longest wait between two tries */
 #define LC_RETRY_FETCH_MS 200      /* per-server map fetch timeout inside a call */
+#define LC_AUTH_FIELD_MAX 255      /* longest user or password (what a -Y file holds) */
 
 /* A server and its libmemcached handle (created and primed on first use). */
 struct lc_conn {
@@ -40,6 +41,9 @@ struct cocytus {
     int64_t call_end;              /* monotonic ms at which the running call stops
                                       retrying; 0 between calls */
     char err[LC_ERR_MAX];
+    char *auth_user, *auth_pass;   /* copies of the options' credentials, or NULL */
+    char *auth_set;                /* the ASCII authentication set ("set auth 0 0 n\r\n
+                                      user pass\r\n"), or NULL: no credentials */
 };
 
 /* How one attempt ended. */

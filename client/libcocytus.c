@@ -64,6 +64,53 @@ static void copy_err(char *err, size_t errlen, const char *msg)
         snprintf(err, errlen, "%s", msg);
 }
 
+/* One credential: 1 to LC_AUTH_FIELD_MAX bytes, no spaces or control
+ * characters (what a -Y file can hold, and what the authentication set's
+ * "user password" data can carry unambiguously). */
+static bool credential_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > LC_AUTH_FIELD_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= ' ' || s[i] == 0x7f)
+            return false;
+    return true;
+}
+
+/* Checks and copies the options' username and password, and builds the
+ * authentication set the map fetches and ASCII connections send first.
+ * The binary protocol authenticates with libmemcached's SASL (PLAIN, the
+ * only mechanism the servers offer). */
+static bool setup_credentials(cocytus_t *c)
+{
+    const char *user = c->opt.username, *pass = c->opt.password;
+
+    c->opt.username = NULL;
+    c->opt.password = NULL;
+    if (user == NULL && pass == NULL)
+        return true;
+    if (user == NULL || pass == NULL || !credential_ok(user) || !credential_ok(pass)) {
+        lc_set_error(c, "username and password go together, each 1 to %d bytes without "
+                        "spaces or control characters", LC_AUTH_FIELD_MAX);
+        return false;
+    }
+    size_t nset = strlen(user) + strlen(pass) + 48;
+    c->auth_user = strdup(user);
+    c->auth_pass = strdup(pass);
+    c->auth_set = malloc(nset);
+    if (c->auth_user == NULL || c->auth_pass == NULL || c->auth_set == NULL) {
+        lc_set_error(c, "out of memory");
+        return false;
+    }
+    snprintf(c->auth_set, nset, "set auth 0 0 %zu\r\n%s %s\r\n", strlen(user) + 1 + strlen(pass),
+             user, pass);
+    c->opt.username = c->auth_user;
+    c->opt.password = c->auth_pass;
+    return true;
+}
+
 cocytus_t *cocytus_connect(const char *seeds, char *err, size_t errlen)
 {
     return cocytus_connect_with(seeds, NULL, err, errlen);
@@ -83,6 +130,11 @@ cocytus_t *cocytus_connect_with(const char *seeds, const cocytus_options_t *o,
     else
         cocytus_options_init(&c->opt);
     sanitize_options(&c->opt);
+    if (!setup_credentials(c)) {
+        copy_err(err, errlen, c->err);
+        cocytus_close(c);
+        return NULL;
+    }
     c->nseeds = lc_seeds_parse(seeds, &c->seeds, c->err, sizeof(c->err));
     if (c->nseeds == 0 || !lc_refresh(c, NULL, NULL, 0)) {
         copy_err(err, errlen, c->err[0] ? c->err : "no seed answered");
@@ -102,6 +154,9 @@ void cocytus_close(cocytus_t *c)
     free(c->conns);
     lc_map_free(c->map);
     free(c->seeds);
+    free(c->auth_user);
+    free(c->auth_pass);
+    free(c->auth_set);
     free(c);
 }
 

@@ -84,6 +84,13 @@ typedef struct cocytus_options {
     cocytus_route route;     /* default COCYTUS_ROUTE_MAP */
     int deadline_ms;         /* retry budget of one call: no new try starts after it
                                 (default 2000; <= 0 means the default) */
+    const char *username;    /* with password: the pair presented to servers started
+                                with -Y (memcached's auth file), on every connection:
+                                the ASCII authentication set, or SASL PLAIN in the
+                                binary protocol; 1 to 255 bytes each, no spaces or
+                                control characters.  NULL (default): none.  Copied
+                                by cocytus_connect_with(). */
+    const char *password;
 } cocytus_options_t;
 
 /* An item read from the cluster.  value is malloc'ed and NUL-terminated

@@ -1,6 +1,6 @@
 /* test_libcocytus.c - the libcocytus client library and cocytus-proxy.
  *
- * Three parts:
+ * The parts:
  *  - parsers: the key -> slot hash (against libhashkit and the server's
  *    slotmap), the "config get cluster" reply (also as the server's encoder
  *    writes it), MOVED texts and seed lists;
@@ -18,6 +18,8 @@
  *    by the map, follow MOVED with a refresh, survive an endpoint going
  *    down, and cocytus-proxy in front of it must hide all of that from a
  *    plain libmemcached client;
+ *  - credentials: a cocytus-server started with -Y, reached with the
+ *    options' username and password (ASCII set, binary SASL PLAIN);
  *  - failures, against a small scripted server (the "stub", a child
  *    process) that serves a chosen map, can switch to another map after a
  *    delay, and swallows every other request by closing the connection
@@ -2361,6 +2363,107 @@ START_TEST(test_proxy_reports_lost_mutation)
 }
 END_TEST
 
+/* ---- credentials: a server started with -Y ---- */
+
+static harness_server authsrv;
+static char authfile_path[64];
+
+static void start_auth_server(void)
+{
+    snprintf(authfile_path, sizeof(authfile_path), "/tmp/lc-auth-XXXXXX");
+    int fd = mkstemp(authfile_path);
+    ck_assert_int_ge(fd, 0);
+    const char *pairs = "alice:s3cr:et\nbob:hunter2\n";
+    ck_assert_int_eq(write(fd, pairs, strlen(pairs)), (ssize_t)strlen(pairs));
+    close(fd);
+    const char *args[] = { "-Y", authfile_path, NULL };
+    ck_assert(harness_server_start(&authsrv, args));
+}
+
+static void stop_auth_server(void)
+{
+    harness_server_stop(&authsrv);
+    unlink(authfile_path);
+}
+
+static cocytus_t *connect_as(bool binary, const char *user, const char *pass, char *err,
+                             size_t errlen)
+{
+    cocytus_options_t o;
+    char seed[64];
+
+    cocytus_options_init(&o);
+    ck_assert_ptr_null(o.username);
+    ck_assert_ptr_null(o.password);
+    o.binary = binary;
+    o.timeout_ms = 500;
+    o.deadline_ms = 600;
+    o.username = user;
+    o.password = pass;
+    snprintf(seed, sizeof(seed), "127.0.0.1:%d", authsrv.port);
+    return cocytus_connect_with(seed, &o, err, errlen);
+}
+
+/* A -Y server: the library authenticates the map fetch (ASCII set) and
+ * every connection (the ASCII set, or SASL PLAIN in binary); every command
+ * kind then works.  No credentials, a wrong password or a half pair fail
+ * at connect with a text that says so. */
+START_TEST(test_auth_credentials)
+{
+    bool binary = _i == 1;
+    char err[256], user[16], pass[16];
+    cocytus_item_t it;
+    uint64_t v = 0;
+
+    harness_assert_server_up(&authsrv);
+    ck_assert_ptr_null(connect_as(binary, NULL, NULL, err, sizeof(err)));
+    ck_assert_msg(strstr(err, "unauthenticated") != NULL, "no credentials: %s", err);
+    ck_assert_ptr_null(connect_as(binary, "alice", "wrong", err, sizeof(err)));
+    ck_assert_msg(strstr(err, "refused the credentials") != NULL &&
+                  strstr(err, "authentication failure") != NULL, "wrong password: %s", err);
+    ck_assert_ptr_null(connect_as(binary, "alice", NULL, err, sizeof(err)));
+    ck_assert_msg(strstr(err, "go together") != NULL, "half a pair: %s", err);
+    ck_assert_ptr_null(connect_as(binary, "al ice", "x", err, sizeof(err)));
+    ck_assert_msg(strstr(err, "spaces") != NULL, "a space: %s", err);
+
+    /* The options' strings are copied: the caller's may change. */
+    snprintf(user, sizeof(user), "alice");
+    snprintf(pass, sizeof(pass), "s3cr:et");
+    cocytus_t *c = connect_as(binary, user, pass, err, sizeof(err));
+    ck_assert_msg(c != NULL, "alice: %s", err);
+    memset(user, 'x', sizeof(user) - 1);
+    memset(pass, 'x', sizeof(pass) - 1);
+    ck_assert_int_eq(cocytus_set(c, "au:1", 4, "7", 1, 5, 0), COCYTUS_OK);
+    check_value(c, "au:1", "7");
+    ck_assert_int_eq(cocytus_incr(c, "au:1", 4, 3, &v), COCYTUS_OK);
+    ck_assert_uint_eq(v, 10);
+    ck_assert_int_eq(cocytus_append(c, "au:1", 4, "x", 1), COCYTUS_OK);
+    check_value(c, "au:1", "10x");
+    ck_assert_int_eq(cocytus_touch(c, "au:1", 4, 100), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_add(c, "au:2", 4, "au:2", 4, 0, 0), COCYTUS_OK);
+    const char *keys[2] = { "au:2", "au:3" };
+    size_t lens[2] = { 4, 4 };
+    struct mget_seen seen;
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(cocytus_mget(c, keys, lens, 2, note_item, &seen), COCYTUS_OK);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert_int_eq(seen.bad, 0);
+    ck_assert_int_eq(cocytus_delete(c, "au:1", 4), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_get(c, "au:1", 4, &it), COCYTUS_NOT_FOUND);
+    ck_assert_int_eq(cocytus_refresh(c), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_flush_all(c, 0), COCYTUS_OK);
+    ck_assert_int_eq(cocytus_get(c, "au:2", 4, &it), COCYTUS_NOT_FOUND);
+
+    /* The other pair of the file works too, on its own connections. */
+    cocytus_t *c2 = connect_as(binary, "bob", "hunter2", err, sizeof(err));
+    ck_assert_msg(c2 != NULL, "bob: %s", err);
+    ck_assert_int_eq(cocytus_set(c2, "au:4", 4, "b", 1, 0, 0), COCYTUS_OK);
+    cocytus_close(c2);
+    check_value(c, "au:4", "b");
+    cocytus_close(c);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Suites                                                              */
 /* ------------------------------------------------------------------ */
@@ -2397,6 +2500,12 @@ static Suite *libcocytus_suite(void)
     tcase_add_test(tc, test_fake_follow_mode);
     tcase_add_loop_test(tc, test_proxy_hides_moves, 0, 2);
     tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("auth");
+    tcase_add_unchecked_fixture(tc, start_auth_server, stop_auth_server);
+    tcase_add_loop_test(tc, test_auth_credentials, 0, 2);
+    tcase_set_timeout(tc, 30);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");
