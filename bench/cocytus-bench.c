@@ -101,6 +101,8 @@ struct config {
     int quiet;
     int print_keys;                /* --print-keys: list "<slot> <key>" and exit */
     int deadline_ms;               /* libcocytus deadline_ms; 0: the library's default */
+    const char *auth_path;         /* --auth-file, or NULL */
+    char user[256], password[256]; /* its first user:password pair */
 };
 
 /* Counters of one operation type in one worker (single writer). */
@@ -1030,6 +1032,8 @@ static void usage(FILE *f)
         "                         cached slot map (default); follow MOVED per request\n"
         "                         (libcocytus), or the same over kept raw text sockets\n"
         "      --binary           binary protocol (default ASCII)\n"
+        "      --auth-file FILE   present FILE's first user:password pair (memcached's -Y\n"
+        "                         file) to the servers (map and follow routes, depth 1)\n"
         "      --deadline-ms MS   libcocytus retry budget per request, 1..3600000 (default:\n"
         "                         the library's, 2000); a request still failing then\n"
         "                         counts as an error (map and follow routes)\n"
@@ -1123,7 +1127,7 @@ static int parse_value_size(const char *s, struct value_spec *vs)
 enum long_only {
     OPT_ROUTE = 256, OPT_BINARY, OPT_LOAD, OPT_NO_LOAD, OPT_RUN, OPT_NO_RUN, OPT_RATE,
     OPT_CSV, OPT_JSON, OPT_VERIFY, OPT_VERIFY_LATEST, OPT_MISSES_OK, OPT_SEED, OPT_HELP, OPT_PRINT_KEYS,
-    OPT_DEPTH, OPT_DEADLINE
+    OPT_DEPTH, OPT_DEADLINE, OPT_AUTH_FILE
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -1131,6 +1135,7 @@ static const struct option LONG_OPTIONS[] = {
     { "route", required_argument, NULL, OPT_ROUTE },
     { "binary", no_argument, NULL, OPT_BINARY },
     { "deadline-ms", required_argument, NULL, OPT_DEADLINE },
+    { "auth-file", required_argument, NULL, OPT_AUTH_FILE },
     { "records", required_argument, NULL, 'n' },
     { "load", no_argument, NULL, OPT_LOAD },
     { "no-load", no_argument, NULL, OPT_NO_LOAD },
@@ -1175,6 +1180,36 @@ static void config_defaults(struct config *c)
     c->seed = 1;
 }
 
+/* --auth-file: the first "user:password" line of memcached's -Y file (the
+ * pair cocytus-proxy's --server-auth presents too). */
+static int read_auth_file(struct config *c, const char *path)
+{
+    char line[600];
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL)
+        return bad_arg("--auth-file", path, strerror(errno));
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *colon = strchr(line, ':');
+        if (line[0] == '\0' || colon == NULL)
+            continue;
+        size_t nuser = (size_t)(colon - line), npass = strlen(colon + 1);
+        if (nuser == 0 || nuser >= sizeof(c->user) || npass == 0 || npass >= sizeof(c->password))
+            continue;
+        memcpy(c->user, line, nuser);
+        c->user[nuser] = '\0';
+        memcpy(c->password, colon + 1, npass + 1);
+        found = 1;
+    }
+    fclose(f);
+    if (!found)
+        return bad_arg("--auth-file", path, "no user:password line");
+    c->auth_path = path;
+    return 0;
+}
+
 /* One option; -1 (message printed) when its value is bad. */
 static int apply_option(struct config *c, int opt, const char *arg)
 {
@@ -1198,6 +1233,8 @@ static int apply_option(struct config *c, int opt, const char *arg)
     case OPT_BINARY:
         c->binary = 1;
         return 0;
+    case OPT_AUTH_FILE:
+        return read_auth_file(c, arg);
     case OPT_DEADLINE:
         if (parse_u64(arg, 1, 3600000, &u) != 0)
             return bad_arg("--deadline-ms", arg, "want milliseconds from 1 to 3600000");
@@ -1343,6 +1380,11 @@ static int parse_args(int argc, char **argv, struct config *c)
         fprintf(stderr, "cocytus-bench: --no-load and --no-run: nothing to do\n");
         return -1;
     }
+    if (c->auth_path != NULL && (c->route == ROUTE_FOLLOW_RAW || c->depth > 1)) {
+        fprintf(stderr, "cocytus-bench: --auth-file needs libcocytus: --route map or follow, "
+                        "--depth 1\n");
+        return -1;
+    }
     if (c->route == ROUTE_FOLLOW_RAW && c->binary) {
         fprintf(stderr, "cocytus-bench: --route follow-raw speaks the text protocol: drop --binary\n");
         return -1;
@@ -1435,6 +1477,10 @@ static int make_workers(struct bench *b)
     o.route = cfg->route == ROUTE_FOLLOW ? COCYTUS_ROUTE_FOLLOW : COCYTUS_ROUTE_MAP;
     if (cfg->deadline_ms > 0)
         o.deadline_ms = cfg->deadline_ms;
+    if (cfg->auth_path != NULL) {
+        o.username = cfg->user;
+        o.password = cfg->password;
+    }
     size_t vbuf = cfg->vsize.max > HEADER_MAX ? cfg->vsize.max : HEADER_MAX;
     b->workers = calloc((size_t)cfg->connections, sizeof(*b->workers));
     if (b->workers == NULL) {

@@ -251,16 +251,19 @@ static int read_map_reply(struct admin_conn *c, const char *header, struct slotm
     return rc;
 }
 
-/* The map process p answers.  0, or -1 with a message in err. */
-static int fetch_map(const struct proc_info *p, int timeout_ms, struct slotmap *m,
+/* The map process p answers.  0, or -1 with a message in err.  The
+ * cluster secret is proved first when we have it: a server started with
+ * -Y answers nothing else before its clients authenticate. */
+static int fetch_map(const struct proc_info *p, const struct cli_opts *o, struct slotmap *m,
                      char *err, size_t errlen)
 {
+    int timeout_ms = o->timeout_ms;
     struct admin_conn *c = malloc(sizeof *c);
     char header[128];
     int rc = -1;
     if (!c)
         snprintf(err, errlen, "out of memory");
-    else if (admin_open(c, p->host, p->port, timeout_ms, NULL) < 0 ||
+    else if (admin_open(c, p->host, p->port, timeout_ms, o->secret) < 0 ||
              admin_send_line(c, "config get cluster") < 0 ||
              admin_read_line(c, header, sizeof header) < 0)
         snprintf(err, errlen, "%s", c->err);
@@ -330,7 +333,7 @@ static int cmd_map(const struct proc_list *l, const struct cli_opts *o)
     for (int i = 0; first && other && i < l->n; i++) {
         const struct proc_info *p = &l->v[i];
         struct slotmap *m = answered ? other : first;
-        if (fetch_map(p, o->timeout_ms, m, err, sizeof err) < 0) {
+        if (fetch_map(p, o, m, err, sizeof err) < 0) {
             printf("%s %d %d %s:%d: no map (%s)\n", p->role, p->group, p->index, p->host,
                    p->port, err);
             if (code == CLI_OK)
@@ -372,7 +375,7 @@ static int print_map_epoch(const struct proc_list *l, const struct cli_opts *o)
     char err[ADMIN_ERR_MAX + 64];
     for (int i = 0; m && i < l->n; i++) {
         const struct proc_info *p = &l->v[i];
-        if (fetch_map(p, o->timeout_ms, m, err, sizeof err) < 0)
+        if (fetch_map(p, o, m, err, sizeof err) < 0)
             continue;
         printf("epoch %llu (map of %s:%d; no coordinator)\n", (unsigned long long)m->epoch,
                p->host, p->port);

@@ -399,7 +399,9 @@ static void missing_groups(const struct coord_snapshot *s, const struct cli_opts
     }
 }
 
-/* Every process of the list answers `version`. */
+/* Every process of the list answers `version` (after the cluster secret,
+ * when we have it: a server started with -Y answers nothing else before its
+ * clients authenticate). */
 static void missing_answers(const struct proc_list *l, const struct cli_opts *o,
                             int timeout_ms, struct missing *m)
 {
@@ -413,11 +415,13 @@ static void missing_answers(const struct proc_list *l, const struct cli_opts *o,
         const struct proc_info *p = &l->v[i];
         if (o->group >= 0 && p->group != o->group)
             continue;
-        if (admin_open(c, p->host, p->port, timeout_ms, NULL) < 0 ||
-            admin_send_line(c, "version") < 0 || admin_read_line(c, line, sizeof line) < 0 ||
-            strncmp(line, "VERSION", 7) != 0)
+        if (admin_open(c, p->host, p->port, timeout_ms, o->secret) < 0 ||
+            admin_send_line(c, "version") < 0 || admin_read_line(c, line, sizeof line) < 0)
             missing_add(m, "%s %d of group %d (%s:%d) does not answer (%s)", p->role, p->index,
                         p->group, p->host, p->port, c->err);
+        else if (strncmp(line, "VERSION", 7) != 0)
+            missing_add(m, "%s %d of group %d (%s:%d) answers '%s' to version", p->role,
+                        p->index, p->group, p->host, p->port, line);
         admin_close(c);
     }
     free(c);

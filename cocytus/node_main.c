@@ -69,6 +69,7 @@ struct node {
     int nchildren;
     int alive;
     bool no_restart;
+    const char *auth_file;      /* --auth-file: -Y for every server process, or NULL */
 };
 
 static uint64_t mono_ms(void)
@@ -83,13 +84,16 @@ static void usage(FILE *out)
     fprintf(out,
         "cocytus-node " PACKAGE_VERSION " - starts and supervises the processes of one node\n"
         "usage: cocytus-node --cluster FILE --node I [--server PATH] [--log-dir DIR]\n"
+        "                    [--no-restart] [--auth-file FILE]\n"
         "  --cluster FILE   the cluster file (see docs/operations.md)\n"
         "  --node I         which node of the file this is\n"
         "  --server PATH    the cocytus-server binary (default: next to cocytus-node)\n"
         "  --log-dir DIR    write each process's output to DIR/<role>-<group>-<index>.log\n"
         "                   (default: this program's stderr)\n"
         "  --no-restart     leave a process that died dead (default: start it again\n"
-        "                   after a back-off of 0.5 s doubling up to 30 s)\n");
+        "                   after a back-off of 0.5 s doubling up to 30 s)\n"
+        "  --auth-file FILE start every server process with -Y FILE: its clients\n"
+        "                   authenticate as memcached's (docs/security.md)\n");
 }
 
 static int parse_node_index(const char *s, int *out)
@@ -111,6 +115,7 @@ static int parse_args(int argc, char **argv, struct node *n)
         { "server", required_argument, NULL, 's' },
         { "log-dir", required_argument, NULL, 'l' },
         { "no-restart", no_argument, NULL, 'R' },
+        { "auth-file", required_argument, NULL, 'A' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -122,6 +127,7 @@ static int parse_args(int argc, char **argv, struct node *n)
         case 's': n->server = optarg; break;
         case 'l': n->log_dir = optarg; break;
         case 'R': n->no_restart = true; break;
+        case 'A': n->auth_file = optarg; break;
         case 'n':
             if (parse_node_index(optarg, &n->node) < 0) {
                 fprintf(stderr, "cocytus-node: bad node index '%s'\n", optarg);
@@ -244,6 +250,10 @@ static void exec_server(const struct node *n, const struct cluster_proc *p, int 
         format_memory(n->cluster.memory, memory, sizeof(memory));
         argv[argc++] = "-m";
         argv[argc++] = memory;
+    }
+    if (p && n->auth_file) {
+        argv[argc++] = "-Y";
+        argv[argc++] = n->auth_file;
     }
     if (geteuid() == 0) {
         argv[argc++] = "-u";
