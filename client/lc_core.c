@@ -122,13 +122,18 @@ void lc_note_error(cocytus_t *c, memcached_st *mc, memcached_return_t rc)
     lc_set_error(c, "%s", msg && *msg ? msg : memcached_strerror(mc, rc));
 }
 
-static memcached_st *new_handle(const cocytus_t *c, const struct lc_addr *a)
+/* A handle for a, not connected yet; with sasl it authenticates with the
+ * options' pair (SASL PLAIN) as it connects (connect checked that this
+ * libmemcached can).  NULL with c->err set: out of memory. */
+static memcached_st *new_handle(cocytus_t *c, const struct lc_addr *a, bool sasl)
 {
     memcached_st *mc = memcached_create(NULL);
     uint64_t ms = (uint64_t)c->opt.timeout_ms;
 
-    if (mc == NULL)
+    if (mc == NULL) {
+        lc_set_error(c, "out of memory");
         return NULL;
+    }
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, c->opt.binary ? 1 : 0);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SUPPORT_CAS, 1);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
@@ -137,10 +142,13 @@ static memcached_st *new_handle(const cocytus_t *c, const struct lc_addr *a)
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, ms * 1000);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, ms * 1000);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 0);
-    if (memcached_server_add(mc, a->host, (in_port_t)a->port) != MEMCACHED_SUCCESS ||
-        (c->opt.binary && c->auth_set != NULL &&
-         memcached_set_sasl_auth_data(mc, c->opt.username, c->opt.password) !=
-             MEMCACHED_SUCCESS)) {
+    memcached_return_t rc = memcached_server_add(mc, a->host, (in_port_t)a->port);
+    if (rc == MEMCACHED_SUCCESS && sasl) {
+        rc = memcached_set_sasl_auth_data(mc, c->opt.username, c->opt.password);
+    }
+    if (rc != MEMCACHED_SUCCESS)
+        lc_set_error(c, "out of memory (%s)", memcached_strerror(mc, rc));
+    if (rc != MEMCACHED_SUCCESS) {
         memcached_free(mc);
         return NULL;
     }
@@ -160,23 +168,70 @@ memcached_return_t lc_attempt_rc(const memcached_st *mc, memcached_return_t rc)
 /* A version round trip opens the connection, so that a failure of the
  * request itself can only come from a connection that was working.
  * memcached_version() reports any failure as MEMCACHED_SOME_ERRORS; the
- * handle's last error says which (MEMCACHED_TIMEOUT for a hung server).
- * With credentials an ASCII connection first sends the authentication set
- * (a binary one authenticated with SASL as libmemcached connected). */
-static memcached_return_t prime_handle(const cocytus_t *c, memcached_st *mc)
+ * handle's last error says which (MEMCACHED_TIMEOUT for a hung server). */
+static memcached_return_t prime(memcached_st *mc)
 {
-    if (c->auth_set != NULL && !c->opt.binary) {
-        const char *user = c->opt.username, *pass = c->opt.password;
-        size_t nuser = strlen(user), npass = strlen(pass);
-        char data[2 * LC_AUTH_FIELD_MAX + 2];
-        memcpy(data, user, nuser);
-        data[nuser] = ' ';
-        memcpy(data + nuser + 1, pass, npass);
-        memcached_return_t rc = memcached_set(mc, "auth", 4, data, nuser + 1 + npass, 0, 0);
-        if (rc != MEMCACHED_SUCCESS)
-            return rc;
-    }
     return lc_attempt_rc(mc, memcached_version(mc));
+}
+
+/* ASCII with credentials: the version was refused "CLIENT_ERROR
+ * unauthenticated" (a -Y server); sends the authentication set, then the
+ * version again. */
+static memcached_return_t prime_ascii_auth(cocytus_t *c, memcached_st *mc)
+{
+    const char *user = c->opt.username, *pass = c->opt.password;
+    size_t nuser = strlen(user), npass = strlen(pass);
+    char data[2 * LC_AUTH_FIELD_MAX + 2];
+
+    memcpy(data, user, nuser);
+    data[nuser] = ' ';
+    memcpy(data + nuser + 1, pass, npass);
+    memcached_return_t rc = memcached_set(mc, "auth", 4, data, nuser + 1 + npass, 0, 0);
+    if (rc != MEMCACHED_SUCCESS)
+        return rc;
+    return prime(mc);
+}
+
+static bool refused_unauthenticated(const memcached_st *mc)
+{
+    const char *msg = memcached_last_error_message(mc);
+    return memcached_last_error(mc) == MEMCACHED_CLIENT_ERROR && msg != NULL &&
+           strstr(msg, "unauthenticated") != NULL;
+}
+
+/* Opens connection i's handle.  Credentials go only to a server that asks
+ * for them: in ASCII one without -Y would store the authentication set as
+ * an item named "auth", password included, for any client to read.  So an
+ * ASCII handle sends them once the version is refused as unauthenticated;
+ * a binary one authenticates with SASL as it connects, and if the server
+ * does not know SASL (no -Y: libmemcached reads its answer to the
+ * mechanism list as UNKNOWN_READ_FAILURE) a handle without is opened.
+ * MEMCACHED_SUCCESS, or a failure with the handle closed and c->err set. */
+static memcached_return_t open_handle(cocytus_t *c, struct lc_conn *cn)
+{
+    bool creds = c->auth_set != NULL;
+
+    cn->mc = new_handle(c, &cn->addr, creds && c->opt.binary);
+    if (cn->mc == NULL)
+        return MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    memcached_return_t rc = prime(cn->mc);
+    if (rc != MEMCACHED_SUCCESS && creds && !c->opt.binary && refused_unauthenticated(cn->mc))
+        rc = prime_ascii_auth(c, cn->mc);
+    if (rc == MEMCACHED_UNKNOWN_READ_FAILURE && creds && c->opt.binary) {
+        memcached_free(cn->mc);
+        cn->mc = new_handle(c, &cn->addr, false);
+        if (cn->mc == NULL)
+            return MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+        rc = prime(cn->mc);
+    }
+    if (rc != MEMCACHED_SUCCESS) {
+        char where[LC_ADDR_TEXT_MAX];
+        lc_addr_format(&cn->addr, where, sizeof(where));
+        lc_set_error(c, "%s: %s", where, memcached_last_error_message(cn->mc));
+        memcached_free(cn->mc);
+        cn->mc = NULL;
+    }
+    return rc;
 }
 
 memcached_st *lc_conn_handle(cocytus_t *c, size_t i, memcached_return_t *rc)
@@ -185,18 +240,10 @@ memcached_st *lc_conn_handle(cocytus_t *c, size_t i, memcached_return_t *rc)
 
     if (cn->mc != NULL)
         return cn->mc;
-    cn->mc = new_handle(c, &cn->addr);
-    if (cn->mc == NULL) {
-        lc_set_error(c, "out of memory");
-        *rc = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    *rc = open_handle(c, cn);
+    if (*rc == MEMCACHED_MEMORY_ALLOCATION_FAILURE)
         return NULL;
-    }
-    *rc = prime_handle(c, cn->mc);
     if (*rc != MEMCACHED_SUCCESS) {
-        char where[LC_ADDR_TEXT_MAX];
-        lc_addr_format(&cn->addr, where, sizeof(where));
-        lc_set_error(c, "%s: %s", where, memcached_last_error_message(cn->mc));
-        lc_conn_reset(c, i);
         *rc = *rc == MEMCACHED_TIMEOUT ? MEMCACHED_TIMEOUT : MEMCACHED_CONNECTION_FAILURE;
         return NULL;
     }
@@ -541,6 +588,23 @@ static memcached_return_t attempt(cocytus_t *c, memcached_st *mc, const struct l
     return rc;
 }
 
+/* After a request that cannot be sent twice was lost: fetches the map (the
+ * failed server asked last) so that the next call does not find that
+ * server by a map the cluster may have replaced meanwhile (a stopped
+ * process taken over, which on resuming reads requests and exits without
+ * an answer).  Its reply wait ran to the deadline, so the fetch gets a
+ * budget of its own, one fetch timeout. */
+static void refresh_after_loss(cocytus_t *c, const struct lc_addr *where)
+{
+    struct lc_addr failed = *where;
+    int64_t call_end = c->call_end;
+
+    if (budget_left(c) < LC_RETRY_FETCH_MS)
+        c->call_end = lc_now_ms() + LC_RETRY_FETCH_MS;
+    lc_refresh_for_retry(c, NULL, &failed, 0);
+    c->call_end = call_end;
+}
+
 static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
 {
     unsigned slot = lc_key_slot(rq->key, rq->nkey);
@@ -581,12 +645,7 @@ static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
             c->stats.conn_failures++;
             lc_conn_reset(c, target);
             if (!rq->retry_lost) {
-                /* The next call should not find the same server by a map
-                 * the cluster may have replaced meanwhile (a stopped
-                 * process taken over, which on resuming reads requests and
-                 * exits without an answer). */
-                struct lc_addr failed = c->conns[target].addr;
-                lc_refresh_for_retry(c, NULL, &failed, 0);
+                refresh_after_loss(c, &c->conns[target].addr);
                 prefix_error(c, rc == MEMCACHED_TIMEOUT
                                     ? "no reply in time, the request may have been applied"
                                     : "connection lost, the request may have been applied");

@@ -203,6 +203,25 @@ enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, struct lc_ma
     return lc_fetch_map_as(a, timeout_ms, NULL, out, err, errlen);
 }
 
+/* Sends the map request and buffers one complete reply in b (emptied
+ * first).  Returns its length, or 0 with err set. */
+static size_t ask_map(int fd, const struct lc_addr *a, struct rbuf *b, int64_t deadline,
+                      char *err, size_t errlen)
+{
+    b->len = 0;
+    if (!send_all(fd, request, sizeof(request) - 1, deadline)) {
+        snprintf(err, errlen, "send to %s:%d failed", a->host, a->port);
+        return 0;
+    }
+    return read_reply(fd, b, deadline, err, errlen);
+}
+
+static bool unauthenticated(const struct rbuf *b, size_t n)
+{
+    static const char refusal[] = "CLIENT_ERROR unauthenticated";
+    return n >= sizeof(refusal) - 1 && memcmp(b->p, refusal, sizeof(refusal) - 1) == 0;
+}
+
 enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const char *auth,
                               struct lc_map **out, char *err, size_t errlen)
 {
@@ -216,16 +235,16 @@ enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const cha
         return LC_FETCH_FAILED;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (auth != NULL && !authenticate(fd, a, auth, deadline, err, errlen)) {
-        close(fd);
-        return LC_FETCH_FAILED;
+    size_t n = ask_map(fd, a, &b, deadline, err, errlen);
+    /* Credentials go only to a server that asks for them: one without -Y
+     * would store the authentication set as an item named by its key,
+     * password included, for any client to read. */
+    if (n > 0 && auth != NULL && unauthenticated(&b, n)) {
+        if (authenticate(fd, a, auth, deadline, err, errlen))
+            n = ask_map(fd, a, &b, deadline, err, errlen);
+        else
+            n = 0;
     }
-    if (!send_all(fd, request, sizeof(request) - 1, deadline)) {
-        snprintf(err, errlen, "send to %s:%d failed", a->host, a->port);
-        close(fd);
-        return LC_FETCH_FAILED;
-    }
-    size_t n = read_reply(fd, &b, deadline, err, errlen);
     close(fd);
     if (n > 0) {
         switch (lc_config_to_map(b.p, n, a, out, err, errlen)) {

@@ -79,6 +79,25 @@ static bool credential_ok(const char *s)
     return true;
 }
 
+/* Binary connections authenticate with libmemcached's SASL, which a
+ * libmemcached built without it refuses (MEMCACHED_NOT_SUPPORTED). */
+static bool sasl_available(cocytus_t *c)
+{
+    memcached_st *mc = memcached_create(NULL);
+
+    if (mc == NULL) {
+        lc_set_error(c, "out of memory");
+        return false;
+    }
+    memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+    memcached_return_t rc = memcached_set_sasl_auth_data(mc, c->opt.username, c->opt.password);
+    if (rc != MEMCACHED_SUCCESS)
+        lc_set_error(c, "binary authentication needs libmemcached's SASL (%s): use the ASCII "
+                        "protocol", memcached_strerror(mc, rc));
+    memcached_free(mc);
+    return rc == MEMCACHED_SUCCESS;
+}
+
 /* Checks and copies the options' username and password, and builds the
  * authentication set the map fetches and ASCII connections send first.
  * The binary protocol authenticates with libmemcached's SASL (PLAIN, the
@@ -108,7 +127,7 @@ static bool setup_credentials(cocytus_t *c)
              user, pass);
     c->opt.username = c->auth_user;
     c->opt.password = c->auth_pass;
-    return true;
+    return !c->opt.binary || sasl_available(c);
 }
 
 cocytus_t *cocytus_connect(const char *seeds, char *err, size_t errlen)

@@ -2365,7 +2365,7 @@ END_TEST
 
 /* ---- credentials: a server started with -Y ---- */
 
-static harness_server authsrv;
+static harness_server authsrv, opensrv;     /* with -Y; without */
 static char authfile_path[64];
 
 static void start_auth_server(void)
@@ -2378,16 +2378,18 @@ static void start_auth_server(void)
     close(fd);
     const char *args[] = { "-Y", authfile_path, NULL };
     ck_assert(harness_server_start(&authsrv, args));
+    ck_assert(harness_server_start(&opensrv, NULL));
 }
 
 static void stop_auth_server(void)
 {
     harness_server_stop(&authsrv);
+    harness_server_stop(&opensrv);
     unlink(authfile_path);
 }
 
-static cocytus_t *connect_as(bool binary, const char *user, const char *pass, char *err,
-                             size_t errlen)
+static cocytus_t *connect_to_as(int port, bool binary, const char *user, const char *pass,
+                                char *err, size_t errlen)
 {
     cocytus_options_t o;
     char seed[64];
@@ -2400,8 +2402,14 @@ static cocytus_t *connect_as(bool binary, const char *user, const char *pass, ch
     o.deadline_ms = 600;
     o.username = user;
     o.password = pass;
-    snprintf(seed, sizeof(seed), "127.0.0.1:%d", authsrv.port);
+    snprintf(seed, sizeof(seed), "127.0.0.1:%d", port);
     return cocytus_connect_with(seed, &o, err, errlen);
+}
+
+static cocytus_t *connect_as(bool binary, const char *user, const char *pass, char *err,
+                             size_t errlen)
+{
+    return connect_to_as(authsrv.port, binary, user, pass, err, errlen);
 }
 
 /* A -Y server: the library authenticates the map fetch (ASCII set) and
@@ -2464,6 +2472,60 @@ START_TEST(test_auth_credentials)
 }
 END_TEST
 
+/* Credentials go only to a server that asks for them: a server without
+ * -Y serves a client that has them, and never sees them (in ASCII the
+ * authentication set would be stored as the item "auth", password and
+ * all; in binary the SASL exchange is unknown to it). */
+START_TEST(test_auth_not_sent_unasked)
+{
+    bool binary = _i == 1;
+    char err[256];
+    cocytus_item_t it;
+
+    harness_assert_server_up(&opensrv);
+    cocytus_t *c = connect_to_as(opensrv.port, binary, "alice", "s3cr:et", err, sizeof(err));
+    ck_assert_msg(c != NULL, "connect: %s", err);
+    ck_assert_int_eq(cocytus_set(c, "op:1", 4, "v", 1, 0, 0), COCYTUS_OK);
+    check_value(c, "op:1", "v");
+    cocytus_rc r = cocytus_get(c, "auth", 4, &it);
+    ck_assert_msg(r == COCYTUS_NOT_FOUND, "the server stored 'auth': %s",
+                  r == COCYTUS_OK ? it.value : cocytus_strerror(r));
+    cocytus_close(c);
+}
+END_TEST
+
+/* A wrong pair for the server a key lives on, when the map came from a
+ * server that did not ask (the stub): the connection's authentication
+ * fails (the ASCII set, or SASL PLAIN in binary), the call reports it. */
+START_TEST(test_auth_refused_on_connection)
+{
+    bool binary = _i == 1;
+    struct stub st;
+    char err[256];
+
+    harness_assert_server_up(&authsrv);
+    int lfd = stub_listen(&st);
+    stub_map(&st, 0, 5, authsrv.port);
+    stub_start(&st, lfd);
+    cocytus_options_t o;
+    cocytus_options_init(&o);
+    o.binary = binary;
+    o.timeout_ms = 300;
+    o.deadline_ms = 400;
+    o.username = "alice";
+    o.password = "wrong";
+    cocytus_t *c = cocytus_connect_with(st.seed, &o, err, sizeof(err));
+    ck_assert_msg(c != NULL, "connect through the stub: %s", err);
+    cocytus_rc r = cocytus_set(c, "rf:1", 4, "v", 1, 0, 0);
+    ck_assert_msg(r == COCYTUS_UNAVAILABLE, "set: %s (%s)", cocytus_strerror(r),
+                  cocytus_last_error(c));
+    ck_assert_msg(strcasestr(cocytus_last_error(c), "auth") != NULL, "set: %s",
+                  cocytus_last_error(c));
+    cocytus_close(c);
+    stub_stop(&st);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Suites                                                              */
 /* ------------------------------------------------------------------ */
@@ -2505,6 +2567,8 @@ static Suite *libcocytus_suite(void)
     tc = tcase_create("auth");
     tcase_add_unchecked_fixture(tc, start_auth_server, stop_auth_server);
     tcase_add_loop_test(tc, test_auth_credentials, 0, 2);
+    tcase_add_loop_test(tc, test_auth_not_sent_unasked, 0, 2);
+    tcase_add_loop_test(tc, test_auth_refused_on_connection, 0, 2);
     tcase_set_timeout(tc, 30);
     suite_add_tcase(s, tc);
 
