@@ -200,7 +200,7 @@ static bool authenticate(int fd, const struct lc_addr *a, const char *auth, int6
 enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, struct lc_map **out,
                            char *err, size_t errlen)
 {
-    return lc_fetch_map_as(a, timeout_ms, NULL, out, err, errlen);
+    return lc_fetch_map_as(a, timeout_ms, NULL, out, err, errlen, NULL);
 }
 
 /* Sends the map request and buffers one complete reply in b (emptied
@@ -223,12 +223,14 @@ static bool unauthenticated(const struct rbuf *b, size_t n)
 }
 
 enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const char *auth,
-                              struct lc_map **out, char *err, size_t errlen)
+                              struct lc_map **out, char *err, size_t errlen, bool *asked)
 {
     struct rbuf b = { NULL, 0, 0 };
     enum lc_fetch result = LC_FETCH_FAILED;
 
     *out = NULL;
+    if (asked != NULL)
+        *asked = false;
     int64_t deadline = now_ms() + timeout_ms;
     int fd = connect_addr(a, deadline, err, errlen);
     if (fd < 0)
@@ -240,6 +242,8 @@ enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const cha
      * would store the authentication set as an item named by its key,
      * password included, for any client to read. */
     if (n > 0 && auth != NULL && unauthenticated(&b, n)) {
+        if (asked != NULL)
+            *asked = true;
         if (authenticate(fd, a, auth, deadline, err, errlen))
             n = ask_map(fd, a, &b, deadline, err, errlen);
         else

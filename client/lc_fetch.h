@@ -19,8 +19,10 @@ LC_HIDDEN enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms,
  * (-Y): when the request is answered CLIENT_ERROR unauthenticated, auth,
  * the whole authentication set ("set k 0 0 n\r\nuser pass\r\n"), is sent,
  * must be answered STORED, and the request is sent again.  A server that
- * does not ask never sees the credentials. */
+ * does not ask never sees the credentials.  *asked (if not NULL) says
+ * whether the server asked. */
 LC_HIDDEN enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const char *auth,
-                                        struct lc_map **out, char *err, size_t errlen);
+                                        struct lc_map **out, char *err, size_t errlen,
+                                        bool *asked);
 
 #endif

@@ -370,9 +370,22 @@ static struct lc_map *first_map(const struct proxy *px)
             struct lc_map *m = NULL;
             char auth[600];
             bool as = px->has_server_auth && px_auth_ascii_request(px, auth, sizeof(auth)) > 0;
+            bool asked = false;
             if (lc_fetch_map_as(&px->seeds[i], px->opt.timeout_ms, as ? auth : NULL, &m, err,
-                                sizeof(err)) != LC_FETCH_FAILED)
-                return m;
+                                sizeof(err), &asked) == LC_FETCH_FAILED)
+                continue;
+            if (as && !asked) {
+                /* Our backend and meta connections present the pair
+                 * unasked: a server without -Y would store the ASCII set
+                 * as the item "auth", password included. */
+                fprintf(stderr, "cocytus-proxy: --server-auth: %s:%d does not ask for "
+                                "credentials (it runs without -Y), and would store them as "
+                                "an item: drop --server-auth\n",
+                        px->seeds[i].host, px->seeds[i].port);
+                lc_map_free(m);
+                return NULL;
+            }
+            return m;
         }
         if (round >= px->opt.wait_s) {
             fprintf(stderr, "cocytus-proxy: cannot reach %s: %s\n", px->opt.seeds, err);

@@ -17,6 +17,9 @@
 #     go through);
 #     with a wrong pair the proxy does not start serving (it cannot read
 #     the map) and says why.
+#  3. --server-auth towards a server without -Y: the proxy would present
+#     the pair unasked (the server would store the ASCII set as an item),
+#     so it does not start, and says why; the server stored nothing.
 # Runs on free loopback ports; everything started is stopped by the trap.
 set -u
 
@@ -201,5 +204,23 @@ elif grep -q 'refused the credentials' "$work/proxy3.log"; then
     ok "wrong --server-auth: the proxy exits ($rc) and says: $(grep -m1 'refused' "$work/proxy3.log")"
 else
     fail "wrong --server-auth: no clear message (exit $rc): $(tail -n 3 "$work/proxy3.log")"
+fi
+
+# --- 3: --server-auth towards a server without -Y: refused at start ---
+stop_pid "$server_pid"
+server_pid=""
+if ! start_server "$work/server-open.log"; then
+    fail "cocytus-server without -Y did not start: $(tail -n 3 "$work/server-open.log")"
+    finish
+fi
+timeout 30 "$proxy_bin" -p "$(pick_port)" -l 127.0.0.1 --seeds "127.0.0.1:$server_port" -W 1 \
+    --server-auth "$work/servers" </dev/null >"$work/proxy4.log" 2>&1
+rc=$?
+open_reply=$(mc "127.0.0.1:$server_port" 'get auth\r\n' | head -n 1)
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q 'does not ask for credentials' "$work/proxy4.log" &&
+    [ "$open_reply" = END ]; then
+    ok "--server-auth towards a server without -Y: the proxy exits ($rc), says why, stored nothing"
+else
+    fail "--server-auth towards a server without -Y (exit $rc, get auth: $open_reply): $(tail -n 3 "$work/proxy4.log")"
 fi
 finish
