@@ -47,6 +47,7 @@
 #include <time.h>
 
 #include "latency_hist.h"
+#include "authfile.h"
 #include "libcocytus.h"
 #include "raw_client.h"
 #include "raw_pipe.h"
@@ -102,7 +103,7 @@ struct config {
     int print_keys;                /* --print-keys: list "<slot> <key>" and exit */
     int deadline_ms;               /* libcocytus deadline_ms; 0: the library's default */
     const char *auth_path;         /* --auth-file, or NULL */
-    char user[256], password[256]; /* its first user:password pair */
+    struct auth_pair auth;         /* its first user:password pair */
 };
 
 /* Counters of one operation type in one worker (single writer). */
@@ -1180,33 +1181,20 @@ static void config_defaults(struct config *c)
     c->seed = 1;
 }
 
-/* --auth-file: the first "user:password" line of memcached's -Y file (the
- * pair cocytus-proxy's --server-auth presents too). */
+/* --auth-file: the first pair of memcached's -Y file, read as the servers
+ * read it (the pair cocytus-proxy's --server-auth presents too). */
 static int read_auth_file(struct config *c, const char *path)
 {
-    char line[600];
-    FILE *f = fopen(path, "r");
+    struct authfile af;
+    char err[300];
 
-    if (f == NULL)
-        return bad_arg("--auth-file", path, strerror(errno));
-    int found = 0;
-    while (!found && fgets(line, sizeof(line), f) != NULL) {
-        line[strcspn(line, "\r\n")] = '\0';
-        char *colon = strchr(line, ':');
-        if (line[0] == '\0' || colon == NULL)
-            continue;
-        size_t nuser = (size_t)(colon - line), npass = strlen(colon + 1);
-        if (nuser == 0 || nuser >= sizeof(c->user) || npass == 0 || npass >= sizeof(c->password))
-            continue;
-        memcpy(c->user, line, nuser);
-        c->user[nuser] = '\0';
-        memcpy(c->password, colon + 1, npass + 1);
-        found = 1;
+    if (authfile_load(&af, path, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-bench: --auth-file: %s\n", err);
+        return -1;
     }
-    fclose(f);
-    if (!found)
-        return bad_arg("--auth-file", path, "no user:password line");
+    c->auth = af.pairs[0];
     c->auth_path = path;
+    authfile_free(&af);
     return 0;
 }
 
@@ -1478,8 +1466,8 @@ static int make_workers(struct bench *b)
     if (cfg->deadline_ms > 0)
         o.deadline_ms = cfg->deadline_ms;
     if (cfg->auth_path != NULL) {
-        o.username = cfg->user;
-        o.password = cfg->password;
+        o.username = cfg->auth.user;
+        o.password = cfg->auth.pass;
     }
     size_t vbuf = cfg->vsize.max > HEADER_MAX ? cfg->vsize.max : HEADER_MAX;
     b->workers = calloc((size_t)cfg->connections, sizeof(*b->workers));

@@ -257,13 +257,12 @@ static int read_map_reply(struct admin_conn *c, const char *header, struct slotm
 static int fetch_map(const struct proc_info *p, const struct cli_opts *o, struct slotmap *m,
                      char *err, size_t errlen)
 {
-    int timeout_ms = o->timeout_ms;
     struct admin_conn *c = malloc(sizeof *c);
     char header[128];
     int rc = -1;
     if (!c)
         snprintf(err, errlen, "out of memory");
-    else if (admin_open(c, p->host, p->port, timeout_ms, o->secret) < 0 ||
+    else if (admin_open(c, p->host, p->port, o->timeout_ms, o->secret) < 0 ||
              admin_send_line(c, "config get cluster") < 0 ||
              admin_read_line(c, header, sizeof header) < 0)
         snprintf(err, errlen, "%s", c->err);

@@ -143,12 +143,10 @@ static memcached_st *new_handle(cocytus_t *c, const struct lc_addr *a, bool sasl
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, ms * 1000);
     memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 0);
     memcached_return_t rc = memcached_server_add(mc, a->host, (in_port_t)a->port);
-    if (rc == MEMCACHED_SUCCESS && sasl) {
+    if (rc == MEMCACHED_SUCCESS && sasl)
         rc = memcached_set_sasl_auth_data(mc, c->opt.username, c->opt.password);
-    }
-    if (rc != MEMCACHED_SUCCESS)
-        lc_set_error(c, "out of memory (%s)", memcached_strerror(mc, rc));
     if (rc != MEMCACHED_SUCCESS) {
+        lc_set_error(c, "out of memory (%s)", memcached_strerror(mc, rc));
         memcached_free(mc);
         return NULL;
     }
@@ -179,14 +177,9 @@ static memcached_return_t prime(memcached_st *mc)
  * version again. */
 static memcached_return_t prime_ascii_auth(cocytus_t *c, memcached_st *mc)
 {
-    const char *user = c->opt.username, *pass = c->opt.password;
-    size_t nuser = strlen(user), npass = strlen(pass);
-    char data[2 * LC_AUTH_FIELD_MAX + 2];
-
-    memcpy(data, user, nuser);
-    data[nuser] = ' ';
-    memcpy(data + nuser + 1, pass, npass);
-    memcached_return_t rc = memcached_set(mc, "auth", 4, data, nuser + 1 + npass, 0, 0);
+    /* the data of the map fetches' set: "user pass" between its two CRLFs */
+    const char *data = strchr(c->auth_set, '\n') + 1;
+    memcached_return_t rc = memcached_set(mc, "auth", 4, data, strlen(data) - 2, 0, 0);
     if (rc != MEMCACHED_SUCCESS)
         return rc;
     return prime(mc);
@@ -357,8 +350,7 @@ static enum lc_judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t
 {
     struct lc_map *m = NULL;
     char err[LC_ERR_MAX];
-    enum lc_fetch kind = lc_fetch_map_as(a, fetch_timeout(c), c->auth_set, &m, err, sizeof(err),
-                                        NULL);
+    enum lc_fetch kind = lc_fetch_map(a, fetch_timeout(c), c->auth_set, &m, err, sizeof(err), NULL);
 
     *out = NULL;
     *answered = kind != LC_FETCH_FAILED;

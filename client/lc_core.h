@@ -21,7 +21,6 @@
 #define LC_EXTRA_CONNS 64          /* MOVED targets outside the map, at most */
 #define LC_BACKOFF_CAP_MS 50       /* longest wait between two tries */
 #define LC_RETRY_FETCH_MS 200      /* per-server map fetch timeout inside a call */
-#define LC_AUTH_FIELD_MAX 255      /* longest user or password (what a -Y file holds) */
 
 /* A server and its libmemcached handle (created and primed on first use). */
 struct lc_conn {

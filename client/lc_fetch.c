@@ -197,12 +197,6 @@ static bool authenticate(int fd, const struct lc_addr *a, const char *auth, int6
     return false;
 }
 
-enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, struct lc_map **out,
-                           char *err, size_t errlen)
-{
-    return lc_fetch_map_as(a, timeout_ms, NULL, out, err, errlen, NULL);
-}
-
 /* Sends the map request and buffers one complete reply in b (emptied
  * first).  Returns its length, or 0 with err set. */
 static size_t ask_map(int fd, const struct lc_addr *a, struct rbuf *b, int64_t deadline,
@@ -222,8 +216,8 @@ static bool unauthenticated(const struct rbuf *b, size_t n)
     return n >= sizeof(refusal) - 1 && memcmp(b->p, refusal, sizeof(refusal) - 1) == 0;
 }
 
-enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const char *auth,
-                              struct lc_map **out, char *err, size_t errlen, bool *asked)
+enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, const char *auth,
+                           struct lc_map **out, char *err, size_t errlen, bool *asked)
 {
     struct rbuf b = { NULL, 0, 0 };
     enum lc_fetch result = LC_FETCH_FAILED;

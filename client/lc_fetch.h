@@ -12,17 +12,15 @@ enum lc_fetch {
     LC_FETCH_FAILED        /* unreachable, timed out or a bad reply; err says which */
 };
 
-/* Connects to a, asks for the map and parses it, all within timeout_ms. */
-LC_HIDDEN enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms,
-                                     struct lc_map **out, char *err, size_t errlen);
-/* The same with credentials for a server that wants ASCII authentication
- * (-Y): when the request is answered CLIENT_ERROR unauthenticated, auth,
- * the whole authentication set ("set k 0 0 n\r\nuser pass\r\n"), is sent,
- * must be answered STORED, and the request is sent again.  A server that
- * does not ask never sees the credentials.  *asked (if not NULL) says
- * whether the server asked. */
-LC_HIDDEN enum lc_fetch lc_fetch_map_as(const struct lc_addr *a, int timeout_ms, const char *auth,
-                                        struct lc_map **out, char *err, size_t errlen,
-                                        bool *asked);
+/* Connects to a, asks for the map and parses it, all within timeout_ms.
+ * auth (NULL: none) is the whole ASCII authentication set ("set k 0 0
+ * n\r\nuser pass\r\n") for a server that wants authentication (-Y): when
+ * the request is answered CLIENT_ERROR unauthenticated, auth is sent, must
+ * be answered STORED, and the request is sent again.  A server that does
+ * not ask never sees the credentials.  *asked (if not NULL) says whether
+ * the server asked. */
+LC_HIDDEN enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, const char *auth,
+                                     struct lc_map **out, char *err, size_t errlen,
+                                     bool *asked);
 
 #endif

@@ -28,6 +28,7 @@
 #define MAX_ATTEMPTS_CAP 1000
 #define DEADLINE_CAP_MS 3600000
 #define ARITH_INIT_ROUNDS 3        /* incr/add races before giving up */
+#define AUTH_FIELD_MAX 255         /* longest user or password (what a -Y file holds) */
 
 /* ---- options and connection ---- */
 
@@ -64,14 +65,14 @@ static void copy_err(char *err, size_t errlen, const char *msg)
         snprintf(err, errlen, "%s", msg);
 }
 
-/* One credential: 1 to LC_AUTH_FIELD_MAX bytes, no spaces or control
+/* One credential: 1 to AUTH_FIELD_MAX bytes, no spaces or control
  * characters (what a -Y file can hold, and what the authentication set's
  * "user password" data can carry unambiguously). */
 static bool credential_ok(const char *s)
 {
     size_t n = strlen(s);
 
-    if (n == 0 || n > LC_AUTH_FIELD_MAX)
+    if (n == 0 || n > AUTH_FIELD_MAX)
         return false;
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] <= ' ' || s[i] == 0x7f)
@@ -112,7 +113,7 @@ static bool setup_credentials(cocytus_t *c)
         return true;
     if (user == NULL || pass == NULL || !credential_ok(user) || !credential_ok(pass)) {
         lc_set_error(c, "username and password go together, each 1 to %d bytes without "
-                        "spaces or control characters", LC_AUTH_FIELD_MAX);
+                        "spaces or control characters", AUTH_FIELD_MAX);
         return false;
     }
     size_t nset = strlen(user) + strlen(pass) + 48;

@@ -371,7 +371,7 @@ static struct lc_map *first_map(const struct proxy *px)
             char auth[600];
             bool as = px->has_server_auth && px_auth_ascii_request(px, auth, sizeof(auth)) > 0;
             bool asked = false;
-            if (lc_fetch_map_as(&px->seeds[i], px->opt.timeout_ms, as ? auth : NULL, &m, err,
+            if (lc_fetch_map(&px->seeds[i], px->opt.timeout_ms, as ? auth : NULL, &m, err,
                                 sizeof(err), &asked) == LC_FETCH_FAILED)
                 continue;
             if (as && !asked) {
