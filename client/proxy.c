@@ -374,17 +374,13 @@ static struct lc_map *first_map(const struct proxy *px)
             if (lc_fetch_map(&px->seeds[i], px->opt.timeout_ms, as ? auth : NULL, &m, err,
                                 sizeof(err), &asked) == LC_FETCH_FAILED)
                 continue;
-            if (as && !asked) {
-                /* Our backend and meta connections present the pair
-                 * unasked: a server without -Y would store the ASCII set
-                 * as the item "auth", password included. */
+            if (as && !asked)
+                /* not an error: the pair goes only to servers that ask
+                 * for it; but a cluster meant to need it may not */
                 fprintf(stderr, "cocytus-proxy: --server-auth: %s:%d does not ask for "
-                                "credentials (it runs without -Y), and would store them as "
-                                "an item: drop --server-auth\n",
+                                "credentials (it runs without -Y); they are sent only to "
+                                "servers that ask\n",
                         px->seeds[i].host, px->seeds[i].port);
-                lc_map_free(m);
-                return NULL;
-            }
             return m;
         }
         if (round >= px->opt.wait_s) {

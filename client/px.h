@@ -240,7 +240,10 @@ struct px_req {
 
 /* ---- connections ---- */
 
-enum px_be_state { BE_IDLE, BE_CONNECTING, BE_UP, BE_DOWN };
+/* BE_AUTH: connected, --server-auth's SASL exchange under way; ops queue
+ * in out and are written once it is BE_UP. */
+enum px_be_state { BE_IDLE, BE_CONNECTING, BE_AUTH, BE_UP, BE_DOWN };
+enum px_be_auth { BE_AUTH_LIST, BE_AUTH_PLAIN };
 
 struct px_backend {
     struct px_worker *w;
@@ -263,7 +266,7 @@ struct px_backend {
     struct px_op *head, *tail;      /* in-flight FIFO */
     size_t ninflight;
     uint32_t next_opaque;
-    bool auth_pending;              /* our SASL request's answer still to come */
+    enum px_be_auth auth_step;      /* BE_AUTH: whose answer is awaited */
     bool dirty;
     int sq_slot;                    /* its message in the worker's batch, or -1 */
     struct px_backend *next_dirty;
@@ -310,6 +313,7 @@ struct px_fetch {
     const char *req_pos;            /* unsent part of the request */
     size_t req_left;
     bool auth_reply;                /* STORED of the auth set still to come */
+    bool auth_sent;                 /* the server asked, the set was sent */
     bool auth_logged;               /* a refusal of our credentials was logged */
     struct lc_addr src[PX_FETCH_MAX_SOURCES];
     size_t nsrc, cur;
@@ -457,6 +461,7 @@ bool px_auth_setup(struct proxy *px, const char *client_file, const char *server
 size_t px_auth_request(struct px_client *c, const char *buf, size_t len);
 /* The proxy's own pair as a binary SASL PLAIN request (opaque 0) or as the
  * ASCII authentication set; length, 0 if it does not fit. */
+size_t px_auth_sasl_list_request(char *buf, size_t cap);
 size_t px_auth_sasl_request(const struct proxy *px, char *buf, size_t cap);
 size_t px_auth_ascii_request(const struct proxy *px, char *buf, size_t cap);
 

@@ -14,10 +14,13 @@
  * Nothing of an unauthenticated client reaches a server.
  *
  * Towards the servers (which may run with -Y too) the proxy presents one
- * pair, --server-auth FILE's first line (none without the option): as
- * the first request on every backend connection (binary SASL PLAIN, see
- * px_backend.c) and before `config get cluster` on map fetches (ASCII
- * authentication set, px_route.c). */
+ * pair, --server-auth FILE's first line (none without the option), and
+ * only to a server that asks for it: a server without -Y would store the
+ * ASCII set as the item "auth", password included.  A backend connection
+ * lists the SASL mechanisms first and authenticates (PLAIN) when PLAIN is
+ * offered (px_backend.c); a map fetch or a meta text connection sends the
+ * ASCII authentication set once its first request is answered CLIENT_ERROR
+ * unauthenticated, then that request again (px_route.c, px_meta.c). */
 #include "config.h"
 
 #include <stdio.h>
@@ -205,6 +208,19 @@ bool px_auth_setup(struct proxy *px, const char *client_file, const char *server
     px->has_server_auth = true;
     authfile_free(&own);
     return true;
+}
+
+/* SASL list mechanisms, opaque 0: asked first, so that the pair goes
+ * only to a server that offers PLAIN (one without -Y answers "unknown
+ * command"). */
+size_t px_auth_sasl_list_request(char *buf, size_t cap)
+{
+    if (cap < BIN_HEADER_LEN)
+        return 0;
+    memset(buf, 0, BIN_HEADER_LEN);
+    buf[BIN_OFF_MAGIC] = (char)BIN_MAGIC_REQUEST;
+    buf[BIN_OFF_OPCODE] = SASL_LIST_MECHS;
+    return BIN_HEADER_LEN;
 }
 
 size_t px_auth_sasl_request(const struct proxy *px, char *buf, size_t cap)

@@ -251,11 +251,80 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     }
 }
 
-static void be_connected(struct px_backend *be)
+static void be_up(struct px_backend *be)
 {
     be->state = BE_UP;
-    event_add(be->rev, NULL);
     be_mark_dirty(be);
+}
+
+/* Writes one request of the SASL exchange.  The socket is new and its
+ * send buffer empty, so a few hundred bytes go whole or not at all. */
+static bool be_send_auth(struct px_backend *be, const char *req, size_t n)
+{
+    if (n == 0) {
+        be_fail(be, "cannot build the SASL request", false);
+        return false;
+    }
+    ssize_t w = send(be->fd, req, n, MSG_NOSIGNAL);
+    if (w != (ssize_t)n) {
+        char why[120];
+        snprintf(why, sizeof(why), "write: %s", w < 0 ? strerror(errno) : "short write");
+        be_fail(be, why, false);
+        return false;
+    }
+    return true;
+}
+
+static void be_connected(struct px_backend *be)
+{
+    event_add(be->rev, NULL);
+    if (!be->w->px->has_server_auth) {
+        be_up(be);
+        return;
+    }
+    /* --server-auth: ask which mechanisms the server offers before any
+     * op, so that the pair goes only to a server that asks for it */
+    char req[BIN_HEADER_LEN];
+    be->state = BE_AUTH;
+    be->auth_step = BE_AUTH_LIST;
+    be_send_auth(be, req, px_auth_sasl_list_request(req, sizeof(req)));
+}
+
+/* One reply of the SASL exchange (opaque 0).  False if the connection
+ * failed. */
+static bool be_auth_reply(struct px_backend *be, const char *h, size_t total)
+{
+    uint16_t st = bin_load16(h + BIN_OFF_STATUS);
+    char why[100];
+
+    if (bin_load32(h + BIN_OFF_OPAQUE) != 0) {
+        be_fail(be, "reply to nothing", false);
+        return false;
+    }
+    if (be->auth_step == BE_AUTH_LIST) {
+        const char *v = h + BIN_HEADER_LEN + (unsigned char)h[BIN_OFF_EXTLEN] +
+                        bin_load16(h + BIN_OFF_KEYLEN);
+        size_t nv = (size_t)(h + total - v);
+        if (st == BIN_STATUS_UNKNOWN_COMMAND) {
+            be_up(be);                  /* no -Y: it does not ask */
+            return true;
+        }
+        if (st == BIN_STATUS_OK && nv >= 5 && memmem(v, nv, "PLAIN", 5) != NULL) {
+            char req[BIN_HEADER_LEN + 5 + 2 * AUTHFILE_FIELD_MAX + 3];
+            be->auth_step = BE_AUTH_PLAIN;
+            return be_send_auth(be, req, px_auth_sasl_request(be->w->px, req, sizeof(req)));
+        }
+        snprintf(why, sizeof(why), "the server offers no SASL PLAIN (status 0x%02x)", st);
+        be_fail(be, why, false);
+        return false;
+    }
+    if (st != BIN_STATUS_OK) {
+        snprintf(why, sizeof(why), "the server refused our credentials (status 0x%02x)", st);
+        be_fail(be, why, false);
+        return false;
+    }
+    be_up(be);
+    return true;
 }
 
 static bool be_connect(struct px_backend *be)
@@ -278,16 +347,6 @@ static bool be_connect(struct px_backend *be)
     be->state = BE_CONNECTING;
     be->in.off = be->in.len = 0;
     be->connect_started_ms = px_now_ms();
-    be->auth_pending = false;
-    if (be->w->px->has_server_auth) {
-        /* first on the connection, before any op (out is empty here) */
-        char req[BIN_HEADER_LEN + 5 + 2 * AUTHFILE_FIELD_MAX + 3];
-        size_t n = px_auth_sasl_request(be->w->px, req, sizeof(req));
-        if (n > 0 && evbuffer_add(be->out, req, n) == 0) {
-            be->queued_bytes += n;
-            be->auth_pending = true;
-        }
-    }
     event_add(be->wev, NULL);
     return true;
 }
@@ -430,17 +489,9 @@ static bool be_replies(struct px_backend *be)
             }
             break;
         }
-        if (be->auth_pending) {
-            /* the answer to our SASL PLAIN request (opaque 0) */
-            uint16_t st = bin_load16(h + BIN_OFF_STATUS);
-            if (st != BIN_STATUS_OK || bin_load32(h + BIN_OFF_OPAQUE) != 0) {
-                char why[80];
-                snprintf(why, sizeof(why), "the server refused our credentials (status 0x%02x)",
-                         st);
-                be_fail(be, why, false);
+        if (be->state == BE_AUTH) {
+            if (!be_auth_reply(be, h, total))
                 return false;
-            }
-            be->auth_pending = false;
             px_rbuf_consume(in, total);
             continue;
         }
@@ -551,8 +602,10 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
 
     for (struct px_backend *be = w->all_be; be; be = be->next_all) {
         char why[80];
-        if (be->state == BE_CONNECTING && now_ms - be->connect_started_ms > timeout) {
-            snprintf(why, sizeof(why), "connect: no answer in %d ms", timeout);
+        if ((be->state == BE_CONNECTING || be->state == BE_AUTH) &&
+            now_ms - be->connect_started_ms > timeout) {
+            snprintf(why, sizeof(why), "%s: no answer in %d ms",
+                     be->state == BE_AUTH ? "SASL" : "connect", timeout);
             be_fail(be, why, true);
         } else if (be->state == BE_UP && be->head &&
                    now_us - be->head->sent_us > (int64_t)timeout * 1000 &&

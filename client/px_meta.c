@@ -64,8 +64,8 @@
  * after a lost connection or an ERROR goes to whoever owns that server's
  * first slot now, follow_home), on a text
  * connection of its own per server (dumps) that carries one metadump at
- * a time, written only once the previous reply (and our authentication
- * set's STORED) is read: a server refuses a metadump behind replies it has
+ * a time, written only once the previous reply (and the exchange of
+ * --server-auth, mconn_auth) is read: a server refuses a metadump behind replies it has
  * not written yet.  A server writes its dump a piece per event-loop pass,
  * behind its other work, so a dumps connection is timed out after
  * dump_timeout_ms without a byte, longer than -t.  Each
@@ -131,6 +131,14 @@ struct px_mop {
     char wire[];                    /* the request as the client sent it */
 };
 
+/* --server-auth on a text connection.  The pair goes only to a server
+ * that asks for it (one without -Y would store the ASCII set as the item
+ * "auth", password included): a meta no-op goes first, answered MN
+ * without -Y and CLIENT_ERROR unauthenticated with it, in which case the
+ * authentication set follows.  The connection's requests wait in out
+ * until the exchange is over. */
+enum mconn_auth { MA_NONE, MA_PROBE, MA_SET };
+
 /* A text connection to one server. */
 struct px_mconn {
     struct px_mconn *next;
@@ -141,7 +149,10 @@ struct px_mconn {
     bool connected;
     int64_t connect_started_ms;
     bool broken;                    /* a send failed: the read event ends it */
-    bool auth_pending;              /* --server-auth: our set's STORED still to come */
+    enum mconn_auth auth;           /* --server-auth: the exchange under way, before
+                                       out is written */
+    char greet[600];                /* its request: mn, then the authentication set */
+    size_t greet_len, greet_off;
     bool dumps;                     /* carries metadumps only, one at a time */
     bool refused;                   /* the server refused our credentials */
     size_t scanned;                 /* in: bytes looked through for the MN line */
@@ -393,16 +404,10 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a,
         mconn_free(m);
         return NULL;
     }
-    /* Servers with -Y take a text connection's commands only after the
-     * authentication set (memcached's ASCII form): it goes first. */
     if (w->px->has_server_auth) {
-        char req[600];
-        size_t n = px_auth_ascii_request(w->px, req, sizeof(req));
-        if (n == 0 || evbuffer_add(m->out, req, n) < 0) {
-            mconn_free(m);
-            return NULL;
-        }
-        m->auth_pending = true;
+        m->greet_len = sizeof(SENTINEL) - 1;
+        memcpy(m->greet, SENTINEL, m->greet_len);
+        m->auth = MA_PROBE;
     }
     m->next = w->meta->conns;
     w->meta->conns = m;
@@ -634,17 +639,55 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     mop_finish(mop, p, n);
 }
 
-/* The answer to our authentication set, first on the connection: true
- * once it is consumed (STORED), false while it is incomplete or when it
- * was a refusal (the connection is then closed and its requests fail:
- * sending them again would be refused again). */
+static bool line_is(const char *p, const char *nl, const char *text)
+{
+    size_t n = strlen(text);
+    return (size_t)(nl - p) == n + 1 && memcmp(p, text, n) == 0 && p[n] == '\r';
+}
+
+/* Ends the authentication exchange: the requests waiting go. */
+static void mconn_auth_done(struct px_mconn *m)
+{
+    m->auth = MA_NONE;
+    if (m->dumps && m->head != NULL)
+        mconn_write(m, m->head);
+    else
+        mconn_send_now(m);
+}
+
+/* An answer of the authentication exchange, first on the connection:
+ * true once the exchange is over (MN: the server does not ask; STORED:
+ * it took our credentials), false while it is incomplete or goes on, or
+ * when it failed (the connection is then closed and its requests fail;
+ * after a refusal, sending them again would be refused again). */
 static bool mconn_auth_reply(struct px_mconn *m)
 {
     const char *p = m->in.data + m->in.off;
     const char *nl = memchr(p, '\n', m->in.len);
     if (nl == NULL)
         return false;
-    if (nl - p != 7 || memcmp(p, "STORED\r", 7) != 0) {
+    if (m->auth == MA_PROBE) {
+        if (line_is(p, nl, SENTINEL_REPLY)) {
+            px_rbuf_consume(&m->in, (size_t)(nl - p) + 1);
+            mconn_auth_done(m);
+            return true;
+        }
+        if (!line_is(p, nl, "CLIENT_ERROR unauthenticated")) {
+            mconn_lost(m, "unexpected answer to a meta no-op from", false);
+            return false;
+        }
+        px_rbuf_consume(&m->in, (size_t)(nl - p) + 1);
+        m->greet_len = px_auth_ascii_request(m->w->px, m->greet, sizeof(m->greet));
+        m->greet_off = 0;
+        m->auth = MA_SET;
+        if (m->greet_len == 0) {
+            mconn_lost(m, "cannot build the authentication set for", false);
+            return false;
+        }
+        mconn_send_now(m);
+        return false;
+    }
+    if (!line_is(p, nl, "STORED")) {
         char shown[81];
         size_t n = 0;
         while (p + n < nl && p[n] != '\r')
@@ -659,9 +702,7 @@ static bool mconn_auth_reply(struct px_mconn *m)
         return false;
     }
     px_rbuf_consume(&m->in, (size_t)(nl - p) + 1);
-    m->auth_pending = false;
-    if (m->dumps && m->head != NULL)
-        mconn_write(m, m->head);
+    mconn_auth_done(m);
     return true;
 }
 
@@ -678,7 +719,7 @@ static void mconn_read(struct px_mconn *m)
         if (!m->dumps)
             m->be->silent = false;
     }
-    if (m->auth_pending && !mconn_auth_reply(m))
+    if (m->auth != MA_NONE && !mconn_auth_reply(m))
         return;
     for (;;) {
         size_t body = 0;
@@ -701,6 +742,22 @@ static void mconn_send_now(struct px_mconn *m)
 {
     if (!m->connected || m->broken)
         return;
+    if (m->auth != MA_NONE) {
+        /* only the exchange's request until it is over */
+        while (m->greet_off < m->greet_len) {
+            ssize_t n = send(m->fd, m->greet + m->greet_off, m->greet_len - m->greet_off,
+                             MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                    m->broken = true;
+                break;
+            }
+            m->greet_off += (size_t)n;
+        }
+        if (!m->broken && m->greet_off < m->greet_len)
+            event_add(m->wev, NULL);
+        return;
+    }
     while (evbuffer_get_length(m->out) > 0) {
         ssize_t w = px_send_buffer(m->out, m->fd);
         if (w < 0) {
@@ -762,7 +819,7 @@ static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_ad
     mop->conn = m;
     if (!m->dumps)
         mconn_send_now(m);
-    else if (m->head == mop && !m->auth_pending)
+    else if (m->head == mop && m->auth == MA_NONE)
         mconn_write(m, mop);
 }
 

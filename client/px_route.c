@@ -456,6 +456,52 @@ static void fetch_answer(struct px_worker *w, size_t n)
     fetch_source_failed(w);
 }
 
+static const char unauthenticated[] = "CLIENT_ERROR unauthenticated\r\n";
+
+static void on_fetch(evutil_socket_t fd, short what, void *arg);
+
+/* Sends the request from f->req on; false if the event cannot be set. */
+static bool fetch_send(struct px_worker *w, size_t len)
+{
+    struct px_fetch *f = &w->fetch;
+
+    f->req_pos = f->req;
+    f->req_left = len;
+    if (f->ev != NULL) {
+        event_del(f->ev);
+        event_assign(f->ev, w->base, f->fd, EV_READ | EV_WRITE | EV_PERSIST, on_fetch, w);
+    } else {
+        f->ev = event_new(w->base, f->fd, EV_READ | EV_WRITE | EV_PERSIST, on_fetch, w);
+    }
+    return f->ev != NULL && event_add(f->ev, NULL) == 0;
+}
+
+/* A server with -Y answered the fetch "CLIENT_ERROR unauthenticated":
+ * with --server-auth, the authentication set goes, then the fetch again
+ * (the credentials go only to a server that asks for them).  True if the
+ * reply was that and is handled. */
+static bool fetch_asked(struct px_worker *w)
+{
+    struct px_fetch *f = &w->fetch;
+    size_t n = sizeof(unauthenticated) - 1;
+
+    if (!w->px->has_server_auth || f->auth_sent || f->in.len < n ||
+        memcmp(f->in.data + f->in.off, unauthenticated, n) != 0)
+        return false;
+    px_rbuf_consume(&f->in, n);
+    size_t nauth = px_auth_ascii_request(w->px, f->req, sizeof(f->req) - sizeof(fetch_request));
+    if (nauth == 0) {
+        fetch_source_failed(w);
+        return true;
+    }
+    memcpy(f->req + nauth, fetch_request, sizeof(fetch_request));
+    f->auth_sent = true;
+    f->auth_reply = true;
+    if (!fetch_send(w, nauth + sizeof(fetch_request) - 1))
+        fetch_source_failed(w);
+    return true;
+}
+
 static void on_fetch(evutil_socket_t fd, short what, void *arg)
 {
     struct px_worker *w = arg;
@@ -485,8 +531,10 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
         fetch_source_failed(w);
         return;
     }
+    if (fetch_asked(w))
+        return;
     if (f->auth_reply) {
-        /* the servers run with -Y: our authentication set comes first */
+        /* the answer to our authentication set, before the map's */
         const char *p = f->in.data + f->in.off;
         const char *nl = memchr(p, '\n', f->in.len);
         if (nl == NULL)
@@ -523,15 +571,10 @@ static void fetch_next(struct px_worker *w)
             continue;
         f->fd = fd;
         f->in.off = f->in.len = 0;
-        size_t nauth = w->px->has_server_auth
-                     ? px_auth_ascii_request(w->px, f->req, sizeof(f->req) - sizeof(fetch_request))
-                     : 0;
-        memcpy(f->req + nauth, fetch_request, sizeof(fetch_request));
-        f->auth_reply = nauth > 0;
-        f->req_pos = f->req;
-        f->req_left = nauth + sizeof(fetch_request) - 1;
-        f->ev = event_new(w->base, fd, EV_READ | EV_WRITE | EV_PERSIST, on_fetch, w);
-        if (f->ev == NULL || event_add(f->ev, NULL) != 0) {
+        memcpy(f->req, fetch_request, sizeof(fetch_request));
+        f->auth_reply = false;
+        f->auth_sent = false;
+        if (!fetch_send(w, sizeof(fetch_request) - 1)) {
             fetch_close(f);
             continue;
         }

@@ -17,9 +17,13 @@
 #     go through);
 #     with a wrong pair the proxy does not start serving (it cannot read
 #     the map) and says why.
-#  3. --server-auth towards a server without -Y: the proxy would present
-#     the pair unasked (the server would store the ASCII set as an item),
-#     so it does not start, and says why; the server stored nothing.
+#  3. --server-auth in front of a 3-node cluster with one -Y server and
+#     two without (the owner of the key "auth" among them): everything of
+#     part 2's "through" works (the backends list the SASL mechanisms, the
+#     meta connections send mn, and only the -Y server gets the pair); a
+#     seed without -Y is noted, not refused; the owner of "auth" answers
+#     `get auth` END (a proxy that presents the pair unasked would have
+#     stored it there as an item).
 # Runs on free loopback ports; everything started is stopped by the trap.
 set -u
 
@@ -156,6 +160,18 @@ pycheck() {
     [ "$rc" -eq 0 ] || fail "python3 check.py $* failed (exit $rc)"
 }
 
+# through_proxy LOG SEED WHAT: a proxy with --server-auth on SEED passes
+# check.py's "through" (classic, meta and metadump requests).
+through_proxy() {
+    if start_proxy "$1" --seeds "$2" -W 5 --server-auth "$work/servers"; then
+        pycheck through "$proxy_port"
+    else
+        fail "the proxy with --server-auth did not start in front of $3: $(tail -n 3 "$1")"
+    fi
+    stop_pid "$proxy_pid"
+    proxy_pid=""
+}
+
 umask 077
 printf 'alice:secret1\nbob:pw2\n' >"$work/clients"
 printf 'proxy:Px-9f3a\n' >"$work/servers"
@@ -185,13 +201,7 @@ if ! start_server "$work/server.log" -Y "$work/servers"; then
     fail "cocytus-server -Y did not start: $(tail -n 3 "$work/server.log")"
     finish
 fi
-if start_proxy "$work/proxy2.log" --seeds "127.0.0.1:$server_port" -W 2 --server-auth "$work/servers"; then
-    pycheck through "$proxy_port"
-else
-    fail "the proxy with --server-auth did not start: $(tail -n 3 "$work/proxy2.log")"
-fi
-stop_pid "$proxy_pid"
-proxy_pid=""
+through_proxy "$work/proxy2.log" "127.0.0.1:$server_port" "a -Y server"
 # The proxy must give up and exit (not whether its port answers: under
 # make -j2 check another test may take the port it was given meanwhile).
 proxy3_port=$(pick_port)
@@ -206,21 +216,60 @@ else
     fail "wrong --server-auth: no clear message (exit $rc): $(tail -n 3 "$work/proxy3.log")"
 fi
 
-# --- 3: --server-auth towards a server without -Y: refused at start ---
+# --- 3: --server-auth in front of a cluster with one -Y server and two
+# without: the pair goes only to the one that asks ---
 stop_pid "$server_pid"
 server_pid=""
-if ! start_server "$work/server-open.log"; then
-    fail "cocytus-server without -Y did not start: $(tail -n 3 "$work/server-open.log")"
-    finish
-fi
-timeout 30 "$proxy_bin" -p "$(pick_port)" -l 127.0.0.1 --seeds "127.0.0.1:$server_port" -W 1 \
-    --server-auth "$work/servers" </dev/null >"$work/proxy4.log" 2>&1
-rc=$?
-open_reply=$(mc "127.0.0.1:$server_port" 'get auth\r\n' | head -n 1)
-if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q 'does not ask for credentials' "$work/proxy4.log" &&
-    [ "$open_reply" = END ]; then
-    ok "--server-auth towards a server without -Y: the proxy exits ($rc), says why, stored nothing"
+mixed_part() {
+    local cdir=$1 owner yes="" i addr reply seeds
+    # the process that owns the key "auth" must run without -Y (a set of
+    # it elsewhere is MOVED, stored nowhere); node k, another, gets -Y
+    reply=$(mc "$(awk 'NR == 1 { print $5 }' "$cdir/endpoints")" 'get auth\r\n' | head -n 1)
+    case $reply in
+        END) owner=$(awk 'NR == 1 { print $5 }' "$cdir/endpoints") ;;
+        "SERVER_ERROR MOVED "*) owner=${reply##* } ;;
+        *) fail "get auth on node 0: $reply"; return ;;
+    esac
+    for i in 0 1 2; do
+        addr=$(awk -v n="$i" '$4 == n { print $5 }' "$cdir/endpoints")
+        [ "$addr" != "$owner" ] && { yes=$i; yes_addr=$addr; break; }
+    done
+    (umask 077 && cp "$work/servers" "$cdir/auth")
+    bash "$cluster_script" kill-node --node "$yes" --dir "$cdir" >/dev/null 2>&1
+    if ! bash "$cluster_script" start-node --node "$yes" --dir "$cdir" >"$work/start-node.log" 2>&1; then
+        fail "node $yes did not start with -Y: $(tail -n 3 "$work/start-node.log")"
+        return
+    fi
+    reply=$(mc "$yes_addr" 'version\r\n' | head -n 1)
+    [ "$reply" = "CLIENT_ERROR unauthenticated" ] || { fail "node $yes ($yes_addr) does not ask: $reply"; return; }
+    ok "node $yes ($yes_addr) runs with -Y; $owner, which owns the key auth, and one more do not"
+    # the seed is the -Y process: the map fetch authenticates
+    through_proxy "$work/proxy4.log" "$yes_addr" "the mixed cluster"
+    # a seed without -Y: noted, not refused
+    seeds=$owner
+    if start_proxy "$work/proxy5.log" --seeds "$seeds" -W 5 --server-auth "$work/servers"; then
+        reply=$(mc "127.0.0.1:$proxy_port" 'set seeded 0 0 2\r\nok\r\n' | head -n 1)
+        if [ "$reply" = STORED ] && grep -q 'does not ask for credentials' "$work/proxy5.log"; then
+            ok "a seed without -Y: the proxy serves and notes it: $(grep -m1 'does not ask' "$work/proxy5.log")"
+        else
+            fail "a seed without -Y: set $reply; $(tail -n 3 "$work/proxy5.log")"
+        fi
+    else
+        fail "the proxy did not start on a seed without -Y: $(tail -n 3 "$work/proxy5.log")"
+    fi
+    stop_pid "$proxy_pid"
+    proxy_pid=""
+    reply=$(mc "$owner" 'get auth\r\n' | head -n 1)
+    if [ "$reply" = END ]; then
+        ok "the server without -Y that owns the key auth stored no credentials (get auth: END)"
+    else
+        fail "the server without -Y that owns the key auth answers get auth: $reply"
+    fi
+}
+cluster_dir="$work/cluster3"
+if cluster_up "$cluster_dir" $((NODES * 2 + 2)) 6000 9000 --nodes "$NODES" --scheme plain --no-proxy; then
+    mixed_part "$cluster_dir"
 else
-    fail "--server-auth towards a server without -Y (exit $rc, get auth: $open_reply): $(tail -n 3 "$work/proxy4.log")"
+    fail "cluster up failed"
 fi
 finish
