@@ -302,9 +302,13 @@ static bool be_auth_reply(struct px_backend *be, const char *h, size_t total)
         return false;
     }
     if (be->auth_step == BE_AUTH_LIST) {
-        const char *v = h + BIN_HEADER_LEN + (unsigned char)h[BIN_OFF_EXTLEN] +
-                        bin_load16(h + BIN_OFF_KEYLEN);
-        size_t nv = (size_t)(h + total - v);
+        size_t skip = (size_t)(unsigned char)h[BIN_OFF_EXTLEN] + bin_load16(h + BIN_OFF_KEYLEN);
+        if (skip > total - BIN_HEADER_LEN) {
+            be_fail(be, "a malformed SASL reply", false);
+            return false;
+        }
+        const char *v = h + BIN_HEADER_LEN + skip;
+        size_t nv = total - BIN_HEADER_LEN - skip;
         if (st == BIN_STATUS_UNKNOWN_COMMAND) {
             be_up(be);                  /* no -Y: it does not ask */
             return true;

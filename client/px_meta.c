@@ -316,7 +316,7 @@ static int dump_timeout_ms(const struct px_worker *w);
 
 /* A request whose connection was lost: sent again later if that is
  * harmless and there is time left, else failed. */
-static void mop_lost(struct px_mop *mop, const char *why, bool retry)
+static void mop_lost(struct px_mop *mop, const char *why, bool retry, bool sent)
 {
     struct px_worker *w = mop->w;
     char line[LC_ADDR_TEXT_MAX + 128];    /* fits mop_fail's with its prefix */
@@ -325,7 +325,11 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry)
         mop_finish(mop, NULL, 0);
         return;
     }
-    if (!retry || !mop->retry_lost) {
+    if (!sent && !retry) {
+        mop_fail(mop, why);             /* never written: nothing was applied */
+        return;
+    }
+    if (sent && (!retry || !mop->retry_lost)) {
         snprintf(line, sizeof(line), "%s; the request may have been applied", why);
         mop_fail(mop, line);
         return;
@@ -343,7 +347,9 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry)
 }
 
 /* The connection is gone: its requests are sent again or fail (retry
- * false: they all fail), the next one reconnects. */
+ * false: they all fail), the next one reconnects.  Before it connected,
+ * or during --server-auth's exchange, none of them was written: even one
+ * that cannot be sent twice goes again. */
 static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
 {
     struct px_worker *w = m->w;
@@ -360,6 +366,7 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
         px_route_refresh(w, NULL, &m->addr, 0);   /* the map may have moved on */
     struct px_mop *mop = m->head;
     bool refused = m->refused;
+    bool sent = m->connected && m->auth == MA_NONE;
     m->head = m->tail = NULL;
     /* none may point at m once it is freed: failing one can start the
      * client's next requests, whose order check reads the others' conn */
@@ -372,7 +379,7 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
         if (refused)
             mop_fail(mop, why);     /* nothing was applied; trying again is refused again */
         else
-            mop_lost(mop, why, retry);
+            mop_lost(mop, why, retry, sent);
         mop = next;
     }
 }
@@ -800,7 +807,7 @@ static void mop_send(struct px_worker *w, struct px_mop *mop, const struct lc_ad
         char name[LC_ADDR_TEXT_MAX], why[LC_ADDR_TEXT_MAX + 32];
         lc_addr_format(to, name, sizeof(name));
         snprintf(why, sizeof(why), "cannot connect to %s", name);
-        mop_lost(mop, why, true);
+        mop_lost(mop, why, true, false);
         return;
     }
     mop->sent_ms = px_now_ms();         /* a dump's again when it is written */
@@ -982,6 +989,8 @@ void px_meta_leave_silent(struct px_worker *w)
  * True while m is held. */
 static bool mconn_hold(struct px_mconn *m, int64_t now_ms, int timeout)
 {
+    if (!m->connected || m->auth != MA_NONE)
+        return false;                   /* nothing of its requests was written */
     if (m->hold_until_ms == 0) {
         const struct px_mop *mop = m->head;
         while (mop && (mop->op->req == NULL || mop->retry_lost))

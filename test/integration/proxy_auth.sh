@@ -15,8 +15,10 @@
 #     fetch and its meta commands' text connections authenticate in ASCII,
 #     its backend connections with SASL PLAIN; ms, mg, md and a metadump
 #     go through);
-#     with a wrong pair the proxy does not start serving (it cannot read
-#     the map) and says why.
+#     a meta command whose server is stopped during the proxy's
+#     authentication exchange fails as not sent, not as "may have been
+#     applied", and was not applied; with a wrong pair the proxy does not
+#     start serving (it cannot read the map) and says why.
 #  3. --server-auth in front of a 3-node cluster with one -Y server and
 #     two without (the owner of the key "auth" among them): everything of
 #     part 2's "through" works (the backends list the SASL mechanisms, the
@@ -127,6 +129,18 @@ elif what == "stats":
         stats[k] = v
     check("auth_cmds counted", int(stats.get("auth_cmds", 0)) >= 5, True)
     check("auth_errors counted", int(stats.get("auth_errors", 0)) >= 5, True)
+elif what == "stalled":
+    # the server is stopped before the proxy's meta connection to it got
+    # through the authentication exchange: the ma was never written
+    s, f = conn()
+    s.settimeout(15)
+    got = text(s, f, b"ma cnt v\r\n")[0]
+    print("ma answered: %r" % got)
+    check("a request never written is not 'may have been applied'",
+          got.startswith(b"SERVER_ERROR") and b"may have been applied" not in got, True)
+elif what == "cnt":
+    s, f = conn()
+    check("the counter is unchanged", text(s, f, b"get cnt\r\n", 3)[1], b"5")
 elif what == "through":
     s, f = conn()
     for i in range(20):
@@ -202,6 +216,21 @@ if ! start_server "$work/server.log" -Y "$work/servers"; then
     finish
 fi
 through_proxy "$work/proxy2.log" "127.0.0.1:$server_port" "a -Y server"
+# A meta connection whose server stops during the authentication exchange
+# holds nothing that may have been applied: its requests go again until
+# the deadline, then fail as not sent.
+if start_proxy "$work/proxy2b.log" --seeds "127.0.0.1:$server_port" -W 5 --server-auth "$work/servers"; then
+    reply=$(mc "127.0.0.1:$proxy_port" 'set cnt 0 0 1\r\n5\r\n' | head -n 1)
+    [ "$reply" = STORED ] || fail "set cnt through the proxy: $reply"
+    kill -STOP "$server_pid"
+    pycheck stalled "$proxy_port"
+    kill -CONT "$server_pid"
+    pycheck cnt "$proxy_port"
+else
+    fail "the proxy with --server-auth did not start: $(tail -n 3 "$work/proxy2b.log")"
+fi
+stop_pid "$proxy_pid"
+proxy_pid=""
 # The proxy must give up and exit (not whether its port answers: under
 # make -j2 check another test may take the port it was given meanwhile).
 proxy3_port=$(pick_port)
@@ -240,7 +269,12 @@ mixed_part() {
         fail "node $yes did not start with -Y: $(tail -n 3 "$work/start-node.log")"
         return
     fi
-    reply=$(mc "$yes_addr" 'version\r\n' | head -n 1)
+    # start-node returns once the node has forked its processes
+    for _ in $(seq 50); do
+        reply=$(mc "$yes_addr" 'version\r\n' 2>/dev/null | head -n 1)
+        [ "$reply" = "CLIENT_ERROR unauthenticated" ] && break
+        sleep 0.1
+    done
     [ "$reply" = "CLIENT_ERROR unauthenticated" ] || { fail "node $yes ($yes_addr) does not ask: $reply"; return; }
     ok "node $yes ($yes_addr) runs with -Y; $owner, which owns the key auth, and one more do not"
     # the seed is the -Y process: the map fetch authenticates
