@@ -232,6 +232,7 @@ struct px_req {
     int64_t stats_due_ms;
     bool stats_listed;
     uint64_t dump_limit;            /* a cachedump's: at most this many lines (0: all) */
+    uint64_t dump_sent;             /* listing lines streamed to the client so far */
 };
 
 /* px_req.text_cmd of a metadump or cachedump sent to every server

@@ -62,17 +62,23 @@
  * stores nothing, so the request goes to every server of its map, one
  * px_op and mop each, pinned to that server (not routed by a key; a try
  * after a lost connection or an ERROR goes to whoever owns that server's
- * first slot now, follow_home), on a text
- * connection of its own per server (dumps) that carries one metadump at
- * a time, written only once the previous reply (and the exchange of
- * --server-auth, mconn_auth) is read: a server refuses a metadump behind replies it has
- * not written yet.  A server writes its dump a piece per event-loop pass,
- * behind its other work, so a dumps connection is timed out after
- * dump_timeout_ms without a byte, longer than -t.  Each
- * server's lines, without its END, are kept in its op's frag and joined
- * in map order behind one END (px_text_finish).  A server that fails,
- * refuses or does not answer in time adds, instead of its lines, one
- * "SERVER_ERROR metadump of <server> failed: ..." line (memcached-tool
+ * first slot now, follow_home), each on a text connection of its own
+ * (dumps), closed after its reply, and written once the exchange of
+ * --server-auth (mconn_auth) is over.  The listing streams (dump_stream):
+ * the op whose earlier ops are all done reads its server and hands its
+ * key lines to the client as they arrive; the others are not read (their
+ * servers wait, their socket buffers full) until their turn, and the
+ * streaming one stops reading while its client has PX_OUT_HIGH unsent, so
+ * that a listing of millions of keys costs the proxy a few buffers, not
+ * the listing.  A connection gets its own because a listing that waits
+ * for its client must not hold up another's.  A server writes its dump a
+ * piece per event-loop pass, behind its other work, so a dumps
+ * connection that is read is timed out after dump_timeout_ms without a
+ * byte, longer than -t (one that waits for its client is not).  The END
+ * of each server is dropped, and one END ends the listing
+ * (px_text_finish).  A server that fails, refuses or does not answer in
+ * time adds one "SERVER_ERROR metadump of <server> failed: ..." line,
+ * kept in its op's frag until its turn (memcached-tool
  * skips lines that are not key= lines and reads until END, which must
  * come; memcdump stops at it and says the dump failed).  A metadump is a kind of its own for ordering (launch_waits): it
  * waits for its client's earlier requests of the other kinds, and their
@@ -153,7 +159,8 @@ struct px_mconn {
                                        out is written */
     char greet[600];                /* its request: mn, then the authentication set */
     size_t greet_len, greet_off;
-    bool dumps;                     /* carries metadumps only, one at a time */
+    bool dumps;                     /* carries one listing op (dump_stream) */
+    bool paused;                    /* dumps: not read until its client catches up */
     bool refused;                   /* the server refused our credentials */
     size_t scanned;                 /* in: bytes looked through for the MN line */
     int64_t last_rx_ms;             /* bytes last arrived (a long reply is progress) */
@@ -242,6 +249,56 @@ static void dump_keep(struct px_worker *w, struct px_op *op, const char *server,
     evbuffer_add_printf(op->frag, "SERVER_ERROR %s of %s failed: %s\r\n", what, server, why);
 }
 
+static void mconn_resume(struct px_mconn *m);
+static int dump_timeout_ms(const struct px_worker *w);
+
+/* Whether a listing's op streams: every op before it in map order is
+ * done, so its lines may go to the client as they arrive (a client that
+ * has gone takes nothing: its lines are read and dropped). */
+static bool dump_streaming(const struct px_op *op)
+{
+    const struct px_req *rq = op->req;
+    if (rq == NULL)
+        return true;
+    for (unsigned i = 0; i < rq->nops && rq->ops[i] != op; i++)
+        if (rq->ops[i] != NULL && rq->ops[i]->state != OP_DONE)
+            return false;
+    return true;
+}
+
+/* Whether the client's side of a listing holds PX_OUT_HIGH bytes or more
+ * unsent (its output, or its request's reply while earlier requests are
+ * not answered): its server is then not read until it drains. */
+static bool dump_sink_full(struct px_req *rq, size_t high)
+{
+    struct evbuffer *out = rq ? px_req_sink(rq) : NULL;
+    return out != NULL && evbuffer_get_length(out) >= high;
+}
+
+/* A listing's op is done: the lines kept by the ops done after it (error
+ * lines of servers that failed meanwhile) go out in map order, and the
+ * first op not done starts streaming: its connection is read again. */
+static void dump_advance(struct px_req *rq)
+{
+    struct evbuffer *out = px_req_sink(rq);
+    for (unsigned i = 0; i < rq->nops; i++) {
+        struct px_op *op = rq->ops[i];
+        if (op == NULL)
+            continue;
+        if (op->frag != NULL && out != NULL)
+            evbuffer_add_buffer(out, op->frag);
+        if (op->state != OP_DONE) {
+            struct px_mop *mop = op->mop;
+            int64_t fresh = px_now_ms() + dump_timeout_ms(mop ? mop->w : rq->c->w);
+            if (op->deadline_ms < fresh)
+                op->deadline_ms = fresh;        /* its time counts from now */
+            if (mop != NULL && mop->conn != NULL && mop->conn->paused)
+                mconn_resume(mop->conn);
+            return;
+        }
+    }
+}
+
 /* The server's reply (or the proxy's error line) goes to the client. */
 static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
 {
@@ -264,10 +321,12 @@ static void mop_finish(struct px_mop *mop, const char *reply, size_t n)
     }
     struct px_req *rq = op->req;
     op->state = OP_DONE;
-    if (rq->text_cmd == PX_TEXT_DUMP)
+    if (rq->text_cmd == PX_TEXT_DUMP) {
         dump_keep(w, op, server, what, reply, n);
-    else
+        dump_advance(rq);
+    } else {
         local_reply(rq, reply, n);
+    }
     px_req_finish(rq);
 }
 
@@ -350,16 +409,20 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry, bool sent)
  * false: they all fail), the next one reconnects.  Before it connected,
  * or during --server-auth's exchange, none of them was written: even one
  * that cannot be sent twice goes again. */
-static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
+static void mconn_unlink(struct px_mconn *m)
 {
-    struct px_worker *w = m->w;
-    struct px_meta *pm = w->meta;
-    for (struct px_mconn **pp = &pm->conns; *pp; pp = &(*pp)->next) {
+    for (struct px_mconn **pp = &m->w->meta->conns; *pp; pp = &(*pp)->next) {
         if (*pp == m) {
             *pp = m->next;
             break;
         }
     }
+}
+
+static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
+{
+    struct px_worker *w = m->w;
+    mconn_unlink(m);
     char why[LC_ADDR_TEXT_MAX + 64];
     snprintf(why, sizeof(why), "%s %.*s", what, (int)sizeof(m->name), m->name);
     if (retry && m->head != NULL)
@@ -421,10 +484,12 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a,
     return m;
 }
 
+/* A listing's op gets a connection of its own (closed after its reply):
+ * one that waits for its client must not hold up another listing. */
 static struct px_mconn *mconn_get(struct px_worker *w, const struct lc_addr *a, bool dumps)
 {
-    for (struct px_mconn *m = w->meta->conns; m; m = m->next)
-        if (m->dumps == dumps && lc_addr_equal(&m->addr, a))
+    for (struct px_mconn *m = w->meta->conns; m && !dumps; m = m->next)
+        if (!m->dumps && lc_addr_equal(&m->addr, a))
             return m;
     return mconn_open(w, a, dumps);
 }
@@ -609,8 +674,6 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
         m->tail = NULL;
     mop->next = NULL;
     mop->conn = NULL;
-    if (m->dumps && m->head != NULL)
-        mconn_write(m, m->head);        /* the next metadump may go now */
     if (mop->pinned && mop->op->req != NULL && px_now_ms() < mop->op->deadline_ms &&
         ends_refused(p, n)) {
         /* a process that serves no keys now (restarted and joining, a
@@ -713,8 +776,75 @@ static bool mconn_auth_reply(struct px_mconn *m)
     return true;
 }
 
+/* A line of a listing: key=... (metadump) or ITEM ... (cachedump). */
+static bool listing_line(const char *p, size_t n)
+{
+    return (n > 4 && memcmp(p, "key=", 4) == 0) || (n > 5 && memcmp(p, "ITEM ", 5) == 0);
+}
+
+/* The whole listing lines at the front of m->in go to the client (a
+ * cachedump's up to its limit), so that the proxy holds a few buffers of a
+ * listing, not all of it; the first other line (END, an error) is the
+ * end of the reply, left to reply_end. */
+static void dump_stream(struct px_mconn *m)
+{
+    struct px_req *rq = m->head->op->req;
+    struct evbuffer *out = rq ? px_req_sink(rq) : NULL;
+    const char *p = m->in.data + m->in.off;
+    size_t n = m->in.len, pos = 0, from = 0;
+
+    for (;;) {
+        const char *nl = memchr(p + pos, '\n', n - pos);
+        if (nl == NULL || !listing_line(p + pos, (size_t)(nl - p) + 1 - pos))
+            break;
+        pos = (size_t)(nl - p) + 1;
+        if (rq != NULL && rq->dump_limit != 0) {
+            /* a cachedump: line by line, up to the limit */
+            if (out != NULL && rq->dump_sent < rq->dump_limit)
+                evbuffer_add(out, p + from, pos - from);
+            rq->dump_sent++;
+            from = pos;
+        }
+    }
+    if (pos == 0)
+        return;
+    if (out != NULL && pos > from)
+        evbuffer_add(out, p + from, pos - from);
+    if (rq != NULL)
+        px_client_mark_dirty(rq->c);    /* its output is written at the end of the pass */
+    px_rbuf_consume(&m->in, pos);
+    m->scanned = 0;
+}
+
+/* Whether a listing's connection may be read now (dump_stream). */
+static bool dump_may_read(struct px_mconn *m)
+{
+    struct px_op *op = m->head->op;
+    return op->req == NULL || (dump_streaming(op) && !dump_sink_full(op->req, PX_OUT_HIGH));
+}
+
+static void mconn_pause(struct px_mconn *m)
+{
+    event_del(m->rev);
+    m->paused = true;
+}
+
+/* Read again (from the event loop: what is buffered is handled there). */
+static void mconn_resume(struct px_mconn *m)
+{
+    m->paused = false;
+    m->last_rx_ms = px_now_ms();        /* the time it waited was its client's */
+    event_add(m->rev, NULL);
+    event_active(m->rev, EV_READ, 0);
+}
+
 static void mconn_read(struct px_mconn *m)
 {
+    bool listing = m->dumps && m->head != NULL && m->auth == MA_NONE;
+    if (listing && !dump_may_read(m)) {
+        mconn_pause(m);
+        return;
+    }
     ssize_t got = px_rbuf_read(&m->in, m->fd);
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
@@ -728,6 +858,8 @@ static void mconn_read(struct px_mconn *m)
     }
     if (m->auth != MA_NONE && !mconn_auth_reply(m))
         return;
+    if (m->dumps && m->head != NULL && m->auth == MA_NONE)
+        dump_stream(m);
     for (;;) {
         size_t body = 0;
         size_t end = m->head ? reply_end(m->in.data + m->in.off, m->in.len, &body, &m->scanned)
@@ -738,8 +870,12 @@ static void mconn_read(struct px_mconn *m)
         mconn_reply(m, m->in.data + m->in.off, body);
         px_rbuf_consume(&m->in, end);
     }
-    if (m->head == NULL && m->in.len > 0)
+    if (m->head == NULL && m->in.len > 0) {
         mconn_lost(m, "unexpected bytes from", false);
+    } else if (m->dumps && m->head == NULL) {
+        mconn_unlink(m);                /* its listing op is answered */
+        mconn_free(m);
+    }
 }
 
 /* Writes what the socket takes.  A failed send is left to the read event
@@ -1029,6 +1165,17 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
     for (struct px_mconn *m = pm->conns; m; m = next) {
         next = m->next;
         int timeout = m->dumps ? dump_timeout_ms(w) : w->px->opt.timeout_ms;
+        if (m->dumps && m->head != NULL && m->head->op->req == NULL) {
+            /* its client has gone: the rest of the listing is not wanted */
+            mconn_lost(m, "the client went away; listing of", false);
+            continue;
+        }
+        if (m->paused) {
+            /* waits for its client, not for its server */
+            if (dump_streaming(m->head->op) && !dump_sink_full(m->head->op->req, PX_OUT_HIGH / 2))
+                mconn_resume(m);
+            continue;
+        }
         if (!m->connected && now_ms - m->connect_started_ms > w->px->opt.timeout_ms) {
             snprintf(what, sizeof(what), "connect: no answer in %d ms from",
                      w->px->opt.timeout_ms);

@@ -571,7 +571,7 @@ void px_text_finish(struct px_req *rq)
         struct evbuffer *out = px_req_sink(rq);
         if (out == NULL)
             return;
-        uint64_t left = rq->dump_limit;
+        uint64_t left = rq->dump_limit > rq->dump_sent ? rq->dump_limit - rq->dump_sent : 0;
         for (unsigned i = 0; i < rq->nops; i++) {
             struct evbuffer *frag = rq->ops[i]->frag;
             if (frag == NULL)

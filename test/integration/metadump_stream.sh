@@ -11,19 +11,25 @@
 # well.  Then one RS(2,3) group: a dump pipelined behind a set that waits
 # for a stopped parity process must not make the data process spin, and
 # comes whole once the set is acknowledged.  No sanitizer report in the
-# servers' logs.
+# servers' logs.  Between the two, the plain server's 400,000-key listing
+# through cocytus-proxy by a client that reads nothing for 2 s: every key
+# comes, then the reply of the request behind it, and the proxy's peak RSS
+# grows by less than half the listing (it streams, and stops reading the
+# server while its client lags).
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
-need_built "$server_bin" "$build_dir/cocytus/cocytus-node"
+proxy_bin=${COCYTUS_PROXY:-$build_dir/client/cocytus-proxy}
+need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$proxy_bin"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/metadump_stream.XXXXXX")
 server_pid=""
 stopped=""
 cleanup() {
     local p
+    stop_pid "$proxy_pid"
     stop_pid "$server_pid"
     for p in $stopped; do kill -CONT "$p" 2>/dev/null; done
     cluster_remove "$dir/rs"
@@ -44,6 +50,50 @@ no_sanitizer_report() {
 start_server "$dir/server.log" -m 1024 -o idle_timeout=1 || { fail "server did not start"; exit 1; }
 timeout 240 python3 "$script_dir/metadump_stream.py" --target "127.0.0.1:$server_port" \
     --pid "$server_pid" --keys 400000 || fail "metadump_stream.py"
+# --- the same listing through cocytus-proxy ---
+# The proxy streams a listing: a client that reads nothing for 2 s and
+# then the rest costs the proxy a few buffers (it stops reading the
+# server), not the listing (about 30 MB here; it kept all of it, twice,
+# until 2026-12-03).
+proxy_pid=""
+if start_proxy "$dir/proxy.log" --seeds "127.0.0.1:$server_port" -W 5; then
+    cat >"$dir/proxy_dump.py" <<'PYEOF'
+import socket, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+def hwm():
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+before = hwm()
+s = socket.create_connection(("127.0.0.1", port), timeout=60)
+s.sendall(b"lru_crawler metadump all\r\nversion\r\n")
+time.sleep(2)
+data = bytearray()
+while not data.endswith(b"END\r\nVERSION ") and b"\r\nVERSION " not in data[-64:]:
+    chunk = s.recv(1 << 16)
+    if not chunk:
+        break
+    data += chunk
+while not data.endswith(b"\r\n"):
+    data += s.recv(1 << 16)
+keys = set(l.split(b" ")[0] for l in bytes(data).split(b"\n") if l.startswith(b"key="))
+grew = hwm() - before
+print("listing of %d bytes, %d keys, then %r; the proxy's peak RSS grew %d kB"
+      % (len(data), len(keys), bytes(data[-24:]), grew))
+ok = len(keys) >= 300000 and grew * 1024 < len(data) // 2 and b"END\r\nVERSION " in data[-64:]
+sys.exit(0 if ok else 1)
+PYEOF
+    if out=$(timeout 120 python3 "$dir/proxy_dump.py" "$proxy_port" "$proxy_pid" 2>&1); then
+        ok "a metadump through the proxy: $out"
+    else
+        fail "a metadump through the proxy: $out"
+    fi
+else
+    fail "the proxy did not start: $(tail -n 3 "$dir/proxy.log")"
+fi
+stop_pid "$proxy_pid"
+proxy_pid=""
+no_sanitizer_report "$dir/proxy.log"
 stop_pid "$server_pid"
 server_pid=""
 no_sanitizer_report "$dir/server.log"
