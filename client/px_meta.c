@@ -275,6 +275,41 @@ static bool dump_sink_full(struct px_req *rq, size_t high)
     return out != NULL && evbuffer_get_length(out) >= high;
 }
 
+/* A listing's op made progress or got its turn: its retry budget counts
+ * from now, since it lasts as long as its client takes to read. */
+static void dump_fresh_deadline(struct px_op *op, const struct px_worker *w)
+{
+    int64_t fresh = px_now_ms() + dump_timeout_ms(w);
+    if (op->deadline_ms < fresh)
+        op->deadline_ms = fresh;
+}
+
+/* Whether a listing's op is out of time: only one whose turn has come
+ * (one that waits for it is bounded by its tries alone). */
+static bool dump_out_of_time(const struct px_mop *mop, int64_t now_ms)
+{
+    return now_ms >= mop->op->deadline_ms && dump_streaming(mop->op);
+}
+
+/* An op's kept lines (error lines) to the client, a cachedump's up to its
+ * limit. */
+static void dump_move_frag(struct px_req *rq, struct px_op *op, struct evbuffer *out)
+{
+    if (rq->dump_limit == 0) {
+        evbuffer_add_buffer(out, op->frag);
+        return;
+    }
+    while (evbuffer_get_length(op->frag) > 0) {
+        struct evbuffer_ptr nl = evbuffer_search(op->frag, "\n", 1, NULL);
+        size_t len = nl.pos < 0 ? evbuffer_get_length(op->frag) : (size_t)nl.pos + 1;
+        if (rq->dump_sent < rq->dump_limit)
+            evbuffer_remove_buffer(op->frag, out, len);
+        else
+            evbuffer_drain(op->frag, len);
+        rq->dump_sent++;
+    }
+}
+
 /* A listing's op is done: the lines kept by the ops done after it (error
  * lines of servers that failed meanwhile) go out in map order, and the
  * first op not done starts streaming: its connection is read again. */
@@ -285,13 +320,13 @@ static void dump_advance(struct px_req *rq)
         struct px_op *op = rq->ops[i];
         if (op == NULL)
             continue;
-        if (op->frag != NULL && out != NULL)
-            evbuffer_add_buffer(out, op->frag);
+        if (op->frag != NULL && out != NULL && evbuffer_get_length(op->frag) > 0) {
+            dump_move_frag(rq, op, out);
+            px_client_mark_dirty(rq->c);
+        }
         if (op->state != OP_DONE) {
             struct px_mop *mop = op->mop;
-            int64_t fresh = px_now_ms() + dump_timeout_ms(mop ? mop->w : rq->c->w);
-            if (op->deadline_ms < fresh)
-                op->deadline_ms = fresh;        /* its time counts from now */
+            dump_fresh_deadline(op, rq->c->w);
             if (mop != NULL && mop->conn != NULL && mop->conn->paused)
                 mconn_resume(mop->conn);
             return;
@@ -371,8 +406,6 @@ static void wait_push(struct px_meta *pm, struct px_mop *mop, int64_t at_ms, boo
     pm->wtail = mop;
 }
 
-static int dump_timeout_ms(const struct px_worker *w);
-
 /* A request whose connection was lost: sent again later if that is
  * harmless and there is time left, else failed. */
 static void mop_lost(struct px_mop *mop, const char *why, bool retry, bool sent)
@@ -394,7 +427,8 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry, bool sent)
         return;
     }
     int64_t now = px_now_ms();
-    if (mop->tries >= w->px->opt.max_attempts || now >= mop->op->deadline_ms) {
+    if (mop->tries >= w->px->opt.max_attempts ||
+        (mop->pinned ? dump_out_of_time(mop, now) : now >= mop->op->deadline_ms)) {
         int64_t spent = now - (mop->op->deadline_ms -
                                (mop->pinned ? dump_timeout_ms(w) : w->px->opt.deadline_ms));
         snprintf(line, sizeof(line), "gave up after %d tries in %lld ms: %s", mop->tries,
@@ -810,8 +844,10 @@ static void dump_stream(struct px_mconn *m)
         return;
     if (out != NULL && pos > from)
         evbuffer_add(out, p + from, pos - from);
-    if (rq != NULL)
+    if (rq != NULL) {
         px_client_mark_dirty(rq->c);    /* its output is written at the end of the pass */
+        dump_fresh_deadline(m->head->op, m->w);
+    }
     px_rbuf_consume(&m->in, pos);
     m->scanned = 0;
 }
@@ -834,6 +870,8 @@ static void mconn_resume(struct px_mconn *m)
 {
     m->paused = false;
     m->last_rx_ms = px_now_ms();        /* the time it waited was its client's */
+    if (m->head != NULL)
+        dump_fresh_deadline(m->head->op, m->w);
     event_add(m->rev, NULL);
     event_active(m->rev, EV_READ, 0);
 }
@@ -1204,7 +1242,7 @@ void px_meta_tick(struct px_worker *w, int64_t now_ms)
                      "gave up after %d tries: an earlier request for its slot was not done",
                      mop->tries);
             mop_fail(mop, line);
-        } else if (mop->op->req != NULL && now_ms >= mop->op->deadline_ms && mop->pinned) {
+        } else if (mop->op->req != NULL && mop->pinned && dump_out_of_time(mop, now_ms)) {
             /* a listing's server failed, and its back-off outlasted the
              * listing's time (classic ops: px_route.c's give_up) */
             mop->next = NULL;
