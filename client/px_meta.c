@@ -1283,14 +1283,16 @@ static enum px_kind kind_of(const struct px_req *rq)
 
 /* Must rq's launch wait?  While an earlier request of its client of the
  * other kind is unanswered, or an earlier one of its client is still
- * deferred. */
+ * deferred; a listing also while an earlier listing is unanswered, since
+ * each takes a connection to every server (a client that pipelines
+ * listings holds one set at a time). */
 static bool launch_waits(const struct px_req *rq)
 {
     enum px_kind kind = kind_of(rq);
     for (const struct px_req *e = rq->c->head; e != NULL && e != rq; e = e->next) {
         if (e->ndeferred > 0)
             return true;
-        if (!e->done && e->pending > 0 && kind_of(e) != kind)
+        if (!e->done && e->pending > 0 && (kind_of(e) != kind || kind == KIND_DUMP))
             return true;
     }
     return false;

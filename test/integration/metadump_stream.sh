@@ -15,7 +15,8 @@
 # through cocytus-proxy by a client that reads nothing for 2 s: every key
 # comes, then the reply of the request behind it, and the proxy's peak RSS
 # grows by less than half the listing (it streams, and stops reading the
-# server while its client lags).
+# server while its client lags); then three listings pipelined come one
+# after the other, whole, with one listing connection open at a time.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -61,7 +62,7 @@ proxy_pid=""
 if ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=2" \
     start_proxy "$dir/proxy.log" --seeds "127.0.0.1:$server_port" -W 5; then
     cat >"$dir/proxy_dump.py" <<'PYEOF'
-import socket, sys, time
+import os, socket, sys, time
 port, pid = int(sys.argv[1]), int(sys.argv[2])
 def hwm():
     for line in open("/proc/%d/status" % pid):
@@ -84,6 +85,25 @@ grew = hwm() - before
 print("listing of %d bytes, %d keys, then %r; the proxy's peak RSS grew %d kB"
       % (len(data), len(keys), bytes(data[-24:]), grew))
 ok = len(keys) >= 300000 and grew * 1024 < len(data) // 2 and b"END\r\nVERSION " in data[-64:]
+# three listings pipelined: one after the other, each whole, and one
+# listing connection at a time (each listing takes one per server)
+fds = lambda: len(os.listdir("/proc/%d/fd" % pid))
+base, most = fds(), 0
+s.sendall(b"lru_crawler metadump all\r\n" * 3 + b"version\r\n")
+data = bytearray()
+while b"VERSION " not in data[-64:]:
+    chunk = s.recv(1 << 16)
+    if not chunk:
+        break
+    data += chunk
+    most = max(most, fds())
+while not data.endswith(b"\r\n"):
+    data += s.recv(1 << 16)
+parts = bytes(data).split(b"END\r\n")
+counts = [sum(1 for l in p.split(b"\n") if l.startswith(b"key=")) for p in parts[:3]]
+print("three pipelined listings: %s keys, %d END; the proxy held at most %d descriptors more"
+      % (counts, len(parts) - 1, most - base))
+ok = ok and counts == [len(keys)] * 3 and len(parts) == 4 and most - base <= 1
 sys.exit(0 if ok else 1)
 PYEOF
     if out=$(timeout 120 python3 "$dir/proxy_dump.py" "$proxy_port" "$proxy_pid" 2>&1); then
