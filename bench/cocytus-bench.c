@@ -104,6 +104,8 @@ struct config {
     int deadline_ms;               /* libcocytus deadline_ms; 0: the library's default */
     const char *auth_path;         /* --auth-file, or NULL */
     struct auth_pair auth;         /* its first user:password pair */
+    char auth_data[2 * AUTHFILE_FIELD_MAX + 2];   /* "user password" for raw connections */
+    size_t nauth;
 };
 
 /* Counters of one operation type in one worker (single writer). */
@@ -1034,7 +1036,7 @@ static void usage(FILE *f)
         "                         (libcocytus), or the same over kept raw text sockets\n"
         "      --binary           binary protocol (default ASCII)\n"
         "      --auth-file FILE   present FILE's first user:password pair (memcached's -Y\n"
-        "                         file) to the servers (map and follow routes, depth 1)\n"
+        "                         file) to the servers that ask for it (every route, depth)\n"
         "      --deadline-ms MS   libcocytus retry budget per request, 1..3600000 (default:\n"
         "                         the library's, 2000); a request still failing then\n"
         "                         counts as an error (map and follow routes)\n"
@@ -1194,6 +1196,8 @@ static int read_auth_file(struct config *c, const char *path)
     }
     c->auth = af.pairs[0];
     c->auth_path = path;
+    int n = snprintf(c->auth_data, sizeof(c->auth_data), "%s %s", c->auth.user, c->auth.pass);
+    c->nauth = n > 0 && (size_t)n < sizeof(c->auth_data) ? (size_t)n : 0;
     authfile_free(&af);
     return 0;
 }
@@ -1368,11 +1372,6 @@ static int parse_args(int argc, char **argv, struct config *c)
         fprintf(stderr, "cocytus-bench: --no-load and --no-run: nothing to do\n");
         return -1;
     }
-    if (c->auth_path != NULL && (c->route == ROUTE_FOLLOW_RAW || c->depth > 1)) {
-        fprintf(stderr, "cocytus-bench: --auth-file needs libcocytus: --route map or follow, "
-                        "--depth 1\n");
-        return -1;
-    }
     if (c->route == ROUTE_FOLLOW_RAW && c->binary) {
         fprintf(stderr, "cocytus-bench: --route follow-raw speaks the text protocol: drop --binary\n");
         return -1;
@@ -1434,7 +1433,9 @@ static int connect_raw(struct worker *w, const char *servers, char *err, size_t 
         snprintf(err, cap, "out of memory");
         return -1;
     }
-    if (raw_client_open(w->raw, servers, RAW_TIMEOUT_MS, err, cap) != 0) {
+    const struct config *cfg = &w->b->cfg;
+    if (raw_client_open(w->raw, servers, RAW_TIMEOUT_MS, cfg->nauth ? cfg->auth_data : NULL,
+                        cfg->nauth, err, cap) != 0) {
         free(w->raw);
         w->raw = NULL;
         return -1;
@@ -1451,7 +1452,9 @@ static int make_pipe(struct worker *w)
      * itself while a dead server's slots are taken over, the deadline is
      * how long its reply may take. */
     int timeout_ms = w->b->cfg.deadline_ms > 0 ? w->b->cfg.deadline_ms : RAW_TIMEOUT_MS;
-    w->pipe = raw_pipe_new(w->client, timeout_ms, depth);
+    const struct config *cfg = &w->b->cfg;
+    w->pipe = raw_pipe_new(w->client, timeout_ms, depth, cfg->nauth ? cfg->auth_data : NULL,
+                           cfg->nauth);
     return w->batch != NULL && w->pipe != NULL ? 0 : -1;
 }
 

@@ -209,6 +209,46 @@ static int tune_socket(int fd, int timeout_ms)
 }
 
 /* Connects k (every address its host resolves to, in order). */
+static enum raw_rc read_line(struct raw_client *c, struct raw_conn *k, char **line, size_t *len);
+static enum raw_rc send_all(struct raw_client *c, struct raw_conn *k, struct iovec *iov, int n);
+
+/* A new connection, with credentials to give: `version` first; a server
+ * with -Y answers CLIENT_ERROR unauthenticated and gets the
+ * authentication set (so that a server without -Y, which would store it
+ * as the item "auth", never sees the password). */
+static enum raw_rc conn_prove(struct raw_client *c, struct raw_conn *k)
+{
+    char head[32];
+    char *line;
+    size_t len;
+    struct iovec iov[3] = { { (void *)"version\r\n", 9 } };
+    enum raw_rc rc = send_all(c, k, iov, 1);
+    if (rc == RAW_OK)
+        rc = read_line(c, k, &line, &len);
+    if (rc != RAW_OK)
+        return rc;
+    if (len >= 8 && memcmp(line, "VERSION ", 8) == 0)
+        return RAW_OK;
+    if (len != 28 || memcmp(line, "CLIENT_ERROR unauthenticated", 28) != 0) {
+        set_error(c, "%s:%s answered version with '%.80s'", k->host, k->port, line);
+        return RAW_PROTOCOL;
+    }
+    int n = snprintf(head, sizeof(head), "set auth 0 0 %zu\r\n", c->nauth);
+    iov[0] = (struct iovec){ head, (size_t)n };
+    iov[1] = (struct iovec){ (void *)c->auth, c->nauth };
+    iov[2] = (struct iovec){ (void *)"\r\n", 2 };
+    rc = send_all(c, k, iov, 3);
+    if (rc == RAW_OK)
+        rc = read_line(c, k, &line, &len);
+    if (rc != RAW_OK)
+        return rc;
+    if (len != 6 || memcmp(line, "STORED", 6) != 0) {
+        set_error(c, "%s:%s refused the credentials: %.80s", k->host, k->port, line);
+        return RAW_PROTOCOL;
+    }
+    return RAW_OK;
+}
+
 static enum raw_rc conn_open(struct raw_client *c, struct raw_conn *k)
 {
     struct addrinfo hints, *res = NULL;
@@ -235,7 +275,10 @@ static enum raw_rc conn_open(struct raw_client *c, struct raw_conn *k)
             k->start = k->end = 0;
             c->stats.connects++;
             freeaddrinfo(res);
-            return RAW_OK;
+            enum raw_rc rc = c->auth != NULL ? conn_prove(c, k) : RAW_OK;
+            if (rc != RAW_OK)
+                conn_drop(k);
+            return rc;
         }
         close(fd);
     }
@@ -665,6 +708,12 @@ void raw_client_init(struct raw_client *c, int timeout_ms)
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
 }
 
+void raw_client_set_auth(struct raw_client *c, const char *auth, size_t nauth)
+{
+    c->auth = nauth > 0 ? auth : NULL;
+    c->nauth = nauth;
+}
+
 int raw_parse_endpoint(const char *s, size_t n, char *host, char *port)
 {
     return parse_endpoint(s, n, host, port);
@@ -762,10 +811,11 @@ void raw_conn_fail(struct raw_client *c, int idx)
 
 /* ---- open and close ---- */
 
-int raw_client_open(struct raw_client *c, const char *seeds, int timeout_ms, char *err,
-                    size_t errcap)
+int raw_client_open(struct raw_client *c, const char *seeds, int timeout_ms, const char *auth,
+                    size_t nauth, char *err, size_t errcap)
 {
     raw_client_init(c, timeout_ms);
+    raw_client_set_auth(c, auth, nauth);
     const char *comma = strchr(seeds, ',');
     size_t n = comma ? (size_t)(comma - seeds) : strlen(seeds);
     char host[RAW_HOST_MAX], port[8];

@@ -61,6 +61,9 @@ struct raw_client {
     struct raw_conn conns[RAW_MAX_SERVERS];   /* [0] is the first seed */
     int nconns;
     int timeout_ms;
+    const char *auth;             /* "user password" for servers that ask (-Y), or NULL;
+                                     borrowed: it outlives c */
+    size_t nauth;
     struct raw_stats stats;
     char err[RAW_ERR_MAX];        /* why the last call failed */
 };
@@ -68,8 +71,14 @@ struct raw_client {
 /* Prepares c for the first server of the seed list "host:port,..." ("[v6]:port"
  * too; a missing port is 11211) and connects to it.  Returns 0, or -1 with
  * the reason in err (c is then already closed). */
-int raw_client_open(struct raw_client *c, const char *seeds, int timeout_ms, char *err,
-                    size_t errcap);
+int raw_client_open(struct raw_client *c, const char *seeds, int timeout_ms, const char *auth,
+                    size_t nauth, char *err, size_t errcap);
+
+/* Credentials ("user password", memcached's ASCII authentication data)
+ * for servers that ask for them: every connection opened from now on
+ * first sends `version`, and when it is answered CLIENT_ERROR
+ * unauthenticated, the authentication set.  NULL: none (no probe). */
+void raw_client_set_auth(struct raw_client *c, const char *auth, size_t nauth);
 
 /* Closes every connection and frees the buffers. */
 void raw_client_close(struct raw_client *c);

@@ -352,7 +352,8 @@ void raw_pipe_get_stats(const struct raw_pipe *p, struct raw_pipe_stats *out)
     out->conn_failures = p->main.stats.conn_failures + p->side.stats.conn_failures;
 }
 
-struct raw_pipe *raw_pipe_new(cocytus_t *map, int timeout_ms, size_t max_depth)
+struct raw_pipe *raw_pipe_new(cocytus_t *map, int timeout_ms, size_t max_depth, const char *auth,
+                              size_t nauth)
 {
     if (max_depth == 0 || max_depth > RAW_PIPE_MAX_DEPTH)
         return NULL;
@@ -362,6 +363,8 @@ struct raw_pipe *raw_pipe_new(cocytus_t *map, int timeout_ms, size_t max_depth)
     p->map = map;
     raw_client_init(&p->main, timeout_ms);
     raw_client_init(&p->side, timeout_ms);
+    raw_client_set_auth(&p->main, auth, nauth);     /* auth outlives p */
+    raw_client_set_auth(&p->side, auth, nauth);
     p->ops = calloc(max_depth, sizeof(*p->ops));
     if (p->ops == NULL || reset_routes(p) != 0) {
         raw_pipe_free(p);

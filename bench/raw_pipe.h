@@ -61,8 +61,10 @@ typedef void (*raw_pipe_done_fn)(void *ctx, size_t i, enum raw_rc rc, const char
 /* A pipe routed by map's cached slot map (borrowed: it must outlive the
  * pipe; the pipe calls cocytus_refresh() on it after a MOVED), with batches
  * of up to max_depth requests (1..RAW_PIPE_MAX_DEPTH) and timeout_ms per
- * connect and per wait.  NULL if out of memory. */
-struct raw_pipe *raw_pipe_new(cocytus_t *map, int timeout_ms, size_t max_depth);
+ * connect and per wait; auth ("user password", borrowed too, or NULL) is
+ * given to servers that ask (raw_client_set_auth).  NULL if out of memory. */
+struct raw_pipe *raw_pipe_new(cocytus_t *map, int timeout_ms, size_t max_depth, const char *auth,
+                              size_t nauth);
 
 /* Closes every socket and frees p.  NULL is allowed. */
 void raw_pipe_free(struct raw_pipe *p);

@@ -11,7 +11,9 @@
 #   - libcocytus with credentials (cocytus-bench --auth-file, ASCII, every
 #     value read checked) runs through a kill of node 1 with no error,
 #     the node's processes come back with -Y and are rebuilt, and a binary
-#     (SASL PLAIN) load runs after; verify and decode-check at the end.
+#     (SASL PLAIN) load runs after, then loads over cocytus-bench's own raw
+#     text connections (--depth 8, --route follow-raw), which send the
+#     authentication set when asked; verify and decode-check at the end.
 # The trap stops the cluster.
 set -u
 
@@ -116,6 +118,10 @@ cluster_healthy_again "$dir" "after node 1 started again"
 expect "node 1's restarted processes run with -Y too" "$(servers_with_y)" "9 0"
 
 bench_ok "in the binary protocol (SASL PLAIN)" -t 2 --binary
+# cocytus-bench's raw text connections (pipelined, and following MOVED)
+# authenticate themselves when the server asks
+bench_ok "over raw pipelined connections (--depth 8)" -t 2 --depth 8
+bench_ok "over raw connections following MOVED" -t 2 --route follow-raw
 cluster_check_ok "$dir" verify "at the end"
 cluster_check_ok "$dir" decode-check "at the end"
 finish
