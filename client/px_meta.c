@@ -325,9 +325,13 @@ static void dump_advance(struct px_req *rq)
             px_client_mark_dirty(rq->c);
         }
         if (op->state != OP_DONE) {
+            /* its budget counts from its turn if it waited for a retry,
+             * from the resume if its server waited for it; not if its
+             * server has said nothing since it was asked (stopped) */
             struct px_mop *mop = op->mop;
-            dump_fresh_deadline(op, rq->c->w);
-            if (mop != NULL && mop->conn != NULL && mop->conn->paused)
+            if (mop != NULL && mop->conn == NULL)
+                dump_fresh_deadline(op, rq->c->w);
+            else if (mop != NULL && mop->conn->paused)
                 mconn_resume(mop->conn);
             return;
         }
