@@ -80,10 +80,12 @@
  * time adds one "SERVER_ERROR metadump of <server> failed: ..." line,
  * kept in its op's frag until its turn (memcached-tool
  * skips lines that are not key= lines and reads until END, which must
- * come; memcdump stops at it and says the dump failed).  A metadump is a kind of its own for ordering (launch_waits): it
- * waits for its client's earlier requests of the other kinds, and their
- * later ones wait for it, so a set before it is in the dump and a delete
- * after it is not applied before it. */
+ * come; memcdump stops at it and says the dump failed).  A metadump is a
+ * kind of its own for ordering (launch_waits): it waits for its client's
+ * earlier requests of the other kinds and for its earlier listings (one
+ * set of listing connections per client), and their later ones wait for
+ * it, so a set before it is in the dump and a delete after it is not
+ * applied before it. */
 #include "config.h"
 
 #include <errno.h>
