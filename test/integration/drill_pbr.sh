@@ -49,10 +49,20 @@ mkdir -p "$dir"
 drill_once "the primary and then the coordinator" --kill-coordinator 0
 # The primary came back with a new pid: its old links have ended, so the
 # backups fence at once instead of waiting 500 ms on the newcomer's link.
+# That holds when the new coordinator hears the restarted primary before
+# it declares the old one dead; on a loaded machine the node may start the
+# primary again only after that (the death is then declared from the
+# missing heartbeats, 1.5 s, and fenced the ordinary way: the CI of
+# 55fef55 saw it once), which is not what this checks.
+restart_line=$(grep -n "restarted while no coordinator watched" "$dir/coordinator.log" | head -n 1 | cut -d: -f1)
+fence_line=$(grep -n "is dead: fencing its stream" "$dir/coordinator.log" | head -n 1 | cut -d: -f1)
 if grep -q "is dead: fencing its stream on .* at once (it restarted" "$dir/coordinator.log"; then
     echo "ok: the restarted primary's backups were fenced at once"
+elif [ -n "$fence_line" ] && { [ -z "$restart_line" ] || [ "$restart_line" -gt "$fence_line" ]; }; then
+    grep -E "fencing|restarted" "$dir/coordinator.log"
+    echo "ok (not checked): the primary's death was declared before its restart was heard"
 else
-    grep "fencing" "$dir/coordinator.log"
+    grep -E "fencing|restarted" "$dir/coordinator.log"
     echo "FAIL: the restarted primary's backups were not fenced at once"
     exit 1
 fi
