@@ -1434,8 +1434,8 @@ static int connect_raw(struct worker *w, const char *servers, char *err, size_t 
         return -1;
     }
     const struct config *cfg = &w->b->cfg;
-    if (raw_client_open(w->raw, servers, RAW_TIMEOUT_MS, cfg->nauth ? cfg->auth_data : NULL,
-                        cfg->nauth, err, cap) != 0) {
+    if (raw_client_open(w->raw, servers, RAW_TIMEOUT_MS, cfg->auth_data, cfg->nauth, err,
+                        cap) != 0) {
         free(w->raw);
         w->raw = NULL;
         return -1;
@@ -1453,8 +1453,7 @@ static int make_pipe(struct worker *w)
      * how long its reply may take. */
     int timeout_ms = w->b->cfg.deadline_ms > 0 ? w->b->cfg.deadline_ms : RAW_TIMEOUT_MS;
     const struct config *cfg = &w->b->cfg;
-    w->pipe = raw_pipe_new(w->client, timeout_ms, depth, cfg->nauth ? cfg->auth_data : NULL,
-                           cfg->nauth);
+    w->pipe = raw_pipe_new(w->client, timeout_ms, depth, cfg->auth_data, cfg->nauth);
     return w->batch != NULL && w->pipe != NULL ? 0 : -1;
 }
 

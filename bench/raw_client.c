@@ -208,7 +208,6 @@ static int tune_socket(int fd, int timeout_ms)
     return 0;
 }
 
-/* Connects k (every address its host resolves to, in order). */
 static enum raw_rc read_line(struct raw_client *c, struct raw_conn *k, char **line, size_t *len);
 static enum raw_rc send_all(struct raw_client *c, struct raw_conn *k, struct iovec *iov, int n);
 
@@ -249,6 +248,8 @@ static enum raw_rc conn_prove(struct raw_client *c, struct raw_conn *k)
     return RAW_OK;
 }
 
+/* Connects k (every address its host resolves to, in order), and proves
+ * the credentials if the server asks (conn_prove). */
 static enum raw_rc conn_open(struct raw_client *c, struct raw_conn *k)
 {
     struct addrinfo hints, *res = NULL;

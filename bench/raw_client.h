@@ -77,7 +77,7 @@ int raw_client_open(struct raw_client *c, const char *seeds, int timeout_ms, con
 /* Credentials ("user password", memcached's ASCII authentication data)
  * for servers that ask for them: every connection opened from now on
  * first sends `version`, and when it is answered CLIENT_ERROR
- * unauthenticated, the authentication set.  NULL: none (no probe). */
+ * unauthenticated, the authentication set.  nauth 0: none (no probe). */
 void raw_client_set_auth(struct raw_client *c, const char *auth, size_t nauth);
 
 /* Closes every connection and frees the buffers. */

@@ -145,6 +145,8 @@ struct px_rbuf {
 bool px_rbuf_reserve(struct px_rbuf *b, size_t room);
 void px_rbuf_consume(struct px_rbuf *b, size_t n);
 void px_rbuf_free(struct px_rbuf *b);
+/* Whether the line from p to nl (its '\n') is text and CRLF. */
+bool px_line_is(const char *p, const char *nl, const char *text);
 /* One sendmsg() of the front of out (up to PX_SEND_IOV chains), drained by
  * what was sent: a socket call, not writev's trip through the VFS.  Bytes
  * sent, or -1 with errno (EAGAIN included). */

@@ -78,6 +78,12 @@ void px_rbuf_consume(struct px_rbuf *b, size_t n)
         b->off = 0;
 }
 
+bool px_line_is(const char *p, const char *nl, const char *text)
+{
+    size_t n = strlen(text);
+    return (size_t)(nl - p) == n + 1 && memcmp(p, text, n) == 0 && p[n] == '\r';
+}
+
 void px_rbuf_free(struct px_rbuf *b)
 {
     free(b->data);

@@ -445,10 +445,7 @@ static void mop_lost(struct px_mop *mop, const char *why, bool retry, bool sent)
     wait_push(w->meta, mop, now + px_backoff_ms(mop->tries), true);
 }
 
-/* The connection is gone: its requests are sent again or fail (retry
- * false: they all fail), the next one reconnects.  Before it connected,
- * or during --server-auth's exchange, none of them was written: even one
- * that cannot be sent twice goes again. */
+/* Takes m out of the worker's list (before it is freed). */
 static void mconn_unlink(struct px_mconn *m)
 {
     for (struct px_mconn **pp = &m->w->meta->conns; *pp; pp = &(*pp)->next) {
@@ -459,6 +456,10 @@ static void mconn_unlink(struct px_mconn *m)
     }
 }
 
+/* The connection is gone: its requests are sent again or fail (retry
+ * false: they all fail), the next one reconnects.  Before it connected,
+ * or during --server-auth's exchange, none of them was written: even one
+ * that cannot be sent twice goes again. */
 static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
 {
     struct px_worker *w = m->w;
@@ -749,12 +750,6 @@ static void mconn_reply(struct px_mconn *m, const char *p, size_t n)
     mop_finish(mop, p, n);
 }
 
-static bool line_is(const char *p, const char *nl, const char *text)
-{
-    size_t n = strlen(text);
-    return (size_t)(nl - p) == n + 1 && memcmp(p, text, n) == 0 && p[n] == '\r';
-}
-
 /* Ends the authentication exchange: the requests waiting go. */
 static void mconn_auth_done(struct px_mconn *m)
 {
@@ -777,12 +772,12 @@ static bool mconn_auth_reply(struct px_mconn *m)
     if (nl == NULL)
         return false;
     if (m->auth == MA_PROBE) {
-        if (line_is(p, nl, SENTINEL_REPLY)) {
+        if (px_line_is(p, nl, SENTINEL_REPLY)) {
             px_rbuf_consume(&m->in, (size_t)(nl - p) + 1);
             mconn_auth_done(m);
             return true;
         }
-        if (!line_is(p, nl, "CLIENT_ERROR unauthenticated")) {
+        if (!px_line_is(p, nl, "CLIENT_ERROR unauthenticated")) {
             mconn_lost(m, "unexpected answer to a meta no-op from", false);
             return false;
         }
@@ -797,7 +792,7 @@ static bool mconn_auth_reply(struct px_mconn *m)
         mconn_send_now(m);
         return false;
     }
-    if (!line_is(p, nl, "STORED")) {
+    if (!px_line_is(p, nl, "STORED")) {
         char shown[81];
         size_t n = 0;
         while (p + n < nl && p[n] != '\r')

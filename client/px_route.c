@@ -456,8 +456,6 @@ static void fetch_answer(struct px_worker *w, size_t n)
     fetch_source_failed(w);
 }
 
-static const char unauthenticated[] = "CLIENT_ERROR unauthenticated\r\n";
-
 static void on_fetch(evutil_socket_t fd, short what, void *arg);
 
 /* Sends the request from f->req on; false if the event cannot be set. */
@@ -483,12 +481,13 @@ static bool fetch_send(struct px_worker *w, size_t len)
 static bool fetch_asked(struct px_worker *w)
 {
     struct px_fetch *f = &w->fetch;
-    size_t n = sizeof(unauthenticated) - 1;
+    const char *p = f->in.data + f->in.off;
+    const char *nl = f->in.len > 0 ? memchr(p, '\n', f->in.len) : NULL;
 
-    if (!w->px->has_server_auth || f->auth_sent || f->in.len < n ||
-        memcmp(f->in.data + f->in.off, unauthenticated, n) != 0)
+    if (!w->px->has_server_auth || f->auth_sent || nl == NULL ||
+        !px_line_is(p, nl, "CLIENT_ERROR unauthenticated"))
         return false;
-    px_rbuf_consume(&f->in, n);
+    px_rbuf_consume(&f->in, (size_t)(nl - p) + 1);
     size_t nauth = px_auth_ascii_request(w->px, f->req, sizeof(f->req) - sizeof(fetch_request));
     if (nauth == 0) {
         fetch_source_failed(w);
@@ -539,7 +538,7 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
         const char *nl = memchr(p, '\n', f->in.len);
         if (nl == NULL)
             return;
-        if (nl - p != 7 || memcmp(p, "STORED\r", 7) != 0) {
+        if (!px_line_is(p, nl, "STORED")) {
             char shown[81];
             if (w->id == 0 && !f->auth_logged)
                 fprintf(stderr, "cocytus-proxy: %s:%d refused the proxy's credentials (%s)\n",
