@@ -160,6 +160,10 @@ struct data_engine {
     struct rb_out rb[DP_MAX_REBUILDS];
     struct event *rb_timer;
     uint64_t touched_end;         /* furthest region byte a record ever wrote */
+    /* A test's fault (COCYTUS_TEST_REBUILD_BEGIN_TWICE): the first copy to
+     * a parity process sends its BEGIN twice, which the parity process
+     * must refuse with rebuild-failed (test/integration/rebuild_failed.sh). */
+    bool test_begin_twice;
     /* A handoff: writes wait; quiet() once nothing is in flight. */
     bool hold_writes;
     bool handed;                  /* quiet at the handoff: reads wait too */
@@ -1688,9 +1692,14 @@ static void rb_joined(void *ctx, enum cluster_role role, int index)
     rb_msg_begin(&m, &b);
     void *args[2] = { dp, o };
     int rc = m.oom ? -1 : send_rb(dp, o, m.buf, m.len);
-    rb_msg_free(&m);
     if (rc == 0)
         rc = rb_send_meta(&dp->meta, dp->alloc, send_meta_cb, args);
+    if (rc == 0 && dp->test_begin_twice && role == ROLE_PARITY) {
+        dp->test_begin_twice = false;
+        dp_log(dp, "test fault: the BEGIN of this copy to parity %d goes twice", index);
+        rc = send_rb(dp, o, m.buf, m.len);
+    }
+    rb_msg_free(&m);
     if (rc != 0) {
         rebuild_fail(dp, o, "cannot send its metadata");
         return;
@@ -2149,6 +2158,7 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
         free(dp);
         return NULL;
     }
+    dp->test_begin_twice = getenv("COCYTUS_TEST_REBUILD_BEGIN_TWICE") != NULL;
     clock_init(&dp->clock, cfg->started);
     clock_set(&dp->clock, time(NULL));
     return dp;
