@@ -47,6 +47,7 @@ struct pbr_proc {
     struct pbr_shared sh;
     struct engine *inner;
     bool is_primary;
+    uint64_t promoted_xid;          /* the last xid we took over at: a repeated promote's answer */
     uint64_t admitted;              /* the number of the last "pbr admit" taken */
     struct read_waiters waiters;    /* reads waiting for the primary's store */
 };
@@ -281,7 +282,7 @@ static void promote(struct pbr_proc *pp, const char *peer_list)
     int peers[PBR_MAX_MEMBERS + 1];
     int npeers = parse_members(peer_list, peers, PBR_MAX_MEMBERS);
     if (pp->is_primary) {
-        send_serving(pp, 0);   /* a repeated word: we serve already */
+        send_serving(pp, pp->promoted_xid);   /* a repeated word: we serve already */
         return;
     }
     if (npeers < 0) {
@@ -308,6 +309,7 @@ static void promote(struct pbr_proc *pp, const char *peer_list)
         exit(1);
     }
     pp->is_primary = true;
+    pp->promoted_xid = last;
     tell_promoted(pp, true);
     pp_log(pp, "promoted: primary after xid %" PRIu64 " (the %" PRIu64 " record(s) above xid %"
            PRIu64 " kept for the other backups), %d peer(s)", last, last - from, from, npeers);
