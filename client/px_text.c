@@ -111,8 +111,14 @@ static struct px_op *start_store(struct px_client *c, struct px_req *rq,
     bin_store32(ext, t->flags);
     bin_store32(ext + 4, wire_exptime(t->exptime));
     px_count(&c->w->st.cmd_set, 1);
+    /* A binary CAS of 0 means "no CAS", but a text cas with unique 0 must
+     * match nothing (memcached: EXISTS, or NOT_FOUND): it goes as the one
+     * unique no item ever gets, never as a plain set. */
+    uint64_t cas = 0;
+    if (t->cmd == TC_CAS)
+        cas = t->cas != 0 ? t->cas : UINT64_MAX;
     struct px_op *op = px_op_new(rq, opcode, ext, with_extras ? 8 : 0, t->key, t->nkey,
-                                 t->data, (size_t)t->vlen, t->cmd == TC_CAS ? t->cas : 0);
+                                 t->data, (size_t)t->vlen, cas);
     if (op)
         op->retry_lost = t->cmd == TC_SET || t->cmd == TC_REPLACE;
     return op;

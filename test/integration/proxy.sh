@@ -71,6 +71,23 @@ concurrent_load() {
     ok "memcaslap through the proxy to $what: $gets gets, none wrong"
 }
 
+# cas_zero WHAT: a text cas with unique 0 matches no item, as in memcached:
+# NOT_FOUND for a missing key, EXISTS for a present one, whose value stays
+# (the proxy speaks binary to servers, where a CAS of 0 means "no CAS": it
+# used to store the value, a plain set).
+cas_zero() {
+    local a="127.0.0.1:$proxy_port" k="caszero_$RANDOM" r1 r2 r3
+    r1=$(mc "$a" "cas $k 0 0 1 0\r\na\r\n")
+    r2=$(mc "$a" "set $k 0 0 1\r\nb\r\n")
+    r2="$r2 $(mc "$a" "cas $k 0 0 1 0\r\nc\r\n")"
+    r3=$(mc "$a" "get $k\r\n" | tr '\n' ' ')
+    if [ "$r1" = NOT_FOUND ] && [ "$r2" = "STORED EXISTS" ] && [ "$r3" = "VALUE $k 0 1 b END " ]; then
+        ok "text cas with unique 0 through the proxy to $1: NOT_FOUND, EXISTS, value kept"
+    else
+        fail "text cas with unique 0 through the proxy to $1: '$r1' / '$r2' / '$r3'"
+    fi
+}
+
 # backend_stats WHAT N: `stats backends` must list N servers, all up, each
 # with requests (the loads above reached every one) and latency figures.
 backend_stats() {
@@ -93,6 +110,7 @@ if ! start_server /dev/null; then
 elif proxy_for "127.0.0.1:$server_port"; then
     run_mode "a plain server" -a
     run_mode "a plain server" -b
+    cas_zero "a plain server"
     backend_stats "a plain server" 1
 fi
 cleanup
@@ -108,6 +126,7 @@ if cluster_up "$cluster_dir" $((2 * NODES + 2)) 26000 32000 --nodes "$NODES" --s
         run_mode "a $NODES-node plain cluster" -a
         run_mode "a $NODES-node plain cluster" -b
         concurrent_load "a $NODES-node plain cluster"
+        cas_zero "a $NODES-node plain cluster"
         backend_stats "a $NODES-node plain cluster" "$NODES"
     fi
 else
