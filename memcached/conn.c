@@ -360,8 +360,16 @@ static void mutation_finish(struct resp *r, const struct eng_result *res)
     /* an incr/decr that created its key: neither hit nor miss (memcached) */
     if (r->mop >= 0 && !res->created)
         count_mutation(&c->srv->stats, (eng_op)r->mop, res->status, r->meta_delete);
-    if (r->complete && !c->closing && !r->dropped)
+    /* A dropped reply still completes: its request took effect (memcached
+     * ran it before the error that drops its reply), and a part of a
+     * request (an mg's touch) completes the slot its reply waits in, which
+     * would otherwise never be done and stall every later reply.  What the
+     * completion wrote goes nowhere. */
+    if (r->complete && !c->closing) {
         r->complete(r, res);
+        if (r->dropped)
+            resp_release_segs(c, r);
+    }
     r->done = true;
 }
 
