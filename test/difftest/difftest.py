@@ -25,7 +25,32 @@ reproduced by `--seed S --case N`.  On a difference the sequence is shrunk
 masked replies; the exit status is then 1.
 
   difftest.py [--seconds N | --cases N] [--seed S] [--case N] [--keep-going]
-              [--memcached PATH] [--server PATH] [--verbose]
+              [--memcached PATH] [--server PATH] [--target HOST:PORT] [--verbose]
+
+--target HOST:PORT: send each case to an already-running server (a data
+process of a cluster, cocytus-proxy, ...) instead of starting
+cocytus-server; memcached is still started here as the reference.  The
+target is shared and long-lived, so in this mode:
+  * only the default variant runs (-F, -C and -Y need server flags);
+  * cases with `shutdown` are skipped (the target may have -A) and cases
+    with `verbosity` are skipped and the cleanup sends no `verbosity 0`
+    (the target's log level is its operator's: left alone);
+  * the cleanup between cases is the same (flush_all, which also ends a
+    delayed flush_all of the case; stats detail off; stats sizes_disable;
+    cache_memlimit 64), so the target must have been started with 64 MB;
+  * a target that answers `config get cluster` and is one of the map's
+    endpoints (a data process, a primary) serves only its own slots: the
+    sentinel key and the case's keys are chosen so that every key the case
+    names through a placeholder hashes to a slot the target owns (key i
+    becomes <prefix>k<i>_<n>, the first n that does that),
+    and a case that still gets a MOVED (a literal key such as `get k0 k1`,
+    an undecodable base64 key) is counted as `moved` and not compared.
+    Through cocytus-proxy no key is filtered;
+  * at cocytus-proxy (its stats have cluster_servers) the names of the
+    general stats are not compared: they are the proxy's own list;
+  * a data process's own stats names (xid, records_sent, ...) are dropped
+    like the other cocytus-only names (COCYTUS_STATS);
+  * a target that does not accept connections ends the run.
 
 Exit status: 0 no difference, 1 differences, 77 memcached or the server is
 missing (make check's "skip").
@@ -53,7 +78,8 @@ STEP_TIMEOUT = 0.5          # seconds without the sentinel reply: the step is ov
 CLOSE_TIMEOUT = 0.5         # after the half-close, waiting for the server's close
 CASES_PER_SESSION = 300     # servers are restarted this often (memory, slabs)
 # A miss of a key no case uses, with an opaque: "EN O<tag>" is unique.
-SENTINEL_TEXT = b"mg difftest_sentinel O%s\r\n"
+SENTINEL_KEY = b"difftest_sentinel"     # --target: one of the target's slots
+SENTINEL_TEXT = b"mg %s O%s\r\n"
 SENTINEL_TEXT_REPLY = b"EN O%s\r\n"
 SENTINEL_OPAQUE = 0x5E5E5E5E
 NOW = int(time.time())
@@ -67,9 +93,10 @@ class Ctx:
     """What a server's requests are rendered with: the case's key prefix and
     the cas values that server returned so far in this case."""
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, salt=None):
         self.prefix = prefix
         self.cas = []
+        self.salt = salt or {}      # --target: K.sig() -> bytes after 'k<i>'
 
 
 class K:
@@ -79,8 +106,11 @@ class K:
     def __init__(self, i, length=None, extra=b"", b64=False):
         self.i, self.length, self.extra, self.b64 = i, length, extra, b64
 
+    def sig(self):
+        return (self.i, self.length, self.extra)
+
     def raw(self, ctx):
-        k = ctx.prefix + b"k%d" % self.i + self.extra
+        k = ctx.prefix + b"k%d" % self.i + ctx.salt.get(self.sig(), b"") + self.extra
         if self.length is not None and len(k) < self.length:
             k += b"x" * (self.length - len(k))
         return k
@@ -704,7 +734,13 @@ def make_case(seed, n):
 META_CODES = (b"VA", b"HD", b"EN", b"NF", b"NS", b"EX", b"MN", b"ME")
 # General stats cocytus-server adds after memcached's names (docs/compat.md).
 COCYTUS_STATS = {b"role", b"migrate_moves", b"migrate_keys_sent", b"migrate_forwards",
-                 b"import_keys", b"idle_kicks", b"cluster_epoch"}
+                 b"import_keys", b"idle_kicks", b"cluster_epoch",
+                 # a data process's (--target; cocytus/engine_data.c, dp_stats)
+                 b"expired_removed", b"xid", b"stable_xid", b"records_sent", b"write_queue",
+                 b"blocked_waits", b"unit_waits"}
+# --target at cocytus-proxy: its general stats are its own list (docs/client.md,
+# "Operating it"), so only the presence of a general stats block is compared.
+STAT_NAMES = True
 
 
 class Masker:
@@ -820,6 +856,8 @@ class Masker:
         after a flush depends on its background threads)."""
         first = lines[0].split(b" ")
         if first[0] == b"STAT" and first[1] == b"pid":
+            if not STAT_NAMES:
+                return b"STAT *\r\n"
             out = []
             for ln in lines:
                 t = ln.split(b" ")
@@ -836,7 +874,9 @@ class Masker:
 
         def close_stats():
             if stats:
-                if stats[0] == b"pid":
+                if stats[0] == b"pid" and not STAT_NAMES:
+                    res.append(b"[stats *]\n")
+                elif stats[0] == b"pid":
                     res.append(b"[stats " + b" ".join(k for k in stats if k not in COCYTUS_STATS) + b"]\n")
                 elif stats[0] == b"detailed":
                     res.append(b"[stats detailed]\n")
@@ -945,15 +985,15 @@ def exchange(sock, data, done, timeout):
                 pos = len(data)
 
 
-def run_case(port, steps, prefix, session=None):
-    """Runs the steps on a new connection to port.  Returns a list of
+def run_case(addr, steps, prefix, session=None, salt=None):
+    """Runs the steps on a new connection to addr (host, port).  Returns a list of
     StepResult (one per step, plus one for the final half-close)."""
-    ctx = Ctx(prefix)
+    ctx = Ctx(prefix, salt)
     masker = Masker()
     binary = is_binary_case(steps)
     results = []
     try:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock = socket.create_connection(addr, timeout=5)
     except OSError as e:
         return [StepResult(b"<connect failed: %s>" % str(e).encode(), True, False)], masker
     sock.setblocking(False)
@@ -963,7 +1003,7 @@ def run_case(port, steps, prefix, session=None):
     closed = False
     for si, step in enumerate(steps):
         tag = b"s%d" % si
-        sentinel = bin_sentinel().render(ctx) if binary else SENTINEL_TEXT % tag
+        sentinel = bin_sentinel().render(ctx) if binary else SENTINEL_TEXT % (SENTINEL_KEY, tag)
         reply = bin_sentinel_reply() if binary else SENTINEL_TEXT_REPLY % tag
 
         def done(b, reply=reply):
@@ -1012,6 +1052,12 @@ def free_port():
 
 
 class ServerProc:
+    host = "127.0.0.1"
+
+    @property
+    def addr(self):
+        return (self.host, self.port)
+
     def __init__(self, name, argv_fn):
         self.name = name
         self.argv_fn = argv_fn
@@ -1058,6 +1104,114 @@ class ServerProc:
         self.proc = None
 
 
+class TargetServer:
+    """--target: a server running elsewhere, not started or stopped here.
+    owned: the slots it serves (a set), or None when every key is its."""
+
+    def __init__(self, spec):
+        host, _, port = spec.rpartition(":")
+        self.name = "target " + spec
+        self.host, self.port = host or "127.0.0.1", int(port)
+        self.owned = self.read_owned()
+        self.proxy = self.is_proxy()
+
+    @property
+    def addr(self):
+        return (self.host, self.port)
+
+    def read_owned(self):
+        """The slots of this endpoint in the map `config get cluster`
+        answers (docs/routing.md), or None (no map, or not an endpoint of
+        it: cocytus-proxy, a plain server)."""
+        try:
+            s = socket.create_connection(self.addr, timeout=2)
+            s.setblocking(False)
+            out, _, _ = exchange(s, b"config get cluster\r\n",
+                                 lambda b: b.endswith(b"END\r\n") or b.endswith(b"ERROR\r\n"), 2.0)
+            s.close()
+        except OSError:
+            return None
+        lines = out.split(b"\n")
+        if not out.startswith(b"CONFIG cluster") or len(lines) < 4:
+            return None
+        eps = [e.split(b"|") for e in lines[2].split(b" ")]
+        idx = [i for i, e in enumerate(eps) if len(e) == 3 and int(e[2]) == self.port and
+               (e[0] or e[1]).decode() in (self.host, "localhost" if self.host == "127.0.0.1" else "")]
+        if not idx:
+            return None
+        owned = set()
+        for rg in lines[3].split(b" "):
+            r, _, e = rg.partition(b":")
+            a, _, b = r.partition(b"-")
+            if int(e) == idx[0]:
+                owned.update(range(int(a), int(b) + 1))
+        return owned
+
+    def is_proxy(self):
+        """cocytus-proxy's stats have cluster_servers (docs/client.md)."""
+        try:
+            s = socket.create_connection(self.addr, timeout=2)
+            s.setblocking(False)
+            out, _, _ = exchange(s, b"stats\r\n", lambda b: b.endswith(b"END\r\n"), 2.0)
+            s.close()
+        except OSError:
+            return False
+        return b"\r\nSTAT cluster_servers " in out
+
+    def alive(self):
+        try:
+            socket.create_connection(self.addr, timeout=2).close()
+            return True
+        except OSError:
+            return False
+
+    def output(self):
+        return "(%s does not accept connections)" % self.name
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+def key_slot(key):
+    """slotmap_hash(): Jenkins' one-at-a-time, bytes >= 0x80 sign-extended,
+    & 16383 (docs/routing.md)."""
+    h = 0
+    for c in key:
+        h = (h + (c if c < 0x80 else c + 0xFFFFFF00)) & 0xFFFFFFFF
+        h = (h + (h << 10)) & 0xFFFFFFFF
+        h ^= h >> 6
+    h = (h + (h << 3)) & 0xFFFFFFFF
+    h ^= h >> 11
+    h = (h + (h << 15)) & 0xFFFFFFFF
+    return h & 16383
+
+
+def case_keys(steps):
+    """The K placeholders of a case."""
+    ks = []
+    for step in steps:
+        for r in step:
+            parts = r.parts if isinstance(r, Req) else (r.key,)
+            ks += [p for p in parts if isinstance(p, K)]
+    return ks
+
+
+def target_skips(steps):
+    """Why a case is not run against a --target (None: it is)."""
+    for step in steps:
+        for r in step:
+            if isinstance(r, Req):
+                line = b"".join(p for p in r.parts if isinstance(p, bytes))
+                if line.startswith(b"shutdown"):
+                    return "shutdown"
+                if line.startswith(b"verbosity"):
+                    return "verbosity"
+    return None
+
+
 # Session variants: extra flags given to both servers.
 VARIANTS = [
     (80, "default", []),
@@ -1090,7 +1244,8 @@ class Session:
         def co_argv(port):
             return [args.server, "-p", str(port)] + common + extra
         self.mc = ServerProc("memcached", mc_argv)
-        self.co = ServerProc("cocytus-server", co_argv)
+        self.co = args.target_server or ServerProc("cocytus-server", co_argv)
+        self.target = args.target_server is not None
         self.mc.start()
         self.co.start()
 
@@ -1100,11 +1255,12 @@ class Session:
 
     def cleanup(self):
         """Between cases: drop every item and undo global settings."""
-        req = (auth_prefix(self) + b"flush_all\r\nstats detail off\r\nverbosity 0\r\n"
+        req = (auth_prefix(self) + b"flush_all\r\nstats detail off\r\n" +
+               (b"" if self.target else b"verbosity 0\r\n") +
                b"stats sizes_disable\r\ncache_memlimit %d\r\nmn\r\n" % MEM_MB)
         for srv in (self.mc, self.co):
             try:
-                s = socket.create_connection(("127.0.0.1", srv.port), timeout=2)
+                s = socket.create_connection(srv.addr, timeout=2)
                 s.setblocking(False)
                 exchange(s, req, lambda b: b.endswith(b"MN\r\n"), 2.0)
                 s.close()
@@ -1126,7 +1282,7 @@ class Session:
             alive = 0
             for srv in (self.mc, self.co):
                 try:
-                    s = socket.create_connection(("127.0.0.1", srv.port), timeout=2)
+                    s = socket.create_connection(srv.addr, timeout=2)
                     s.setblocking(False)
                     out, _, _ = exchange(s, probe, lambda b: b.endswith(b"MN\r\n"), 2.0)
                     s.close()
@@ -1154,7 +1310,7 @@ COUNTED = ["cmd_get", "cmd_set", "cmd_touch", "cmd_flush", "get_hits", "get_miss
 def read_counters(session, srv):
     """The COUNTED stats of srv, or None when they cannot be read."""
     try:
-        s = socket.create_connection(("127.0.0.1", srv.port), timeout=2)
+        s = socket.create_connection(srv.addr, timeout=2)
         s.setblocking(False)
         out, _, _ = exchange(s, auth_prefix(session) + b"stats\r\n",
                              lambda b: b.endswith(b"END\r\n"), 2.0)
@@ -1190,6 +1346,7 @@ class Runner:
         self.tmpdir = tempfile.mkdtemp(prefix="difftest.")
         self.rng = random.Random(args.seed)
         self.requests = 0
+        self.moved = False
 
     def new_session(self):
         if self.session:
@@ -1213,10 +1370,23 @@ class Runner:
         """(masked memcached, masked cocytus, raw results) of one trial."""
         self.trial += 1
         prefix = b"d%07x_" % (self.trial & 0xFFFFFFF)
+        owned = self.args.target_server.owned if self.args.target_server else None
+        salt = {}
+        if owned is not None:
+            # every placeholder key on one of the target's slots: each key
+            # (i, length, extra) gets the first '_<n>' after its 'k<i>' that
+            # puts it there (the same for both servers)
+            for k in case_keys(steps):
+                for n in range(100000):
+                    if k.sig() in salt:
+                        break
+                    t = {k.sig(): b"_%d" % n}
+                    if key_slot(k.raw(Ctx(prefix, t))) in owned:
+                        salt.update(t)
         res = {}
 
         def go(name, srv):
-            res[name] = run_case(srv.port, steps, prefix, self.session)[0]
+            res[name] = run_case(srv.addr, steps, prefix, self.session, salt)[0]
         counting = self.args.counters and not resets_stats(steps)
         if counting:
             before = {n: read_counters(self.session, srv)
@@ -1243,8 +1413,14 @@ class Runner:
 
     def differs(self, steps):
         a, b, raw, prefix = self.run_both(steps)
+        self.moved = False
         if not self.session.co.alive():
             return True, a, b, raw, prefix
+        if self.args.target_server and self.args.target_server.owned is not None and \
+                any(b"MOVED" in r.out for r in raw["co"]):
+            # a key of another process's slot: not comparable (--target)
+            self.moved = True
+            return False, a, b, raw, prefix
         if len(a) != len(b) or self.counter_diff:
             return True, a, b, raw, prefix
         return any(not same(x, y) for x, y in zip(a, b)), a, b, raw, prefix
@@ -1345,6 +1521,8 @@ def main():
     ap.add_argument("--memcached", default=os.environ.get("MEMCACHED", shutil.which("memcached")
                                                           or "/usr/bin/memcached"))
     ap.add_argument("--server", default=os.environ.get("COCYTUS_SERVER"))
+    ap.add_argument("--target", default=None, metavar="HOST:PORT",
+                    help="compare with this running server instead of starting cocytus-server")
     ap.add_argument("--show", action="store_true", help="print the generated cases, run nothing")
     ap.add_argument("--counters", action="store_true",
                     help="also compare how each case moves the hit/miss counters")
@@ -1368,7 +1546,29 @@ def main():
             if os.access(cand, os.X_OK):
                 args.server = cand
                 break
+    args.target_server = None
+    if args.target:
+        global SENTINEL_KEY
+        args.variant = "default"
+        args.target_server = TargetServer(args.target)
+        if not args.target_server.alive():
+            print("difftest: %s: no connection" % args.target)
+            return 2
+        owned = args.target_server.owned
+        if owned is not None:
+            n = 0
+            while key_slot(SENTINEL_KEY + b"%d" % n) not in owned:
+                n += 1
+            SENTINEL_KEY += b"%d" % n
+        if args.target_server.proxy:
+            global STAT_NAMES
+            STAT_NAMES = False
+        print("difftest: target %s, %s%s" % (args.target, "all keys" if owned is None else
+                                               "%d slots of its own" % len(owned),
+                                               ", cocytus-proxy" if args.target_server.proxy else ""))
     for path, what in ((args.memcached, "memcached"), (args.server, "cocytus-server")):
+        if args.target and what == "cocytus-server":
+            continue
         if not path or not os.access(path, os.X_OK):
             print("difftest: %s not found (%s); skipped" % (what, path))
             return 77
@@ -1380,6 +1580,7 @@ def main():
     n = args.case if args.case is not None else 0
     done = 0
     diffs = 0
+    skipped = {}
     try:
         runner.new_session()
         while True:
@@ -1392,6 +1593,12 @@ def main():
             if runner.session.cases >= CASES_PER_SESSION:
                 runner.new_session()
             steps = make_case(args.seed, n)
+            if args.target and target_skips(steps):
+                skipped[target_skips(steps)] = skipped.get(target_skips(steps), 0) + 1
+                n += 1
+                if args.case is not None:
+                    break
+                continue
             if args.case is None and runner.session.variant[1] == "-Y" and is_binary_case(steps):
                 # ours takes binary clients under -Y (SASL PLAIN), memcached
                 # reads them as text: a documented difference (docs/compat.md)
@@ -1400,11 +1607,15 @@ def main():
             runner.session.cases += 1
             runner.requests += sum(len(s) for s in steps)
             d, a, b, raw, prefix = runner.differs(steps)
+            if runner.moved:
+                skipped["moved"] = skipped.get("moved", 0) + 1
             dead = runner.check_alive()
             if d or dead:
                 diffs += 1
                 if dead:
                     runner.report(args.seed, n, steps, dead)
+                    if args.target:
+                        break
                     runner.new_session()
                 else:
                     outputs = (steps, a, b, prefix)
@@ -1427,6 +1638,9 @@ def main():
         runner.close()
     print("difftest: seed %d: %d sequences (%d requests) in %.0f s, %d with a difference" %
           (args.seed, done, runner.requests, time.monotonic() - start, diffs))
+    if skipped:
+        print("difftest: --target: not compared: %s" % ", ".join(
+            "%d %s" % (v, k) for k, v in sorted(skipped.items())))
     return 1 if diffs else 0
 
 
