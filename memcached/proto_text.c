@@ -1519,8 +1519,13 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
     if (is_retrieval(req.cmd) && retrieval_waits(c, &req))
         return CONN_PARSE_BLOCKED;
     *consumed = req.total;
-    if (reply_if_moved(c, &req))
+    if (reply_if_moved(c, &req)) {
+        /* a retrieval's reply is written at once, MOVED too: a later
+         * error that drops unwritten replies must not take the redirect */
+        if (is_retrieval(req.cmd))
+            conn_flush_point(c);
         return CONN_PARSE_OK;
+    }
     switch (req.cmd) {
     case TC_GET: case TC_GETS:
         handle_get(c, &req);
