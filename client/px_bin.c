@@ -7,8 +7,9 @@
  * back with the client's opcode and opaque put back; the quiet rules are
  * applied here (a quiet get says nothing on a miss, a quiet mutation
  * nothing on success, errors always).  flush goes to every endpoint of the
- * map and is answered once; stat, version, noop, verbosity and quit are
- * answered by the proxy. */
+ * map and is answered once; stat, version, noop and quit are answered by
+ * the proxy, and verbosity as an unknown command, as memcached 1.6 and our
+ * servers answer it. */
 #include "config.h"
 
 #include <stdio.h>
@@ -153,7 +154,6 @@ static void local_request(struct px_req *rq, const struct bin_request *b)
         put_status(rq, BIN_STATUS_OK, PX_VERSION);
         break;
     case BIN_OP_NOOP:
-    case BIN_OP_VERBOSITY:
         put_header(out, rq, BIN_STATUS_OK, 0, 0, 0, 0);
         break;
     case BIN_OP_QUIT:

@@ -88,6 +88,22 @@ cas_zero() {
     fi
 }
 
+# bin_verbosity WHAT: a binary verbosity is an unknown command (status
+# 0x81), as memcached 1.6 and cocytus-server answer it; the proxy said OK.
+bin_verbosity() {
+    local status
+    status=$(timeout 5 python3 -c '
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3)
+s.sendall(struct.pack(">BBHBBHIIQI", 0x80, 0x1b, 0, 4, 0, 0, 4, 7, 0, 1))
+h = b""
+while len(h) < 24:
+    h += s.recv(24 - len(h))
+print("%04x" % struct.unpack(">H", h[6:8])[0])' "$proxy_port" 2>&1)
+    [ "$status" = 0081 ] && ok "binary verbosity through the proxy to $1: unknown command" ||
+        fail "binary verbosity through the proxy to $1: status '$status', want 0081"
+}
+
 # backend_stats WHAT N: `stats backends` must list N servers, all up, each
 # with requests (the loads above reached every one) and latency figures.
 backend_stats() {
@@ -111,6 +127,7 @@ elif proxy_for "127.0.0.1:$server_port"; then
     run_mode "a plain server" -a
     run_mode "a plain server" -b
     cas_zero "a plain server"
+    bin_verbosity "a plain server"
     backend_stats "a plain server" 1
 fi
 cleanup
