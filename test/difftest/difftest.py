@@ -1377,12 +1377,13 @@ class Runner:
             # (i, length, extra) gets the first '_<n>' after its 'k<i>' that
             # puts it there (the same for both servers)
             for k in case_keys(steps):
+                if k.sig() in salt:
+                    continue
                 for n in range(100000):
-                    if k.sig() in salt:
-                        break
                     t = {k.sig(): b"_%d" % n}
                     if key_slot(k.raw(Ctx(prefix, t))) in owned:
                         salt.update(t)
+                        break
         res = {}
 
         def go(name, srv):
@@ -1593,8 +1594,9 @@ def main():
             if runner.session.cases >= CASES_PER_SESSION:
                 runner.new_session()
             steps = make_case(args.seed, n)
-            if args.target and target_skips(steps):
-                skipped[target_skips(steps)] = skipped.get(target_skips(steps), 0) + 1
+            why = target_skips(steps) if args.target else None
+            if why:
+                skipped[why] = skipped.get(why, 0) + 1
                 n += 1
                 if args.case is not None:
                     break
