@@ -477,6 +477,12 @@ static void client_parse_from(struct px_client *c, struct px_rbuf *in)
             break;
         }
         px_rbuf_consume(in, used);
+        /* A quit: nothing after it is started (memcached closes there),
+         * while the replies of the requests before it are still written.
+         * Its own finish sets closing too, but only once it reaches the
+         * head, and by then later requests would have run. */
+        if (c->tail != NULL && c->tail->close_after)
+            c->closing = true;
     }
     c->parsing = false;
     client_set_reading(c, !c->closing && !too_busy(c));

@@ -104,6 +104,44 @@ print("%04x" % struct.unpack(">H", h[6:8])[0])' "$proxy_port" 2>&1)
         fail "binary verbosity through the proxy to $1: status '$status', want 0081"
 }
 
+# quit_stops WHAT: requests pipelined after a quit are not run, as in
+# memcached, which closes there: a get (sent to a server, so still in
+# flight when the quit is read) is answered, the set after the quit is not
+# stored.  Text, then binary (GET, QUIT, SET in one write).  The proxy used
+# to close only once the quit's turn to answer came, running what followed.
+quit_stops() {
+    local k="quit_$RANDOM" r1 r2 r3
+    r1=$(timeout 10 python3 -c '
+import socket, struct, sys
+def req(op, key, extras=b"", value=b""):
+    body = extras + key + value
+    return struct.pack(">BBHBBHIIQ", 0x80, op, len(key), len(extras), 0, 0, len(body), 0, 0) + body
+def until_closed(data):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3)
+    s.sendall(data)
+    out = b""
+    while True:
+        d = s.recv(4096)
+        if not d:
+            return out
+        out += d
+k = sys.argv[2].encode()
+print(until_closed(b"get " + k + b"\r\nquit\r\nset " + k + b" 0 0 1\r\nx\r\n").decode().replace("\r\n", " "))
+out, ops = until_closed(req(0x00, k + b"b") + req(0x07, b"") +
+                        req(0x01, k + b"b", struct.pack(">II", 0, 0), b"x")), []
+while len(out) >= 24:
+    ops.append("%02x" % out[1])
+    out = out[24 + struct.unpack(">I", out[8:12])[0]:]
+print("binary " + " ".join(ops))' "$proxy_port" "$k" 2>&1 | tr '\n' '/')
+    r2=$(mc "127.0.0.1:$proxy_port" "get $k\r\n")
+    r3=$(mc "127.0.0.1:$proxy_port" "get ${k}b\r\n")
+    if [ "$r1" = "END /binary 00 07/" ] && [ "$r2" = END ] && [ "$r3" = END ]; then
+        ok "quit through the proxy to $1: what follows it is not run (text and binary)"
+    else
+        fail "quit through the proxy to $1: replies '$r1', then get: '$r2' / '$r3'"
+    fi
+}
+
 # backend_stats WHAT N: `stats backends` must list N servers, all up, each
 # with requests (the loads above reached every one) and latency figures.
 backend_stats() {
@@ -128,6 +166,7 @@ elif proxy_for "127.0.0.1:$server_port"; then
     run_mode "a plain server" -b
     cas_zero "a plain server"
     bin_verbosity "a plain server"
+    quit_stops "a plain server"
     backend_stats "a plain server" 1
 fi
 cleanup
@@ -144,6 +183,7 @@ if cluster_up "$cluster_dir" $((2 * NODES + 2)) 26000 32000 --nodes "$NODES" --s
         run_mode "a $NODES-node plain cluster" -b
         concurrent_load "a $NODES-node plain cluster"
         cas_zero "a $NODES-node plain cluster"
+        quit_stops "a $NODES-node plain cluster"
         backend_stats "a $NODES-node plain cluster" "$NODES"
     fi
 else
