@@ -101,6 +101,7 @@ struct config {
     uint64_t seed;
     int quiet;
     int print_keys;                /* --print-keys: list "<slot> <key>" and exit */
+    const char *only_server;       /* --only-server: records whose slot it serves, or NULL */
     int deadline_ms;               /* libcocytus deadline_ms; 0: the library's default */
     const char *auth_path;         /* --auth-file, or NULL */
     struct auth_pair auth;         /* its first user:password pair */
@@ -143,6 +144,7 @@ struct bench {
     struct config cfg;
     struct ycsb_zipf key_zipf;
     struct ycsb_zipf size_zipf;
+    uint64_t *rec_ids;             /* --only-server: record i is YCSB record rec_ids[i] */
     struct worker **workers;
     int nworkers;
     enum phase phase;
@@ -163,6 +165,13 @@ struct phase_result {
 };
 
 /* ---- small helpers ---- */
+
+/* The key of record rec: YCSB's name of it, or with --only-server the name
+ * of the rec-th YCSB record that server owns. */
+static size_t record_key(const struct bench *b, uint64_t rec, char *key)
+{
+    return ycsb_key_name(b->rec_ids != NULL ? b->rec_ids[rec] : rec, key);
+}
 
 static uint64_t now_ns(void)
 {
@@ -414,7 +423,7 @@ static void do_set(struct worker *w, struct op_stats *st, uint64_t rec, uint64_t
                    uint64_t t0)
 {
     char key[YCSB_KEY_LEN + 1];
-    size_t nkey = ycsb_key_name(rec, key);
+    size_t nkey = record_key(w->b, rec, key);
     uint32_t size = value_size(w->b, rec, version);
     make_value(w->value, size, key, nkey, version);
     if (t0 == 0)
@@ -465,7 +474,7 @@ static void finish_get(struct worker *w, uint64_t rec, const char *key, size_t n
 static void do_get(struct worker *w, uint64_t rec, uint64_t t0)
 {
     char key[YCSB_KEY_LEN + 1];
-    size_t nkey = ycsb_key_name(rec, key);
+    size_t nkey = record_key(w->b, rec, key);
     cocytus_item_t it;
     const char *val = NULL;
     size_t nval = 0;
@@ -505,7 +514,7 @@ static void batch_get(struct worker *w, uint64_t rec)
     struct batch_op *op = &w->batch[w->nbatch++];
     op->is_get = 1;
     op->rec = rec;
-    op->nkey = ycsb_key_name(rec, op->key);
+    op->nkey = record_key(w->b, rec, op->key);
     raw_pipe_add_get(w->pipe, op->key, op->nkey);
 }
 
@@ -518,7 +527,7 @@ static void batch_set(struct worker *w, struct op_stats *st, uint64_t rec, uint6
     op->rec = rec;
     op->version = version;
     op->st = st;
-    op->nkey = ycsb_key_name(rec, op->key);
+    op->nkey = record_key(w->b, rec, op->key);
     op->size = value_size(w->b, rec, version);
     make_value(w->value, op->size, op->key, op->nkey, version);
     raw_pipe_add_set(w->pipe, op->key, op->nkey, w->value, op->size);
@@ -1065,6 +1074,8 @@ static void usage(FILE *f)
         "  -q, --quiet            no progress lines on stderr\n"
         "      --print-keys       print \"<slot> <key>\" for every record and exit (to\n"
         "                         pick slots to move in tests and drills)\n"
+        "      --only-server H:P  the records are the first N keys whose slot the\n"
+        "                         map gives to H:P (one process's load, same shape)\n"
         "Exit: 0 run completed, 1 --verify found errors or wrong values,\n"
         "      2 bad arguments or no server reachable.  See docs/bench.md.\n");
 }
@@ -1130,7 +1141,7 @@ static int parse_value_size(const char *s, struct value_spec *vs)
 enum long_only {
     OPT_ROUTE = 256, OPT_BINARY, OPT_LOAD, OPT_NO_LOAD, OPT_RUN, OPT_NO_RUN, OPT_RATE,
     OPT_CSV, OPT_JSON, OPT_VERIFY, OPT_VERIFY_LATEST, OPT_MISSES_OK, OPT_SEED, OPT_HELP, OPT_PRINT_KEYS,
-    OPT_DEPTH, OPT_DEADLINE, OPT_AUTH_FILE
+    OPT_DEPTH, OPT_DEADLINE, OPT_AUTH_FILE, OPT_ONLY_SERVER
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -1162,6 +1173,7 @@ static const struct option LONG_OPTIONS[] = {
     { "quiet", no_argument, NULL, 'q' },
     { "help", no_argument, NULL, OPT_HELP },
     { "print-keys", no_argument, NULL, OPT_PRINT_KEYS },
+    { "only-server", required_argument, NULL, OPT_ONLY_SERVER },
     { NULL, 0, NULL, 0 }
 };
 
@@ -1315,6 +1327,9 @@ static int apply_option(struct config *c, int opt, const char *arg)
     case OPT_PRINT_KEYS:
         c->print_keys = 1;
         return 0;
+    case OPT_ONLY_SERVER:
+        c->only_server = arg;
+        return 0;
     default:
         return -1;
     }
@@ -1457,20 +1472,78 @@ static int make_pipe(struct worker *w)
     return w->batch != NULL && w->pipe != NULL ? 0 : -1;
 }
 
+/* libcocytus's options for the configured route, protocol, deadline and
+ * credentials. */
+static void client_options(const struct config *cfg, cocytus_options_t *o)
+{
+    cocytus_options_init(o);
+    o->binary = cfg->binary;
+    o->route = cfg->route == ROUTE_FOLLOW ? COCYTUS_ROUTE_FOLLOW : COCYTUS_ROUTE_MAP;
+    if (cfg->deadline_ms > 0)
+        o->deadline_ms = cfg->deadline_ms;
+    if (cfg->auth_path != NULL) {
+        o->username = cfg->auth.user;
+        o->password = cfg->auth.pass;
+    }
+}
+
+/* --only-server: record i becomes the i-th YCSB record whose slot the
+ * servers' map gives to that server, so one process gets the whole load
+ * with the key space and distribution of the others (a per-process cost
+ * without the fan-out over a group's processes).  -1 (message printed) if
+ * the server is not in the map or owns too few slots. */
+static int select_records(struct bench *b)
+{
+    const struct config *cfg = &b->cfg;
+    cocytus_options_t o;
+    client_options(cfg, &o);
+    char err[320] = "";
+    cocytus_t *c = cocytus_connect_with(cfg->servers, &o, err, sizeof(err));
+    if (c == NULL) {
+        fprintf(stderr, "cocytus-bench: cannot reach a server of '%s': %s\n", cfg->servers, err);
+        return -1;
+    }
+    size_t mine = SIZE_MAX;
+    char ep[128];
+    for (size_t i = 0; i < cocytus_endpoint_count(c); i++) {
+        if (cocytus_endpoint(c, i, ep, sizeof(ep)) == 0 && strcmp(ep, cfg->only_server) == 0)
+            mine = i;
+    }
+    bool owned[COCYTUS_SLOTS];
+    for (unsigned s = 0; s < COCYTUS_SLOTS; s++)
+        owned[s] = mine != SIZE_MAX && cocytus_slot_owner(c, s) == mine;
+    cocytus_close(c);
+    if (mine == SIZE_MAX) {
+        fprintf(stderr, "cocytus-bench: --only-server %s is not in the servers' map\n",
+                cfg->only_server);
+        return -1;
+    }
+    b->rec_ids = malloc(cfg->records * sizeof(*b->rec_ids));
+    if (b->rec_ids == NULL) {
+        fprintf(stderr, "cocytus-bench: out of memory for --only-server\n");
+        return -1;
+    }
+    char key[YCSB_KEY_LEN + 1];
+    uint64_t n = 0;
+    for (uint64_t rec = 0; n < cfg->records && rec < YCSB_MAX_RECORDS; rec++) {
+        size_t nkey = ycsb_key_name(rec, key);
+        if (owned[cocytus_key_slot(key, nkey)])
+            b->rec_ids[n++] = rec;
+    }
+    if (n < cfg->records) {
+        fprintf(stderr, "cocytus-bench: %s owns too few keys for %" PRIu64 " records\n",
+                cfg->only_server, cfg->records);
+        return -1;
+    }
+    return 0;
+}
+
 /* Connects every worker's client; -1 (message printed) on failure. */
 static int make_workers(struct bench *b)
 {
     const struct config *cfg = &b->cfg;
     cocytus_options_t o;
-    cocytus_options_init(&o);
-    o.binary = cfg->binary;
-    o.route = cfg->route == ROUTE_FOLLOW ? COCYTUS_ROUTE_FOLLOW : COCYTUS_ROUTE_MAP;
-    if (cfg->deadline_ms > 0)
-        o.deadline_ms = cfg->deadline_ms;
-    if (cfg->auth_path != NULL) {
-        o.username = cfg->auth.user;
-        o.password = cfg->auth.pass;
-    }
+    client_options(cfg, &o);
     size_t vbuf = cfg->vsize.max > HEADER_MAX ? cfg->vsize.max : HEADER_MAX;
     b->workers = calloc((size_t)cfg->connections, sizeof(*b->workers));
     if (b->workers == NULL) {
@@ -1544,11 +1617,11 @@ static int prepare_generators(struct bench *b)
 }
 
 /* --print-keys: the key of every record with its slot, one per line. */
-static int print_keys(const struct config *c)
+static int print_keys(const struct bench *b)
 {
     char key[YCSB_KEY_LEN + 1];
-    for (uint64_t rec = 0; rec < c->records; rec++) {
-        size_t nkey = ycsb_key_name(rec, key);
+    for (uint64_t rec = 0; rec < b->cfg.records; rec++) {
+        size_t nkey = record_key(b, rec, key);
         printf("%u %.*s\n", cocytus_key_slot(key, nkey), (int)nkey, key);
     }
     return fflush(stdout) == 0 ? 0 : 1;
@@ -1567,22 +1640,33 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: cocytus-bench [options]; cocytus-bench --help lists them\n");
         return EXIT_USAGE;
     }
-    if (b.cfg.print_keys)
-        return print_keys(&b.cfg);
+    if (b.cfg.only_server != NULL && select_records(&b) != 0) {
+        free(b.rec_ids);
+        return EXIT_USAGE;
+    }
+    if (b.cfg.print_keys) {
+        int rc = print_keys(&b);
+        free(b.rec_ids);
+        return rc;
+    }
     /* A server that closes on us must give an error, not kill the bench. */
     signal(SIGPIPE, SIG_IGN);
-    if (prepare_generators(&b) != 0)
+    if (prepare_generators(&b) != 0) {
+        free(b.rec_ids);
         return EXIT_USAGE;
+    }
     if (b.cfg.csv_path != NULL && b.cfg.run) {
         b.csv = fopen(b.cfg.csv_path, "w");
         if (b.csv == NULL) {
             fprintf(stderr, "cocytus-bench: cannot write %s: %s\n", b.cfg.csv_path, strerror(errno));
+            free(b.rec_ids);
             return EXIT_USAGE;
         }
         fprintf(b.csv, "t_s,ops,ops_per_s,get_p50_us,get_p99_us,set_p50_us,set_p99_us,errors\n");
     }
     if (make_workers(&b) != 0) {
         free_workers(&b);
+        free(b.rec_ids);
         if (b.csv != NULL)
             fclose(b.csv);
         return EXIT_USAGE;
@@ -1602,6 +1686,7 @@ int main(int argc, char **argv)
     if (b.cfg.json_path != NULL)
         write_json(b.cfg.json_path, &b.cfg, &s);
     free_workers(&b);
+    free(b.rec_ids);
     if (failed)
         return EXIT_VERIFY;
     if (b.cfg.verify && (s.total_errors != 0 || s.total_wrong != 0))

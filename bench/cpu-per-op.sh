@@ -31,6 +31,11 @@
 #   pbr3       PBR(2) x3: three such groups (3 primaries, as RS has 3 data
 #              processes)
 #   rs         RS(3,5): three data and two parity processes
+#   rs1        RS(3,5) with the load on one data process (cocytus-bench
+#              --only-server: the first RECORDS keys that process owns), so
+#              it gets all CONNS connections' requests as one plain process
+#              does: the per-process comparison for a data process's GET
+#              (the other two data processes idle; their CPU is counted)
 # With BASE_BUILD=/path/to/other/build, the systems of BASE_SYSTEMS are
 # started a second time from that build (named rs@base, ...), in the same
 # rounds: a before/after comparison under the same machine load.
@@ -68,9 +73,9 @@ done
 # System calls counted in the perf window; "all" is raw_syscalls:sys_enter.
 SYSCALLS="epoll_wait read readv recvfrom recvmsg write writev sendto sendmsg epoll_ctl"
 declare -A LABEL=([memcached]="memcached -t 1" [plain]="plain" [plain3]="plain x3" [pbr]="PBR(2)"
-                  [pbr3]="PBR(2) x3" [rs]="RS(3,5)")
+                  [pbr3]="PBR(2) x3" [rs]="RS(3,5)" [rs1]="RS(3,5), one data process's keys")
 declare -A ROLES_OF=([memcached]="memcached" [plain]="plain" [plain3]="plain" [pbr]="primary backup"
-                     [pbr3]="primary backup" [rs]="data parity")
+                     [pbr3]="primary backup" [rs]="data parity" [rs1]="data parity")
 
 kind_of() { echo "${1%@*}"; }
 label_of() { local k; k=$(kind_of "$1"); echo "${LABEL[$k]}${1#"$k"}"; }
@@ -84,7 +89,7 @@ start_one() {
         plain3) sys_up_cluster "$1" plain 3 --memory $mem ;;
         pbr) sys_up_cluster "$1" pbr:2 1 --memory $mem ;;
         pbr3) sys_up_cluster "$1" pbr:2 3 --memory $mem ;;
-        rs) sys_up_cluster "$1" rs:3:5 1 --region $region ;;
+        rs | rs1) sys_up_cluster "$1" rs:3:5 1 --region $region ;;
         *) die "unknown system '$1'" ;;
     esac
 }
@@ -120,9 +125,10 @@ snapshot() {
 bench() {
     local name=$1
     shift
-    local depth=()
+    local depth=() only=()
     [ "$DEPTH" -gt 1 ] && case " $* " in *" --run "*) depth=(--depth "$DEPTH") ;; esac
-    timeout -k 5 $((RUN_SECS + PERF_SECS + 60)) "$BENCH" -s "${SYS_SEEDS[$name]}" -q "${depth[@]}" "$@"
+    [ "$(kind_of "$name")" = rs1 ] && only=(--only-server "${SYS_SEEDS[$name]%%,*}")
+    timeout -k 5 $((RUN_SECS + PERF_SECS + 60)) "$BENCH" -s "${SYS_SEEDS[$name]}" -q "${depth[@]}" "${only[@]}" "$@"
 }
 
 load_size() {
@@ -219,7 +225,7 @@ f2() { dash "$(fmt "$1" 2)"; }
 fx() { local v; v=$(f2 "$1"); [ "$v" = - ] && echo - || echo "${v}x"; }
 
 has() { local x; for x in "${SYSTEMS[@]}"; do [ "$x" = "$1" ] && return 0; done; return 1; }
-replicated() { case $(kind_of "$1") in pbr | pbr3 | rs) return 0 ;; esac; return 1; }
+replicated() { case $(kind_of "$1") in pbr | pbr3 | rs | rs1) return 0 ;; esac; return 1; }
 # ratio_cell SIZE MIX A B: "1.23x", or "-" when a system did not run
 ratio_cell() {
     has "$3" && has "$4" || { echo -; return; }
@@ -318,6 +324,12 @@ targets_table() {
         v=$(awk -v a="$(sys_us "$size" 1 rs data)" -v b="$(sys_us "$size" 1 "$b")" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "nan"; else printf "%.3f", a / b }')
         echo "| data-process GET / $(label_of "$b") GET (get only) | $(fx "$v") | 1.1x | $(verdict "$v" le 1.1) |"
     done
+    if has rs1 && has plain; then
+        # one data process with all the load against one plain process: the
+        # same requests per wake-up, so the engines' GET paths compared
+        v=$(pair_ratio "$size" 1 rs1 plain)
+        echo "| data-process GET / plain GET, one process each (get only) | $(fx "$v") | 1.1x | $(verdict "$v" le 1.1) |"
+    fi
 }
 
 report() {

@@ -3,7 +3,8 @@
 # unreachable server exit 2 with a clear message; then a short verified run
 # (--verify -n 2000 -t 3 -c 2, half gets, half sets) against a plain
 # cocytus-server, a 2-node plain cluster (also with --route follow-raw,
-# which must follow MOVED: redirects > 0) and a 5-node rs:3:5 cluster, each
+# which must follow MOVED: redirects > 0, and with --only-server <first
+# seed> none) and a 5-node rs:3:5 cluster, each
 # of which must answer every operation correctly (total_errors=0,
 # total_wrong=0, gets and sets both issued).  On the plain server it also
 # checks the CSV and JSON files and that --verify does catch values that do
@@ -174,6 +175,17 @@ cluster_run() {
         fi
         bench -s "$seeds" --verify-latest -n 2000 -t 2 -c 2 -q --read-ratio 0.5 --depth 16
         check_run "$name cluster, --depth 16 --verify-latest"
+        # --only-server: every record is a key of that server, so follow-raw,
+        # which sends everything to the first seed, is never redirected.
+        local first=${seeds%%,*}
+        bench -s "$seeds" --only-server "$first" --route follow-raw --verify -n 2000 -t 2 -c 2 \
+            -q --read-ratio 0.5
+        redirects=$(field redirects= redirects)
+        if check_run "$name cluster, --only-server $first" && [ "${redirects:-1}" != 0 ]; then
+            fail "$name cluster, --only-server $first: redirects=$redirects, want 0"
+        fi
+        bad_args "--only-server 127.0.0.1:1 is not in the servers' map" -s "$seeds" \
+            --only-server 127.0.0.1:1 -t 1
     fi
     bash "$cluster_script" down --dir "$cdir" >/dev/null 2>&1 || fail "$name cluster down"
 }
