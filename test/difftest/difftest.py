@@ -48,8 +48,9 @@ target is shared and long-lived, so in this mode:
     Through cocytus-proxy no key is filtered;
   * at cocytus-proxy (its stats have cluster_servers) the names of the
     general stats are not compared: they are the proxy's own list;
-  * a data process's own stats names (xid, records_sent, ...) are dropped
-    like the other cocytus-only names (COCYTUS_STATS);
+  * a data process's and a PBR primary's own stats names (xid,
+    records_sent, committed_xid, ...) are dropped like the other
+    cocytus-only names (COCYTUS_STATS);
   * a target that does not accept connections ends the run.
 
 Exit status: 0 no difference, 1 differences, 77 memcached or the server is
@@ -737,7 +738,9 @@ COCYTUS_STATS = {b"role", b"migrate_moves", b"migrate_keys_sent", b"migrate_forw
                  b"import_keys", b"idle_kicks", b"cluster_epoch",
                  # a data process's (--target; cocytus/engine_data.c, dp_stats)
                  b"expired_removed", b"xid", b"stable_xid", b"records_sent", b"write_queue",
-                 b"blocked_waits", b"unit_waits"}
+                 b"blocked_waits", b"unit_waits",
+                 # a PBR primary's (pbr/engine_primary.c, pbr/pbr_store.c)
+                 b"committed_xid", b"mem_used"}
 # --target at cocytus-proxy: its general stats are its own list (docs/client.md,
 # "Operating it"), so only the presence of a general stats block is compared.
 STAT_NAMES = True
