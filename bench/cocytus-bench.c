@@ -207,7 +207,9 @@ static uint32_t value_size(const struct bench *b, uint64_t rec, uint64_t version
     const struct value_spec *vs = &b->cfg.vsize;
     if (!vs->zipf)
         return vs->min;
-    uint64_t h = ycsb_mix64(ycsb_fnv64(rec) ^ ycsb_mix64(version + 1));
+    /* by the key's YCSB id, so --only-server's records keep their sizes */
+    uint64_t id = b->rec_ids != NULL ? b->rec_ids[rec] : rec;
+    uint64_t h = ycsb_mix64(ycsb_fnv64(id) ^ ycsb_mix64(version + 1));
     double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
     return vs->min + (uint32_t)ycsb_zipf_at(&b->size_zipf, u);
 }
@@ -966,6 +968,11 @@ static int write_json(const char *path, const struct config *cfg, const struct s
                ", \"rate\": %g, \"interval_ms\": %u, \"verify\": %s, \"seed\": %" PRIu64 "},\n",
             cfg->connections, cfg->depth, cfg->duration_s, cfg->operations, cfg->rate, cfg->interval_ms,
             cfg->verify ? "true" : "false", cfg->seed);
+    if (cfg->only_server != NULL) {
+        fprintf(f, "  \"only_server\": ");
+        json_string(f, cfg->only_server);
+        fprintf(f, ",\n");
+    }
     fprintf(f, "  \"load\": {\"ran\": %s, \"ops\": %" PRIu64 ", \"seconds\": %.3f, "
                "\"ops_per_s\": %.1f, \"errors\": %" PRIu64 ", \"p50_us\": %.1f, \"p99_us\": %.1f},\n",
             s->load.ran ? "true" : "false", s->load_set.ops, s->load.seconds,
@@ -1504,18 +1511,29 @@ static int select_records(struct bench *b)
         return -1;
     }
     size_t mine = SIZE_MAX;
-    char ep[128];
+    char ep[128], eps[512] = "";
     for (size_t i = 0; i < cocytus_endpoint_count(c); i++) {
-        if (cocytus_endpoint(c, i, ep, sizeof(ep)) == 0 && strcmp(ep, cfg->only_server) == 0)
+        if (cocytus_endpoint(c, i, ep, sizeof(ep)) != 0)
+            continue;
+        if (strcmp(ep, cfg->only_server) == 0)
             mine = i;
+        size_t used = strlen(eps);
+        snprintf(eps + used, sizeof(eps) - used, "%s%s", used ? " " : "", ep);
     }
     bool owned[COCYTUS_SLOTS];
-    for (unsigned s = 0; s < COCYTUS_SLOTS; s++)
+    unsigned nowned = 0;
+    for (unsigned s = 0; s < COCYTUS_SLOTS; s++) {
         owned[s] = mine != SIZE_MAX && cocytus_slot_owner(c, s) == mine;
+        nowned += owned[s];
+    }
     cocytus_close(c);
     if (mine == SIZE_MAX) {
-        fprintf(stderr, "cocytus-bench: --only-server %s is not in the servers' map\n",
-                cfg->only_server);
+        fprintf(stderr, "cocytus-bench: --only-server %s is not in the servers' map (%s)\n",
+                cfg->only_server, eps);
+        return -1;
+    }
+    if (nowned == 0) {
+        fprintf(stderr, "cocytus-bench: --only-server %s owns no slot\n", cfg->only_server);
         return -1;
     }
     b->rec_ids = malloc(cfg->records * sizeof(*b->rec_ids));
@@ -1523,16 +1541,22 @@ static int select_records(struct bench *b)
         fprintf(stderr, "cocytus-bench: out of memory for --only-server\n");
         return -1;
     }
+    /* About records * COCYTUS_SLOTS / nowned keys hold enough; four times
+     * that bounds the search when the hash is unkind. */
     char key[YCSB_KEY_LEN + 1];
     uint64_t n = 0;
-    for (uint64_t rec = 0; n < cfg->records && rec < YCSB_MAX_RECORDS; rec++) {
+    uint64_t scan = cfg->records * 4 * (COCYTUS_SLOTS / nowned) + 1000;
+    if (scan > YCSB_MAX_RECORDS)
+        scan = YCSB_MAX_RECORDS;
+    for (uint64_t rec = 0; n < cfg->records && rec < scan; rec++) {
         size_t nkey = ycsb_key_name(rec, key);
         if (owned[cocytus_key_slot(key, nkey)])
             b->rec_ids[n++] = rec;
     }
     if (n < cfg->records) {
-        fprintf(stderr, "cocytus-bench: %s owns too few keys for %" PRIu64 " records\n",
-                cfg->only_server, cfg->records);
+        fprintf(stderr, "cocytus-bench: %s owns %" PRIu64 " of the first %" PRIu64
+                        " keys, fewer than %" PRIu64 " records\n",
+                cfg->only_server, n, scan, cfg->records);
         return -1;
     }
     return 0;
