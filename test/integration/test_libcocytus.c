@@ -28,6 +28,7 @@
  *    taken, a mutation that may have been applied is reported and never sent
  *    twice (also through cocytus-proxy), and retries stop at the deadline
  *    against dead and hung servers. */
+#define _GNU_SOURCE     /* strcasestr */
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>

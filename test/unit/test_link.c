@@ -189,7 +189,8 @@ static void side_down(struct link *l, const char *why, void *ctx)
     }
 }
 
-static const struct link_callbacks side_callbacks = { side_up, side_frame, side_down, NULL };
+static const struct link_callbacks side_callbacks = { .on_up = side_up, .on_frame = side_frame,
+                                                      .on_down = side_down };
 
 /* ---- fixture: a listener, its accepted link, a connector ---- */
 
@@ -474,7 +475,8 @@ static bool accept_and_send(void *owner, const struct link_identity *peer, struc
                             struct link_callbacks *cb, void **ctx, uint64_t *welcome_xid,
                             const char **reason)
 {
-    static const struct link_callbacks sending = { acc_up_send, side_frame, side_down, NULL };
+    static const struct link_callbacks sending = { .on_up = acc_up_send, .on_frame = side_frame,
+                                                   .on_down = side_down };
     bool ok = accept_cb(owner, peer, l, cb, ctx, welcome_xid, reason);
     *cb = sending;
     return ok;

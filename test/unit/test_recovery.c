@@ -4,6 +4,7 @@
  * hold a served data process's data (cocytus/parity.c), and the rebuild of
  * a parity process while its source keeps writing (cocytus/rebuild.c). */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
