@@ -988,6 +988,17 @@ def exchange(sock, data, done, timeout):
                 pos = len(data)
 
 
+def ask(addr, data, done, timeout=2.0):
+    """One exchange on a connection of its own (cleanup, probes, stats):
+    what the server answered.  OSError when it cannot be reached."""
+    s = socket.create_connection(addr, timeout=2)
+    try:
+        s.setblocking(False)
+        return exchange(s, data, done, timeout)[0]
+    finally:
+        s.close()
+
+
 def run_case(addr, steps, prefix, session=None, salt=None):
     """Runs the steps on a new connection to addr (host, port).  Returns a list of
     StepResult (one per step, plus one for the final half-close)."""
@@ -1127,11 +1138,8 @@ class TargetServer:
         answers (docs/routing.md), or None (no map, or not an endpoint of
         it: cocytus-proxy, a plain server)."""
         try:
-            s = socket.create_connection(self.addr, timeout=2)
-            s.setblocking(False)
-            out, _, _ = exchange(s, b"config get cluster\r\n",
-                                 lambda b: b.endswith(b"END\r\n") or b.endswith(b"ERROR\r\n"), 2.0)
-            s.close()
+            out = ask(self.addr, b"config get cluster\r\n",
+                      lambda b: b.endswith(b"END\r\n") or b.endswith(b"ERROR\r\n"))
         except OSError:
             return None
         lines = out.split(b"\n")
@@ -1153,10 +1161,7 @@ class TargetServer:
     def is_proxy(self):
         """cocytus-proxy's stats have cluster_servers (docs/client.md)."""
         try:
-            s = socket.create_connection(self.addr, timeout=2)
-            s.setblocking(False)
-            out, _, _ = exchange(s, b"stats\r\n", lambda b: b.endswith(b"END\r\n"), 2.0)
-            s.close()
+            out = ask(self.addr, b"stats\r\n", lambda b: b.endswith(b"END\r\n"))
         except OSError:
             return False
         return b"\r\nSTAT cluster_servers " in out
@@ -1263,10 +1268,7 @@ class Session:
                b"stats sizes_disable\r\ncache_memlimit %d\r\nmn\r\n" % MEM_MB)
         for srv in (self.mc, self.co):
             try:
-                s = socket.create_connection(srv.addr, timeout=2)
-                s.setblocking(False)
-                exchange(s, req, lambda b: b.endswith(b"MN\r\n"), 2.0)
-                s.close()
+                ask(srv.addr, req, lambda b: b.endswith(b"MN\r\n"))
             except OSError:
                 pass
         if self.variant[1] == "-C":
@@ -1285,10 +1287,7 @@ class Session:
             alive = 0
             for srv in (self.mc, self.co):
                 try:
-                    s = socket.create_connection(srv.addr, timeout=2)
-                    s.setblocking(False)
-                    out, _, _ = exchange(s, probe, lambda b: b.endswith(b"MN\r\n"), 2.0)
-                    s.close()
+                    out = ask(srv.addr, probe, lambda b: b.endswith(b"MN\r\n"))
                     alive += b"VA 1" in out
                 except OSError:
                     pass
@@ -1313,11 +1312,8 @@ COUNTED = ["cmd_get", "cmd_set", "cmd_touch", "cmd_flush", "get_hits", "get_miss
 def read_counters(session, srv):
     """The COUNTED stats of srv, or None when they cannot be read."""
     try:
-        s = socket.create_connection(srv.addr, timeout=2)
-        s.setblocking(False)
-        out, _, _ = exchange(s, auth_prefix(session) + b"stats\r\n",
-                             lambda b: b.endswith(b"END\r\n"), 2.0)
-        s.close()
+        out = ask(srv.addr, auth_prefix(session) + b"stats\r\n",
+                  lambda b: b.endswith(b"END\r\n"))
     except OSError:
         return None
     d = {}
