@@ -166,11 +166,17 @@ struct phase_result {
 
 /* ---- small helpers ---- */
 
-/* The key of record rec: YCSB's name of it, or with --only-server the name
- * of the rec-th YCSB record that server owns. */
+/* The YCSB id of record rec: rec itself, or with --only-server the id of
+ * the rec-th YCSB record that server owns. */
+static uint64_t record_id(const struct bench *b, uint64_t rec)
+{
+    return b->rec_ids != NULL ? b->rec_ids[rec] : rec;
+}
+
+/* The key of record rec. */
 static size_t record_key(const struct bench *b, uint64_t rec, char *key)
 {
-    return ycsb_key_name(b->rec_ids != NULL ? b->rec_ids[rec] : rec, key);
+    return ycsb_key_name(record_id(b, rec), key);
 }
 
 static uint64_t now_ns(void)
@@ -208,8 +214,7 @@ static uint32_t value_size(const struct bench *b, uint64_t rec, uint64_t version
     if (!vs->zipf)
         return vs->min;
     /* by the key's YCSB id, so --only-server's records keep their sizes */
-    uint64_t id = b->rec_ids != NULL ? b->rec_ids[rec] : rec;
-    uint64_t h = ycsb_mix64(ycsb_fnv64(id) ^ ycsb_mix64(version + 1));
+    uint64_t h = ycsb_mix64(ycsb_fnv64(record_id(b, rec)) ^ ycsb_mix64(version + 1));
     double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
     return vs->min + (uint32_t)ycsb_zipf_at(&b->size_zipf, u);
 }
