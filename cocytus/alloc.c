@@ -41,6 +41,7 @@
  * by dalloc_destroy().
  */
 #include "alloc.h"
+#include "radix.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -773,6 +774,161 @@ int dalloc_reserve(struct dalloc *a, uint64_t off, uint64_t size)
         return -ENOMEM;
     carve(a, i, goff, grains);
     return 0;
+}
+
+/* ---- building from a sorted list of used pieces --------------------------- */
+
+/* A balanced tree of the nodes idx[0..n), already in key order: the middle
+ * one is the root.  Subtree sizes differ by at most one, so heights do too
+ * and the result is an AVL tree.  Recursion depth is log2(n). */
+static uint32_t tree_from_sorted(const struct dalloc *a, const uint32_t *idx, size_t n)
+{
+    if (n == 0)
+        return NIL;
+    size_t mid = n / 2;
+    uint32_t t = idx[mid];
+    struct dalloc_piece *p = node(a, t);
+    p->left = tree_from_sorted(a, idx, mid);
+    p->right = tree_from_sorted(a, idx + mid + 1, n - mid - 1);
+    update_height(a, t);
+    return t;
+}
+
+/* A free gap waiting for the free tree, sorted by its key. */
+struct gap {
+    uint64_t size, off;
+    uint32_t node;
+};
+
+static uint64_t gap_size(const void *rec)
+{
+    return ((const struct gap *)rec)->size;
+}
+
+/* Appends a new piece [off, off+size) grains after *last (the list's tail). */
+static uint32_t append_piece(struct dalloc *a, uint32_t *last, uint64_t off, uint64_t size,
+                             bool used)
+{
+    uint32_t i = take_spare(a);
+    struct dalloc_piece *p = node(a, i);
+
+    set_piece_off(p, off);
+    set_piece_size(p, size);
+    set_piece_used(p, used);
+    if (*last == NIL)
+        a->head = i;
+    else
+        node(a, *last)->next = i;
+    *last = i;
+    return i;
+}
+
+/* Checks the spans and counts the free gaps between them. */
+static int spans_check(uint64_t region_grains, const struct dalloc_span *spans, size_t n,
+                       size_t *gaps)
+{
+    uint64_t cursor = 0;
+
+    *gaps = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t rounded = dalloc_round_size(spans[k].size);
+        if (rounded == 0 || spans[k].off % DALLOC_GRAIN != 0 ||
+            spans[k].off / DALLOC_GRAIN >= region_grains ||
+            rounded / DALLOC_GRAIN > region_grains - spans[k].off / DALLOC_GRAIN)
+            return -EINVAL;
+        if (spans[k].off / DALLOC_GRAIN < cursor)
+            return -ENOSPC;
+        if (spans[k].off / DALLOC_GRAIN > cursor)
+            (*gaps)++;
+        cursor = (spans[k].off + rounded) / DALLOC_GRAIN;
+    }
+    if (cursor < region_grains)
+        (*gaps)++;
+    return 0;
+}
+
+/* Lays the pieces out in address order and builds both trees; a has no
+ * pieces and enough spares, used[] room for max(n, gaps) entries.  0, or
+ * -ENOMEM (the caller destroys a). */
+static int build_pieces(struct dalloc *a, const struct dalloc_span *spans, size_t n,
+                        uint32_t *used, struct gap *gaps)
+{
+    uint64_t cursor = 0;
+    uint32_t last = NIL;
+    size_t g = 0;
+
+    for (size_t k = 0; k < n; k++) {
+        uint64_t off = spans[k].off / DALLOC_GRAIN;
+        uint64_t size = dalloc_round_size(spans[k].size) / DALLOC_GRAIN;
+        if (off > cursor) {
+            gaps[g] = (struct gap){ off - cursor, cursor, NIL };
+            gaps[g++].node = append_piece(a, &last, cursor, off - cursor, false);
+        }
+        used[k] = append_piece(a, &last, off, size, true);
+        a->used_grains += size;
+        cursor = off + size;
+    }
+    if (cursor < a->region_grains) {
+        gaps[g] = (struct gap){ a->region_grains - cursor, cursor, NIL };
+        gaps[g++].node = append_piece(a, &last, cursor, a->region_grains - cursor, false);
+    }
+    node(a, last)->next = NIL;
+    a->used_root = tree_from_sorted(a, used, n);
+    a->used_pieces = n;
+    /* The gaps were found in address order, and the sort by size is
+     * stable: they end in the free tree's (size, offset) order.  used[]
+     * has room for them too. */
+    if (radix_sort(gaps, g, sizeof(*gaps), gap_size) != 0)
+        return -ENOMEM;
+    for (size_t k = 0; k < g; k++)
+        used[k] = gaps[k].node;
+    a->free_root = tree_from_sorted(a, used, g);
+    a->free_pieces = g;
+    return 0;
+}
+
+struct dalloc *dalloc_from_used(uint64_t region_size, const struct dalloc_span *spans,
+                                size_t n)
+{
+    struct dalloc *a;
+    uint32_t *used = NULL;
+    struct gap *gaps = NULL;
+    size_t ngaps;
+    int rc;
+
+    if (region_size == 0 || region_size % DALLOC_GRAIN != 0 ||
+        region_size / DALLOC_GRAIN > MAX_REGION_GRAINS) {
+        errno = EINVAL;
+        return NULL;
+    }
+    rc = spans_check(region_size / DALLOC_GRAIN, spans, n, &ngaps);
+    if (rc != 0) {
+        errno = -rc;
+        return NULL;
+    }
+    if (n + ngaps >= UINT32_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    a = calloc(1, sizeof(*a));
+    used = malloc((n > ngaps ? n : ngaps + 1) * sizeof(*used));
+    gaps = malloc((ngaps ? ngaps : 1) * sizeof(*gaps));
+    rc = a != NULL && used != NULL && gaps != NULL ? 0 : -ENOMEM;
+    if (rc == 0) {
+        a->region_grains = region_size / DALLOC_GRAIN;
+        while (rc == 0 && a->spare_count < n + ngaps)
+            rc = add_chunk(a);
+    }
+    if (rc == 0)
+        rc = build_pieces(a, spans, n, used, gaps);
+    free(used);
+    free(gaps);
+    if (rc != 0) {
+        dalloc_destroy(a);
+        errno = ENOMEM;
+        return NULL;
+    }
+    return a;
 }
 
 uint64_t dalloc_size_of(const struct dalloc *a, uint64_t off)

@@ -78,6 +78,23 @@ int dalloc_free(struct dalloc *a, uint64_t off, uint64_t *freed_size);
  * used piece), -ENOMEM. */
 int dalloc_reserve(struct dalloc *a, uint64_t off, uint64_t size);
 
+/* A used piece, in bytes. */
+struct dalloc_span {
+    uint64_t off;
+    uint64_t size;
+};
+
+/* Creates an allocator for a region of region_size bytes whose used pieces
+ * are exactly spans[0..n) (sizes rounded as dalloc_round_size() does),
+ * which must be sorted by offset: the same state as dalloc_reserve() of
+ * each, built in one pass (O(n) plus a sort of the free gaps) instead of
+ * n tree updates.  Used where a replica's set of pieces becomes an
+ * allocator (pieceset.h).  NULL with errno EINVAL (bad region, a span
+ * misaligned or outside it), ENOSPC (two spans overlap or are out of
+ * order) or ENOMEM. */
+struct dalloc *dalloc_from_used(uint64_t region_size, const struct dalloc_span *spans,
+                                size_t n);
+
 /* Size of the used piece starting at `off`, or 0 if there is none. */
 uint64_t dalloc_size_of(const struct dalloc *a, uint64_t off);
 

@@ -1964,9 +1964,14 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     if (!replica_complete(dp->replica) || replica_settle(dp->replica, xid) != 0)
         return;   /* the coordinator asks again */
     uint64_t max_cas, end;
+    struct meta_table meta;
+    struct dalloc *alloc;
+    if (replica_take(dp->replica, &meta, &alloc, &max_cas, &end) != 0)
+        return;   /* logged; the coordinator asks again */
     meta_destroy(&dp->meta);
     dalloc_destroy(dp->alloc);
-    replica_take(dp->replica, &dp->meta, &dp->alloc, &max_cas, &end);
+    dp->meta = meta;
+    dp->alloc = alloc;
     dp->table_gen++;
     replica_free(dp->replica);
     dp->replica = NULL;

@@ -37,6 +37,7 @@
 #include "frame.h"
 #include "link.h"
 #include "parity.h"
+#include "pieceset.h"
 #include "printable.h"
 #include "receiver.h"
 #include "rebuild.h"
@@ -505,7 +506,7 @@ static void info_dp(const struct reply *r, const struct parity_dp *d)
     reply_printf(r, "STAT dp%d_buffered %zu\r\n", i, s->buffer.count);
     reply_printf(r, "STAT dp%d_buffered_bytes %zu\r\n", i, s->buffer.bytes);
     reply_printf(r, "STAT dp%d_items %zu\r\n", i, d->meta.count);
-    reply_printf(r, "STAT dp%d_region_used %" PRIu64 "\r\n", i, dalloc_used_bytes(d->alloc));
+    reply_printf(r, "STAT dp%d_region_used %" PRIu64 "\r\n", i, pieceset_used_bytes(d->pieces));
     reply_printf(r, "STAT dp%d_diverged %d\r\n", i, s->diverged ? 1 : 0);
 }
 
@@ -596,8 +597,15 @@ static bool admin_meta(struct parity_engine *pe, int argc, char **argv, const st
         return true;
     reply_printf(r, "STAT count %zu\r\n", d->meta.count);
     reply_printf(r, "STAT digest %016" PRIx64 "\r\n", meta_digest(&d->meta));
-    reply_printf(r, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(d->alloc));
-    reply_printf(r, "STAT used_bytes %" PRIu64 "\r\n", dalloc_used_bytes(d->alloc));
+    /* The digest is the data process's allocator's (alloc.h), so it is
+     * built from the pieces for the asking; the check tool compares both. */
+    struct dalloc *a = pieceset_build(d->pieces);
+    if (a != NULL)
+        reply_printf(r, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(a));
+    else
+        reply_printf(r, "STAT alloc_digest %s\r\n", errno == ENOSPC ? "overlap" : "nomem");
+    dalloc_destroy(a);
+    reply_printf(r, "STAT used_bytes %" PRIu64 "\r\n", pieceset_used_bytes(d->pieces));
     reply_printf(r, "STAT applied_xid %" PRIu64 "\r\n", d->src.applied_xid);
     reply_str(r, "END\r\n");
     return true;
@@ -610,11 +618,16 @@ static bool admin_used(struct parity_engine *pe, int argc, char **argv, const st
     const struct parity_dp *d = admin_dp(pe, argc, argv, r, "usage: cocytus used <dp>");
     if (d == NULL)
         return true;
-    struct dalloc_iter it;
-    uint64_t off, size;
-    dalloc_iter_init(d->alloc, &it);
-    while (dalloc_iter_next_used(&it, &off, &size))
-        reply_printf(r, "USED %" PRIu64 " %" PRIu64 "\r\n", off, size);
+    struct dalloc_span *all;
+    size_t n;
+    if (pieceset_sorted(d->pieces, &all, &n) != 0)
+    {
+        reply_str(r, "SERVER_ERROR out of memory\r\n");
+        return true;
+    }
+    for (size_t i = 0; i < n; i++)
+        reply_printf(r, "USED %" PRIu64 " %" PRIu64 "\r\n", all[i].off, all[i].size);
+    free(all);
     reply_str(r, "END\r\n");
     return true;
 }
@@ -877,12 +890,18 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
         return;
     }
     pe->state.data_units = &pe->rec.own;
-    struct dalloc *fresh = dalloc_new(pe->state.region_size);
+    /* The data engine gets an allocator built from the pieces; this
+     * process's copy of them starts empty, as a fresh replica would. */
+    struct dalloc *alloc = pieceset_build(d->pieces);
+    if (alloc == NULL)
+        pe_log(pe, "cannot build dp %d's allocator from its %" PRIu64 " pieces: %s", dp,
+               pieceset_count(d->pieces), errno == ENOSPC ? "two of them overlap"
+                                                          : "out of memory");
     struct data_recovery_config rc = {
         .dp = dp,
         .self_pp = pe->index,
         .meta = &d->meta,
-        .alloc = d->alloc,
+        .alloc = alloc,
         .region = pe->state.region,
         .peers = peers,
         .npeers = npeers,
@@ -894,14 +913,14 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     };
     struct engine_config cfg = pe->cfg;
     cfg.index = dp;
-    pe->serving = fresh ? engine_data_recovery_new(&cfg, &rc) : NULL;
+    pe->serving = alloc ? engine_data_recovery_new(&cfg, &rc) : NULL;
     pe->serving_gen++;
     if (!pe->serving) {
-        dalloc_destroy(fresh);
+        dalloc_destroy(alloc);
         pe_log(pe, "cannot start serving dp %d", dp);
         return;
     }
-    d->alloc = fresh;    /* the old one is the data engine's now */
+    pieceset_reset(d->pieces);   /* the allocator is the data engine's now */
     pe->serving_dp = dp;
     pe->view.dp_server[dp] = pe->index;
     pe->view.pp_state[pe->index] = GV_PP_SERVING;

@@ -9,12 +9,13 @@
  * record op does to a replica: every parity process runs the same code. */
 #include "meta.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "alloc.h"
+#include "pieceset.h"
 #include "hash.h"
 
 /* ---- entries ---- */
@@ -225,27 +226,28 @@ static void key_text(char *out, size_t outlen, const char *key, size_t nkey)
     out[n] = '\0';
 }
 
-static int replay_alloc(struct dalloc *a, const struct rec_op *op, char *err, size_t errlen)
+/* The replica does not run the allocator: the sender chose the offset, and
+ * the set of used pieces is all of an allocator's state (pieceset.h). */
+static int replay_alloc(struct pieceset *ps, const struct rec_op *op, char *err, size_t errlen)
 {
-    uint64_t off = 0;
-    int rc = dalloc_alloc(a, op->size, &off);
-    if (rc != 0) {
-        snprintf(err, errlen, "ALLOC size %" PRIu64 ": replica failed (%s), sender got %" PRIu64,
-                 op->size, strerror(-rc), op->off);
+    int rc = pieceset_add(ps, op->off, op->size);
+    if (rc == -EEXIST) {
+        snprintf(err, errlen, "ALLOC size %" PRIu64 " at %" PRIu64
+                 ": a piece already starts there on the replica", op->size, op->off);
         return -1;
     }
-    if (off != op->off) {
-        dalloc_free(a, off, NULL);   /* leave the replica as it was */
-        snprintf(err, errlen, "ALLOC size %" PRIu64 ": replica got %" PRIu64
-                 ", sender got %" PRIu64, op->size, off, op->off);
+    if (rc != 0) {
+        snprintf(err, errlen, "ALLOC size %" PRIu64 " at %" PRIu64 ": replica failed (%s)",
+                 op->size, op->off, rc == -EINVAL ? "outside the region or misaligned"
+                                                   : strerror(-rc));
         return -1;
     }
     return 0;
 }
 
-static int replay_free(struct dalloc *a, const struct rec_op *op, char *err, size_t errlen)
+static int replay_free(struct pieceset *ps, const struct rec_op *op, char *err, size_t errlen)
 {
-    if (dalloc_free(a, op->off, NULL) != 0) {
+    if (pieceset_remove(ps, op->off, NULL) != 0) {
         snprintf(err, errlen, "FREE off %" PRIu64 ": not an allocated piece on the replica",
                  op->off);
         return -1;
@@ -253,7 +255,7 @@ static int replay_free(struct dalloc *a, const struct rec_op *op, char *err, siz
     return 0;
 }
 
-static int replay_put(struct meta_table *t, struct dalloc *a, const struct rec_op *op,
+static int replay_put(struct meta_table *t, const struct pieceset *ps, const struct rec_op *op,
                       char *err, size_t errlen)
 {
     char key[ITEM_KEY_MAX + 1];
@@ -262,7 +264,7 @@ static int replay_put(struct meta_table *t, struct dalloc *a, const struct rec_o
         snprintf(err, errlen, "PUT with an empty key");
         return -1;
     }
-    uint64_t region = dalloc_region_size(a);
+    uint64_t region = pieceset_region_size(ps);
     if (op->off > region || op->nbytes > region - op->off) {
         snprintf(err, errlen, "PUT key %s: off %" PRIu64 " + %" PRIu32
                  " bytes is outside the region (%" PRIu64 ")", key, op->off, op->nbytes, region);
@@ -287,21 +289,21 @@ static int replay_del(struct meta_table *t, const struct rec_op *op, char *err, 
     return 0;
 }
 
-int meta_replay_op(struct meta_table *t, struct dalloc *a, const struct rec_op *op,
+int meta_replay_op(struct meta_table *t, struct pieceset *ps, const struct rec_op *op,
                    char *err, size_t errlen)
 {
     switch (op->type) {
     case ROP_ALLOC:
-        return replay_alloc(a, op, err, errlen);
+        return replay_alloc(ps, op, err, errlen);
     case ROP_FREE:
-        return replay_free(a, op, err, errlen);
+        return replay_free(ps, op, err, errlen);
     case ROP_PUT:
-        return replay_put(t, a, op, err, errlen);
+        return replay_put(t, ps, op, err, errlen);
     case ROP_DEL:
         return replay_del(t, op, err, errlen);
     case ROP_FLUSH:
         meta_clear(t);
-        dalloc_reset(a);
+        pieceset_reset(ps);
         return 0;
     default:
         snprintf(err, errlen, "unknown op type %u", (unsigned)op->type);

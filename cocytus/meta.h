@@ -21,7 +21,7 @@
 #include "items.h"
 #include "record.h"
 
-struct dalloc;
+struct pieceset;
 
 enum meta_flag {
     META_PENDING = 0x10   /* data process: a record for this key is in flight */
@@ -62,11 +62,12 @@ uint64_t meta_digest(const struct meta_table *t);
 /* Visit every entry (no changes during the visit). */
 void meta_iterate(struct meta_table *t, assoc_visit_fn visit, void *ctx);
 
-/* Apply one record op to a replica table and allocator.  Returns 0, or -1
- * with a message in err when the replica disagrees with the sender (ALLOC
- * returned another offset, FREE of a non-allocated offset, DEL of a missing
+/* Apply one record op to a replica table and the replica's used pieces
+ * (pieceset.h).  Returns 0, or -1 with a message in err when the replica
+ * disagrees with the sender (ALLOC of a piece outside the region or where
+ * one already starts, FREE of an offset where none starts, DEL of a missing
  * key): the caller must stop applying that sender's records. */
-int meta_replay_op(struct meta_table *t, struct dalloc *a, const struct rec_op *op,
+int meta_replay_op(struct meta_table *t, struct pieceset *ps, const struct rec_op *op,
                    char *err, size_t errlen);
 
 #endif

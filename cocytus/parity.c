@@ -4,7 +4,7 @@
  * Per data process i, a struct repl_source (repl/receiver.c) checks and
  * buffers records as they arrive and hands them back in order once they are
  * stable.  Applying one is this file's part: its ops are replayed on the
- * backup table and replica allocator (meta_replay_op), then a(j,i) * delta
+ * backup table and the used pieces (meta_replay_op), then a(j,i) * delta
  * is XORed into the parity region.  Anything that disagrees marks DP i
  * diverged with a message; from then on its records are refused. */
 #include "parity.h"
@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 
 #include "alloc.h"
+#include "pieceset.h"
 #include "codec.h"
 #include "rebuild.h"
 #include "recovery.h"
@@ -37,16 +38,16 @@ static int dp_init(struct parity_dp *d, uint64_t region_size, unsigned hashpower
 {
     if (meta_init(&d->meta, hashpower) != 0)
         return -1;
-    d->alloc = dalloc_new(region_size);
-    return d->alloc != NULL ? 0 : -1;
+    d->pieces = pieceset_new(region_size);
+    return d->pieces != NULL ? 0 : -1;
 }
 
 static void dp_destroy(struct parity_dp *d)
 {
     repl_source_destroy(&d->src);
     meta_destroy(&d->meta);
-    dalloc_destroy(d->alloc);
-    d->alloc = NULL;
+    pieceset_destroy(d->pieces);
+    d->pieces = NULL;
 }
 
 int parity_init(struct parity *p, int k, int n, int parity_index, uint64_t region_size,
@@ -127,7 +128,7 @@ static int replay_ops(struct parity_dp *d, const struct record *r)
 {
     char err[REPL_WHY_MAX - 64];
     for (uint32_t n = 0; n < r->nops; n++) {
-        if (meta_replay_op(&d->meta, d->alloc, &r->ops[n], err, sizeof(err)) != 0)
+        if (meta_replay_op(&d->meta, d->pieces, &r->ops[n], err, sizeof(err)) != 0)
             return repl_source_mark_diverged(&d->src, r->xid, "op %" PRIu32 " of %" PRIu32
                                              ": %s", n + 1, r->nops, err);
     }
@@ -227,7 +228,7 @@ void parity_reset(struct parity *p)
         struct parity_dp *d = &p->dps[i];
         repl_source_await_start(&d->src);
         meta_clear(&d->meta);
-        dalloc_reset(d->alloc);
+        pieceset_reset(d->pieces);
         d->delta_bytes = d->touched_end = d->max_cas = 0;
         d->rb = NULL;
     }
@@ -245,7 +246,7 @@ int parity_rebuild_begin(struct parity *p, int dp, struct rb_units *rb, const ui
         return -1;
     struct parity_dp *d = &p->dps[dp];
     meta_clear(&d->meta);
-    dalloc_reset(d->alloc);
+    pieceset_reset(d->pieces);
     repl_source_reset(&d->src, b.x0);
     rb_units_begin(rb, b.x0, b.end);
     d->rb = rb;
@@ -280,7 +281,7 @@ int parity_rebuild_message(struct parity *p, int dp, const uint8_t *msg, size_t 
     }
     switch (rb_kind_of(msg, len)) {
     case RB_META:
-        return rb_apply_meta(msg, len, &d->meta, d->alloc, err, errlen);
+        return rb_apply_meta(msg, len, &d->meta, d->pieces, err, errlen);
     case RB_UNITS: {
         uint64_t t, off;
         const uint8_t *bytes;
@@ -307,7 +308,7 @@ size_t parity_meta_bytes(const struct parity *p)
     size_t total = 0;
     for (int i = 0; i < p->k; i++) {
         const struct parity_dp *d = &p->dps[i];
-        total += d->meta.heap_bytes + assoc_bytes(&d->meta.table) + dalloc_meta_bytes(d->alloc);
+        total += d->meta.heap_bytes + assoc_bytes(&d->meta.table) + pieceset_meta_bytes(d->pieces);
     }
     return total;
 }

@@ -1,13 +1,13 @@
 /* parity.h - the state of a parity process without its sockets: the parity
  * region and, per data process of the group, its record stream, the backup
- * metadata table and the replica allocator.
+ * metadata table and the used pieces of its allocator.
  *
  * engine_parity.c feeds it the frames its links receive; tests drive it
  * directly.  Receiving, buffering up to the piggybacked stable xid,
  * truncation and divergence are repl/receiver.h's (struct repl_source),
  * shared with primary-backup; this file adds what applying one record means
- * for a parity process: replay its ops on the backup table and replica
- * allocator and XOR the coded delta into the parity region.  Once a data
+ * for a parity process: replay its ops on the backup table and the
+ * used pieces and XOR the coded delta into the parity region.  Once a data
  * process's records disagree with its replica it is marked diverged and
  * nothing more of it is accepted: parity is never corrupted to keep going. */
 #ifndef COCYTUS_PARITY_H
@@ -21,7 +21,7 @@
 #include "receiver.h"
 
 struct codec;
-struct dalloc;
+struct pieceset;
 struct unit_map;
 struct rb_units;
 
@@ -34,7 +34,8 @@ struct parity_dp {
     struct repl_source src;      /* DP i's records: buffer, xids, divergence;
                                   * parity includes them up to src.applied_xid */
     struct meta_table meta;      /* backup of DP i's table */
-    struct dalloc *alloc;        /* replica of DP i's allocator */
+    struct pieceset *pieces;     /* DP i's used pieces: its allocator's
+                                  * state (pieceset.h) */
     uint64_t delta_bytes;        /* bytes XORed into the parity region */
     uint64_t touched_end;        /* furthest byte its deltas reached: beyond it
                                   * its region is known to be zero */

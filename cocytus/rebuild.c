@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "pieceset.h"
 #include "rebuild.h"
 #include "recovery.h"
 
@@ -130,7 +131,7 @@ int rb_decode_begin(const uint8_t *p, size_t len, struct rb_begin *b)
     return 0;
 }
 
-int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct dalloc *a,
+int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct pieceset *ps,
                   char *err, size_t errlen)
 {
     if (len < HDR + 4 || p[8] != RB_META) {
@@ -148,7 +149,7 @@ int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct dal
                 goto short_msg;
             uint64_t off = get_le(q, 8), size = get_le(q + 8, 8);
             q += 16;
-            if (dalloc_reserve(a, off, size) != 0) {
+            if (pieceset_add(ps, off, size) != 0) {
                 snprintf(err, errlen, "piece at %llu of %llu bytes cannot be reserved",
                          (unsigned long long)off, (unsigned long long)size);
                 return -1;
@@ -173,7 +174,7 @@ int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct dal
             q += 32;
             /* As a PUT's replay requires: the value lies in the region
              * (readers take region + off, nbytes without looking again). */
-            uint64_t region = dalloc_region_size(a);
+            uint64_t region = pieceset_region_size(ps);
             if (off > region || nbytes > region - off) {
                 snprintf(err, errlen, "entry of %u bytes at %llu is outside the region (%llu)",
                          (unsigned)nbytes, (unsigned long long)off,

@@ -39,6 +39,7 @@
 #include "meta.h"
 
 struct dalloc;
+struct pieceset;
 
 enum rb_kind {
     RB_BEGIN = 32,     /* source, x0, end, max cas */
@@ -88,9 +89,11 @@ struct rb_begin {
 };
 
 int rb_decode_begin(const uint8_t *p, size_t len, struct rb_begin *b);
-/* META: reserve every piece in a and put every entry in t.  0, or -1 with a
- * message in err (malformed, or a piece that overlaps). */
-int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct dalloc *a,
+/* META: add every piece to ps and put every entry in t.  0, or -1 with a
+ * message in err (malformed, or a piece outside the region or where one
+ * already starts; an overlap that starts elsewhere shows when the set is
+ * built into an allocator, pieceset.h). */
+int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct pieceset *ps,
                   char *err, size_t errlen);
 /* UNITS: *t, *off and the bytes; 0 or -1 when malformed (not whole units,
  * beyond region_size). */

@@ -4,6 +4,7 @@
  * file says what a record and a rebuild message mean for a plain copy. */
 #include "config.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "pieceset.h"
 #include "cluster.h"
 #include "codec.h"
 #include "link.h"
@@ -25,7 +27,7 @@ struct replica {
     uint64_t region_size;
     struct repl_source src;
     struct meta_table meta;
-    struct dalloc *alloc;
+    struct pieceset *pieces;     /* the served DP's used pieces (pieceset.h) */
     struct rb_units units;
     uint64_t max_cas, end;
     bool told_complete;
@@ -61,7 +63,7 @@ static int apply_record(void *ctx, const struct record *rec)
     if (rec->data_off > r->region_size || rec->data_len > r->region_size - rec->data_off)
         return repl_source_mark_diverged(&r->src, rec->xid, "delta outside the region");
     for (uint32_t i = 0; i < rec->nops; i++) {
-        if (meta_replay_op(&r->meta, r->alloc, &rec->ops[i], err, sizeof(err)) != 0)
+        if (meta_replay_op(&r->meta, r->pieces, &rec->ops[i], err, sizeof(err)) != 0)
             return repl_source_mark_diverged(&r->src, rec->xid, "op %" PRIu32 ": %s", i + 1, err);
         if (rec->ops[i].type == ROP_PUT && rec->ops[i].cas > r->max_cas)
             r->max_cas = rec->ops[i].cas;
@@ -115,7 +117,7 @@ static void on_begin(struct replica *r, const uint8_t *p, uint32_t len)
         return;
     }
     meta_clear(&r->meta);
-    dalloc_reset(r->alloc);
+    pieceset_reset(r->pieces);
     memset(r->region, 0, r->region_size);
     uint64_t size = r->region_size;
     rb_units_destroy(&r->units);
@@ -141,7 +143,7 @@ static void hook_message(void *owner, int index, uint16_t type, const uint8_t *p
         on_begin(r, p, len);
         break;
     case RB_META:
-        if (!r->units.begun || rb_apply_meta(p, len, &r->meta, r->alloc, err, sizeof(err)) != 0)
+        if (!r->units.begun || rb_apply_meta(p, len, &r->meta, r->pieces, err, sizeof(err)) != 0)
             rp_log(r, "metadata of the copy refused: %s", r->units.begun ? err : "before BEGIN");
         break;
     case RB_UNITS: {
@@ -198,8 +200,8 @@ struct replica *replica_new(struct event_base *base, const struct cluster *c, in
     r->region = region;
     r->region_size = region_size;
     repl_source_init(&r->src);
-    r->alloc = dalloc_new(region_size);
-    if (!r->alloc || meta_init(&r->meta, hashpower) < 0 ||
+    r->pieces = pieceset_new(region_size);
+    if (!r->pieces || meta_init(&r->meta, hashpower) < 0 ||
         rb_units_init(&r->units, region_size) != 0)
         goto fail;
     struct repl_source *sources[1] = { &r->src };
@@ -246,8 +248,7 @@ void replica_free(struct replica *r)
         repl_receiver_free(r->rx);
     repl_source_destroy(&r->src);
     meta_destroy(&r->meta);
-    if (r->alloc)
-        dalloc_destroy(r->alloc);
+    pieceset_destroy(r->pieces);
     rb_units_destroy(&r->units);
     free(r);
 }
@@ -281,14 +282,22 @@ int replica_settle(struct replica *r, uint64_t xid)
     return repl_source_truncate_after(&r->src, xid);
 }
 
-void replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
-                  uint64_t *max_cas, uint64_t *end)
+int replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
+                 uint64_t *max_cas, uint64_t *end)
 {
+    struct dalloc *a = pieceset_build(r->pieces);
+    if (a == NULL) {
+        rp_log(r, "cannot build the allocator of dp %d from its %" PRIu64 " pieces: %s", r->dp,
+               pieceset_count(r->pieces), errno == ENOSPC ? "two of them overlap"
+                                                          : "out of memory");
+        return -1;
+    }
     *meta = r->meta;
     memset(&r->meta, 0, sizeof(r->meta));
     meta_init(&r->meta, 0);
-    *alloc = r->alloc;
-    r->alloc = NULL;
+    pieceset_reset(r->pieces);
+    *alloc = a;
     *max_cas = r->max_cas;
     *end = r->end;
+    return 0;
 }

@@ -4,12 +4,13 @@
  * The restarted data process listens on its link port; the recovery
  * process joins it to the served stream and sends it the state with the
  * rebuild messages (rebuild.h).  The replica keeps the metadata table, the
- * allocator and the region exactly as the recovery process has them: ops
- * are replayed like on a parity process, deltas are XORed as they are
+ * used pieces of the allocator and the region exactly as the recovery
+ * process has them: ops are replayed like on a parity process, deltas are XORed as they are
  * (coefficient 1) into the units that arrived, and units are copied.  When
  * everything arrived, the owner is told; at the handoff the coordinator
  * names the last xid, the replica applies up to it, and the data engine
- * takes the table, allocator and region and continues the stream. */
+ * takes the table, an allocator built from the pieces, and the region and
+ * continues the stream. */
 #ifndef COCYTUS_REPLICA_H
 #define COCYTUS_REPLICA_H
 
@@ -41,9 +42,11 @@ int replica_from(const struct replica *r);
 void replica_progress(const struct replica *r, uint64_t *done, uint64_t *total, uint64_t *bytes);
 /* Apply every record up to xid.  0, or -1 (not all received, or diverged). */
 int replica_settle(struct replica *r, uint64_t xid);
-/* Move the table and allocator out (the replica keeps empty ones).
- * *max_cas: the largest cas it saw; *end: furthest byte written. */
-void replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
-                  uint64_t *max_cas, uint64_t *end);
+/* Move the table out and build the allocator from the used pieces (the
+ * replica keeps empty ones).  *max_cas: the largest cas it saw; *end:
+ * furthest byte written.  0, or -1 with nothing moved when the allocator
+ * cannot be built (out of memory, or pieces that overlap). */
+int replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
+                 uint64_t *max_cas, uint64_t *end);
 
 #endif

@@ -6,11 +6,11 @@
  *                                     and receiver.c (nothing else to decode)
  *   HELLO     link_hello_decode()
  *   RECORD    rec_peek_nops() + rec_decode() as a receiver calls them, then
- *             the ops replayed on a replica table and allocator
+ *             the ops replayed on a replica table and used pieces
  *             (meta_replay_op(), what a parity process does)
  *   REQUEST, REPLY   recov_decode() (recovery), the rebuild decoders
  *             (rb_decode_begin(), rb_apply_meta() on a fresh table and
- *             allocator, rb_decode_units() + rb_units_arrive()), and for a
+ *             used pieces, rb_decode_units() + rb_units_arrive()), and for a
  *             REQUEST the pbr copy ('B', 'C' = rec_decode(), 'E')
  *   CONTROL   the control-message parsers (control_checks.h)
  *
@@ -31,8 +31,8 @@
  * frame_payload_ok() agrees with a bitwise CRC-32C; everything a decoder
  * accepts lies inside the payload and re-encodes to the same bytes (HELLO
  * identity, records, recovery headers, BEGIN, META through rb_send_meta());
- * an allocator stays consistent (dalloc_check()) whatever ops or pieces
- * arrive; and refusals say why.  Every decoder gets an exact-size heap copy,
+ * the used pieces make a consistent allocator (dalloc_check()) unless two
+ * overlap, whatever ops or pieces arrive; and refusals say why.  Every decoder gets an exact-size heap copy,
  * so ASan sees any read past the end.
  *
  * With FUZZ_SEED_DIR set in the environment, the target first writes valid
@@ -51,6 +51,7 @@
 #include "control_checks.h"
 
 #include "alloc.h"
+#include "pieceset.h"
 #include "crc32c.h"
 #include "frame.h"
 #include "link.h"
@@ -115,25 +116,40 @@ static void check_hello(const uint8_t *p, size_t len)
 
 /* ---- RECORD ---- */
 
-/* Replays the ops on a replica table and allocator, stopping at the first
- * refusal as the engines do; the allocator must stay consistent. */
+/* Replays the ops on a replica table and used pieces, stopping at the
+ * first refusal as the engines do; the pieces make a consistent allocator
+ * unless two of them overlap. */
+static void check_pieces(const struct pieceset *ps)
+{
+    CHECK(pieceset_used_bytes(ps) <= REPLICA_REGION);
+    errno = 0;
+    struct dalloc *a = pieceset_build(ps);
+    if (a == NULL) {
+        CHECK(errno == ENOSPC);
+        return;
+    }
+    CHECK(dalloc_check(a) == 0);
+    CHECK(dalloc_used_bytes(a) == pieceset_used_bytes(ps));
+    CHECK(dalloc_used_pieces(a) == pieceset_count(ps));
+    dalloc_destroy(a);
+}
+
 static void replay_record(const struct record *r)
 {
     struct meta_table t;
-    struct dalloc *a = dalloc_new(REPLICA_REGION);
-    CHECK(a != NULL && meta_init(&t, 4) == 0);
+    struct pieceset *ps = pieceset_new(REPLICA_REGION);
+    CHECK(ps != NULL && meta_init(&t, 4) == 0);
     char err[256];
     for (uint32_t i = 0; i < r->nops; i++) {
         err[0] = '\0';
-        if (meta_replay_op(&t, a, &r->ops[i], err, sizeof(err)) != 0) {
+        if (meta_replay_op(&t, ps, &r->ops[i], err, sizeof(err)) != 0) {
             CHECK(err[0] != '\0');
             break;
         }
     }
-    CHECK(dalloc_check(a) == 0);
-    CHECK(dalloc_used_bytes(a) <= REPLICA_REGION);
+    check_pieces(ps);
     meta_destroy(&t);
-    dalloc_destroy(a);
+    pieceset_destroy(ps);
 }
 
 /* A record rec_decode() accepted from p[0..len). */
@@ -215,7 +231,7 @@ static void check_recovery(const uint8_t *p, size_t len)
 
 struct meta_copy {
     struct meta_table *t;
-    struct dalloc *a;
+    struct pieceset *ps;
     int messages;
 };
 
@@ -225,7 +241,7 @@ static int apply_copy(void *ctx, const uint8_t *p, size_t len)
     struct meta_copy *c = ctx;
     char err[192];
     uint8_t *exact = fuzz_copy(p, len);
-    int rc = rb_apply_meta(exact, len, c->t, c->a, err, sizeof(err));
+    int rc = rb_apply_meta(exact, len, c->t, c->ps, err, sizeof(err));
     free(exact);
     CHECK(rc == 0);
     c->messages++;
@@ -235,12 +251,13 @@ static int apply_copy(void *ctx, const uint8_t *p, size_t len)
 static void check_meta(const uint8_t *p, size_t len)
 {
     struct meta_table t;
-    struct dalloc *a = dalloc_new(REPLICA_REGION);
-    CHECK(a != NULL && meta_init(&t, 4) == 0);
+    struct pieceset *ps = pieceset_new(REPLICA_REGION);
+    CHECK(ps != NULL && meta_init(&t, 4) == 0);
     char err[192];
     err[0] = '\0';
-    int rc = rb_apply_meta(p, len, &t, a, err, sizeof(err));
-    CHECK(dalloc_check(a) == 0);
+    int rc = rb_apply_meta(p, len, &t, ps, err, sizeof(err));
+    check_pieces(ps);
+    struct dalloc *a = rc == 0 ? pieceset_build(ps) : NULL;
     if (rc != 0) {
         CHECK(rc == -1 && err[0] != '\0' && memchr(err, '\0', sizeof(err)) != NULL);
         /* Nothing ran out of memory here: a refusal names the real reason. */
@@ -252,18 +269,24 @@ static void check_meta(const uint8_t *p, size_t len)
         struct item *e;
         for (e = t.lru_head; e; e = e->next)
             CHECK(meta_off(e) <= REPLICA_REGION && e->nbytes <= REPLICA_REGION - meta_off(e));
-        /* Sent again by the source's encoder, it builds the same state. */
+    }
+    if (a != NULL) {
+        /* Sent again by the source's encoder, it builds the same state
+         * (when the pieces made an allocator: no two overlap). */
         struct meta_table t2;
-        struct meta_copy c = { &t2, dalloc_new(REPLICA_REGION), 0 };
-        CHECK(c.a != NULL && meta_init(&t2, 4) == 0);
+        struct meta_copy c = { &t2, pieceset_new(REPLICA_REGION), 0 };
+        CHECK(c.ps != NULL && meta_init(&t2, 4) == 0);
         CHECK(rb_send_meta(&t, a, apply_copy, &c) == 0);
         CHECK(meta_digest(&t) == meta_digest(&t2) && t.count == t2.count);
-        CHECK(dalloc_digest(a) == dalloc_digest(c.a));
+        struct dalloc *a2 = pieceset_build(c.ps);
+        CHECK(a2 != NULL && dalloc_digest(a) == dalloc_digest(a2));
+        dalloc_destroy(a2);
         meta_destroy(&t2);
-        dalloc_destroy(c.a);
+        pieceset_destroy(c.ps);
     }
-    meta_destroy(&t);
     dalloc_destroy(a);
+    meta_destroy(&t);
+    pieceset_destroy(ps);
 }
 
 struct arrive_sum {

@@ -909,6 +909,100 @@ START_TEST(test_rebuild_by_reserve)
 }
 END_TEST
 
+START_TEST(test_from_used)
+{
+    /* Built in one pass from the sorted used pieces, an allocator equals
+     * the one they came from (digest, counters, dalloc_check) and keeps
+     * returning the same offsets; refusals for bad lists. */
+    const uint64_t region = 256 * 1024;
+    struct rng r = { 12 };
+    struct dalloc *a = dalloc_new(region);
+    struct live l = { NULL, 0, 0 };
+    struct dalloc_iter it;
+    struct dalloc_span *spans;
+    struct dalloc *pair[2], *c;
+    uint64_t off, size;
+    size_t n = 0;
+    long step;
+
+    ck_assert_ptr_nonnull(a);
+    for (step = 0; step < 6000; step++)
+        same_step(&a, 1, &l, &r, step);
+    spans = malloc((dalloc_used_pieces(a) + 1) * sizeof(*spans));
+    ck_assert_ptr_nonnull(spans);
+    dalloc_iter_init(a, &it);
+    while (dalloc_iter_next_used(&it, &off, &size))
+        spans[n++] = (struct dalloc_span){ off, size };
+    ck_assert_uint_gt(n, 10);
+    c = dalloc_from_used(region, spans, n);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(dalloc_check(c), DALLOC_CHECK_OK);
+    ck_assert_uint_eq(dalloc_digest(a), dalloc_digest(c));
+    ck_assert_uint_eq(dalloc_used_bytes(a), dalloc_used_bytes(c));
+    ck_assert_uint_eq(dalloc_free_pieces(a), dalloc_free_pieces(c));
+    ck_assert_uint_eq(dalloc_largest_free(a), dalloc_largest_free(c));
+    pair[0] = a;
+    pair[1] = c;
+    for (step = 0; step < 6000; step++)
+        same_step(pair, 2, &l, &r, step);
+    ck_assert_uint_eq(dalloc_digest(a), dalloc_digest(c));
+    ck_assert_int_eq(dalloc_check(c), DALLOC_CHECK_OK);
+    dalloc_destroy(c);
+
+    /* Out of order, overlapping, misaligned, outside: refused. */
+    if (n >= 2) {
+        struct dalloc_span t = spans[0];
+        spans[0] = spans[1];
+        spans[1] = t;
+        errno = 0;
+        ck_assert_ptr_null(dalloc_from_used(region, spans, n));
+        ck_assert_int_eq(errno, ENOSPC);
+    }
+    struct dalloc_span overlap[] = { { 0, 64 }, { 48, 16 } };
+    struct dalloc_span odd[] = { { 8, 16 } };
+    struct dalloc_span outside[] = { { region - 16, 32 } };
+    errno = 0;
+    ck_assert_ptr_null(dalloc_from_used(region, overlap, 2));
+    ck_assert_int_eq(errno, ENOSPC);
+    ck_assert_ptr_null(dalloc_from_used(region, odd, 1));
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_null(dalloc_from_used(region, outside, 1));
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_null(dalloc_from_used(100, NULL, 0));
+    ck_assert_int_eq(errno, EINVAL);
+
+    /* No pieces; the whole region one piece; pieces touching both ends. */
+    c = dalloc_from_used(region, NULL, 0);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(dalloc_check(c), DALLOC_CHECK_OK);
+    struct dalloc *fresh = dalloc_new(region);
+    ck_assert_uint_eq(dalloc_digest(c), dalloc_digest(fresh));
+    dalloc_destroy(fresh);
+    dalloc_destroy(c);
+    struct dalloc_span whole[] = { { 0, region } };
+    c = dalloc_from_used(region, whole, 1);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(dalloc_check(c), DALLOC_CHECK_OK);
+    ck_assert_uint_eq(dalloc_free_pieces(c), 0);
+    ck_assert_int_eq(dalloc_alloc(c, 16, &off), -ENOSPC);
+    ck_assert_int_eq(dalloc_free(c, 0, &size), 0);
+    ck_assert_uint_eq(size, region);
+    dalloc_destroy(c);
+    struct dalloc_span ends[] = { { 0, 16 }, { 4096, 100 }, { region - 32, 32 } };
+    c = dalloc_from_used(region, ends, 3);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(dalloc_check(c), DALLOC_CHECK_OK);
+    ck_assert_uint_eq(dalloc_used_pieces(c), 3);
+    ck_assert_uint_eq(dalloc_free_pieces(c), 2);
+    ck_assert_uint_eq(dalloc_size_of(c, 4096), 112);
+    dalloc_destroy(c);
+
+    free(spans);
+    live_destroy(&l);
+    dalloc_destroy(a);
+}
+END_TEST
+
 START_TEST(test_digest_differs)
 {
     struct dalloc *a = dalloc_new(1024);
@@ -1013,6 +1107,7 @@ static Suite *alloc_suite(void)
     tcase_set_timeout(determinism, 60);
     tcase_add_test(determinism, test_determinism);
     tcase_add_test(determinism, test_rebuild_by_reserve);
+    tcase_add_test(determinism, test_from_used);
     suite_add_tcase(s, determinism);
     return s;
 }

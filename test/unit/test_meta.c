@@ -9,11 +9,13 @@
 #include "meta.h"
 
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
+#include "pieceset.h"
 #include "unit_rng.h"
 
 #define REGION (1u << 20)
@@ -245,27 +247,39 @@ END_TEST
 
 struct replica {
     struct meta_table meta;
-    struct dalloc *alloc;
+    struct pieceset *pieces;
     char err[256];
 };
 
 static void replica_setup(struct replica *r)
 {
     table_setup(&r->meta);
-    r->alloc = dalloc_new(REGION);
-    ck_assert_ptr_nonnull(r->alloc);
+    r->pieces = pieceset_new(REGION);
+    ck_assert_ptr_nonnull(r->pieces);
     r->err[0] = '\0';
 }
 
 static void replica_teardown(struct replica *r)
 {
     meta_destroy(&r->meta);
-    dalloc_destroy(r->alloc);
+    pieceset_destroy(r->pieces);
+}
+
+/* The digest of the allocator the replica's pieces make (they must make
+ * one: no two overlap). */
+static uint64_t replica_alloc_digest(const struct replica *r)
+{
+    struct dalloc *a = pieceset_build(r->pieces);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(dalloc_check(a), DALLOC_CHECK_OK);
+    uint64_t digest = dalloc_digest(a);
+    dalloc_destroy(a);
+    return digest;
 }
 
 static int replay(struct replica *r, const struct rec_op *op)
 {
-    return meta_replay_op(&r->meta, r->alloc, op, r->err, sizeof(r->err));
+    return meta_replay_op(&r->meta, r->pieces, op, r->err, sizeof(r->err));
 }
 
 static struct rec_op op_alloc(uint64_t size, uint64_t off)
@@ -333,15 +347,16 @@ START_TEST(test_replay_mirrors_sender)
             live[slot] = false;
         }
     }
-    ck_assert_uint_eq(dalloc_digest(r.alloc), dalloc_digest(sender));
+    ck_assert_uint_eq(replica_alloc_digest(&r), dalloc_digest(sender));
+    ck_assert_uint_eq(pieceset_used_bytes(r.pieces), dalloc_used_bytes(sender));
     ck_assert_uint_eq(meta_digest(&r.meta), meta_digest(&sender_meta));
     ck_assert_uint_eq(r.meta.count, sender_meta.count);
-    ck_assert_int_eq(dalloc_check(r.alloc), DALLOC_CHECK_OK);
 
     struct rec_op flush = { .type = ROP_FLUSH };
     ck_assert_int_eq(replay(&r, &flush), 0);
     ck_assert_uint_eq(r.meta.count, 0);
-    ck_assert_uint_eq(dalloc_used_bytes(r.alloc), 0);
+    ck_assert_uint_eq(pieceset_used_bytes(r.pieces), 0);
+    ck_assert_uint_eq(pieceset_count(r.pieces), 0);
 
     replica_teardown(&r);
     meta_destroy(&sender_meta);
@@ -349,17 +364,27 @@ START_TEST(test_replay_mirrors_sender)
 }
 END_TEST
 
-START_TEST(test_replay_wrong_alloc_offset)
+/* The replica takes the sender's offsets; a second piece starting where one
+ * already starts is refused at once, and one that overlaps from elsewhere
+ * is caught when the pieces are made into an allocator. */
+START_TEST(test_replay_alloc_taken_offset)
 {
     struct replica r;
     replica_setup(&r);
     struct rec_op first = op_alloc(100, 0);
     ck_assert_int_eq(replay(&r, &first), 0);
-    uint64_t before = dalloc_digest(r.alloc);
-    struct rec_op wrong = op_alloc(100, 4096);
-    ck_assert_int_eq(replay(&r, &wrong), -1);
-    ck_assert_str_eq(r.err, "ALLOC size 100: replica got 112, sender got 4096");
-    ck_assert_uint_eq(dalloc_digest(r.alloc), before);   /* left as it was */
+    uint64_t before = replica_alloc_digest(&r);
+    struct rec_op again = op_alloc(16, 0);
+    ck_assert_int_eq(replay(&r, &again), -1);
+    ck_assert_str_eq(r.err, "ALLOC size 16 at 0: a piece already starts there on the replica");
+    ck_assert_uint_eq(replica_alloc_digest(&r), before);   /* left as it was */
+    ck_assert_uint_eq(pieceset_used_bytes(r.pieces), 112);
+
+    struct rec_op overlap = op_alloc(32, 96);   /* inside [0, 112) */
+    ck_assert_int_eq(replay(&r, &overlap), 0);
+    errno = 0;
+    ck_assert_ptr_null(pieceset_build(r.pieces));
+    ck_assert_int_eq(errno, ENOSPC);
     replica_teardown(&r);
 }
 END_TEST
@@ -371,7 +396,13 @@ START_TEST(test_replay_alloc_no_space)
     struct rec_op huge = op_alloc((uint64_t)REGION + 16, 0);
     ck_assert_int_eq(replay(&r, &huge), -1);
     ck_assert_ptr_nonnull(strstr(r.err, "ALLOC size"));
-    ck_assert_ptr_nonnull(strstr(r.err, "sender got 0"));
+    ck_assert_ptr_nonnull(strstr(r.err, "outside the region"));
+    struct rec_op tail = op_alloc(32, REGION - 16);
+    ck_assert_int_eq(replay(&r, &tail), -1);
+    struct rec_op odd = op_alloc(16, 8);
+    ck_assert_int_eq(replay(&r, &odd), -1);
+    ck_assert_ptr_nonnull(strstr(r.err, "misaligned"));
+    ck_assert_uint_eq(pieceset_count(r.pieces), 0);
     replica_teardown(&r);
 }
 END_TEST
@@ -439,7 +470,7 @@ static Suite *meta_suite(void)
     tcase_add_test(digest, test_digest_order_independent);
     tcase_add_test(digest, test_digest_sees_every_field);
     tcase_add_test(replay_tc, test_replay_mirrors_sender);
-    tcase_add_test(replay_tc, test_replay_wrong_alloc_offset);
+    tcase_add_test(replay_tc, test_replay_alloc_taken_offset);
     tcase_add_test(replay_tc, test_replay_alloc_no_space);
     tcase_add_test(replay_tc, test_replay_bad_free);
     tcase_add_test(replay_tc, test_replay_missing_del);

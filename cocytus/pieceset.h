@@ -1,0 +1,65 @@
+/*
+ * The used pieces of a replica allocator: a set of (offset, size) keyed by
+ * offset.
+ *
+ * A parity process (and a recovery process's replica) used to replay every
+ * ALLOC and FREE of its data process on a whole allocator (alloc.h), which
+ * cost it about a third of its CPU: two AVL trees per piece, walked on every
+ * overwrite.  It does not need them.  The data process chooses every offset
+ * and the record carries it, and an allocator's state is a function of its
+ * set of used pieces alone (alloc.h), so a replica only has to remember that
+ * set.  An add and a remove are O(1) here.  When an allocator is needed (the
+ * replica starts serving, a rebuild sends the pieces, a diagnostic asks for
+ * the digest), pieceset_build() makes one from the set, identical to the data
+ * process's.
+ *
+ * What the replica no longer checks at once: that a new piece does not
+ * overlap an existing one that starts elsewhere (a piece starting at the same
+ * offset is refused).  pieceset_build() refuses such a set.
+ *
+ * Offsets and sizes are bytes, multiples of DALLOC_GRAIN; sizes are rounded
+ * as dalloc_round_size() does.  Not thread safe.
+ */
+#ifndef COCYTUS_PIECESET_H
+#define COCYTUS_PIECESET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+
+struct pieceset;
+
+/* A set for a region of region_size bytes (a positive multiple of
+ * DALLOC_GRAIN, at most DALLOC_MAX_REGION), empty.  NULL (errno EINVAL or
+ * ENOMEM) on failure. */
+struct pieceset *pieceset_new(uint64_t region_size);
+void pieceset_destroy(struct pieceset *s);   /* NULL is accepted */
+void pieceset_reset(struct pieceset *s);     /* empties it */
+
+/* Adds the piece [off, off + round(size)).  Errors: -EINVAL (misaligned, a
+ * size that does not round, or outside the region), -EEXIST (a piece already
+ * starts at off), -ENOMEM.  A failed call changes nothing. */
+int pieceset_add(struct pieceset *s, uint64_t off, uint64_t size);
+
+/* Removes the piece starting at off and stores its size in *size (if not
+ * NULL).  Errors: -ENOENT. */
+int pieceset_remove(struct pieceset *s, uint64_t off, uint64_t *size);
+
+uint64_t pieceset_region_size(const struct pieceset *s);
+uint64_t pieceset_used_bytes(const struct pieceset *s);
+uint64_t pieceset_count(const struct pieceset *s);
+/* Heap bytes of the set's table. */
+size_t pieceset_meta_bytes(const struct pieceset *s);
+
+/* The pieces in address order, in a malloc'd array (*out, *n; *out is NULL
+ * when the set is empty).  Returns 0 or -ENOMEM.  A radix sort: this is on
+ * the failover path (pieceset_build). */
+int pieceset_sorted(const struct pieceset *s, struct dalloc_span **out, size_t *n);
+
+/* An allocator for the set's region whose used pieces are exactly the set's
+ * (dalloc_from_used()).  NULL with errno ENOSPC if two pieces overlap,
+ * ENOMEM if out of memory. */
+struct dalloc *pieceset_build(const struct pieceset *s);
+
+#endif
