@@ -188,6 +188,7 @@ struct data_engine {
 
     /* counters */
     uint64_t evictions, expired_removed, total_items, blocked_waits;
+    uint64_t in_place_writes;     /* overwrites that reused the old value's piece */
     char msg[256];
 };
 
@@ -524,8 +525,57 @@ static const uint8_t *compose_value(struct data_engine *dp, const struct eng_mut
     return v;
 }
 
-/* Write value into a fresh range and send the record.  old (may be NULL)
- * is the entry being replaced; its space is deferred. */
+/* An overwrite whose value takes a piece of the same size as the old one
+ * reuses that piece: no ALLOC, no deferred FREE, and nothing for the
+ * allocator here or for the parity processes' sets of pieces to do.  The
+ * delta is taken against the old value's bytes, which stay in the region
+ * (and readers keep seeing them) until the record commits and XORs the
+ * delta in; one record per key in flight means no other record can change
+ * those bytes meanwhile.  Not for an entry that already has a record in
+ * flight (its bytes are not final). */
+static bool overwrite_in_place(const struct item *old, uint64_t size)
+{
+    return old && !(old->iflags & (META_PENDING | DP_NEW)) &&
+           entry_piece_size(old) == dalloc_round_size(size);
+}
+
+/* The delta of value against the range's current bytes at off. */
+static const uint8_t *value_delta(struct data_engine *dp, uint64_t off, const uint8_t *value,
+                                  size_t len)
+{
+    uint8_t *delta = scratch(&dp->delta_buf, &dp->delta_cap, len);
+    if (!delta) {
+        dp_log(dp, "out of memory building a delta");
+        abort();
+    }
+    codec_xor_pair(delta, value, dp->region + off, len);
+    return delta;
+}
+
+static void push_put(struct data_engine *dp, const char *key, size_t nkey, uint64_t off,
+                     size_t len, uint32_t flags, int64_t exptime, uint64_t cas)
+{
+    struct rec_op *op = op_push(dp, ROP_PUT);
+    op->key = key;
+    op->nkey = (uint8_t)nkey;
+    op->off = off;
+    op->nbytes = (uint32_t)len;
+    op->flags = flags;
+    op->exptime = exptime;
+    op->cas = cas;
+}
+
+static void send_value(struct data_engine *dp, uint64_t off, const uint8_t *delta, size_t len,
+                       uint64_t cas, eng_done_fn done, void *cookie, struct eng_result *res)
+{
+    res->status = ENG_SUCCESS;
+    res->cas = cas;
+    finish_record(dp, off, delta, (uint32_t)len, done, cookie, res);
+}
+
+/* Write value into a fresh range (or the old one's, overwrite_in_place)
+ * and send the record.  old (may be NULL) is the entry being replaced; a
+ * fresh range defers its space. */
 static enum try_result write_value(struct data_engine *dp, const char *key, size_t nkey,
                                    struct item *old, const uint8_t *value, size_t len,
                                    uint32_t flags, int64_t exptime, uint64_t cas,
@@ -540,6 +590,19 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
     }
     uint64_t value_out = res->value;     /* an arith's result, kept for the completion */
     bool created = res->created;
+    if (overwrite_in_place(old, size)) {
+        off = meta_off(old);
+        if (!units_ready(dp, off, len)) {   /* a recovery process's range not rebuilt yet */
+            flush_stray_ops(dp);
+            return TRY_BLOCKED;
+        }
+        old->iflags |= META_PENDING;
+        dp->in_place_writes++;
+        const uint8_t *delta = value_delta(dp, off, value, len);
+        push_put(dp, key, nkey, off, len, flags, exptime, cas);
+        send_value(dp, off, delta, len, cas, done, cookie, res);
+        return TRY_SENT;
+    }
     /* The key's own entry must not be evicted to make room for its new
      * value (its space is released below, once). */
     bool old_was_busy = old && (old->iflags & META_PENDING);
@@ -567,22 +630,8 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
     struct rec_op *op = op_push(dp, ROP_ALLOC);
     op->size = size;
     op->off = off;
-
-    uint8_t *delta = scratch(&dp->delta_buf, &dp->delta_cap, len);
-    if (!delta) {
-        dp_log(dp, "out of memory building a delta");
-        abort();
-    }
-    codec_xor_pair(delta, value, dp->region + off, len);
-
-    op = op_push(dp, ROP_PUT);
-    op->key = key;
-    op->nkey = (uint8_t)nkey;
-    op->off = off;
-    op->nbytes = (uint32_t)len;
-    op->flags = flags;
-    op->exptime = exptime;
-    op->cas = cas;
+    const uint8_t *delta = value_delta(dp, off, value, len);
+    push_put(dp, key, nkey, off, len, flags, exptime, cas);
     if (old) {
         defer_entry_space(dp, old);
         old->iflags |= META_PENDING;
@@ -597,9 +646,7 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
     }
     if (dp->evict && dalloc_free_bytes(dp->alloc) + dp->deferred_bytes < dp->headroom)
         evict_until(dp, dp->headroom, 0);
-    res->status = ENG_SUCCESS;
-    res->cas = cas;
-    finish_record(dp, off, delta, (uint32_t)len, done, cookie, res);
+    send_value(dp, off, delta, len, cas, done, cookie, res);
     return TRY_SENT;
 }
 
@@ -1470,6 +1517,7 @@ static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, vo
     emit(ctx, "records_sent", "%" PRIu64, dp->tx.records_sent);
     emit(ctx, "write_queue", "%zu", dp->queue.len);
     emit(ctx, "blocked_waits", "%" PRIu64, dp->blocked_waits);
+    emit(ctx, "in_place_writes", "%" PRIu64, dp->in_place_writes);
     if (dp->recovering)
         emit(ctx, "unit_waits", "%" PRIu64, dp->unit_waits);
     return true;
@@ -1479,6 +1527,7 @@ static void dp_stats_reset(struct engine *eng)
 {
     struct data_engine *dp = dp_of(eng);
     dp->evictions = 0;
+    dp->in_place_writes = 0;
     dp->expired_removed = 0;
     dp->total_items = 0;
     dp->blocked_waits = 0;

@@ -6,7 +6,8 @@
  * acknowledged it (in any order, cumulative acks); it is invisible to reads
  * until then; completions come in xid order; the next record piggybacks the
  * stable xid and, with no next record, an idle STABLE frame carries it; a
- * second write of the same key waits for the first to be stable. */
+ * second write of the same key waits for the first to be stable; an
+ * overwrite of the same piece size reuses the old piece. */
 #include "config.h"
 
 #include <check.h>
@@ -31,6 +32,14 @@ struct fake_parity {
     struct link *link;
     uint64_t record_xids[MAX_SEEN];
     uint64_t record_stables[MAX_SEEN];
+    /* Per record: its op types in order (at most 8), the PUT's offset, the
+     * delta's range and first bytes. */
+    uint8_t record_ops[MAX_SEEN][8];
+    int record_nops[MAX_SEEN];
+    uint64_t record_put_off[MAX_SEEN];
+    uint64_t record_data_off[MAX_SEEN];
+    uint32_t record_data_len[MAX_SEEN];
+    uint8_t record_delta[MAX_SEEN][16];
     int nrecords;
     uint64_t last_stable_frame;   /* payload of the last FT_STABLE */
     int nstable_frames;
@@ -58,8 +67,18 @@ static void fake_frame(struct link *l, uint16_t type, const uint8_t *p, uint32_t
         struct rec_op ops[64];
         struct record r;
         ck_assert_int_eq(rec_decode(p, len, &r, ops, 64), 0);
-        f->record_xids[f->nrecords] = r.xid;
-        f->record_stables[f->nrecords] = r.stable_xid;
+        int n = f->nrecords;
+        f->record_xids[n] = r.xid;
+        f->record_stables[n] = r.stable_xid;
+        f->record_nops[n] = (int)r.nops;
+        for (uint32_t i = 0; i < r.nops && i < 8; i++) {
+            f->record_ops[n][i] = ops[i].type;
+            if (ops[i].type == ROP_PUT)
+                f->record_put_off[n] = ops[i].off;
+        }
+        f->record_data_off[n] = r.data_off;
+        f->record_data_len[n] = r.data_len;
+        memcpy(f->record_delta[n], r.data, r.data_len < 16 ? r.data_len : 16);
         f->nrecords++;
     } else if (type == FT_STABLE && len == 8) {
         uint64_t v = 0;
@@ -317,6 +336,59 @@ START_TEST(test_same_key_waits)
 }
 END_TEST
 
+/* Acknowledge xid on every parity process and wait for n completions. */
+static void commit_through(uint64_t xid, int n)
+{
+    want_records = (int)xid;
+    ck_assert(run_until(records_arrived));
+    for (int j = 0; j < NPARITY; j++)
+        ack(j, xid);
+    want_done = n;
+    ck_assert(run_until(completions_arrived));
+}
+
+/* A new value of the same piece size overwrites the old one's piece: the
+ * record is the PUT alone, at the old offset, with the delta against the
+ * old bytes; readers see the old value until it commits.  Another size
+ * takes a fresh piece, and the old one's FREE follows once that is stable. */
+START_TEST(test_overwrite_in_place)
+{
+    int c1, c2, c3, c4;
+    ck_assert_int_eq(set_key("k", "aaaa", &c1), ENG_PENDING);
+    commit_through(1, 1);
+    ck_assert_int_eq(fakes[0].record_nops[0], 2);
+    ck_assert_int_eq(fakes[0].record_ops[0][0], ROP_ALLOC);
+    ck_assert_int_eq(fakes[0].record_ops[0][1], ROP_PUT);
+    uint64_t off = fakes[0].record_put_off[0];
+
+    ck_assert_int_eq(set_key("k", "bbbbbbbbbbbbbbbb", &c2), ENG_PENDING);   /* 16 bytes */
+    want_records = 2;
+    ck_assert(run_until(records_arrived));
+    for (int j = 0; j < NPARITY; j++) {
+        ck_assert_int_eq(fakes[j].record_nops[1], 1);
+        ck_assert_int_eq(fakes[j].record_ops[1][0], ROP_PUT);
+        ck_assert_uint_eq(fakes[j].record_put_off[1], off);
+        ck_assert_uint_eq(fakes[j].record_data_off[1], off);
+        ck_assert_uint_eq(fakes[j].record_data_len[1], 16);
+        for (int i = 0; i < 16; i++)
+            ck_assert_uint_eq(fakes[j].record_delta[1][i], (uint8_t)('b' ^ (i < 4 ? 'a' : 0)));
+    }
+    ck_assert(readable("k", "aaaa"));       /* the old value until it commits */
+    commit_through(2, 2);
+    ck_assert(readable("k", "bbbbbbbbbbbbbbbb"));
+
+    /* 17 bytes need 32: a fresh piece; the 16-byte one is freed after. */
+    ck_assert_int_eq(set_key("k", "ccccccccccccccccc", &c3), ENG_PENDING);
+    commit_through(3, 3);
+    ck_assert_int_eq(fakes[0].record_ops[2][0], ROP_ALLOC);
+    ck_assert_uint_ne(fakes[0].record_put_off[2], off);
+    ck_assert(readable("k", "ccccccccccccccccc"));
+    ck_assert_int_eq(set_key("other", "x", &c4), ENG_PENDING);
+    commit_through(4, 4);
+    ck_assert_int_eq(fakes[0].record_ops[3][0], ROP_FREE);
+}
+END_TEST
+
 static Suite *commit_suite(void)
 {
     Suite *s = suite_create("data_commit");
@@ -327,6 +399,7 @@ static Suite *commit_suite(void)
     tcase_add_test(tc, test_idle_stable_frame);
     tcase_add_test(tc, test_out_of_order_cumulative_acks);
     tcase_add_test(tc, test_same_key_waits);
+    tcase_add_test(tc, test_overwrite_in_place);
     suite_add_tcase(s, tc);
     return s;
 }
