@@ -238,8 +238,10 @@ static int replay_alloc(struct pieceset *ps, const struct rec_op *op, char *err,
     }
     if (rc != 0) {
         snprintf(err, errlen, "ALLOC size %" PRIu64 " at %" PRIu64 ": replica failed (%s)",
-                 op->size, op->off, rc == -EINVAL ? "outside the region or misaligned"
-                                                   : strerror(-rc));
+                 op->size, op->off,
+                 rc == -EINVAL   ? "outside the region or misaligned"
+                 : rc == -ENOSPC ? "its pieces would hold more than the region"
+                                 : strerror(-rc));
         return -1;
     }
     return 0;

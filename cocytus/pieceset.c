@@ -153,6 +153,10 @@ int pieceset_add(struct pieceset *s, uint64_t off, uint64_t size)
     struct slot *t = probe(s, key);
     if (slot_key(t) == key)
         return -EEXIST;
+    /* Pieces that do not overlap fit in the region: a cheap part of the
+     * overlap check that only pieceset_build() can do in full. */
+    if (rounded > s->region_size - s->used_bytes)
+        return -ENOSPC;
     if ((s->count + 1) * 4 > (s->mask + 1) * 3) {
         if (grow(s) != 0)
             return -ENOMEM;

@@ -15,7 +15,8 @@
  *
  * What the replica no longer checks at once: that a new piece does not
  * overlap an existing one that starts elsewhere (a piece starting at the same
- * offset is refused).  pieceset_build() refuses such a set.
+ * offset is refused, and so is one that would make the pieces hold more
+ * bytes than the region).  pieceset_build() refuses such a set.
  *
  * Offsets and sizes are bytes, multiples of DALLOC_GRAIN; sizes are rounded
  * as dalloc_round_size() does.  Not thread safe.
@@ -39,7 +40,8 @@ void pieceset_reset(struct pieceset *s);     /* empties it */
 
 /* Adds the piece [off, off + round(size)).  Errors: -EINVAL (misaligned, a
  * size that does not round, or outside the region), -EEXIST (a piece already
- * starts at off), -ENOMEM.  A failed call changes nothing. */
+ * starts at off), -ENOSPC (the pieces would hold more bytes than the
+ * region: some overlap), -ENOMEM.  A failed call changes nothing. */
 int pieceset_add(struct pieceset *s, uint64_t off, uint64_t size);
 
 /* Removes the piece starting at off and stores its size in *size (if not

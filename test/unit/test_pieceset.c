@@ -133,6 +133,12 @@ START_TEST(test_refusals)
     ck_assert_uint_eq(size, 16);
     ck_assert_int_eq(pieceset_remove(s, 4080, &size), -ENOENT);
 
+    /* Pieces holding more bytes than the region: refused (some overlap). */
+    ck_assert_int_eq(pieceset_add(s, 16, 4080), 0);          /* the rest of it */
+    ck_assert_int_eq(pieceset_add(s, 32, 16), -ENOSPC);
+    ck_assert_int_eq(pieceset_remove(s, 16, NULL), 0);
+    ck_assert_uint_eq(pieceset_count(s), 1);
+
     /* Overlapping pieces that start apart are taken, but make no allocator. */
     ck_assert_int_eq(pieceset_add(s, 16, 64), 0);
     ck_assert_int_eq(pieceset_add(s, 48, 16), 0);
