@@ -906,7 +906,7 @@ struct dalloc *dalloc_from_used(uint64_t region_size, const struct dalloc_span *
         errno = -rc;
         return NULL;
     }
-    if (n + ngaps >= UINT32_MAX) {
+    if (n + ngaps > UINT32_MAX - 1) {   /* indices 1 .. 2^32 - 1 */
         errno = ENOMEM;
         return NULL;
     }

@@ -4,14 +4,17 @@
  * The allocator hands out byte ranges ("pieces") of a region of fixed size R.
  * It never touches the region: it only returns offsets, and all of its
  * bookkeeping lives in ordinary heap memory.  Its results depend only on the
- * sequence of calls made on it, never on pointer values, so a parity process
- * that replays a data process's alloc/free sequence on its own instance gets
- * exactly the same offsets (design.md section 4).
+ * sequence of calls made on it, never on pointer values, so two instances
+ * given the same calls return the same offsets (the design's deterministic
+ * allocator, design.md section 4).
  *
  * Stronger still: the whole state is a function of the set of used pieces
  * alone (free pieces are always the maximal gaps between them), so an instance
- * rebuilt with dalloc_reserve() from another's used pieces is identical to it
- * and behaves identically from then on.
+ * rebuilt with dalloc_reserve() or dalloc_from_used() from another's used
+ * pieces has the same pieces (and digest) and returns the same offsets from
+ * then on; its trees may be shaped differently.  That is why a parity
+ * process keeps only a data process's used pieces (pieceset.h) and builds
+ * an allocator from them when it must serve in the data process's place.
  *
  * Rules:
  *   - 16-byte granularity: sizes are rounded up to a multiple of 16 and every

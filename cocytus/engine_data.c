@@ -376,10 +376,12 @@ static void begin_record(struct data_engine *dp)
     emit_usable_frees(dp);
 }
 
-/* The piece holding an entry's value: write_value allocates exactly
- * max(nbytes, 1) bytes for it (every replica and copy of the table keeps
- * the pair), so its size is known without asking the allocator; the one
- * lookup is dalloc_free's, which checks the size (emit_usable_frees). */
+/* The piece holding an entry's value is always round(max(nbytes, 1))
+ * bytes: write_value allocates max(nbytes, 1), and an overwrite in place
+ * keeps a piece only for a value of the same rounded size (every parity
+ * process checks this on each PUT, meta_replay_op).  So its size is known
+ * without asking the allocator; the one lookup is dalloc_free's, which
+ * checks the size (emit_usable_frees). */
 static uint64_t entry_piece_size(const struct item *e)
 {
     return dalloc_round_size(e->nbytes ? e->nbytes : 1);

@@ -5,7 +5,8 @@
  * A recovery process is a parity process that took over a dead data
  * process's keys (docs/recovery.md).  It runs the very same data engine,
  * built from the state the parity process already holds: the backup table
- * and replica allocator of that data process, its parity region (which
+ * of that data process and an allocator built from its used pieces
+ * (pieceset.h), its parity region (which
  * becomes the data region unit by unit), and the xid stream continued from
  * the stable xid.  The only difference is that bytes of a unit not yet
  * rebuilt cannot be read or overwritten: the engine asks for the unit and

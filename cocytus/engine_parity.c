@@ -16,7 +16,8 @@
  * data process's stream here (fence it, report the last xid received),
  * truncate it at the stable xid, and may make this process the recovery
  * process that serves the dead process's keys.  It then runs a data engine
- * (engine_data.h) over the backup table, the replica allocator and this
+ * (engine_data.h) over the backup table, an allocator built from the data
+ * process's used pieces (pieceset.h) and this
  * very region, and client requests go to it; recovery.c rebuilds the
  * region's units from the other processes of the group. */
 #include "config.h"
@@ -881,22 +882,31 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     if (settle_stream(pe, dp, stable) != 0)
         return;
     struct parity_dp *d = &pe->state.dps[dp];
+    /* The data engine gets an allocator built from the pieces (this
+     * process's copy of them then starts empty, as a fresh replica's
+     * would).  Built before anything changes: if it cannot be, this
+     * process stays a parity process exactly as it was. */
+    struct dalloc *alloc = pieceset_build(d->pieces);
+    if (alloc == NULL) {
+        if (errno == ENOSPC)
+            repl_source_mark_diverged(&d->src, stable, "its %" PRIu64 " pieces overlap: no "
+                                      "allocator can be built to serve it",
+                                      pieceset_count(d->pieces));
+        pe_log(pe, "takeover of dp %d refused: cannot build its allocator from its %" PRIu64
+               " pieces (%s)", dp, pieceset_count(d->pieces),
+               errno == ENOSPC ? "two of them overlap" : "out of memory");
+        return;
+    }
     int peers[RECOV_MAX_M], npeers = 0;
     for (int j = 0; j < pe->state.m; j++)
         if (j != pe->index && pe->view.pp_state[j] != GV_PP_DEAD)
             peers[npeers++] = j;
     if (recovery_serve(&pe->rec, dp) != 0) {
+        dalloc_destroy(alloc);
         pe_log(pe, "out of memory starting the recovery of dp %d", dp);
         return;
     }
     pe->state.data_units = &pe->rec.own;
-    /* The data engine gets an allocator built from the pieces; this
-     * process's copy of them starts empty, as a fresh replica would. */
-    struct dalloc *alloc = pieceset_build(d->pieces);
-    if (alloc == NULL)
-        pe_log(pe, "cannot build dp %d's allocator from its %" PRIu64 " pieces: %s", dp,
-               pieceset_count(d->pieces), errno == ENOSPC ? "two of them overlap"
-                                                          : "out of memory");
     struct data_recovery_config rc = {
         .dp = dp,
         .self_pp = pe->index,
@@ -913,7 +923,7 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     };
     struct engine_config cfg = pe->cfg;
     cfg.index = dp;
-    pe->serving = alloc ? engine_data_recovery_new(&cfg, &rc) : NULL;
+    pe->serving = engine_data_recovery_new(&cfg, &rc);
     pe->serving_gen++;
     if (!pe->serving) {
         dalloc_destroy(alloc);

@@ -64,9 +64,11 @@ void meta_iterate(struct meta_table *t, assoc_visit_fn visit, void *ctx);
 
 /* Apply one record op to a replica table and the replica's used pieces
  * (pieceset.h).  Returns 0, or -1 with a message in err when the replica
- * disagrees with the sender (ALLOC of a piece outside the region or where
- * one already starts, FREE of an offset where none starts, DEL of a missing
- * key): the caller must stop applying that sender's records. */
+ * disagrees with the sender (ALLOC of a piece outside the region, where one
+ * already starts, or past the region's bytes; FREE of an offset where none
+ * starts; PUT of a value not at the start of a piece of its rounded size;
+ * DEL of a missing key): the caller must stop applying that sender's
+ * records. */
 int meta_replay_op(struct meta_table *t, struct pieceset *ps, const struct rec_op *op,
                    char *err, size_t errlen);
 

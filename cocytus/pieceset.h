@@ -1,6 +1,6 @@
 /*
- * The used pieces of a replica allocator: a set of (offset, size) keyed by
- * offset.
+ * The used pieces of a data process's allocator, as its parity processes
+ * keep them: a set of (offset, size) keyed by offset.
  *
  * A parity process (and a recovery process's replica) used to replay every
  * ALLOC and FREE of its data process on a whole allocator (alloc.h), which
@@ -47,6 +47,9 @@ int pieceset_add(struct pieceset *s, uint64_t off, uint64_t size);
 /* Removes the piece starting at off and stores its size in *size (if not
  * NULL).  Errors: -ENOENT. */
 int pieceset_remove(struct pieceset *s, uint64_t off, uint64_t *size);
+
+/* Size of the piece starting at off, or 0 if none does. */
+uint64_t pieceset_size_of(const struct pieceset *s, uint64_t off);
 
 uint64_t pieceset_region_size(const struct pieceset *s);
 uint64_t pieceset_used_bytes(const struct pieceset *s);

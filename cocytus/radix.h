@@ -4,7 +4,8 @@
  * Where a replica's set of pieces becomes an allocator (pieceset.h,
  * alloc.h's dalloc_from_used) two sorts sit on the failover path: the
  * pieces by offset and the free gaps by size.  Their keys are grain counts
- * of at most 40 bits, and the region's size bounds them further, so a radix
+ * (16-byte units) of at most 40 bits, and the region's size bounds them
+ * further, so a radix
  * sort does it in a few linear passes (11 bits each, only as many as the
  * largest key needs) where qsort costs n log n comparisons through a
  * function pointer.  Stable: records with equal keys keep their order,

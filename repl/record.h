@@ -14,7 +14,7 @@
 #define REC_KEY_MAX 250
 
 enum rec_op_type {
-    ROP_ALLOC = 1,   /* size -> off: the replica allocator must return off */
+    ROP_ALLOC = 1,   /* size -> off: the sender's allocator returned off */
     ROP_FREE = 2,    /* off */
     ROP_PUT = 3,     /* key -> off, nbytes, flags, exptime, cas (insert or overwrite) */
     ROP_DEL = 4,     /* key */

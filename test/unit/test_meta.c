@@ -401,8 +401,16 @@ START_TEST(test_replay_alloc_no_space)
     ck_assert_int_eq(replay(&r, &tail), -1);
     struct rec_op odd = op_alloc(16, 8);
     ck_assert_int_eq(replay(&r, &odd), -1);
-    ck_assert_ptr_nonnull(strstr(r.err, "misaligned"));
+    ck_assert_str_eq(r.err, "ALLOC size 16 at 8: replica failed (outside the region or misaligned)");
     ck_assert_uint_eq(pieceset_count(r.pieces), 0);
+    /* The whole region taken, one more piece is more than it holds. */
+    struct rec_op all = op_alloc(REGION, 0);
+    ck_assert_int_eq(replay(&r, &all), 0);
+    struct rec_op more = op_alloc(16, 16);
+    ck_assert_int_eq(replay(&r, &more), -1);
+    ck_assert_str_eq(r.err,
+                     "ALLOC size 16 at 16: replica failed (its pieces would hold more than the region)");
+    ck_assert_uint_eq(pieceset_count(r.pieces), 1);
     replica_teardown(&r);
 }
 END_TEST
@@ -432,9 +440,41 @@ START_TEST(test_replay_missing_del)
     ck_assert_int_eq(replay(&r, &del), -1);
     ck_assert_ptr_nonnull(strstr(r.err, "DEL key ghost"));
     struct rec_op put = op_put("ghost", 0, 10, 1);
+    struct rec_op alloc = op_alloc(10, 0);
+    ck_assert_int_eq(replay(&r, &alloc), 0);
     ck_assert_int_eq(replay(&r, &put), 0);
     ck_assert_int_eq(replay(&r, &del), 0);
     ck_assert_uint_eq(r.meta.count, 0);
+    replica_teardown(&r);
+}
+END_TEST
+
+/* A PUT names the start of a piece of its value's rounded size: an
+ * overwrite in place (same piece, no ALLOC), a touch; anything else is a
+ * replica that disagrees. */
+START_TEST(test_replay_put_needs_its_piece)
+{
+    struct replica r;
+    replica_setup(&r);
+    struct rec_op a = op_alloc(20, 64);                 /* a 32-byte piece */
+    ck_assert_int_eq(replay(&r, &a), 0);
+    struct rec_op put = op_put("k", 64, 20, 1);
+    ck_assert_int_eq(replay(&r, &put), 0);
+    struct rec_op again = op_put("k", 64, 32, 2);       /* in place, 32 bytes */
+    ck_assert_int_eq(replay(&r, &again), 0);
+    struct rec_op bigger = op_put("k", 64, 33, 3);      /* needs 48 */
+    ck_assert_int_eq(replay(&r, &bigger), -1);
+    ck_assert_str_eq(r.err, "PUT key k: no piece of 48 bytes starts at 64 on the replica");
+    struct rec_op smaller = op_put("k", 64, 16, 4);     /* needs 16 */
+    ck_assert_int_eq(replay(&r, &smaller), -1);
+    struct rec_op inside = op_put("k", 80, 8, 5);       /* inside the piece */
+    ck_assert_int_eq(replay(&r, &inside), -1);
+    struct rec_op nowhere = op_put("j", 0, 0, 6);       /* no piece at all */
+    ck_assert_int_eq(replay(&r, &nowhere), -1);
+    struct item *e = meta_find(&r.meta, "k", 1);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_uint_eq(e->nbytes, 32);                   /* the last accepted PUT */
+    ck_assert_uint_eq(r.meta.count, 1);
     replica_teardown(&r);
 }
 END_TEST
@@ -474,6 +514,7 @@ static Suite *meta_suite(void)
     tcase_add_test(replay_tc, test_replay_alloc_no_space);
     tcase_add_test(replay_tc, test_replay_bad_free);
     tcase_add_test(replay_tc, test_replay_missing_del);
+    tcase_add_test(replay_tc, test_replay_put_needs_its_piece);
     tcase_add_test(replay_tc, test_replay_put_outside_region);
     suite_add_tcase(s, table);
     suite_add_tcase(s, digest);

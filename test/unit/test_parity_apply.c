@@ -436,7 +436,15 @@ static void model_set(struct model *m, int dp, int key)
     struct model_dp *d = &m->dps[dp];
     uint32_t len = (uint32_t)rng_below(&m->rng, MODEL_VALUE_MAX);
     uint64_t off;
-    if (dalloc_alloc(d->alloc, len, &off) != 0)
+    const char *k = m->keys[key];
+    /* Same piece size as the live value: overwritten in place, as the
+     * data engine does (a PUT at the old offset, no ALLOC or FREE). */
+    struct item *old = d->live[key] ? meta_find(&d->meta, k, strlen(k)) : NULL;
+    bool in_place = old && dalloc_round_size(old->nbytes ? old->nbytes : 1) ==
+                               dalloc_round_size(len ? len : 1);
+    if (in_place)
+        off = d->off[key];
+    else if (dalloc_alloc(d->alloc, len, &off) != 0)
         return;
     uint8_t value[MODEL_VALUE_MAX], delta[MODEL_VALUE_MAX];
     for (uint32_t n = 0; n < len; n++) {
@@ -444,15 +452,15 @@ static void model_set(struct model *m, int dp, int key)
         delta[n] = value[n] ^ d->region[off + n];
     }
     memcpy(d->region + off, value, len);
-    const char *k = m->keys[key];
     uint64_t xid = model_next_xid(m, d);
     meta_put(&d->meta, k, strlen(k), off, len, 0, 0, xid);
 
     struct rec_builder b;
     rb_start(&b, xid, d->stable);
-    rb_op(&b, op_alloc(len, off));
+    if (!in_place)
+        rb_op(&b, op_alloc(len, off));
     rb_op(&b, op_put(k, off, len, xid));
-    if (d->live[key]) {
+    if (d->live[key] && !in_place) {
         dalloc_free(d->alloc, d->off[key], NULL);
         rb_op(&b, op_free(d->off[key]));
     }

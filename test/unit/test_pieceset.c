@@ -162,6 +162,52 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* Probe runs that wrap from the table's last slot to its first: removal
+ * shifts entries back across the end.  White box: the offsets are chosen
+ * with pieceset.c's hash (Fibonacci hashing of offset/16 + 1 into the
+ * initial 64 slots), so that several share the last slot as their home. */
+static uint64_t home64(uint64_t off)
+{
+    return ((off / DALLOC_GRAIN + 1) * 0x9E3779B97F4A7C15ull) >> 58;
+}
+
+START_TEST(test_wrapping_probe_runs)
+{
+    struct pieceset *s = pieceset_new((uint64_t)1 << 30);
+    ck_assert_ptr_nonnull(s);
+    uint64_t last[4], first[2];
+    int nlast = 0, nfirst = 0;
+    for (uint64_t off = 0; nlast < 4 || nfirst < 2; off += DALLOC_GRAIN) {
+        uint64_t h = home64(off);
+        if (h == 63 && nlast < 4)
+            last[nlast++] = off;
+        else if (h == 0 && nfirst < 2)
+            first[nfirst++] = off;
+    }
+    /* Slots 63, 0, 1, 2 hold the last-homed ones, then the first-homed. */
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pieceset_add(s, last[i], 16), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pieceset_add(s, first[i], 32), 0);
+    /* Remove from the middle of the wrapped run, one at a time; every other
+     * piece must still be found each time. */
+    static const int order[] = { 1, 0, 3, 2 };
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(pieceset_remove(s, last[order[k]], NULL), 0);
+        for (int i = 0; i < 4; i++) {
+            bool gone = false;
+            for (int j = 0; j <= k; j++)
+                gone = gone || order[j] == i;
+            ck_assert_uint_eq(pieceset_size_of(s, last[i]), gone ? 0 : 16);
+        }
+        for (int i = 0; i < 2; i++)
+            ck_assert_uint_eq(pieceset_size_of(s, first[i]), 32);
+    }
+    ck_assert_uint_eq(pieceset_count(s), 2);
+    pieceset_destroy(s);
+}
+END_TEST
+
 /* The radix sort under the build: sorted and stable, for keys of every
  * width up to 64 bits (records carry their input position). */
 struct keyed {
@@ -231,6 +277,12 @@ START_TEST(test_largest_region)
     ck_assert_uint_eq(all[1].size, 4096);
     free(all);
     ck_assert_uint_eq(pieceset_used_bytes(s), DALLOC_MAX_REGION);
+    struct dalloc *a = pieceset_build(s);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(dalloc_check(a), DALLOC_CHECK_OK);
+    ck_assert_uint_eq(dalloc_size_of(a, top), 4096);
+    ck_assert_uint_eq(dalloc_free_pieces(a), 0);
+    dalloc_destroy(a);
     uint64_t size;
     ck_assert_int_eq(pieceset_remove(s, top, &size), 0);
     ck_assert_uint_eq(size, 4096);
@@ -300,6 +352,7 @@ int main(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_largest_region);
     tcase_add_test(tc, test_radix_sort);
+    tcase_add_test(tc, test_wrapping_probe_runs);
     suite_add_tcase(suite, tc);
     SRunner *sr = srunner_create(suite);
     srunner_run_all(sr, CK_NORMAL);
