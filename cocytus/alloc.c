@@ -634,6 +634,11 @@ uint64_t dalloc_round_size(uint64_t size)
     return (size + DALLOC_GRAIN - 1) / DALLOC_GRAIN * DALLOC_GRAIN;
 }
 
+uint64_t dalloc_value_piece(uint64_t nbytes)
+{
+    return dalloc_round_size(nbytes ? nbytes : 1);
+}
+
 /* Makes the whole region one free piece; a must hold no pieces and have a
  * spare ready. */
 static void init_single_piece(struct dalloc *a)

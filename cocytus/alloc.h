@@ -66,6 +66,12 @@ void dalloc_reset(struct dalloc *a);
  * at least one grain).  Returns 0 if the rounding would overflow. */
 uint64_t dalloc_round_size(uint64_t size);
 
+/* The piece a value of nbytes bytes lives in: round(max(nbytes, 1)).  A
+ * data process allocates exactly this for every value and keeps it for an
+ * overwrite of the same size; its parity processes check every PUT
+ * against it, so both sides use this one definition. */
+uint64_t dalloc_value_piece(uint64_t nbytes);
+
 /* Allocates a piece of at least `size` bytes, best fit.  On success stores
  * its offset in *off and returns 0.  Errors: -EINVAL, -ENOSPC, -ENOMEM. */
 int dalloc_alloc(struct dalloc *a, uint64_t size, uint64_t *off);

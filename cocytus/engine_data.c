@@ -376,15 +376,15 @@ static void begin_record(struct data_engine *dp)
     emit_usable_frees(dp);
 }
 
-/* The piece holding an entry's value is always round(max(nbytes, 1))
- * bytes: write_value allocates max(nbytes, 1), and an overwrite in place
+/* The piece holding an entry's value is always dalloc_value_piece(nbytes):
+ * write_value allocates max(nbytes, 1) bytes, and an overwrite in place
  * keeps a piece only for a value of the same rounded size (every parity
  * process checks this on each PUT, meta_replay_op).  So its size is known
  * without asking the allocator; the one lookup is dalloc_free's, which
  * checks the size (emit_usable_frees). */
 static uint64_t entry_piece_size(const struct item *e)
 {
-    return dalloc_round_size(e->nbytes ? e->nbytes : 1);
+    return dalloc_value_piece(e->nbytes);
 }
 
 /* Give an entry's space back once this record is stable. */
@@ -535,10 +535,10 @@ static const uint8_t *compose_value(struct data_engine *dp, const struct eng_mut
  * delta in; one record per key in flight means no other record can change
  * those bytes meanwhile.  Not for an entry that already has a record in
  * flight (its bytes are not final). */
-static bool overwrite_in_place(const struct item *old, uint64_t size)
+static bool overwrite_in_place(const struct item *old, size_t len)
 {
     return old && !(old->iflags & (META_PENDING | DP_NEW)) &&
-           entry_piece_size(old) == dalloc_round_size(size);
+           entry_piece_size(old) == dalloc_value_piece(len);
 }
 
 /* The delta of value against the range's current bytes at off. */
@@ -592,7 +592,7 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
     }
     uint64_t value_out = res->value;     /* an arith's result, kept for the completion */
     bool created = res->created;
-    if (overwrite_in_place(old, size)) {
+    if (overwrite_in_place(old, len)) {
         off = meta_off(old);
         if (!units_ready(dp, off, len)) {   /* a recovery process's range not rebuilt yet */
             flush_stray_ops(dp);

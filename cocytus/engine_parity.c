@@ -621,8 +621,7 @@ static bool admin_used(struct parity_engine *pe, int argc, char **argv, const st
         return true;
     struct dalloc_span *all;
     size_t n;
-    if (pieceset_sorted(d->pieces, &all, &n) != 0)
-    {
+    if (pieceset_sorted(d->pieces, &all, &n) != 0) {
         reply_str(r, "SERVER_ERROR out of memory\r\n");
         return true;
     }
@@ -888,13 +887,13 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
      * process stays a parity process exactly as it was. */
     struct dalloc *alloc = pieceset_build(d->pieces);
     if (alloc == NULL) {
-        if (errno == ENOSPC)
+        int why = errno;   /* before the calls below can change it */
+        if (why == ENOSPC)
             repl_source_mark_diverged(&d->src, stable, "its %" PRIu64 " pieces overlap: no "
                                       "allocator can be built to serve it",
                                       pieceset_count(d->pieces));
         pe_log(pe, "takeover of dp %d refused: cannot build its allocator from its %" PRIu64
-               " pieces (%s)", dp, pieceset_count(d->pieces),
-               errno == ENOSPC ? "two of them overlap" : "out of memory");
+               " pieces (%s)", dp, pieceset_count(d->pieces), pieceset_build_failure(why));
         return;
     }
     int peers[RECOV_MAX_M], npeers = 0;

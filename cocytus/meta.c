@@ -273,11 +273,11 @@ static int replay_put(struct meta_table *t, const struct pieceset *ps, const str
                  " bytes is outside the region (%" PRIu64 ")", key, op->off, op->nbytes, region);
         return -1;
     }
-    /* A value lies in a piece of its own rounded size (write_value
-     * allocates max(nbytes, 1) bytes; an overwrite in place, a touch and a
-     * mark keep the piece): with the set, this is one lookup, and it is
+    /* A value lies in a piece of dalloc_value_piece(nbytes) (an overwrite
+     * in place, a touch and a mark keep the piece): with the set, this is
+     * one lookup, and it is
      * the part of the allocator's old cross-check that a lone PUT allows. */
-    uint64_t want = dalloc_round_size(op->nbytes ? op->nbytes : 1);
+    uint64_t want = dalloc_value_piece(op->nbytes);
     if (pieceset_size_of(ps, op->off) != want) {
         snprintf(err, errlen, "PUT key %s: no piece of %" PRIu64 " bytes starts at %" PRIu64
                  " on the replica", key, want, op->off);

@@ -19,7 +19,6 @@
 
 #include "radix.h"
 
-
 #define MIN_BITS 6u
 #define MIN_SLOTS (1u << MIN_BITS)
 
@@ -266,6 +265,11 @@ int pieceset_sorted(const struct pieceset *s, struct dalloc_span **out, size_t *
     *out = all;
     *n = got;
     return 0;
+}
+
+const char *pieceset_build_failure(int err)
+{
+    return err == ENOSPC ? "two of them overlap" : "out of memory";
 }
 
 struct dalloc *pieceset_build(const struct pieceset *s)

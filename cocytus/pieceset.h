@@ -67,4 +67,7 @@ int pieceset_sorted(const struct pieceset *s, struct dalloc_span **out, size_t *
  * ENOMEM if out of memory. */
 struct dalloc *pieceset_build(const struct pieceset *s);
 
+/* Why pieceset_build() failed, from its errno, for a log line. */
+const char *pieceset_build_failure(int err);
+
 #endif

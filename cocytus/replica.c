@@ -288,8 +288,7 @@ int replica_take(struct replica *r, struct meta_table *meta, struct dalloc **all
     struct dalloc *a = pieceset_build(r->pieces);
     if (a == NULL) {
         rp_log(r, "cannot build the allocator of dp %d from its %" PRIu64 " pieces: %s", r->dp,
-               pieceset_count(r->pieces), errno == ENOSPC ? "two of them overlap"
-                                                          : "out of memory");
+               pieceset_count(r->pieces), pieceset_build_failure(errno));
         return -1;
     }
     *meta = r->meta;
