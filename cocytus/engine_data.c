@@ -2231,18 +2231,13 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
     dp->recovering = true;
     dp->region_borrowed = true;
     dp->region = rc->region;
-    dp->alloc = rc->alloc;
     dp->units = rc->units;
-    /* Take the backup table as it is: entries, LRU and counters. */
-    dp->meta = *rc->meta;
-    memset(rc->meta, 0, sizeof(*rc->meta));
-    if (meta_init(rc->meta, 0) < 0) {
-        dp_log(dp, "out of memory");
-        abort();
+    /* The empty table the caller gets in exchange for its own at
+     * engine_data_recovery_take(), made now because it can fail. */
+    if (meta_init(&dp->meta, 0) < 0) {
+        dp_destroy(&dp->base);
+        return NULL;
     }
-    dp->cas_counter = rc->cas_start;
-    dp->touched_end = rc->touched_end;
-    dp->total_items = dp->meta.count;
     char who[64];
     snprintf(who, sizeof(who), "recovery g%d/dp%d@pp%d", dp->group, dp->index, rc->self_pp);
     struct sender_config sc = dp_sender_config(dp, cfg->cluster, LINK_ROLE_PARITY, rc->self_pp,
@@ -2250,12 +2245,25 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
     sc.peers = rc->peers;
     sc.npeers = rc->npeers;
     if (sender_init(&dp->tx, &sc) < 0) {
-        dp->alloc = NULL;   /* still the caller's on failure */
         dp_destroy(&dp->base);
         return NULL;
     }
-    sender_start_at(&dp->tx, rc->start_xid);
     return &dp->base;
+}
+
+void engine_data_recovery_take(struct engine *e, const struct data_recovery_config *rc)
+{
+    struct data_engine *dp = dp_of(e);
+    dp->alloc = rc->alloc;
+    /* The backup table as it is (entries, LRU, counters); the caller keeps
+     * the empty one made at _new. */
+    struct meta_table empty = dp->meta;
+    dp->meta = *rc->meta;
+    *rc->meta = empty;
+    dp->cas_counter = rc->cas_start;
+    dp->touched_end = rc->touched_end;
+    dp->total_items = dp->meta.count;
+    sender_start_at(&dp->tx, rc->start_xid);
 }
 
 struct engine *engine_data_new(const struct engine_config *cfg)

@@ -41,8 +41,8 @@ struct data_unit_hooks {
 struct data_recovery_config {
     int dp;                        /* the logical data process served */
     int self_pp;                   /* our parity index: our identity on links */
-    struct meta_table *meta;       /* moved into the engine (left empty) */
-    struct dalloc *alloc;          /* taken over */
+    struct meta_table *meta;       /* moved into the engine at _take (left empty) */
+    struct dalloc *alloc;          /* taken over at _take */
     uint8_t *region;               /* borrowed: the parity engine's region */
     const int *peers;              /* parity processes to replicate to */
     int npeers;
@@ -52,8 +52,15 @@ struct data_recovery_config {
     struct data_unit_hooks units;
 };
 
+/* A recovery process's data engine, in two steps so that a takeover either
+ * completes or changes nothing: _new makes everything that can fail and
+ * takes nothing from rc (NULL on failure: rc's table, allocator and region
+ * are still the caller's); _take, which cannot fail, then moves rc's table
+ * (leaving it empty) and allocator into the engine and starts its stream
+ * at rc->start_xid.  rc must be the same for both calls. */
 struct engine *engine_data_recovery_new(const struct engine_config *cfg,
                                         const struct data_recovery_config *rc);
+void engine_data_recovery_take(struct engine *e, const struct data_recovery_config *rc);
 
 /* Units arrived: waiting reads are retried, queued writes drained. */
 void engine_data_units_arrived(struct engine *e);

@@ -76,6 +76,9 @@ struct parity_engine {
     bool rb_orphans_logged[RECOV_MAX_K];
     struct rb_units rb[RECOV_MAX_K];
     uint64_t rb_max_t[RECOV_MAX_K];
+    /* A test's fault (COCYTUS_TEST_TAKEOVER_FAIL, takeover_fault()): the
+     * takeover steps still to fail once each. */
+    unsigned test_takeover_fail;
 };
 
 static const char NO_KEYS_MSG[] = "parity process: does not serve keys";
@@ -864,7 +867,47 @@ static void ctl_truncate(struct parity_engine *pe, int dp, uint64_t stable, int 
     ctl_reply(pe, "truncated %d %d", pe->group, dp);
 }
 
-/* "takeover <g> <dp> <stable>": we serve dp from now on. */
+/* The steps of a takeover that can fail, for takeover_fault(). */
+enum {
+    TK_STEP_BUILD = 1u << 0,    /* the allocator from the pieces */
+    TK_STEP_ENGINE = 1u << 1,   /* the data engine */
+    TK_STEP_UNITS = 1u << 2,    /* recovery's unit map */
+};
+
+static unsigned takeover_faults_from_env(void)
+{
+    const char *v = getenv("COCYTUS_TEST_TAKEOVER_FAIL");
+    unsigned steps = 0;
+    if (v == NULL)
+        return 0;
+    if (strstr(v, "build"))
+        steps |= TK_STEP_BUILD;
+    if (strstr(v, "engine"))
+        steps |= TK_STEP_ENGINE;
+    if (strstr(v, "units"))
+        steps |= TK_STEP_UNITS;
+    return steps;
+}
+
+/* A test's fault (COCYTUS_TEST_TAKEOVER_FAIL=build,engine,units, any of
+ * them): each named step fails once, as if out of memory, so that a test
+ * can see a refused takeover leave this process the parity process it was
+ * and the coordinator's next attempt succeed (test/integration/
+ * takeover_failed.sh).  Out of memory cannot be caused any other way. */
+static bool takeover_fault(struct parity_engine *pe, unsigned step, const char *name)
+{
+    if (!(pe->test_takeover_fail & step))
+        return false;
+    pe->test_takeover_fail &= ~step;
+    pe_log(pe, "test fault: this takeover fails at its %s step", name);
+    errno = ENOMEM;
+    return true;
+}
+
+/* "takeover <g> <dp> <stable>": we serve dp from now on.  Every step that
+ * can fail comes before the first that changes this process (recovery_serve
+ * zeroing units): a refused takeover leaves it the parity process it was,
+ * and the coordinator sends the step again a second later. */
 static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
 {
     if (pe->rebuilding) {
@@ -885,7 +928,8 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
      * process's copy of them then starts empty, as a fresh replica's
      * would).  Built before anything changes: if it cannot be, this
      * process stays a parity process exactly as it was. */
-    struct dalloc *alloc = pieceset_build(d->pieces);
+    struct dalloc *alloc = takeover_fault(pe, TK_STEP_BUILD, "allocator") ? NULL :
+                           pieceset_build(d->pieces);
     if (alloc == NULL) {
         int why = errno;   /* before the calls below can change it */
         if (why == ENOSPC)
@@ -900,12 +944,6 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     for (int j = 0; j < pe->state.m; j++)
         if (j != pe->index && pe->view.pp_state[j] != GV_PP_DEAD)
             peers[npeers++] = j;
-    if (recovery_serve(&pe->rec, dp) != 0) {
-        dalloc_destroy(alloc);
-        pe_log(pe, "out of memory starting the recovery of dp %d", dp);
-        return;
-    }
-    pe->state.data_units = &pe->rec.own;
     struct data_recovery_config rc = {
         .dp = dp,
         .self_pp = pe->index,
@@ -922,13 +960,27 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     };
     struct engine_config cfg = pe->cfg;
     cfg.index = dp;
-    pe->serving = engine_data_recovery_new(&cfg, &rc);
-    pe->serving_gen++;
-    if (!pe->serving) {
+    /* The data engine is made before recovery_serve() zeroes units that
+     * hold other processes' parity: from there on there is no way back to
+     * being this group's parity process. */
+    struct engine *serving = takeover_fault(pe, TK_STEP_ENGINE, "data engine") ? NULL :
+                             engine_data_recovery_new(&cfg, &rc);
+    if (!serving) {
         dalloc_destroy(alloc);
-        pe_log(pe, "cannot start serving dp %d", dp);
+        pe_log(pe, "takeover of dp %d refused: out of memory for its data engine", dp);
         return;
     }
+    if (takeover_fault(pe, TK_STEP_UNITS, "unit map") || recovery_serve(&pe->rec, dp) != 0) {
+        serving->ops->destroy(serving);
+        dalloc_destroy(alloc);
+        pe_log(pe, "takeover of dp %d refused: out of memory for its unit map", dp);
+        return;
+    }
+    /* Nothing below can fail. */
+    engine_data_recovery_take(serving, &rc);
+    pe->state.data_units = &pe->rec.own;
+    pe->serving = serving;
+    pe->serving_gen++;
     pieceset_reset(d->pieces);   /* the allocator is the data engine's now */
     pe->serving_dp = dp;
     pe->view.dp_server[dp] = pe->index;
@@ -1259,6 +1311,7 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
     pe->engine.ops = &parity_ops;
     pe->engine.priv = pe;
     pe->serving_dp = -1;
+    pe->test_takeover_fail = takeover_faults_from_env();
     if (c->k > RECOV_MAX_K || c->n - c->k > RECOV_MAX_M) {
         pe_log(pe, "RS(%d,%d) is larger than recovery supports (%d data, %d parity)", c->k, c->n,
                RECOV_MAX_K, RECOV_MAX_M);

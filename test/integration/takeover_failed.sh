@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# takeover_failed.sh - a parity process that cannot take a dead data process
+# over refuses the takeover and stays the parity process it was; the
+# coordinator's next attempt, a second later, succeeds, and no acknowledged
+# write is lost.
+#
+# A takeover has three steps that can fail, all for want of memory: the
+# allocator built from the dead process's pieces, the data engine, and
+# recovery's unit map.  They all come before the first step that changes
+# the process (zeroing the units the dead process's data will be rebuilt
+# into), so a refusal changes nothing but the stream settled at the stable
+# xid.  Out of memory cannot be caused on purpose, so the processes here
+# run with COCYTUS_TEST_TAKEOVER_FAIL=build,engine,units: each of those
+# steps fails once, in that order, on the parity process chosen.
+#
+# One node, RS(3,5), a coordinator, no proxy, routing off.  A key is
+# stored through each data process, writers run through all three, and
+# data process 0 is killed (cocytus-node starts it again).  Then:
+#   - parity process 0 refuses three takeovers, one per step, and then
+#     serves data process 0's keys: before_0 reads back through it;
+#   - data process 0 takes its keys back and the group returns to full
+#     redundancy;
+#   - every write acknowledged reads back, verify and decode-check find the
+#     group exact, and a write through each data process is stored.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/cocytus-cli"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/takeover_failed.XXXXXX")
+writer_pids=""
+cleanup() {
+    touch "$dir/stop-writers" 2>/dev/null
+    # shellcheck disable=SC2086
+    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    cluster_remove "$dir"
+}
+on_exit cleanup
+
+export COCYTUS_TEST_TAKEOVER_FAIL=build,engine,units
+cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-proxy ||
+    { fail "cluster up"; exit 1; }
+group0_before "$dir"
+
+for i in 0 1 2; do
+    group0_writer "$dir" "$i" &
+    writer_pids="$writer_pids $!"
+done
+sleep 0.3
+
+dp_old=$(group0_pid "$dir" data 0)
+[ -n "$dp_old" ] || { fail "no data process 0"; finish; }
+pp0_log="$dir/parity-0-0.log"
+served() { grep -q "group 0 dp 0 is served by parity process 0" "$dir/coordinator.log"; }
+t0=${EPOCHREALTIME/./}
+kill -KILL "$dp_old"
+if wait_for 300 served; then
+    t1=${EPOCHREALTIME/./}
+    ok "parity process 0 serves data process 0 $(((t1 - t0) / 1000)) ms after its kill"
+else
+    grep "group 0" "$dir/coordinator.log" | tail -8
+    fail "parity process 0 never served data process 0"
+    finish
+fi
+
+# Each step failed once, was refused, and the fourth attempt went through.
+for step in allocator "data engine" "unit map"; do
+    if grep -q "test fault: this takeover fails at its $step step" "$pp0_log"; then
+        ok "the takeover failed once at its $step step"
+    else
+        fail "no takeover failed at its $step step: the test missed what it is about"
+    fi
+done
+refused=$(grep -c "takeover of dp 0 refused" "$pp0_log")
+[ "$refused" -eq 3 ] && ok "parity process 0 refused 3 takeovers" ||
+    { grep "takeover" "$pp0_log"; fail "parity process 0 refused $refused takeovers, not 3"; }
+grep -q "now the recovery process of dp 0" "$pp0_log" &&
+    ok "the next attempt made it data process 0's recovery process" ||
+    fail "parity process 0 never became the recovery process"
+# It kept the whole table through the refusals: a key stored before the kill.
+reply=$(mc "$(group0_addr "$dir" parity 0)" "get before_0\r\n" | head -1)
+[ "$reply" = "VALUE before_0 0 8" ] && ok "before_0 reads back through the recovery process" ||
+    fail "get before_0 through the recovery process: ${reply:-nothing in 2 s}"
+
+full() { grep -q "group 0 is at full redundancy again" "$dir/coordinator.log"; }
+back() { grep -q "group 0 dp 0 serves its keys again" "$dir/coordinator.log"; }
+if wait_for 300 back && wait_for 300 full; then
+    ok "data process 0 serves its keys again, the group is at full redundancy"
+else
+    grep "group 0" "$dir/coordinator.log" | tail -8
+    fail "the group did not return to full redundancy"
+fi
+touch "$dir/stop-writers"
+# shellcheck disable=SC2086
+wait $writer_pids
+writer_pids=""
+
+group0_writers_read_back "$dir" 0 1 2
+group0_after "$dir" "after the refused takeovers"
+cluster_check_ok "$dir" decode-check "after the refused takeovers"
+finish
