@@ -164,6 +164,10 @@ struct data_engine {
      * a parity process sends its BEGIN twice, which the parity process
      * must refuse with rebuild-failed (test/integration/rebuild_failed.sh). */
     bool test_begin_twice;
+    /* A test's fault (COCYTUS_TEST_HANDOFF_FAIL): the first handoff fails
+     * where taking the table and allocator from the replica could, as if
+     * out of memory; the coordinator asks again. */
+    bool test_take_fail;
     /* A handoff: writes wait; quiet() once nothing is in flight. */
     bool hold_writes;
     bool handed;                  /* quiet at the handoff: reads wait too */
@@ -2017,8 +2021,13 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     uint64_t max_cas, end;
     struct meta_table meta;
     struct dalloc *alloc;
+    if (dp->test_take_fail) {
+        dp->test_take_fail = false;
+        dp_log(dp, "test fault: this handoff fails at taking the table, as if out of memory");
+        return;
+    }
     if (replica_take(dp->replica, &meta, &alloc, &max_cas, &end) != 0)
-        return;   /* logged; the coordinator asks again */
+        return;   /* logged, nothing taken; the coordinator asks again */
     meta_destroy(&dp->meta);
     dalloc_destroy(dp->alloc);
     dp->meta = meta;
@@ -2215,6 +2224,7 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
         return NULL;
     }
     dp->test_begin_twice = getenv("COCYTUS_TEST_REBUILD_BEGIN_TWICE") != NULL;
+    dp->test_take_fail = getenv("COCYTUS_TEST_HANDOFF_FAIL") != NULL;
     clock_init(&dp->clock, cfg->started);
     clock_set(&dp->clock, time(NULL));
     return dp;

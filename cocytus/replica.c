@@ -291,9 +291,14 @@ int replica_take(struct replica *r, struct meta_table *meta, struct dalloc **all
                pieceset_count(r->pieces), pieceset_build_failure(errno));
         return -1;
     }
+    struct meta_table empty;   /* what the replica keeps: made before anything moves */
+    if (meta_init(&empty, 0) < 0) {
+        rp_log(r, "out of memory taking the table of dp %d", r->dp);
+        dalloc_destroy(a);
+        return -1;
+    }
     *meta = r->meta;
-    memset(&r->meta, 0, sizeof(r->meta));
-    meta_init(&r->meta, 0);
+    r->meta = empty;
     pieceset_reset(r->pieces);
     *alloc = a;
     *max_cas = r->max_cas;

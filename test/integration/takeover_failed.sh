@@ -2,7 +2,9 @@
 # takeover_failed.sh - a parity process that cannot take a dead data process
 # over refuses the takeover and stays the parity process it was; the
 # coordinator's next attempt, a second later, succeeds, and no acknowledged
-# write is lost.
+# write is lost.  The same for the way back: a restarted data process that
+# cannot take its keys back from the recovery process leaves them there,
+# and takes them at the coordinator's next request.
 #
 # A takeover has three steps that can fail, all for want of memory: the
 # allocator built from the dead process's pieces, the data engine, and
@@ -11,15 +13,17 @@
 # into), so a refusal changes nothing but the stream settled at the stable
 # xid.  Out of memory cannot be caused on purpose, so the processes here
 # run with COCYTUS_TEST_TAKEOVER_FAIL=build,engine,units: each of those
-# steps fails once, in that order, on the parity process chosen.
+# steps fails once, in that order, on the parity process chosen; with
+# COCYTUS_TEST_HANDOFF_FAIL the restarted data process's first handoff fails
+# where taking the table and allocator from its replica could.
 #
 # One node, RS(3,5), a coordinator, no proxy, routing off.  A key is
 # stored through each data process, writers run through all three, and
 # data process 0 is killed (cocytus-node starts it again).  Then:
 #   - parity process 0 refuses three takeovers, one per step, and then
 #     serves data process 0's keys: before_0 reads back through it;
-#   - data process 0 takes its keys back and the group returns to full
-#     redundancy;
+#   - the restarted data process 0 fails its first handoff, takes its keys
+#     back at the next and the group returns to full redundancy;
 #   - every write acknowledged reads back, verify and decode-check find the
 #     group exact, and a write through each data process is stored.
 set -u
@@ -39,7 +43,7 @@ cleanup() {
 }
 on_exit cleanup
 
-export COCYTUS_TEST_TAKEOVER_FAIL=build,engine,units
+export COCYTUS_TEST_TAKEOVER_FAIL=build,engine,units COCYTUS_TEST_HANDOFF_FAIL=1
 cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-proxy ||
     { fail "cluster up"; exit 1; }
 group0_before "$dir"
@@ -92,6 +96,15 @@ else
     grep "group 0" "$dir/coordinator.log" | tail -8
     fail "the group did not return to full redundancy"
 fi
+# Only the restarted process hands off (the first one was killed).
+if cat "$dir"/data-0-0*.log | grep -q "test fault: this handoff fails at taking the table"; then
+    ok "the restarted data process 0 failed its first handoff"
+else
+    fail "no handoff failed: the test missed what it is about"
+fi
+handoffs=$(cat "$dir"/data-0-0*.log | grep -c "serving again from xid")
+[ "$handoffs" -eq 1 ] && ok "it took its keys back at the next request" ||
+    fail "it took its keys back $handoffs times, not once"
 touch "$dir/stop-writers"
 # shellcheck disable=SC2086
 wait $writer_pids
