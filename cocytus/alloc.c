@@ -1020,6 +1020,44 @@ uint64_t dalloc_digest(const struct dalloc *a)
     return h;
 }
 
+/* The same walk over used pieces and the maximal gaps between them that
+ * dalloc_from_used() lays out, hashed as dalloc_digest() hashes the list. */
+int dalloc_digest_of_used(uint64_t region_size, const struct dalloc_span *spans, size_t n,
+                          uint64_t *digest)
+{
+    uint64_t h = FNV64_OFFSET_BASIS;
+    uint64_t cursor = 0;
+    size_t ngaps;
+    int rc;
+
+    if (region_size == 0 || region_size % DALLOC_GRAIN != 0 ||
+        region_size / DALLOC_GRAIN > MAX_REGION_GRAINS)
+        return -EINVAL;
+    rc = spans_check(region_size / DALLOC_GRAIN, spans, n, &ngaps);
+    if (rc != 0)
+        return rc;
+    h = fnv_u64(h, region_size);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t rounded = dalloc_round_size(spans[k].size);
+        if (spans[k].off > cursor) {
+            h = fnv_u64(h, cursor);
+            h = fnv_u64(h, spans[k].off - cursor);
+            h = fnv_byte(h, 0);
+        }
+        h = fnv_u64(h, spans[k].off);
+        h = fnv_u64(h, rounded);
+        h = fnv_byte(h, 1);
+        cursor = spans[k].off + rounded;
+    }
+    if (cursor < region_size) {
+        h = fnv_u64(h, cursor);
+        h = fnv_u64(h, region_size - cursor);
+        h = fnv_byte(h, 0);
+    }
+    *digest = h;
+    return 0;
+}
+
 /* ---- self check ---------------------------------------------------------- */
 
 /* Is i the index of a node that exists? */

@@ -126,6 +126,12 @@ size_t dalloc_meta_bytes(const struct dalloc *a);
  * with the same state have the same digest on every platform.  O(n). */
 uint64_t dalloc_digest(const struct dalloc *a);
 
+/* The digest dalloc_digest() gives the allocator dalloc_from_used() would
+ * build from these spans, without building it (O(n), no memory).  0, or
+ * -EINVAL / -ENOSPC for the spans dalloc_from_used() refuses. */
+int dalloc_digest_of_used(uint64_t region_size, const struct dalloc_span *spans, size_t n,
+                          uint64_t *digest);
+
 /* Validates every invariant: pieces tile [0, R) exactly in address order,
  * list links valid, no two adjacent free pieces, both AVL trees ordered and
  * balanced with correct heights, each piece in exactly the tree matching its

@@ -272,6 +272,17 @@ const char *pieceset_build_failure(int err)
     return err == ENOSPC ? "two of them overlap" : "out of memory";
 }
 
+int pieceset_digest(const struct pieceset *s, uint64_t *digest)
+{
+    struct dalloc_span *all;
+    size_t n;
+    if (pieceset_sorted(s, &all, &n) != 0)
+        return -ENOMEM;
+    int rc = dalloc_digest_of_used(s->region_size, all, n, digest);
+    free(all);
+    return rc;
+}
+
 struct dalloc *pieceset_build(const struct pieceset *s)
 {
     struct dalloc_span *all;

@@ -67,6 +67,10 @@ int pieceset_sorted(const struct pieceset *s, struct dalloc_span **out, size_t *
  * ENOMEM if out of memory. */
 struct dalloc *pieceset_build(const struct pieceset *s);
 
+/* The digest (dalloc_digest()) of the allocator pieceset_build() would
+ * make, without making it: a sort of the pieces and one walk.  0, or
+ * -ENOSPC (two pieces overlap) or -ENOMEM. */
+int pieceset_digest(const struct pieceset *s, uint64_t *digest);
 /* Why pieceset_build() failed, from its errno, for a log line. */
 const char *pieceset_build_failure(int err);
 

@@ -35,6 +35,9 @@ static void expect_same(const struct pieceset *s, const struct dalloc *sender, l
     struct dalloc *a = pieceset_build(s);
     if (a == NULL)
         ck_abort_msg("step %ld: the set did not build (errno %d)", step, errno);
+    uint64_t digest = 0;
+    if (pieceset_digest(s, &digest) != 0 || digest != dalloc_digest(sender))
+        ck_abort_msg("step %ld: the set's digest differs from the sender's", step);
     if (dalloc_check(a) != DALLOC_CHECK_OK || dalloc_digest(a) != dalloc_digest(sender) ||
         dalloc_used_bytes(a) != dalloc_used_bytes(sender) ||
         dalloc_used_pieces(a) != dalloc_used_pieces(sender) ||
@@ -107,6 +110,19 @@ START_TEST(test_mirrors_allocator)
     ck_assert_int_eq(pieceset_sorted(s, &all, &n), 0);
     ck_assert_ptr_null(all);
     ck_assert_uint_eq(n, 0);
+    /* Empty, and one piece over the whole region: the digests of a fresh
+     * allocator and of a full one. */
+    struct dalloc *fresh = dalloc_new(REGION);
+    uint64_t digest, whole;
+    ck_assert_int_eq(pieceset_digest(s, &digest), 0);
+    ck_assert_uint_eq(digest, dalloc_digest(fresh));
+    ck_assert_int_eq(dalloc_alloc(fresh, REGION, &off), 0);
+    ck_assert_int_eq(pieceset_add(s, off, REGION), 0);
+    ck_assert_int_eq(pieceset_digest(s, &whole), 0);
+    ck_assert_uint_eq(whole, dalloc_digest(fresh));
+    ck_assert_uint_ne(whole, digest);
+    pieceset_reset(s);
+    dalloc_destroy(fresh);
 
     free(live);
     pieceset_destroy(s);
@@ -145,9 +161,13 @@ START_TEST(test_refusals)
     errno = 0;
     ck_assert_ptr_null(pieceset_build(s));
     ck_assert_int_eq(errno, ENOSPC);
+    uint64_t digest;
+    ck_assert_int_eq(pieceset_digest(s, &digest), -ENOSPC);
     ck_assert_int_eq(pieceset_remove(s, 48, NULL), 0);
     struct dalloc *a = pieceset_build(s);
     ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(pieceset_digest(s, &digest), 0);
+    ck_assert_uint_eq(digest, dalloc_digest(a));
     ck_assert_uint_eq(dalloc_used_bytes(a), 16 + 64);
     ck_assert_uint_eq(dalloc_size_of(a, 16), 64);
     dalloc_destroy(a);
