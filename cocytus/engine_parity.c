@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -867,6 +868,15 @@ static void ctl_truncate(struct parity_engine *pe, int dp, uint64_t stable, int 
     ctl_reply(pe, "truncated %d %d", pe->group, dp);
 }
 
+/* Monotonic microseconds, to log what building the allocator cost: it is
+ * on the failover path and grows with the dead process's pieces. */
+static uint64_t build_clock_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 /* The steps of a takeover that can fail, for takeover_fault(). */
 enum {
     TK_STEP_BUILD = 1u << 0,    /* the allocator from the pieces */
@@ -928,8 +938,10 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
      * process's copy of them then starts empty, as a fresh replica's
      * would).  Built before anything changes: if it cannot be, this
      * process stays a parity process exactly as it was. */
+    uint64_t build_from = build_clock_us();
     struct dalloc *alloc = takeover_fault(pe, TK_STEP_BUILD, "allocator") ? NULL :
                            pieceset_build(d->pieces);
+    uint64_t build_us = build_clock_us() - build_from;
     if (alloc == NULL) {
         int why = errno;   /* before the calls below can change it */
         if (why == ENOSPC)
@@ -987,7 +999,8 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     pe->view.pp_state[pe->index] = GV_PP_SERVING;
     pe->view.pp_serves[pe->index] = dp;
     pe_log(pe, "now the recovery process of dp %d: %zu keys, xid %" PRIu64 ", replicating to "
-           "%d parity process(es)", dp, engine_data_items(pe->serving), stable, npeers);
+           "%d parity process(es); its allocator took %.1f ms to build", dp,
+           engine_data_items(pe->serving), stable, npeers, (double)build_us / 1000.0);
     /* Start rebuilding now, without waiting for the coordinator's next view:
      * the last confirmed view plus ourselves (a data process that another
      * takeover is still busy with stays "x" there, so no batch involves it
