@@ -40,6 +40,7 @@
 #include <event2/event.h>
 
 #include "alloc.h"
+#include "allocbuild.h"
 #include "arith.h"
 #include "store_rules.h"
 #include "clock.h"
@@ -49,6 +50,7 @@
 #include "frame.h"
 #include "link.h"
 #include "meta.h"
+#include "pieceset.h"
 #include "printable.h"
 #include "read_waiters.h"
 #include "reclog.h"
@@ -96,6 +98,7 @@ struct rb_out {
 #define DP_MAX_REBUILDS 8
 #define DP_REBUILD_JOIN_MS 3000       /* the new peer's link must come up by then */
 #define DP_REBUILD_PENDING_MAX (4u << 20)
+#define DP_BUILD_RETRY_MS 200         /* a failed allocator build is tried again then */
 
 struct deferred_free {
     uint64_t off;
@@ -135,6 +138,17 @@ struct data_engine {
     struct data_unit_hooks units;
     struct read_waiters waiters;  /* reads waiting for units */
     uint64_t unit_waits;          /* mutations and reads that waited for units */
+    /* Its allocator is built from the dead DP's pieces on a thread
+     * (allocbuild.h) while it serves: until then alloc is NULL, the pieces
+     * are here, and writes that need space wait; a failed build is tried
+     * again after a while (build_timer). */
+    struct pieceset *pieces;
+    struct alloc_build *building;
+    struct event *build_timer;
+    uint64_t alloc_waits;         /* tries of mutations that waited for the allocator */
+    /* A test's fault (COCYTUS_TEST_TAKEOVER_FAIL naming "build"): the first
+     * build fails as if out of memory, and is tried again 2 s later. */
+    bool test_build_fail;
 
     struct deferred_free *df;     /* FIFO: df[df_head .. df_len) */
     size_t df_head, df_len, df_cap;
@@ -358,6 +372,8 @@ static bool df_push(struct data_engine *dp, uint64_t off, uint64_t size, uint64_
  * the parity processes. */
 static void emit_usable_frees(struct data_engine *dp)
 {
+    if (dp->alloc == NULL)
+        return;   /* allocator still being built: the frees wait for it */
     while (dp->df_head < dp->df_len && dp->df[dp->df_head].tag <= dp->tx.committed) {
         struct deferred_free *f = &dp->df[dp->df_head++];
         uint64_t freed = 0;
@@ -608,6 +624,13 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
         push_put(dp, key, nkey, off, len, flags, exptime, cas);
         send_value(dp, off, delta, len, cas, done, cookie, res);
         return TRY_SENT;
+    }
+    /* A recovery process whose allocator is still being built: the write
+     * waits for it at the head of the write queue. */
+    if (dp->alloc == NULL) {
+        dp->alloc_waits++;
+        flush_stray_ops(dp);
+        return TRY_BLOCKED;
     }
     /* The key's own entry must not be evicted to make room for its new
      * value (its space is released below, once). */
@@ -862,7 +885,7 @@ static enum try_result try_flush(struct data_engine *dp, const struct eng_mutati
         res->status = ENG_SUCCESS;
         return TRY_DONE;
     }
-    if (in_flight(dp))
+    if (in_flight(dp) || dp->alloc == NULL)   /* (a recovery process's still being built) */
         return TRY_BLOCKED;
     dp->flush_at = 0;
     dp->nops = 0;
@@ -1490,9 +1513,17 @@ static eng_status dp_mutate(struct engine *eng, const struct eng_mutation *m,
     return ENG_PENDING;
 }
 
+/* Bytes in used pieces: the allocator's, or the pieces' while it is being
+ * built. */
+static uint64_t used_bytes(const struct data_engine *dp)
+{
+    return dp->alloc ? dalloc_used_bytes(dp->alloc) : pieceset_used_bytes(dp->pieces);
+}
+
 static size_t dp_meta_bytes(const struct data_engine *dp)
 {
-    return dp->meta.heap_bytes + assoc_bytes(&dp->meta.table) + dalloc_meta_bytes(dp->alloc) +
+    size_t space = dp->alloc ? dalloc_meta_bytes(dp->alloc) : pieceset_meta_bytes(dp->pieces);
+    return dp->meta.heap_bytes + assoc_bytes(&dp->meta.table) + space +
            sender_backlog(&dp->tx) + dp->df_cap * sizeof(*dp->df);
 }
 
@@ -1514,7 +1545,7 @@ static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, vo
         return false;
     emit(ctx, "curr_items", "%zu", dp->meta.count - dp->placeholders);
     emit(ctx, "total_items", "%" PRIu64, dp->total_items);
-    emit(ctx, "bytes", "%" PRIu64, dalloc_used_bytes(dp->alloc));
+    emit(ctx, "bytes", "%" PRIu64, used_bytes(dp));
     emit(ctx, "limit_maxbytes", "%zu", dp->region_size);
     emit(ctx, "evictions", "%" PRIu64, dp->evictions);
     emit(ctx, "expired_removed", "%" PRIu64, dp->expired_removed);
@@ -1666,8 +1697,9 @@ static void rebuild_step(struct data_engine *dp)
         if (!o->active)
             continue;
         if (!o->added) {
-            /* A recovery process sends data only once every unit is. */
-            if (dp->recovering && !dp->units.complete(dp->units.ctx)) {
+            /* A recovery process sends data only once every unit is, and
+             * its allocator (the copy carries it). */
+            if (dp->recovering && (!dp->units.complete(dp->units.ctx) || !dp->alloc)) {
                 delay_ms = delay_ms ? delay_ms : 20;
                 continue;
             }
@@ -2084,7 +2116,7 @@ static void admin_info(struct data_engine *dp, eng_write_fn write, void *ctx)
     engine_reply(write, ctx, "STAT k %d\r\nSTAT m %d\r\nSTAT region_size %zu\r\n", dp->k, dp->m, dp->region_size);
     sender_info(&dp->tx, write, ctx);
     engine_reply(write, ctx, "STAT items %zu\r\n", dp->meta.count - dp->placeholders);
-    engine_reply(write, ctx, "STAT region_used %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
+    engine_reply(write, ctx, "STAT region_used %" PRIu64 "\r\n", used_bytes(dp));
     engine_reply(write, ctx, "STAT value_bytes %" PRIu64 "\r\n", dp->meta.value_bytes);
     engine_reply(write, ctx, "STAT meta_bytes %zu\r\nSTAT rss %" PRIu64 "\r\n", dp_meta_bytes(dp),
                  engine_process_rss());
@@ -2114,8 +2146,13 @@ static void admin_meta(struct data_engine *dp, eng_write_fn write, void *ctx)
 {
     engine_reply(write, ctx, "STAT count %zu\r\n", dp->meta.count);
     engine_reply(write, ctx, "STAT digest %016" PRIx64 "\r\n", meta_digest(&dp->meta));
-    engine_reply(write, ctx, "STAT alloc_digest %016" PRIx64 "\r\n", dalloc_digest(dp->alloc));
-    engine_reply(write, ctx, "STAT used_bytes %" PRIu64 "\r\n", dalloc_used_bytes(dp->alloc));
+    uint64_t digest = 0;
+    int rc = dp->alloc ? (digest = dalloc_digest(dp->alloc), 0) : pieceset_digest(dp->pieces, &digest);
+    if (rc == 0)
+        engine_reply(write, ctx, "STAT alloc_digest %016" PRIx64 "\r\n", digest);
+    else
+        engine_reply(write, ctx, "STAT alloc_digest %s\r\n", rc == -ENOSPC ? "overlap" : "nomem");
+    engine_reply(write, ctx, "STAT used_bytes %" PRIu64 "\r\n", used_bytes(dp));
     write(ctx, "END\r\n", 5);
 }
 
@@ -2123,6 +2160,20 @@ static void admin_used(struct data_engine *dp, eng_write_fn write, void *ctx)
 {
     struct dalloc_iter it;
     uint64_t off, size;
+    if (dp->alloc == NULL) {   /* being built: the pieces it is built from */
+        struct dalloc_span *all;
+        size_t n;
+        if (pieceset_sorted(dp->pieces, &all, &n) != 0) {
+            engine_reply(write, ctx, "SERVER_ERROR out of memory\r\n");
+            return;
+        }
+        for (size_t i = 0; i < n; i++)
+            engine_reply(write, ctx, "USED %" PRIu64 " %" PRIu64 "\r\n", all[i].off,
+                         all[i].size);
+        free(all);
+        write(ctx, "END\r\n", 5);
+        return;
+    }
     dalloc_iter_init(dp->alloc, &it);
     while (dalloc_iter_next_used(&it, &off, &size))
         engine_reply(write, ctx, "USED %" PRIu64 " %" PRIu64 "\r\n", off, size);
@@ -2156,6 +2207,10 @@ static void dp_destroy(struct engine *eng)
     struct data_engine *dp = dp_of(eng);
     if (dp->rb_timer)
         event_free(dp->rb_timer);
+    alloc_build_cancel(dp->building);
+    if (dp->build_timer)
+        event_free(dp->build_timer);
+    pieceset_destroy(dp->pieces);
     replica_free(dp->replica);
     sender_destroy(&dp->tx);
     writeq_destroy(&dp->queue);
@@ -2230,6 +2285,86 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     return dp;
 }
 
+/* ---- a recovery process's allocator, built while it serves ---- */
+
+static void start_alloc_build(struct data_engine *dp);
+
+static void on_build_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    start_alloc_build(arg);
+}
+
+static void install_alloc(struct data_engine *dp, struct dalloc *a, uint64_t us, bool threaded)
+{
+    dp_log(dp, "allocator built from %" PRIu64 " pieces in %.1f ms%s: writes that need space "
+           "go on (%" PRIu64 " tries of one waited for it)", pieceset_count(dp->pieces),
+           (double)us / 1000.0, threaded ? " on its own thread" : "", dp->alloc_waits);
+    dp->alloc = a;
+    pieceset_destroy(dp->pieces);
+    dp->pieces = NULL;
+    drain_queue(dp);
+}
+
+static void build_failed(struct data_engine *dp, int err, int retry_ms)
+{
+    if (err == ENOSPC) {
+        /* The pieces cannot be what any allocator holds: the stream this
+         * process kept of the dead one is inconsistent.  Reads and writes
+         * in place go on; a write that needs space waits for good. */
+        dp_log(dp, "CANNOT BUILD the allocator: %s among the %" PRIu64 " pieces of the dead "
+               "data process; writes that need space wait for good (cocytus-cli verify shows "
+               "alloc_digest overlap)", pieceset_build_failure(err), pieceset_count(dp->pieces));
+        return;
+    }
+    dp_log(dp, "cannot build the allocator from %" PRIu64 " pieces (%s): trying again in %d ms",
+           pieceset_count(dp->pieces), pieceset_build_failure(err), retry_ms);
+    struct timeval tv = { retry_ms / 1000, (retry_ms % 1000) * 1000 };
+    evtimer_add(dp->build_timer, &tv);
+}
+
+static void alloc_built(void *ctx)
+{
+    struct data_engine *dp = ctx;
+    int err;
+    uint64_t us;
+    struct dalloc *a = alloc_build_finish(dp->building, &err, &us);
+    dp->building = NULL;
+    if (a != NULL)
+        install_alloc(dp, a, us, true);
+    else
+        build_failed(dp, err, DP_BUILD_RETRY_MS);
+}
+
+/* On a thread (allocbuild.h); when none can be started, here and now. */
+static void start_alloc_build(struct data_engine *dp)
+{
+    if (dp->test_build_fail) {
+        dp->test_build_fail = false;
+        /* Tried again later than a real failure would be, so that a test
+         * sees writes wait for it. */
+        dp_log(dp, "test fault: this allocator build fails, as if out of memory");
+        build_failed(dp, ENOMEM, 2000);
+        return;
+    }
+    dp->building = alloc_build_start(dp->evbase, dp->pieces, alloc_built, dp);
+    if (dp->building != NULL)
+        return;
+    dp_log(dp, "no thread to build the allocator on (%s): building it here", strerror(errno));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct dalloc *a = pieceset_build(dp->pieces);
+    int err = errno;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t us = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000u +
+                  (uint64_t)(t1.tv_nsec - t0.tv_nsec) / 1000u;
+    if (a != NULL)
+        install_alloc(dp, a, us, false);
+    else
+        build_failed(dp, err, DP_BUILD_RETRY_MS);
+}
+
 struct engine *engine_data_recovery_new(const struct engine_config *cfg,
                                         const struct data_recovery_config *rc)
 {
@@ -2242,9 +2377,13 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
     dp->region_borrowed = true;
     dp->region = rc->region;
     dp->units = rc->units;
-    /* The empty table the caller gets in exchange for its own at
-     * engine_data_recovery_take(), made now because it can fail. */
-    if (meta_init(&dp->meta, 0) < 0) {
+    const char *fault = getenv("COCYTUS_TEST_TAKEOVER_FAIL");
+    dp->test_build_fail = fault != NULL && strstr(fault, "build") != NULL;
+    /* The empty table and set the caller gets in exchange for its own at
+     * engine_data_recovery_take(), made now because they can fail. */
+    dp->pieces = pieceset_new(dp->region_size);
+    dp->build_timer = evtimer_new(cfg->base, on_build_retry, dp);
+    if (!dp->pieces || !dp->build_timer || meta_init(&dp->meta, 0) < 0) {
         dp_destroy(&dp->base);
         return NULL;
     }
@@ -2264,16 +2403,19 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
 void engine_data_recovery_take(struct engine *e, const struct data_recovery_config *rc)
 {
     struct data_engine *dp = dp_of(e);
-    dp->alloc = rc->alloc;
-    /* The backup table as it is (entries, LRU, counters); the caller keeps
-     * the empty one made at _new. */
+    /* The backup table as it is (entries, LRU, counters) and the pieces;
+     * the caller keeps the empty ones made at _new. */
     struct meta_table empty = dp->meta;
     dp->meta = *rc->meta;
     *rc->meta = empty;
+    struct pieceset *no_pieces = dp->pieces;
+    dp->pieces = *rc->pieces;
+    *rc->pieces = no_pieces;
     dp->cas_counter = rc->cas_start;
     dp->touched_end = rc->touched_end;
     dp->total_items = dp->meta.count;
     sender_start_at(&dp->tx, rc->start_xid);
+    start_alloc_build(dp);
 }
 
 struct engine *engine_data_new(const struct engine_config *cfg)

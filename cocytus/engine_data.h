@@ -23,6 +23,8 @@
 #include "meta.h"
 #include "recovery.h"
 
+struct pieceset;
+
 struct dalloc;
 
 struct data_unit_hooks {
@@ -42,7 +44,8 @@ struct data_recovery_config {
     int dp;                        /* the logical data process served */
     int self_pp;                   /* our parity index: our identity on links */
     struct meta_table *meta;       /* moved into the engine at _take (left empty) */
-    struct dalloc *alloc;          /* taken over at _take */
+    struct pieceset **pieces;      /* the dead DP's used pieces: moved in at _take (an
+                                    * empty set left), its allocator built from them */
     uint8_t *region;               /* borrowed: the parity engine's region */
     const int *peers;              /* parity processes to replicate to */
     int npeers;
@@ -54,10 +57,12 @@ struct data_recovery_config {
 
 /* A recovery process's data engine, in two steps so that a takeover either
  * completes or changes nothing: _new makes everything that can fail and
- * takes nothing from rc (NULL on failure: rc's table, allocator and region
+ * takes nothing from rc (NULL on failure: rc's table, pieces and region
  * are still the caller's); _take, which cannot fail, then moves rc's table
- * (leaving it empty) and allocator into the engine and starts its stream
- * at rc->start_xid.  rc must be the same for both calls. */
+ * and pieces into the engine (leaving empty ones), starts its stream at
+ * rc->start_xid and starts building its allocator from the pieces on a
+ * thread (allocbuild.h): it serves at once, and writes that need space
+ * wait for the allocator.  rc must be the same for both calls. */
 struct engine *engine_data_recovery_new(const struct engine_config *cfg,
                                         const struct data_recovery_config *rc);
 void engine_data_recovery_take(struct engine *e, const struct data_recovery_config *rc);

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -868,20 +867,12 @@ static void ctl_truncate(struct parity_engine *pe, int dp, uint64_t stable, int 
     ctl_reply(pe, "truncated %d %d", pe->group, dp);
 }
 
-/* Monotonic microseconds, to log what building the allocator cost: it is
- * on the failover path and grows with the dead process's pieces. */
-static uint64_t build_clock_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-/* The steps of a takeover that can fail, for takeover_fault(). */
+/* The steps of a takeover that can fail, for takeover_fault().  (Building
+ * the allocator is the data engine's, after the takeover: engine_data.c
+ * fails its first build when the variable names "build".) */
 enum {
-    TK_STEP_BUILD = 1u << 0,    /* the allocator from the pieces */
-    TK_STEP_ENGINE = 1u << 1,   /* the data engine */
-    TK_STEP_UNITS = 1u << 2,    /* recovery's unit map */
+    TK_STEP_ENGINE = 1u << 0,   /* the data engine */
+    TK_STEP_UNITS = 1u << 1,    /* recovery's unit map */
 };
 
 static unsigned takeover_faults_from_env(void)
@@ -890,8 +881,6 @@ static unsigned takeover_faults_from_env(void)
     unsigned steps = 0;
     if (v == NULL)
         return 0;
-    if (strstr(v, "build"))
-        steps |= TK_STEP_BUILD;
     if (strstr(v, "engine"))
         steps |= TK_STEP_ENGINE;
     if (strstr(v, "units"))
@@ -899,8 +888,8 @@ static unsigned takeover_faults_from_env(void)
     return steps;
 }
 
-/* A test's fault (COCYTUS_TEST_TAKEOVER_FAIL=build,engine,units, any of
- * them): each named step fails once, as if out of memory, so that a test
+/* A test's fault (COCYTUS_TEST_TAKEOVER_FAIL=engine,units, either or
+ * both): each named step fails once, as if out of memory, so that a test
  * can see a refused takeover leave this process the parity process it was
  * and the coordinator's next attempt succeed (test/integration/
  * takeover_failed.sh).  Out of memory cannot be caused any other way. */
@@ -934,24 +923,6 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     if (settle_stream(pe, dp, stable) != 0)
         return;
     struct parity_dp *d = &pe->state.dps[dp];
-    /* The data engine gets an allocator built from the pieces (this
-     * process's copy of them then starts empty, as a fresh replica's
-     * would).  Built before anything changes: if it cannot be, this
-     * process stays a parity process exactly as it was. */
-    uint64_t build_from = build_clock_us();
-    struct dalloc *alloc = takeover_fault(pe, TK_STEP_BUILD, "allocator") ? NULL :
-                           pieceset_build(d->pieces);
-    uint64_t build_us = build_clock_us() - build_from;
-    if (alloc == NULL) {
-        int why = errno;   /* before the calls below can change it */
-        if (why == ENOSPC)
-            repl_source_mark_diverged(&d->src, stable, "its %" PRIu64 " pieces overlap: no "
-                                      "allocator can be built to serve it",
-                                      pieceset_count(d->pieces));
-        pe_log(pe, "takeover of dp %d refused: cannot build its allocator from its %" PRIu64
-               " pieces (%s)", dp, pieceset_count(d->pieces), pieceset_build_failure(why));
-        return;
-    }
     int peers[RECOV_MAX_M], npeers = 0;
     for (int j = 0; j < pe->state.m; j++)
         if (j != pe->index && pe->view.pp_state[j] != GV_PP_DEAD)
@@ -960,7 +931,7 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
         .dp = dp,
         .self_pp = pe->index,
         .meta = &d->meta,
-        .alloc = alloc,
+        .pieces = &d->pieces,
         .region = pe->state.region,
         .peers = peers,
         .npeers = npeers,
@@ -978,13 +949,11 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     struct engine *serving = takeover_fault(pe, TK_STEP_ENGINE, "data engine") ? NULL :
                              engine_data_recovery_new(&cfg, &rc);
     if (!serving) {
-        dalloc_destroy(alloc);
         pe_log(pe, "takeover of dp %d refused: out of memory for its data engine", dp);
         return;
     }
     if (takeover_fault(pe, TK_STEP_UNITS, "unit map") || recovery_serve(&pe->rec, dp) != 0) {
         serving->ops->destroy(serving);
-        dalloc_destroy(alloc);
         pe_log(pe, "takeover of dp %d refused: out of memory for its unit map", dp);
         return;
     }
@@ -993,14 +962,13 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
     pe->state.data_units = &pe->rec.own;
     pe->serving = serving;
     pe->serving_gen++;
-    pieceset_reset(d->pieces);   /* the allocator is the data engine's now */
     pe->serving_dp = dp;
     pe->view.dp_server[dp] = pe->index;
     pe->view.pp_state[pe->index] = GV_PP_SERVING;
     pe->view.pp_serves[pe->index] = dp;
     pe_log(pe, "now the recovery process of dp %d: %zu keys, xid %" PRIu64 ", replicating to "
-           "%d parity process(es); its allocator took %.1f ms to build", dp,
-           engine_data_items(pe->serving), stable, npeers, (double)build_us / 1000.0);
+           "%d parity process(es); its allocator is being built", dp,
+           engine_data_items(pe->serving), stable, npeers);
     /* Start rebuilding now, without waiting for the coordinator's next view:
      * the last confirmed view plus ourselves (a data process that another
      * takeover is still busy with stays "x" there, so no batch involves it

@@ -10,10 +10,15 @@
  * entries, so the runs are long enough to grow the table several times and
  * to churn every probe run.  Hand-built cases pin the refusals.
  *
+ * The same build on a thread of its own (cocytus/allocbuild.c, a recovery
+ * process's allocator while it serves) is checked against the sender too,
+ * for an overlap, and for a build abandoned while it runs.
+ *
  * PIECESET_BENCH=N in the environment times pieceset_build() for N pieces
  * instead (the failover cost, docs/evaluation/cpu-per-op.md).
  */
 #include "cocytus/alloc.h"
+#include "cocytus/allocbuild.h"
 #include "cocytus/pieceset.h"
 #include "cocytus/radix.h"
 #include "unit_rng.h"
@@ -125,6 +130,90 @@ START_TEST(test_mirrors_allocator)
     dalloc_destroy(fresh);
 
     free(live);
+    pieceset_destroy(s);
+    dalloc_destroy(sender);
+}
+END_TEST
+
+/* ---- the build on a thread (allocbuild.h) ---- */
+
+struct build_wait {
+    struct event_base *base;
+    int done;
+};
+
+static void on_done(void *ctx)
+{
+    struct build_wait *w = ctx;
+    w->done++;
+    event_base_loopbreak(w->base);
+}
+
+/* Starts a build of s and runs the loop until it reports (10 s at most). */
+static struct dalloc *build_on_thread(const struct pieceset *s, int *err)
+{
+    struct build_wait w = { event_base_new(), 0 };
+    ck_assert_ptr_nonnull(w.base);
+    struct alloc_build *b = alloc_build_start(w.base, s, on_done, &w);
+    ck_assert_ptr_nonnull(b);
+    struct timeval limit = { 10, 0 };
+    event_base_loopexit(w.base, &limit);
+    event_base_dispatch(w.base);
+    ck_assert_int_eq(w.done, 1);
+    uint64_t us;
+    struct dalloc *a = alloc_build_finish(b, err, &us);
+    event_base_free(w.base);
+    return a;
+}
+
+START_TEST(test_build_on_thread)
+{
+    struct rng rng = { 20261204 };
+    struct dalloc *sender = dalloc_new(REGION);
+    struct pieceset *s = pieceset_new(REGION);
+    ck_assert_ptr_nonnull(sender);
+    ck_assert_ptr_nonnull(s);
+    int err = -1;
+
+    /* Empty: a fresh allocator. */
+    struct dalloc *a = build_on_thread(s, &err);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(err, 0);
+    ck_assert_uint_eq(dalloc_digest(a), dalloc_digest(sender));
+    dalloc_destroy(a);
+
+    /* Some thousands of pieces with gaps: the sender's allocator. */
+    for (int i = 0; i < 30000; i++) {
+        uint64_t size = 1 + rng_below(&rng, 3000), off;
+        ck_assert_int_eq(dalloc_alloc(sender, size, &off), 0);
+        ck_assert_int_eq(pieceset_add(s, off, size), 0);
+        if (rng_below(&rng, 3) == 0) {
+            ck_assert_int_eq(dalloc_free(sender, off, NULL), 0);
+            ck_assert_int_eq(pieceset_remove(s, off, NULL), 0);
+        }
+    }
+    a = build_on_thread(s, &err);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(dalloc_check(a), DALLOC_CHECK_OK);
+    ck_assert_uint_eq(dalloc_digest(a), dalloc_digest(sender));
+    dalloc_destroy(a);
+
+    /* Abandoned while it may still run, then started again and finished. */
+    struct event_base *base = event_base_new();
+    struct build_wait w = { base, 0 };
+    alloc_build_cancel(alloc_build_start(base, s, on_done, &w));
+    alloc_build_cancel(NULL);
+    event_base_free(base);
+    ck_assert_int_eq(w.done, 0);
+
+    /* Two pieces that overlap from different starts: no allocator. */
+    pieceset_reset(s);
+    ck_assert_int_eq(pieceset_add(s, 0, 64), 0);
+    ck_assert_int_eq(pieceset_add(s, 32, 64), 0);
+    a = build_on_thread(s, &err);
+    ck_assert_ptr_null(a);
+    ck_assert_int_eq(err, ENOSPC);
+
     pieceset_destroy(s);
     dalloc_destroy(sender);
 }
@@ -373,6 +462,7 @@ int main(void)
     tcase_add_test(tc, test_largest_region);
     tcase_add_test(tc, test_radix_sort);
     tcase_add_test(tc, test_wrapping_probe_runs);
+    tcase_add_test(tc, test_build_on_thread);
     suite_add_tcase(suite, tc);
     SRunner *sr = srunner_create(suite);
     srunner_run_all(sr, CK_NORMAL);
