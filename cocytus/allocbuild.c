@@ -5,6 +5,8 @@
  * end is an event on the caller's loop, whose callback passes the news on.
  * Nothing is shared while the thread runs but the set, which both sides
  * only read; the result is read after pthread_join(), which orders it. */
+#include "config.h"
+
 #include "allocbuild.h"
 
 #include <errno.h>

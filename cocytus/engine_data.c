@@ -146,9 +146,12 @@ struct data_engine {
     struct alloc_build *building;
     struct event *build_timer;
     uint64_t alloc_waits;         /* tries of mutations that waited for the allocator */
-    /* A test's fault (COCYTUS_TEST_TAKEOVER_FAIL naming "build"): the first
-     * build fails as if out of memory, and is tried again 2 s later. */
+    bool alloc_broken;            /* it cannot be built: the pieces overlap */
+    /* Test faults (COCYTUS_TEST_TAKEOVER_FAIL naming "build"): the first
+     * build fails as if out of memory, and is tried again 4 s later; or
+     * ("overlap") every build finds pieces that overlap. */
     bool test_build_fail;
+    bool test_build_overlap;
 
     struct deferred_free *df;     /* FIFO: df[df_head .. df_len) */
     size_t df_head, df_len, df_cap;
@@ -504,6 +507,21 @@ static enum try_result no_space(struct data_engine *dp, struct eng_result *res)
     return TRY_DONE;
 }
 
+/* A recovery process without its allocator: a write that needs space (or
+ * a flush) waits until it is built, or fails if it cannot be. */
+static enum try_result wait_for_alloc(struct data_engine *dp, struct eng_result *res)
+{
+    flush_stray_ops(dp);
+    if (dp->alloc_broken) {
+        res->status = ENG_FAILED;
+        res->msg = "recovery process cannot allocate: its copy of the data process's pieces "
+                   "is inconsistent (see its log)";
+        return TRY_DONE;
+    }
+    dp->alloc_waits++;
+    return TRY_BLOCKED;
+}
+
 /* ---- building new values ---- */
 
 static uint8_t *scratch(uint8_t **buf, size_t *cap, size_t need)
@@ -627,11 +645,8 @@ static enum try_result write_value(struct data_engine *dp, const char *key, size
     }
     /* A recovery process whose allocator is still being built: the write
      * waits for it at the head of the write queue. */
-    if (dp->alloc == NULL) {
-        dp->alloc_waits++;
-        flush_stray_ops(dp);
-        return TRY_BLOCKED;
-    }
+    if (dp->alloc == NULL)
+        return wait_for_alloc(dp, res);
     /* The key's own entry must not be evicted to make room for its new
      * value (its space is released below, once). */
     bool old_was_busy = old && (old->iflags & META_PENDING);
@@ -885,8 +900,10 @@ static enum try_result try_flush(struct data_engine *dp, const struct eng_mutati
         res->status = ENG_SUCCESS;
         return TRY_DONE;
     }
-    if (in_flight(dp) || dp->alloc == NULL)   /* (a recovery process's still being built) */
+    if (in_flight(dp))
         return TRY_BLOCKED;
+    if (dp->alloc == NULL)   /* a recovery process's, not built yet */
+        return wait_for_alloc(dp, res);
     dp->flush_at = 0;
     dp->nops = 0;
     dalloc_reset(dp->alloc);
@@ -1633,6 +1650,8 @@ static bool make_quiet(struct data_engine *dp)
 {
     if (in_flight(dp))
         return false;
+    if (dp->df_head < dp->df_len && dp->alloc == NULL)
+        return false;   /* frees that cannot be announced before the allocator is built */
     if (dp->df_head < dp->df_len) {
         emit_usable_frees(dp);
         flush_stray_ops(dp);
@@ -1699,6 +1718,10 @@ static void rebuild_step(struct data_engine *dp)
         if (!o->added) {
             /* A recovery process sends data only once every unit is, and
              * its allocator (the copy carries it). */
+            if (dp->alloc_broken) {
+                rebuild_fail(dp, o, "our allocator cannot be built (its pieces overlap)");
+                continue;
+            }
             if (dp->recovering && (!dp->units.complete(dp->units.ctx) || !dp->alloc)) {
                 delay_ms = delay_ms ? delay_ms : 20;
                 continue;
@@ -2312,16 +2335,22 @@ static void build_failed(struct data_engine *dp, int err, int retry_ms)
     if (err == ENOSPC) {
         /* The pieces cannot be what any allocator holds: the stream this
          * process kept of the dead one is inconsistent.  Reads and writes
-         * in place go on; a write that needs space waits for good. */
+         * in place go on; a write that needs space, a flush and a copy of
+         * our state fail. */
         dp_log(dp, "CANNOT BUILD the allocator: %s among the %" PRIu64 " pieces of the dead "
-               "data process; writes that need space wait for good (cocytus-cli verify shows "
-               "alloc_digest overlap)", pieceset_build_failure(err), pieceset_count(dp->pieces));
+               "data process; writes that need space fail from now on (cocytus-cli verify "
+               "shows alloc_digest overlap)", pieceset_build_failure(err),
+               pieceset_count(dp->pieces));
+        dp->alloc_broken = true;
+        drain_queue(dp);   /* what waited for it is answered */
         return;
     }
     dp_log(dp, "cannot build the allocator from %" PRIu64 " pieces (%s): trying again in %d ms",
            pieceset_count(dp->pieces), pieceset_build_failure(err), retry_ms);
     struct timeval tv = { retry_ms / 1000, (retry_ms % 1000) * 1000 };
-    evtimer_add(dp->build_timer, &tv);
+    if (evtimer_add(dp->build_timer, &tv) != 0)
+        dp_log(dp, "cannot arm the timer to build the allocator again: writes that need space "
+               "wait until this process is replaced");
 }
 
 static void alloc_built(void *ctx)
@@ -2345,7 +2374,12 @@ static void start_alloc_build(struct data_engine *dp)
         /* Tried again later than a real failure would be, so that a test
          * sees writes wait for it. */
         dp_log(dp, "test fault: this allocator build fails, as if out of memory");
-        build_failed(dp, ENOMEM, 2000);
+        build_failed(dp, ENOMEM, 4000);
+        return;
+    }
+    if (dp->test_build_overlap) {
+        dp_log(dp, "test fault: this allocator build finds pieces that overlap");
+        build_failed(dp, ENOSPC, 0);
         return;
     }
     dp->building = alloc_build_start(dp->evbase, dp->pieces, alloc_built, dp);
@@ -2379,6 +2413,7 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
     dp->units = rc->units;
     const char *fault = getenv("COCYTUS_TEST_TAKEOVER_FAIL");
     dp->test_build_fail = fault != NULL && strstr(fault, "build") != NULL;
+    dp->test_build_overlap = fault != NULL && strstr(fault, "overlap") != NULL;
     /* The empty table and set the caller gets in exchange for its own at
      * engine_data_recovery_take(), made now because they can fail. */
     dp->pieces = pieceset_new(dp->region_size);

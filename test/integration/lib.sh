@@ -427,12 +427,13 @@ ctl() {
 
 # mc HOST:PORT REQUEST: sends one request (printf %b escapes, so \r\n may be
 # written as such) on a new connection and prints the reply lines without
-# their \r, up to the line that ends a reply or a 2 s silence.
+# their \r, up to the line that ends a reply or a 2 s silence (MC_TIMEOUT
+# seconds if set).
 mc() {
     local addr=$1 request=$2 line
     exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" || return 1
     printf '%b' "$request" >&3
-    while IFS= read -r -t 2 line <&3; do
+    while IFS= read -r -t "${MC_TIMEOUT:-2}" line <&3; do
         line=${line%$'\r'}
         echo "$line"
         case $line in
