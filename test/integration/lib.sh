@@ -501,6 +501,36 @@ group0_writers_read_back() {
     done
 }
 
+# group0_kill_dp0 DIR: SIGKILLs group 0's data process 0 (its node starts
+# it again) and waits up to 15 s for the coordinator to log that parity
+# process 0 serves it: ok, or fail with the coordinator's last lines and
+# return 1.
+group0_kill_dp0() {
+    local d=$1
+    kill -KILL "$(group0_pid "$d" data 0)"
+    if wait_for 150 grep -q "group 0 dp 0 is served by parity process 0" "$d/coordinator.log"; then
+        ok "parity process 0 serves data process 0"
+    else
+        grep "group 0" "$d/coordinator.log" | tail -8
+        fail "parity process 0 never served data process 0"
+        return 1
+    fi
+}
+
+# group0_dp0_back DIR: waits up to 30 s each for data process 0 to serve its
+# keys again and for group 0 to be at full redundancy: ok, or fail with the
+# coordinator's last lines.
+group0_dp0_back() {
+    local d=$1
+    if wait_for 300 grep -q "group 0 dp 0 serves its keys again" "$d/coordinator.log" &&
+        wait_for 300 grep -q "group 0 is at full redundancy again" "$d/coordinator.log"; then
+        ok "data process 0 serves its keys again, the group is at full redundancy"
+    else
+        grep "group 0" "$d/coordinator.log" | tail -8
+        fail "the group did not return to full redundancy"
+    fi
+}
+
 # group0_after DIR WHAT: verify finds group 0 exact, and through each of
 # data processes 0-2 a new set is stored and before_<i> (group0_before)
 # reads back; WHAT ends the messages ("after the rebuild").

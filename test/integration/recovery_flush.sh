@@ -38,15 +38,7 @@ pp0=$(group0_addr "$dir" parity 0)
 reply=$(mc "$dp0" "set flush_key 0 0 5\r\nhello\r\n")
 [ "$reply" = STORED ] && ok "set through data process 0" || fail "set through data process 0: $reply"
 
-served() { grep -q "group 0 dp 0 is served by parity process 0" "$dir/coordinator.log"; }
-kill -KILL "$(group0_pid "$dir" data 0)"
-if wait_for 150 served; then
-    ok "parity process 0 serves data process 0"
-else
-    grep "group 0" "$dir/coordinator.log" | tail -8
-    fail "parity process 0 never served data process 0"
-    finish
-fi
+group0_kill_dp0 "$dir" || finish
 pp0_log="$dir/parity-0-0.log"
 pp0_pid=$(group0_pid "$dir" parity 0)
 
@@ -76,14 +68,7 @@ waited=$(grep -o "([0-9]* tries of one waited for it)" "$pp0_log" | head -1 | tr
     fail "flush_all did not wait for the allocator (${waited:-no build logged})"
 kill -0 "$pp0_pid" 2>/dev/null && ok "parity process 0 still runs" ||
     fail "parity process 0 died"
-back() { grep -q "group 0 dp 0 serves its keys again" "$dir/coordinator.log"; }
-full() { grep -q "group 0 is at full redundancy again" "$dir/coordinator.log"; }
-if wait_for 300 back && wait_for 300 full; then
-    ok "data process 0 serves its keys again, the group is at full redundancy"
-else
-    grep "group 0" "$dir/coordinator.log" | tail -8
-    fail "the group did not return to full redundancy"
-fi
+group0_dp0_back "$dir"
 # (The recovery process may have handed the keys back already: they are
 # read through data process 0.)
 reply=$(mc "$dp0" "get flush_key\r\n" | head -1)

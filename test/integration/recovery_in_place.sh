@@ -58,15 +58,7 @@ for i in 1 2; do
 done
 [ "$(echo $stopped | wc -w)" -eq 2 ] || { fail "cannot stop data processes 1 and 2"; finish; }
 
-served() { grep -q "group 0 dp 0 is served by parity process 0" "$dir/coordinator.log"; }
-kill -KILL "$(group0_pid "$dir" data 0)"
-if wait_for 150 served; then
-    ok "parity process 0 serves data process 0"
-else
-    grep "group 0" "$dir/coordinator.log" | tail -8
-    fail "parity process 0 never served data process 0"
-    finish
-fi
+group0_kill_dp0 "$dir" || finish
 
 # The overwrite, on a connection of its own that waits up to 20 s.
 out=$dir/in-place.out
@@ -96,14 +88,7 @@ reply=$(mc "$pp0" "get inplace_0\r\n" | sed -n 2p)
 [ "$reply" = "value-after--of-0" ] && ok "the new value reads back through the recovery process" ||
     fail "get through the recovery process: '$reply'"
 
-back() { grep -q "group 0 dp 0 serves its keys again" "$dir/coordinator.log"; }
-full() { grep -q "group 0 is at full redundancy again" "$dir/coordinator.log"; }
-if wait_for 300 back && wait_for 300 full; then
-    ok "data process 0 serves its keys again, the group is at full redundancy"
-else
-    grep "group 0" "$dir/coordinator.log" | tail -8
-    fail "the group did not return to full redundancy"
-fi
+group0_dp0_back "$dir"
 reply=$(mc "$dp0" "get inplace_0\r\n" | sed -n 2p)
 [ "$reply" = "value-after--of-0" ] && ok "the new value reads back through data process 0" ||
     fail "get through data process 0: '$reply'"

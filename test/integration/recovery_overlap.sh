@@ -38,15 +38,7 @@ pp0=$(group0_addr "$dir" parity 0)
 reply=$(mc "$dp0" "set overlap_key 0 0 5\r\nhello\r\n")
 [ "$reply" = STORED ] && ok "set through data process 0" || fail "set through data process 0: $reply"
 
-served() { grep -q "group 0 dp 0 is served by parity process 0" "$dir/coordinator.log"; }
-kill -KILL "$(group0_pid "$dir" data 0)"
-if wait_for 150 served; then
-    ok "parity process 0 serves data process 0"
-else
-    grep "group 0" "$dir/coordinator.log" | tail -8
-    fail "parity process 0 never served data process 0"
-    finish
-fi
+group0_kill_dp0 "$dir" || finish
 pp0_log="$dir/parity-0-0.log"
 pp0_pid=$(group0_pid "$dir" parity 0)
 

@@ -138,14 +138,7 @@ else
     fail "the allocator was never built on its thread"
 fi
 
-full() { grep -q "group 0 is at full redundancy again" "$dir/coordinator.log"; }
-back() { grep -q "group 0 dp 0 serves its keys again" "$dir/coordinator.log"; }
-if wait_for 300 back && wait_for 300 full; then
-    ok "data process 0 serves its keys again, the group is at full redundancy"
-else
-    grep "group 0" "$dir/coordinator.log" | tail -8
-    fail "the group did not return to full redundancy"
-fi
+group0_dp0_back "$dir"
 # Only the restarted process hands off (the first one was killed).
 if cat "$dir"/data-0-0*.log | grep -q "test fault: this handoff fails at taking the table"; then
     ok "the restarted data process 0 failed its first handoff"
