@@ -16,10 +16,11 @@
  * data process's stream here (fence it, report the last xid received),
  * truncate it at the stable xid, and may make this process the recovery
  * process that serves the dead process's keys.  It then runs a data engine
- * (engine_data.h) over the backup table, an allocator built from the data
- * process's used pieces (pieceset.h) and this
- * very region, and client requests go to it; recovery.c rebuilds the
- * region's units from the other processes of the group. */
+ * (engine_data.h) over the backup table, the data process's used pieces
+ * (pieceset.h; the engine builds their allocator on a thread while it
+ * already serves) and this very region, and client requests go to it;
+ * recovery.c rebuilds the region's units from the other processes of the
+ * group. */
 #include "config.h"
 
 #include <errno.h>
