@@ -39,13 +39,19 @@ static uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+struct dalloc *alloc_build_now(const struct pieceset *set, int *err, uint64_t *us)
+{
+    uint64_t from = now_us();
+    struct dalloc *a = pieceset_build(set);
+    *err = a ? 0 : errno;
+    *us = now_us() - from;
+    return a;
+}
+
 static void *build_main(void *arg)
 {
     struct alloc_build *b = arg;
-    uint64_t from = now_us();
-    b->result = pieceset_build(b->set);
-    b->err = b->result ? 0 : errno;
-    b->us = now_us() - from;
+    b->result = alloc_build_now(b->set, &b->err, &b->us);
     char byte = 1;
     while (write(b->fds[1], &byte, 1) < 0 && errno == EINTR)
         ;

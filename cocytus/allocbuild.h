@@ -37,6 +37,10 @@ struct alloc_build *alloc_build_start(struct event_base *base, const struct piec
  * build took on its thread. */
 struct dalloc *alloc_build_finish(struct alloc_build *b, int *err, uint64_t *us);
 
+/* The same build on the caller's thread, timed as the threaded one is:
+ * for when no thread can be had. */
+struct dalloc *alloc_build_now(const struct pieceset *set, int *err, uint64_t *us);
+
 /* Waits for a build still running (if any), discards its result, frees b.
  * NULL is accepted. */
 void alloc_build_cancel(struct alloc_build *b);

@@ -147,9 +147,9 @@ struct data_engine {
     struct event *build_timer;
     uint64_t alloc_waits;         /* tries of mutations that waited for the allocator */
     bool alloc_broken;            /* it cannot be built: the pieces overlap */
-    /* Test faults (COCYTUS_TEST_TAKEOVER_FAIL naming "build"): the first
-     * build fails as if out of memory, and is tried again 4 s later; or
-     * ("overlap") every build finds pieces that overlap. */
+    /* Test faults (data_recovery_config.test_faults): the first build
+     * fails as if out of memory, and is tried again 4 s later; or every
+     * build finds pieces that overlap. */
     bool test_build_fail;
     bool test_build_overlap;
 
@@ -2169,12 +2169,12 @@ static void admin_meta(struct data_engine *dp, eng_write_fn write, void *ctx)
 {
     engine_reply(write, ctx, "STAT count %zu\r\n", dp->meta.count);
     engine_reply(write, ctx, "STAT digest %016" PRIx64 "\r\n", meta_digest(&dp->meta));
-    uint64_t digest = 0;
-    int rc = dp->alloc ? (digest = dalloc_digest(dp->alloc), 0) : pieceset_digest(dp->pieces, &digest);
-    if (rc == 0)
-        engine_reply(write, ctx, "STAT alloc_digest %016" PRIx64 "\r\n", digest);
+    char digest[PIECESET_DIGEST_TEXT];
+    if (dp->alloc)
+        snprintf(digest, sizeof(digest), "%016" PRIx64, dalloc_digest(dp->alloc));
     else
-        engine_reply(write, ctx, "STAT alloc_digest %s\r\n", rc == -ENOSPC ? "overlap" : "nomem");
+        pieceset_digest_text(dp->pieces, digest);
+    engine_reply(write, ctx, "STAT alloc_digest %s\r\n", digest);
     engine_reply(write, ctx, "STAT used_bytes %" PRIu64 "\r\n", used_bytes(dp));
     write(ctx, "END\r\n", 5);
 }
@@ -2386,13 +2386,9 @@ static void start_alloc_build(struct data_engine *dp)
     if (dp->building != NULL)
         return;
     dp_log(dp, "no thread to build the allocator on (%s): building it here", strerror(errno));
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    struct dalloc *a = pieceset_build(dp->pieces);
-    int err = errno;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    uint64_t us = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000u +
-                  (uint64_t)(t1.tv_nsec - t0.tv_nsec) / 1000u;
+    int err;
+    uint64_t us;
+    struct dalloc *a = alloc_build_now(dp->pieces, &err, &us);
     if (a != NULL)
         install_alloc(dp, a, us, false);
     else
@@ -2411,9 +2407,8 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
     dp->region_borrowed = true;
     dp->region = rc->region;
     dp->units = rc->units;
-    const char *fault = getenv("COCYTUS_TEST_TAKEOVER_FAIL");
-    dp->test_build_fail = fault != NULL && strstr(fault, "build") != NULL;
-    dp->test_build_overlap = fault != NULL && strstr(fault, "overlap") != NULL;
+    dp->test_build_fail = (rc->test_faults & DR_FAULT_BUILD_ONCE) != 0;
+    dp->test_build_overlap = (rc->test_faults & DR_FAULT_OVERLAP) != 0;
     /* The empty table and set the caller gets in exchange for its own at
      * engine_data_recovery_take(), made now because they can fail. */
     dp->pieces = pieceset_new(dp->region_size);

@@ -25,8 +25,6 @@
 
 struct pieceset;
 
-struct dalloc;
-
 struct data_unit_hooks {
     void *ctx;
     /* Every unit of [off, off+len) holds data? */
@@ -53,7 +51,14 @@ struct data_recovery_config {
     uint64_t cas_start;            /* larger than any cas the dead DP gave out */
     uint64_t touched_end;          /* beyond it the dead DP's region is zero */
     struct data_unit_hooks units;
+    unsigned test_faults;          /* DR_FAULT_*: a test's faults in the allocator's build */
 };
+
+/* Test faults of a recovery process's allocator build (the parity engine
+ * reads them from COCYTUS_TEST_TAKEOVER_FAIL): the first build fails as if
+ * out of memory; every build finds pieces that overlap. */
+#define DR_FAULT_BUILD_ONCE 1u
+#define DR_FAULT_OVERLAP 2u
 
 /* A recovery process's data engine, in two steps so that a takeover either
  * completes or changes nothing: _new makes everything that can fail and

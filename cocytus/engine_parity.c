@@ -77,9 +77,10 @@ struct parity_engine {
     bool rb_orphans_logged[RECOV_MAX_K];
     struct rb_units rb[RECOV_MAX_K];
     uint64_t rb_max_t[RECOV_MAX_K];
-    /* A test's fault (COCYTUS_TEST_TAKEOVER_FAIL, takeover_fault()): the
-     * takeover steps still to fail once each. */
+    /* A test's faults (COCYTUS_TEST_TAKEOVER_FAIL, takeover_fault()): the
+     * takeover steps still to fail once each, and the data engine's. */
     unsigned test_takeover_fail;
+    unsigned test_build_faults;
 };
 
 static const char NO_KEYS_MSG[] = "parity process: does not serve keys";
@@ -604,12 +605,9 @@ static bool admin_meta(struct parity_engine *pe, int argc, char **argv, const st
     reply_printf(r, "STAT digest %016" PRIx64 "\r\n", meta_digest(&d->meta));
     /* The digest of the data process's allocator (alloc.h), computed from
      * the pieces without building one; the check tool compares both. */
-    uint64_t alloc_digest;
-    int rc = pieceset_digest(d->pieces, &alloc_digest);
-    if (rc == 0)
-        reply_printf(r, "STAT alloc_digest %016" PRIx64 "\r\n", alloc_digest);
-    else
-        reply_printf(r, "STAT alloc_digest %s\r\n", rc == -ENOSPC ? "overlap" : "nomem");
+    char alloc_digest[PIECESET_DIGEST_TEXT];
+    pieceset_digest_text(d->pieces, alloc_digest);
+    reply_printf(r, "STAT alloc_digest %s\r\n", alloc_digest);
     reply_printf(r, "STAT used_bytes %" PRIu64 "\r\n", pieceset_used_bytes(d->pieces));
     reply_printf(r, "STAT applied_xid %" PRIu64 "\r\n", d->src.applied_xid);
     reply_str(r, "END\r\n");
@@ -869,23 +867,30 @@ static void ctl_truncate(struct parity_engine *pe, int dp, uint64_t stable, int 
 }
 
 /* The steps of a takeover that can fail, for takeover_fault().  (Building
- * the allocator is the data engine's, after the takeover: engine_data.c
- * fails its first build when the variable names "build".) */
+ * the allocator is the data engine's, after the takeover: its faults,
+ * DR_FAULT_*, are passed on to every data engine made here.) */
 enum {
     TK_STEP_ENGINE = 1u << 0,   /* the data engine */
     TK_STEP_UNITS = 1u << 1,    /* recovery's unit map */
 };
 
-static unsigned takeover_faults_from_env(void)
+/* COCYTUS_TEST_TAKEOVER_FAIL, a list naming any of engine, units (steps
+ * here), build, overlap (the data engine's: *build_faults). */
+static unsigned takeover_faults_from_env(unsigned *build_faults)
 {
     const char *v = getenv("COCYTUS_TEST_TAKEOVER_FAIL");
     unsigned steps = 0;
+    *build_faults = 0;
     if (v == NULL)
         return 0;
     if (strstr(v, "engine"))
         steps |= TK_STEP_ENGINE;
     if (strstr(v, "units"))
         steps |= TK_STEP_UNITS;
+    if (strstr(v, "build"))
+        *build_faults |= DR_FAULT_BUILD_ONCE;
+    if (strstr(v, "overlap"))
+        *build_faults |= DR_FAULT_OVERLAP;
     return steps;
 }
 
@@ -941,6 +946,7 @@ static void ctl_takeover(struct parity_engine *pe, int dp, uint64_t stable)
         .touched_end = d->touched_end,
         .units = { .ctx = &pe->rec, .ready = units_ready, .need = units_need,
                    .complete = units_complete, .message = units_message },
+        .test_faults = pe->test_build_faults,
     };
     struct engine_config cfg = pe->cfg;
     cfg.index = dp;
@@ -1293,7 +1299,7 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
     pe->engine.ops = &parity_ops;
     pe->engine.priv = pe;
     pe->serving_dp = -1;
-    pe->test_takeover_fail = takeover_faults_from_env();
+    pe->test_takeover_fail = takeover_faults_from_env(&pe->test_build_faults);
     if (c->k > RECOV_MAX_K || c->n - c->k > RECOV_MAX_M) {
         pe_log(pe, "RS(%d,%d) is larger than recovery supports (%d data, %d parity)", c->k, c->n,
                RECOV_MAX_K, RECOV_MAX_M);

@@ -13,7 +13,9 @@
 #include "pieceset.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,6 +283,16 @@ int pieceset_digest(const struct pieceset *s, uint64_t *digest)
     int rc = dalloc_digest_of_used(s->region_size, all, n, digest);
     free(all);
     return rc;
+}
+
+void pieceset_digest_text(const struct pieceset *s, char *buf)
+{
+    uint64_t digest;
+    int rc = pieceset_digest(s, &digest);
+    if (rc == 0)
+        snprintf(buf, PIECESET_DIGEST_TEXT, "%016" PRIx64, digest);
+    else
+        snprintf(buf, PIECESET_DIGEST_TEXT, "%s", rc == -ENOSPC ? "overlap" : "nomem");
 }
 
 struct dalloc *pieceset_build(const struct pieceset *s)

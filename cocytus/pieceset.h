@@ -71,6 +71,10 @@ struct dalloc *pieceset_build(const struct pieceset *s);
  * make, without making it: a sort of the pieces and one walk.  0, or
  * -ENOSPC (two pieces overlap) or -ENOMEM. */
 int pieceset_digest(const struct pieceset *s, uint64_t *digest);
+/* The same as `cocytus meta` reports it: 16 hex digits, or "overlap" or
+ * "nomem" when there is no digest; buf holds PIECESET_DIGEST_TEXT bytes. */
+#define PIECESET_DIGEST_TEXT 17
+void pieceset_digest_text(const struct pieceset *s, char *buf);
 /* Why pieceset_build() failed, from its errno, for a log line. */
 const char *pieceset_build_failure(int err);
 
