@@ -1235,6 +1235,22 @@ void dalloc_iter_init(const struct dalloc *a, struct dalloc_iter *it)
     it->next = a->head;
 }
 
+/* The used tree finds the last used piece at or below off; the pieces
+ * after it in address order start above off, or are free. */
+void dalloc_iter_seek(const struct dalloc *a, struct dalloc_iter *it, uint64_t off)
+{
+    uint64_t grain = off / DALLOC_GRAIN;
+    uint32_t floor = used_tree_floor(a, grain);
+
+    it->a = a;
+    if (floor == NIL)
+        it->next = a->head;
+    else if (piece_off(node(a, floor)) == grain && off % DALLOC_GRAIN == 0)
+        it->next = floor;
+    else
+        it->next = node(a, floor)->next;
+}
+
 bool dalloc_iter_next(struct dalloc_iter *it, uint64_t *off, uint64_t *size,
                       bool *used)
 {

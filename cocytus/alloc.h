@@ -166,6 +166,10 @@ struct dalloc_iter {
     uint32_t next;               /* node of the next piece, 0 at the end */
 };
 void dalloc_iter_init(const struct dalloc *a, struct dalloc_iter *it);
+/* Start at the first used piece that starts at or after byte off (a walk
+ * in steps, with the allocator changing between them, seeks again where
+ * the last step stopped: O(log n)). */
+void dalloc_iter_seek(const struct dalloc *a, struct dalloc_iter *it, uint64_t off);
 /* Next piece, free or used; returns false at the end.  `used` may be NULL. */
 bool dalloc_iter_next(struct dalloc_iter *it, uint64_t *off, uint64_t *size,
                       bool *used);

@@ -87,17 +87,25 @@ enum try_result {
 struct rb_out {
     bool active;                  /* asked for, not finished */
     bool added;                   /* in the sender's ack set */
-    bool meta_sent;               /* BEGIN and metadata are out: writes may go on */
+    bool joined;                  /* its link is up and BEGIN went */
+    bool meta_done;               /* the whole metadata went (META_DONE) */
     enum cluster_role role;
     int index;
     uint64_t x0, next_off, end, units;
-    uint64_t added_at_ms;
+    uint64_t added_at_ms, joined_at_ms;
+    struct rb_meta_walk walk;     /* the metadata, sent while writes go on */
+    uint64_t unit_msgs;           /* UNITS messages sent */
+    uint64_t taken;               /* META, META_DONE and UNITS messages the peer took */
     uint64_t attempt;             /* the coordinator's rebuild attempt; 0: a migration */
 };
 
 #define DP_MAX_REBUILDS 8
 #define DP_REBUILD_JOIN_MS 3000       /* the new peer's link must come up by then */
-#define DP_REBUILD_PENDING_MAX (4u << 20)
+/* Messages of a copy (META, UNITS: up to 64 KB each) sent and not yet
+ * taken by the peer (RB_TAKEN): a record sent meanwhile waits behind at
+ * most these at the peer, a few ms of its work, rather than behind every
+ * byte the kernel's socket buffers hold. */
+#define DP_REBUILD_WINDOW 4
 #define DP_BUILD_RETRY_MS 200         /* a failed allocator build is tried again then */
 
 struct deferred_free {
@@ -138,10 +146,11 @@ struct data_engine {
     struct data_unit_hooks units;
     struct read_waiters waiters;  /* reads waiting for units */
     uint64_t unit_waits;          /* mutations and reads that waited for units */
-    /* Its allocator is built from the dead DP's pieces on a thread
-     * (allocbuild.h) while it serves: until then alloc is NULL, the pieces
-     * are here, and writes that need space wait; a failed build is tried
-     * again after a while (build_timer). */
+    /* A recovery process's allocator is built from the dead DP's pieces,
+     * and a returning data process's from the pieces of its copy, on a
+     * thread (allocbuild.h) while it serves: until then alloc is NULL, the
+     * pieces are here, and writes that need space wait; a failed build is
+     * tried again after a while (build_timer). */
     struct pieceset *pieces;
     struct alloc_build *building;
     struct event *build_timer;
@@ -182,9 +191,15 @@ struct data_engine {
      * must refuse with rebuild-failed (test/integration/rebuild_failed.sh). */
     bool test_begin_twice;
     /* A test's fault (COCYTUS_TEST_HANDOFF_FAIL): the first handoff fails
-     * where taking the table and allocator from the replica could, as if
+     * where taking the table and pieces from the replica could, as if
      * out of memory; the coordinator asks again. */
     bool test_take_fail;
+    /* COCYTUS_TEST_COPIED_DELAY_MS: a replacement data process says
+     * `copied` this late (test/integration/migration_abort.sh stops the
+     * coordinator between the copy's end and the handoff, a window that
+     * is otherwise a few milliseconds). */
+    int test_copied_delay_ms;
+    struct event *copied_timer;
     /* A handoff: writes wait; quiet() once nothing is in flight. */
     bool hold_writes;
     bool handed;                  /* quiet at the handoff: reads wait too */
@@ -507,15 +522,18 @@ static enum try_result no_space(struct data_engine *dp, struct eng_result *res)
     return TRY_DONE;
 }
 
-/* A recovery process without its allocator: a write that needs space (or
- * a flush) waits until it is built, or fails if it cannot be. */
+/* No allocator yet (a recovery process, or a data process that just took
+ * its keys back): a write that needs space (or a flush) waits until it is
+ * built, or fails if it cannot be. */
 static enum try_result wait_for_alloc(struct data_engine *dp, struct eng_result *res)
 {
     flush_stray_ops(dp);
     if (dp->alloc_broken) {
         res->status = ENG_FAILED;
-        res->msg = "recovery process cannot allocate: its copy of the data process's pieces "
-                   "is inconsistent (see its log)";
+        res->msg = dp->recovering ? "recovery process cannot allocate: its copy of the data "
+                                    "process's pieces is inconsistent (see its log)"
+                                  : "data process cannot allocate: the pieces it took back "
+                                    "from its recovery process are inconsistent (see its log)";
         return TRY_DONE;
     }
     dp->alloc_waits++;
@@ -902,7 +920,7 @@ static enum try_result try_flush(struct data_engine *dp, const struct eng_mutati
     }
     if (in_flight(dp))
         return TRY_BLOCKED;
-    if (dp->alloc == NULL)   /* a recovery process's, not built yet */
+    if (dp->alloc == NULL)   /* not built yet */
         return wait_for_alloc(dp, res);
     dp->flush_at = 0;
     dp->nops = 0;
@@ -916,12 +934,13 @@ static enum try_result try_flush(struct data_engine *dp, const struct eng_mutati
     return TRY_SENT;
 }
 
-/* A copy of our state is starting: its metadata must be taken at a point
- * where nothing is in flight, and no write may slip in before it is sent. */
+/* A copy of our state is starting: the new peer joins the stream at a
+ * point where nothing is in flight (rebuild.h); writes go on once it has
+ * joined, while the metadata and the region follow. */
 static bool rebuild_blocks_writes(const struct data_engine *dp)
 {
     for (int i = 0; i < DP_MAX_REBUILDS; i++)
-        if (dp->rb[i].active && !dp->rb[i].meta_sent)
+        if (dp->rb[i].active && !dp->rb[i].added)
             return true;
     return false;
 }
@@ -1095,6 +1114,10 @@ static void dp_after_commit(void *ctx)
 
 static void rb_joined(void *ctx, enum cluster_role role, int index);
 static void rb_join_failed(void *ctx, enum cluster_role role, int index, const char *why);
+static void copy_taken(struct data_engine *dp, const uint8_t *p, uint32_t len);
+static void start_alloc_build(struct data_engine *dp);
+static void stop_alloc_build(struct data_engine *dp);
+static void on_build_retry(evutil_socket_t fd, short what, void *arg);
 
 static void dp_message(void *ctx, int peer, uint16_t type, const uint8_t *payload,
                        uint32_t len);
@@ -1392,6 +1415,10 @@ static void dp_message(void *ctx, int peer, uint16_t type, const uint8_t *payloa
 {
     struct data_engine *dp = ctx;
     struct recov_msg m;
+    if (type == FT_REPLY && rb_kind_of(payload, len) == RB_TAKEN) {
+        copy_taken(dp, payload, len);
+        return;
+    }
     if (type == FT_REQUEST && recov_decode(payload, len, &m) == 0 && m.kind == RK_FETCH) {
         engine_data_fetch(&dp->base, &m);
         return;
@@ -1675,12 +1702,16 @@ static void rebuild_fail(struct data_engine *dp, struct rb_out *o, const char *w
     o->active = false;
 }
 
+static bool copy_window_open(const struct rb_out *o)
+{
+    return o->walk.messages + o->unit_msgs - o->taken < DP_REBUILD_WINDOW;
+}
+
 static void rebuild_pump(struct data_engine *dp, struct rb_out *o)
 {
     struct rb_msg m = { 0 };
     uint64_t budget = 16 * RB_UNITS_CHUNK;
-    while (o->next_off < o->end && budget > 0 &&
-           sender_peer_pending(&dp->tx, o->role, o->index) < DP_REBUILD_PENDING_MAX) {
+    while (o->next_off < o->end && budget > 0 && copy_window_open(o)) {
         uint64_t n = o->end - o->next_off < RB_UNITS_CHUNK ? o->end - o->next_off : RB_UNITS_CHUNK;
         rb_msg_units(&m, dp->tx.committed, o->next_off, dp->region + o->next_off, (uint32_t)n);
         if (m.oom || send_rb(dp, o, m.buf, m.len) != 0) {
@@ -1689,6 +1720,7 @@ static void rebuild_pump(struct data_engine *dp, struct rb_out *o)
             return;
         }
         o->next_off += n;
+        o->unit_msgs++;
         o->units += (n + RECOV_UNIT - 1) / RECOV_UNIT;
         budget = budget > n ? budget - n : 0;
     }
@@ -1707,6 +1739,53 @@ static void rebuild_pump(struct data_engine *dp, struct rb_out *o)
     rb_msg_free(&m);
 }
 
+/* An entry with a record op in flight (or not yet in a record): its
+ * record carries what it becomes, so the walk leaves it out. */
+static bool entry_in_flight(void *ctx, const struct item *e)
+{
+    (void)ctx;
+    return (e->iflags & (META_PENDING | DP_NEW)) != 0;
+}
+
+static int send_meta_cb(void *ctx, const uint8_t *p, size_t len)
+{
+    struct rb_out **args = ctx;
+    struct data_engine *dp = (struct data_engine *)args[0];
+    return send_rb(dp, args[1], p, len);
+}
+
+/* The next META messages of the walk (rebuild.h), one RB_META_CHUNK each,
+ * as far as the window allows: the records of the writes that go on
+ * meanwhile queue behind them at the peer. */
+static void rebuild_pump_meta(struct data_engine *dp, struct rb_out *o, uint64_t now)
+{
+    /* A flush takes effect on our table when it commits: until then the
+     * table still holds what the FLUSH record, sent already, dropped. */
+    if (dp->flush_inflight)
+        return;
+    /* Every change the walk can see must be in a record sent before the
+     * message that shows it. */
+    flush_stray_ops(dp);
+    void *args[2] = { dp, o };
+    while (copy_window_open(o)) {
+        int rc = rb_meta_walk_step(&o->walk, &dp->meta, dp->alloc, RB_META_CHUNK,
+                                   entry_in_flight, dp, send_meta_cb, args);
+        if (rc < 0) {
+            rebuild_fail(dp, o, "cannot send its metadata");
+            return;
+        }
+        if (rc == 1) {
+            o->meta_done = true;
+            dp_log(dp, "metadata of the copy to %s %d sent by xid %" PRIu64 ": %" PRIu64
+                   " pieces and %" PRIu64 " entries in %" PRIu64 " messages, %" PRIu64
+                   " ms; %" PRIu64 " records committed meanwhile", cluster_role_name(o->role),
+                   o->index, dp->tx.xid, o->walk.pieces, o->walk.entries, o->walk.messages,
+                   now - o->joined_at_ms, dp->tx.committed - o->x0);
+            return;
+        }
+    }
+}
+
 static void rebuild_step(struct data_engine *dp)
 {
     uint64_t now = mono_ms();
@@ -1716,13 +1795,14 @@ static void rebuild_step(struct data_engine *dp)
         if (!o->active)
             continue;
         if (!o->added) {
-            /* A recovery process sends data only once every unit is, and
-             * its allocator (the copy carries it). */
+            /* A recovery process sends data only once every unit is
+             * rebuilt; any copy waits for our allocator (the copy carries
+             * its pieces). */
             if (dp->alloc_broken) {
                 rebuild_fail(dp, o, "our allocator cannot be built (its pieces overlap)");
                 continue;
             }
-            if (dp->recovering && (!dp->units.complete(dp->units.ctx) || !dp->alloc)) {
+            if (!dp->alloc || (dp->recovering && !dp->units.complete(dp->units.ctx))) {
                 delay_ms = delay_ms ? delay_ms : 20;
                 continue;
             }
@@ -1736,11 +1816,15 @@ static void rebuild_step(struct data_engine *dp)
             o->x0 = dp->tx.xid;
             o->added_at_ms = now;
             delay_ms = delay_ms ? delay_ms : 20;
-        } else if (!o->meta_sent) {
+        } else if (!o->joined) {
             if (now - o->added_at_ms > DP_REBUILD_JOIN_MS)
                 rebuild_fail(dp, o, "its link did not come up");
             else
                 delay_ms = delay_ms ? delay_ms : 20;
+        } else if (!o->meta_done) {
+            rebuild_pump_meta(dp, o, now);
+            if (o->active)
+                delay_ms = 1;
         } else {
             rebuild_pump(dp, o);
             if (o->active)
@@ -1774,25 +1858,37 @@ static struct rb_out *rb_find(struct data_engine *dp, enum cluster_role role, in
     return NULL;
 }
 
-static int send_meta_cb(void *ctx, const uint8_t *p, size_t len)
+/* The peer took more of the copy: more may go. */
+static void copy_taken(struct data_engine *dp, const uint8_t *p, uint32_t len)
 {
-    struct rb_out **args = ctx;
-    struct data_engine *dp = (struct data_engine *)args[0];
-    return send_rb(dp, args[1], p, len);
+    uint8_t role;
+    uint32_t index;
+    uint64_t taken;
+    if (rb_decode_taken(p, len, &role, &index, &taken) != 0 ||
+        (role != ROLE_DATA && role != ROLE_PARITY) || index > INT32_MAX) {
+        dp_log(dp, "malformed acknowledgement of a copy's messages; ignored");
+        return;
+    }
+    struct rb_out *o = rb_find(dp, (enum cluster_role)role, (int)index);
+    uint64_t sent = o ? o->walk.messages + o->unit_msgs : 0;
+    if (!o || !o->joined || taken <= o->taken)
+        return;
+    o->taken = taken < sent ? taken : sent;
+    struct timeval tv = { 0, 0 };
+    evtimer_add(dp->rb_timer, &tv);   /* from the loop, not inside the link */
 }
 
-/* The new peer's link is up: BEGIN and the metadata as of x0 go out before
- * any later record (the sender resends those right after this). */
+/* The new peer's link is up: BEGIN goes out before any record after x0
+ * (the sender resends those right after this); the metadata follows from
+ * the loop (rebuild_pump_meta). */
 static void rb_joined(void *ctx, enum cluster_role role, int index)
 {
     struct data_engine *dp = ctx;
     struct rb_out *o = rb_find(dp, role, index);
-    if (!o || !o->added || o->meta_sent)
+    if (!o || !o->added || o->joined)
         return;
-    if (dp->tx.xid != o->x0) {
-        rebuild_fail(dp, o, "a record went out before its metadata");
-        return;
-    }
+    /* Units beyond what was ever written by now are zero at x0: records
+     * after x0 that write there reach the peer (rebuild.h). */
     uint64_t end = (dp->touched_end + RECOV_UNIT - 1) / RECOV_UNIT * RECOV_UNIT;
     o->end = end < dp->region_size ? end : dp->region_size;
     o->next_off = 0;
@@ -1800,10 +1896,7 @@ static void rb_joined(void *ctx, enum cluster_role role, int index)
                           .max_cas = dp->cas_counter, .attempt = o->attempt };
     struct rb_msg m = { 0 };
     rb_msg_begin(&m, &b);
-    void *args[2] = { dp, o };
     int rc = m.oom ? -1 : send_rb(dp, o, m.buf, m.len);
-    if (rc == 0)
-        rc = rb_send_meta(&dp->meta, dp->alloc, send_meta_cb, args);
     if (rc == 0 && dp->test_begin_twice && role == ROLE_PARITY) {
         dp->test_begin_twice = false;
         dp_log(dp, "test fault: the BEGIN of this copy to parity %d goes twice", index);
@@ -1811,14 +1904,18 @@ static void rb_joined(void *ctx, enum cluster_role role, int index)
     }
     rb_msg_free(&m);
     if (rc != 0) {
-        rebuild_fail(dp, o, "cannot send its metadata");
+        rebuild_fail(dp, o, "cannot send its BEGIN");
         return;
     }
-    o->meta_sent = true;
-    dp_log(dp, "copy of our state to %s %d: %zu keys as of xid %" PRIu64 ", then %" PRIu64
-           " region bytes", cluster_role_name(role), index, dp->meta.count, o->x0, o->end);
+    o->joined = true;
+    o->joined_at_ms = mono_ms();
+    memset(&o->walk, 0, sizeof(o->walk));
+    o->unit_msgs = o->taken = 0;
+    dp_log(dp, "copy of our state to %s %d begins at xid %" PRIu64 " (%" PRIu64 " records "
+           "since): %zu keys and %" PRIu64 " region bytes follow while writes go on",
+           cluster_role_name(role), index, o->x0, dp->tx.xid - o->x0, dp->meta.count, o->end);
     struct timeval tv = { 0, 0 };
-    evtimer_add(dp->rb_timer, &tv);   /* writes resume from the loop, not inside the link */
+    evtimer_add(dp->rb_timer, &tv);   /* the metadata goes from the loop, not inside the link */
 }
 
 static void rb_join_failed(void *ctx, enum cluster_role role, int index, const char *why)
@@ -1943,10 +2040,25 @@ static void dp_ctl(struct data_engine *dp, const char *fmt, ...)
         dp_log(dp, "cannot tell the coordinator '%s': its link is down", text);
 }
 
+static void say_copied(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct data_engine *dp = arg;
+    dp_ctl(dp, "copied %d %d", dp->group, dp->index);
+}
+
 static void replica_done(void *ctx)
 {
     struct data_engine *dp = ctx;
-    dp_ctl(dp, "copied %d %d", dp->group, dp->index);
+    if (dp->copied_timer) {
+        int ms = dp->test_copied_delay_ms;
+        dp_log(dp, "test fault: the copy is complete; saying so in %d ms", ms);
+        struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+        evtimer_add(dp->copied_timer, &tv);
+        return;
+    }
+    say_copied(-1, 0, dp);
 }
 
 static void replica_log(void *ctx, const char *line)
@@ -2010,6 +2122,7 @@ static int restart_stream(struct data_engine *dp, uint64_t xid, const char *why)
 static void forget_state(struct data_engine *dp)
 {
     meta_clear(&dp->meta);
+    stop_alloc_build(dp);
     dalloc_reset(dp->alloc);
     if (madvise(dp->region, dp->region_size, MADV_DONTNEED) != 0)
         memset(dp->region, 0, dp->region_size);
@@ -2075,18 +2188,23 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
         return;   /* the coordinator asks again */
     uint64_t max_cas, end;
     struct meta_table meta;
-    struct dalloc *alloc;
+    struct pieceset *pieces;
     if (dp->test_take_fail) {
         dp->test_take_fail = false;
         dp_log(dp, "test fault: this handoff fails at taking the table, as if out of memory");
         return;
     }
-    if (replica_take(dp->replica, &meta, &alloc, &max_cas, &end) != 0)
+    if (replica_take(dp->replica, &meta, &pieces, &max_cas, &end) != 0)
         return;   /* logged, nothing taken; the coordinator asks again */
     meta_destroy(&dp->meta);
+    /* The allocator is built from the pieces on a thread while we serve
+     * (a million pieces take about 0.1 s, and the recovery process holds
+     * its writes until the map moves to us): writes that need space wait
+     * for it, reads and writes in place do not. */
     dalloc_destroy(dp->alloc);
+    dp->alloc = NULL;
     dp->meta = meta;
-    dp->alloc = alloc;
+    dp->pieces = pieces;
     dp->table_gen++;
     replica_free(dp->replica);
     dp->replica = NULL;
@@ -2097,7 +2215,9 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     dp->total_items = dp->meta.count;
     dp->placeholders = 0;
     dp_log(dp, "serving again from xid %" PRIu64 ": %zu keys, replicating to %d parity "
-           "process(es)", xid, dp->meta.count, npeers);
+           "process(es); the allocator is being built from %" PRIu64 " pieces", xid,
+           dp->meta.count, npeers, pieceset_count(dp->pieces));
+    start_alloc_build(dp);
     dp_ctl(dp, "serving-dp %d %d", dp->group, dp->index);
     engine_data_units_arrived(&dp->base);
 }
@@ -2233,6 +2353,8 @@ static void dp_destroy(struct engine *eng)
     alloc_build_cancel(dp->building);
     if (dp->build_timer)
         event_free(dp->build_timer);
+    if (dp->copied_timer)
+        event_free(dp->copied_timer);
     pieceset_destroy(dp->pieces);
     replica_free(dp->replica);
     sender_destroy(&dp->tx);
@@ -2297,20 +2419,25 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     dp->ctl_send = cfg->ctl_send;
     dp->ctl_arg = cfg->ctl_arg;
     dp->rb_timer = evtimer_new(cfg->base, on_rb_timer, dp);
-    if (!dp->rb_timer) {
+    dp->build_timer = evtimer_new(cfg->base, on_build_retry, dp);
+    if (!dp->rb_timer || !dp->build_timer) {
+        if (dp->rb_timer)
+            event_free(dp->rb_timer);
         free(dp);
         return NULL;
     }
     dp->test_begin_twice = getenv("COCYTUS_TEST_REBUILD_BEGIN_TWICE") != NULL;
     dp->test_take_fail = getenv("COCYTUS_TEST_HANDOFF_FAIL") != NULL;
+    const char *delay = getenv("COCYTUS_TEST_COPIED_DELAY_MS");
+    dp->test_copied_delay_ms = delay ? atoi(delay) : 0;
+    if (dp->test_copied_delay_ms > 0)
+        dp->copied_timer = evtimer_new(cfg->base, say_copied, dp);
     clock_init(&dp->clock, cfg->started);
     clock_set(&dp->clock, time(NULL));
     return dp;
 }
 
-/* ---- a recovery process's allocator, built while it serves ---- */
-
-static void start_alloc_build(struct data_engine *dp);
+/* ---- an allocator built while the process serves ---- */
 
 static void on_build_retry(evutil_socket_t fd, short what, void *arg)
 {
@@ -2337,10 +2464,11 @@ static void build_failed(struct data_engine *dp, int err, int retry_ms)
          * process kept of the dead one is inconsistent.  Reads and writes
          * in place go on; a write that needs space, a flush and a copy of
          * our state fail. */
-        dp_log(dp, "CANNOT BUILD the allocator: %s among the %" PRIu64 " pieces of the dead "
-               "data process; writes that need space fail from now on (cocytus-cli verify "
-               "shows alloc_digest overlap)", pieceset_build_failure(err),
-               pieceset_count(dp->pieces));
+        dp_log(dp, "CANNOT BUILD the allocator: %s among the %" PRIu64 " pieces %s; writes "
+               "that need space fail from now on (cocytus-cli verify shows alloc_digest "
+               "overlap)", pieceset_build_failure(err), pieceset_count(dp->pieces),
+               dp->recovering ? "of the dead data process" : "taken back from the recovery "
+                                                             "process");
         dp->alloc_broken = true;
         drain_queue(dp);   /* what waited for it is answered */
         return;
@@ -2364,6 +2492,25 @@ static void alloc_built(void *ctx)
         install_alloc(dp, a, us, true);
     else
         build_failed(dp, err, DP_BUILD_RETRY_MS);
+}
+
+/* The state is dropped (forget_state): a build under way or waiting to
+ * be tried again ends, and the process has an allocator again, empty. */
+static void stop_alloc_build(struct data_engine *dp)
+{
+    if (dp->alloc != NULL)
+        return;
+    alloc_build_cancel(dp->building);
+    dp->building = NULL;
+    event_del(dp->build_timer);
+    dp->alloc = dalloc_new(dp->region_size);
+    if (!dp->alloc) {
+        dp_log(dp, "out of memory for an empty allocator");
+        abort();
+    }
+    pieceset_destroy(dp->pieces);
+    dp->pieces = NULL;
+    dp->alloc_broken = false;
 }
 
 /* On a thread (allocbuild.h); when none can be started, here and now. */
@@ -2412,8 +2559,7 @@ struct engine *engine_data_recovery_new(const struct engine_config *cfg,
     /* The empty table and set the caller gets in exchange for its own at
      * engine_data_recovery_take(), made now because they can fail. */
     dp->pieces = pieceset_new(dp->region_size);
-    dp->build_timer = evtimer_new(cfg->base, on_build_retry, dp);
-    if (!dp->pieces || !dp->build_timer || meta_init(&dp->meta, 0) < 0) {
+    if (!dp->pieces || meta_init(&dp->meta, 0) < 0) {
         dp_destroy(&dp->base);
         return NULL;
     }

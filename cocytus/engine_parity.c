@@ -105,6 +105,8 @@ static void pe_log(const struct parity_engine *pe, const char *fmt, ...)
 
 /* ---- the receiver's hooks ---- */
 
+static void rebuild_check_done(struct parity_engine *pe);
+
 static int hook_apply(void *owner, int index, uint64_t stable)
 {
     struct parity_engine *pe = owner;
@@ -113,6 +115,7 @@ static int hook_apply(void *owner, int index, uint64_t stable)
     uint64_t upto = pe->declared[index] < pe->hold_at[index] ? pe->declared[index]
                                                              : pe->hold_at[index];
     int rc = parity_apply(&pe->state, index, upto);
+    rebuild_check_done(pe);   /* the end of a source's metadata may just have applied */
     struct parity_dp *d = &pe->state.dps[index];
     if (d->rb && !pe->rebuilding && d->src.applied_xid >= pe->rb_max_t[index])
         d->rb = NULL;   /* every unit's bytes are older than what is applied now */
@@ -192,6 +195,18 @@ static void rebuild_begin(struct parity_engine *pe, int index, const uint8_t *pa
            pe->state.dps[index].src.applied_xid);
 }
 
+/* The source sends more of the copy once we took what it sent. */
+static void ack_taken(struct parity_engine *pe, int index)
+{
+    struct rb_msg m = { 0 };
+    rb_msg_taken(&m, ROLE_PARITY, (uint32_t)pe->index, pe->rb[index].taken);
+    struct iovec iov = { .iov_base = m.buf, .iov_len = m.len };
+    if (m.oom || repl_receiver_sendv(pe->receiver, index, FT_REPLY, &iov, 1) != 0)
+        pe_log(pe, "cannot acknowledge the rebuild messages of dp %d: its copy stalls until "
+               "the link drops", index);
+    rb_msg_free(&m);
+}
+
 static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *payload,
                             uint32_t len)
 {
@@ -214,10 +229,11 @@ static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *
         pe->rb_orphans_logged[index] = true;
         return;
     }
-    if (parity_rebuild_message(&pe->state, index, payload, len, err, sizeof(err)) != 0) {
+    uint8_t kind = rb_kind_of(payload, len);
+    if (parity_rebuild_message(&pe->state, index, payload, len, err, sizeof(err)) != 0)
         pe_log(pe, "rebuild from dp %d: %s", index, err);
-        return;
-    }
+    if (kind == RB_META || kind == RB_META_DONE || kind == RB_UNITS)
+        ack_taken(pe, index);
     rebuild_check_done(pe);
 }
 

@@ -229,9 +229,12 @@ static void key_text(char *out, size_t outlen, const char *key, size_t nkey)
 
 /* The replica does not run the allocator: the sender chose the offset, and
  * the set of used pieces is all of an allocator's state (pieceset.h). */
-static int replay_alloc(struct pieceset *ps, const struct rec_op *op, char *err, size_t errlen)
+static int replay_alloc(struct pieceset *ps, const struct rec_op *op, bool lenient, char *err,
+                        size_t errlen)
 {
     int rc = pieceset_add(ps, op->off, op->size);
+    if (rc == -EEXIST && lenient && pieceset_remove(ps, op->off, NULL) == 0)
+        rc = pieceset_add(ps, op->off, op->size);
     if (rc == -EEXIST) {
         snprintf(err, errlen, "ALLOC size %" PRIu64 " at %" PRIu64
                  ": a piece already starts there on the replica", op->size, op->off);
@@ -248,9 +251,10 @@ static int replay_alloc(struct pieceset *ps, const struct rec_op *op, char *err,
     return 0;
 }
 
-static int replay_free(struct pieceset *ps, const struct rec_op *op, char *err, size_t errlen)
+static int replay_free(struct pieceset *ps, const struct rec_op *op, bool lenient, char *err,
+                       size_t errlen)
 {
-    if (pieceset_remove(ps, op->off, NULL) != 0) {
+    if (pieceset_remove(ps, op->off, NULL) != 0 && !lenient) {
         snprintf(err, errlen, "FREE off %" PRIu64 ": not an allocated piece on the replica",
                  op->off);
         return -1;
@@ -259,7 +263,7 @@ static int replay_free(struct pieceset *ps, const struct rec_op *op, char *err, 
 }
 
 static int replay_put(struct meta_table *t, const struct pieceset *ps, const struct rec_op *op,
-                      char *err, size_t errlen)
+                      bool lenient, char *err, size_t errlen)
 {
     char key[ITEM_KEY_MAX + 1];
     key_text(key, sizeof(key), op->key, op->nkey);
@@ -278,7 +282,7 @@ static int replay_put(struct meta_table *t, const struct pieceset *ps, const str
      * one lookup, and it is
      * the part of the allocator's old cross-check that a lone PUT allows. */
     uint64_t want = dalloc_value_piece(op->nbytes);
-    if (pieceset_size_of(ps, op->off) != want) {
+    if (!lenient && pieceset_size_of(ps, op->off) != want) {
         snprintf(err, errlen, "PUT key %s: no piece of %" PRIu64 " bytes starts at %" PRIu64
                  " on the replica", key, want, op->off);
         return -1;
@@ -291,9 +295,10 @@ static int replay_put(struct meta_table *t, const struct pieceset *ps, const str
     return 0;
 }
 
-static int replay_del(struct meta_table *t, const struct rec_op *op, char *err, size_t errlen)
+static int replay_del(struct meta_table *t, const struct rec_op *op, bool lenient, char *err,
+                      size_t errlen)
 {
-    if (!meta_del(t, op->key, op->nkey)) {
+    if (!meta_del(t, op->key, op->nkey) && !lenient) {
         char key[ITEM_KEY_MAX + 1];
         key_text(key, sizeof(key), op->key, op->nkey);
         snprintf(err, errlen, "DEL key %s: no such entry on the replica", key);
@@ -303,17 +308,17 @@ static int replay_del(struct meta_table *t, const struct rec_op *op, char *err, 
 }
 
 int meta_replay_op(struct meta_table *t, struct pieceset *ps, const struct rec_op *op,
-                   char *err, size_t errlen)
+                   bool lenient, char *err, size_t errlen)
 {
     switch (op->type) {
     case ROP_ALLOC:
-        return replay_alloc(ps, op, err, errlen);
+        return replay_alloc(ps, op, lenient, err, errlen);
     case ROP_FREE:
-        return replay_free(ps, op, err, errlen);
+        return replay_free(ps, op, lenient, err, errlen);
     case ROP_PUT:
-        return replay_put(t, ps, op, err, errlen);
+        return replay_put(t, ps, op, lenient, err, errlen);
     case ROP_DEL:
-        return replay_del(t, op, err, errlen);
+        return replay_del(t, op, lenient, err, errlen);
     case ROP_FLUSH:
         meta_clear(t);
         pieceset_reset(ps);
@@ -323,3 +328,4 @@ int meta_replay_op(struct meta_table *t, struct pieceset *ps, const struct rec_o
         return -1;
     }
 }
+

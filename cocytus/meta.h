@@ -68,8 +68,11 @@ void meta_iterate(struct meta_table *t, assoc_visit_fn visit, void *ctx);
  * already starts, or past the region's bytes; FREE of an offset where none
  * starts; PUT of a value not at the start of a piece of its rounded size;
  * DEL of a missing key): the caller must stop applying that sender's
- * records. */
+ * records.  `lenient` while a rebuild's metadata is still arriving
+ * (rebuild.h): the replica may not hold yet what an op refers to, so a FREE
+ * or DEL of what it does not hold is skipped, an ALLOC where a piece starts
+ * replaces that piece, and a PUT's piece is not checked. */
 int meta_replay_op(struct meta_table *t, struct pieceset *ps, const struct rec_op *op,
-                   char *err, size_t errlen);
+                   bool lenient, char *err, size_t errlen);
 
 #endif

@@ -127,8 +127,13 @@ static bool delta_in_region(const struct parity *p, const struct record *r)
 static int replay_ops(struct parity_dp *d, const struct record *r)
 {
     char err[REPL_WHY_MAX - 64];
+    /* A rebuild's metadata that came right after the record before this
+     * one goes first (rebuild.h). */
+    if (d->rb && rb_meta_catch_up(d->rb, r->xid - 1, &d->meta, d->pieces, err, sizeof(err)) != 0)
+        return repl_source_mark_diverged(&d->src, r->xid, "rebuild metadata: %s", err);
+    bool lenient = rb_meta_lenient(d->rb);
     for (uint32_t n = 0; n < r->nops; n++) {
-        if (meta_replay_op(&d->meta, d->pieces, &r->ops[n], err, sizeof(err)) != 0)
+        if (meta_replay_op(&d->meta, d->pieces, &r->ops[n], lenient, err, sizeof(err)) != 0)
             return repl_source_mark_diverged(&d->src, r->xid, "op %" PRIu32 " of %" PRIu32
                                              ": %s", n + 1, r->nops, err);
     }
@@ -212,7 +217,12 @@ static int apply_record(void *ctx, const struct record *r)
 int parity_apply(struct parity *p, int dp, uint64_t stable)
 {
     struct parity_dp *d = &p->dps[dp];
-    return repl_source_apply(&d->src, stable, apply_record, d);
+    int rc = repl_source_apply(&d->src, stable, apply_record, d);
+    char err[REPL_WHY_MAX - 64];
+    if (rc == 0 && d->rb &&
+        rb_meta_catch_up(d->rb, d->src.applied_xid, &d->meta, d->pieces, err, sizeof(err)) != 0)
+        rc = repl_source_mark_diverged(&d->src, d->src.applied_xid, "rebuild metadata: %s", err);
+    return rc;
 }
 
 int parity_truncate_after(struct parity *p, int dp, uint64_t xid)
@@ -281,7 +291,9 @@ int parity_rebuild_message(struct parity *p, int dp, const uint8_t *msg, size_t 
     }
     switch (rb_kind_of(msg, len)) {
     case RB_META:
-        return rb_apply_meta(msg, len, &d->meta, d->pieces, err, errlen);
+    case RB_META_DONE:
+        return rb_meta_arrive(d->rb, d->src.received_xid, d->src.applied_xid, msg, len, &d->meta,
+                              d->pieces, err, errlen);
     case RB_UNITS: {
         uint64_t t, off;
         const uint8_t *bytes;

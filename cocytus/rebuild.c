@@ -4,6 +4,7 @@
  * engine_parity.c and engine_data.c receive. */
 #include "config.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static uint64_t get_le(const uint8_t *p, int n)
 bool rb_is_rebuild(const uint8_t *payload, size_t len)
 {
     uint8_t k = rb_kind_of(payload, len);
-    return k >= RB_BEGIN && k <= RB_END;
+    return k >= RB_BEGIN && k <= RB_TAKEN;
 }
 
 uint8_t rb_kind_of(const uint8_t *payload, size_t len)
@@ -57,8 +58,20 @@ int rb_units_init(struct rb_units *u, uint64_t region_size)
     return 0;
 }
 
+static void drop_held(struct rb_units *u)
+{
+    while (u->held) {
+        struct rb_held *h = u->held;
+        u->held = h->next;
+        free(h);
+    }
+    u->held_tail = NULL;
+    u->held_bytes = 0;
+}
+
 void rb_units_destroy(struct rb_units *u)
 {
+    drop_held(u);
     free(u->t);
     memset(u, 0, sizeof(*u));
 }
@@ -66,6 +79,8 @@ void rb_units_destroy(struct rb_units *u)
 void rb_units_begin(struct rb_units *u, uint64_t x0, uint64_t end)
 {
     size_t first_zero = (size_t)((end + RECOV_UNIT - 1) / RECOV_UNIT);
+    drop_held(u);
+    u->meta_done = false;
     u->begun = true;
     u->base = x0;
     for (size_t i = first_zero; i < u->nunits; i++) {
@@ -102,6 +117,7 @@ void rb_units_filter(const struct rb_units *u, uint64_t xid, uint64_t off, uint6
 void rb_units_arrive(struct rb_units *u, uint64_t t, uint64_t off, uint64_t len,
                      void (*fn)(void *ctx, uint64_t off, uint64_t len), void *ctx)
 {
+    u->taken++;
     for (uint64_t o = off; o < off + len; o += RECOV_UNIT) {
         size_t unit = (size_t)(o / RECOV_UNIT);
         if (unit >= u->nunits || u->t[unit] != UINT64_MAX)
@@ -149,7 +165,10 @@ int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct pie
                 goto short_msg;
             uint64_t off = get_le(q, 8), size = get_le(q + 8, 8);
             q += 16;
-            if (pieceset_add(ps, off, size) != 0) {
+            int rc = pieceset_add(ps, off, size);
+            if (rc == -EEXIST && pieceset_remove(ps, off, NULL) == 0)
+                rc = pieceset_add(ps, off, size);   /* what it is now replaces what it was */
+            if (rc != 0) {
                 snprintf(err, errlen, "piece at %llu of %llu bytes cannot be reserved",
                          (unsigned long long)off, (unsigned long long)size);
                 return -1;
@@ -196,6 +215,65 @@ int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct pie
 short_msg:
     snprintf(err, errlen, "metadata message of %zu bytes does not add up", len);
     return -1;
+}
+
+static int apply_meta_message(struct rb_units *u, const uint8_t *p, size_t len,
+                              struct meta_table *t, struct pieceset *ps, char *err,
+                              size_t errlen)
+{
+    if (rb_kind_of(p, len) == RB_META_DONE) {
+        if (len != HDR + 16) {
+            snprintf(err, errlen, "malformed end of the metadata");
+            return -1;
+        }
+        u->meta_done = true;
+        return 0;
+    }
+    return rb_apply_meta(p, len, t, ps, err, errlen);
+}
+
+int rb_meta_arrive(struct rb_units *u, uint64_t after, uint64_t applied, const uint8_t *p,
+                   size_t len, struct meta_table *t, struct pieceset *ps, char *err,
+                   size_t errlen)
+{
+    u->taken++;
+    if (u->held == NULL && applied >= after)
+        return apply_meta_message(u, p, len, t, ps, err, errlen);
+    struct rb_held *h = malloc(sizeof(*h) + len);
+    if (!h) {
+        snprintf(err, errlen, "out of memory keeping a metadata message");
+        return -1;
+    }
+    h->next = NULL;
+    h->after = after;
+    h->len = len;
+    memcpy(h->bytes, p, len);
+    if (u->held_tail)
+        u->held_tail->next = h;
+    else
+        u->held = h;
+    u->held_tail = h;
+    u->held_bytes += len;
+    return 0;
+}
+
+int rb_meta_catch_up(struct rb_units *u, uint64_t applied, struct meta_table *t,
+                     struct pieceset *ps, char *err, size_t errlen)
+{
+    int rc = 0;
+    char later[64];   /* the first error is reported; the rest still apply */
+    while (u->held && u->held->after <= applied) {
+        struct rb_held *h = u->held;
+        u->held = h->next;
+        if (!u->held)
+            u->held_tail = NULL;
+        u->held_bytes -= h->len;
+        if (apply_meta_message(u, h->bytes, h->len, t, ps, rc ? later : err,
+                               rc ? sizeof(later) : errlen) != 0)
+            rc = -1;
+        free(h);
+    }
+    return rc;
 }
 
 int rb_decode_units(const uint8_t *p, size_t len, uint64_t region_size, uint64_t *t,
@@ -334,49 +412,134 @@ void rb_msg_end(struct rb_msg *m, uint64_t units)
         put_le(p, units, 8);
 }
 
-/* ---- the whole metadata ---- */
+void rb_msg_meta_done(struct rb_msg *m, uint64_t pieces, uint64_t entries)
+{
+    start(m, RB_META_DONE);
+    uint8_t *p = room(m, 16);
+    if (p) {
+        put_le(p, pieces, 8);
+        put_le(p + 8, entries, 8);
+    }
+}
+
+void rb_msg_taken(struct rb_msg *m, uint8_t role, uint32_t index, uint64_t taken)
+{
+    start(m, RB_TAKEN);
+    uint8_t *p = room(m, 13);
+    if (p) {
+        p[0] = role;
+        put_le(p + 1, index, 4);
+        put_le(p + 5, taken, 8);
+    }
+}
+
+int rb_decode_taken(const uint8_t *p, size_t len, uint8_t *role, uint32_t *index,
+                    uint64_t *taken)
+{
+    if (len != HDR + 13 || p[8] != RB_TAKEN)
+        return -1;
+    *role = p[HDR];
+    *index = (uint32_t)get_le(p + HDR + 1, 4);
+    *taken = get_le(p + HDR + 5, 8);
+    return 0;
+}
+
+/* ---- the metadata, walked while it changes ---- */
 
 struct meta_walk {
+    struct rb_meta_walk *w;
     struct rb_msg *m;
-    int (*send)(void *ctx, const uint8_t *p, size_t len);
+    rb_skip_fn skip;
+    void *skip_ctx;
+    rb_send_fn send;
     void *ctx;
+    size_t sent;             /* bytes this step */
     int rc;
 };
 
-static void flush_meta(struct meta_walk *w, bool force)
+static void flush_meta(struct meta_walk *mw, bool force)
 {
-    if (w->rc != 0 || (!force && w->m->len < RB_META_CHUNK))
+    size_t chunk = mw->w->chunk ? mw->w->chunk : RB_META_CHUNK;
+    if (mw->rc != 0 || (!force && mw->m->len < chunk))
         return;
-    if (rb_msg_meta_finish(w->m) && w->send(w->ctx, w->m->buf, w->m->len) != 0)
-        w->rc = -1;
-    if (w->m->oom)
-        w->rc = -1;
-    rb_msg_meta_start(w->m);
+    if (rb_msg_meta_finish(mw->m)) {
+        if (mw->send(mw->ctx, mw->m->buf, mw->m->len) != 0)
+            mw->rc = -1;
+        mw->sent += mw->m->len;
+        mw->w->messages++;
+    }
+    if (mw->m->oom)
+        mw->rc = -1;
+    rb_msg_meta_start(mw->m);
 }
 
 static void visit_entry(void *ctx, struct item *e)
 {
-    struct meta_walk *w = ctx;
-    rb_msg_meta_entry(w->m, e);
-    flush_meta(w, false);
+    struct meta_walk *mw = ctx;
+    if (mw->skip && mw->skip(mw->skip_ctx, e))
+        return;
+    rb_msg_meta_entry(mw->m, e);
+    mw->w->entries++;
+    flush_meta(mw, false);
 }
 
-int rb_send_meta(struct meta_table *t, const struct dalloc *a,
-                 int (*send)(void *ctx, const uint8_t *p, size_t len), void *ctx)
+/* Pieces from w->piece_next on until about `bytes` are sent. */
+static bool walk_pieces(struct meta_walk *mw, const struct dalloc *a, size_t bytes)
+{
+    struct dalloc_iter it;
+    dalloc_iter_seek(a, &it, mw->w->piece_next);
+    uint64_t off, size;
+    while (mw->rc == 0 && mw->sent < bytes) {
+        if (!dalloc_iter_next_used(&it, &off, &size))
+            return true;
+        rb_msg_meta_piece(mw->m, off, size);
+        mw->w->pieces++;
+        mw->w->piece_next = off + size;
+        flush_meta(mw, false);
+    }
+    return false;
+}
+
+/* Buckets and entries assoc_walk is given per call: about one message's
+ * worth (an entry takes 40-300 bytes), so that a step stops near its
+ * byte budget. */
+static size_t entry_walk_budget(const struct rb_meta_walk *w)
+{
+    size_t chunk = w->chunk ? w->chunk : RB_META_CHUNK;
+    return chunk / 40 > 8 ? chunk / 40 : 8;
+}
+
+int rb_meta_walk_step(struct rb_meta_walk *w, struct meta_table *t, const struct dalloc *a,
+                      size_t bytes, rb_skip_fn skip, void *skip_ctx, rb_send_fn send,
+                      void *ctx)
 {
     struct rb_msg m = { 0 };
-    struct meta_walk w = { &m, send, ctx, 0 };
+    struct meta_walk mw = { w, &m, skip, skip_ctx, send, ctx, 0, 0 };
     rb_msg_meta_start(&m);
-    struct dalloc_iter it;
-    dalloc_iter_init(a, &it);
-    uint64_t off, size;
-    while (w.rc == 0 && dalloc_iter_next_used(&it, &off, &size)) {
-        rb_msg_meta_piece(&m, off, size);
-        flush_meta(&w, false);
+    if (w->phase == 0 && walk_pieces(&mw, a, bytes))
+        w->phase = 1;
+    while (w->phase == 1 && mw.rc == 0 && mw.sent < bytes) {
+        if (assoc_walk(&t->table, &w->entry_cursor, entry_walk_budget(w), visit_entry, &mw))
+            w->phase = 2;
     }
-    if (w.rc == 0)
-        meta_iterate(t, visit_entry, &w);
-    flush_meta(&w, true);
+    flush_meta(&mw, true);
+    if (w->phase == 2 && mw.rc == 0) {
+        rb_msg_meta_done(&m, w->pieces, w->entries);
+        if (m.oom || send(ctx, m.buf, m.len) != 0)
+            mw.rc = -1;
+        w->messages++;
+    }
     rb_msg_free(&m);
-    return w.rc;
+    if (mw.rc != 0)
+        return -1;
+    return w->phase == 2 ? 1 : 0;
+}
+
+int rb_send_meta(struct meta_table *t, const struct dalloc *a, rb_send_fn send, void *ctx)
+{
+    struct rb_meta_walk w = { 0 };
+    int rc;
+    while ((rc = rb_meta_walk_step(&w, t, a, SIZE_MAX, NULL, NULL, send, ctx)) == 0)
+        ;
+    return rc < 0 ? -1 : 0;
 }

@@ -10,11 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-#include "alloc.h"
 #include "pieceset.h"
 #include "cluster.h"
 #include "codec.h"
+#include "frame.h"
 #include "link.h"
 #include "rebuild.h"
 #include "receiver.h"
@@ -50,6 +51,15 @@ static void rp_log(struct replica *r, const char *fmt, ...)
 
 /* ---- applying records ---- */
 
+/* The copy's metadata messages that came right after record `applied`
+ * (rebuild.h). */
+static void meta_catch_up(struct replica *r, uint64_t applied)
+{
+    char err[192];
+    if (rb_meta_catch_up(&r->units, applied, &r->meta, r->pieces, err, sizeof(err)) != 0)
+        rp_log(r, "metadata of the copy refused: %s", err);
+}
+
 static void xor_run(void *ctx, uint64_t off, uint64_t len)
 {
     struct replica *r = ctx;
@@ -62,8 +72,10 @@ static int apply_record(void *ctx, const struct record *rec)
     char err[192];
     if (rec->data_off > r->region_size || rec->data_len > r->region_size - rec->data_off)
         return repl_source_mark_diverged(&r->src, rec->xid, "delta outside the region");
+    meta_catch_up(r, rec->xid - 1);
+    bool lenient = rb_meta_lenient(&r->units);
     for (uint32_t i = 0; i < rec->nops; i++) {
-        if (meta_replay_op(&r->meta, r->pieces, &rec->ops[i], err, sizeof(err)) != 0)
+        if (meta_replay_op(&r->meta, r->pieces, &rec->ops[i], lenient, err, sizeof(err)) != 0)
             return repl_source_mark_diverged(&r->src, rec->xid, "op %" PRIu32 ": %s", i + 1, err);
         if (rec->ops[i].type == ROP_PUT && rec->ops[i].cas > r->max_cas)
             r->max_cas = rec->ops[i].cas;
@@ -78,10 +90,15 @@ static int apply_record(void *ctx, const struct record *rec)
     return 0;
 }
 
+static void check_complete(struct replica *r);
+
 static int hook_apply(void *owner, int index, uint64_t stable)
 {
     struct replica *r = owner;
-    return repl_source_apply(&r->src, stable, apply_record, r);
+    int rc = repl_source_apply(&r->src, stable, apply_record, r);
+    meta_catch_up(r, r->src.applied_xid);
+    check_complete(r);
+    return rc;
 }
 
 /* ---- rebuild messages ---- */
@@ -118,7 +135,11 @@ static void on_begin(struct replica *r, const uint8_t *p, uint32_t len)
     }
     meta_clear(&r->meta);
     pieceset_reset(r->pieces);
-    memset(r->region, 0, r->region_size);
+    /* Zero without touching a page (the region is our own anonymous
+     * mapping, and an untouched page reads as zero): a memset of 256 MB
+     * took half a second, while the source's writes waited for our acks. */
+    if (madvise(r->region, r->region_size, MADV_DONTNEED) != 0)
+        memset(r->region, 0, r->region_size);
     uint64_t size = r->region_size;
     rb_units_destroy(&r->units);
     if (rb_units_init(&r->units, size) != 0) {
@@ -134,6 +155,18 @@ static void on_begin(struct replica *r, const uint8_t *p, uint32_t len)
            r->dp, b.x0, b.end);
 }
 
+/* The source sends more of the copy once we took what it sent. */
+static void ack_taken(struct replica *r, int index)
+{
+    struct rb_msg m = { 0 };
+    rb_msg_taken(&m, ROLE_DATA, (uint32_t)r->dp, r->units.taken);
+    struct iovec iov = { .iov_base = m.buf, .iov_len = m.len };
+    if (m.oom || repl_receiver_sendv(r->rx, index, FT_REPLY, &iov, 1) != 0)
+        rp_log(r, "cannot acknowledge the copy's messages: the copy stalls until the link "
+               "drops");
+    rb_msg_free(&m);
+}
+
 static void hook_message(void *owner, int index, uint16_t type, const uint8_t *p, uint32_t len)
 {
     struct replica *r = owner;
@@ -143,8 +176,13 @@ static void hook_message(void *owner, int index, uint16_t type, const uint8_t *p
         on_begin(r, p, len);
         break;
     case RB_META:
-        if (!r->units.begun || rb_apply_meta(p, len, &r->meta, r->pieces, err, sizeof(err)) != 0)
+    case RB_META_DONE:
+        if (!r->units.begun ||
+            rb_meta_arrive(&r->units, r->src.received_xid, r->src.applied_xid, p, len, &r->meta,
+                           r->pieces, err, sizeof(err)) != 0)
             rp_log(r, "metadata of the copy refused: %s", r->units.begun ? err : "before BEGIN");
+        ack_taken(r, index);
+        check_complete(r);
         break;
     case RB_UNITS: {
         uint64_t t, off;
@@ -157,6 +195,7 @@ static void hook_message(void *owner, int index, uint16_t type, const uint8_t *p
         }
         struct unit_copy c = { r, bytes, off };
         rb_units_arrive(&r->units, t, off, n, copy_run, &c);
+        ack_taken(r, index);
         check_complete(r);
         break;
     }
@@ -282,25 +321,18 @@ int replica_settle(struct replica *r, uint64_t xid)
     return repl_source_truncate_after(&r->src, xid);
 }
 
-int replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
+int replica_take(struct replica *r, struct meta_table *meta, struct pieceset **pieces,
                  uint64_t *max_cas, uint64_t *end)
 {
-    struct dalloc *a = pieceset_build(r->pieces);
-    if (a == NULL) {
-        rp_log(r, "cannot build the allocator of dp %d from its %" PRIu64 " pieces: %s", r->dp,
-               pieceset_count(r->pieces), pieceset_build_failure(errno));
-        return -1;
-    }
     struct meta_table empty;   /* what the replica keeps: made before anything moves */
     if (meta_init(&empty, 0) < 0) {
         rp_log(r, "out of memory taking the table of dp %d", r->dp);
-        dalloc_destroy(a);
         return -1;
     }
     *meta = r->meta;
     r->meta = empty;
-    pieceset_reset(r->pieces);
-    *alloc = a;
+    *pieces = r->pieces;
+    r->pieces = NULL;
     *max_cas = r->max_cas;
     *end = r->end;
     return 0;

@@ -21,7 +21,7 @@
 
 struct event_base;
 struct cluster;
-struct dalloc;
+struct pieceset;
 struct replica;
 
 struct replica_hooks {
@@ -42,11 +42,12 @@ int replica_from(const struct replica *r);
 void replica_progress(const struct replica *r, uint64_t *done, uint64_t *total, uint64_t *bytes);
 /* Apply every record up to xid.  0, or -1 (not all received, or diverged). */
 int replica_settle(struct replica *r, uint64_t xid);
-/* Move the table out and build the allocator from the used pieces (the
- * replica keeps empty ones).  *max_cas: the largest cas it saw; *end:
- * furthest byte written.  0, or -1 with nothing moved when the allocator
- * cannot be built (out of memory, or pieces that overlap). */
-int replica_take(struct replica *r, struct meta_table *meta, struct dalloc **alloc,
+/* Move the table and the used pieces out (the caller builds its
+ * allocator from them, pieceset.h; the replica keeps an empty table and no
+ * pieces, and is only freed after this).  *max_cas: the largest cas it
+ * saw; *end: furthest byte written.  0, or -1 with nothing moved when out
+ * of memory. */
+int replica_take(struct replica *r, struct meta_table *meta, struct pieceset **pieces,
                  uint64_t *max_cas, uint64_t *end);
 
 #endif

@@ -668,12 +668,6 @@ int sender_add_peer(struct sender *s, enum cluster_role role, int index)
     return 0;
 }
 
-size_t sender_peer_pending(struct sender *s, enum cluster_role role, int index)
-{
-    struct sender_peer *p = peer_of(s, role, index);
-    return p && p->link ? link_output_pending(p->link) : 0;
-}
-
 void sender_peer_settled(struct sender *s, enum cluster_role role, int index)
 {
     struct sender_peer *p = peer_of(s, role, index);

@@ -192,9 +192,6 @@ int sender_add_peer(struct sender *s, enum cluster_role role, int index);
 /* The rebuild of an added peer is done: from now on a drop of its link is
  * an ordinary reconnect. */
 void sender_peer_settled(struct sender *s, enum cluster_role role, int index);
-/* Bytes queued on a peer's link, not yet written to the kernel (0 when the
- * link is down or the peer unknown). */
-size_t sender_peer_pending(struct sender *s, enum cluster_role role, int index);
 /* Drop a peer of any role (sender_drop_peer is for the peer role). */
 void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index);
 /* Send on the link of a peer of any role. */

@@ -142,7 +142,7 @@ static void replay_record(const struct record *r)
     char err[256];
     for (uint32_t i = 0; i < r->nops; i++) {
         err[0] = '\0';
-        if (meta_replay_op(&t, ps, &r->ops[i], err, sizeof(err)) != 0) {
+        if (meta_replay_op(&t, ps, &r->ops[i], false, err, sizeof(err)) != 0) {
             CHECK(err[0] != '\0');
             break;
         }
@@ -240,6 +240,8 @@ static int apply_copy(void *ctx, const uint8_t *p, size_t len)
 {
     struct meta_copy *c = ctx;
     char err[192];
+    if (rb_kind_of(p, len) == RB_META_DONE)
+        return 0;   /* the end of the walk: nothing to apply */
     uint8_t *exact = fuzz_copy(p, len);
     int rc = rb_apply_meta(exact, len, c->t, c->ps, err, sizeof(err));
     free(exact);
@@ -328,7 +330,7 @@ static void check_rebuild(const uint8_t *p, size_t len)
 {
     uint8_t kind = rb_kind_of(p, len);
     CHECK(kind == (len >= 9 ? p[8] : 0));
-    CHECK(rb_is_rebuild(p, len) == (kind >= RB_BEGIN && kind <= RB_END));
+    CHECK(rb_is_rebuild(p, len) == (kind >= RB_BEGIN && kind <= RB_TAKEN));
     switch (kind) {
     case RB_BEGIN: {
         struct rb_begin b;
@@ -349,6 +351,20 @@ static void check_rebuild(const uint8_t *p, size_t len)
     case RB_META:
         check_meta(p, len);
         break;
+    case RB_TAKEN: {
+        uint8_t role;
+        uint32_t index;
+        uint64_t taken;
+        if (rb_decode_taken(p, len, &role, &index, &taken) == 0) {
+            struct rb_msg m = { 0 };
+            rb_msg_taken(&m, role, index, taken);
+            CHECK(len == 22 && !m.oom && m.len == len && memcmp(m.buf + 8, p + 8, len - 8) == 0);
+            rb_msg_free(&m);
+        } else {
+            CHECK(len != 22);
+        }
+        break;
+    }
     case RB_UNITS:
         check_units(p, len, REPLICA_REGION);
         check_units(p, len, 5 * RECOV_UNIT + 123);

@@ -26,7 +26,9 @@
 # drills cover).  r continues once the coordinator has abandoned the
 # migration.  Then a write through r must be stored, and in the end the
 # restarted data process must hold both keys and serve them, at full
-# redundancy.
+# redundancy.  The copy of one key takes a few milliseconds, less than
+# the test takes to see its start and stop the coordinator: the restarted
+# process says `copied` 100 ms late (COCYTUS_TEST_COPIED_DELAY_MS).
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -46,6 +48,7 @@ cleanup() {
 }
 on_exit cleanup
 
+export COCYTUS_TEST_COPIED_DELAY_MS=100
 cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-proxy ||
     { fail "cluster up"; exit 1; }
 dp=$(awk '$1 == "data" && $2 == 0 && $3 == 0 { print $5; exit }' "$dir/endpoints")

@@ -696,6 +696,51 @@ START_TEST(test_iter_used)
 }
 END_TEST
 
+/* dalloc_iter_seek(off) starts at the first used piece at or after off:
+ * checked against a walk from the start, at every offset of a region with
+ * used and free pieces, and on an empty allocator. */
+START_TEST(test_iter_seek)
+{
+    struct dalloc *a = dalloc_new(64 * DALLOC_GRAIN);
+    struct dalloc_iter it;
+    uint64_t off, size, offs[64], sizes[64];
+    int n = 0;
+
+    dalloc_iter_seek(a, &it, 0);
+    ck_assert(!dalloc_iter_next_used(&it, &off, &size));
+    for (int i = 0; i < 20; i++) {
+        uint64_t o;
+        ck_assert_int_eq(dalloc_alloc(a, (uint64_t)(1 + i % 3) * DALLOC_GRAIN, &o), 0);
+    }
+    /* Free every third piece: used pieces with free gaps between. */
+    dalloc_iter_init(a, &it);
+    uint64_t all[20];
+    int m = 0;
+    while (dalloc_iter_next_used(&it, &off, &size))
+        all[m++] = off;
+    for (int i = 0; i < m; i += 3)
+        ck_assert_int_eq(dalloc_free(a, all[i], NULL), 0);
+    dalloc_iter_init(a, &it);
+    while (dalloc_iter_next_used(&it, &off, &size)) {
+        offs[n] = off;
+        sizes[n++] = size;
+    }
+    for (uint64_t at = 0; at <= 64 * DALLOC_GRAIN; at += DALLOC_GRAIN / 4) {
+        int first = 0;
+        while (first < n && offs[first] < at)
+            first++;
+        dalloc_iter_seek(a, &it, at);
+        for (int i = first; i < n; i++) {
+            ck_assert(dalloc_iter_next_used(&it, &off, &size));
+            ck_assert_uint_eq(off, offs[i]);
+            ck_assert_uint_eq(size, sizes[i]);
+        }
+        ck_assert(!dalloc_iter_next_used(&it, &off, &size));
+    }
+    dalloc_destroy(a);
+}
+END_TEST
+
 START_TEST(test_huge_region)
 {
     /* Offsets and sizes beyond 32 bits; the region itself never exists. */
@@ -1091,6 +1136,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(basic, test_reserve);
     tcase_add_test(basic, test_reset);
     tcase_add_test(basic, test_iter_used);
+    tcase_add_test(basic, test_iter_seek);
     tcase_add_test(basic, test_huge_region);
     tcase_add_test(basic, test_region_limit);
     tcase_add_test(basic, test_meta_per_piece);

@@ -279,7 +279,7 @@ static uint64_t replica_alloc_digest(const struct replica *r)
 
 static int replay(struct replica *r, const struct rec_op *op)
 {
-    return meta_replay_op(&r->meta, r->pieces, op, r->err, sizeof(r->err));
+    return meta_replay_op(&r->meta, r->pieces, op, false, r->err, sizeof(r->err));
 }
 
 static struct rec_op op_alloc(uint64_t size, uint64_t off)

@@ -314,6 +314,8 @@ START_TEST(test_rebuild_unit_tags)
     rb_units_arrive(&u, 16, RECOV_UNIT, RECOV_UNIT, count_run, r);
     ck_assert(!rb_units_complete(&u));              /* END not seen */
     u.ended = true;
+    ck_assert(!rb_units_complete(&u));              /* nor META_DONE */
+    u.meta_done = true;
     ck_assert(rb_units_complete(&u));
     rb_units_destroy(&u);
 }
@@ -329,6 +331,8 @@ static int apply_meta_message(void *ctx, const uint8_t *p, size_t len)
 {
     struct meta_dest *d = ctx;
     char err[128];
+    if (rb_kind_of(p, len) == RB_META_DONE)
+        return 0;   /* the end of the walk */
     d->messages++;
     if (rb_apply_meta(p, len, d->t, d->ps, err, sizeof(err)) != 0)
         d->rc = -1;
@@ -385,10 +389,13 @@ START_TEST(test_rebuild_messages)
     struct dalloc *a2 = pieceset_build(ps);
     ck_assert_ptr_nonnull(a2);
     ck_assert_uint_eq(dalloc_digest(a), dalloc_digest(a2));
-    /* The same pieces again start where pieces start: refused. */
+    /* The same pieces and entries again replace what is there (a META
+     * message says what each piece and entry is now, rebuild.h). */
     d.rc = 0;
     ck_assert_int_eq(rb_send_meta(&t, a, apply_meta_message, &d), 0);
-    ck_assert_int_lt(d.rc, 0);
+    ck_assert_int_eq(d.rc, 0);
+    ck_assert_uint_eq(meta_digest(&t), meta_digest(&t2));
+    ck_assert_uint_eq(pieceset_count(ps), dalloc_used_pieces(a));
 
     /* Units: whole units, inside the region. */
     uint8_t unit[2 * RECOV_UNIT];
@@ -577,6 +584,9 @@ START_TEST(test_rebuild_matches_full_stream)
     struct rb_msg end = { 0 };
     rb_msg_end(&end, 4);
     ck_assert_int_eq(parity_rebuild_message(&rebuilt, 2, end.buf, end.len, err, sizeof(err)), 0);
+    ck_assert(!rb_units_complete(&u));              /* the metadata has not ended */
+    rb_msg_meta_done(&end, 0, 0);
+    ck_assert_int_eq(parity_rebuild_message(&rebuilt, 2, end.buf, end.len, err, sizeof(err)), 0);
     rb_msg_free(&end);
     ck_assert(rb_units_complete(&u));
     ck_assert_int_eq(memcmp(full.region, rebuilt.region, region), 0);
@@ -588,11 +598,319 @@ START_TEST(test_rebuild_matches_full_stream)
 }
 END_TEST
 
+/* ---- the metadata of a copy, walked while the source writes ----
+ *
+ * A model of a data process and of a replica joined at x0.  The source
+ * writes (ALLOC/FREE/PUT/DEL, now and then FLUSH) as engine_data.c does:
+ * its allocator changes when a record is sent, its table when the record
+ * commits, and an entry with a record in flight is marked META_PENDING (a
+ * new key has a placeholder) and left out of the walk; no entry is walked
+ * while a FLUSH is in flight.  Records and META messages go down one FIFO
+ * link; the replica takes them in order at random moments and applies
+ * records at random stable points, as parity.c and replica.c do.  At the
+ * end its table and pieces must be the source's, with no op refused.
+ * Small messages and a small table give many interleavings per seed. */
+
+#define RW_KEYS 300
+#define RW_REGION (1u << 20)
+
+struct rw_event {
+    struct rw_event *next;
+    uint64_t xid;              /* a record, or 0: a META message */
+    struct rec_op ops[3];
+    uint32_t nops;
+    char keys[3][16];
+    uint8_t *msg;
+    size_t len;
+};
+
+struct rw_model {
+    unsigned id;               /* the seed it started from, for messages */
+    unsigned seed;
+    /* source */
+    struct meta_table st;
+    struct dalloc *sa;
+    uint64_t xid, committed, cas;
+    struct rw_event *inflight[64]; /* sent, not committed (FIFO) */
+    int ninflight;
+    bool flush_inflight;
+    struct rb_meta_walk walk;
+    bool walk_done;
+    /* link */
+    struct rw_event *head, *tail;
+    /* replica */
+    struct meta_table rt;
+    struct pieceset *rps;
+    struct rb_units u;
+    struct rw_event *received[1 << 14];
+    uint64_t received_xid, applied_xid;
+};
+
+static unsigned rw_rand(struct rw_model *m)
+{
+    m->seed = m->seed * 1103515245u + 12345u;
+    return (m->seed >> 8) & 0xffffff;
+}
+
+static void rw_push(struct rw_model *m, struct rw_event *e)
+{
+    if (m->tail)
+        m->tail->next = e;
+    else
+        m->head = e;
+    m->tail = e;
+}
+
+static int rw_send_meta(void *ctx, const uint8_t *p, size_t len)
+{
+    struct rw_model *m = ctx;
+    struct rw_event *e = calloc(1, sizeof(*e));
+    e->msg = malloc(len);
+    memcpy(e->msg, p, len);
+    e->len = len;
+    rw_push(m, e);
+    return 0;
+}
+
+static bool rw_skip(void *ctx, const struct item *e)
+{
+    (void)ctx;
+    return (e->iflags & META_PENDING) != 0;
+}
+
+static struct rec_op *rw_op(struct rw_event *e, uint8_t type, const char *key)
+{
+    struct rec_op *op = &e->ops[e->nops];
+    memset(op, 0, sizeof(*op));
+    op->type = type;
+    if (key) {
+        snprintf(e->keys[e->nops], sizeof(e->keys[0]), "%s", key);
+        op->key = e->keys[e->nops];
+        op->nkey = (uint8_t)strlen(key);
+    }
+    e->nops++;
+    return op;
+}
+
+/* One write at the source: the allocator now, the table at commit. */
+static void rw_write(struct rw_model *m)
+{
+    if (m->ninflight == 64 || m->flush_inflight)
+        return;
+    struct rw_event *e = calloc(1, sizeof(*e));
+    unsigned r = rw_rand(m);
+    char key[16];
+    snprintf(key, sizeof(key), "k%u", r % RW_KEYS);
+    struct item *old = meta_find(&m->st, key, strlen(key));
+    if (old && (old->iflags & META_PENDING)) {
+        free(e);
+        return;                      /* one record in flight per key */
+    }
+    if (r % 97 == 0) {
+        rw_op(e, ROP_FLUSH, NULL);
+        dalloc_reset(m->sa);
+        m->flush_inflight = true;
+    } else if (old && r % 4 == 0) {
+        rw_op(e, ROP_FREE, NULL)->off = meta_off(old);
+        ck_assert_int_eq(dalloc_free(m->sa, meta_off(old), NULL), 0);
+        rw_op(e, ROP_DEL, key);
+        old->iflags |= META_PENDING;
+    } else {
+        uint32_t nbytes = 1 + rw_rand(m) % 700;
+        uint64_t off;
+        if (dalloc_alloc(m->sa, nbytes, &off) != 0) {
+            free(e);
+            return;
+        }
+        if (old) {
+            rw_op(e, ROP_FREE, NULL)->off = meta_off(old);
+            ck_assert_int_eq(dalloc_free(m->sa, meta_off(old), NULL), 0);
+        }
+        struct rec_op *a = rw_op(e, ROP_ALLOC, NULL);
+        a->off = off;
+        a->size = nbytes;
+        struct rec_op *put = rw_op(e, ROP_PUT, key);
+        put->off = off;
+        put->nbytes = nbytes;
+        put->flags = r;
+        put->cas = ++m->cas;
+        if (old) {
+            old->iflags |= META_PENDING;
+        } else {
+            struct item *ph = meta_put(&m->st, key, strlen(key), off, nbytes, 0, 0, 0);
+            ph->iflags |= META_PENDING;   /* the placeholder of a new key */
+        }
+    }
+    e->xid = ++m->xid;
+    m->inflight[m->ninflight++] = e;
+    /* The link carries a copy; the source keeps e until it commits. */
+    struct rw_event *c = malloc(sizeof(*c));
+    *c = *e;
+    c->next = NULL;
+    for (uint32_t i = 0; i < c->nops; i++)
+        if (e->ops[i].key)
+            c->ops[i].key = c->keys[i];
+    rw_push(m, c);
+}
+
+static void rw_commit_one(struct rw_model *m)
+{
+    if (m->ninflight == 0)
+        return;
+    struct rw_event *e = m->inflight[0];
+    memmove(m->inflight, m->inflight + 1, (size_t)--m->ninflight * sizeof(m->inflight[0]));
+    for (uint32_t i = 0; i < e->nops; i++) {
+        const struct rec_op *op = &e->ops[i];
+        if (op->type == ROP_PUT) {
+            struct item *it = meta_put(&m->st, op->key, op->nkey, op->off, op->nbytes,
+                                       op->flags, 0, op->cas);
+            it->iflags &= (uint8_t)~META_PENDING;
+        } else if (op->type == ROP_DEL) {
+            meta_del(&m->st, op->key, op->nkey);
+        } else if (op->type == ROP_FLUSH) {
+            meta_clear(&m->st);
+            m->flush_inflight = false;
+        }
+    }
+    m->committed = e->xid;
+    free(e);
+}
+
+static void rw_walk(struct rw_model *m)
+{
+    if (m->walk_done || m->flush_inflight)
+        return;
+    int rc = rb_meta_walk_step(&m->walk, &m->st, m->sa, 1, rw_skip, NULL, rw_send_meta, m);
+    ck_assert_int_ge(rc, 0);
+    m->walk_done = rc == 1;
+}
+
+static void rw_apply(struct rw_model *m, uint64_t upto)
+{
+    char err[192];
+    while (m->applied_xid < upto) {
+        struct rw_event *e = m->received[m->applied_xid + 1];
+        ck_assert_msg(rb_meta_catch_up(&m->u, e->xid - 1, &m->rt, m->rps, err,
+                                       sizeof(err)) == 0, "seed %u: %s", m->id, err);
+        bool lenient = rb_meta_lenient(&m->u);
+        for (uint32_t i = 0; i < e->nops; i++)
+            ck_assert_msg(meta_replay_op(&m->rt, m->rps, &e->ops[i], lenient, err,
+                                         sizeof(err)) == 0,
+                          "seed %u xid %llu (%s): %s", m->id, (unsigned long long)e->xid,
+                          lenient ? "lenient" : "strict", err);
+        m->applied_xid = e->xid;
+    }
+    ck_assert_msg(rb_meta_catch_up(&m->u, m->applied_xid, &m->rt, m->rps, err,
+                                   sizeof(err)) == 0, "seed %u: %s", m->id, err);
+}
+
+/* The replica takes the next event off the link. */
+static bool rw_receive(struct rw_model *m)
+{
+    struct rw_event *e = m->head;
+    if (!e)
+        return false;
+    m->head = e->next;
+    if (!m->head)
+        m->tail = NULL;
+    if (e->xid) {
+        ck_assert_uint_eq(e->xid, m->received_xid + 1);
+        ck_assert_uint_lt(e->xid, sizeof(m->received) / sizeof(m->received[0]));
+        m->received[e->xid] = e;
+        m->received_xid = e->xid;
+        return true;
+    }
+    char err[192];
+    ck_assert_msg(rb_meta_arrive(&m->u, m->received_xid, m->applied_xid, e->msg, e->len,
+                                 &m->rt, m->rps, err, sizeof(err)) == 0,
+                  "seed %u: %s", m->id, err);
+    free(e->msg);
+    free(e);
+    return true;
+}
+
+static void rw_run(unsigned seed, int writes_before, int steps)
+{
+    struct rw_model *m = calloc(1, sizeof(*m));
+    m->id = m->seed = seed;
+    m->sa = dalloc_new(RW_REGION);
+    m->rps = pieceset_new(RW_REGION);
+    ck_assert_int_eq(meta_init(&m->st, 2), 0);
+    ck_assert_int_eq(meta_init(&m->rt, 2), 0);
+    ck_assert_int_eq(rb_units_init(&m->u, RW_REGION), 0);
+    m->walk.chunk = 64 + seed % 512;
+    /* The state before x0, quiet: nothing in flight, the link empty. */
+    for (int i = 0; i < writes_before; i++) {
+        rw_write(m);
+        rw_commit_one(m);
+    }
+    while (m->head) {
+        struct rw_event *e = m->head;
+        m->head = e->next;
+        free(e);
+    }
+    m->tail = NULL;
+    uint64_t x0 = m->xid;
+    rb_units_begin(&m->u, x0, RW_REGION);
+    m->received_xid = m->applied_xid = x0;
+    for (int i = 0; i < steps || !m->walk_done || m->head; i++) {
+        ck_assert_msg(i < 50 * steps, "seed %u: flush %d inflight %d walk_done %d phase %d head %p piece_next %llu cursor %llu", seed, m->flush_inflight, m->ninflight, m->walk_done, m->walk.phase, (void *)m->head, (unsigned long long)m->walk.piece_next, (unsigned long long)m->walk.entry_cursor);
+        unsigned r = rw_rand(m) % 100;
+        if (i >= steps) {
+            /* Drain: the walk finishes, records commit and arrive. */
+            rw_commit_one(m);
+            rw_walk(m);
+            rw_receive(m);
+        } else if (r < 40) {
+            rw_write(m);
+        } else if (r < 55) {
+            rw_commit_one(m);
+        } else if (r < 70) {
+            rw_walk(m);
+        } else if (r < 92) {
+            rw_receive(m);
+        } else {
+            uint64_t span = m->received_xid - m->applied_xid;
+            rw_apply(m, m->applied_xid + (span ? rw_rand(m) % (span + 1) : 0));
+        }
+    }
+    while (m->ninflight)
+        rw_commit_one(m);
+    while (rw_receive(m))
+        ;
+    rw_apply(m, m->received_xid);
+    ck_assert_msg(m->u.meta_done, "seed %u: the metadata did not end", seed);
+    ck_assert_ptr_null(m->u.held);
+    ck_assert_msg(meta_digest(&m->st) == meta_digest(&m->rt), "seed %u: tables differ", seed);
+    ck_assert_uint_eq(m->st.count, m->rt.count);
+    uint64_t digest;
+    ck_assert_int_eq(pieceset_digest(m->rps, &digest), 0);
+    ck_assert_msg(digest == dalloc_digest(m->sa), "seed %u: pieces differ", seed);
+    for (uint64_t x = x0 + 1; x <= m->received_xid; x++)
+        free(m->received[x]);
+    meta_destroy(&m->st);
+    meta_destroy(&m->rt);
+    dalloc_destroy(m->sa);
+    pieceset_destroy(m->rps);
+    rb_units_destroy(&m->u);
+    free(m);
+}
+
+START_TEST(test_rebuild_meta_while_writing)
+{
+    for (unsigned seed = 1; seed <= 200; seed++)
+        rw_run(seed, 200 + (int)(seed % 5) * 100, 1500);
+    /* An empty table and allocator at x0. */
+    rw_run(7, 0, 300);
+}
+END_TEST
+
 static Suite *recovery_suite(void)
 {
     Suite *s = suite_create("recovery");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_view_round_trip);
+    tcase_add_test(tc, test_rebuild_meta_while_writing);
     tcase_add_test(tc, test_view_refusals);
     tcase_add_test(tc, test_view_version_is_plain_decimal);
     tcase_add_test(tc, test_unit_map);

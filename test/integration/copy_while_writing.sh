@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# copy_while_writing.sh - a copy of a data process's state does not hold
+# its writes while the metadata travels (cocytus/rebuild.h).
+#
+# Before 2026-12 a source held every write from the moment its replica
+# joined until the whole table was on the link, and the replica's acks then
+# came only after it had inserted all of it: with a million keys, sets
+# stopped for about 0.45 s, twice per data process killed (the copy to the
+# returning process, then the rebuild of the recovery process's parity).
+# Now the metadata goes in META messages while writes go on, a few
+# unacknowledged at a time; each says what its pieces and entries are
+# after the records before it, and the replica applies it right after
+# those (test_recovery's test_rebuild_meta_while_writing checks that rule
+# at random).  A source logs how many records committed while its
+# metadata went: 0 on the old code, by construction.
+#
+# One node, RS(3,5), a coordinator, no proxy, routing off.  The group is
+# given 150,000 keys (cocytus-bench spreads them: about 50,000 each).  A: parity process 1 is killed and rebuilt while
+# writers write through data processes 0 and 1; data process 0's copy to it
+# must have committed records meanwhile.  B: data process 0 is killed;
+# writers write through parity process 0, its recovery process; when its
+# node has started it again, the recovery process copies the state back to
+# it, and that copy must have committed records meanwhile too.  Then every
+# acknowledged write reads back, verify finds the group exact, and the
+# returning process built its allocator on a thread after the handoff.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/cocytus-cli" \
+    "$build_dir/bench/cocytus-bench"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/copy_while_writing.XXXXXX")
+writer_pids=""
+cleanup() {
+    touch "$dir/stop-writers" 2>/dev/null
+    # shellcheck disable=SC2086
+    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    cluster_remove "$dir"
+}
+on_exit cleanup
+
+cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-proxy ||
+    { fail "cluster up"; exit 1; }
+group0_before "$dir"
+dp0=$(group0_addr "$dir" data 0)
+pp0=$(group0_addr "$dir" parity 0)
+keys=150000
+"$build_dir/bench/cocytus-bench" -s "$dp0" -n "$keys" -v 16 -c 2 --depth 32 --no-run -q \
+    >"$dir/load.out" 2>&1 && grep -q "errors=0" "$dir/load.out" &&
+    ok "$keys keys loaded" || { tail -3 "$dir/load.out"; fail "loading $keys keys"; finish; }
+least=$((keys / 4))   # data process 0's share, at least
+
+# meanwhile LOG PEER: the number of records data process 0's copy to PEER
+# ("parity 1", "data 0") committed while its metadata went (its last
+# copy), and a line saying so; empty if none was logged.
+meanwhile() {
+    local line
+    line=$(grep "metadata of the copy to $2 sent" "$1" | tail -1)
+    [ -n "$line" ] || return 1
+    entries=$(printf '%s\n' "$line" | sed -n 's/.* and \([0-9]*\) entries in .*/\1/p')
+    committed=$(printf '%s\n' "$line" | sed -n 's/.*; \([0-9]*\) records committed meanwhile.*/\1/p')
+    said=${line#*: }
+}
+
+# --- A: a parity process rebuilt from data processes of 50,000 keys each.
+for i in 0 1; do
+    group0_writer "$dir" "$i" 2>/dev/null &   # data process 0's refuse while it is dead
+    writer_pids="$writer_pids $!"
+done
+sleep 0.3
+kill -KILL "$(group0_pid "$dir" parity 1)"
+if wait_for 300 grep -q "group 0 parity process 1 holds parity again" "$dir/coordinator.log"; then
+    ok "parity process 1 was rebuilt"
+else
+    grep "group 0" "$dir/coordinator.log" | tail -8
+    fail "parity process 1 was never rebuilt"
+fi
+if meanwhile "$dir/data-0-0.log" "parity 1"; then
+    [ "${entries:-0}" -ge "$least" ] && [ "${committed:-0}" -gt 0 ] &&
+        ok "data process 0 copied to parity process 1 while writing: $said" ||
+        fail "data process 0's copy to parity process 1 held its writes: $said"
+else
+    fail "data process 0 never logged its copy's metadata to parity process 1"
+fi
+
+# --- B: the data process killed, its state copied back to it from its
+# recovery process while that one writes.
+rwriter() {
+    local w=$1 n=0 reply end=$((SECONDS + 20))
+    while [ "$n" -lt 3000 ] && [ "$SECONDS" -lt "$end" ] && [ ! -e "$dir/stop-writers" ]; do
+        n=$((n + 1))
+        reply=$(mc "$pp0" "set r${w}_$n 0 0 ${#n}\r\n$n\r\n")
+        echo "$n $reply" >>"$dir/rwriter-$w.out"
+    done
+}
+for w in 0 1; do
+    rwriter "$w" &
+    writer_pids="$writer_pids $!"
+done
+group0_kill_dp0 "$dir" || finish
+group0_dp0_back "$dir"
+touch "$dir/stop-writers"
+# shellcheck disable=SC2086
+wait $writer_pids
+writer_pids=""
+if meanwhile "$dir/parity-0-0.log" "data 0"; then
+    [ "${entries:-0}" -ge "$least" ] && [ "${committed:-0}" -gt 0 ] &&
+        ok "the recovery process copied data process 0's state back while writing: $said" ||
+        fail "the recovery process's copy to data process 0 held its writes: $said"
+else
+    fail "the recovery process never logged its copy's metadata to data process 0"
+fi
+if cat "$dir"/data-0-0*.log | grep -q "the allocator is being built from"; then
+    ok "the returning data process served before its allocator was built"
+else
+    fail "the returning data process did not build its allocator after the handoff"
+fi
+cat "$dir"/data-0-0*.log | grep -Eq "allocator built from [0-9]+ pieces in [0-9.]+ ms on its own thread" &&
+    ok "$(cat "$dir"/data-0-0*.log | grep -o "allocator built from .* thread" | tail -1)" ||
+    fail "the returning data process never built its allocator on its thread"
+
+group0_writers_read_back "$dir" 0 1
+# What the recovery process stored for data process 0 reads back through it.
+for w in 0 1; do
+    stored=$(awk '$2 == "STORED"' "$dir/rwriter-$w.out" | wc -l)
+    missing=0
+    for n in $(awk '$2 == "STORED" { print $1 }' "$dir/rwriter-$w.out"); do
+        [ "$(mc "$dp0" "get r${w}_$n\r\n" | head -1)" = "VALUE r${w}_$n 0 ${#n}" ] ||
+            missing=$((missing + 1))
+    done
+    [ "$stored" -gt 0 ] && [ "$missing" = 0 ] &&
+        ok "recovery-process writer $w: $stored writes stored, every one reads back" ||
+        fail "recovery-process writer $w: $stored writes stored, $missing do not read back"
+done
+group0_after "$dir" "after both copies"
+finish
