@@ -2018,6 +2018,11 @@ static enum writeq_retry answer_moved(void *ctx, const struct writeq_entry *e,
     return WQ_ANSWER;
 }
 
+bool engine_data_handed(const struct engine *eng)
+{
+    return dp_of((struct engine *)eng)->handed;
+}
+
 void engine_data_release(struct engine *eng, const char *host, int port)
 {
     struct data_engine *dp = dp_of(eng);

@@ -116,8 +116,12 @@ void engine_data_hold(struct engine *e, void (*quiet)(void *ctx, uint64_t xid), 
 /* The migration back to our data process was abandoned (while it copied,
  * or at the handoff): it leaves the ack set and writes go on. */
 void engine_data_resume(struct engine *e);
-/* Answer held writes with MOVED to host:port, and wake waiting reads (the
- * engine is about to be destroyed). */
+/* Answer held writes with MOVED to host:port, and wake waiting reads to be
+ * routed again (the engine is about to be destroyed, or it handed its keys
+ * back and the map moved them). */
 void engine_data_release(struct engine *e, const char *host, int port);
+/* Quiet at a handoff (engine_data_hold's quiet() was called, no resume
+ * since): it holds every request. */
+bool engine_data_handed(const struct engine *e);
 
 #endif

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -696,6 +697,26 @@ static void parity_control(struct engine *e, const char *text, size_t len);
 static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len);
 static int parity_lost_peers(struct engine *e, struct eng_lost_peer *out, int max);
 
+/* A recovery process that handed its data process's keys back holds the
+ * requests that came before the handoff (engine_data_hold).  Once the view
+ * says the data process serves itself again and a new map sends its slots
+ * there, they are answered MOVED at once (reads go through routing again),
+ * rather than when we start over: a coordinator round trip later, after
+ * we emptied ourselves. */
+static void parity_map_changed(struct engine *e)
+{
+    struct parity_engine *pe = pe_of(e);
+    if (!pe->serving || pe->serving_dp < 0 || pe->confirmed.dp_server[pe->serving_dp] != -1 ||
+        !engine_data_handed(pe->serving))
+        return;
+    const struct cluster_proc *dpp = cluster_find(pe->cfg.cluster, pe->group, ROLE_DATA,
+                                                  pe->serving_dp);
+    if (!dpp)
+        return;
+    pe_log(pe, "dp %d serves itself again: what we held for it goes there", pe->serving_dp);
+    engine_data_release(pe->serving, dpp->host, dpp->port);
+}
+
 static const struct engine_ops parity_ops = {
     .name = "parity",
     .get = parity_get,
@@ -714,6 +735,7 @@ static const struct engine_ops parity_ops = {
     .control = parity_control,
     .heartbeat_extra = parity_heartbeat_extra,
     .lost_peers = parity_lost_peers,
+    .map_changed = parity_map_changed,
 };
 
 /* ---- recovery: what recovery.c needs from us ---- */
@@ -1058,9 +1080,13 @@ static void ctl_rebuild(struct parity_engine *pe, int j, uint64_t attempt)
     }
     if (!pe->rebuilding || attempt != pe->rb_attempt) {
         pe->rb_attempt = attempt;
-        pe_log(pe, "starting over empty: the group's data processes rebuild our parity "
-               "(attempt %" PRIu64 ")", attempt);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         become_empty(pe);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        pe_log(pe, "starting over empty (in %.1f ms): the group's data processes rebuild our "
+               "parity (attempt %" PRIu64 ")", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+               (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, attempt);
         pe->rebuilding = true;
         pe->rb_spoiled = false;
         memset(pe->rb_orphans_logged, 0, sizeof(pe->rb_orphans_logged));

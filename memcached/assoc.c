@@ -50,6 +50,17 @@ int assoc_init(struct assoc *a, unsigned power)
     return 0;
 }
 
+void assoc_clear(struct assoc *a)
+{
+    free(a->old);
+    a->old = NULL;
+    a->old_power = 0;
+    a->migrate_next = 0;
+    if (a->buckets != NULL)
+        memset(a->buckets, 0, table_size(a->power) * sizeof(struct item *));
+    a->count = 0;
+}
+
 void assoc_destroy(struct assoc *a)
 {
     free(a->buckets);

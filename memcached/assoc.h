@@ -32,6 +32,9 @@ typedef void (*assoc_visit_fn)(void *ctx, struct item *it);
 /* Returns 0, or -1 when the table cannot be allocated. */
 int assoc_init(struct assoc *a, unsigned power);
 void assoc_destroy(struct assoc *a);
+/* Empties the table without visiting its items (the caller frees them):
+ * the buckets are zeroed, the size is kept. */
+void assoc_clear(struct assoc *a);
 
 struct item *assoc_find(struct assoc *a, const char *key, size_t nkey, uint64_t hv);
 /* The key must not already be present. */

@@ -258,6 +258,9 @@ struct engine_ops {
      * visit_recent's false), also in the middle of a walk. */
     enum eng_walk (*walk)(struct engine *e, struct eng_cursor *cursor, size_t budget,
                           void (*fn)(void *ctx, const struct eng_value *v), void *ctx);
+    /* Optional: the server installed a newer slot map (the routing of new
+     * requests follows it from now on). */
+    void (*map_changed)(struct engine *e);
 };
 
 struct engine {

@@ -464,6 +464,8 @@ int server_set_slotmap(struct server *s, struct slotmap *m)
     server_compute_routes(s);
     server_follow_promotion(s);
     s->config_reply = slotmap_config_reply(m, &s->config_reply_len);
+    if (s->engine && s->engine->ops->map_changed)
+        s->engine->ops->map_changed(s->engine);
     return s->config_reply ? 0 : -1;
 }
 
