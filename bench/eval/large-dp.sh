@@ -83,7 +83,7 @@ run() {
     events="$events rebuild_ms=$(sed -n 's/.*rebuild took \([0-9.]*\) ms.*/\1/p' "$d/coordinator.log" | head -1)"
     copies=$(cat "$d"/*.log | sed -n 's/.*metadata of the copy to \([a-z]* [0-9]*\) sent.*, \([0-9]*\) ms; \([0-9]*\) records committed meanwhile/\1:\2ms:\3/p' |
         tr ' ' '_' | tr '\n' ' ')
-    echo "$(basename "$b") $stats $totals $events copies=[${copies% }]"
+    echo "$(cd "$b/.." && git rev-parse --short HEAD 2>/dev/null) $stats $totals $events copies=[${copies% }]"
 }
 
 mkdir -p "$OUT"

@@ -25,8 +25,10 @@
 # data process 0 is killed (cocytus-node starts it again).  Then:
 #   - parity process 0 refuses two takeovers, one per step, and then
 #     serves data process 0's keys: before_0 reads back through it and an
-#     overwrite of it in place is stored at once, while a new key waits
-#     for the allocator's second build and is stored after it;
+#     overwrite of it in place is stored at once, also once the restarted
+#     data process has asked for its keys back (that copy waits for the
+#     allocator; before 2026-12-04 every write waited with it), while a
+#     new key waits for the allocator's second build and is stored after it;
 #   - the restarted data process 0 fails its first handoff, takes its keys
 #     back at the next and the group returns to full redundancy;
 #   - every write acknowledged reads back, verify and decode-check find the
@@ -106,6 +108,25 @@ built && answered_before_build=no
     fail "overwrite of before_0 through the recovery process: ${reply:-nothing in 10 s}"
 [ "$answered_before_build" = yes ] ||
     fail "the allocator was built before the overwrite was answered: it proves nothing"
+# The restarted data process asks for its keys back meanwhile: the copy
+# waits for the allocator, and writes through r must not wait with it
+# (they did, for the whole build, before 2026-12-04).
+requested() { grep -q "copy of our state to data 0 requested" "$pp0_log"; }
+if wait_for 30 requested && ! built; then
+    t0=${EPOCHREALTIME/./}
+    reply=$(MC_TIMEOUT=10 mc "$pp0" "set before_0 0 0 8\r\nBefore_0\r\n")
+    t1=${EPOCHREALTIME/./}
+    took=$(((t1 - t0) / 1000))
+    # The build is about 4 s away (the fault's retry): a reply after 2 s
+    # waited for it.
+    if [ "$reply" = STORED ] && [ "$took" -lt 2000 ]; then
+        ok "an overwrite in place is stored in $took ms while the copy to data process 0 waits for the allocator"
+    else
+        fail "an overwrite while the copy waits for the allocator: '${reply:-nothing in 10 s}' after $took ms"
+    fi
+else
+    ok "the copy to data process 0 was not asked for before the allocator was built (not checked)"
+fi
 new_out=$dir/new-key.out
 (
     exec 3<>"/dev/tcp/${pp0%:*}/${pp0##*:}" || exit 1
