@@ -52,21 +52,26 @@ keys=150000
     ok "$keys keys loaded" || { tail -3 "$dir/load.out"; fail "loading $keys keys"; finish; }
 least=$((keys / 4))   # data process 0's share, at least
 
-# meanwhile LOG PEER: the number of records data process 0's copy to PEER
-# ("parity 1", "data 0") committed while its metadata went (its last
-# copy), and a line saying so; empty if none was logged.
-meanwhile() {
-    local line
+# copied_while_writing LOG PEER WHAT: the last copy's metadata to PEER
+# ("parity 1", "data 0"), as LOG logs it, went while records committed,
+# and held data process 0's share of the keys at least.
+copied_while_writing() {
+    local line entries committed said
     line=$(grep "metadata of the copy to $2 sent" "$1" | tail -1)
-    [ -n "$line" ] || return 1
+    if [ -z "$line" ]; then
+        fail "$3: no copy's metadata to $2 logged"
+        return
+    fi
     entries=$(printf '%s\n' "$line" | sed -n 's/.* and \([0-9]*\) entries in .*/\1/p')
     committed=$(printf '%s\n' "$line" | sed -n 's/.*; \([0-9]*\) records committed meanwhile.*/\1/p')
     said=${line#*: }
+    [ "${entries:-0}" -ge "$least" ] && [ "${committed:-0}" -gt 0 ] &&
+        ok "$3 while writing: $said" || fail "$3 held its writes: $said"
 }
 
 # --- A: a parity process rebuilt from data processes of 50,000 keys each.
 for i in 0 1; do
-    group0_writer "$dir" "$i" 2>/dev/null &   # data process 0's refuse while it is dead
+    group0_writer "$dir" "$i" 2>/dev/null &   # (data process 0 refuses connections while dead)
     writer_pids="$writer_pids $!"
 done
 sleep 0.3
@@ -77,26 +82,12 @@ else
     grep "group 0" "$dir/coordinator.log" | tail -8
     fail "parity process 1 was never rebuilt"
 fi
-if meanwhile "$dir/data-0-0.log" "parity 1"; then
-    [ "${entries:-0}" -ge "$least" ] && [ "${committed:-0}" -gt 0 ] &&
-        ok "data process 0 copied to parity process 1 while writing: $said" ||
-        fail "data process 0's copy to parity process 1 held its writes: $said"
-else
-    fail "data process 0 never logged its copy's metadata to parity process 1"
-fi
+copied_while_writing "$dir/data-0-0.log" "parity 1" "data process 0 copied to parity process 1"
 
 # --- B: the data process killed, its state copied back to it from its
 # recovery process while that one writes.
-rwriter() {
-    local w=$1 n=0 reply end=$((SECONDS + 20))
-    while [ "$n" -lt 3000 ] && [ "$SECONDS" -lt "$end" ] && [ ! -e "$dir/stop-writers" ]; do
-        n=$((n + 1))
-        reply=$(mc "$pp0" "set r${w}_$n 0 0 ${#n}\r\n$n\r\n")
-        echo "$n $reply" >>"$dir/rwriter-$w.out"
-    done
-}
-for w in 0 1; do
-    rwriter "$w" &
+for w in r0 r1; do
+    writer "$dir" "$w" "$pp0" &
     writer_pids="$writer_pids $!"
 done
 group0_kill_dp0 "$dir" || finish
@@ -105,13 +96,8 @@ touch "$dir/stop-writers"
 # shellcheck disable=SC2086
 wait $writer_pids
 writer_pids=""
-if meanwhile "$dir/parity-0-0.log" "data 0"; then
-    [ "${entries:-0}" -ge "$least" ] && [ "${committed:-0}" -gt 0 ] &&
-        ok "the recovery process copied data process 0's state back while writing: $said" ||
-        fail "the recovery process's copy to data process 0 held its writes: $said"
-else
-    fail "the recovery process never logged its copy's metadata to data process 0"
-fi
+copied_while_writing "$dir/parity-0-0.log" "data 0" \
+    "the recovery process copied data process 0's state back"
 if cat "$dir"/data-0-0*.log | grep -q "the allocator is being built from"; then
     ok "the returning data process served before its allocator was built"
 else
@@ -123,16 +109,7 @@ cat "$dir"/data-0-0*.log | grep -Eq "allocator built from [0-9]+ pieces in [0-9.
 
 group0_writers_read_back "$dir" 0 1
 # What the recovery process stored for data process 0 reads back through it.
-for w in 0 1; do
-    stored=$(awk '$2 == "STORED"' "$dir/rwriter-$w.out" | wc -l)
-    missing=0
-    for n in $(awk '$2 == "STORED" { print $1 }' "$dir/rwriter-$w.out"); do
-        [ "$(mc "$dp0" "get r${w}_$n\r\n" | head -1)" = "VALUE r${w}_$n 0 ${#n}" ] ||
-            missing=$((missing + 1))
-    done
-    [ "$stored" -gt 0 ] && [ "$missing" = 0 ] &&
-        ok "recovery-process writer $w: $stored writes stored, every one reads back" ||
-        fail "recovery-process writer $w: $stored writes stored, $missing do not read back"
-done
+writer_read_back "$dir" r0 "$dp0"
+writer_read_back "$dir" r1 "$dp0"
 group0_after "$dir" "after both copies"
 finish

@@ -469,35 +469,45 @@ group0_before() {
     done
 }
 
-# group0_writer DIR I: sets w<I>_<n> = n through data process I, one
-# connection each, for at most 20 s and 3000 writes or until DIR/stop-writers
-# exists; each reply goes to DIR/writer-I.out as "n REPLY".
-group0_writer() {
-    local d=$1 i=$2 a n=0 reply end=$((SECONDS + 20))
-    a=$(group0_addr "$d" data "$i")
+# writer DIR NAME ADDR: sets w<NAME>_<n> = n through ADDR, one connection,
+# for at most 20 s and 3000 writes or until DIR/stop-writers exists; each
+# reply goes to DIR/writer-NAME.out as "n REPLY".
+writer() {
+    local d=$1 name=$2 a=$3 n=0 reply end=$((SECONDS + 20))
     while [ "$n" -lt 3000 ] && [ "$SECONDS" -lt "$end" ] && [ ! -e "$d/stop-writers" ]; do
         n=$((n + 1))
-        reply=$(mc "$a" "set w${i}_$n 0 0 ${#n}\r\n$n\r\n")
-        echo "$n $reply" >>"$d/writer-$i.out"
+        reply=$(mc "$a" "set w${name}_$n 0 0 ${#n}\r\n$n\r\n")
+        echo "$n $reply" >>"$d/writer-$name.out"
     done
 }
 
-# group0_writers_read_back DIR I...: every write that group0_writer I saw
-# STORED reads back through data process I, and there was at least one.
+# writer_read_back DIR NAME ADDR: every write that writer NAME saw STORED
+# reads back through ADDR, and there was at least one.
+writer_read_back() {
+    local d=$1 name=$2 a=$3 stored missing n
+    stored=$(awk '$2 == "STORED"' "$d/writer-$name.out" | wc -l)
+    missing=0
+    for n in $(awk '$2 == "STORED" { print $1 }' "$d/writer-$name.out"); do
+        [ "$(mc "$a" "get w${name}_$n\r\n" | head -1)" = "VALUE w${name}_$n 0 ${#n}" ] ||
+            missing=$((missing + 1))
+    done
+    [ "$stored" -gt 0 ] && [ "$missing" = 0 ] &&
+        ok "writer $name: $stored writes stored, every one reads back" ||
+        fail "writer $name: $stored writes stored, $missing of them do not read back"
+}
+
+# group0_writer DIR I: writer I through group 0's data process I.
+group0_writer() {
+    writer "$1" "$2" "$(group0_addr "$1" data "$2")"
+}
+
+# group0_writers_read_back DIR I...: writer_read_back of each writer I
+# through data process I.
 group0_writers_read_back() {
-    local d=$1 i a stored missing n
+    local d=$1 i
     shift
     for i in "$@"; do
-        a=$(group0_addr "$d" data "$i")
-        stored=$(awk '$2 == "STORED"' "$d/writer-$i.out" | wc -l)
-        missing=0
-        for n in $(awk '$2 == "STORED" { print $1 }' "$d/writer-$i.out"); do
-            [ "$(mc "$a" "get w${i}_$n\r\n" | head -1)" = "VALUE w${i}_$n 0 ${#n}" ] ||
-                missing=$((missing + 1))
-        done
-        [ "$stored" -gt 0 ] && [ "$missing" = 0 ] &&
-            ok "writer $i: $stored writes stored, every one reads back" ||
-            fail "writer $i: $stored writes stored, $missing of them do not read back"
+        writer_read_back "$d" "$i" "$(group0_addr "$d" data "$i")"
     done
 }
 
