@@ -16,9 +16,10 @@
 # usage: bench/eval/large-dp.sh [BUILD_DIR...]      (default: this tree's build)
 #   ROUNDS=1 RECORDS=3000000 DURATION=16 KILL_AT=4 READ_RATIO=0.95 INTERVAL_MS=100
 #   OUT=/tmp/large-dp: the runs' directories (time series, logs, bench output)
-# Prints one line per run: the worst interval's set p99 after the kill, the
-# intervals (of INTERVAL_MS) whose set p99 was 100 ms or more, the fewest
-# operations in an interval after the kill against the median before it,
+# Prints one line per run: the time without service after the kill (the
+# intervals of INTERVAL_MS in which no operation completed, in ms), the
+# worst interval's set p99, the intervals whose set p99 was 100 ms or
+# more, the fewest operations in an interval against the median before it,
 # the load's totals (errors, wrong values, misses), and from the logs the
 # takeover, migration and rebuild times and each copy's "records committed
 # meanwhile" (builds older than 2026-12-04 log none).
@@ -70,12 +71,13 @@ run() {
     local stats median totals events copies
     median=$(awk -F, -v k="$KILL_AT" 'NR > 1 && $1 <= k { print $2 }' "$d/run.csv" | sort -n |
         awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : 0 }')
-    stats=$(awk -F, -v k="$KILL_AT" -v med="$median" 'NR > 1 && $1 > k {
+    stats=$(awk -F, -v k="$KILL_AT" -v med="$median" -v ms="$INTERVAL_MS" 'NR > 1 && $1 > k {
             if ($7 > worst) worst = $7; if ($7 >= 100000) slow++;
+            if ($2 == 0) idle++;
             if (min == "" || $2 + 0 < min + 0) min = $2
         } END {
-            printf "worst_set_p99_ms=%.1f slow_intervals=%d min_ops=%d median_ops_before=%d",
-                   worst / 1000, slow, min, med }' "$d/run.csv")
+            printf "no_op_ms=%d worst_set_p99_ms=%.1f slow_intervals=%d min_ops=%d median_ops_before=%d",
+                   idle * ms, worst / 1000, slow, min, med }' "$d/run.csv")
     totals=$(grep -o "total_errors=[0-9]* total_wrong=[0-9]*" "$d/bench.out")
     totals="$totals $(grep -o "misses=[0-9]*" "$d/bench.out" | head -1)"
     events="served_ms=$(sed -n 's/.*, \([0-9]*\) ms after its death was seen.*/\1/p' "$d/coordinator.log" | head -1)"
