@@ -45,7 +45,7 @@ struct rebuild {
     uint64_t started_us;
     uint64_t step_at_ms;
     uint64_t progress_at_ms;        /* its progress last changed then */
-    uint64_t last_done;
+    uint64_t last_done, last_bytes;
 };
 
 /* MIG_ADMIT: a data process whose keys the group lost serves them again
@@ -60,7 +60,7 @@ struct migration {
     uint64_t started_us;
     uint64_t step_at_ms;
     uint64_t progress_at_ms;
-    uint64_t last_done;
+    uint64_t last_done, last_bytes;
     struct progress prog;
 };
 

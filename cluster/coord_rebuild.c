@@ -574,8 +574,11 @@ bool coord_rebuild_on_progress(struct coord *co, struct cgroup *cg, struct membe
             }
             return true;
         }
-        if (done != rb->last_done) {
+        /* Units arrived or bytes taken: while a copy's metadata goes (a
+         * large table takes seconds), only the bytes move. */
+        if (done != rb->last_done || bytes != rb->last_bytes) {
             rb->last_done = done;
+            rb->last_bytes = bytes;
             rb->progress_at_ms = coord_now_ms();
         }
         set_progress(&cg->prog[j], done, total, bytes);
@@ -588,8 +591,9 @@ bool coord_rebuild_on_progress(struct coord *co, struct cgroup *cg, struct membe
         struct migration *mg = &cg->mig[f];
         if (mg->phase == MIG_NONE)
             return true;
-        if (done != mg->last_done) {
+        if (done != mg->last_done || bytes != mg->last_bytes) {
             mg->last_done = done;
+            mg->last_bytes = bytes;
             mg->progress_at_ms = coord_now_ms();
         }
         set_progress(&mg->prog, done, total, bytes);

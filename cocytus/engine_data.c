@@ -2212,8 +2212,10 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
      * (a million pieces take about 0.1 s, and the recovery process holds
      * its writes until the map moves to us): writes that need space wait
      * for it, reads and writes in place do not. */
+    stop_alloc_build(dp);   /* none should be under way; if one were, it goes */
     dalloc_destroy(dp->alloc);
     dp->alloc = NULL;
+    pieceset_destroy(dp->pieces);
     dp->meta = meta;
     dp->pieces = pieces;
     dp->table_gen++;

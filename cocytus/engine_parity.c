@@ -1243,7 +1243,9 @@ static size_t parity_heartbeat_extra(struct engine *e, char *buf, size_t len)
         for (int i = 0; i < pe->state.k; i++) {
             done += pe->rb[i].arrived;
             total += pe->rb[i].nunits;
-            bytes += pe->rb[i].bytes;
+            /* The metadata counts: no unit arrives while it goes, and the
+             * coordinator starts over a copy that shows no progress. */
+            bytes += pe->rb[i].bytes + pe->rb[i].meta_bytes;
         }
         int n = snprintf(buf, len, "reb %" PRIu64 " %" PRIu64 " %" PRIu64, done, total, bytes);
         return n > 0 && (size_t)n < len ? (size_t)n : 0;

@@ -237,6 +237,7 @@ int rb_meta_arrive(struct rb_units *u, uint64_t after, uint64_t applied, const u
                    size_t errlen)
 {
     u->taken++;
+    u->meta_bytes += len;
     if (u->held == NULL && applied >= after)
         return apply_meta_message(u, p, len, t, ps, err, errlen);
     struct rb_held *h = malloc(sizeof(*h) + len);

@@ -100,6 +100,7 @@ struct rb_units {
     uint64_t base;           /* x0 */
     uint64_t bytes;          /* unit bytes received */
     uint64_t taken;          /* META, META_DONE and UNITS messages arrived */
+    uint64_t meta_bytes;     /* bytes of the META and META_DONE messages arrived */
     struct rb_held *held, *held_tail;
     size_t held_bytes;
 };

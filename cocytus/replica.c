@@ -306,7 +306,7 @@ void replica_progress(const struct replica *r, uint64_t *done, uint64_t *total, 
 {
     *done = r->units.arrived;
     *total = r->units.nunits;
-    *bytes = r->units.bytes;
+    *bytes = r->units.bytes + r->units.meta_bytes;   /* progress while the metadata goes too */
 }
 
 int replica_settle(struct replica *r, uint64_t xid)

@@ -39,6 +39,8 @@ struct replica *replica_new(struct event_base *base, const struct cluster *c, in
 void replica_free(struct replica *r);
 bool replica_complete(const struct replica *r);
 int replica_from(const struct replica *r);
+/* Units arrived of the total, and the bytes of units and metadata taken
+ * (the heartbeat's `mig`: either moving is progress). */
 void replica_progress(const struct replica *r, uint64_t *done, uint64_t *total, uint64_t *bytes);
 /* Apply every record up to xid.  0, or -1 (not all received, or diverged). */
 int replica_settle(struct replica *r, uint64_t xid);
