@@ -1707,9 +1707,15 @@ static void rebuild_fail(struct data_engine *dp, struct rb_out *o, const char *w
     o->active = false;
 }
 
+/* META, META_DONE and UNITS messages sent (RB_TAKEN counts the same). */
+static uint64_t copy_sent(const struct rb_out *o)
+{
+    return o->walk.messages + o->unit_msgs;
+}
+
 static bool copy_window_open(const struct rb_out *o)
 {
-    return o->walk.messages + o->unit_msgs - o->taken < DP_REBUILD_WINDOW;
+    return copy_sent(o) - o->taken < DP_REBUILD_WINDOW;
 }
 
 static void rebuild_pump(struct data_engine *dp, struct rb_out *o)
@@ -1876,10 +1882,9 @@ static void copy_taken(struct data_engine *dp, const uint8_t *p, uint32_t len)
         return;
     }
     struct rb_out *o = rb_find(dp, (enum cluster_role)role, (int)index);
-    uint64_t sent = o ? o->walk.messages + o->unit_msgs : 0;
     if (!o || !o->joined || taken <= o->taken)
         return;
-    o->taken = taken < sent ? taken : sent;
+    o->taken = taken < copy_sent(o) ? taken : copy_sent(o);
     struct timeval tv = { 0, 0 };
     evtimer_add(dp->rb_timer, &tv);   /* from the loop, not inside the link */
 }

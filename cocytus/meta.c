@@ -126,13 +126,15 @@ static void entry_remove(struct meta_table *t, struct item *e)
 
 #define FREE_ON_THREAD_MIN 4096   /* entries: fewer are freed at once */
 
-static void free_entries(struct item *e)
+/* Frees up to max entries of the list from e; returns the rest. */
+static struct item *free_entries(struct item *e, size_t max)
 {
-    while (e != NULL) {
+    for (size_t n = 0; n < max && e != NULL; n++) {
         struct item *next = e->next;
         free(e);
         e = next;
     }
+    return e;
 }
 
 /* The entries were allocated by the event loop's thread, and every free()
@@ -146,14 +148,8 @@ static void free_entries(struct item *e)
 static void *free_entries_thread(void *arg)
 {
     struct item *e = arg;
-    while (e != NULL) {
-        for (int n = 0; n < FREE_BATCH && e != NULL; n++) {
-            struct item *next = e->next;
-            free(e);
-            e = next;
-        }
+    while ((e = free_entries(e, FREE_BATCH)) != NULL)
         usleep(FREE_PAUSE_USEC);
-    }
     return NULL;
 }
 
@@ -168,7 +164,7 @@ static void free_entries_later(struct item *head, size_t count)
         if (started)
             return;
     }
-    free_entries(head);
+    free_entries(head, SIZE_MAX);
 }
 
 void meta_clear(struct meta_table *t)
@@ -301,9 +297,7 @@ static void key_text(char *out, size_t outlen, const char *key, size_t nkey)
 static int replay_alloc(struct pieceset *ps, const struct rec_op *op, bool lenient, char *err,
                         size_t errlen)
 {
-    int rc = pieceset_add(ps, op->off, op->size);
-    if (rc == -EEXIST && lenient && pieceset_remove(ps, op->off, NULL) == 0)
-        rc = pieceset_add(ps, op->off, op->size);
+    int rc = lenient ? pieceset_put(ps, op->off, op->size) : pieceset_add(ps, op->off, op->size);
     if (rc == -EEXIST) {
         snprintf(err, errlen, "ALLOC size %" PRIu64 " at %" PRIu64
                  ": a piece already starts there on the replica", op->size, op->off);

@@ -192,6 +192,14 @@ static void remove_at(struct pieceset *s, uint64_t i)
     memset(&s->slots[i], 0, sizeof(s->slots[i]));
 }
 
+int pieceset_put(struct pieceset *s, uint64_t off, uint64_t size)
+{
+    int rc = pieceset_add(s, off, size);
+    if (rc == -EEXIST && pieceset_remove(s, off, NULL) == 0)
+        rc = pieceset_add(s, off, size);
+    return rc;
+}
+
 int pieceset_remove(struct pieceset *s, uint64_t off, uint64_t *size)
 {
     if (off % DALLOC_GRAIN != 0)

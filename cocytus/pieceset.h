@@ -44,6 +44,11 @@ void pieceset_reset(struct pieceset *s);     /* empties it */
  * region: some overlap), -ENOMEM.  A failed call changes nothing. */
 int pieceset_add(struct pieceset *s, uint64_t off, uint64_t size);
 
+/* pieceset_add(), replacing a piece that starts at off (what a rebuild's
+ * metadata says a piece is now, rebuild.h).  Errors as pieceset_add()'s
+ * but -EEXIST. */
+int pieceset_put(struct pieceset *s, uint64_t off, uint64_t size);
+
 /* Removes the piece starting at off and stores its size in *size (if not
  * NULL).  Errors: -ENOENT. */
 int pieceset_remove(struct pieceset *s, uint64_t off, uint64_t *size);

@@ -4,7 +4,6 @@
  * engine_parity.c and engine_data.c receive. */
 #include "config.h"
 
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,10 +164,7 @@ int rb_apply_meta(const uint8_t *p, size_t len, struct meta_table *t, struct pie
                 goto short_msg;
             uint64_t off = get_le(q, 8), size = get_le(q + 8, 8);
             q += 16;
-            int rc = pieceset_add(ps, off, size);
-            if (rc == -EEXIST && pieceset_remove(ps, off, NULL) == 0)
-                rc = pieceset_add(ps, off, size);   /* what it is now replaces what it was */
-            if (rc != 0) {
+            if (pieceset_put(ps, off, size) != 0) {   /* what it is now replaces what it was */
                 snprintf(err, errlen, "piece at %llu of %llu bytes cannot be reserved",
                          (unsigned long long)off, (unsigned long long)size);
                 return -1;

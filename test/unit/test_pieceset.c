@@ -231,6 +231,13 @@ START_TEST(test_refusals)
     ck_assert_int_eq(pieceset_add(s, 0, 0), 0);               /* one grain */
     ck_assert_int_eq(pieceset_add(s, 0, 100), -EEXIST);
     ck_assert_uint_eq(pieceset_used_bytes(s), 32);
+    /* pieceset_put replaces the piece that starts there, and adds one. */
+    ck_assert_int_eq(pieceset_put(s, 0, 100), 0);
+    ck_assert_uint_eq(pieceset_size_of(s, 0), 112);
+    ck_assert_int_eq(pieceset_put(s, 0, 1), 0);
+    ck_assert_uint_eq(pieceset_size_of(s, 0), 16);
+    ck_assert_int_eq(pieceset_put(s, 8, 16), -EINVAL);
+    ck_assert_uint_eq(pieceset_used_bytes(s), 32);
     uint64_t size = 0;
     ck_assert_int_eq(pieceset_remove(s, 16, &size), -ENOENT);
     ck_assert_int_eq(pieceset_remove(s, 7, &size), -ENOENT);
