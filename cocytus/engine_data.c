@@ -195,6 +195,11 @@ struct data_engine {
      * where taking the table and pieces from the replica could, as if
      * out of memory; the coordinator asks again. */
     bool test_take_fail;
+    /* COCYTUS_TEST_COPY_META_REFUSE: the first copy this process takes
+     * from a recovery process refuses its first metadata message, as if
+     * out of memory; the copy is abandoned and taken again
+     * (test/integration/copy_refused.sh). */
+    bool test_refuse_meta;
     /* COCYTUS_TEST_COPIED_DELAY_MS: a replacement data process says
      * `copied` this late (test/integration/migration_abort.sh stops the
      * coordinator between the copy's end and the handoff, a window that
@@ -1797,6 +1802,17 @@ static void rebuild_pump_meta(struct data_engine *dp, struct rb_out *o, uint64_t
     }
 }
 
+/* The next step of the copies in *delay_ms or ms, whichever is sooner. */
+static void step_within(int *delay_ms, int ms)
+{
+    if (*delay_ms == 0 || ms < *delay_ms)
+        *delay_ms = ms;
+}
+
+/* A copy that sent what it may goes on when its peer takes some
+ * (copy_taken); this is only a safety net, not a poll. */
+#define DP_REBUILD_TAKEN_WAIT_MS 250
+
 static void rebuild_step(struct data_engine *dp)
 {
     uint64_t now = mono_ms();
@@ -1814,7 +1830,7 @@ static void rebuild_step(struct data_engine *dp)
                 continue;
             }
             if (!dp->alloc || (dp->recovering && !dp->units.complete(dp->units.ctx))) {
-                delay_ms = delay_ms ? delay_ms : 20;
+                step_within(&delay_ms, 20);
                 continue;
             }
             o->ready = true;   /* writes wait for the quiet point from now on */
@@ -1827,21 +1843,19 @@ static void rebuild_step(struct data_engine *dp)
             o->added = true;
             o->x0 = dp->tx.xid;
             o->added_at_ms = now;
-            delay_ms = delay_ms ? delay_ms : 20;
+            step_within(&delay_ms, 20);
         } else if (!o->joined) {
             if (now - o->added_at_ms > DP_REBUILD_JOIN_MS)
                 rebuild_fail(dp, o, "its link did not come up");
             else
-                delay_ms = delay_ms ? delay_ms : 20;
+                step_within(&delay_ms, 20);
         } else if (!o->meta_done) {
             rebuild_pump_meta(dp, o, now);
-            if (o->active)
-                delay_ms = 1;
         } else {
             rebuild_pump(dp, o);
-            if (o->active)
-                delay_ms = 1;
         }
+        if (o->active && o->joined)
+            step_within(&delay_ms, copy_window_open(o) ? 1 : DP_REBUILD_TAKEN_WAIT_MS);
     }
     if (dp->hold_writes && dp->quiet && !rebuild_blocks_writes(dp) && make_quiet(dp)) {
         void (*quiet)(void *, uint64_t) = dp->quiet;
@@ -2084,11 +2098,13 @@ static void replica_log(void *ctx, const char *line)
 
 static void ctl_replica(struct data_engine *dp, int from)
 {
-    if (dp->replica && replica_from(dp->replica) == from) {
+    if (dp->replica && replica_from(dp->replica) == from && !replica_spoiled(dp->replica)) {
         if (replica_complete(dp->replica))
             replica_done(dp);
         return;
     }
+    if (dp->replica && replica_spoiled(dp->replica))
+        dp_log(dp, "a new copy from parity process %d replaces the one abandoned", from);
     replica_free(dp->replica);
     dp->replica = NULL;
     if (!dp->tx.refusing && dp->tx.xid > 0) {
@@ -2102,8 +2118,13 @@ static void ctl_replica(struct data_engine *dp, int from)
     struct replica_hooks h = { .ctx = dp, .complete = replica_done, .log = replica_log };
     dp->replica = replica_new(dp->evbase, dp->cluster, dp->group, dp->index, from, dp->region,
                               dp->region_size, 0, &h);
-    if (!dp->replica)
+    if (!dp->replica) {
         dp_log(dp, "cannot start taking the copy from parity process %d", from);
+    } else if (dp->test_refuse_meta) {
+        dp->test_refuse_meta = false;
+        dp_log(dp, "test fault: this copy's first metadata message is refused");
+        replica_test_refuse_meta(dp->replica);
+    }
 }
 
 /* A new stream from xid on, to the parity processes the view says hold
@@ -2446,6 +2467,7 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     }
     dp->test_begin_twice = getenv("COCYTUS_TEST_REBUILD_BEGIN_TWICE") != NULL;
     dp->test_take_fail = getenv("COCYTUS_TEST_HANDOFF_FAIL") != NULL;
+    dp->test_refuse_meta = getenv("COCYTUS_TEST_COPY_META_REFUSE") != NULL;
     const char *delay = getenv("COCYTUS_TEST_COPIED_DELAY_MS");
     dp->test_copied_delay_ms = delay ? atoi(delay) : 0;
     if (dp->test_copied_delay_ms > 0)

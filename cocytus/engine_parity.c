@@ -74,7 +74,7 @@ struct parity_engine {
      * the newest unit it sent. */
     bool rebuilding;
     uint64_t rb_attempt;              /* the coordinator's number for this rebuild */
-    bool rb_spoiled;                  /* a source began twice: wait for the next attempt */
+    bool rb_spoiled;                  /* the attempt cannot end in good parity: wait for the next */
     bool rb_orphans_logged[RECOV_MAX_K];
     struct rb_units rb[RECOV_MAX_K];
     uint64_t rb_max_t[RECOV_MAX_K];
@@ -82,6 +82,9 @@ struct parity_engine {
      * takeover steps still to fail once each, and the data engine's. */
     unsigned test_takeover_fail;
     unsigned test_build_faults;
+    /* COCYTUS_TEST_COPY_META_REFUSE: the first rebuild message of
+     * metadata is refused as if out of memory (copy_refused.sh). */
+    bool test_refuse_meta;
 };
 
 static const char NO_KEYS_MSG[] = "parity process: does not serve keys";
@@ -127,10 +130,19 @@ static void ctl_reply(struct parity_engine *pe, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Every source sent everything: we hold parity again. */
+static void rebuild_spoil(struct parity_engine *pe, int index, const char *why);
+
 static void rebuild_check_done(struct parity_engine *pe)
 {
-    if (!pe->rebuilding)
+    if (!pe->rebuilding || pe->rb_spoiled)
         return;
+    for (int i = 0; i < pe->state.k; i++)
+        if (pe->rb[i].begun && pe->state.dps[i].src.diverged) {
+            /* A metadata message that could not be applied after its
+             * records (parity.c): this parity would lack those keys. */
+            rebuild_spoil(pe, i, pe->state.dps[i].src.why);
+            return;
+        }
     uint64_t bytes = 0;
     for (int i = 0; i < pe->state.k; i++) {
         if (!rb_units_complete(&pe->rb[i]))
@@ -231,8 +243,19 @@ static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *
         return;
     }
     uint8_t kind = rb_kind_of(payload, len);
-    if (parity_rebuild_message(&pe->state, index, payload, len, err, sizeof(err)) != 0)
-        pe_log(pe, "rebuild from dp %d: %s", index, err);
+    int rc;
+    if (pe->test_refuse_meta && (kind == RB_META || kind == RB_META_DONE)) {
+        pe->test_refuse_meta = false;
+        snprintf(err, sizeof(err), "test fault: metadata refused as if out of memory");
+        rc = -1;
+    } else {
+        rc = parity_rebuild_message(&pe->state, index, payload, len, err, sizeof(err));
+    }
+    if (rc != 0) {
+        /* Parity built without what this message held would be wrong. */
+        rebuild_spoil(pe, index, err);
+        return;
+    }
     if (kind == RB_META || kind == RB_META_DONE || kind == RB_UNITS)
         ack_taken(pe, index);
     rebuild_check_done(pe);
@@ -1344,6 +1367,7 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
     pe->engine.priv = pe;
     pe->serving_dp = -1;
     pe->test_takeover_fail = takeover_faults_from_env(&pe->test_build_faults);
+    pe->test_refuse_meta = getenv("COCYTUS_TEST_COPY_META_REFUSE") != NULL;
     if (c->k > RECOV_MAX_K || c->n - c->k > RECOV_MAX_M) {
         pe_log(pe, "RS(%d,%d) is larger than recovery supports (%d data, %d parity)", c->k, c->n,
                RECOV_MAX_K, RECOV_MAX_M);

@@ -32,6 +32,7 @@ struct replica {
     struct rb_units units;
     uint64_t max_cas, end;
     bool told_complete;
+    bool test_refuse_meta;      /* test fault: refuse the next metadata message */
     struct repl_receiver *rx;
     struct link_listener *listener;
     const struct record *cur;   /* the record being applied (filter callback) */
@@ -51,13 +52,31 @@ static void rp_log(struct replica *r, const char *fmt, ...)
 
 /* ---- applying records ---- */
 
+/* A copy that lost a metadata message (out of memory applying it) would
+ * hand off without those keys: it is spoiled instead.  The stream is
+ * marked diverged, so the receiver closes the recovery process's link and
+ * refuses it (that process drops us from its ack set: its writes go on),
+ * the copy never says complete and the handoff is refused.  The
+ * coordinator abandons the migration once its progress stops, and asks
+ * again with `replica`, which makes a new replica (replica_spoiled). */
+static int spoil(struct replica *r, const char *err)
+{
+    rp_log(r, "metadata of the copy of dp %d refused: %s; this copy cannot be handed off "
+           "and is abandoned", r->dp, err);
+    if (!r->src.diverged)
+        repl_source_mark_diverged(&r->src, r->src.received_xid, "metadata of the copy "
+                                  "refused: %s", err);
+    return -1;
+}
+
 /* The copy's metadata messages that came right after record `applied`
- * (rebuild.h). */
-static void meta_catch_up(struct replica *r, uint64_t applied)
+ * (rebuild.h).  0, or -1 when the copy is spoiled. */
+static int meta_catch_up(struct replica *r, uint64_t applied)
 {
     char err[192];
     if (rb_meta_catch_up(&r->units, applied, &r->meta, r->pieces, err, sizeof(err)) != 0)
-        rp_log(r, "metadata of the copy refused: %s", err);
+        return spoil(r, err);
+    return 0;
 }
 
 static void xor_run(void *ctx, uint64_t off, uint64_t len)
@@ -72,7 +91,8 @@ static int apply_record(void *ctx, const struct record *rec)
     char err[192];
     if (rec->data_off > r->region_size || rec->data_len > r->region_size - rec->data_off)
         return repl_source_mark_diverged(&r->src, rec->xid, "delta outside the region");
-    meta_catch_up(r, rec->xid - 1);
+    if (meta_catch_up(r, rec->xid - 1) != 0)
+        return -1;
     bool lenient = rb_meta_lenient(&r->units);
     for (uint32_t i = 0; i < rec->nops; i++) {
         if (meta_replay_op(&r->meta, r->pieces, &rec->ops[i], lenient, err, sizeof(err)) != 0)
@@ -96,7 +116,8 @@ static int hook_apply(void *owner, int index, uint64_t stable)
 {
     struct replica *r = owner;
     int rc = repl_source_apply(&r->src, stable, apply_record, r);
-    meta_catch_up(r, r->src.applied_xid);
+    if (rc == 0)
+        rc = meta_catch_up(r, r->src.applied_xid);
     check_complete(r);
     return rc;
 }
@@ -117,7 +138,7 @@ static void copy_run(void *ctx, uint64_t off, uint64_t len)
 
 static void check_complete(struct replica *r)
 {
-    if (r->told_complete || !rb_units_complete(&r->units))
+    if (r->told_complete || r->src.diverged || !rb_units_complete(&r->units))
         return;
     r->told_complete = true;
     rp_log(r, "copy of dp %d complete: %" PRIu64 " unit bytes, %zu keys, stream at xid %" PRIu64,
@@ -177,10 +198,21 @@ static void hook_message(void *owner, int index, uint16_t type, const uint8_t *p
         break;
     case RB_META:
     case RB_META_DONE:
-        if (!r->units.begun ||
-            rb_meta_arrive(&r->units, r->src.received_xid, r->src.applied_xid, p, len, &r->meta,
-                           r->pieces, err, sizeof(err)) != 0)
-            rp_log(r, "metadata of the copy refused: %s", r->units.begun ? err : "before BEGIN");
+        if (!r->units.begun) {
+            rp_log(r, "metadata of the copy before its BEGIN; ignored");
+            break;
+        }
+        if (r->test_refuse_meta) {
+            r->test_refuse_meta = false;
+            spoil(r, "test fault: refused as if out of memory");
+        } else if (rb_meta_arrive(&r->units, r->src.received_xid, r->src.applied_xid, p, len,
+                                  &r->meta, r->pieces, err, sizeof(err)) != 0) {
+            spoil(r, err);
+        }
+        if (r->src.diverged) {
+            repl_receiver_diverged(r->rx, index);
+            break;
+        }
         ack_taken(r, index);
         check_complete(r);
         break;
@@ -299,7 +331,17 @@ int replica_from(const struct replica *r)
 
 bool replica_complete(const struct replica *r)
 {
-    return rb_units_complete(&r->units);
+    return !r->src.diverged && rb_units_complete(&r->units);
+}
+
+bool replica_spoiled(const struct replica *r)
+{
+    return r->src.diverged;
+}
+
+void replica_test_refuse_meta(struct replica *r)
+{
+    r->test_refuse_meta = true;
 }
 
 void replica_progress(const struct replica *r, uint64_t *done, uint64_t *total, uint64_t *bytes)

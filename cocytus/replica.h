@@ -38,6 +38,11 @@ struct replica *replica_new(struct event_base *base, const struct cluster *c, in
                             const struct replica_hooks *hooks);
 void replica_free(struct replica *r);
 bool replica_complete(const struct replica *r);
+/* The copy lost a metadata message (out of memory applying it) and cannot
+ * be handed off: the owner makes a new replica when asked again. */
+bool replica_spoiled(const struct replica *r);
+/* Test fault: refuse the next metadata message as if out of memory. */
+void replica_test_refuse_meta(struct replica *r);
 int replica_from(const struct replica *r);
 /* Units arrived of the total, and the bytes of units and metadata taken
  * (the heartbeat's `mig`: either moving is progress). */

@@ -576,6 +576,13 @@ void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason
     }
 }
 
+void repl_receiver_diverged(struct repl_receiver *rx, int index)
+{
+    struct peer *pr = &rx->peers[index];
+    if (pr->src->diverged)
+        report_divergence(pr);
+}
+
 void repl_receiver_unfence(struct repl_receiver *rx, int index)
 {
     rx->peers[index].fenced = false;

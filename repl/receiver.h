@@ -161,6 +161,11 @@ void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason
 void repl_receiver_unfence(struct repl_receiver *rx, int index);
 bool repl_receiver_fenced(const struct repl_receiver *rx, int index);
 
+/* The owner marked source index diverged outside a record (a rebuild
+ * message it could not use): report it and close the link as for a
+ * refused record; its HELLOs are rejected until the source is reset. */
+void repl_receiver_diverged(struct repl_receiver *rx, int index);
+
 /* Send a REQUEST/REPLY frame on source index's link.  0, or -1 when the
  * link is down. */
 int repl_receiver_sendv(struct repl_receiver *rx, int index, uint16_t type,

@@ -32,11 +32,8 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
     "$build_dir/bench/cocytus-bench"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/copy_while_writing.XXXXXX")
-writer_pids=""
 cleanup() {
-    touch "$dir/stop-writers" 2>/dev/null
-    # shellcheck disable=SC2086
-    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    writers_kill "$dir"
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -71,31 +68,20 @@ copied_while_writing() {
 
 # --- A: a parity process rebuilt from data processes of 50,000 keys each.
 for i in 0 1; do
-    group0_writer "$dir" "$i" 2>/dev/null &   # (data process 0 refuses connections while dead)
-    writer_pids="$writer_pids $!"
+    group0_writer_bg "$dir" "$i" 2>/dev/null   # (data process 0 refuses connections while dead)
 done
 sleep 0.3
-kill -KILL "$(group0_pid "$dir" parity 1)"
-if wait_for 300 grep -q "group 0 parity process 1 holds parity again" "$dir/coordinator.log"; then
-    ok "parity process 1 was rebuilt"
-else
-    grep "group 0" "$dir/coordinator.log" | tail -8
-    fail "parity process 1 was never rebuilt"
-fi
+group0_kill_pp1 "$dir"
 copied_while_writing "$dir/data-0-0.log" "parity 1" "data process 0 copied to parity process 1"
 
 # --- B: the data process killed, its state copied back to it from its
 # recovery process while that one writes.
 for w in r0 r1; do
-    writer "$dir" "$w" "$pp0" &
-    writer_pids="$writer_pids $!"
+    writer_bg "$dir" "$w" "$pp0"
 done
 group0_kill_dp0 "$dir" || finish
 group0_dp0_back "$dir"
-touch "$dir/stop-writers"
-# shellcheck disable=SC2086
-wait $writer_pids
-writer_pids=""
+writers_finish "$dir"
 copied_while_writing "$dir/parity-0-0.log" "data 0" \
     "the recovery process copied data process 0's state back"
 if cat "$dir"/data-0-0*.log | grep -q "the allocator is being built from"; then

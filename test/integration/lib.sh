@@ -171,6 +171,11 @@ wait_for() {
     return 1
 }
 
+# lines_above FILE PATTERN N: FILE has more than N lines matching PATTERN.
+lines_above() {
+    [ "$(grep -c "$2" "$1")" -gt "$3" ]
+}
+
 # port_listener_is PID PORT: the socket listening on PORT belongs to PID
 # (or to a child of it).  Another test of a parallel make check may hold a
 # port we picked; a bare "the port accepts" would then pass for our process
@@ -481,6 +486,30 @@ writer() {
     done
 }
 
+# Writers in the background.  writer_bg DIR NAME ADDR runs `writer` in the
+# background and adds its pid to writer_pids; writers_finish DIR tells them
+# to stop and waits for them; writers_kill DIR, for a test's exit cleanup,
+# stops and kills those left.
+writer_pids=""
+writer_bg() {
+    writer "$@" &
+    writer_pids="$writer_pids $!"
+}
+
+writers_finish() {
+    touch "$1/stop-writers"
+    # shellcheck disable=SC2086
+    wait $writer_pids
+    writer_pids=""
+}
+
+writers_kill() {
+    touch "$1/stop-writers" 2>/dev/null
+    # shellcheck disable=SC2086
+    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    writer_pids=""
+}
+
 # writer_read_back DIR NAME ADDR: every write that writer NAME saw STORED
 # reads back through ADDR, and there was at least one.
 writer_read_back() {
@@ -496,9 +525,10 @@ writer_read_back() {
         fail "writer $name: $stored writes stored, $missing of them do not read back"
 }
 
-# group0_writer DIR I: writer I through group 0's data process I.
-group0_writer() {
-    writer "$1" "$2" "$(group0_addr "$1" data "$2")"
+# group0_writer_bg DIR I: writer I through group 0's data process I, in the
+# background (writer_bg).
+group0_writer_bg() {
+    writer_bg "$1" "$2" "$(group0_addr "$1" data "$2")"
 }
 
 # group0_writers_read_back DIR I...: writer_read_back of each writer I
@@ -527,13 +557,29 @@ group0_kill_dp0() {
     fi
 }
 
+# group0_kill_pp1 DIR: SIGKILLs group 0's parity process 1 (its node starts
+# it again) and waits up to 30 s for the coordinator to log that it holds
+# parity again: ok, or fail with the coordinator's last lines.
+group0_kill_pp1() {
+    local d=$1
+    kill -KILL "$(group0_pid "$d" parity 1)"
+    if wait_for 300 grep -q "group 0 parity process 1 holds parity again" "$d/coordinator.log"; then
+        ok "parity process 1 was rebuilt"
+    else
+        grep "group 0" "$d/coordinator.log" | tail -8
+        fail "parity process 1 was never rebuilt"
+    fi
+}
+
 # group0_dp0_back DIR: waits up to 30 s each for data process 0 to serve its
-# keys again and for group 0 to be at full redundancy: ok, or fail with the
+# keys again and for group 0 to be at full redundancy (again since the call:
+# a test may have rebuilt a process before): ok, or fail with the
 # coordinator's last lines.
 group0_dp0_back() {
-    local d=$1
+    local d=$1 healthy="group 0 is at full redundancy again" before
+    before=$(grep -c "$healthy" "$d/coordinator.log")
     if wait_for 300 grep -q "group 0 dp 0 serves its keys again" "$d/coordinator.log" &&
-        wait_for 300 grep -q "group 0 is at full redundancy again" "$d/coordinator.log"; then
+        wait_for 300 lines_above "$d/coordinator.log" "$healthy" "$before"; then
         ok "data process 0 serves its keys again, the group is at full redundancy"
     else
         grep "group 0" "$d/coordinator.log" | tail -8

@@ -22,12 +22,9 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rebuild_coord_kill.XXXXXX")
 stopped=""
-writer_pids=""
 cleanup() {
     [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null
-    touch "$dir/stop-writers" 2>/dev/null
-    # shellcheck disable=SC2086
-    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    writers_kill "$dir"
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -38,10 +35,8 @@ cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-pr
 coord_pid() { pgrep -f -- "--role coordinator --cluster $dir/cluster.conf" | head -1; }
 group0_before "$dir"
 
-group0_writer "$dir" 0 &
-writer_pids=$!
-group0_writer "$dir" 1 &
-writer_pids="$writer_pids $!"
+group0_writer_bg "$dir" 0
+group0_writer_bg "$dir" 1
 
 rebuilding() { grep -q "group 0 parity process 1 is rebuilt from" "$dir"/coordinator*.log; }
 holds() { grep -q "group 0 parity process 1 holds parity again" "$dir"/coordinator*.log; }
@@ -67,10 +62,7 @@ else
 fi
 sleep 0.5
 kill -CONT "$stopped" && stopped=""
-touch "$dir/stop-writers"
-# shellcheck disable=SC2086
-wait $writer_pids
-writer_pids=""
+writers_finish "$dir"
 if wait_for 300 holds; then
     ok "parity process 1 holds parity again"
 else

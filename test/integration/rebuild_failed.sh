@@ -32,11 +32,8 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/cocytus-cli"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rebuild_failed.XXXXXX")
-writer_pids=""
 cleanup() {
-    touch "$dir/stop-writers" 2>/dev/null
-    # shellcheck disable=SC2086
-    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    writers_kill "$dir"
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -46,10 +43,8 @@ cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-pr
     { fail "cluster up"; exit 1; }
 group0_before "$dir"
 
-group0_writer "$dir" 0 &
-writer_pids=$!
-group0_writer "$dir" 1 &
-writer_pids="$writer_pids $!"
+group0_writer_bg "$dir" 0
+group0_writer_bg "$dir" 1
 sleep 0.3
 
 holds() { grep -q "group 0 parity process 1 holds parity again" "$dir/coordinator.log"; }
@@ -66,10 +61,7 @@ else
     fail "the rebuild of parity process 1 never ended"
     ms=999999
 fi
-touch "$dir/stop-writers"
-# shellcheck disable=SC2086
-wait $writer_pids
-writer_pids=""
+writers_finish "$dir"
 
 # The fault went out, the parity process refused the attempt, the
 # coordinator started over at once (not after a stall).

@@ -39,12 +39,9 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rebuild_restart.XXXXXX")
 stopped=""
-writer_pids=""
 cleanup() {
     [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null
-    touch "$dir/stop-writers" 2>/dev/null
-    # shellcheck disable=SC2086
-    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    writers_kill "$dir"
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -94,10 +91,8 @@ try() {
 # 3000 writes each), so that records are in flight when the rebuild
 # starts over: what a source's old stream still sends to the emptied
 # parity process must be dropped there, not diverge the source.
-group0_writer "$dir" 0 &
-writer_pids=$!
-group0_writer "$dir" 1 &
-writer_pids="$writer_pids $!"
+group0_writer_bg "$dir" 0
+group0_writer_bg "$dir" 1
 tried=0
 while [ "$tried" -lt 3 ]; do
     tried=$((tried + 1))
@@ -109,9 +104,7 @@ else
     grep "group 0" "$dir/coordinator.log" | tail -6
     fail "in $tried tries, the rebuild never started over while data process 2 was stopped"
 fi
-touch "$dir/stop-writers"
-# shellcheck disable=SC2086
-wait $writer_pids
+writers_finish "$dir"
 if wait_for 150 holds; then
     ok "parity process 1 holds parity again ($(grep -c "parity process 1 is rebuilt from" "$dir/coordinator.log") attempts)"
 else

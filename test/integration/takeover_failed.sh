@@ -41,11 +41,8 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/cocytus-cli"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/takeover_failed.XXXXXX")
-writer_pids=""
 cleanup() {
-    touch "$dir/stop-writers" 2>/dev/null
-    # shellcheck disable=SC2086
-    [ -n "$writer_pids" ] && kill $writer_pids 2>/dev/null
+    writers_kill "$dir"
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -56,8 +53,7 @@ cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --routing off --no-pr
 group0_before "$dir"
 
 for i in 0 1 2; do
-    group0_writer "$dir" "$i" &
-    writer_pids="$writer_pids $!"
+    group0_writer_bg "$dir" "$i"
 done
 sleep 0.3
 
@@ -169,10 +165,7 @@ fi
 handoffs=$(cat "$dir"/data-0-0*.log | grep -c "serving again from xid")
 [ "$handoffs" -eq 1 ] && ok "it took its keys back at the next request" ||
     fail "it took its keys back $handoffs times, not once"
-touch "$dir/stop-writers"
-# shellcheck disable=SC2086
-wait $writer_pids
-writer_pids=""
+writers_finish "$dir"
 
 group0_writers_read_back "$dir" 0 1 2
 reply=$(mc "$(group0_addr "$dir" data 0)" "get new_key_0\r\n" | sed -n 2p)
