@@ -42,7 +42,17 @@ struct coord_client {
     struct link_identity me;
     struct event *hb_timer;
     char pending[RESULT_MAX];       /* a "migrated" not yet delivered ("" if none) */
+    /* Test fault (COCYTUS_TEST_MUTE_DIR): while this file exists, the
+     * process neither says nor takes anything on its coordinator links, as
+     * if cut off from the coordinator only (its replication links and
+     * clients still reach it).  "" when not set. */
+    char mute_file[256];
 };
+
+static bool muted(const struct coord_client *cc)
+{
+    return cc->mute_file[0] && access(cc->mute_file, F_OK) == 0;
+}
 
 static uint64_t current_epoch(const struct coord_client *cc)
 {
@@ -95,6 +105,8 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
 {
     struct coord_client *cc = arg;
     struct engine *e = cc->s->engine;
+    if (muted(cc))
+        return;
     char text[256];
     int n = snprintf(text, sizeof(text), "hb %ld %llu %llu", (long)getpid(),
                      (unsigned long long)current_epoch(cc),
@@ -191,7 +203,7 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
     struct coord_client *cc = ctx;
     struct ctl_msg msg;
     char err[256];
-    if (type != FT_CONTROL)
+    if (type != FT_CONTROL || muted(cc))
         return;
     struct engine *e = cc->s->engine;
     if (coord_is_engine_message((const char *)payload, len)) {
@@ -251,6 +263,10 @@ struct coord_client *coord_client_start(struct server *s)
     cc->me.group = (uint32_t)s->settings.group;
     cc->me.role = own_link_role(s->settings.role);
     cc->me.index = (uint32_t)s->settings.index;
+    const char *mute = getenv("COCYTUS_TEST_MUTE_DIR");
+    if (mute)
+        snprintf(cc->mute_file, sizeof(cc->mute_file), "%s/mute-%s-%d-%d", mute,
+                 s->settings.role, s->settings.group, s->settings.index);
     struct timeval period = { .tv_sec = 0, .tv_usec = COORD_HEARTBEAT_MS * 1000 };
     cc->hb_timer = event_new(s->base, -1, EV_PERSIST, on_heartbeat, cc);
     int dialed = 0;

@@ -145,8 +145,13 @@ struct data_engine {
     bool region_borrowed;
     int serving_pp;               /* own parity index (recovery process), else -1 */
     struct data_unit_hooks units;
-    struct read_waiters waiters;  /* reads waiting for units */
+    struct read_waiters waiters;  /* reads waiting for units, or for a lease */
     uint64_t unit_waits;          /* mutations and reads that waited for units */
+    /* Reads are served only within a lease from every parity process of
+     * the ack set (link.h, lease_held): one cut off or hung past it must
+     * not answer from a table that a recovery process has taken over. */
+    struct event *lease_timer;    /* looks again while reads wait for one */
+    uint64_t lease_waits;         /* reads that waited for one */
     /* A recovery process's allocator is built from the dead DP's pieces,
      * and a returning data process's from the pieces of its copy, on a
      * thread (allocbuild.h) while it serves: until then alloc is NULL, the
@@ -1208,6 +1213,40 @@ static eng_status dp_get_ex(struct engine *eng, const char *key, size_t nkey, un
 
 /* A recovery process cannot read a value whose units are not rebuilt: the
  * read waits (the connection re-parses it once the units arrived). */
+static bool lease_held(const struct data_engine *dp)
+{
+    return sender_lease_held(&dp->tx);
+}
+
+#define DP_LEASE_POLL_MS 5
+
+static void on_lease_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct data_engine *dp = arg;
+    if (lease_held(dp)) {
+        read_waiters_wake(&dp->waiters);
+        return;
+    }
+    struct timeval tv = { 0, DP_LEASE_POLL_MS * 1000 };
+    evtimer_add(dp->lease_timer, &tv);
+}
+
+/* A read that must wait for a lease (a PONG on a link, link.h); out of
+ * memory it cannot wait, and is answered. */
+static bool wait_for_lease(struct data_engine *dp, eng_done_fn done, void *cookie)
+{
+    if (!read_waiters_add(&dp->waiters, done, cookie))
+        return false;
+    dp->lease_waits++;
+    if (!evtimer_pending(dp->lease_timer, NULL)) {
+        struct timeval tv = { 0, DP_LEASE_POLL_MS * 1000 };
+        evtimer_add(dp->lease_timer, &tv);
+    }
+    return true;
+}
+
 static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_done_fn done,
                          void *cookie)
 {
@@ -1219,6 +1258,8 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
      * e.g. while no coordinator leads to take it over, and until a parity
      * process has told which it is): everything waits until the map moves. */
     bool all_wait = dp->replica || dp->handed || dp->tx.refusing || dp->unsure;
+    if (!all_wait && !lease_held(dp))
+        return wait_for_lease(dp, done, cookie);
     if (!dp->recovering && !all_wait)
         return false;
     struct item *e = all_wait ? NULL : meta_find(&dp->meta, key, nkey);
@@ -1226,6 +1267,13 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
         return false;
     /* Out of memory, it cannot wait: the read is served as a miss below. */
     return read_waiters_add(&dp->waiters, done, cookie);
+}
+
+/* A new slot map: reads waiting for a key that moved away are answered
+ * MOVED when parsed again (conn_read_waits). */
+static void dp_map_changed(struct engine *eng)
+{
+    read_waiters_wake(&dp_of(eng)->waiters);
 }
 
 void engine_data_units_arrived(struct engine *eng)
@@ -1611,6 +1659,7 @@ static bool dp_stats(struct engine *eng, const char *group, eng_stat_fn emit, vo
     emit(ctx, "in_place_writes", "%" PRIu64, dp->in_place_writes);
     if (dp->recovering)
         emit(ctx, "unit_waits", "%" PRIu64, dp->unit_waits);
+    emit(ctx, "lease_waits", "%" PRIu64, dp->lease_waits);
     return true;
 }
 
@@ -1622,6 +1671,7 @@ static void dp_stats_reset(struct engine *eng)
     dp->expired_removed = 0;
     dp->total_items = 0;
     dp->blocked_waits = 0;
+    dp->lease_waits = 0;
 }
 
 struct sweep_ctx {
@@ -2394,6 +2444,8 @@ static void dp_destroy(struct engine *eng)
         event_free(dp->build_timer);
     if (dp->copied_timer)
         event_free(dp->copied_timer);
+    if (dp->lease_timer)
+        event_free(dp->lease_timer);
     pieceset_destroy(dp->pieces);
     replica_free(dp->replica);
     sender_destroy(&dp->tx);
@@ -2427,6 +2479,7 @@ static const struct engine_ops data_ops = {
     .visit_recent = dp_visit_recent,
     .walk = dp_walk,
     .read_wait = dp_read_wait,
+    .map_changed = dp_map_changed,
     .control = dp_control,
     .heartbeat_extra = dp_heartbeat_extra,
     .lost_peers = dp_lost_peers,
@@ -2459,9 +2512,14 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     dp->ctl_arg = cfg->ctl_arg;
     dp->rb_timer = evtimer_new(cfg->base, on_rb_timer, dp);
     dp->build_timer = evtimer_new(cfg->base, on_build_retry, dp);
-    if (!dp->rb_timer || !dp->build_timer) {
+    dp->lease_timer = evtimer_new(cfg->base, on_lease_timer, dp);
+    if (!dp->rb_timer || !dp->build_timer || !dp->lease_timer) {
         if (dp->rb_timer)
             event_free(dp->rb_timer);
+        if (dp->build_timer)
+            event_free(dp->build_timer);
+        if (dp->lease_timer)
+            event_free(dp->lease_timer);
         free(dp);
         return NULL;
     }

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "alloc.h"
 #include "cluster.h"
 #include "engine.h"
@@ -65,6 +67,10 @@ struct parity_engine {
     uint64_t declared[RECOV_MAX_K];   /* newest stable xid each source declared */
     uint64_t hold_at[RECOV_MAX_K];    /* apply no further (unit recovery); UINT64_MAX: none */
     bool prepared[RECOV_MAX_K];       /* stream fenced by a "prepare" */
+    /* "prepared" not answered yet: the DP's read lease runs until then
+     * (link.h; ctl_prepare).  0: none waits. */
+    uint64_t prepare_at[RECOV_MAX_K];
+    struct event *prepare_timer;
     struct recovery rec;
     struct engine *serving;           /* the data engine of the DP we serve, or NULL */
     uint64_t serving_gen;             /* counts the times serving was set (metadump walks) */
@@ -703,6 +709,8 @@ static bool parity_admin(struct engine *e, int argc, char **argv, eng_write_fn w
 static void parity_destroy_engine(struct engine *e)
 {
     struct parity_engine *pe = pe_of(e);
+    if (pe->prepare_timer)
+        event_free(pe->prepare_timer);
     if (pe->serving)
         pe->serving->ops->destroy(pe->serving);
     if (pe->listener != NULL)
@@ -880,6 +888,40 @@ static void ctl_reply(struct parity_engine *pe, const char *fmt, ...)
 /* "prepare <g> <dp>": the DP is dead.  Take nothing more of it and say how
  * far its stream reached here (paper 4.1.1: the minimum over the group's
  * parity processes is the stable xid). */
+static void answer_prepared(struct parity_engine *pe, int dp)
+{
+    const struct repl_source *src = &pe->state.dps[dp].src;
+    pe->prepare_at[dp] = 0;
+    ctl_reply(pe, "prepared %d %d %" PRIu64, pe->group, dp, src->received_xid);
+}
+
+/* The answers that waited for a read lease to run out (ctl_prepare). */
+static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct parity_engine *pe = arg;
+    uint64_t now = link_now_ms(), next = 0;
+    for (int i = 0; i < pe->state.k; i++) {
+        if (!pe->prepare_at[i])
+            continue;
+        if (now >= pe->prepare_at[i])
+            answer_prepared(pe, i);
+        else if (!next || pe->prepare_at[i] < next)
+            next = pe->prepare_at[i];
+    }
+    if (next) {
+        struct timeval tv = { 0, (suseconds_t)((next - now) * 1000) };
+        evtimer_add(pe->prepare_timer, &tv);
+    }
+}
+
+/* A data process serves reads only within a lease from each of its parity
+ * processes (link.h).  One fenced while its lease from us may still run
+ * (it talked to us until now: cut off from the coordinator only) might
+ * still answer a read from a client with the old map: the takeover,
+ * which waits for our answer, must not let another process write its
+ * keys before that lease ran out. */
 static void ctl_prepare(struct parity_engine *pe, int dp)
 {
     const struct repl_source *src = &pe->state.dps[dp].src;
@@ -887,9 +929,20 @@ static void ctl_prepare(struct parity_engine *pe, int dp)
         pe->prepared[dp] = true;
         repl_receiver_fence(pe->receiver, dp, "this data process was declared dead");
     }
-    pe_log(pe, "prepare dp %d: fenced; received xid %" PRIu64 ", applied %" PRIu64, dp,
-           src->received_xid, src->applied_xid);
-    ctl_reply(pe, "prepared %d %d %" PRIu64, pe->group, dp, src->received_xid);
+    uint64_t now = link_now_ms();
+    uint64_t lease_end = repl_receiver_lease_end(pe->receiver, dp, LINK_LEASE_GRANT_MS);
+    pe_log(pe, "prepare dp %d: fenced; received xid %" PRIu64 ", applied %" PRIu64 "%s", dp,
+           src->received_xid, src->applied_xid,
+           lease_end > now ? "; answering once its read lease ran out" : "");
+    if (lease_end <= now || !pe->prepare_timer) {
+        answer_prepared(pe, dp);
+        return;
+    }
+    if (pe->prepare_at[dp])
+        return;   /* a resent prepare: the answer is on its way */
+    pe->prepare_at[dp] = lease_end;
+    pe_log(pe, "dp %d may serve reads for %" PRIu64 " ms more", dp, lease_end - now);
+    on_prepare_timer(-1, 0, pe);
 }
 
 /* Records of dp up to stable are applied, the rest dropped: they never
@@ -1080,6 +1133,7 @@ static void become_empty(struct parity_engine *pe)
         pe->hold_at[i] = UINT64_MAX;
         if (pe->prepared[i]) {
             pe->prepared[i] = false;
+            pe->prepare_at[i] = 0;
             repl_receiver_unfence(pe->receiver, i);
         }
         rb_units_destroy(&pe->rb[i]);
@@ -1184,6 +1238,7 @@ static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
     for (int i = 0; i < pe->state.k; i++) {
         if (v.dp_server[i] == -1 && pe->prepared[i]) {
             pe->prepared[i] = false;
+            pe->prepare_at[i] = 0;
             repl_receiver_unfence(pe->receiver, i);
         }
     }
@@ -1385,7 +1440,9 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
         free(pe);
         return NULL;
     }
-    if (recovery_start(pe) != 0 || receiver_start(pe) != 0 || start_listener(pe, c, me) != 0) {
+    pe->prepare_timer = evtimer_new(cfg->base, on_prepare_timer, pe);
+    if (!pe->prepare_timer || recovery_start(pe) != 0 || receiver_start(pe) != 0 ||
+        start_listener(pe, c, me) != 0) {
         parity_destroy_engine(&pe->engine);
         return NULL;
     }

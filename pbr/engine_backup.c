@@ -67,6 +67,8 @@ struct backup {
     uint64_t max_cas;                 /* highest cas applied: a promoted backup goes on above */
     struct event *fence_ev;
     int fence_polls;
+    uint64_t fence_answer_at;   /* fenced; "fenced" answered then (the old primary's read
+                                 * lease, repl/link.h), link_now_ms(); 0: none waits */
     struct rec_op *chunk_ops;
     struct repl_source src;           /* the primary's records */
     struct repl_receiver *receiver;
@@ -449,14 +451,41 @@ static void answer(struct backup *be, const char *fmt, ...)
         be_log(be, "cannot answer the coordinator ('%s'): control link down", text);
 }
 
-static void fence_now(struct backup *be)
+static void answer_fenced(struct backup *be)
 {
-    repl_receiver_fence(be->receiver, 0, "fenced: this member's primary was declared dead");
-    be_log(be, "stream of member %d fenced at received xid %" PRIu64 " (applied %" PRIu64
-           ")%s", be->leader, be->src.received_xid, be->src.applied_xid,
-           be->complete ? "" : "; this backup is not complete");
+    be->fence_answer_at = 0;
     answer(be, "pbrok fenced %d %d %" PRIu64 " %d", be->group, be->sh->member,
            be->src.received_xid, be->complete && !be->src.diverged ? 1 : 0);
+}
+
+static void arm_fence_timer(struct backup *be, uint64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+    evtimer_add(be->fence_ev, &tv);
+}
+
+/* A primary serves reads only within a lease from each backup of its ack
+ * set (repl/link.h).  One fenced while its lease from us may still run (it
+ * talked to us until now: cut off from the coordinator only) could still
+ * answer a read from a client with the old map: the failover, which waits
+ * for our answer, must not promote anyone before that lease ran out.  A
+ * primary that is gone (restarted: gone) holds none. */
+static void fence_now(struct backup *be, bool gone)
+{
+    repl_receiver_fence(be->receiver, 0, "fenced: this member's primary was declared dead");
+    uint64_t now = link_now_ms();
+    uint64_t lease_end = gone ? 0 : repl_receiver_lease_end(be->receiver, 0, LINK_LEASE_GRANT_MS);
+    be_log(be, "stream of member %d fenced at received xid %" PRIu64 " (applied %" PRIu64
+           ")%s%s", be->leader, be->src.received_xid, be->src.applied_xid,
+           be->complete ? "" : "; this backup is not complete",
+           lease_end > now ? "; answering once its read lease ran out" : "");
+    if (lease_end <= now) {
+        answer_fenced(be);
+        return;
+    }
+    be_log(be, "member %d may serve reads for %" PRIu64 " ms more", be->leader, lease_end - now);
+    be->fence_answer_at = lease_end;
+    arm_fence_timer(be, lease_end - now);
 }
 
 /* Wait until the dead primary's link has ended, so that every byte its
@@ -465,12 +494,20 @@ static void fence_now(struct backup *be)
 static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct backup *be = arg;
+    if (be->fence_answer_at) {
+        uint64_t now = link_now_ms();
+        if (now >= be->fence_answer_at)
+            answer_fenced(be);
+        else
+            arm_fence_timer(be, be->fence_answer_at - now);
+        return;
+    }
     if (repl_receiver_link_up(be->receiver, 0) && ++be->fence_polls < FENCE_WAIT_POLLS) {
         struct timeval tv = { 0, FENCE_POLL_USEC };
         evtimer_add(be->fence_ev, &tv);
         return;
     }
-    fence_now(be);
+    fence_now(be, false);
 }
 
 /* pbr fence <g> [gone] | pbr follow <g> <leader> */
@@ -481,9 +518,12 @@ bool pbr_backup_control(struct engine *e, int argc, char **argv)
     if ((argc == 3 && strcmp(argv[1], "fence") == 0) || gone) {
         /* gone: the primary restarted, so the link up now, if any, is the
          * newcomer's: nothing of the old process is left to read. */
-        if (repl_receiver_fenced(be->receiver, 0) || gone) {
+        if (be->fence_answer_at && !gone) {
+            /* A resent fence: the answer is on its way. */
+        } else if (repl_receiver_fenced(be->receiver, 0) || gone) {
             evtimer_del(be->fence_ev);
-            fence_now(be);
+            be->fence_answer_at = 0;
+            fence_now(be, gone);
         } else if (!evtimer_pending(be->fence_ev, NULL)) {
             be->fence_polls = 0;
             on_fence_poll(-1, 0, be);
@@ -496,6 +536,7 @@ bool pbr_backup_control(struct engine *e, int argc, char **argv)
             be_log(be, "following member %d from xid %" PRIu64, leader, be->src.received_xid);
         be->leader = leader;
         evtimer_del(be->fence_ev);
+        be->fence_answer_at = 0;
         repl_receiver_unfence(be->receiver, 0);
         answer(be, "pbrok following %d %d", be->group, be->sh->member);
         return true;

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "cluster.h"
 #include "engine.h"
 #include "items.h"
@@ -41,6 +43,7 @@
 
 #define CONTROL_WORDS_MAX 8
 #define CONTROL_TEXT_MAX 256
+#define PP_LEASE_POLL_MS 5
 
 struct pbr_proc {
     struct engine engine;           /* what the server holds */
@@ -49,7 +52,9 @@ struct pbr_proc {
     bool is_primary;
     uint64_t promoted_xid;          /* the last xid we took over at: a repeated promote's answer */
     uint64_t admitted;              /* the number of the last "pbr admit" taken */
-    struct read_waiters waiters;    /* reads waiting for the primary's store */
+    struct read_waiters waiters;    /* reads waiting for the primary's store, or a lease */
+    struct event *lease_timer;      /* looks again while reads wait for a lease */
+    uint64_t lease_waits;           /* reads that waited for one */
 };
 
 static struct pbr_proc *pp_of(struct engine *e)
@@ -152,10 +157,36 @@ static bool pp_read_wait(struct engine *e, const char *key, size_t nkey, eng_don
     (void)nkey;
     /* Without a coordinator nothing would ever end the wait (nobody fails
      * the group over): served from the store as it is. */
-    if (!pp->sh.has_coordinator || !pp->is_primary || pbr_primary_reads_ready(pp->inner))
+    if (!pp->sh.has_coordinator || !pp->is_primary)
         return false;
+    if (pbr_primary_reads_ready(pp->inner)) {
+        /* Nor does anybody promote a backup while we hold a lease from
+         * each: a primary cut off or hung past it waits instead of
+         * answering from a store that may be old. */
+        if (pbr_primary_lease_held(pp->inner) || !read_waiters_add(&pp->waiters, done, cookie))
+            return false;
+        pp->lease_waits++;
+        if (!evtimer_pending(pp->lease_timer, NULL)) {
+            struct timeval tv = { 0, PP_LEASE_POLL_MS * 1000 };
+            evtimer_add(pp->lease_timer, &tv);
+        }
+        return true;
+    }
     /* Out of memory, it cannot wait: served from the store as it is. */
     return read_waiters_add(&pp->waiters, done, cookie);
+}
+
+static void on_lease_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct pbr_proc *pp = arg;
+    if (!pp->is_primary || pbr_primary_lease_held(pp->inner)) {
+        read_waiters_wake(&pp->waiters);
+        return;
+    }
+    struct timeval tv = { 0, PP_LEASE_POLL_MS * 1000 };
+    evtimer_add(pp->lease_timer, &tv);
 }
 
 /* Waiting reads are parsed again once they need not wait. */
@@ -181,14 +212,18 @@ static eng_status pp_mutate(struct engine *e, const struct eng_mutation *m,
 
 static bool pp_stats(struct engine *e, const char *group, eng_stat_fn emit, void *ctx)
 {
-    struct engine *in = pp_of(e)->inner;
-    return in->ops->stats(in, group, emit, ctx);
+    struct pbr_proc *pp = pp_of(e);
+    bool known = pp->inner->ops->stats(pp->inner, group, emit, ctx);
+    if (known && group[0] == '\0')
+        emit(ctx, "lease_waits", "%" PRIu64, pp->lease_waits);
+    return known;
 }
 
 static void pp_stats_reset(struct engine *e)
 {
-    struct engine *in = pp_of(e)->inner;
-    in->ops->stats_reset(in);
+    struct pbr_proc *pp = pp_of(e);
+    pp->inner->ops->stats_reset(pp->inner);
+    pp->lease_waits = 0;
 }
 
 static void pp_tick(struct engine *e, time_t now)
@@ -419,7 +454,16 @@ static void pp_destroy(struct engine *e)
     if (pp->sh.store.table.buckets != NULL)
         item_store_destroy(&pp->sh.store);
     read_waiters_free(&pp->waiters);   /* the server is going away with its connections */
+    if (pp->lease_timer)
+        event_free(pp->lease_timer);
     free(pp);
+}
+
+/* A new slot map: reads waiting for a key that moved away are answered
+ * MOVED when parsed again (conn_read_waits). */
+static void pp_map_changed(struct engine *e)
+{
+    read_waiters_wake(&pp_of(e)->waiters);
 }
 
 static const struct engine_ops pbr_ops = {
@@ -437,6 +481,7 @@ static const struct engine_ops pbr_ops = {
     .visit_recent = pp_visit_recent,
     .walk = pp_walk,
     .control = pp_control,
+    .map_changed = pp_map_changed,
     .heartbeat_extra = pp_heartbeat_extra,
     .lost_peers = pp_lost_peers,
     .read_wait = pp_read_wait,
@@ -479,12 +524,18 @@ static struct engine *pbr_new(const struct engine_config *cfg, enum cluster_role
     pp->sh.m = cfg->cluster->n - 1;
     pp->sh.member = role == ROLE_PRIMARY ? pp->sh.m : cfg->index;
     pp->sh.has_coordinator = cfg->cluster->has_coordinator;
+    pp->lease_timer = evtimer_new(cfg->base, on_lease_timer, pp);
+    if (!pp->lease_timer) {
+        free(pp);
+        return NULL;
+    }
     struct engine_config store_cfg = *cfg;
     store_cfg.evict = false;    /* the primary evicts, so that backups hear of it */
     clock_init(&pp->sh.clock, cfg->started);
     clock_set(&pp->sh.clock, time(NULL));
     if (item_store_init(&pp->sh.store, &store_cfg, &pp->sh.clock) != 0) {
         pp_log(pp, "out of memory setting up the store");
+        event_free(pp->lease_timer);
         free(pp);
         return NULL;
     }

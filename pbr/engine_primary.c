@@ -923,6 +923,11 @@ bool pbr_primary_reads_ready(struct engine *e)
     return pe->confirmed && !pe->tx.refusing;
 }
 
+bool pbr_primary_lease_held(struct engine *e)
+{
+    return sender_lease_held(&pe_of(e)->tx);
+}
+
 /* pbr drop <g> <member> | pbr rebuild <g> <member> | pbr confirm <g> */
 bool pbr_primary_control(struct engine *e, int argc, char **argv)
 {

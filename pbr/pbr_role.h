@@ -67,6 +67,9 @@ size_t pbr_primary_heartbeat(struct engine *e, char *buf, size_t len);
  * have restarted without its state.  Else a read could miss a key its
  * backups hold. */
 bool pbr_primary_reads_ready(struct engine *e);
+/* It holds a read lease from every backup of its ack set (repl/link.h):
+ * none of them can have been promoted meanwhile. */
+bool pbr_primary_lease_held(struct engine *e);
 
 /* ---- backup (engine_backup.c) ---- */
 

@@ -89,6 +89,7 @@ const char *frame_type_name(uint16_t type)
     case FT_REQUEST: return "REQUEST";
     case FT_REPLY: return "REPLY";
     case FT_CONTROL: return "CONTROL";
+    case FT_PONG: return "PONG";
     default: return "?";
     }
 }

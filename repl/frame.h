@@ -24,14 +24,15 @@ enum frame_type {
     FT_RECORD = 5,     /* sender -> replica: an encoded record (record.h) */
     FT_ACK = 6,        /* replica -> sender: u64 xid, cumulative */
     FT_STABLE = 7,     /* sender -> replica: u64 stable xid (idle flush) */
-    FT_PING = 8,       /* either way: keepalive, empty */
+    FT_PING = 8,       /* either way: keepalive; u64 the sender's clock (ms), or empty */
     FT_REQUEST = 9,    /* either way: u64 request id + opaque body (recovery, later) */
     FT_REPLY = 10,     /* either way: u64 request id + opaque body */
-    FT_CONTROL = 11    /* server <-> coordinator: one text message (docs/wire-format.md) */
+    FT_CONTROL = 11,   /* server <-> coordinator: one text message (docs/wire-format.md) */
+    FT_PONG = 12       /* either way: answers a PING that carried a clock, with it */
 };
 
 /* The highest frame type; links carry FT_RECORD..FT_LAST after the handshake. */
-#define FT_LAST FT_CONTROL
+#define FT_LAST FT_PONG
 
 struct frame_header {
     uint32_t magic;

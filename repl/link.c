@@ -133,6 +133,12 @@ struct link {
                                        * (link_now_ms) */
     bool heard_ping;                  /* up: the peer sends keepalives (a peer built
                                        * before them is silent when idle) */
+    /* Leases (link.h, link_lease_stamp_ms): the latest of our PING clocks
+     * the peer answered (0 once we dropped a connection ourselves), and
+     * when the peer's latest clocked PING arrived on this connection. */
+    uint64_t lease_stamp_ms;
+    uint64_t peer_stamp_ms;
+    bool peer_closed;                 /* the last connection ended by the peer's close */
 
     struct link_listener *listener;   /* acceptor, until accepted */
     struct link *ll_prev;
@@ -436,6 +442,30 @@ void link_set_keepalive(struct link *l, unsigned ms)
         arm_timer(l, ms);
 }
 
+uint64_t link_lease_stamp_ms(const struct link *l)
+{
+    return l->lease_stamp_ms;
+}
+
+uint64_t link_peer_stamp_ms(const struct link *l)
+{
+    return l->peer_stamp_ms;
+}
+
+bool link_peer_closed(const struct link *l)
+{
+    if (l->peer_closed)
+        return true;
+    if (l->fd < 0 || l->state != LS_UP)
+        return false;
+    /* Closed by the peer but not read yet (the owner is about to close it
+     * itself: a fence in the same loop iteration as the peer's death).
+     * Unread bytes before the end hide it: then it counts as open. */
+    char c;
+    ssize_t n = recv(l->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
 uint64_t link_silent_ms(const struct link *l, uint64_t now_ms)
 {
     if (l->state != LS_UP || !l->heard_ping || now_ms <= l->last_rx_ms)
@@ -477,6 +507,11 @@ static void link_fail(struct link *l, const char *why)
         attempt_failed(l, reason);
         return;
     }
+    /* Our own end dropped: whatever the peer answered on it no longer
+     * counts (the peer, seeing our close, stops waiting out what it
+     * granted: link_peer_closed). */
+    if (!l->peer_closed)
+        l->lease_stamp_ms = 0;
     if (was_up)
         log_line(l, "down: %s", reason);
     else
@@ -584,6 +619,7 @@ static void flush_output(struct link *l)
             return;
         }
         char why[128];
+        l->peer_closed = n < 0 && (errno == ECONNRESET || errno == EPIPE);
         snprintf(why, sizeof(why), "write: %s", n < 0 ? strerror(errno) : "no progress");
         link_fail(l, why);
         return;
@@ -688,8 +724,10 @@ static void became_up(struct link *l)
     l->state = LS_UP;
     l->last_rx_ms = link_now_ms();
     l->heard_ping = false;
+    l->peer_closed = false;
+    l->peer_stamp_ms = 0;
     if (l->keepalive_ms)
-        arm_timer(l, l->keepalive_ms);
+        arm_timer(l, 0);   /* the first PING at once: a lease is an answer away */
 }
 
 /* Connector: WELCOME arrived, the link is up. */
@@ -814,8 +852,21 @@ static void dispatch_frame(struct link *l, uint16_t type, const uint8_t *payload
         link_fail(l, why);
         return;
     }
-    if (type == FT_PING)
+    if (type == FT_PING) {
         l->heard_ping = true;
+        if (len == 8) {
+            /* Answered at once: the peer's lease runs from when it sent
+             * this clock, and our grant from when it arrived here. */
+            l->peer_stamp_ms = link_now_ms();
+            (void)link_send(l, FT_PONG, payload, len);   /* out of memory drops the link */
+        }
+    }
+    if (type == FT_PONG) {
+        uint64_t stamp = len == 8 ? load_u64le(payload) : 0;
+        if (stamp > l->lease_stamp_ms && stamp <= link_now_ms())
+            l->lease_stamp_ms = stamp;
+        return;
+    }
     if (l->cb.on_frame != NULL)
         l->cb.on_frame(l, type, payload, len, l->ctx);
 }
@@ -905,6 +956,7 @@ static void read_input(struct link *l)
             room = wanted;
         ssize_t n = recv(l->fd, l->in.data + l->in.end, room, 0);
         if (n == 0) {
+            l->peer_closed = true;
             link_fail(l, "connection closed by the peer");
             return;
         }
@@ -913,6 +965,7 @@ static void read_input(struct link *l)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
+            l->peer_closed = errno == ECONNRESET;
             snprintf(why, sizeof(why), "read: %s", strerror(errno));
             link_fail(l, why);
             return;
@@ -1027,6 +1080,7 @@ static void link_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
     if (had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK && l->state != LS_CLOSED &&
         l->gen == l->wr_gen) {
         char why[128];
+        l->peer_closed = res == -ECONNRESET || res == -EPIPE;
         snprintf(why, sizeof(why), "write: %s", strerror((int)-res));
         link_fail(l, why);
     }
@@ -1068,7 +1122,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         break;
     case LS_UP:
         if (l->keepalive_ms) {
-            (void)link_send(l, FT_PING, NULL, 0);   /* out of memory drops the link */
+            uint8_t stamp[8];
+            store_u64le(stamp, link_now_ms());
+            (void)link_send(l, FT_PING, stamp, sizeof(stamp));   /* out of memory drops the link */
             arm_timer(l, l->keepalive_ms);
         }
         break;

@@ -110,7 +110,7 @@ int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t l
 bool link_is_up(const struct link *l);
 /* A monotonic clock in ms, for timing links (how long one has been down). */
 uint64_t link_now_ms(void);
-/* While up, send a PING (empty, delivered to on_frame) every ms (0: never,
+/* While up, send a PING (stamped, delivered to on_frame) every ms (0: never,
  * the default), so that a peer that hears nothing for several periods
  * knows this end is gone or cut off even when no data flows: a crashed
  * host or a partition closes no socket.  Both ends of a replication link
@@ -124,6 +124,29 @@ void link_set_keepalive(struct link *l, unsigned ms);
  * nothing; 0 when it is not up, or before the peer's first PING (a peer
  * built without keepalives is silent whenever it is idle). */
 uint64_t link_silent_ms(const struct link *l, uint64_t now_ms);
+/* Leases.  A stamped PING (both ends send them with keepalives) carries
+ * the sender's link_now_ms(); the peer answers it at once with a PONG
+ * carrying the same clock.  So the peer was alive and took this link's
+ * frames at some moment after our clock read link_lease_stamp_ms(l): the
+ * largest clock answered, kept while down if the peer closed the
+ * connection, 0 once our end dropped one (or before any answer).  A data
+ * process serves reads only within a lease from each parity process;
+ * a parity process that fences it first waits until every lease it may
+ * have given ran out: link_peer_stamp_ms(l) (when the peer's latest clock
+ * arrived here, 0 before one on this connection) plus the lease, unless
+ * link_peer_closed(l) (the connection ended by the peer's close or
+ * reset, which ends its lease with it: in on_down, or on an up link whose
+ * end is the next thing to read). */
+#define LINK_READ_LEASE_MS 700
+/* What the granting end waits: the lease and a margin for clock rates.
+ * Both are under LINK_SILENT_MS, so that fencing a process that went
+ * silent (hung, cut off) waits for nothing: its lease ran out by the time
+ * its silence is noticed.  Only a process fenced while it still talked
+ * to us costs the wait. */
+#define LINK_LEASE_GRANT_MS (LINK_READ_LEASE_MS + 50)
+uint64_t link_lease_stamp_ms(const struct link *l);
+uint64_t link_peer_stamp_ms(const struct link *l);
+bool link_peer_closed(const struct link *l);
 /* When bytes (handshake included) last arrived on l, on any of its
  * connections (link_now_ms()); 0 if none ever did.  Still valid in
  * on_down: a link that timed out was silent long before.  A connector

@@ -219,6 +219,10 @@ struct peer {
     uint64_t lost_at_ms;          /* since when nothing came on it, link_now_ms() */
     struct link_identity lost_peer;   /* who was on that link */
     char reject[REJECT_MAX];      /* the last REJECT reason, kept for link.c */
+    /* When the sender's latest clock arrived on a connection that we
+     * closed or that went silent: a lease it may hold from us runs from
+     * before then (repl_receiver_lease_end). */
+    uint64_t stamp_kept_ms;
 };
 
 struct repl_receiver {
@@ -244,6 +248,16 @@ static const char *peer_name(const struct peer *pr)
 
 /* ---- link life ---- */
 
+/* The link of pr goes: what its sender may still hold from us is kept,
+ * unless the sender closed it (its lease ended with it, link.h). */
+static void keep_stamp(struct peer *pr, struct link *l)
+{
+    if (link_peer_closed(l))
+        pr->stamp_kept_ms = 0;
+    else if (link_peer_stamp_ms(l) > pr->stamp_kept_ms)
+        pr->stamp_kept_ms = link_peer_stamp_ms(l);
+}
+
 static void close_now(evutil_socket_t fd, short what, void *arg)
 {
     struct peer *pr = arg;
@@ -251,6 +265,7 @@ static void close_now(evutil_socket_t fd, short what, void *arg)
         return;
     rx_log(pr->rx, "%s %d: closing the link to %s", pr->rx->cfg.tag, pr->index,
            peer_name(pr));
+    keep_stamp(pr, pr->link);
     link_close(pr->link);
     pr->link = NULL;
 }
@@ -417,6 +432,7 @@ static void on_down(struct link *l, const char *why, void *ctx)
         return;
     rx_log(pr->rx, "%s %d: link from %s down: %s", pr->rx->cfg.tag, pr->index,
            link_peer_name(l), why);
+    keep_stamp(pr, l);
     pr->link = NULL;
     pr->ack_due = false;
     evtimer_del(pr->close_ev);
@@ -458,6 +474,7 @@ static bool reject(struct peer *pr, const char **reason, const char *fmt, ...)
 static void take_link(struct peer *pr, struct link *l)
 {
     if (pr->link != NULL) {
+        keep_stamp(pr, pr->link);
         rx_log(pr->rx, "%s %d: new link from %s replaces the one from %s", pr->rx->cfg.tag,
                pr->index, link_peer_name(l), peer_name(pr));
         evtimer_del(pr->close_ev);
@@ -571,9 +588,19 @@ void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason
     snprintf(pr->fence_why, sizeof(pr->fence_why), "%s", reason);
     if (pr->link != NULL) {
         evtimer_del(pr->close_ev);
+        keep_stamp(pr, pr->link);
         link_close(pr->link);
         pr->link = NULL;
     }
+}
+
+uint64_t repl_receiver_lease_end(const struct repl_receiver *rx, int index, unsigned lease_ms)
+{
+    const struct peer *pr = &rx->peers[index];
+    uint64_t stamp = pr->stamp_kept_ms;
+    if (pr->link != NULL && link_peer_stamp_ms(pr->link) > stamp)
+        stamp = link_peer_stamp_ms(pr->link);
+    return stamp ? stamp + lease_ms : 0;
 }
 
 void repl_receiver_diverged(struct repl_receiver *rx, int index)

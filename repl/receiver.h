@@ -161,6 +161,12 @@ void repl_receiver_fence(struct repl_receiver *rx, int index, const char *reason
 void repl_receiver_unfence(struct repl_receiver *rx, int index);
 bool repl_receiver_fenced(const struct repl_receiver *rx, int index);
 
+/* When a read lease that source index may hold from us ends
+ * (link_now_ms(); 0: none): lease_ms after its latest clocked PING arrived,
+ * on its link or on one we closed or that went silent (link.h).  A parity
+ * process fencing a data process waits for it before it answers. */
+uint64_t repl_receiver_lease_end(const struct repl_receiver *rx, int index, unsigned lease_ms);
+
 /* The owner marked source index diverged outside a record (a rebuild
  * message it could not use): report it and close the link as for a
  * refused record; its HELLOs are rejected until the source is reset. */

@@ -528,6 +528,26 @@ bool sender_has_peer(const struct sender *s, int index)
     return p && !p->dropped;
 }
 
+uint64_t sender_lease_stamp_ms(const struct sender *s)
+{
+    uint64_t least = UINT64_MAX;
+    for (int j = 0; j < s->npeers; j++) {
+        const struct sender_peer *p = &s->peers[j];
+        if (p->dropped || p->joining || p->rebuilding || p->role != s->peer_role)
+            continue;
+        uint64_t stamp = p->link ? link_lease_stamp_ms(p->link) : 0;
+        if (stamp < least)
+            least = stamp;
+    }
+    return least;
+}
+
+bool sender_lease_held(const struct sender *s)
+{
+    uint64_t stamp = sender_lease_stamp_ms(s);
+    return stamp == UINT64_MAX || (stamp && link_now_ms() < stamp + LINK_READ_LEASE_MS);
+}
+
 int sender_live_peers(const struct sender *s)
 {
     int n = 0;

@@ -119,6 +119,7 @@ struct side {
     bool close_on_down;     /* link_close from inside on_down */
     uint8_t last_byte;
     int big;                /* frames over 1 MB seen with the right contents */
+    bool peer_closed_at_down;   /* link_peer_closed() in on_down */
 };
 
 static void side_up(struct link *l, uint64_t peer_xid, void *ctx)
@@ -182,6 +183,7 @@ static void side_down(struct link *l, const char *why, void *ctx)
 {
     struct side *s = ctx;
     s->downs++;
+    s->peer_closed_at_down = link_peer_closed(l);
     snprintf(s->last_down, sizeof(s->last_down), "%s", why);
     if (s->close_on_down) {
         link_close(l);
@@ -354,6 +356,60 @@ START_TEST(test_keepalive_silence)
     link_set_keepalive(f.conn, 50);
     run_for(f.base, 300);
     ck_assert(link_silent_ms(f.acc.link, link_now_ms()) < 250);
+    fixture_destroy(&f);
+}
+END_TEST
+
+/* Leases: each end answers the other's clocked PINGs with PONGs. */
+START_TEST(test_lease)
+{
+    struct fixture f;
+    fixture_init(&f);
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert_uint_eq(link_lease_stamp_ms(f.conn), 0);
+    ck_assert(run_until(f.base, both_up, &f, 2000));
+    link_set_keepalive(f.conn, 50);
+    link_set_keepalive(f.acc.link, 50);
+    run_for(f.base, 300);
+    uint64_t now = link_now_ms();
+    uint64_t lease = link_lease_stamp_ms(f.conn), heard = link_peer_stamp_ms(f.acc.link);
+    ck_assert_msg(lease > 0 && lease <= now && now - lease < 200,
+                  "connector's lease starts %llu ms ago", (unsigned long long)(now - lease));
+    ck_assert_msg(heard >= lease && heard <= now, "acceptor heard a clock at %llu, lease %llu",
+                  (unsigned long long)heard, (unsigned long long)lease);
+    ck_assert_uint_gt(link_lease_stamp_ms(f.acc.link), 0);   /* both ways */
+    ck_assert(!link_peer_closed(f.acc.link));
+    /* The connector's process closes: seen by the acceptor before it read
+     * the end (its owner may close the link first), and in on_down. */
+    link_close(f.conn);
+    f.conn = NULL;
+    usleep(50 * 1000);
+    ck_assert(link_peer_closed(f.acc.link));
+    ck_assert(run_until(f.base, acc_down, &f, 2000));
+    ck_assert(f.acc.peer_closed_at_down);
+    f.acc.link = NULL;   /* freed after on_down */
+    fixture_destroy(&f);
+}
+END_TEST
+
+/* A connection the peer closed keeps the lease it gave (the peer waits it
+ * out); the acceptor, closing its end itself, is not "closed by the peer". */
+START_TEST(test_lease_kept_on_peer_close)
+{
+    struct fixture f;
+    fixture_init(&f);
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert(run_until(f.base, both_up, &f, 2000));
+    link_set_keepalive(f.conn, 50);
+    run_for(f.base, 200);
+    uint64_t lease = link_lease_stamp_ms(f.conn);
+    ck_assert_uint_gt(lease, 0);
+    ck_assert(!link_peer_closed(f.acc.link));
+    link_close(f.acc.link);
+    f.acc.link = NULL;
+    ck_assert(run_until(f.base, con_down, &f, 2000));
+    ck_assert(f.con.peer_closed_at_down);
+    ck_assert_uint_ge(link_lease_stamp_ms(f.conn), lease);   /* not zeroed */
     fixture_destroy(&f);
 }
 END_TEST
@@ -945,6 +1001,8 @@ static Suite *link_suite(void)
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_handshake_ok);
+    tcase_add_test(tc, test_lease);
+    tcase_add_test(tc, test_lease_kept_on_peer_close);
     tcase_add_test(tc, test_keepalive_silence);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_wrong_cluster);
