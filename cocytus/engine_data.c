@@ -151,6 +151,7 @@ struct data_engine {
      * the ack set (link.h, lease_held): one cut off or hung past it must
      * not answer from a table that a recovery process has taken over. */
     struct event *lease_timer;    /* looks again while reads wait for one */
+    bool has_coordinator;         /* else nobody takes over: no lease needed */
     uint64_t lease_waits;         /* reads that waited for one */
     /* A recovery process's allocator is built from the dead DP's pieces,
      * and a returning data process's from the pieces of its copy, on a
@@ -1213,9 +1214,11 @@ static eng_status dp_get_ex(struct engine *eng, const char *key, size_t nkey, un
 
 /* A recovery process cannot read a value whose units are not rebuilt: the
  * read waits (the connection re-parses it once the units arrived). */
+/* Without a coordinator nobody takes our keys over: no lease is needed
+ * (and none would end a wait for a parity process that died). */
 static bool lease_held(const struct data_engine *dp)
 {
-    return sender_lease_held(&dp->tx);
+    return !dp->has_coordinator || sender_lease_held(&dp->tx);
 }
 
 #define DP_LEASE_POLL_MS 5
@@ -2510,6 +2513,7 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     dp->headroom = dp->region_size / 16;
     dp->ctl_send = cfg->ctl_send;
     dp->ctl_arg = cfg->ctl_arg;
+    dp->has_coordinator = c->has_coordinator;
     dp->rb_timer = evtimer_new(cfg->base, on_rb_timer, dp);
     dp->build_timer = evtimer_new(cfg->base, on_build_retry, dp);
     dp->lease_timer = evtimer_new(cfg->base, on_lease_timer, dp);

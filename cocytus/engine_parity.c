@@ -67,6 +67,10 @@ struct parity_engine {
     uint64_t declared[RECOV_MAX_K];   /* newest stable xid each source declared */
     uint64_t hold_at[RECOV_MAX_K];    /* apply no further (unit recovery); UINT64_MAX: none */
     bool prepared[RECOV_MAX_K];       /* stream fenced by a "prepare" */
+    /* The recovery process whose stream of a DP the last "prepare" of that
+     * DP cut (it was declared dead while serving it): its links are refused
+     * though our view may still show it serving (-1: none). */
+    int fenced_pp[RECOV_MAX_K];
     /* "prepared" not answered yet: the DP's read lease runs until then
      * (link.h; ctl_prepare).  0: none waits. */
     uint64_t prepare_at[RECOV_MAX_K];
@@ -299,6 +303,10 @@ static int hook_resolve(void *owner, const struct link_identity *id, const char 
     if (id->role == LINK_ROLE_PARITY && id->index < (uint32_t)v->m &&
         v->pp_state[id->index] == GV_PP_SERVING) {
         int f = v->pp_serves[id->index];
+        if (pe->fenced_pp[f] == (int)id->index) {
+            *reason = "this recovery process was declared dead; its stream is fenced";
+            return -1;
+        }
         repl_receiver_unfence(pe->receiver, f);
         return f;
     }
@@ -911,7 +919,8 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
             next = pe->prepare_at[i];
     }
     if (next) {
-        struct timeval tv = { 0, (suseconds_t)((next - now) * 1000) };
+        uint64_t ms = next - now;
+        struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
         evtimer_add(pe->prepare_timer, &tv);
     }
 }
@@ -925,10 +934,20 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
 static void ctl_prepare(struct parity_engine *pe, int dp)
 {
     const struct repl_source *src = &pe->state.dps[dp].src;
-    if (!pe->prepared[dp]) {
+    /* Whatever streams dp to us now is what was declared dead: the data
+     * process, or the recovery process that served it (a second takeover
+     * of dp).  Control links keep their order, so a prepare resent before
+     * this takeover's truncate finds the stream fenced already; one after
+     * it is another takeover. */
+    if (!repl_receiver_fenced(pe->receiver, dp)) {
+        int server = pe->view.dp_server[dp];
+        if (server >= 0 && server < pe->state.m && server != pe->index)
+            pe->fenced_pp[dp] = server;
         pe->prepared[dp] = true;
-        repl_receiver_fence(pe->receiver, dp, "this data process was declared dead");
+        repl_receiver_fence(pe->receiver, dp, server >= 0 ? "this recovery process was "
+                            "declared dead" : "this data process was declared dead");
     }
+    pe->prepared[dp] = true;
     uint64_t now = link_now_ms();
     uint64_t lease_end = repl_receiver_lease_end(pe->receiver, dp, LINK_LEASE_GRANT_MS);
     pe_log(pe, "prepare dp %d: fenced; received xid %" PRIu64 ", applied %" PRIu64 "%s", dp,
@@ -974,6 +993,8 @@ static void ctl_truncate(struct parity_engine *pe, int dp, uint64_t stable, int 
 {
     if (settle_stream(pe, dp, stable) != 0)
         return;
+    if (pe->fenced_pp[dp] == pp)
+        pe->fenced_pp[dp] = -1;   /* it serves dp again, by a new takeover */
     pe->view.dp_server[dp] = pp;
     pe->view.pp_state[pp] = GV_PP_SERVING;
     pe->view.pp_serves[pp] = dp;
@@ -1134,6 +1155,7 @@ static void become_empty(struct parity_engine *pe)
         if (pe->prepared[i]) {
             pe->prepared[i] = false;
             pe->prepare_at[i] = 0;
+            pe->fenced_pp[i] = -1;
             repl_receiver_unfence(pe->receiver, i);
         }
         rb_units_destroy(&pe->rb[i]);
@@ -1239,6 +1261,7 @@ static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
         if (v.dp_server[i] == -1 && pe->prepared[i]) {
             pe->prepared[i] = false;
             pe->prepare_at[i] = 0;
+            pe->fenced_pp[i] = -1;
             repl_receiver_unfence(pe->receiver, i);
         }
     }
@@ -1431,8 +1454,10 @@ struct engine *engine_parity_new(const struct engine_config *cfg)
     }
     group_view_init(&pe->view, c->k, c->n - c->k);
     pe->confirmed = pe->view;
-    for (int i = 0; i < RECOV_MAX_K; i++)
+    for (int i = 0; i < RECOV_MAX_K; i++) {
         pe->hold_at[i] = UINT64_MAX;
+        pe->fenced_pp[i] = -1;
+    }
     char err[256];
     if (parity_init(&pe->state, c->k, c->n, cfg->index, c->region_size, cfg->hashpower,
                     err, sizeof(err)) != 0) {

@@ -513,11 +513,13 @@ static void read_ready(void *cookie, const struct eng_result *res)
 bool conn_read_waits(struct conn *c, const char *key, size_t nkey)
 {
     struct engine *e = c->srv->engine;
+    if (!e->ops->read_wait)
+        return false;
     /* A key served elsewhere now is answered MOVED by routing, whatever
      * this engine would have waited for (a lease, say). */
     if (!conn_is_import(c) && server_moved(c->srv, key, nkey))
         return false;
-    if (!e->ops->read_wait || !e->ops->read_wait(e, key, nkey, read_ready, c))
+    if (!e->ops->read_wait(e, key, nkey, read_ready, c))
         return false;
     c->inflight++;
     return true;

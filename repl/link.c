@@ -138,7 +138,9 @@ struct link {
      * when the peer's latest clocked PING arrived on this connection. */
     uint64_t lease_stamp_ms;
     uint64_t peer_stamp_ms;
-    bool peer_closed;                 /* the last connection ended by the peer's close */
+    bool peer_closed;                 /* the last connection ended by the peer's close
+                                       * or a reset */
+    bool peer_fin;                    /* ... by a clean close (an end read) */
 
     struct link_listener *listener;   /* acceptor, until accepted */
     struct link *ll_prev;
@@ -198,7 +200,9 @@ static struct timeval ms_to_timeval(unsigned ms)
 uint64_t link_now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    /* BOOTTIME, not MONOTONIC: it goes on while the host is suspended, so a
+     * read lease (link.h) taken before a suspend has run out after it. */
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
@@ -510,8 +514,8 @@ static void link_fail(struct link *l, const char *why)
     /* Our own end dropped: whatever the peer answered on it no longer
      * counts (the peer, seeing our close, stops waiting out what it
      * granted: link_peer_closed). */
-    if (!l->peer_closed)
-        l->lease_stamp_ms = 0;
+    if (!l->peer_fin)
+        l->lease_stamp_ms = 0;   /* a reset may come from the path, not the peer */
     if (was_up)
         log_line(l, "down: %s", reason);
     else
@@ -724,7 +728,7 @@ static void became_up(struct link *l)
     l->state = LS_UP;
     l->last_rx_ms = link_now_ms();
     l->heard_ping = false;
-    l->peer_closed = false;
+    l->peer_closed = l->peer_fin = false;
     l->peer_stamp_ms = 0;
     if (l->keepalive_ms)
         arm_timer(l, 0);   /* the first PING at once: a lease is an answer away */
@@ -956,7 +960,7 @@ static void read_input(struct link *l)
             room = wanted;
         ssize_t n = recv(l->fd, l->in.data + l->in.end, room, 0);
         if (n == 0) {
-            l->peer_closed = true;
+            l->peer_closed = l->peer_fin = true;
             link_fail(l, "connection closed by the peer");
             return;
         }

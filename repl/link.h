@@ -108,7 +108,8 @@ int link_sendv(struct link *l, uint16_t type, const struct iovec *iov, int iovcn
 int link_send_crc(struct link *l, uint16_t type, const void *payload, uint32_t len,
                   uint32_t crc);
 bool link_is_up(const struct link *l);
-/* A monotonic clock in ms, for timing links (how long one has been down). */
+/* A monotonic clock in ms that counts a suspend (CLOCK_BOOTTIME), for
+ * timing links (how long one has been down) and leases. */
 uint64_t link_now_ms(void);
 /* While up, send a PING (stamped, delivered to on_frame) every ms (0: never,
  * the default), so that a peer that hears nothing for several periods
@@ -129,7 +130,8 @@ uint64_t link_silent_ms(const struct link *l, uint64_t now_ms);
  * carrying the same clock.  So the peer was alive and took this link's
  * frames at some moment after our clock read link_lease_stamp_ms(l): the
  * largest clock answered, kept while down if the peer closed the
- * connection, 0 once our end dropped one (or before any answer).  A data
+ * connection cleanly, 0 once our end dropped one or a reset ended it (or
+ * before any answer).  A data
  * process serves reads only within a lease from each parity process;
  * a parity process that fences it first waits until every lease it may
  * have given ran out: link_peer_stamp_ms(l) (when the peer's latest clock
