@@ -74,6 +74,9 @@ struct parity_engine {
     /* "prepared" not answered yet: the DP's read lease runs until then
      * (link.h; ctl_prepare).  0: none waits. */
     uint64_t prepare_at[RECOV_MAX_K];
+    /* "prepare" taken, the stream not fenced yet: its end may be behind
+     * unread records (ctl_prepare).  0: none. */
+    uint64_t drain_until[RECOV_MAX_K];
     struct event *prepare_timer;
     struct recovery rec;
     struct engine *serving;           /* the data engine of the DP we serve, or NULL */
@@ -98,6 +101,11 @@ struct parity_engine {
 };
 
 static const char NO_KEYS_MSG[] = "parity process: does not serve keys";
+
+/* How long a prepare reads a stream that is still up before it fences it,
+ * and how often it looks (ctl_prepare). */
+#define PREPARE_DRAIN_MS 50
+#define PREPARE_DRAIN_POLL_MS 2
 
 static struct parity_engine *pe_of(struct engine *e)
 {
@@ -903,7 +911,44 @@ static void answer_prepared(struct parity_engine *pe, int dp)
     ctl_reply(pe, "prepared %d %d %" PRIu64, pe->group, dp, src->received_xid);
 }
 
-/* The answers that waited for a read lease to run out (ctl_prepare). */
+static void arm_prepare_timer(struct parity_engine *pe, uint64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+    evtimer_add(pe->prepare_timer, &tv);
+}
+
+/* Whatever streams dp to us now is what was declared dead: the data
+ * process, or the recovery process that served it (a second takeover of
+ * dp).  Control links keep their order, so a prepare resent before this
+ * takeover's truncate finds the stream fenced already; one after it is
+ * another takeover.  Then the answer, at once or once the read lease we
+ * may have given ran out (prepare_at). */
+static void fence_for_prepare(struct parity_engine *pe, int dp)
+{
+    const struct repl_source *src = &pe->state.dps[dp].src;
+    pe->drain_until[dp] = 0;
+    if (!repl_receiver_fenced(pe->receiver, dp)) {
+        int server = pe->view.dp_server[dp];
+        if (server >= 0 && server < pe->state.m && server != pe->index)
+            pe->fenced_pp[dp] = server;
+        repl_receiver_fence(pe->receiver, dp, server >= 0 ? "this recovery process was "
+                            "declared dead" : "this data process was declared dead");
+    }
+    uint64_t now = link_now_ms();
+    uint64_t lease_end = repl_receiver_lease_end(pe->receiver, dp, LINK_LEASE_GRANT_MS);
+    pe_log(pe, "prepare dp %d: fenced; received xid %" PRIu64 ", applied %" PRIu64 "%s", dp,
+           src->received_xid, src->applied_xid,
+           lease_end > now ? "; answering once its read lease ran out" : "");
+    if (lease_end <= now) {
+        answer_prepared(pe, dp);
+        return;
+    }
+    pe->prepare_at[dp] = lease_end;
+    pe_log(pe, "dp %d may serve reads for %" PRIu64 " ms more", dp, lease_end - now);
+}
+
+/* The prepares that wait: for the stream's end to be read, or for a read
+ * lease to run out. */
 static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -911,18 +956,20 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
     struct parity_engine *pe = arg;
     uint64_t now = link_now_ms(), next = 0;
     for (int i = 0; i < pe->state.k; i++) {
-        if (!pe->prepare_at[i])
-            continue;
-        if (now >= pe->prepare_at[i])
+        if (pe->drain_until[i] &&
+            (now >= pe->drain_until[i] || !repl_receiver_link_up(pe->receiver, i)))
+            fence_for_prepare(pe, i);
+        if (pe->drain_until[i]) {
+            if (!next || now + PREPARE_DRAIN_POLL_MS < next)
+                next = now + PREPARE_DRAIN_POLL_MS;
+        } else if (pe->prepare_at[i] && now >= pe->prepare_at[i]) {
             answer_prepared(pe, i);
-        else if (!next || pe->prepare_at[i] < next)
+        } else if (pe->prepare_at[i] && (!next || pe->prepare_at[i] < next)) {
             next = pe->prepare_at[i];
+        }
     }
-    if (next) {
-        uint64_t ms = next - now;
-        struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
-        evtimer_add(pe->prepare_timer, &tv);
-    }
+    if (next)
+        arm_prepare_timer(pe, next - now);
 }
 
 /* A data process serves reads only within a lease from each of its parity
@@ -930,38 +977,24 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
  * (it talked to us until now: cut off from the coordinator only) might
  * still answer a read from a client with the old map: the takeover,
  * which waits for our answer, must not let another process write its
- * keys before that lease ran out. */
+ * keys before that lease ran out.  A process that died ended its link,
+ * and that ends its lease; but under load its last records may still be
+ * unread before that end, so a stream that is still up is read for up to
+ * PREPARE_DRAIN_MS first (what it adds meanwhile is in our answer). */
 static void ctl_prepare(struct parity_engine *pe, int dp)
 {
-    const struct repl_source *src = &pe->state.dps[dp].src;
-    /* Whatever streams dp to us now is what was declared dead: the data
-     * process, or the recovery process that served it (a second takeover
-     * of dp).  Control links keep their order, so a prepare resent before
-     * this takeover's truncate finds the stream fenced already; one after
-     * it is another takeover. */
-    if (!repl_receiver_fenced(pe->receiver, dp)) {
-        int server = pe->view.dp_server[dp];
-        if (server >= 0 && server < pe->state.m && server != pe->index)
-            pe->fenced_pp[dp] = server;
-        pe->prepared[dp] = true;
-        repl_receiver_fence(pe->receiver, dp, server >= 0 ? "this recovery process was "
-                            "declared dead" : "this data process was declared dead");
-    }
     pe->prepared[dp] = true;
-    uint64_t now = link_now_ms();
-    uint64_t lease_end = repl_receiver_lease_end(pe->receiver, dp, LINK_LEASE_GRANT_MS);
-    pe_log(pe, "prepare dp %d: fenced; received xid %" PRIu64 ", applied %" PRIu64 "%s", dp,
-           src->received_xid, src->applied_xid,
-           lease_end > now ? "; answering once its read lease ran out" : "");
-    if (lease_end <= now || !pe->prepare_timer) {
-        answer_prepared(pe, dp);
+    if (pe->drain_until[dp] || pe->prepare_at[dp])
+        return;   /* a resent prepare: the answer is on its way */
+    if (!repl_receiver_fenced(pe->receiver, dp) && repl_receiver_link_up(pe->receiver, dp) &&
+        pe->prepare_timer) {
+        pe->drain_until[dp] = link_now_ms() + PREPARE_DRAIN_MS;
+        arm_prepare_timer(pe, PREPARE_DRAIN_POLL_MS);
         return;
     }
+    fence_for_prepare(pe, dp);
     if (pe->prepare_at[dp])
-        return;   /* a resent prepare: the answer is on its way */
-    pe->prepare_at[dp] = lease_end;
-    pe_log(pe, "dp %d may serve reads for %" PRIu64 " ms more", dp, lease_end - now);
-    on_prepare_timer(-1, 0, pe);
+        on_prepare_timer(-1, 0, pe);
 }
 
 /* Records of dp up to stable are applied, the rest dropped: they never
@@ -1155,6 +1188,7 @@ static void become_empty(struct parity_engine *pe)
         if (pe->prepared[i]) {
             pe->prepared[i] = false;
             pe->prepare_at[i] = 0;
+            pe->drain_until[i] = 0;
             pe->fenced_pp[i] = -1;
             repl_receiver_unfence(pe->receiver, i);
         }
@@ -1261,6 +1295,7 @@ static void ctl_group(struct parity_engine *pe, const char *text, size_t len)
         if (v.dp_server[i] == -1 && pe->prepared[i]) {
             pe->prepared[i] = false;
             pe->prepare_at[i] = 0;
+            pe->drain_until[i] = 0;
             pe->fenced_pp[i] = -1;
             repl_receiver_unfence(pe->receiver, i);
         }
