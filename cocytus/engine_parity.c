@@ -986,8 +986,10 @@ static void ctl_prepare(struct parity_engine *pe, int dp)
     pe->prepared[dp] = true;
     if (pe->drain_until[dp] || pe->prepare_at[dp])
         return;   /* a resent prepare: the answer is on its way */
+    /* A stream silent for a while (a hung process) has nothing left to
+     * read: no wait. */
     if (!repl_receiver_fenced(pe->receiver, dp) && repl_receiver_link_up(pe->receiver, dp) &&
-        pe->prepare_timer) {
+        repl_receiver_silent_ms(pe->receiver, dp) < 2 * LINK_PING_MS && pe->prepare_timer) {
         pe->drain_until[dp] = link_now_ms() + PREPARE_DRAIN_MS;
         arm_prepare_timer(pe, PREPARE_DRAIN_POLL_MS);
         return;

@@ -635,6 +635,12 @@ bool repl_receiver_link_up(const struct repl_receiver *rx, int index)
     return pr->link != NULL && !pr->fenced && link_is_up(pr->link);
 }
 
+uint64_t repl_receiver_silent_ms(const struct repl_receiver *rx, int index)
+{
+    const struct peer *pr = &rx->peers[index];
+    return pr->link != NULL ? link_silent_ms(pr->link, link_now_ms()) : 0;
+}
+
 /* The cluster role of a link role (the same processes, other numbers). */
 static int cluster_role_of_link(uint8_t role)
 {

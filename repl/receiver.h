@@ -177,6 +177,9 @@ void repl_receiver_diverged(struct repl_receiver *rx, int index);
 int repl_receiver_sendv(struct repl_receiver *rx, int index, uint16_t type,
                         const struct iovec *iov, int iovcnt);
 bool repl_receiver_link_up(const struct repl_receiver *rx, int index);
+/* How long source index's link, up, has carried nothing (link_silent_ms;
+ * 0 without a link). */
+uint64_t repl_receiver_silent_ms(const struct repl_receiver *rx, int index);
 /* engine_ops.lost_peers for a receiver: the processes whose link to a
  * source dropped by itself and has not been replaced (not: never linked,
  * fenced, or closed because the source diverged), or is up but, once a
