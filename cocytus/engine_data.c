@@ -1212,8 +1212,6 @@ static eng_status dp_get_ex(struct engine *eng, const char *key, size_t nkey, un
     return dp_lookup(dp_of(eng), key, nkey, opts, out);
 }
 
-/* A recovery process cannot read a value whose units are not rebuilt: the
- * read waits (the connection re-parses it once the units arrived). */
 /* Without a coordinator nobody takes our keys over: no lease is needed
  * (and none would end a wait for a parity process that died). */
 static bool lease_held(const struct data_engine *dp)
@@ -1250,6 +1248,8 @@ static bool wait_for_lease(struct data_engine *dp, eng_done_fn done, void *cooki
     return true;
 }
 
+/* A recovery process cannot read a value whose units are not rebuilt: the
+ * read waits (the connection re-parses it once the units arrived). */
 static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_done_fn done,
                          void *cookie)
 {

@@ -911,12 +911,6 @@ static void answer_prepared(struct parity_engine *pe, int dp)
     ctl_reply(pe, "prepared %d %d %" PRIu64, pe->group, dp, src->received_xid);
 }
 
-static void arm_prepare_timer(struct parity_engine *pe, uint64_t ms)
-{
-    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
-    evtimer_add(pe->prepare_timer, &tv);
-}
-
 /* Whatever streams dp to us now is what was declared dead: the data
  * process, or the recovery process that served it (a second takeover of
  * dp).  Control links keep their order, so a prepare resent before this
@@ -969,7 +963,7 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
         }
     }
     if (next)
-        arm_prepare_timer(pe, next - now);
+        link_timer_at(pe->prepare_timer, next);
 }
 
 /* A data process serves reads only within a lease from each of its parity
@@ -990,8 +984,9 @@ static void ctl_prepare(struct parity_engine *pe, int dp)
      * read: no wait. */
     if (!repl_receiver_fenced(pe->receiver, dp) && repl_receiver_link_up(pe->receiver, dp) &&
         repl_receiver_silent_ms(pe->receiver, dp) < 2 * LINK_PING_MS && pe->prepare_timer) {
-        pe->drain_until[dp] = link_now_ms() + PREPARE_DRAIN_MS;
-        arm_prepare_timer(pe, PREPARE_DRAIN_POLL_MS);
+        uint64_t now = link_now_ms();
+        pe->drain_until[dp] = now + PREPARE_DRAIN_MS;
+        link_timer_at(pe->prepare_timer, now + PREPARE_DRAIN_POLL_MS);
         return;
     }
     fence_for_prepare(pe, dp);

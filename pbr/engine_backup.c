@@ -458,12 +458,6 @@ static void answer_fenced(struct backup *be)
            be->src.received_xid, be->complete && !be->src.diverged ? 1 : 0);
 }
 
-static void arm_fence_timer(struct backup *be, uint64_t ms)
-{
-    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
-    evtimer_add(be->fence_ev, &tv);
-}
-
 /* A primary serves reads only within a lease from each backup of its ack
  * set (repl/link.h).  One fenced while its lease from us may still run (it
  * talked to us until now: cut off from the coordinator only) could still
@@ -485,7 +479,7 @@ static void fence_now(struct backup *be, bool gone)
     }
     be_log(be, "member %d may serve reads for %" PRIu64 " ms more", be->leader, lease_end - now);
     be->fence_answer_at = lease_end;
-    arm_fence_timer(be, lease_end - now);
+    link_timer_at(be->fence_ev, lease_end);
 }
 
 /* Wait until the dead primary's link has ended, so that every byte its
@@ -495,11 +489,10 @@ static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct backup *be = arg;
     if (be->fence_answer_at) {
-        uint64_t now = link_now_ms();
-        if (now >= be->fence_answer_at)
+        if (link_now_ms() >= be->fence_answer_at)
             answer_fenced(be);
         else
-            arm_fence_timer(be, be->fence_answer_at - now);
+            link_timer_at(be->fence_ev, be->fence_answer_at);
         return;
     }
     if (repl_receiver_link_up(be->receiver, 0) && ++be->fence_polls < FENCE_WAIT_POLLS) {

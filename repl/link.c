@@ -446,6 +446,14 @@ void link_set_keepalive(struct link *l, unsigned ms)
         arm_timer(l, ms);
 }
 
+void link_timer_at(struct event *ev, uint64_t deadline_ms)
+{
+    uint64_t now = link_now_ms();
+    uint64_t ms = deadline_ms > now ? deadline_ms - now : 0;
+    struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+    evtimer_add(ev, &tv);
+}
+
 uint64_t link_lease_stamp_ms(const struct link *l)
 {
     return l->lease_stamp_ms;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+struct event;
 struct event_base;
 struct link;
 struct link_listener;
@@ -147,6 +148,9 @@ uint64_t link_silent_ms(const struct link *l, uint64_t now_ms);
  * to us costs the wait. */
 #define LINK_LEASE_GRANT_MS (LINK_READ_LEASE_MS + 50)
 uint64_t link_lease_stamp_ms(const struct link *l);
+/* Arm timer ev to fire at deadline_ms on the link_now_ms() clock (at once
+ * if that is past): the waits for a lease to run out. */
+void link_timer_at(struct event *ev, uint64_t deadline_ms);
 uint64_t link_peer_stamp_ms(const struct link *l);
 bool link_peer_closed(const struct link *l);
 /* When bytes (handshake included) last arrived on l, on any of its

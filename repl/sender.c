@@ -528,7 +528,11 @@ bool sender_has_peer(const struct sender *s, int index)
     return p && !p->dropped;
 }
 
-uint64_t sender_lease_stamp_ms(const struct sender *s)
+/* The read lease this process holds from its whole ack set (link.h): the
+ * oldest of the latest clocks each peer of the sender's peer role answered
+ * (0 if one never answered or we dropped its link), or UINT64_MAX with no
+ * such peer (nobody could take our keys over). */
+static uint64_t lease_stamp_ms(const struct sender *s)
 {
     uint64_t least = UINT64_MAX;
     for (int j = 0; j < s->npeers; j++) {
@@ -544,7 +548,7 @@ uint64_t sender_lease_stamp_ms(const struct sender *s)
 
 bool sender_lease_held(const struct sender *s)
 {
-    uint64_t stamp = sender_lease_stamp_ms(s);
+    uint64_t stamp = lease_stamp_ms(s);
     return stamp == UINT64_MAX || (stamp && link_now_ms() < stamp + LINK_READ_LEASE_MS);
 }
 

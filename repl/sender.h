@@ -197,13 +197,9 @@ void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index);
 /* Send on the link of a peer of any role. */
 int sender_sendv_to_role(struct sender *s, enum cluster_role role, int index, uint16_t type,
                          const struct iovec *iov, int iovcnt);
-/* The read lease this process holds from its whole ack set (link.h): the
- * oldest of the latest clocks each peer of the sender's peer role answered
- * (link_now_ms(); 0 if one never answered or we dropped its link), or
- * UINT64_MAX with no such peer (nobody could take our keys over). */
-uint64_t sender_lease_stamp_ms(const struct sender *s);
-/* Reads may be served now: the lease runs (LINK_READ_LEASE_MS from its
- * start), or nobody could take our keys over. */
+/* Reads may be served now: every peer of the sender's peer role in the
+ * ack set answered a clock (link.h) within LINK_READ_LEASE_MS, or there is
+ * no such peer (nobody could take our keys over). */
 bool sender_lease_held(const struct sender *s);
 /* Peers still in the ack set (rebuilding peers are not). */
 int sender_live_peers(const struct sender *s);
