@@ -27,6 +27,8 @@ struct takeover {
     uint64_t prepare_started_us;
     bool deferred;                  /* PH_NONE: start it once the group's parity
                                      * processes have said hello (a death seen late) */
+    bool gone;                      /* what streamed f came back with a new pid: the
+                                     * first prepare says so (coord_recovery.c) */
 };
 
 struct progress {

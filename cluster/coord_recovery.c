@@ -12,9 +12,11 @@
  *
  * A dead DP (or a dead recovery process, which is a dead DP too) is taken
  * over in three steps, each answered by the group's parity processes:
- *   prepare <g> <f>            -> prepared <g> <f> <received xid>
+ *   prepare <g> <f> [gone]     -> prepared <g> <f> <received xid>
  *       the stable xid is the minimum over every parity process that still
  *       holds parity (paper 4.1.1); then one of them, r, is chosen;
+ *       "gone": the process that streamed f came back with a new pid, so
+ *       no read lease it held can be running (only in the first prepare);
  *   truncate <g> <f> <xid> <r> -> truncated <g> <f>      (all but r)
  *       they apply f's records up to the stable xid, drop the rest, and
  *       learn that r will send f's stream from now on;
@@ -147,7 +149,7 @@ static void send_step(struct coord *co, struct cgroup *cg, int f)
         if (!(tk->waiting & (1u << j)))
             continue;
         if (tk->phase == PH_PREPARE)
-            snprintf(text, sizeof(text), "prepare %d %d", cg->g, f);
+            snprintf(text, sizeof(text), "prepare %d %d%s", cg->g, f, tk->gone ? " gone" : "");
         else if (tk->phase == PH_TRUNCATE)
             snprintf(text, sizeof(text), "truncate %d %d %" PRIu64 " %d", cg->g, f, tk->stable,
                      tk->r);
@@ -155,6 +157,11 @@ static void send_step(struct coord *co, struct cgroup *cg, int f)
             snprintf(text, sizeof(text), "takeover %d %d %" PRIu64, cg->g, f, tk->stable);
         coord_send(coord_pp_member(co, cg->g, j), text);
     }
+    /* Sent again (unanswered for a second) as a plain prepare: one that
+     * was lost, or a parity process built before "gone", then waits for
+     * the lease at most. */
+    if (tk->phase == PH_PREPARE)
+        tk->gone = false;
 }
 
 /* The parity processes that still hold parity and are alive. */
@@ -174,8 +181,13 @@ static void start_takeover(struct coord *co, struct cgroup *cg, int f)
     uint64_t dead_at = tk->phase != PH_NONE ? tk->dead_at_us : coord_now_us();
     if (tk->phase == PH_NONE)
         cg->last_dead_wall_ms = coord_wall_ms();
+    /* Only the first prepare of a deferred takeover says "gone" (send_step
+     * clears it): one started over may fence a recovery process that was
+     * told to serve, and may hold a lease. */
+    bool gone = tk->gone && tk->deferred;
     memset(tk, 0, sizeof(*tk));
     tk->dead_at_us = dead_at;
+    tk->gone = gone;
     if (cg->view.dp_server[f] == -1)
         cg->own_state_newest[f] = true;    /* its own process served until now */
     else if (cg->view.dp_server[f] >= 0)
@@ -191,7 +203,8 @@ static void start_takeover(struct coord *co, struct cgroup *cg, int f)
     tk->stable = UINT64_MAX;
     tk->prepare_started_us = coord_now_us();
     fprintf(stderr, "coordinator: group %d dp %d is dead: preparing its stream on %d parity "
-            "process(es)\n", cg->g, f, __builtin_popcount(tk->participants));
+            "process(es)%s\n", cg->g, f, __builtin_popcount(tk->participants),
+            tk->gone ? " at once (what streamed it restarted: its links have ended)" : "");
     coord_broadcast_view(co, cg);
     send_step(co, cg, f);
 }
@@ -302,12 +315,14 @@ static void drop_participant(struct coord *co, struct cgroup *cg, int j)
 /* Nobody serves dp f's keys until its takeover, which starts once the
  * group's parity processes are heard from (they must all take part): a
  * death a coordinator learns of only from a restarted process's new pid,
- * maybe before the others have said hello. */
+ * maybe before the others have said hello.  That process is gone: its
+ * prepares need not wait for a read lease. */
 static void defer_takeover(struct coord *co, struct cgroup *cg, int f, bool own_state_newest,
                            const char *who)
 {
     struct takeover *tk = &cg->tk[f];
     tk->deferred = true;
+    tk->gone = true;
     tk->dead_at_us = coord_now_us();
     cg->view.dp_server[f] = -2;
     cg->own_state_newest[f] = own_state_newest;
@@ -407,8 +422,7 @@ static void start_deferred(struct coord *co, struct cgroup *cg)
     for (int f = 0; all && f < cg->view.k; f++) {
         if (!cg->tk[f].deferred)
             continue;
-        cg->tk[f].deferred = false;
-        start_takeover(co, cg, f);
+        start_takeover(co, cg, f);   /* clears deferred */
     }
 }
 

@@ -917,7 +917,7 @@ static void answer_prepared(struct parity_engine *pe, int dp)
  * takeover's truncate finds the stream fenced already; one after it is
  * another takeover.  Then the answer, at once or once the read lease we
  * may have given ran out (prepare_at). */
-static void fence_for_prepare(struct parity_engine *pe, int dp)
+static void fence_for_prepare(struct parity_engine *pe, int dp, bool gone)
 {
     const struct repl_source *src = &pe->state.dps[dp].src;
     pe->drain_until[dp] = 0;
@@ -929,9 +929,10 @@ static void fence_for_prepare(struct parity_engine *pe, int dp)
                             "declared dead" : "this data process was declared dead");
     }
     uint64_t now = link_now_ms();
-    uint64_t lease_end = repl_receiver_lease_end(pe->receiver, dp, LINK_LEASE_GRANT_MS);
+    uint64_t lease_end = gone ? 0 : repl_receiver_lease_end(pe->receiver, dp, LINK_LEASE_GRANT_MS);
     pe_log(pe, "prepare dp %d: fenced; received xid %" PRIu64 ", applied %" PRIu64 "%s", dp,
            src->received_xid, src->applied_xid,
+           gone ? "; what streamed it is gone (no read lease to wait for)" :
            lease_end > now ? "; answering once its read lease ran out" : "");
     if (lease_end <= now) {
         answer_prepared(pe, dp);
@@ -952,7 +953,7 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; i < pe->state.k; i++) {
         if (pe->drain_until[i] &&
             (now >= pe->drain_until[i] || !repl_receiver_link_up(pe->receiver, i)))
-            fence_for_prepare(pe, i);
+            fence_for_prepare(pe, i, false);
         if (pe->drain_until[i]) {
             if (!next || now + PREPARE_DRAIN_POLL_MS < next)
                 next = now + PREPARE_DRAIN_POLL_MS;
@@ -974,10 +975,21 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
  * keys before that lease ran out.  A process that died ended its link,
  * and that ends its lease; but under load its last records may still be
  * unread before that end, so a stream that is still up is read for up to
- * PREPARE_DRAIN_MS first (what it adds meanwhile is in our answer). */
-static void ctl_prepare(struct parity_engine *pe, int dp)
+ * PREPARE_DRAIN_MS first (what it adds meanwhile is in our answer).
+ * `gone`: the coordinator knows that process ended (it came back with a
+ * new pid), so whatever streams dp now is its empty successor, which
+ * serves no reads: fence and answer at once.  Records of the dead one
+ * still unread here were acknowledged by nobody's reply, since we did not
+ * acknowledge them. */
+static void ctl_prepare(struct parity_engine *pe, int dp, bool gone)
 {
     pe->prepared[dp] = true;
+    if (gone) {
+        pe->drain_until[dp] = 0;
+        pe->prepare_at[dp] = 0;
+        fence_for_prepare(pe, dp, true);
+        return;
+    }
     if (pe->drain_until[dp] || pe->prepare_at[dp])
         return;   /* a resent prepare: the answer is on its way */
     /* A stream silent for a while (a hung process) has nothing left to
@@ -989,7 +1001,7 @@ static void ctl_prepare(struct parity_engine *pe, int dp)
         link_timer_at(pe->prepare_timer, now + PREPARE_DRAIN_POLL_MS);
         return;
     }
-    fence_for_prepare(pe, dp);
+    fence_for_prepare(pe, dp, false);
     if (pe->prepare_at[dp])
         on_prepare_timer(-1, 0, pe);
 }
@@ -1338,6 +1350,11 @@ static void parity_control(struct engine *e, const char *text, size_t len)
             ctl_group(pe, text + rest, len - rest);
         return;
     }
+    /* "prepare <g> <dp> gone": the one word after numbers. */
+    bool gone = len > 13 && memcmp(text, "prepare ", 8) == 0 &&
+                memcmp(text + len - 5, " gone", 5) == 0;
+    if (gone)
+        len -= 5;
     int n = ctl_numbers(text, len, num, 4, &rest);
     if (n < 2 || num[0] != (uint64_t)pe->group ||
         (num[1] >= (uint64_t)k && memcmp(text, "rebuild ", 8) != 0)) {
@@ -1357,7 +1374,7 @@ static void parity_control(struct engine *e, const char *text, size_t len)
              pe->serving_dp == dp)
         engine_data_resume(pe->serving);
     else if (len > 8 && memcmp(text, "prepare ", 8) == 0 && n == 2)
-        ctl_prepare(pe, dp);
+        ctl_prepare(pe, dp, gone);
     else if (len > 9 && memcmp(text, "truncate ", 9) == 0 && n == 4 && num[3] < (uint64_t)m)
         ctl_truncate(pe, dp, num[2], (int)num[3]);
     else if (len > 9 && memcmp(text, "takeover ", 9) == 0 && n == 3)

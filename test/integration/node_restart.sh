@@ -24,6 +24,9 @@
 #       The data process's takeover must start again on the group's other
 #       parity process once it is heard from, not at once (with no parity
 #       process heard yet, that was a false DATA LOSS and its keys missed).
+#       Every takeover that node 0's restart causes (that recovery process,
+#       node 0's data processes) must be prepared at once: what streamed
+#       the dead data process is gone, so no read lease needs waiting out.
 #
 # The trap stops both clusters.
 set -u
@@ -234,12 +237,36 @@ served() {
 }
 wait_for 100 served 0 && ok "rs: group $g's data 0 is served by parity 0 (node 0)" \
     || fail "rs: group $g's data 0 not served by parity 0 in 10 s"
+log_before=$(wc -l <"$dir/coordinator.log")
 restart_node0
 if wait_for 200 served 1; then
     ok "rs: group $g's data 0 is served by parity 1 after node 0 restarted"
 else
     fail "rs: group $g's data 0 not served by parity 1 20 s after node 0 restarted"
     "$cli" --dir "$dir" status 2>&1 | grep '^group'
+fi
+# Every takeover node 0's restart caused was learned of from a new pid:
+# the process that streamed the dead data process (its recovery process;
+# a data process of node 0) is gone, so no prepare may wait out a read
+# lease (0.75 s) that its empty successor, already talking to the parity
+# processes, holds.
+since_restart() { tail -n "+$((log_before + 1))" "$dir/coordinator.log"; }
+all_prepared() {
+    local done
+    done=$(since_restart | grep -c ': stable xid .* (preparation ')
+    [ "$(since_restart | grep -c 'died unseen; its takeover starts')" -le "$done" ] &&
+        [ "$(since_restart | grep -c 'is dead: preparing its stream')" -le "$done" ]
+}
+wait_for 50 all_prepared || fail "rs: takeovers after node 0 restarted not all prepared in 5 s"
+preps=$(since_restart | sed -n 's/^coordinator: group \([0-9]*\) dp \([0-9]*\): stable xid .* (preparation \([0-9]*\)\..*/g\1 dp\2 \3/p')
+slow=$(printf '%s\n' "$preps" | awk '$3 >= 500')
+shown=$(printf '%s\n' "$preps" | tr '\n' ',' | sed 's/,$//')
+if [ -n "$preps" ] && [ -z "$slow" ] && [ "$(since_restart | grep -c 'preparing its stream on .* at once')" \
+    -eq "$(since_restart | grep -c 'is dead: preparing its stream')" ]; then
+    ok "rs: every takeover after node 0 restarted was prepared at once ($shown ms)"
+else
+    fail "rs: takeovers after node 0 restarted not all prepared at once (${shown:-none} ms)"
+    since_restart | grep "preparing its stream"
 fi
 bench_get "rs after node 0 restarted"
 no_data_loss_logged rs
