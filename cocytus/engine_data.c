@@ -150,7 +150,6 @@ struct data_engine {
     /* Reads are served only within a lease from every parity process of
      * the ack set (link.h, lease_held): one cut off or hung past it must
      * not answer from a table that a recovery process has taken over. */
-    struct event *lease_timer;    /* looks again while reads wait for one */
     bool has_coordinator;         /* else nobody takes over: no lease needed */
     uint64_t lease_waits;         /* reads that waited for one */
     /* A recovery process's allocator is built from the dead DP's pieces,
@@ -1137,6 +1136,7 @@ static void on_build_retry(evutil_socket_t fd, short what, void *arg);
 
 static void dp_message(void *ctx, int peer, uint16_t type, const uint8_t *payload,
                        uint32_t len);
+static void dp_lease(void *ctx);
 
 static const struct sender_callbacks dp_sender_callbacks = {
     .commit = apply_committed,
@@ -1146,6 +1146,7 @@ static const struct sender_callbacks dp_sender_callbacks = {
     .joined = rb_joined,
     .join_failed = rb_join_failed,
     .peer_up = dp_peer_up,
+    .lease = dp_lease,
 };
 
 /* A data (or recovery) process replicates to parity processes, fully
@@ -1219,32 +1220,24 @@ static bool lease_held(const struct data_engine *dp)
     return !dp->has_coordinator || sender_lease_held(&dp->tx);
 }
 
-#define DP_LEASE_POLL_MS 5
-
-static void on_lease_timer(evutil_socket_t fd, short what, void *arg)
+/* The sender's word that the lease may be held again (a PONG, a parity
+ * process dropped from the ack set).  PINGs go every 250 ms on every link,
+ * so a waiting read never waits for a lease longer than the peers take to
+ * answer one (test/integration/lease_wait.sh). */
+static void dp_lease(void *ctx)
 {
-    (void)fd;
-    (void)what;
-    struct data_engine *dp = arg;
-    if (lease_held(dp)) {
+    struct data_engine *dp = ctx;
+    if (dp->waiters.n > 0 && lease_held(dp))
         read_waiters_wake(&dp->waiters);
-        return;
-    }
-    struct timeval tv = { 0, DP_LEASE_POLL_MS * 1000 };
-    evtimer_add(dp->lease_timer, &tv);
 }
 
-/* A read that must wait for a lease (a PONG on a link, link.h); out of
- * memory it cannot wait, and is answered. */
+/* A read that must wait for a lease (link.h); out of memory it cannot
+ * wait, and is answered. */
 static bool wait_for_lease(struct data_engine *dp, eng_done_fn done, void *cookie)
 {
     if (!read_waiters_add(&dp->waiters, done, cookie))
         return false;
     dp->lease_waits++;
-    if (!evtimer_pending(dp->lease_timer, NULL)) {
-        struct timeval tv = { 0, DP_LEASE_POLL_MS * 1000 };
-        evtimer_add(dp->lease_timer, &tv);
-    }
     return true;
 }
 
@@ -2447,8 +2440,6 @@ static void dp_destroy(struct engine *eng)
         event_free(dp->build_timer);
     if (dp->copied_timer)
         event_free(dp->copied_timer);
-    if (dp->lease_timer)
-        event_free(dp->lease_timer);
     pieceset_destroy(dp->pieces);
     replica_free(dp->replica);
     sender_destroy(&dp->tx);
@@ -2516,14 +2507,11 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     dp->has_coordinator = c->has_coordinator;
     dp->rb_timer = evtimer_new(cfg->base, on_rb_timer, dp);
     dp->build_timer = evtimer_new(cfg->base, on_build_retry, dp);
-    dp->lease_timer = evtimer_new(cfg->base, on_lease_timer, dp);
-    if (!dp->rb_timer || !dp->build_timer || !dp->lease_timer) {
+    if (!dp->rb_timer || !dp->build_timer) {
         if (dp->rb_timer)
             event_free(dp->rb_timer);
         if (dp->build_timer)
             event_free(dp->build_timer);
-        if (dp->lease_timer)
-            event_free(dp->lease_timer);
         free(dp);
         return NULL;
     }

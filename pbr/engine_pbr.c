@@ -43,7 +43,6 @@
 
 #define CONTROL_WORDS_MAX 8
 #define CONTROL_TEXT_MAX 256
-#define PP_LEASE_POLL_MS 5
 
 struct pbr_proc {
     struct engine engine;           /* what the server holds */
@@ -53,7 +52,6 @@ struct pbr_proc {
     uint64_t promoted_xid;          /* the last xid we took over at: a repeated promote's answer */
     uint64_t admitted;              /* the number of the last "pbr admit" taken */
     struct read_waiters waiters;    /* reads waiting for the primary's store, or a lease */
-    struct event *lease_timer;      /* looks again while reads wait for a lease */
     uint64_t lease_waits;           /* reads that waited for one */
 };
 
@@ -165,28 +163,21 @@ static bool pp_read_wait(struct engine *e, const char *key, size_t nkey, eng_don
          * answering from a store that may be old. */
         if (pbr_primary_lease_held(pp->inner) || !read_waiters_add(&pp->waiters, done, cookie))
             return false;
-        pp->lease_waits++;
-        if (!evtimer_pending(pp->lease_timer, NULL)) {
-            struct timeval tv = { 0, PP_LEASE_POLL_MS * 1000 };
-            evtimer_add(pp->lease_timer, &tv);
-        }
+        pp->lease_waits++;   /* until a backup's PONG (pp_lease) */
         return true;
     }
     /* Out of memory, it cannot wait: served from the store as it is. */
     return read_waiters_add(&pp->waiters, done, cookie);
 }
 
-static void on_lease_timer(evutil_socket_t fd, short what, void *arg)
+/* The primary's lease may be held again (a backup's PONG, a backup
+ * dropped): see dp_lease in cocytus/engine_data.c. */
+static void pp_lease(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct pbr_proc *pp = arg;
-    if (!pp->is_primary || pbr_primary_lease_held(pp->inner)) {
+    if (pp->waiters.n > 0 && pp->is_primary && pbr_primary_reads_ready(pp->inner) &&
+        pbr_primary_lease_held(pp->inner))
         read_waiters_wake(&pp->waiters);
-        return;
-    }
-    struct timeval tv = { 0, PP_LEASE_POLL_MS * 1000 };
-    evtimer_add(pp->lease_timer, &tv);
 }
 
 /* Waiting reads are parsed again once they need not wait. */
@@ -454,8 +445,6 @@ static void pp_destroy(struct engine *e)
     if (pp->sh.store.table.buckets != NULL)
         item_store_destroy(&pp->sh.store);
     read_waiters_free(&pp->waiters);   /* the server is going away with its connections */
-    if (pp->lease_timer)
-        event_free(pp->lease_timer);
     free(pp);
 }
 
@@ -524,18 +513,14 @@ static struct engine *pbr_new(const struct engine_config *cfg, enum cluster_role
     pp->sh.m = cfg->cluster->n - 1;
     pp->sh.member = role == ROLE_PRIMARY ? pp->sh.m : cfg->index;
     pp->sh.has_coordinator = cfg->cluster->has_coordinator;
-    pp->lease_timer = evtimer_new(cfg->base, on_lease_timer, pp);
-    if (!pp->lease_timer) {
-        free(pp);
-        return NULL;
-    }
+    pp->sh.lease = pp_lease;
+    pp->sh.lease_arg = pp;
     struct engine_config store_cfg = *cfg;
     store_cfg.evict = false;    /* the primary evicts, so that backups hear of it */
     clock_init(&pp->sh.clock, cfg->started);
     clock_set(&pp->sh.clock, time(NULL));
     if (item_store_init(&pp->sh.store, &store_cfg, &pp->sh.clock) != 0) {
         pp_log(pp, "out of memory setting up the store");
-        event_free(pp->lease_timer);
         free(pp);
         return NULL;
     }

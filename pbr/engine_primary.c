@@ -691,11 +691,19 @@ static void primary_refused(void *ctx)
 
 static void primary_joining_up(void *ctx, int member, uint64_t peer_xid);
 
+static void primary_lease(void *ctx)
+{
+    struct primary *pe = ctx;
+    if (pe->sh->lease)
+        pe->sh->lease(pe->sh->lease_arg);
+}
+
 static const struct sender_callbacks primary_sender_callbacks = {
     .commit = primary_commit,
     .after_commit = primary_after_commit,
     .refused = primary_refused,
     .rebuilding_up = primary_joining_up,
+    .lease = primary_lease,
 };
 
 /* ---- engine operations ---- */

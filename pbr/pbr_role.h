@@ -37,6 +37,10 @@ struct pbr_shared {
     int m;                          /* backups per group */
     int member;                     /* this process */
     bool has_coordinator;
+    /* The primary's word that its read lease may be held again (its
+     * sender's lease callback); set by the owner of the waiting reads. */
+    void (*lease)(void *arg);
+    void *lease_arg;
 };
 
 /* The cluster file's process of member k of group g (NULL if none). */

@@ -875,8 +875,11 @@ static void dispatch_frame(struct link *l, uint16_t type, const uint8_t *payload
     }
     if (type == FT_PONG) {
         uint64_t stamp = len == 8 ? load_u64le(payload) : 0;
-        if (stamp > l->lease_stamp_ms && stamp <= link_now_ms())
+        if (stamp > l->lease_stamp_ms && stamp <= link_now_ms()) {
             l->lease_stamp_ms = stamp;
+            if (l->cb.on_lease != NULL)
+                l->cb.on_lease(l, l->ctx);
+        }
         return;
     }
     if (l->cb.on_frame != NULL)

@@ -63,6 +63,9 @@ struct link_callbacks {
      * batch here with one frame (a cumulative ACK) instead of one per
      * frame; it leaves with the rest of this loop iteration's output. */
     void (*on_read_end)(struct link *l, void *ctx);
+    /* Optional: a PONG moved the lease start forward (link_lease_stamp_ms):
+     * reads waiting for a lease may go on. */
+    void (*on_lease)(struct link *l, void *ctx);
 };
 
 /* Callback rules.  Callbacks run on the event loop thread, never from inside

@@ -315,6 +315,31 @@ static void peer_frame(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
 }
 
+/* The owner hears of a lease that may be held again from the loop, after
+ * the link or sender call that renewed it. */
+static void lease_may_hold(struct sender *s)
+{
+    if (s->lease_ev != NULL)
+        event_active(s->lease_ev, 0, 0);
+}
+
+static void on_lease_ev(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct sender *s = arg;
+    s->cb->lease(s->ctx);
+}
+
+/* A PONG from p: only a peer whose lease counts can make one held. */
+static void peer_lease(struct link *l, void *ctx)
+{
+    struct sender_peer *p = ctx;
+    (void)l;
+    if (!p->dropped && !p->joining && !p->rebuilding && p->role == p->s->peer_role)
+        lease_may_hold(p->s);
+}
+
 /* SEMI: everything queued on this link so far reached the kernel. */
 static void peer_drained(struct link *l, void *ctx)
 {
@@ -353,7 +378,7 @@ static struct link *connect_peer(struct sender *s, struct sender_peer *p, const 
 {
     static const struct link_callbacks link_cb = {
         .on_up = peer_up, .on_frame = peer_frame, .on_down = peer_down,
-        .on_drained = peer_drained,
+        .on_drained = peer_drained, .on_lease = peer_lease,
     };
     struct link *l = link_connect(s->base, host, link_port, &s->me, s->cluster->secret,
                                   &link_cb, p);
@@ -390,6 +415,8 @@ int sender_init(struct sender *s, const struct sender_config *cfg)
     s->stable_timer = evtimer_new(cfg->base, on_stable_timer, s);
     s->alone_timer = evtimer_new(cfg->base, on_alone_timer, s);
     if (!s->stable_timer || !s->alone_timer)
+        return -1;
+    if (cfg->cb->lease != NULL && !(s->lease_ev = event_new(cfg->base, -1, 0, on_lease_ev, s)))
         return -1;
     struct link_identity me;
     memset(&me, 0, sizeof(me));
@@ -428,6 +455,8 @@ void sender_destroy(struct sender *s)
         event_free(s->stable_timer);
     if (s->alone_timer)
         event_free(s->alone_timer);
+    if (s->lease_ev)
+        event_free(s->lease_ev);
     while (s->comp_head) {
         struct sender_completion *c = s->comp_head;
         s->comp_head = c->next;
@@ -659,6 +688,7 @@ void sender_drop_peer_role(struct sender *s, enum cluster_role role, int index)
     if (s->sync == SENDER_SYNC_SEMI)
         commit_upto(s, min_over_peers(s, true));
     advance_stable(s);
+    lease_may_hold(s);   /* its lease no longer counts */
 }
 
 int sender_add_peer(struct sender *s, enum cluster_role role, int index)

@@ -65,6 +65,11 @@ struct sender_callbacks {
      * no record beyond ours, so this process did not restart without its
      * state (else refused is called). */
     void (*peer_up)(void *ctx, int index);
+    /* Optional: sender_lease_held may have become true (a peer of the ack
+     * set answered a PING, or a peer left the ack set).  Called from the
+     * event loop on its own, never inside a sender or link call, so the
+     * owner may wake waiting reads there and let them run. */
+    void (*lease)(void *ctx);
 };
 
 struct sender_peer {
@@ -104,6 +109,7 @@ struct sender {
     struct sender_completion *comp_head, *comp_tail;
     struct event *stable_timer;
     struct event *alone_timer;     /* commits when no peer is left */
+    struct event *lease_ev;        /* calls cb->lease outside the call that renewed it */
     bool stable_dirty;         /* peers have not heard the latest stable xid */
 
     uint8_t *enc;              /* encoding scratch */

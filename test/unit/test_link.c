@@ -120,6 +120,9 @@ struct side {
     uint8_t last_byte;
     int big;                /* frames over 1 MB seen with the right contents */
     bool peer_closed_at_down;   /* link_peer_closed() in on_down */
+    int leases;             /* on_lease calls */
+    uint64_t lease_seen;    /* the lease start at the last one */
+    bool lease_not_moved;   /* an on_lease that did not move it forward */
 };
 
 static void side_up(struct link *l, uint64_t peer_xid, void *ctx)
@@ -191,8 +194,18 @@ static void side_down(struct link *l, const char *why, void *ctx)
     }
 }
 
+static void side_lease(struct link *l, void *ctx)
+{
+    struct side *s = ctx;
+    s->leases++;
+    if (link_lease_stamp_ms(l) <= s->lease_seen)
+        s->lease_not_moved = true;
+    s->lease_seen = link_lease_stamp_ms(l);
+}
+
 static const struct link_callbacks side_callbacks = { .on_up = side_up, .on_frame = side_frame,
-                                                      .on_down = side_down };
+                                                      .on_down = side_down,
+                                                      .on_lease = side_lease };
 
 /* ---- fixture: a listener, its accepted link, a connector ---- */
 
@@ -378,7 +391,18 @@ START_TEST(test_lease)
     ck_assert_msg(heard >= lease && heard <= now, "acceptor heard a clock at %llu, lease %llu",
                   (unsigned long long)heard, (unsigned long long)lease);
     ck_assert_uint_gt(link_lease_stamp_ms(f.acc.link), 0);   /* both ways */
+    /* Each PONG that moved the lease forward was told (on_lease): 300 ms
+     * of PINGs every 50 ms, about six. */
+    ck_assert_msg(f.con.leases >= 3, "on_lease called %d times", f.con.leases);
+    ck_assert(!f.con.lease_not_moved && !f.acc.lease_not_moved);
+    ck_assert_uint_eq(f.con.lease_seen, link_lease_stamp_ms(f.conn));
     ck_assert(!link_peer_closed(f.acc.link));
+    /* Nothing left in flight (a PING or PONG unread before the end hides
+     * it, by design: link_peer_closed): the keepalives stop, and what they
+     * sent is read. */
+    link_set_keepalive(f.conn, 0);
+    link_set_keepalive(f.acc.link, 0);
+    run_for(f.base, 100);
     /* The connector's process closes: seen by the acceptor before it read
      * the end (its owner may close the link first), and in on_down. */
     link_close(f.conn);
@@ -405,6 +429,11 @@ START_TEST(test_lease_kept_on_peer_close)
     uint64_t lease = link_lease_stamp_ms(f.conn);
     ck_assert_uint_gt(lease, 0);
     ck_assert(!link_peer_closed(f.acc.link));
+    /* A PING unread when the acceptor closes would make its kernel answer
+     * with a reset, which ends the lease (on purpose: a reset may come from
+     * the path).  So none is in flight at the close. */
+    link_set_keepalive(f.conn, 0);
+    run_for(f.base, 100);
     link_close(f.acc.link);
     f.acc.link = NULL;
     ck_assert(run_until(f.base, con_down, &f, 2000));
