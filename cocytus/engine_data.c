@@ -151,6 +151,7 @@ struct data_engine {
      * the ack set (link.h, lease_held): one cut off or hung past it must
      * not answer from a table that a recovery process has taken over. */
     bool has_coordinator;         /* else nobody takes over: no lease needed */
+    bool lease_waiting;           /* a read in waiters waits for one */
     uint64_t lease_waits;         /* reads that waited for one */
     /* A recovery process's allocator is built from the dead DP's pieces,
      * and a returning data process's from the pieces of its copy, on a
@@ -1227,16 +1228,20 @@ static bool lease_held(const struct data_engine *dp)
 static void dp_lease(void *ctx)
 {
     struct data_engine *dp = ctx;
-    if (dp->waiters.n > 0 && lease_held(dp))
-        read_waiters_wake(&dp->waiters);
+    if (dp->lease_waiting && lease_held(dp)) {
+        dp->lease_waiting = false;
+        read_waiters_wake(&dp->waiters);   /* reads waiting for units wait again */
+    }
 }
 
-/* A read that must wait for a lease (link.h); out of memory it cannot
- * wait, and is answered. */
+/* A read that must wait for a lease (link.h).  Only beyond the reserve
+ * (more waiting reads than connections allowed) can memory run out: then
+ * it cannot wait, and is answered. */
 static bool wait_for_lease(struct data_engine *dp, eng_done_fn done, void *cookie)
 {
     if (!read_waiters_add(&dp->waiters, done, cookie))
         return false;
+    dp->lease_waiting = true;
     dp->lease_waits++;
     return true;
 }
@@ -1261,7 +1266,8 @@ static bool dp_read_wait(struct engine *eng, const char *key, size_t nkey, eng_d
     struct item *e = all_wait ? NULL : meta_find(&dp->meta, key, nkey);
     if (!all_wait && (!entry_visible(dp, e) || units_ready(dp, meta_off(e), e->nbytes)))
         return false;
-    /* Out of memory, it cannot wait: the read is served as a miss below. */
+    /* Out of memory (beyond the reserve), it cannot wait: the read is
+     * served as a miss below. */
     return read_waiters_add(&dp->waiters, done, cookie);
 }
 
@@ -2507,11 +2513,15 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     dp->has_coordinator = c->has_coordinator;
     dp->rb_timer = evtimer_new(cfg->base, on_rb_timer, dp);
     dp->build_timer = evtimer_new(cfg->base, on_build_retry, dp);
-    if (!dp->rb_timer || !dp->build_timer) {
+    /* Reads wait for units and leases without allocating (a read served
+     * because memory ran out could be stale). */
+    if (!dp->rb_timer || !dp->build_timer ||
+        read_waiters_reserve(&dp->waiters, (size_t)(cfg->max_conns > 0 ? cfg->max_conns : 0)) != 0) {
         if (dp->rb_timer)
             event_free(dp->rb_timer);
         if (dp->build_timer)
             event_free(dp->build_timer);
+        read_waiters_free(&dp->waiters);
         free(dp);
         return NULL;
     }

@@ -978,20 +978,25 @@ static void on_prepare_timer(evutil_socket_t fd, short what, void *arg)
  * PREPARE_DRAIN_MS first (what it adds meanwhile is in our answer).
  * `gone`: the coordinator knows that process ended (it came back with a
  * new pid), so whatever streams dp now is its empty successor, which
- * serves no reads: fence and answer at once.  Records of the dead one
- * still unread here were acknowledged by nobody's reply, since we did not
- * acknowledge them. */
+ * serves no reads once we welcomed it above xid 0 (it learned from that
+ * that it lost its state): fence and answer at once.  One we welcomed at
+ * 0 (a stream never written) may serve, and its lease is waited out as
+ * usual.  Records of the dead one still unread here were acknowledged by
+ * nobody's reply, since we did not acknowledge them. */
 static void ctl_prepare(struct parity_engine *pe, int dp, bool gone)
 {
     pe->prepared[dp] = true;
+    if (pe->drain_until[dp] || pe->prepare_at[dp])
+        return;   /* a resent prepare: the answer is on its way */
+    if (gone && repl_receiver_welcomed_xid(pe->receiver, dp) == 0) {
+        pe_log(pe, "prepare dp %d: gone, but its successor was welcomed at xid 0 and may "
+               "serve: waiting for its lease as usual", dp);
+        gone = false;
+    }
     if (gone) {
-        pe->drain_until[dp] = 0;
-        pe->prepare_at[dp] = 0;
         fence_for_prepare(pe, dp, true);
         return;
     }
-    if (pe->drain_until[dp] || pe->prepare_at[dp])
-        return;   /* a resent prepare: the answer is on its way */
     /* A stream silent for a while (a hung process) has nothing left to
      * read: no wait. */
     if (!repl_receiver_fenced(pe->receiver, dp) && repl_receiver_link_up(pe->receiver, dp) &&

@@ -279,6 +279,7 @@ struct engine_config {
     int verbose;
     struct event_base *base; /* for engines that need timers or links */
     struct sendq *sq;        /* the loop's batched writes, for their links (sendq.h) */
+    int max_conns;           /* -c: the reads that can wait at once (read_waiters_reserve) */
     /* Replicated roles: the cluster (repl/cluster.h) and this process's place. */
     const struct cluster *cluster;
     int group;

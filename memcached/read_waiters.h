@@ -22,11 +22,20 @@ struct read_waiter {
 struct read_waiters {
     struct read_waiter *w;
     size_t n, cap;
+    struct read_waiter *spare;    /* the next wake's empty list */
+    size_t spare_cap;
 };
 
-/* Adds one; false when out of memory (the read cannot wait). */
+/* Room for n waiting reads without allocating: an engine reserves one per
+ * connection the server allows (engine_config.max_conns; a connection has
+ * at most one read waiting), so that a read never has to be served because
+ * memory ran out.  0, or -1 when out of memory. */
+int read_waiters_reserve(struct read_waiters *q, size_t n);
+/* Adds one; false when out of memory (the read cannot wait): only beyond
+ * what was reserved. */
 bool read_waiters_add(struct read_waiters *q, eng_done_fn done, void *cookie);
-/* Calls every waiter once, detached first: a woken read may register anew. */
+/* Calls every waiter once, detached first: a woken read may register anew
+ * (in the other list, so the reserve holds). */
 void read_waiters_wake(struct read_waiters *q);
 /* Frees the list without calling anyone (the server is going away). */
 void read_waiters_free(struct read_waiters *q);

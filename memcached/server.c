@@ -306,6 +306,7 @@ static struct engine *engine_for_role(struct server *s, struct event_base *base)
         .ctl_arg = s,
         .promoted = server_engine_promoted,
         .sq = s->sq,
+        .max_conns = st->max_conns,
     };
     if (strcmp(st->role, "plain") == 0)
         return engine_plain_new(&cfg);

@@ -52,6 +52,7 @@ struct pbr_proc {
     uint64_t promoted_xid;          /* the last xid we took over at: a repeated promote's answer */
     uint64_t admitted;              /* the number of the last "pbr admit" taken */
     struct read_waiters waiters;    /* reads waiting for the primary's store, or a lease */
+    bool lease_waiting;             /* a read in waiters waits for one */
     uint64_t lease_waits;           /* reads that waited for one */
 };
 
@@ -163,10 +164,12 @@ static bool pp_read_wait(struct engine *e, const char *key, size_t nkey, eng_don
          * answering from a store that may be old. */
         if (pbr_primary_lease_held(pp->inner) || !read_waiters_add(&pp->waiters, done, cookie))
             return false;
-        pp->lease_waits++;   /* until a backup's PONG (pp_lease) */
+        pp->lease_waiting = true;   /* until a backup's PONG (pp_lease) */
+        pp->lease_waits++;
         return true;
     }
-    /* Out of memory, it cannot wait: served from the store as it is. */
+    /* Out of memory (beyond the reserve), it cannot wait: served from the
+     * store as it is. */
     return read_waiters_add(&pp->waiters, done, cookie);
 }
 
@@ -175,9 +178,11 @@ static bool pp_read_wait(struct engine *e, const char *key, size_t nkey, eng_don
 static void pp_lease(void *arg)
 {
     struct pbr_proc *pp = arg;
-    if (pp->waiters.n > 0 && pp->is_primary && pbr_primary_reads_ready(pp->inner) &&
-        pbr_primary_lease_held(pp->inner))
+    if (pp->lease_waiting && pp->is_primary && pbr_primary_reads_ready(pp->inner) &&
+        pbr_primary_lease_held(pp->inner)) {
+        pp->lease_waiting = false;
         read_waiters_wake(&pp->waiters);
+    }
 }
 
 /* Waiting reads are parsed again once they need not wait. */
@@ -515,12 +520,18 @@ static struct engine *pbr_new(const struct engine_config *cfg, enum cluster_role
     pp->sh.has_coordinator = cfg->cluster->has_coordinator;
     pp->sh.lease = pp_lease;
     pp->sh.lease_arg = pp;
+    if (read_waiters_reserve(&pp->waiters, (size_t)(cfg->max_conns > 0 ? cfg->max_conns : 0)) != 0) {
+        read_waiters_free(&pp->waiters);
+        free(pp);
+        return NULL;
+    }
     struct engine_config store_cfg = *cfg;
     store_cfg.evict = false;    /* the primary evicts, so that backups hear of it */
     clock_init(&pp->sh.clock, cfg->started);
     clock_set(&pp->sh.clock, time(NULL));
     if (item_store_init(&pp->sh.store, &store_cfg, &pp->sh.clock) != 0) {
         pp_log(pp, "out of memory setting up the store");
+        read_waiters_free(&pp->waiters);
         free(pp);
         return NULL;
     }

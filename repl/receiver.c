@@ -223,6 +223,7 @@ struct peer {
      * closed or that went silent: a lease it may hold from us runs from
      * before then (repl_receiver_lease_end). */
     uint64_t stamp_kept_ms;
+    uint64_t welcomed_xid;        /* the WELCOME's xid on the current link */
 };
 
 struct repl_receiver {
@@ -518,6 +519,7 @@ bool repl_receiver_accept(void *owner, const struct link_identity *id, struct li
     *cb = peer_callbacks;
     *ctx = pr;
     *welcome_xid = pr->src->received_xid;
+    pr->welcomed_xid = *welcome_xid;
     return true;
 }
 
@@ -627,6 +629,12 @@ int repl_receiver_sendv(struct repl_receiver *rx, int index, uint16_t type,
     if (pr->link == NULL || pr->fenced || !link_is_up(pr->link))
         return -1;
     return link_sendv(pr->link, type, iov, iovcnt);
+}
+
+uint64_t repl_receiver_welcomed_xid(const struct repl_receiver *rx, int index)
+{
+    const struct peer *pr = &rx->peers[index];
+    return pr->link != NULL ? pr->welcomed_xid : UINT64_MAX;
 }
 
 bool repl_receiver_link_up(const struct repl_receiver *rx, int index)

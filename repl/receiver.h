@@ -177,6 +177,10 @@ void repl_receiver_diverged(struct repl_receiver *rx, int index);
 int repl_receiver_sendv(struct repl_receiver *rx, int index, uint16_t type,
                         const struct iovec *iov, int iovcnt);
 bool repl_receiver_link_up(const struct repl_receiver *rx, int index);
+/* The xid source index's current link was welcomed with (what we held
+ * then), UINT64_MAX without a link.  A sender that restarted empty and
+ * was welcomed above 0 learned it lost its state: it serves nothing. */
+uint64_t repl_receiver_welcomed_xid(const struct repl_receiver *rx, int index);
 /* How long source index's link, up, has carried nothing (link_silent_ms;
  * 0 without a link). */
 uint64_t repl_receiver_silent_ms(const struct repl_receiver *rx, int index);
