@@ -32,8 +32,10 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
     "$build_dir/bench/cocytus-bench"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/copy_while_writing.XXXXXX")
+overwrites=""
 cleanup() {
     writers_kill "$dir"
+    [ -n "$overwrites" ] && kill "$overwrites" 2>/dev/null
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -75,12 +77,21 @@ group0_kill_pp1 "$dir"
 copied_while_writing "$dir/data-0-0.log" "parity 1" "data process 0 copied to parity process 1"
 
 # --- B: the data process killed, its state copied back to it from its
-# recovery process while that one writes.
+# recovery process while that one writes.  The two writers' sets (a shell
+# and a connection each) can be slower than a 20 ms copy on a busy
+# machine, so an open-loop load of overwrites (3,000 a second over the
+# group, about a third of them through the recovery process) makes sure
+# records arrive during the copy; only the writers' keys are read back.
 for w in r0 r1; do
     writer_bg "$dir" "$w" "$pp0"
 done
 group0_kill_dp0 "$dir" || finish
+timeout 60 "$build_dir/bench/cocytus-bench" -s "$pp0" -n 20000 -v 16 -c 1 --rate 3000 -r 0 \
+    --no-load -t 40 -q >"$dir/overwrites.out" 2>&1 &
+overwrites=$!
 group0_dp0_back "$dir"
+kill "$overwrites" 2>/dev/null
+wait "$overwrites" 2>/dev/null
 writers_finish "$dir"
 copied_while_writing "$dir/parity-0-0.log" "data 0" \
     "the recovery process copied data process 0's state back"
