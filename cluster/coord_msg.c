@@ -270,7 +270,7 @@ bool coord_is_recovery_answer(const char *payload, size_t len)
 {
     static const char *const words[] = { "prepared ", "truncated ", "serving ",
                                          "rebuild-ready ", "rebuilt ", "rebuild-failed ",
-                                         "copied ", "handed ", "serving-dp " };
+                                         "copied ", "handed ", "serving-dp ", "copy-failed " };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         size_t n = strlen(words[i]);
         if (len >= n && memcmp(payload, words[i], n) == 0)

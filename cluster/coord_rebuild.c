@@ -11,6 +11,8 @@
  *     copy <g> <f>         -> r       r joins f to its stream and sends it
  *                                     the metadata, then the units
  *     copied <g> <f>       <- f       everything arrived
+ *     (copy-failed <g> <f> <- f       a metadata message it could not
+ *                                     apply: the migration starts over)
  *     handoff <g> <f>      -> r       r holds writes until nothing is in
  *     handed <g> <f> <x>   <- r       flight: f's stream ends at x there
  *   then the view (f back, r without parity) and a new map epoch (f's
@@ -530,6 +532,17 @@ bool coord_rebuild_on_answer(struct coord *co, struct cgroup *cg, struct member 
         } else if (verb[0] == 's' && mg->phase == MIG_ADMIT) {
             admit_done(co, cg, a);
         }
+        return true;
+    }
+    if (strcmp(verb, "copy-failed") == 0) {
+        if (p->role != ROLE_DATA || p->index != a || a >= cg->view.k)
+            return false;
+        /* f's copy cannot be handed off (a metadata message it could not
+         * apply): over now, rather than once its progress stopped for
+         * repair_stall_ms; the next check starts it again, and f makes a
+         * new replica. */
+        if (cg->mig[a].phase == MIG_COPY)
+            mig_abort(co, cg, a, "the data process could not apply its copy");
         return true;
     }
     if (strcmp(verb, "handed") == 0) {

@@ -2148,6 +2148,14 @@ static void replica_log(void *ctx, const char *line)
     dp_log(ctx, "%s", line);
 }
 
+/* The copy cannot be handed off: the coordinator starts the migration over
+ * now rather than once its progress has stopped for a while. */
+static void replica_spoiled_now(void *ctx)
+{
+    struct data_engine *dp = ctx;
+    dp_ctl(dp, "copy-failed %d %d", dp->group, dp->index);
+}
+
 static void ctl_replica(struct data_engine *dp, int from)
 {
     if (dp->replica && replica_from(dp->replica) == from && !replica_spoiled(dp->replica)) {
@@ -2167,7 +2175,8 @@ static void ctl_replica(struct data_engine *dp, int from)
                "restarts empty and takes its keys back", dp->tx.xid);
         exit(EXIT_FAILURE);
     }
-    struct replica_hooks h = { .ctx = dp, .complete = replica_done, .log = replica_log };
+    struct replica_hooks h = { .ctx = dp, .complete = replica_done, .log = replica_log,
+                               .spoiled = replica_spoiled_now };
     dp->replica = replica_new(dp->evbase, dp->cluster, dp->group, dp->index, from, dp->region,
                               dp->region_size, 0, &h);
     if (!dp->replica) {

@@ -56,16 +56,19 @@ static void rp_log(struct replica *r, const char *fmt, ...)
  * hand off without those keys: it is spoiled instead.  The stream is
  * marked diverged, so the receiver closes the recovery process's link and
  * refuses it (that process drops us from its ack set: its writes go on),
- * the copy never says complete and the handoff is refused.  The
- * coordinator abandons the migration once its progress stops, and asks
- * again with `replica`, which makes a new replica (replica_spoiled). */
+ * the copy never says complete and the handoff is refused.  The owner
+ * tells the coordinator (hooks.spoiled), which abandons the migration and
+ * asks again with `replica`, which makes a new replica (replica_spoiled). */
 static int spoil(struct replica *r, const char *err)
 {
     rp_log(r, "metadata of the copy of dp %d refused: %s; this copy cannot be handed off "
            "and is abandoned", r->dp, err);
-    if (!r->src.diverged)
+    if (!r->src.diverged) {
         repl_source_mark_diverged(&r->src, r->src.received_xid, "metadata of the copy "
                                   "refused: %s", err);
+        if (r->hooks.spoiled)
+            r->hooks.spoiled(r->hooks.ctx);
+    }
     return -1;
 }
 

@@ -28,6 +28,7 @@ struct replica_hooks {
     void *ctx;
     void (*complete)(void *ctx);            /* every unit arrived */
     void (*log)(void *ctx, const char *line);
+    void (*spoiled)(void *ctx);             /* optional: replica_spoiled became true */
 };
 
 /* Listen on data process dp's link port for parity process `from` (the
