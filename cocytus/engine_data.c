@@ -2525,7 +2525,7 @@ static struct data_engine *dp_alloc(const struct engine_config *cfg)
     /* Reads wait for units and leases without allocating (a read served
      * because memory ran out could be stale). */
     if (!dp->rb_timer || !dp->build_timer ||
-        read_waiters_reserve(&dp->waiters, (size_t)(cfg->max_conns > 0 ? cfg->max_conns : 0)) != 0) {
+        read_waiters_reserve_conns(&dp->waiters, cfg->max_conns) != 0) {
         if (dp->rb_timer)
             event_free(dp->rb_timer);
         if (dp->build_timer)

@@ -30,6 +30,14 @@ int read_waiters_reserve(struct read_waiters *q, size_t n)
     return grow(&q->w, &q->cap, n) == 0 && grow(&q->spare, &q->spare_cap, n) == 0 ? 0 : -1;
 }
 
+int read_waiters_reserve_conns(struct read_waiters *q, int max_conns)
+{
+    if (max_conns <= 0)
+        return 0;
+    return read_waiters_reserve(q, max_conns < READ_WAITERS_RESERVE_MAX ? (size_t)max_conns
+                                                                        : READ_WAITERS_RESERVE_MAX);
+}
+
 bool read_waiters_add(struct read_waiters *q, eng_done_fn done, void *cookie)
 {
     if (q->n == q->cap && grow(&q->w, &q->cap, q->cap ? q->cap * 2 : 16) != 0)

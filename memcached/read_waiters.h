@@ -26,11 +26,16 @@ struct read_waiters {
     size_t spare_cap;
 };
 
-/* Room for n waiting reads without allocating: an engine reserves one per
- * connection the server allows (engine_config.max_conns; a connection has
- * at most one read waiting), so that a read never has to be served because
- * memory ran out.  0, or -1 when out of memory. */
+/* Room for n waiting reads without allocating.  0, or -1 when out of
+ * memory. */
 int read_waiters_reserve(struct read_waiters *q, size_t n);
+/* What an engine reserves: one read per connection the server allows
+ * (engine_config.max_conns; a connection has at most one read waiting), so
+ * that a read never has to be served because memory ran out; at most
+ * READ_WAITERS_RESERVE_MAX (32 bytes each: -c 1048576 would otherwise take
+ * 32 MB), beyond which the list grows as reads wait. */
+#define READ_WAITERS_RESERVE_MAX 16384
+int read_waiters_reserve_conns(struct read_waiters *q, int max_conns);
 /* Adds one; false when out of memory (the read cannot wait): only beyond
  * what was reserved. */
 bool read_waiters_add(struct read_waiters *q, eng_done_fn done, void *cookie);

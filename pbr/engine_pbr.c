@@ -520,7 +520,7 @@ static struct engine *pbr_new(const struct engine_config *cfg, enum cluster_role
     pp->sh.has_coordinator = cfg->cluster->has_coordinator;
     pp->sh.lease = pp_lease;
     pp->sh.lease_arg = pp;
-    if (read_waiters_reserve(&pp->waiters, (size_t)(cfg->max_conns > 0 ? cfg->max_conns : 0)) != 0) {
+    if (read_waiters_reserve_conns(&pp->waiters, cfg->max_conns) != 0) {
         read_waiters_free(&pp->waiters);
         free(pp);
         return NULL;

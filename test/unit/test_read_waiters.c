@@ -57,6 +57,22 @@ START_TEST(test_reserve_kept)
 }
 END_TEST
 
+/* An engine's reserve: one per connection, up to the cap. */
+START_TEST(test_reserve_conns)
+{
+    struct read_waiters q = { 0 };
+    ck_assert_int_eq(read_waiters_reserve_conns(&q, 0), 0);
+    ck_assert_ptr_null(q.w);
+    ck_assert_int_eq(read_waiters_reserve_conns(&q, 1024), 0);
+    ck_assert_uint_eq(q.cap, 1024);
+    ck_assert_uint_eq(q.spare_cap, 1024);
+    read_waiters_free(&q);
+    ck_assert_int_eq(read_waiters_reserve_conns(&q, 1 << 20), 0);
+    ck_assert_uint_eq(q.cap, READ_WAITERS_RESERVE_MAX);
+    read_waiters_free(&q);
+}
+END_TEST
+
 /* A woken read that must wait again is kept for the next wake. */
 START_TEST(test_wait_again)
 {
@@ -123,6 +139,7 @@ int main(void)
     Suite *s = suite_create("read_waiters");
     TCase *tc = tcase_create("read_waiters");
     tcase_add_test(tc, test_reserve_kept);
+    tcase_add_test(tc, test_reserve_conns);
     tcase_add_test(tc, test_wait_again);
     tcase_add_test(tc, test_wake_inside);
     tcase_add_test(tc, test_grows);
