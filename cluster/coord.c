@@ -48,7 +48,6 @@
 
 #define CHECK_EVERY_MS 250          /* membership check period */
 #define COORD_STALL_MS 500          /* a check this late: we were not running */
-#define STARTUP_GRACE_MS COORD_STARTUP_GRACE_MS
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
 
 static const char not_a_server[] = "this is the coordinator; use a server";
@@ -104,8 +103,8 @@ uint64_t coord_wall_of_mono_us(uint64_t mono_us)
 }
 
 /* A period from the environment, for tests that must not wait the real one
- * (COCYTUS_REPAIR_STALL_MS, COCYTUS_DEAD_AFTER_MS): 1 ms to an hour, or
- * the default. */
+ * (COCYTUS_REPAIR_STALL_MS, COCYTUS_DEAD_AFTER_MS) or must outlast it
+ * (COCYTUS_STARTUP_GRACE_MS): 1 ms to an hour, or the default. */
 static uint64_t env_ms(const char *name, uint64_t dflt)
 {
     const char *v = getenv(name);
@@ -619,9 +618,9 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
         if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > co->dead_after_ms) {
             snprintf(why, sizeof(why), "no heartbeat for %" PRIu64 " ms", co->dead_after_ms);
             member_dead(m, why);
-        } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > STARTUP_GRACE_MS) {
-            snprintf(why, sizeof(why), "not heard from in the %d ms after the coordinator started",
-                     STARTUP_GRACE_MS);
+        } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > co->startup_grace_ms) {
+            snprintf(why, sizeof(why), "not heard from in the %" PRIu64 " ms after the "
+                     "coordinator started", co->startup_grace_ms);
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && coord_lost_evidence(co, m, why, sizeof(why))) {
             member_dead(m, why);
@@ -1134,6 +1133,7 @@ struct engine *coord_engine_new(struct server *s)
     }
     co->repair_stall_ms = env_ms("COCYTUS_REPAIR_STALL_MS", COORD_REPAIR_STALL_MS);
     co->dead_after_ms = env_ms("COCYTUS_DEAD_AFTER_MS", COORD_DEAD_AFTER_MS);
+    co->startup_grace_ms = env_ms("COCYTUS_STARTUP_GRACE_MS", COORD_STARTUP_GRACE_MS);
     /* Startup grace counts from now: a waiting candidate may have waited long. */
     co->started_ms = coord_now_ms();
     if (start_listening(co) < 0) {

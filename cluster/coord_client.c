@@ -264,9 +264,22 @@ struct coord_client *coord_client_start(struct server *s)
     cc->me.role = own_link_role(s->settings.role);
     cc->me.index = (uint32_t)s->settings.index;
     const char *mute = getenv("COCYTUS_TEST_MUTE_DIR");
-    if (mute)
+    if (mute) {
         snprintf(cc->mute_file, sizeof(cc->mute_file), "%s/mute-%s-%d-%d", mute,
                  s->settings.role, s->settings.group, s->settings.index);
+        /* The second test fault: with DIR/unlinked-<role>-<g>-<i> at the
+         * start, this process never links to the coordinator, which then
+         * never hears of it (restart_unheard.sh). */
+        char unlinked[sizeof(cc->mute_file)];
+        snprintf(unlinked, sizeof(unlinked), "%s/unlinked-%s-%d-%d", mute, s->settings.role,
+                 s->settings.group, s->settings.index);
+        if (access(unlinked, F_OK) == 0) {
+            fprintf(stderr, "cocytus-server: test fault: %s exists; not linking to the "
+                    "coordinator\n", unlinked);
+            free(cc);
+            return NULL;
+        }
+    }
     struct timeval period = { .tv_sec = 0, .tv_usec = COORD_HEARTBEAT_MS * 1000 };
     cc->hb_timer = event_new(s->base, -1, EV_PERSIST, on_heartbeat, cc);
     int dialed = 0;

@@ -105,6 +105,7 @@ struct coord {
     /* A member not heard from this long is dead: COORD_DEAD_AFTER_MS, or
      * COCYTUS_DEAD_AFTER_MS (for tests that stop a process for longer). */
     uint64_t dead_after_ms;
+    uint64_t startup_grace_ms;      /* COORD_STARTUP_GRACE_MS, or COCYTUS_STARTUP_GRACE_MS */
 };
 
 /* ---- coord.c, for coord_recovery.c ---- */

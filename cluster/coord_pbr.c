@@ -653,7 +653,7 @@ void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now)
  * or the coordinator's startup grace is over: the dead are known by then. */
 static bool backups_heard(struct coord *co, const struct pgroup *pg)
 {
-    if (coord_now_ms() - co->started_ms > COORD_STARTUP_GRACE_MS)
+    if (coord_now_ms() - co->started_ms > co->startup_grace_ms)
         return true;
     for (int k = 0; k <= co->pbr->m; k++) {
         const struct member *mk = member_k(co, pg->g, k);

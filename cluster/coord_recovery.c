@@ -412,7 +412,7 @@ void coord_recovery_on_unseen_restart(struct coord *co, struct member *m)
  * alive, or the startup grace is over (the dead ones are known by then). */
 static void start_deferred(struct coord *co, struct cgroup *cg)
 {
-    bool all = coord_now_ms() - co->started_ms > COORD_STARTUP_GRACE_MS;
+    bool all = coord_now_ms() - co->started_ms > co->startup_grace_ms;
     if (!all) {
         all = true;
         for (int j = 0; j < cg->view.m; j++)
@@ -497,6 +497,21 @@ void coord_recovery_on_answer(struct coord *co, struct member *m, const char *te
     }
 }
 
+/* Data process f says it restarted without its state, while the view has
+ * its own process serving its keys and no takeover of it is under way: its
+ * death was never seen (it died before this coordinator heard from it, or
+ * its new link replaced the old one first).  It is taken over as a process
+ * that died unseen; the old one is gone. */
+static void on_nostate(struct coord *co, struct cgroup *cg, struct member *m, int f)
+{
+    if (f != m->proc->index || f < 0 || f >= cg->view.k || cg->view.dp_server[f] != -1 ||
+        cg->tk[f].phase != PH_NONE || cg->tk[f].deferred || cg->mig[f].phase != MIG_NONE)
+        return;
+    coord_log_member(m, "restarted without its state, and no death of it was seen: its keys "
+                     "are taken over");
+    coord_recovery_on_unseen_restart(co, m);
+}
+
 void coord_recovery_on_progress(struct coord *co, struct member *m, const char *text,
                                 size_t len)
 {
@@ -506,9 +521,15 @@ void coord_recovery_on_progress(struct coord *co, struct member *m, const char *
         return;
     memcpy(buf, text, len);
     buf[len] = '\0';
-    if (coord_rebuild_on_progress(co, cg, m, buf) || m->proc->role != ROLE_PARITY)
+    if (coord_rebuild_on_progress(co, cg, m, buf))
         return;
     int f;
+    if (m->proc->role == ROLE_DATA && sscanf(buf, "nostate %d", &f) == 1) {
+        on_nostate(co, cg, m, f);
+        return;
+    }
+    if (m->proc->role != ROLE_PARITY)
+        return;
     unsigned long long done, total, bytes;
     if (sscanf(buf, "rec %d %llu %llu %llu", &f, &done, &total, &bytes) != 4)
         return;

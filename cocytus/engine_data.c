@@ -2322,11 +2322,20 @@ static void ctl_serve(struct data_engine *dp, uint64_t xid)
     engine_data_units_arrived(&dp->base);
 }
 
+/* The heartbeat's word for the coordinator: a copy's progress ("mig"), or
+ * "nostate": this process restarted without its state (a parity process's
+ * WELCOME said the group holds more) and takes no copy.  A coordinator that
+ * never saw the old process die (it started after, or had not heard from
+ * it yet) learns from that that its keys must be taken over. */
 static size_t dp_heartbeat_extra(struct engine *eng, char *buf, size_t len)
 {
     struct data_engine *dp = dp_of(eng);
-    if (!dp->replica)
-        return 0;
+    if (!dp->replica) {
+        if (dp->recovering || !dp->tx.refusing)
+            return 0;
+        int n = snprintf(buf, len, "nostate %d", dp->index);
+        return n > 0 && (size_t)n < len ? (size_t)n : 0;
+    }
     uint64_t done, total, bytes;
     replica_progress(dp->replica, &done, &total, &bytes);
     int n = snprintf(buf, len, "mig %d %" PRIu64 " %" PRIu64 " %" PRIu64, dp->index, done, total,
