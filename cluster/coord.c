@@ -415,6 +415,17 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
 /* ---- membership ---- */
 
 
+void coord_fail_move_of(struct coord *co, const struct member *m)
+{
+    struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
+    if (mv && (mv->source == m || mv->dest == m)) {
+        char reason[COORD_WHY_MAX];
+        snprintf(reason, sizeof(reason), "%s %s died during the move (outcome not known here)",
+                 mv->source == m ? "source" : "destination", mv->source == m ? mv->from : mv->to);
+        move_finish(co, mv, MOVE_FAILED, reason);
+    }
+}
+
 static void member_dead(struct member *m, const char *why)
 {
     struct coord *co = m->co;
@@ -427,13 +438,7 @@ static void member_dead(struct member *m, const char *why)
     m->state = MEMBER_DEAD;
     coord_lost_forget(m);
     coord_log_member(m, "dead: %s", why);
-    struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
-    if (mv && (mv->source == m || mv->dest == m)) {
-        char reason[COORD_WHY_MAX];
-        snprintf(reason, sizeof(reason), "%s %s died during the move (outcome not known here)",
-                 mv->source == m ? "source" : "destination", mv->source == m ? mv->from : mv->to);
-        move_finish(co, mv, MOVE_FAILED, reason);
-    }
+    coord_fail_move_of(co, m);
     coord_recovery_on_dead(co, m);
     coord_pbr_on_dead(co, m);
 }

@@ -165,6 +165,8 @@ bool coord_group_unheard(const struct coord *co, int g);
 /* m restarted while no leader watched (a new pid in its hello): its death
  * was never handled.  Called before coord_recovery_on_hello. */
 void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);
+/* A running slot move from or to m, which died, fails (coord.c). */
+void coord_fail_move_of(struct coord *co, const struct member *m);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
 

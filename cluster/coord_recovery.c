@@ -404,6 +404,9 @@ void coord_recovery_on_unseen_restart(struct coord *co, struct member *m)
     if (p->role != ROLE_DATA || cg->view.dp_server[p->index] != -1 ||
         cg->tk[p->index].phase != PH_NONE)
         return;
+    /* As for a death seen (coord_recovery_on_dead): a parity process being
+     * rebuilt from it starts over. */
+    coord_rebuild_on_dead(co, cg, m);
     defer_takeover(co, cg, p->index, true, "its process");   /* it served until now */
     coord_broadcast_view(co, cg);
 }
@@ -509,6 +512,7 @@ static void on_nostate(struct coord *co, struct cgroup *cg, struct member *m, in
         return;
     coord_log_member(m, "restarted without its state, and no death of it was seen: its keys "
                      "are taken over");
+    coord_fail_move_of(co, m);
     coord_recovery_on_unseen_restart(co, m);
 }
 
