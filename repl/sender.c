@@ -331,12 +331,19 @@ static void on_lease_ev(evutil_socket_t fd, short what, void *arg)
     s->cb->lease(s->ctx);
 }
 
+/* Whose answers make the read lease (sender_lease_held): a peer of the
+ * sender's peer role in the ack set. */
+static bool lease_counts(const struct sender_peer *p)
+{
+    return !p->dropped && !p->joining && !p->rebuilding && p->role == p->s->peer_role;
+}
+
 /* A PONG from p: only a peer whose lease counts can make one held. */
 static void peer_lease(struct link *l, void *ctx)
 {
     struct sender_peer *p = ctx;
     (void)l;
-    if (!p->dropped && !p->joining && !p->rebuilding && p->role == p->s->peer_role)
+    if (lease_counts(p))
         lease_may_hold(p->s);
 }
 
@@ -566,7 +573,7 @@ static uint64_t lease_stamp_ms(const struct sender *s)
     uint64_t least = UINT64_MAX;
     for (int j = 0; j < s->npeers; j++) {
         const struct sender_peer *p = &s->peers[j];
-        if (p->dropped || p->joining || p->rebuilding || p->role != s->peer_role)
+        if (!lease_counts(p))
             continue;
         uint64_t stamp = p->link ? link_lease_stamp_ms(p->link) : 0;
         if (stamp < least)
