@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "coord_zk.h"
+#include "coord_zklog.h"
 
 #ifdef HAVE_ZOOKEEPER
 
@@ -48,6 +49,7 @@ struct coord_zk {
     char me[ZK_PATH_MAX];           /* our election znode, "" before joining */
     int version;                    /* of the state znode; -1: it does not exist */
     uint64_t down_since_ms;         /* not connected since (0: connected) */
+    struct zklog *log;              /* the client's log, rate-limited (NULL: stderr) */
 };
 
 static uint64_t zk_now_ms(void)
@@ -119,6 +121,9 @@ struct coord_zk *coord_zk_open(const char *connect, const char *name, char *err,
         fcntl(z->wake[i], F_SETFL, fl | O_NONBLOCK);
     }
     zoo_set_debug_level(ZOO_LOG_LEVEL_WARN);
+    z->log = zklog_open(stderr);
+    if (z->log)
+        zoo_set_log_stream(zklog_stream(z->log));
     z->zh = zookeeper_init(connect, on_watch, COORD_ZK_SESSION_MS, NULL, z, 0);
     if (!z->zh) {
         snprintf(err, errlen, "cannot start a ZooKeeper session with %s: %s", connect,
@@ -151,6 +156,11 @@ void coord_zk_close(struct coord_zk *z)
         return;
     if (z->zh)
         zookeeper_close(z->zh);   /* ends the session: our election znode goes */
+    if (z->log) {
+        /* the client's threads are gone: nobody logs to it any more */
+        zoo_set_log_stream(NULL);
+        zklog_close(z->log);
+    }
     if (z->wake[0] >= 0)
         close(z->wake[0]);
     if (z->wake[1] >= 0)
