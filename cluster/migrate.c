@@ -18,8 +18,13 @@
  * Phases of a move (docs/routing.md, "Slot migration"):
  *   DRAIN   mutations in flight when the move began finish (they did not go
  *           through the wrapper, so the copy must not overtake them);
- *   COPY    the slot's keys are read and sent as `set`, within a window of
- *           commands and bytes, a bounded number per event-loop turn;
+ *   COPY    the slot's keys are found by walking the hash table a piece per
+ *           event-loop turn (engine slot_keys: a million items in one turn
+ *           held the process for 150-200 ms, and every move walked the
+ *           whole table three times), read and sent as `set`, within a
+ *           window of commands and bytes, a bounded number per turn; a key
+ *           stored after the walk passed its bucket is forwarded as any
+ *           write of the slot is;
  *   SWITCH  the new map is installed here (the slot now answers MOVED), so
  *           no new write of the slot starts; the writes still in flight
  *           finish and their forwards are acknowledged;
@@ -27,7 +32,8 @@
  *           the slot (redialled a few times if the connection breaks: it is
  *           idempotent);
  *   CLEAN   the local copies are deleted through the real engine (so parity
- *           processes and backups drop them too), a batch per turn.
+ *           processes and backups drop them too), walked and deleted a
+ *           batch per turn.
  * Before COMMIT any failure abandons the move: the old map is restored and
  * writes in flight are answered with their local outcome (the source still
  * owns the slot). */
@@ -61,6 +67,8 @@
 #define MG_WINDOW_BYTES (1u << 20)     /* bytes sent and not yet answered */
 #define MG_KEYS_PER_TURN 64            /* items copied per event-loop turn */
 #define MG_DELETES_PER_TURN 64         /* local copies deleted per turn */
+#define MG_WALK_PIECE 2048             /* hash buckets and items looked at per turn
+                                          for the slot's keys (0.2-0.3 ms) */
 #define MG_DELETES_INFLIGHT 256
 #define MG_IO_TIMEOUT_SEC 5            /* no answer for this long: connection failed */
 #define MG_COMMIT_TRIES 3              /* dials of the commit after the first */
@@ -133,8 +141,10 @@ struct migration {
     size_t items_unacked;   /* copied items not yet acknowledged */
     bool begun;             /* the destination accepted "import begin" */
 
-    struct keylist keys;
-    size_t next_key;
+    struct keylist keys;    /* the last piece of the walk's keys */
+    size_t next_key;        /* the first of them not yet handled */
+    struct eng_cursor cursor; /* the walk of the slot's keys (COPY, then CLEAN) */
+    bool walked;            /* every bucket walked: keys holds the last of them */
     unsigned inner_pending; /* forwarded writes still in the real engine */
     struct mg_fwd *ready_head, *ready_tail;
     unsigned nready;        /* completed at once, forwarded on the next turn */
@@ -148,6 +158,7 @@ struct migration {
     struct event *timer;    /* drain poll, redial delay */
 
     size_t keys_total;      /* keys the copy found */
+    size_t keys_cleaned;    /* local copies deleted (CLEAN) */
     uint64_t keys_sent, forwards, skipped;
     char last[320];         /* outcome of the last finished move */
 };
@@ -233,14 +244,36 @@ static void collect_key(void *ctx, const char *key, size_t nkey)
         c->failed = true;
 }
 
-/* Every key of the slot, from the real engine.  False when out of memory. */
-static bool collect_slot_keys(struct migration *mg)
+/* A walk of the slot's keys starts over. */
+static void walk_start(struct migration *mg)
+{
+    keylist_clear(&mg->keys);
+    mg->next_key = 0;
+    memset(&mg->cursor, 0, sizeof(mg->cursor));
+    mg->walked = false;
+}
+
+/* Every key of mg->keys was handled: the next piece of the walk replaces
+ * them.  False with *why when the walk cannot go on. */
+static bool walk_piece(struct migration *mg, const char **why)
 {
     keylist_clear(&mg->keys);
     mg->next_key = 0;
     struct collect c = { &mg->keys, false };
-    mg->inner->ops->slot_keys(mg->inner, mg->slot, collect_key, &c);
-    return !c.failed;
+    enum eng_walk how = mg->inner->ops->slot_keys(mg->inner, mg->slot, &mg->cursor,
+                                                  MG_WALK_PIECE, collect_key, &c);
+    if (c.failed) {
+        *why = "out of memory listing the slot's keys";
+        return false;
+    }
+    if (how == ENG_WALK_REFUSED) {
+        *why = "the process's keys changed under the walk of the slot";
+        return false;
+    }
+    mg->walked = how == ENG_WALK_DONE;
+    if (mg->phase == MG_COPY)
+        mg->keys_total += mg->keys.n;
+    return true;
 }
 
 static bool fifo_push(struct migration *mg, enum mg_cmd_kind kind, struct mg_fwd *fwd,
@@ -546,11 +579,13 @@ static bool wrap_admin(struct engine *e, int argc, char **argv, eng_write_fn wri
     return in->ops->admin && in->ops->admin(in, argc, argv, write, ctx);
 }
 
-static size_t wrap_slot_keys(struct engine *e, unsigned slot,
-                             void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+static enum eng_walk wrap_slot_keys(struct engine *e, unsigned slot, struct eng_cursor *cursor,
+                                    size_t budget,
+                                    void (*fn)(void *ctx, const char *key, size_t nkey),
+                                    void *ctx)
 {
     struct engine *in = mg_of(e)->inner;
-    return in->ops->slot_keys(in, slot, fn, ctx);
+    return in->ops->slot_keys(in, slot, cursor, budget, fn, ctx);
 }
 
 static int wrap_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
@@ -744,9 +779,9 @@ static void start_clean(struct migration *mg)
     close_import(mg);
     mg->phase = MG_CLEAN;
     mg->clean_pending = 0;
-    if (!collect_slot_keys(mg))
-        mg_log(mg, "out of memory listing the local copies; some stay until they expire");
-    mg_log(mg, "committed; deleting %zu local copies", mg->keys.n);
+    mg->keys_cleaned = 0;
+    walk_start(mg);
+    mg_log(mg, "committed; deleting the local copies");
     mg_pump(mg);
 }
 
@@ -933,14 +968,49 @@ static void mg_switch(struct migration *mg)
     mg->switched = true;
     mg->phase = MG_SWITCH;
     mg_log(mg, "%zu keys copied, map switched; committing once writes in flight are acknowledged",
-           mg->keys.n);
+           mg->keys_total);
+}
+
+/* The pump goes on in the next loop iteration, after the sockets were
+ * polled: a zero timeout, not event_active, which libevent runs in the
+ * same iteration, so a pump that kept rescheduling itself that way held
+ * the loop until the whole slot was done. */
+static void next_turn(struct migration *mg)
+{
+    static const struct timeval now = { 0, 0 };
+    event_add(mg->kick, &now);
+}
+
+/* Is there a key to handle now?  Takes the next piece of the walk when
+ * the last one is used up, one piece per turn (*walked_now).  False when
+ * not (now); with *why set, the walk cannot go on. */
+static bool next_key_ready(struct migration *mg, bool *walked_now, const char **why)
+{
+    *why = NULL;
+    while (mg->next_key == mg->keys.n) {
+        if (mg->walked || *walked_now)
+            return false;
+        if (!walk_piece(mg, why))
+            return false;
+        *walked_now = true;
+    }
+    return true;
+}
+
+static bool window_full(const struct migration *mg)
+{
+    return mg->fifo_len >= MG_WINDOW_CMDS || mg->unacked_bytes >= MG_WINDOW_BYTES;
 }
 
 static void copy_some(struct migration *mg)
 {
     int budget = MG_KEYS_PER_TURN;
-    while (mg->next_key < mg->keys.n && budget-- > 0 && mg->fifo_len < MG_WINDOW_CMDS &&
-           mg->unacked_bytes < MG_WINDOW_BYTES) {
+    bool walked_now = false;
+    const char *why = NULL;
+    while (budget > 0 && !window_full(mg)) {
+        if (!next_key_ready(mg, &walked_now, &why))
+            break;
+        budget--;
         size_t nkey;
         const char *key = keylist_key(&mg->keys, mg->next_key, &nkey);
         mg->next_key++;
@@ -958,16 +1028,20 @@ static void copy_some(struct migration *mg)
             mg->srv->stats.migrate_keys_sent++;
         }
     }
+    if (why != NULL) {
+        mg_fail(mg, why);
+        return;
+    }
     /* Switch once every copy is acknowledged: a dead or refusing
      * destination is noticed before the slot answers MOVED here, and the
      * time it answers MOVED before the destination takes it stays short. */
-    if (mg->next_key == mg->keys.n) {
+    if (mg->walked && mg->next_key == mg->keys.n) {
         if (mg->begun && mg->items_unacked == 0)
             mg_switch(mg);
         return;
     }
-    if (budget < 0)
-        event_active(mg->kick, EV_TIMEOUT, 0);   /* more next turn; acks also resume */
+    if (!window_full(mg))
+        next_turn(mg);   /* more next turn; acks also resume */
 }
 
 static void clean_done(void *cookie, const struct eng_result *res)
@@ -982,22 +1056,38 @@ static void clean_some(struct migration *mg)
 {
     struct engine *in = mg->inner;
     int budget = MG_DELETES_PER_TURN;
-    while (mg->next_key < mg->keys.n && budget-- > 0 && mg->clean_pending < MG_DELETES_INFLIGHT) {
+    bool walked_now = false;
+    const char *why = NULL;
+    while (budget > 0 && mg->clean_pending < MG_DELETES_INFLIGHT &&
+           next_key_ready(mg, &walked_now, &why)) {
+        budget--;
         size_t nkey;
         const char *key = keylist_key(&mg->keys, mg->next_key, &nkey);
         mg->next_key++;
+        mg->keys_cleaned++;
         struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
         struct eng_result r = { .status = ENG_SUCCESS };
         if (in->ops->mutate(in, &m, &r, clean_done, mg) == ENG_PENDING)
             mg->clean_pending++;
     }
-    if (mg->next_key < mg->keys.n) {
-        if (budget < 0)
-            event_active(mg->kick, EV_TIMEOUT, 0);
+    if (why != NULL) {
+        /* committed: the destination has the slot; what is left here
+         * answers MOVED and expires */
+        mg_log(mg, "%s; %zu local copies deleted, the others stay until they expire", why,
+               mg->keys_cleaned);
+        mg->walked = true;
+        keylist_clear(&mg->keys);
+        mg->next_key = 0;
+    }
+    if (!mg->walked || mg->next_key < mg->keys.n) {
+        if (mg->clean_pending < MG_DELETES_INFLIGHT)
+            next_turn(mg);   /* more next turn; deletes also resume */
         return;
     }
-    if (mg->clean_pending == 0)
+    if (mg->clean_pending == 0) {
+        mg_log(mg, "%zu local copies deleted", mg->keys_cleaned);
         mg_finish(mg, true, NULL);
+    }
 }
 
 /* Do whatever the phase allows now. */
@@ -1047,13 +1137,10 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         evtimer_add(mg->timer, &tv);
         return;
     }
-    if (!collect_slot_keys(mg)) {
-        mg_fail(mg, "out of memory listing the slot's keys");
-        return;
-    }
+    walk_start(mg);
     mg->phase = MG_COPY;
-    mg->keys_total = mg->keys.n;
-    mg_log(mg, "copying %zu keys", mg->keys.n);
+    mg->keys_total = 0;
+    mg_log(mg, "copying the slot's keys (the table walked a piece per turn)");
     mg_pump(mg);
 }
 
@@ -1291,38 +1378,80 @@ static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint6
 
 /* Destination, before an import of slot: drop what an earlier, abandoned
  * import of it left here, so a key deleted at the source since then cannot
- * come back.  The deletes run as silent requests of the import connection
- * itself: engines apply a key's mutations in order, so the import's sets of
- * the same keys land after them, and the commit (an admin command waits for
- * its connection's writes) only after all of them.  A slot served here
- * already (the source asks again after a lost commit reply) is left
- * alone. */
+ * come back.  The table is walked a piece per event-loop turn, as a
+ * streamed reply of the "import begin" (conn_stream): the connection reads
+ * nothing else meanwhile, and answers OK after the last piece.  The
+ * deletes run as silent requests of the import connection itself: engines
+ * apply a key's mutations in order, so the import's sets of the same keys
+ * land after them, and the commit (an admin command waits for its
+ * connection's writes) only after all of them. */
+struct purge {
+    struct conn_stream st;      /* first: the stream is the purge */
+    unsigned slot;
+    struct eng_cursor cursor;
+    size_t dropped;
+};
+
+static bool purge_step(struct conn_stream *st, struct resp *r)
+{
+    struct purge *pu = (struct purge *)st;
+    struct conn *c = r->c;
+    struct engine *e = conn_engine(c);
+    struct keylist stale = { 0 };
+    struct collect col = { &stale, false };
+    enum eng_walk how = e->ops->slot_keys(e, pu->slot, &pu->cursor, MG_WALK_PIECE, collect_key,
+                                          &col);
+    if (col.failed) {
+        keylist_clear(&stale);
+        resp_str(r, "SERVER_ERROR out of memory\r\n");
+        return true;
+    }
+    for (size_t i = 0; i < stale.n; i++) {
+        size_t nkey;
+        const char *key = keylist_key(&stale, i, &nkey);
+        struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
+        struct resp *d = conn_resp_new(c);
+        d->noreply = true;
+        conn_mutate(c, d, &m, NULL);
+    }
+    pu->dropped += stale.n;
+    keylist_clear(&stale);
+    if (how == ENG_WALK_MORE)
+        return false;
+    if (how == ENG_WALK_REFUSED) {
+        resp_str(r, "SERVER_ERROR the keys of this process changed during the import\r\n");
+        return true;
+    }
+    if (pu->dropped > 0)
+        fprintf(stderr, "import: dropped %zu stale keys of slot %u left by an earlier import\n",
+                pu->dropped, pu->slot);
+    conn_set_import(c);
+    resp_str(r, "OK\r\n");
+    return true;
+}
+
+static void purge_done(struct conn_stream *st)
+{
+    free(st);
+}
+
+/* "import begin <slot>": 1 when a purge streams the reply, 0 when none is
+ * needed (a slot served here already: the source asks again after a lost
+ * commit reply), -1 out of memory. */
 static int purge_slot(struct server *s, struct conn *c, unsigned slot)
 {
     struct engine *e = s->engine;
     if (!s->slotmap || s->slot_self < 0 || s->slotmap->slot[slot] == s->slot_self ||
         !e->ops->slot_keys)
         return 0;
-    struct keylist stale = { 0 };
-    struct collect col = { &stale, false };
-    e->ops->slot_keys(e, slot, collect_key, &col);
-    if (col.failed) {
-        keylist_clear(&stale);
+    struct purge *pu = calloc(1, sizeof(*pu));
+    if (pu == NULL)
         return -1;
-    }
-    for (size_t i = 0; i < stale.n; i++) {
-        size_t nkey;
-        const char *key = keylist_key(&stale, i, &nkey);
-        struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
-        struct resp *r = conn_resp_new(c);
-        r->noreply = true;
-        conn_mutate(c, r, &m, NULL);
-    }
-    if (stale.n > 0)
-        fprintf(stderr, "import: dropped %zu stale keys of slot %u left by an earlier import\n",
-                stale.n, slot);
-    keylist_clear(&stale);
-    return 0;
+    pu->st.step = purge_step;
+    pu->st.done = purge_done;
+    pu->slot = slot;
+    conn_stream(c, &pu->st);
+    return 1;
 }
 
 static void admin_import(struct server *s, struct conn *c, int argc, char **argv,
@@ -1336,10 +1465,13 @@ static void admin_import(struct server *s, struct conn *c, int argc, char **argv
     }
     if (argc == 3 && strcmp(argv[1], "begin") == 0 && parse_u64(argv[2], &slot) &&
         slot < SLOTMAP_SLOTS) {
-        if (purge_slot(s, c, (unsigned)slot) < 0) {
+        int purging = purge_slot(s, c, (unsigned)slot);
+        if (purging < 0) {
             engine_reply(write, ctx, "SERVER_ERROR out of memory\r\n");
             return;
         }
+        if (purging > 0)
+            return;   /* purge_step answers */
         conn_set_import(c);
         engine_reply(write, ctx, "OK\r\n");
         return;

@@ -1495,7 +1495,6 @@ struct slot_walk {
     unsigned slot;
     void (*fn)(void *ctx, const char *key, size_t nkey);
     void *ctx;
-    size_t n;
 };
 
 static void slot_visit(void *ctx, struct item *e)
@@ -1504,16 +1503,27 @@ static void slot_visit(void *ctx, struct item *e)
     if (!entry_visible(w->dp, e) || slotmap_slot(item_key(e), e->nkey) != w->slot)
         return;
     w->fn(w->ctx, item_key(e), e->nkey);
-    w->n++;
 }
 
-static size_t dp_slot_keys(struct engine *eng, unsigned slot,
-                           void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+/* A walk goes on over the table it began on only (a copy taken meanwhile
+ * replaced it): true when cursor walks the current one. */
+static bool walk_on_table(const struct data_engine *dp, struct eng_cursor *cursor)
+{
+    if (cursor->pos == 0 && cursor->table == 0)
+        cursor->table = dp->table_gen;
+    return cursor->table == dp->table_gen;
+}
+
+static enum eng_walk dp_slot_keys(struct engine *eng, unsigned slot, struct eng_cursor *cursor,
+                                  size_t budget,
+                                  void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
 {
     struct data_engine *dp = dp_of(eng);
-    struct slot_walk w = { dp, slot, fn, ctx, 0 };
-    meta_iterate(&dp->meta, slot_visit, &w);
-    return w.n;
+    if (!walk_on_table(dp, cursor))
+        return ENG_WALK_REFUSED;
+    struct slot_walk w = { dp, slot, fn, ctx };
+    return assoc_walk(&dp->meta.table, &cursor->pos, budget, slot_visit, &w) ? ENG_WALK_DONE
+                                                                             : ENG_WALK_MORE;
 }
 
 /* stats cachedump, lru_crawler metadump: the visible entries, most recently
@@ -1578,11 +1588,7 @@ static enum eng_walk dp_walk(struct engine *eng, struct eng_cursor *cursor, size
                              void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
 {
     struct data_engine *dp = dp_of(eng);
-    if (!dp_lists_keys(dp))
-        return ENG_WALK_REFUSED;
-    if (cursor->pos == 0 && cursor->table == 0)
-        cursor->table = dp->table_gen;
-    else if (cursor->table != dp->table_gen)
+    if (!dp_lists_keys(dp) || !walk_on_table(dp, cursor))
         return ENG_WALK_REFUSED;
     struct listing_walk w = { dp, fn, ctx };
     return assoc_walk(&dp->meta.table, &cursor->pos, budget, listing_visit, &w) ? ENG_WALK_DONE

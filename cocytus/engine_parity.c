@@ -349,17 +349,21 @@ static bool parity_visit_recent(struct engine *e,
     return pe->serving && pe->serving->ops->visit_recent(pe->serving, fn, ctx);
 }
 
+/* A walk begun over another data process's keys (or another serving of
+ * the same one) does not go on over these: true when cursor walks the
+ * current serving's (and, at its start, marks it so). */
+static bool walk_owned(const struct parity_engine *pe, struct eng_cursor *cursor)
+{
+    if (cursor->pos == 0 && cursor->owner == 0)
+        cursor->owner = pe->serving_gen;
+    return cursor->owner == pe->serving_gen;
+}
+
 static enum eng_walk parity_walk(struct engine *e, struct eng_cursor *cursor, size_t budget,
                                  void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
 {
     struct parity_engine *pe = pe_of(e);
-    if (pe->serving == NULL)
-        return ENG_WALK_REFUSED;
-    /* A walk begun over another data process's keys (or another serving
-     * of the same one) does not go on over these. */
-    if (cursor->pos == 0 && cursor->owner == 0)
-        cursor->owner = pe->serving_gen;
-    else if (cursor->owner != pe->serving_gen)
+    if (pe->serving == NULL || !walk_owned(pe, cursor))
         return ENG_WALK_REFUSED;
     return pe->serving->ops->walk(pe->serving, cursor, budget, fn, ctx);
 }
@@ -388,11 +392,15 @@ static bool parity_read_wait(struct engine *e, const char *key, size_t nkey, eng
     return pe->serving && pe->serving->ops->read_wait(pe->serving, key, nkey, done, cookie);
 }
 
-static size_t parity_slot_keys(struct engine *e, unsigned slot,
-                               void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+static enum eng_walk parity_slot_keys(struct engine *e, unsigned slot,
+                                      struct eng_cursor *cursor, size_t budget,
+                                      void (*fn)(void *ctx, const char *key, size_t nkey),
+                                      void *ctx)
 {
     struct parity_engine *pe = pe_of(e);
-    return pe->serving ? pe->serving->ops->slot_keys(pe->serving, slot, fn, ctx) : 0;
+    if (pe->serving == NULL || !walk_owned(pe, cursor))
+        return ENG_WALK_REFUSED;
+    return pe->serving->ops->slot_keys(pe->serving, slot, cursor, budget, fn, ctx);
 }
 
 static eng_status parity_mutate(struct engine *e, const struct eng_mutation *m,

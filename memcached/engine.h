@@ -209,12 +209,19 @@ struct engine_ops {
     bool (*admin)(struct engine *e, int argc, char **argv, eng_write_fn write, void *ctx);
 
     /* Optional (may be NULL; serving engines have it): call fn for every
-     * live key whose slotmap_slot() is slot (a key with a mutation still
-     * in flight may or may not be among them).  fn must not call the
-     * engine.  Returns how many keys were visited.  Slot migration
-     * (migrate.c) collects a slot's keys with it. */
-    size_t (*slot_keys)(struct engine *e, unsigned slot,
-                        void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
+     * live key whose slotmap_slot() is slot among about `budget` hash
+     * buckets and items from *cursor on (0 starts; as walk: a key present
+     * all along is visited exactly once however the table grows; a key
+     * with a mutation still in flight may or may not be).  fn must not
+     * call the engine; the engine may be used between calls.  ENG_WALK_MORE
+     * until every bucket was walked; ENG_WALK_REFUSED when the keys walked
+     * so far are no longer this engine's (another table, another serving).
+     * Slot migration (migrate.c) collects a slot's keys with it, a piece
+     * per event-loop turn: a whole table at once stalled the process for
+     * about 150 ms per million items. */
+    enum eng_walk (*slot_keys)(struct engine *e, unsigned slot, struct eng_cursor *cursor,
+                               size_t budget,
+                               void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
     /* Optional: called before a read of key is served.  Returns false when
      * the read can be served now; true when it must wait (a recovery
      * process rebuilding the value's units): done(cookie, NULL-free result)

@@ -568,10 +568,14 @@ static enum eng_walk plain_walk(struct engine *e, struct eng_cursor *cursor, siz
 
 /* ---- keys of one slot (slot migration) ---- */
 
-static size_t plain_slot_keys(struct engine *e, unsigned slot,
-                              void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+static enum eng_walk plain_slot_keys(struct engine *e, unsigned slot, struct eng_cursor *cursor,
+                                     size_t budget,
+                                     void (*fn)(void *ctx, const char *key, size_t nkey),
+                                     void *ctx)
 {
-    return items_slot_keys(&plain_of(e)->store, slot, fn, ctx);
+    return items_slot_keys(&plain_of(e)->store, slot, &cursor->pos, budget, fn, ctx)
+               ? ENG_WALK_DONE
+               : ENG_WALK_MORE;
 }
 
 /* ---- clock, lifetime ---- */

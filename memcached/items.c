@@ -443,7 +443,6 @@ struct slot_walk {
     unsigned slot;
     void (*fn)(void *ctx, const char *key, size_t nkey);
     void *ctx;
-    size_t n;
 };
 
 static void slot_visit(void *ctx, struct item *it)
@@ -452,13 +451,11 @@ static void slot_visit(void *ctx, struct item *it)
     if (item_is_dead(w->s, it) || slotmap_slot(item_key(it), it->nkey) != w->slot)
         return;
     w->fn(w->ctx, item_key(it), it->nkey);
-    w->n++;
 }
 
-size_t items_slot_keys(struct item_store *s, unsigned slot,
-                       void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+bool items_slot_keys(struct item_store *s, unsigned slot, uint64_t *cursor, size_t budget,
+                     void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
 {
-    struct slot_walk w = { s, slot, fn, ctx, 0 };
-    assoc_iterate(&s->table, slot_visit, &w);
-    return w.n;
+    struct slot_walk w = { s, slot, fn, ctx };
+    return assoc_walk(&s->table, cursor, budget, slot_visit, &w);
 }

@@ -239,8 +239,9 @@ bool item_store_walk(struct item_store *s, bool cas_enabled, uint64_t *cursor, s
                      void (*fn)(void *ctx, const struct eng_value *v), void *ctx);
 
 /* Calls fn for the key of every live item whose slot is `slot` (slot
- * migration: the keys to move), in table order.  Returns how many. */
-size_t items_slot_keys(struct item_store *s, unsigned slot,
-                       void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
+ * migration: the keys to move) in the next buckets of a walk (assoc_walk),
+ * in hash order: true when the walk is complete. */
+bool items_slot_keys(struct item_store *s, unsigned slot, uint64_t *cursor, size_t budget,
+                     void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
 
 #endif

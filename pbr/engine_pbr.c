@@ -250,11 +250,13 @@ static bool pp_admin(struct engine *e, int argc, char **argv, eng_write_fn write
     return handled;
 }
 
-static size_t pp_slot_keys(struct engine *e, unsigned slot,
-                           void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+static enum eng_walk pp_slot_keys(struct engine *e, unsigned slot, struct eng_cursor *cursor,
+                                  size_t budget,
+                                  void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
 {
     struct engine *in = pp_of(e)->inner;
-    return in->ops->slot_keys ? in->ops->slot_keys(in, slot, fn, ctx) : 0;
+    return in->ops->slot_keys ? in->ops->slot_keys(in, slot, cursor, budget, fn, ctx)
+                              : ENG_WALK_REFUSED;
 }
 
 static size_t pp_heartbeat_extra(struct engine *e, char *buf, size_t len)

@@ -755,10 +755,14 @@ static eng_status primary_get_ex(struct engine *e, const char *key, size_t nkey,
 }
 
 /* Keys of one slot (slot migration): live items of the committed store. */
-static size_t primary_slot_keys(struct engine *e, unsigned slot,
-                                void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+static enum eng_walk primary_slot_keys(struct engine *e, unsigned slot,
+                                       struct eng_cursor *cursor, size_t budget,
+                                       void (*fn)(void *ctx, const char *key, size_t nkey),
+                                       void *ctx)
 {
-    return items_slot_keys(pe_of(e)->store, slot, fn, ctx);
+    return items_slot_keys(pe_of(e)->store, slot, &cursor->pos, budget, fn, ctx)
+               ? ENG_WALK_DONE
+               : ENG_WALK_MORE;
 }
 
 static void primary_release(struct engine *e, void *handle)
