@@ -78,8 +78,9 @@ bool zklog_admit(struct zklog_limit *lim, const char *line, uint64_t now_ms, uns
     if (i < 0)
         return true;   /* too many kinds at once: print rather than forget */
     if (strcmp(lim->slot[i].key, key) != 0) {
-        /* a new key, or one whose slot is taken over: whatever it left
-         * out is older than the window */
+        /* a new key, or one whose slot is taken over (more than
+         * ZKLOG_KEYS locations at once): that one's count of lines left
+         * out is dropped */
         snprintf(lim->slot[i].key, sizeof(lim->slot[i].key), "%s", key);
         lim->slot[i].dropped = 0;
     } else if (now_ms - lim->slot[i].shown_ms < ZKLOG_WINDOW_MS) {

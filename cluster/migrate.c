@@ -70,7 +70,11 @@
 #define MG_WALK_PIECE 2048             /* hash buckets and items looked at per turn
                                           for the slot's keys (0.2-0.3 ms) */
 #define MG_DELETES_INFLIGHT 256
+#define MG_CLEAN_RESTARTS 3            /* CLEAN walks begun again after a refusal */
 #define MG_IO_TIMEOUT_SEC 5            /* no answer for this long: connection failed */
+#define MG_PURGE_TIMEOUT_SEC 120       /* the same before "import begin <slot>" is
+                                          answered: the destination walks its whole
+                                          table first (about 5 s for 10M items) */
 #define MG_COMMIT_TRIES 3              /* dials of the commit after the first */
 #define MG_REDIAL_USEC 200000
 #define MG_DRAIN_POLL_USEC 1000
@@ -157,6 +161,9 @@ struct migration {
     struct event *kick;     /* next slice of work, on the next loop turn */
     struct event *timer;    /* drain poll, redial delay */
 
+    bool may_walk;          /* the kick runs: one piece of the walk may be taken */
+    int walk_restarts;      /* CLEAN: walks begun again after a refusal */
+    int io_timeout_sec;     /* of the import connection now */
     size_t keys_total;      /* keys the copy found */
     size_t keys_cleaned;    /* local copies deleted (CLEAN) */
     uint64_t keys_sent, forwards, skipped;
@@ -167,6 +174,7 @@ static void mg_fail(struct migration *mg, const char *why);
 static void mg_pump(struct migration *mg);
 static struct evbuffer *mg_out(struct migration *mg);
 static void mg_dial_commit(struct migration *mg);
+static void set_io_timeout(struct migration *mg, int sec);
 
 static void mg_log(const struct migration *mg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -780,6 +788,7 @@ static void start_clean(struct migration *mg)
     mg->phase = MG_CLEAN;
     mg->clean_pending = 0;
     mg->keys_cleaned = 0;
+    mg->walk_restarts = 0;
     walk_start(mg);
     mg_log(mg, "committed; deleting the local copies");
     mg_pump(mg);
@@ -807,6 +816,7 @@ static void on_reply(struct migration *mg, const char *line)
     case CMD_BEGIN:
         if (line_is(line, "OK")) {
             mg->begun = true;
+            set_io_timeout(mg, MG_IO_TIMEOUT_SEC);
             return;
         }
         quote_reply(why, sizeof(why), "destination refused the import", line);
@@ -866,13 +876,23 @@ static void on_import_event(struct bufferevent *bev, short what, void *arg)
     }
     char why[160];
     if (what & BEV_EVENT_TIMEOUT)
-        snprintf(why, sizeof(why), "no answer from the destination for %d s", MG_IO_TIMEOUT_SEC);
+        snprintf(why, sizeof(why), "no answer from the destination for %d s", mg->io_timeout_sec);
     else if (what & BEV_EVENT_EOF)
         snprintf(why, sizeof(why), "the destination closed the import connection");
     else
         snprintf(why, sizeof(why), "import connection failed: %s",
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
     mg_fail(mg, why);
+}
+
+/* Until it answers "import begin <slot>", the destination reads nothing
+ * (it walks its table for stale copies: purge_slot), so neither side of
+ * the connection moves for a while. */
+static void set_io_timeout(struct migration *mg, int sec)
+{
+    struct timeval tv = { sec, 0 };
+    mg->io_timeout_sec = sec;
+    bufferevent_set_timeouts(mg->bev, &tv, &tv);
 }
 
 /* Open the import connection and send "cocytus import begin". */
@@ -900,11 +920,10 @@ static int open_import(struct migration *mg, bool purge, char *err, size_t errle
     freeaddrinfo(ai);
     int one = 1;
     setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct timeval tv = { MG_IO_TIMEOUT_SEC, 0 };
-    bufferevent_set_timeouts(bev, &tv, &tv);
     bufferevent_setcb(bev, on_import_read, NULL, on_import_event, mg);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     mg->bev = bev;
+    set_io_timeout(mg, purge ? MG_PURGE_TIMEOUT_SEC : MG_IO_TIMEOUT_SEC);
     /* Only the first dial of a move asks the destination to drop stale
      * copies of the slot: a redial for the commit must not wipe what this
      * move has just copied (the first commit may not have been applied). */
@@ -982,17 +1001,19 @@ static void next_turn(struct migration *mg)
 }
 
 /* Is there a key to handle now?  Takes the next piece of the walk when
- * the last one is used up, one piece per turn (*walked_now).  False when
- * not (now); with *why set, the walk cannot go on. */
-static bool next_key_ready(struct migration *mg, bool *walked_now, const char **why)
+ * the last one is used up, only from the kick and one piece per kick
+ * (may_walk): acks and completions that pump the copy between kicks use
+ * the keys listed, or a burst of them would walk the table in one turn.
+ * False when not (now); with *why set, the walk cannot go on. */
+static bool next_key_ready(struct migration *mg, const char **why)
 {
     *why = NULL;
     while (mg->next_key == mg->keys.n) {
-        if (mg->walked || *walked_now)
+        if (mg->walked || !mg->may_walk)
             return false;
+        mg->may_walk = false;
         if (!walk_piece(mg, why))
             return false;
-        *walked_now = true;
     }
     return true;
 }
@@ -1005,10 +1026,9 @@ static bool window_full(const struct migration *mg)
 static void copy_some(struct migration *mg)
 {
     int budget = MG_KEYS_PER_TURN;
-    bool walked_now = false;
     const char *why = NULL;
     while (budget > 0 && !window_full(mg)) {
-        if (!next_key_ready(mg, &walked_now, &why))
+        if (!next_key_ready(mg, &why))
             break;
         budget--;
         size_t nkey;
@@ -1056,10 +1076,8 @@ static void clean_some(struct migration *mg)
 {
     struct engine *in = mg->inner;
     int budget = MG_DELETES_PER_TURN;
-    bool walked_now = false;
     const char *why = NULL;
-    while (budget > 0 && mg->clean_pending < MG_DELETES_INFLIGHT &&
-           next_key_ready(mg, &walked_now, &why)) {
+    while (budget > 0 && mg->clean_pending < MG_DELETES_INFLIGHT && next_key_ready(mg, &why)) {
         budget--;
         size_t nkey;
         const char *key = keylist_key(&mg->keys, mg->next_key, &nkey);
@@ -1071,13 +1089,20 @@ static void clean_some(struct migration *mg)
             mg->clean_pending++;
     }
     if (why != NULL) {
-        /* committed: the destination has the slot; what is left here
-         * answers MOVED and expires */
-        mg_log(mg, "%s; %zu local copies deleted, the others stay until they expire", why,
-               mg->keys_cleaned);
-        mg->walked = true;
-        keylist_clear(&mg->keys);
-        mg->next_key = 0;
+        /* Committed: the destination has the slot.  Deletes are
+         * idempotent, so the walk begins again (a table replaced by a
+         * copy, memory back); after a few tries what is left here
+         * answers MOVED until it is evicted or expires. */
+        if (mg->walk_restarts++ < MG_CLEAN_RESTARTS) {
+            mg_log(mg, "%s; deleting the local copies again from the start", why);
+            walk_start(mg);
+        } else {
+            mg_log(mg, "%s; %zu local copies deleted, the others stay until evicted or expired",
+                   why, mg->keys_cleaned);
+            mg->walked = true;
+            keylist_clear(&mg->keys);
+            mg->next_key = 0;
+        }
     }
     if (!mg->walked || mg->next_key < mg->keys.n) {
         if (mg->clean_pending < MG_DELETES_INFLIGHT)
@@ -1118,7 +1143,9 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
     struct migration *mg = arg;
     forward_ready(mg);
+    mg->may_walk = true;
     mg_pump(mg);
+    mg->may_walk = false;
 }
 
 /* DRAIN: poll until the writes older than the move completed; COMMIT:
@@ -1396,7 +1423,15 @@ static bool purge_step(struct conn_stream *st, struct resp *r)
 {
     struct purge *pu = (struct purge *)st;
     struct conn *c = r->c;
+    struct server *s = conn_server(c);
     struct engine *e = conn_engine(c);
+    if (s->slotmap && s->slot_self >= 0 && s->slotmap->slot[pu->slot] == s->slot_self) {
+        /* served here meanwhile: its keys are no longer stale (as a
+         * purge that never began, purge_slot) */
+        conn_set_import(c);
+        resp_str(r, "OK\r\n");
+        return true;
+    }
     struct keylist stale = { 0 };
     struct collect col = { &stale, false };
     enum eng_walk how = e->ops->slot_keys(e, pu->slot, &pu->cursor, MG_WALK_PIECE, collect_key,
@@ -1419,7 +1454,8 @@ static bool purge_step(struct conn_stream *st, struct resp *r)
     if (how == ENG_WALK_MORE)
         return false;
     if (how == ENG_WALK_REFUSED) {
-        resp_str(r, "SERVER_ERROR the keys of this process changed during the import\r\n");
+        resp_str(r, "SERVER_ERROR this process serves no keys now, or its keys changed during "
+                    "the import\r\n");
         return true;
     }
     if (pu->dropped > 0)
