@@ -261,16 +261,27 @@ static void walk_start(struct migration *mg)
     mg->walked = false;
 }
 
+/* The keys of slot in the next piece of a walk of e (MG_WALK_PIECE), into
+ * keys, emptied first; *oom when some could not be kept.  The source's
+ * copy and clean-up and the destination's purge all walk this way. */
+static enum eng_walk collect_piece(struct engine *e, unsigned slot, struct eng_cursor *cursor,
+                                   struct keylist *keys, bool *oom)
+{
+    keylist_clear(keys);
+    struct collect c = { keys, false };
+    enum eng_walk how = e->ops->slot_keys(e, slot, cursor, MG_WALK_PIECE, collect_key, &c);
+    *oom = c.failed;
+    return how;
+}
+
 /* Every key of mg->keys was handled: the next piece of the walk replaces
  * them.  False with *why when the walk cannot go on. */
 static bool walk_piece(struct migration *mg, const char **why)
 {
-    keylist_clear(&mg->keys);
+    bool oom;
     mg->next_key = 0;
-    struct collect c = { &mg->keys, false };
-    enum eng_walk how = mg->inner->ops->slot_keys(mg->inner, mg->slot, &mg->cursor,
-                                                  MG_WALK_PIECE, collect_key, &c);
-    if (c.failed) {
+    enum eng_walk how = collect_piece(mg->inner, mg->slot, &mg->cursor, &mg->keys, &oom);
+    if (oom) {
         *why = "out of memory listing the slot's keys";
         return false;
     }
@@ -1362,6 +1373,12 @@ static void admin_migrate(struct server *s, int argc, char **argv, eng_write_fn 
     engine_reply(write, ctx, "OK\r\n");
 }
 
+/* Does this process serve slot, by its map? */
+static bool served_here(const struct server *s, unsigned slot)
+{
+    return s->slotmap && s->slot_self >= 0 && s->slotmap->slot[slot] == s->slot_self;
+}
+
 /* Destination: take the slot (idempotent: the source may ask again). */
 static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint64_t epoch,
                           eng_write_fn write, void *ctx)
@@ -1375,7 +1392,7 @@ static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint6
         return;
     }
     if (epoch <= s->slotmap->epoch) {
-        if (s->slotmap->slot[slot] == s->slot_self) {
+        if (served_here(s, (unsigned)slot)) {
             engine_reply(write, ctx, "OK\r\n");
             return;
         }
@@ -1424,43 +1441,38 @@ static bool purge_step(struct conn_stream *st, struct resp *r)
     struct purge *pu = (struct purge *)st;
     struct conn *c = r->c;
     struct server *s = conn_server(c);
-    struct engine *e = conn_engine(c);
-    if (s->slotmap && s->slot_self >= 0 && s->slotmap->slot[pu->slot] == s->slot_self) {
-        /* served here meanwhile: its keys are no longer stale (as a
-         * purge that never began, purge_slot) */
-        conn_set_import(c);
-        resp_str(r, "OK\r\n");
-        return true;
-    }
-    struct keylist stale = { 0 };
-    struct collect col = { &stale, false };
-    enum eng_walk how = e->ops->slot_keys(e, pu->slot, &pu->cursor, MG_WALK_PIECE, collect_key,
-                                          &col);
-    if (col.failed) {
+    /* A slot served here meanwhile holds no stale keys any more: the
+     * purge ends (as one that never began, purge_slot). */
+    if (!served_here(s, pu->slot)) {
+        struct keylist stale = { 0 };
+        bool oom;
+        enum eng_walk how = collect_piece(conn_engine(c), pu->slot, &pu->cursor, &stale, &oom);
+        if (oom) {
+            keylist_clear(&stale);
+            resp_str(r, "SERVER_ERROR out of memory\r\n");
+            return true;
+        }
+        for (size_t i = 0; i < stale.n; i++) {
+            size_t nkey;
+            const char *key = keylist_key(&stale, i, &nkey);
+            struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
+            struct resp *d = conn_resp_new(c);
+            d->noreply = true;
+            conn_mutate(c, d, &m, NULL);
+        }
+        pu->dropped += stale.n;
         keylist_clear(&stale);
-        resp_str(r, "SERVER_ERROR out of memory\r\n");
-        return true;
+        if (how == ENG_WALK_MORE)
+            return false;
+        if (how == ENG_WALK_REFUSED) {
+            resp_str(r, "SERVER_ERROR this process serves no keys now, or its keys changed "
+                        "during the import\r\n");
+            return true;
+        }
+        if (pu->dropped > 0)
+            fprintf(stderr, "import: dropped %zu stale keys of slot %u left by an earlier "
+                    "import\n", pu->dropped, pu->slot);
     }
-    for (size_t i = 0; i < stale.n; i++) {
-        size_t nkey;
-        const char *key = keylist_key(&stale, i, &nkey);
-        struct eng_mutation m = { .op = ENG_OP_DELETE, .key = key, .nkey = nkey };
-        struct resp *d = conn_resp_new(c);
-        d->noreply = true;
-        conn_mutate(c, d, &m, NULL);
-    }
-    pu->dropped += stale.n;
-    keylist_clear(&stale);
-    if (how == ENG_WALK_MORE)
-        return false;
-    if (how == ENG_WALK_REFUSED) {
-        resp_str(r, "SERVER_ERROR this process serves no keys now, or its keys changed during "
-                    "the import\r\n");
-        return true;
-    }
-    if (pu->dropped > 0)
-        fprintf(stderr, "import: dropped %zu stale keys of slot %u left by an earlier import\n",
-                pu->dropped, pu->slot);
     conn_set_import(c);
     resp_str(r, "OK\r\n");
     return true;
@@ -1476,9 +1488,7 @@ static void purge_done(struct conn_stream *st)
  * commit reply), -1 out of memory. */
 static int purge_slot(struct server *s, struct conn *c, unsigned slot)
 {
-    struct engine *e = s->engine;
-    if (!s->slotmap || s->slot_self < 0 || s->slotmap->slot[slot] == s->slot_self ||
-        !e->ops->slot_keys)
+    if (!s->engine->ops->slot_keys || !s->slotmap || s->slot_self < 0 || served_here(s, slot))
         return 0;
     struct purge *pu = calloc(1, sizeof(*pu));
     if (pu == NULL)

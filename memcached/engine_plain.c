@@ -562,8 +562,7 @@ static enum eng_walk plain_walk(struct engine *e, struct eng_cursor *cursor, siz
                                 void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
 {
     struct plain *p = plain_of(e);
-    return item_store_walk(&p->store, p->cas_enabled, &cursor->pos, budget, fn, ctx) ? ENG_WALK_DONE
-                                                                              : ENG_WALK_MORE;
+    return item_store_walk(&p->store, p->cas_enabled, cursor, budget, fn, ctx);
 }
 
 /* ---- keys of one slot (slot migration) ---- */
@@ -573,9 +572,7 @@ static enum eng_walk plain_slot_keys(struct engine *e, unsigned slot, struct eng
                                      void (*fn)(void *ctx, const char *key, size_t nkey),
                                      void *ctx)
 {
-    return items_slot_keys(&plain_of(e)->store, slot, &cursor->pos, budget, fn, ctx)
-               ? ENG_WALK_DONE
-               : ENG_WALK_MORE;
+    return items_slot_keys(&plain_of(e)->store, slot, cursor, budget, fn, ctx);
 }
 
 /* ---- clock, lifetime ---- */

@@ -429,11 +429,13 @@ static void listing_visit(void *ctx, struct item *it)
     w->fn(w->ctx, &v);
 }
 
-bool item_store_walk(struct item_store *s, bool cas_enabled, uint64_t *cursor, size_t budget,
-                     void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+enum eng_walk item_store_walk(struct item_store *s, bool cas_enabled, struct eng_cursor *cursor,
+                              size_t budget, void (*fn)(void *ctx, const struct eng_value *v),
+                              void *ctx)
 {
     struct listing_walk w = { s, cas_enabled, fn, ctx };
-    return assoc_walk(&s->table, cursor, budget, listing_visit, &w);
+    return assoc_walk(&s->table, &cursor->pos, budget, listing_visit, &w) ? ENG_WALK_DONE
+                                                                          : ENG_WALK_MORE;
 }
 
 /* ---- keys of one slot ---- */
@@ -453,9 +455,11 @@ static void slot_visit(void *ctx, struct item *it)
     w->fn(w->ctx, item_key(it), it->nkey);
 }
 
-bool items_slot_keys(struct item_store *s, unsigned slot, uint64_t *cursor, size_t budget,
-                     void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
+enum eng_walk items_slot_keys(struct item_store *s, unsigned slot, struct eng_cursor *cursor,
+                              size_t budget,
+                              void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx)
 {
     struct slot_walk w = { s, slot, fn, ctx };
-    return assoc_walk(&s->table, cursor, budget, slot_visit, &w);
+    return assoc_walk(&s->table, &cursor->pos, budget, slot_visit, &w) ? ENG_WALK_DONE
+                                                                       : ENG_WALK_MORE;
 }

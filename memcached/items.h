@@ -234,14 +234,16 @@ rel_time_t item_write_age(const struct item_store *s, const struct item *it);
 void item_store_visit_recent(struct item_store *s, bool cas_enabled,
                              bool (*fn)(void *ctx, const struct eng_value *v), void *ctx);
 /* The same for the items of the next buckets of a walk (assoc_walk), in
- * hash order: true when the walk is complete. */
-bool item_store_walk(struct item_store *s, bool cas_enabled, uint64_t *cursor, size_t budget,
-                     void (*fn)(void *ctx, const struct eng_value *v), void *ctx);
+ * hash order: ENG_WALK_DONE when the walk is complete, else MORE. */
+enum eng_walk item_store_walk(struct item_store *s, bool cas_enabled, struct eng_cursor *cursor,
+                              size_t budget, void (*fn)(void *ctx, const struct eng_value *v),
+                              void *ctx);
 
 /* Calls fn for the key of every live item whose slot is `slot` (slot
  * migration: the keys to move) in the next buckets of a walk (assoc_walk),
- * in hash order: true when the walk is complete. */
-bool items_slot_keys(struct item_store *s, unsigned slot, uint64_t *cursor, size_t budget,
-                     void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
+ * in hash order: ENG_WALK_DONE when the walk is complete, else MORE. */
+enum eng_walk items_slot_keys(struct item_store *s, unsigned slot, struct eng_cursor *cursor,
+                              size_t budget,
+                              void (*fn)(void *ctx, const char *key, size_t nkey), void *ctx);
 
 #endif

@@ -126,9 +126,7 @@ static enum eng_walk pp_walk(struct engine *e, struct eng_cursor *cursor, size_t
     struct pbr_proc *pp = pp_of(e);
     if (!pp->is_primary && !pbr_backup_promoted(pp->inner))
         return ENG_WALK_REFUSED;
-    return item_store_walk(&pp->sh.store, pp->sh.cfg.cas_enabled, &cursor->pos, budget, fn, ctx)
-               ? ENG_WALK_DONE
-               : ENG_WALK_MORE;
+    return item_store_walk(&pp->sh.store, pp->sh.cfg.cas_enabled, cursor, budget, fn, ctx);
 }
 
 /* The meta commands' read: the inner engine's, when it has one (a backup

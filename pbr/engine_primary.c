@@ -760,9 +760,7 @@ static enum eng_walk primary_slot_keys(struct engine *e, unsigned slot,
                                        void (*fn)(void *ctx, const char *key, size_t nkey),
                                        void *ctx)
 {
-    return items_slot_keys(pe_of(e)->store, slot, &cursor->pos, budget, fn, ctx)
-               ? ENG_WALK_DONE
-               : ENG_WALK_MORE;
+    return items_slot_keys(pe_of(e)->store, slot, cursor, budget, fn, ctx);
 }
 
 static void primary_release(struct engine *e, void *handle)
