@@ -452,8 +452,12 @@ void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno.  A numeric host
  * never blocks; a host name is looked up once per worker and remembered
  * (px_resolved), so reconnecting to a dead server does not stall the
- * worker's loop in getaddrinfo. */
+ * worker's loop in getaddrinfo; after a connection to it failed, it is
+ * looked up again, at most once a second (a replaced node's new address). */
 int px_connect_start(struct px_worker *w, const struct lc_addr *a);
+/* A connection to a failed: its name is looked up again before the next
+ * connect (PX_RESOLVE_AGAIN_MS after the last lookup). */
+void px_resolved_stale(struct px_worker *w, const struct lc_addr *a);
 void px_resolved_free(struct px_worker *w);
 
 /* ---- authentication (px_auth.c) ---- */

@@ -39,15 +39,23 @@
 
 /* One looked-up endpoint: up to PX_ADDRS_MAX of its addresses, tried in
  * the resolver's order.  Entries live as long as the worker: cluster
- * endpoints are few and their names do not move under a running cluster
- * (a renamed host means a new slot map, hence a new endpoint anyway). */
+ * endpoints are few.  A name may move, though: a node replaced on a spare
+ * host keeps its name and gets a new address (docs/operations.md,
+ * "Replacing a node").  So a connection that fails marks its entry stale,
+ * and the next connect looks the name up again, at most once per
+ * PX_RESOLVE_AGAIN_MS: a dead server that is retried does not put a
+ * lookup on the worker's loop at every back-off. */
 #define PX_ADDRS_MAX 4
+#define PX_RESOLVE_AGAIN_MS 1000
 
 struct px_resolved {
     struct lc_addr addr;
     struct sockaddr_storage sa[PX_ADDRS_MAX];
     socklen_t salen[PX_ADDRS_MAX];
     int n;
+    bool stale;                 /* a connection to it failed since the lookup */
+    bool lookup_failing;        /* the last lookup again failed (logged once) */
+    int64_t looked_up_ms;
     struct px_resolved *next;
 };
 
@@ -82,12 +90,50 @@ static int resolve_one(const struct lc_addr *a, struct px_resolved *r)
     return r->n > 0 ? 0 : EAI_FAIL;
 }
 
-static const struct px_resolved *resolve_cached(struct px_worker *w, const struct lc_addr *a)
+static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_addr *a)
 {
-    for (const struct px_resolved *r = w->resolved; r; r = r->next)
+    for (struct px_resolved *r = w->resolved; r; r = r->next)
         if (lc_addr_equal(&r->addr, a))
             return r;
-    struct px_resolved *r = calloc(1, sizeof(*r));
+    return NULL;
+}
+
+/* A stale entry looked up again.  If the lookup fails now, the addresses
+ * it had are kept (the name may be back later; they are all there is). */
+static void resolve_again(struct px_resolved *r, int64_t now)
+{
+    struct px_resolved fresh;
+    memset(&fresh, 0, sizeof(fresh));   /* compared whole below */
+    r->looked_up_ms = now;
+    int rc = resolve_one(&r->addr, &fresh);
+    if (rc != 0) {
+        if (!r->lookup_failing)
+            fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
+                    r->addr.host, r->addr.port, gai_strerror(rc));
+        r->lookup_failing = true;
+        return;
+    }
+    r->lookup_failing = false;
+    bool moved = fresh.n != r->n || memcmp(fresh.sa, r->sa, sizeof(fresh.sa[0]) * (size_t)r->n) != 0;
+    if (moved)
+        fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n", r->addr.host,
+                r->addr.port);
+    memcpy(r->sa, fresh.sa, sizeof(r->sa));
+    memcpy(r->salen, fresh.salen, sizeof(r->salen));
+    r->n = fresh.n;
+    r->stale = false;
+}
+
+static const struct px_resolved *resolve_cached(struct px_worker *w, const struct lc_addr *a)
+{
+    struct px_resolved *r = resolved_find(w, a);
+    if (r != NULL) {
+        int64_t now = px_now_ms();
+        if (r->stale && now - r->looked_up_ms >= PX_RESOLVE_AGAIN_MS)
+            resolve_again(r, now);
+        return r;
+    }
+    r = calloc(1, sizeof(*r));
     if (r == NULL)
         return NULL;
     int rc = resolve_one(a, r);
@@ -98,9 +144,17 @@ static const struct px_resolved *resolve_cached(struct px_worker *w, const struc
         return NULL;
     }
     r->addr = *a;
+    r->looked_up_ms = px_now_ms();
     r->next = w->resolved;
     w->resolved = r;
     return r;
+}
+
+void px_resolved_stale(struct px_worker *w, const struct lc_addr *a)
+{
+    struct px_resolved *r = resolved_find(w, a);
+    if (r != NULL)
+        r->stale = true;
 }
 
 void px_resolved_free(struct px_worker *w)
@@ -230,6 +284,7 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
         be_take_batch(be);
     uint64_t written = be->written_bytes;
     be_close_socket(be);
+    px_resolved_stale(w, &be->addr);
     be->state = BE_DOWN;
     be->fails++;
     be->retry_at_ms = px_now_ms() + px_backoff_ms(be->fails);

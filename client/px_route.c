@@ -415,6 +415,7 @@ static void fetch_done(struct px_worker *w)
 
 static void fetch_source_failed(struct px_worker *w)
 {
+    px_resolved_stale(w, &w->fetch.src[w->fetch.cur]);
     fetch_close(&w->fetch);
     w->fetch.cur++;
     fetch_next(w);
@@ -566,8 +567,10 @@ static void fetch_next(struct px_worker *w)
 
     for (; f->cur < f->nsrc; f->cur++) {
         int fd = px_connect_start(w, &f->src[f->cur]);
-        if (fd < 0)
+        if (fd < 0) {
+            px_resolved_stale(w, &f->src[f->cur]);
             continue;
+        }
         f->fd = fd;
         f->in.off = f->in.len = 0;
         memcpy(f->req, fetch_request, sizeof(fetch_request));
