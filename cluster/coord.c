@@ -443,6 +443,26 @@ static void member_dead(struct member *m, const char *why)
     coord_pbr_on_dead(co, m);
 }
 
+/* A new process says hello as m while m is still believed alive: the
+ * process before it died without a word (its host fell silent: no FIN, no
+ * RST) and its successor came up before that silence was noticed, e.g. a
+ * replaced node's spare host (docs/operations.md).  The predecessor is
+ * dead now, and its successor goes the way of any restart: it comes back
+ * empty.  Treating it as the same process would have it serve, or count in
+ * its group's ack set, as if it held what its predecessor held.  The new
+ * process's link (already m->link, on_accept) is kept. */
+static void member_superseded(struct member *m, long new_pid)
+{
+    char why[160];
+    struct link *successor = m->link;
+    m->link = NULL;
+    snprintf(why, sizeof(why), "pid %ld says hello in its place (it died without a word: no "
+             "heartbeat for %llu ms)", new_pid,
+             (unsigned long long)(coord_now_ms() - m->last_heard_ms));
+    member_dead(m, why);
+    m->link = successor;
+}
+
 static void member_heard(struct member *m, const struct ctl_msg *msg)
 {
     struct coord *co = m->co;
@@ -504,6 +524,8 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     switch (msg.kind) {
     case CTL_HELLO: {
+        if (m->state == MEMBER_ALIVE && m->pid != 0 && m->pid != msg.pid)
+            member_superseded(m, msg.pid);
         bool unseen = m->saved_pid != 0 && m->saved_pid != msg.pid;
         bool restarted = m->state == MEMBER_DEAD || (m->pid != 0 && m->pid != msg.pid) || unseen;
         bool new_pid = m->pid != msg.pid;
