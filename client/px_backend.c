@@ -44,9 +44,13 @@
  * "Replacing a node").  So a connection that fails marks its entry stale,
  * and the next connect looks the name up again, at most once per
  * PX_RESOLVE_AGAIN_MS: a dead server that is retried does not put a
- * lookup on the worker's loop at every back-off. */
+ * lookup on the worker's loop at every back-off.  The lookup blocks the
+ * loop (getaddrinfo), so one that fails or is slow (a resolver that does
+ * not answer) doubles that interval, up to PX_RESOLVE_AGAIN_MAX_MS. */
 #define PX_ADDRS_MAX 4
 #define PX_RESOLVE_AGAIN_MS 1000
+#define PX_RESOLVE_AGAIN_MAX_MS 60000
+#define PX_RESOLVE_SLOW_MS 50
 
 struct px_resolved {
     struct lc_addr addr;
@@ -55,7 +59,8 @@ struct px_resolved {
     int n;
     bool stale;                 /* a connection to it failed since the lookup */
     bool lookup_failing;        /* the last lookup again failed (logged once) */
-    int64_t looked_up_ms;
+    int64_t looked_up_ms;       /* when the last lookup ended */
+    int64_t again_ms;           /* the least time from one lookup to the next */
     struct px_resolved *next;
 };
 
@@ -104,8 +109,14 @@ static void resolve_again(struct px_resolved *r, int64_t now)
 {
     struct px_resolved fresh;
     memset(&fresh, 0, sizeof(fresh));   /* compared whole below */
-    r->looked_up_ms = now;
     int rc = resolve_one(&r->addr, &fresh);
+    r->looked_up_ms = px_now_ms();
+    bool slow = r->looked_up_ms - now >= PX_RESOLVE_SLOW_MS;
+    if (rc != 0 || slow)
+        r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
+                                                                : PX_RESOLVE_AGAIN_MAX_MS;
+    else
+        r->again_ms = PX_RESOLVE_AGAIN_MS;
     if (rc != 0) {
         if (!r->lookup_failing)
             fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
@@ -129,7 +140,7 @@ static const struct px_resolved *resolve_cached(struct px_worker *w, const struc
     struct px_resolved *r = resolved_find(w, a);
     if (r != NULL) {
         int64_t now = px_now_ms();
-        if (r->stale && now - r->looked_up_ms >= PX_RESOLVE_AGAIN_MS)
+        if (r->stale && now - r->looked_up_ms >= r->again_ms)
             resolve_again(r, now);
         return r;
     }
@@ -145,6 +156,7 @@ static const struct px_resolved *resolve_cached(struct px_worker *w, const struc
     }
     r->addr = *a;
     r->looked_up_ms = px_now_ms();
+    r->again_ms = PX_RESOLVE_AGAIN_MS;
     r->next = w->resolved;
     w->resolved = r;
     return r;

@@ -464,6 +464,8 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
 {
     struct px_worker *w = m->w;
     mconn_unlink(m);
+    if (retry)      /* the connection failed: it may have moved (a replaced node) */
+        px_resolved_stale(w, &m->addr);
     char why[LC_ADDR_TEXT_MAX + 64];
     snprintf(why, sizeof(why), "%s %.*s", what, (int)sizeof(m->name), m->name);
     if (retry && m->head != NULL)
@@ -501,6 +503,8 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a,
     m->be = px_backend_get(w, a);
     lc_addr_format(a, m->name, sizeof(m->name));
     m->fd = px_connect_start(w, a);
+    if (m->fd < 0)
+        px_resolved_stale(w, a);
     m->connect_started_ms = px_now_ms();
     m->last_rx_ms = m->connect_started_ms;
     m->out = evbuffer_new();

@@ -415,10 +415,18 @@ static void fetch_done(struct px_worker *w)
 
 static void fetch_source_failed(struct px_worker *w)
 {
-    px_resolved_stale(w, &w->fetch.src[w->fetch.cur]);
     fetch_close(&w->fetch);
     w->fetch.cur++;
     fetch_next(w);
+}
+
+/* The current source did not answer (connect, send or read failed, or no
+ * reply in time): its name is looked up again before the next connect,
+ * in case it moved.  One that answered wrong is not. */
+static void fetch_source_unreachable(struct px_worker *w)
+{
+    px_resolved_stale(w, &w->fetch.src[w->fetch.cur]);
+    fetch_source_failed(w);
 }
 
 /* A complete reply from the current source. */
@@ -498,7 +506,7 @@ static bool fetch_asked(struct px_worker *w)
     f->auth_sent = true;
     f->auth_reply = true;
     if (!fetch_send(w, nauth + sizeof(fetch_request) - 1))
-        fetch_source_failed(w);
+        fetch_source_unreachable(w);
     return true;
 }
 
@@ -510,7 +518,7 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
     if ((what & EV_WRITE) && f->req_left > 0) {
         ssize_t n = send(fd, f->req_pos, f->req_left, MSG_NOSIGNAL);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            fetch_source_failed(w);
+            fetch_source_unreachable(w);
             return;
         }
         if (n > 0) {
@@ -528,7 +536,7 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
         return;
     ssize_t n = px_rbuf_read(&f->in, f->fd);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        fetch_source_failed(w);
+        fetch_source_unreachable(w);
         return;
     }
     if (fetch_asked(w))
@@ -577,6 +585,7 @@ static void fetch_next(struct px_worker *w)
         f->auth_reply = false;
         f->auth_sent = false;
         if (!fetch_send(w, sizeof(fetch_request) - 1)) {
+            px_resolved_stale(w, &f->src[f->cur]);
             fetch_close(f);
             continue;
         }
@@ -632,7 +641,7 @@ void px_route_tick(struct px_worker *w, int64_t now_ms)
 
     px_backend_check_timeouts(w, now_ms);
     if (f->running && now_ms > f->cur_deadline_ms)
-        fetch_source_failed(w);
+        fetch_source_unreachable(w);
     if (!f->running && f->pending && now_ms >= f->again_at_ms) {
         struct lc_addr prefer = f->prefer;
         fetch_start(w, f->has_prefer ? &prefer : NULL, NULL, f->min_epoch);
