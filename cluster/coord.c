@@ -436,6 +436,7 @@ static void member_dead(struct member *m, const char *why)
     if (m->state == MEMBER_DEAD)
         return;
     m->state = MEMBER_DEAD;
+    m->dead_incarnation = m->incarnation;
     coord_lost_forget(m);
     coord_log_member(m, "dead: %s", why);
     coord_fail_move_of(co, m);
@@ -461,6 +462,35 @@ static void member_superseded(struct member *m, long new_pid)
              (unsigned long long)(coord_now_ms() - m->last_heard_ms));
     member_dead(m, why);
     m->link = successor;
+}
+
+/* Another process than m's live one: another pid, or (both sent one)
+ * another incarnation.  Pids alone are the same for a container's
+ * processes started again on another host. */
+static bool another_process(const struct member *m, const struct ctl_msg *msg)
+{
+    if (m->pid != 0 && m->pid != msg->pid)
+        return true;
+    return m->incarnation != 0 && msg->incarnation != 0 && m->incarnation != msg->incarnation;
+}
+
+/* A process declared dead came back (its host was only cut off, and
+ * healed) while a successor has its place (a spare host took its node's
+ * name): what it holds is older than its group's, and its hello must not
+ * replace the successor in turn.  It is told to exit; its
+ * link, which replaced the successor's (on_accept), is set aside and
+ * heard no more (closing it now could drop the "retire" unsent), and the
+ * successor redials at once. */
+static void retire_predecessor(struct member *m, struct link *l, const struct ctl_msg *msg)
+{
+    coord_log_member(m, "pid %ld, declared dead, says hello again while pid %ld has its "
+                     "place: told to exit", msg->pid, m->pid);
+    link_send(l, FT_CONTROL, "retire", 6);
+    if (m->link == l)
+        m->link = NULL;
+    if (m->retired_link && m->retired_link != l)
+        link_close(m->retired_link);
+    m->retired_link = l;
 }
 
 static void member_heard(struct member *m, const struct ctl_msg *msg)
@@ -504,6 +534,8 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     struct member *m = ctx;
     struct ctl_msg msg;
     char err[256];
+    if (l == m->retired_link)
+        return;
     if (type != FT_CONTROL) {
         coord_log_member(m, "sent a %s frame on its control link; ignored", frame_type_name(type));
         return;
@@ -524,10 +556,17 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     switch (msg.kind) {
     case CTL_HELLO: {
-        if (m->state == MEMBER_ALIVE && m->pid != 0 && m->pid != msg.pid)
+        bool another = another_process(m, &msg);
+        if (m->state == MEMBER_ALIVE && another && msg.incarnation != 0 &&
+            msg.incarnation == m->dead_incarnation) {
+            retire_predecessor(m, l, &msg);
+            break;
+        }
+        if (m->state == MEMBER_ALIVE && another)
             member_superseded(m, msg.pid);
         bool unseen = m->saved_pid != 0 && m->saved_pid != msg.pid;
-        bool restarted = m->state == MEMBER_DEAD || (m->pid != 0 && m->pid != msg.pid) || unseen;
+        bool restarted = m->state == MEMBER_DEAD || another || unseen;
+        m->incarnation = msg.incarnation;
         bool new_pid = m->pid != msg.pid;
         m->pushed_epoch = 0;    /* a new process, or a new link: it has no pushed map */
         if (unseen) {
@@ -568,6 +607,10 @@ static void on_link_down(struct link *l, const char *why, void *ctx)
 {
     struct member *m = ctx;
     char reason[300];
+    if (l == m->retired_link) {
+        m->retired_link = NULL;     /* an accepted link is freed after this */
+        return;
+    }
     if (m->link != l)
         return;
     m->link = NULL;   /* an accepted link is freed by link.c after this */
@@ -964,9 +1007,10 @@ static void coord_tick(struct engine *e, time_t now)
 static void coord_destroy(struct engine *e)
 {
     struct coord *co = e->priv;
-    for (int i = 0; i < co->nmembers; i++)
-        if (co->members[i].link)
-            link_close(co->members[i].link);
+    for (int i = 0; i < co->nmembers; i++) {
+        link_close(co->members[i].link);            /* NULL: nothing */
+        link_close(co->members[i].retired_link);
+    }
     link_listener_free(co->listener);
     if (co->timer)
         event_free(co->timer);

@@ -42,21 +42,24 @@ struct engine;
 /* ---- control messages (coord_msg.c) ---- */
 
 enum ctl_kind {
-    CTL_HELLO,      /* hello <pid> <epoch> */
+    CTL_HELLO,      /* hello <pid> <epoch> [<incarnation>] */
     CTL_HB,         /* hb <pid> <epoch> <rss> [<recovery progress words>] */
     CTL_MIGRATED,   /* migrated <slot> <epoch> ok | failed <why> */
     CTL_MAP,        /* map <body> */
     CTL_MIGRATE,    /* migrate <slot> <host>:<port> <epoch> */
-    CTL_LOST        /* lost <role> <index> <down_ms>: the link to a peer of
+    CTL_LOST,       /* lost <role> <index> <down_ms>: the link to a peer of
                      * the sender's group (a cluster role and index) is
                      * down, or up but silent, and nothing came from the
                      * peer for down_ms; sent after each heartbeat while it
                      * lasts (engine_ops.lost_peers) */
+    CTL_RETIRE      /* retire: coordinator -> a process it declared dead
+                     * when another took its place; it exits */
 };
 
 struct ctl_msg {
     enum ctl_kind kind;
     long pid;                       /* hello, hb */
+    uint64_t incarnation;           /* hello: random per process start, 0 if not sent */
     uint64_t epoch;                 /* hello, hb, migrated, migrate */
     uint64_t rss;                   /* hb */
     unsigned slot;                  /* migrated, migrate */

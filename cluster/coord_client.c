@@ -3,12 +3,14 @@
  *
  * The link (repl/link.c) redials by itself, so a coordinator that is down
  * or restarting costs nothing: the process keeps serving with the map it
- * has.  Once up, the process says "hello <pid> <epoch>" and then "hb <pid>
+ * has.  Once up, the process says "hello <pid> <epoch> <incarnation>" (a
+ * random id of this start) and then "hb <pid>
  * <epoch> <rss>" every COORD_HEARTBEAT_MS, followed by "lost <role>
  * <index> <ms>" for each replication peer whose link is down.  A pushed map is installed only
  * when its epoch is newer than the process's own (a move's source and
  * destination already hold the new map when the coordinator publishes it).
  * "migrate" starts migrate_start(); its outcome goes back as "migrated";
+ * "retire" (we were declared dead and replaced) ends the process;
  * an outcome that finds the link down is kept and sent after the next
  * hello.  With several coordinator lines (a ZooKeeper backend, where only
  * the elected leader listens) there is one link per coordinator, each
@@ -21,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <time.h>
+#include <sys/random.h>
 
 #include <event2/event.h>
 
@@ -40,6 +44,7 @@ struct coord_client {
     struct link *links[CLUSTER_MAX_COORDS];   /* one per coordinator line */
     int nlinks;
     struct link_identity me;
+    uint64_t incarnation;           /* random, once per process: hello's last word */
     struct event *hb_timer;
     char pending[RESULT_MAX];       /* a "migrated" not yet delivered ("" if none) */
     /* Test fault (COCYTUS_TEST_MUTE_DIR): while this file exists, the
@@ -52,6 +57,21 @@ struct coord_client {
 static bool muted(const struct coord_client *cc)
 {
     return cc->mute_file[0] && access(cc->mute_file, F_OK) == 0;
+}
+
+/* A random id for this process's life, never 0.  The pid alone does not
+ * tell two processes apart: a node's processes started in a container on
+ * a spare host get the pids they had on the dead one. */
+static uint64_t new_incarnation(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+    }
+    v &= 0x7fffffffffffffffULL;     /* plain decimal, below 2^63 */
+    return v ? v : 1;
 }
 
 static uint64_t current_epoch(const struct coord_client *cc)
@@ -78,8 +98,8 @@ int coord_client_send(struct coord_client *cc, const char *text)
 static void send_hello(struct coord_client *cc, struct link *l)
 {
     char text[64];
-    snprintf(text, sizeof(text), "hello %ld %llu", (long)getpid(),
-             (unsigned long long)current_epoch(cc));
+    snprintf(text, sizeof(text), "hello %ld %llu %llu", (long)getpid(),
+             (unsigned long long)current_epoch(cc), (unsigned long long)cc->incarnation);
     link_send(l, FT_CONTROL, text, (uint32_t)strlen(text));
 }
 
@@ -215,6 +235,15 @@ static void on_frame(struct link *l, uint16_t type, const uint8_t *payload, uint
         fprintf(stderr, "coordinator link: %s; ignored\n", err);
         return;
     }
+    if (msg.kind == CTL_RETIRE) {
+        /* Declared dead while it still ran, and another process has its
+         * place since (its node was replaced on another host): nothing it
+         * holds may come back. */
+        fprintf(stderr, "the coordinator says another process took this one's place (pid %ld "
+                "was declared dead: its host fell silent, and was replaced?); exiting\n",
+                (long)getpid());
+        exit(EXIT_FAILURE);
+    }
     if (msg.kind == CTL_MAP)
         take_map(cc, msg.body, msg.body_len);
     else if (msg.kind == CTL_MIGRATE)
@@ -259,6 +288,7 @@ struct coord_client *coord_client_start(struct server *s)
         return NULL;
     }
     cc->s = s;
+    cc->incarnation = new_incarnation();
     snprintf(cc->me.cluster, sizeof(cc->me.cluster), "%s", c->name);
     cc->me.group = (uint32_t)s->settings.group;
     cc->me.role = own_link_role(s->settings.role);

@@ -48,8 +48,13 @@ struct member {
     struct coord *co;
     const struct cluster_proc *proc;
     struct link *link;              /* the control link, NULL while down */
+    struct link *retired_link;      /* a replaced predecessor's, told to retire:
+                                     * its frames are ignored until it drops */
     enum member_state state;
     long pid;
+    uint64_t incarnation;           /* its hello's random start id (0: none sent) */
+    uint64_t dead_incarnation;      /* the incarnation last declared dead: told to
+                                     * retire if it returns while another serves */
     uint64_t epoch;                 /* last reported */
     uint64_t rss;
     uint64_t last_heard_ms;         /* monotonic; 0: never */

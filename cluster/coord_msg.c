@@ -129,14 +129,25 @@ static int refuse(char *err, size_t errlen, const char *what, const char *payloa
     return -1;
 }
 
+/* hello <pid> <epoch> [<incarnation>]: a build before the incarnation
+ * sends three words. */
 static int parse_hello(const struct words *w, struct ctl_msg *m)
 {
     uint64_t pid;
-    if (w->count != 3 || w->nrest != 0 || !parse_word_u64(w, 1, &pid) || pid > 0x7fffffff ||
-        !parse_word_u64(w, 2, &m->epoch))
+    if ((w->count != 3 && w->count != 4) || w->nrest != 0 || !parse_word_u64(w, 1, &pid) ||
+        pid > 0x7fffffff || !parse_word_u64(w, 2, &m->epoch) ||
+        (w->count == 4 && !parse_word_u64(w, 3, &m->incarnation)))
         return -1;
     m->kind = CTL_HELLO;
     m->pid = (long)pid;
+    return 0;
+}
+
+static int parse_retire(const struct words *w, struct ctl_msg *m)
+{
+    if (w->count != 1 || w->nrest != 0)
+        return -1;
+    m->kind = CTL_RETIRE;
     return 0;
 }
 
@@ -221,7 +232,7 @@ int ctl_parse(const char *payload, size_t len, struct ctl_msg *m, char *err, siz
     } verbs[] = {
         { "hello", parse_hello }, { "hb", parse_hb },
         { "migrated", parse_migrated }, { "migrate", parse_migrate },
-        { "lost", parse_lost },
+        { "lost", parse_lost }, { "retire", parse_retire },
     };
     for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
         if (!word_is(&w, 0, verbs[i].verb))

@@ -27,6 +27,16 @@ START_TEST(test_parse_server_messages)
     ck_assert_int_eq(m.kind, CTL_HELLO);
     ck_assert_int_eq(m.pid, 1234);
     ck_assert_uint_eq(m.epoch, 7);
+    ck_assert_uint_eq(m.incarnation, 0);     /* a build before incarnations */
+
+    ck_assert_int_eq(parse("hello 1234 7 9223372036854775807", &m), 0);
+    ck_assert_int_eq(m.kind, CTL_HELLO);
+    ck_assert_int_eq(m.pid, 1234);
+    ck_assert_uint_eq(m.epoch, 7);
+    ck_assert_uint_eq(m.incarnation, 9223372036854775807ULL);
+
+    ck_assert_int_eq(parse("retire", &m), 0);
+    ck_assert_int_eq(m.kind, CTL_RETIRE);
 
     ck_assert_int_eq(parse("hb 99 18446744073709551615 4096000", &m), 0);
     ck_assert_int_eq(m.kind, CTL_HB);
@@ -92,7 +102,8 @@ END_TEST
 START_TEST(test_parse_refuses)
 {
     static const char *const bad[] = {
-        "", "hello", "hello 1", "hello 1 2 3", "hello -1 2", "hello 1 x", "hello  1 2",
+        "", "hello", "hello 1", "hello 1 2 3 4", "hello 1 2 x", "hello 1 2 3 ", "hello -1 2",
+        "hello 1 x", "hello  1 2", "retire 1", "retire ", " retire",
         "hello 1 2 ", " hello 1 2", "hb 1 2", "hb 1 2 3 ", "hb 1 2 +3",
         "hello 1 99999999999999999999", "hello 99999999999 1",
         "migrated 16384 1 ok", "migrated 1 1", "migrated 1 1 ok extra", "migrated 1 1 maybe",
