@@ -451,14 +451,17 @@ static void member_dead(struct member *m, const char *why)
  * dead now, and its successor goes the way of any restart: it comes back
  * empty.  Treating it as the same process would have it serve, or count in
  * its group's ack set, as if it held what its predecessor held.  The new
- * process's link (already m->link, on_accept) is kept. */
+ * process's link (already m->link, on_accept) is kept.  (A process killed
+ * and started again on its own host whose new link comes before the old
+ * one's close is handled here too: as a death not seen, so its takeover
+ * waits out the read lease instead of fencing at once.) */
 static void member_superseded(struct member *m, long new_pid)
 {
     char why[160];
     struct link *successor = m->link;
     m->link = NULL;
-    snprintf(why, sizeof(why), "pid %ld says hello in its place (it died without a word: no "
-             "heartbeat for %llu ms)", new_pid,
+    snprintf(why, sizeof(why), "pid %ld says hello in its place (its death was not seen: "
+             "last heard %llu ms ago)", new_pid,
              (unsigned long long)(coord_now_ms() - m->last_heard_ms));
     member_dead(m, why);
     m->link = successor;
