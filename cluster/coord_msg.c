@@ -130,13 +130,13 @@ static int refuse(char *err, size_t errlen, const char *what, const char *payloa
 }
 
 /* hello <pid> <epoch> [<incarnation>]: a build before the incarnation
- * sends three words. */
+ * sends three words; an incarnation is never 0 (0 stands for "none"). */
 static int parse_hello(const struct words *w, struct ctl_msg *m)
 {
     uint64_t pid;
     if ((w->count != 3 && w->count != 4) || w->nrest != 0 || !parse_word_u64(w, 1, &pid) ||
         pid > 0x7fffffff || !parse_word_u64(w, 2, &m->epoch) ||
-        (w->count == 4 && !parse_word_u64(w, 3, &m->incarnation)))
+        (w->count == 4 && (!parse_word_u64(w, 3, &m->incarnation) || m->incarnation == 0)))
         return -1;
     m->kind = CTL_HELLO;
     m->pid = (long)pid;

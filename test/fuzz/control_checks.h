@@ -197,7 +197,14 @@ static inline size_t format_ctl(const struct ctl_msg *m, char *buf, size_t cap)
     int n = 0;
     switch (m->kind) {
     case CTL_HELLO:
-        n = snprintf(buf, cap, "hello %ld %" PRIu64, m->pid, m->epoch);
+        if (m->incarnation)
+            n = snprintf(buf, cap, "hello %ld %" PRIu64 " %" PRIu64, m->pid, m->epoch,
+                         m->incarnation);
+        else
+            n = snprintf(buf, cap, "hello %ld %" PRIu64, m->pid, m->epoch);
+        break;
+    case CTL_RETIRE:
+        n = snprintf(buf, cap, "retire");
         break;
     case CTL_HB:
         n = snprintf(buf, cap, "hb %ld %" PRIu64 " %" PRIu64 "%s", m->pid, m->epoch, m->rss,
@@ -229,6 +236,7 @@ static inline size_t format_ctl(const struct ctl_msg *m, char *buf, size_t cap)
 static inline bool same_ctl(const struct ctl_msg *a, const struct ctl_msg *b)
 {
     if (a->kind != b->kind || a->pid != b->pid || a->epoch != b->epoch || a->rss != b->rss ||
+        a->incarnation != b->incarnation ||
         a->slot != b->slot || a->ok != b->ok || a->port != b->port ||
         strcmp(a->why, b->why) != 0 || strcmp(a->host, b->host) != 0 ||
         a->body_len != b->body_len || (a->body == NULL) != (b->body == NULL))
@@ -274,6 +282,9 @@ static inline void check_ctl_parse(const char *data, size_t len)
         break;
     case CTL_MAP:
         CHECK(len > 4 && m.body == text + 4 && m.body_len == len - 4);
+        break;
+    case CTL_RETIRE:
+        CHECK(len == 6);
         break;
     default:
         CHECK(!"unknown kind");

@@ -102,7 +102,8 @@ END_TEST
 START_TEST(test_parse_refuses)
 {
     static const char *const bad[] = {
-        "", "hello", "hello 1", "hello 1 2 3 4", "hello 1 2 x", "hello 1 2 3 ", "hello -1 2",
+        "", "hello", "hello 1", "hello 1 2 3 4", "hello 1 2 x", "hello 1 2 3 ", "hello 1 2 0",
+        "hello -1 2",
         "hello 1 x", "hello  1 2", "retire 1", "retire ", " retire",
         "hello 1 2 ", " hello 1 2", "hb 1 2", "hb 1 2 3 ", "hb 1 2 +3",
         "hello 1 99999999999999999999", "hello 99999999999 1",
