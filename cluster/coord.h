@@ -11,12 +11,14 @@
  *
  * Control messages are one line of text each in an FT_CONTROL frame
  * (docs/wire-format.md, "Control link"):
- *   server -> coordinator:  hello <pid> <epoch>
+ *   server -> coordinator:  hello <pid> <epoch> <incarnation>
  *                           hb <pid> <epoch> <rss>
  *                           migrated <slot> <epoch> ok
  *                           migrated <slot> <epoch> failed <why>
+ *                           lost <role> <index> <down_ms>
  *   coordinator -> server:  map <slotmap_encode() body>
  *                           migrate <slot> <host>:<port> <epoch>
+ *                           retire
  *
  * Files: coord_msg.c (the message parser), coord_state.c (the state file),
  * coord.c (the coordinator engine), coord_client.c (the server side). */
