@@ -452,9 +452,10 @@ void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno.  A numeric host
  * never blocks; a host name is looked up once per worker and remembered
  * (px_resolved), so reconnecting to a dead server does not stall the
- * worker's loop in getaddrinfo; after a connection to it failed, it is
- * looked up again, at most once a second, less often while lookups fail
- * or are slow (a replaced node's new address). */
+ * worker's loop in getaddrinfo; after a connection to it failed (here, or
+ * later: px_resolved_stale), it is looked up again, at most once a
+ * second, less often while lookups fail or are slow (a replaced node's
+ * new address). */
 int px_connect_start(struct px_worker *w, const struct lc_addr *a);
 /* A connection to a failed: its name is looked up again before the next
  * connect (px_backend.c, PX_RESOLVE_AGAIN_MS). */

@@ -196,6 +196,7 @@ int px_connect_start(struct px_worker *w, const struct lc_addr *a)
         err = errno;
         close(fd);
     }
+    px_resolved_stale(w, a);    /* it may have moved (a replaced node) */
     errno = err;
     return -1;
 }

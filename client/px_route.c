@@ -575,10 +575,8 @@ static void fetch_next(struct px_worker *w)
 
     for (; f->cur < f->nsrc; f->cur++) {
         int fd = px_connect_start(w, &f->src[f->cur]);
-        if (fd < 0) {
-            px_resolved_stale(w, &f->src[f->cur]);
+        if (fd < 0)
             continue;
-        }
         f->fd = fd;
         f->in.off = f->in.len = 0;
         memcpy(f->req, fetch_request, sizeof(fetch_request));

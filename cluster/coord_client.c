@@ -24,10 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 #include <time.h>
-#include <sys/random.h>
 
 #include <event2/event.h>
 
+#include "auth.h"
 #include "cluster.h"
 #include "coord.h"
 #include "engine.h"
@@ -65,7 +65,7 @@ static bool muted(const struct coord_client *cc)
 static uint64_t new_incarnation(void)
 {
     uint64_t v = 0;
-    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+    if (auth_random((uint8_t *)&v, sizeof(v)) < 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         v = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
