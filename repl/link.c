@@ -46,6 +46,7 @@
 #include "auth.h"
 #include "crc32c.h"
 #include "frame.h"
+#include "lookup.h"
 #include "printable.h"
 #include "sendq.h"
 #include "siphash.h"
@@ -75,6 +76,7 @@
 
 enum link_state {
     LS_IDLE,             /* connector: no socket; the timer redials */
+    LS_RESOLVING,        /* connector: its host's name is looked up on a thread */
     LS_CONNECTING,       /* connector: non-blocking connect in progress */
     LS_AWAIT_CHALLENGE,  /* connector: connected, waiting for CHALLENGE */
     LS_AWAIT_WELCOME,    /* connector: HELLO sent */
@@ -123,6 +125,7 @@ struct link {
     struct link_identity me;          /* connector */
     struct link_identity peer;
     char host[LINK_HOST_MAX];         /* connector: where to dial */
+    struct lookup *lookup;            /* connector: its name's lookup (LS_RESOLVING) */
     int port;
     char name[LINK_HOST_MAX + 16];    /* "host:port" */
     unsigned backoff_ms;
@@ -383,6 +386,8 @@ static void listener_enlist(struct link_listener *ll, struct link *l)
  * callback running further up the stack may still look at a payload. */
 static void close_socket(struct link *l)
 {
+    lookup_cancel(l->lookup);
+    l->lookup = NULL;
     if (l->rd_ev != NULL)
         event_free(l->rd_ev);
     if (l->wr_ev != NULL)
@@ -1162,25 +1167,11 @@ static int attach_socket(struct link *l, int fd)
 
 /* ---- connector ---- */
 
-static int resolve(const char *host, int port, bool passive, struct addrinfo **res)
+/* Connect to ai (rc: its lookup's answer; ai freed here). */
+static void dial_address(struct link *l, int rc, struct addrinfo *ai)
 {
-    struct addrinfo hints;
-    char portstr[16];
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    return getaddrinfo(host, portstr, &hints, res);
-}
-
-/* Start one connection attempt (state LS_IDLE). */
-static void dial(struct link *l)
-{
-    struct addrinfo *ai = NULL;
     char why[LINK_ERROR_MAX];
 
-    int rc = resolve(l->host, l->port, false, &ai);
     if (rc != 0) {
         snprintf(why, sizeof(why), "cannot resolve %s: %s", l->host, gai_strerror(rc));
         attempt_failed(l, why);
@@ -1216,6 +1207,37 @@ static void dial(struct link *l)
     }
     l->state = LS_CONNECTING;
     arm_write(l);
+}
+
+static void on_resolved(int rc, struct addrinfo *ai, void *arg)
+{
+    struct link *l = arg;
+    link_enter(l);
+    l->lookup = NULL;
+    if (l->state == LS_RESOLVING)
+        dial_address(l, rc, ai);
+    else if (ai != NULL)
+        freeaddrinfo(ai);
+    link_leave(l);
+}
+
+/* Start one connection attempt (state LS_IDLE).  A host name is looked
+ * up on a thread (lookup.h): a peer whose name does not resolve while its
+ * host is replaced must not hold up this process's loop at every redial. */
+static void dial(struct link *l)
+{
+    struct addrinfo *ai = NULL;
+    int rc = lookup_numeric(l->host, l->port, false, &ai);
+
+    if (rc == EAI_NONAME) {
+        l->lookup = lookup_start(l->base, l->host, l->port, on_resolved, l);
+        if (l->lookup != NULL) {
+            l->state = LS_RESOLVING;
+            return;
+        }
+        rc = lookup_now(l->host, l->port, false, &ai);     /* no thread: here, then */
+    }
+    dial_address(l, rc, ai);
 }
 
 static struct link *link_alloc(struct event_base *base)
@@ -1334,7 +1356,7 @@ struct link_listener *link_listen(struct event_base *base, const char *host, int
     ll->owner = owner;
 
     const char *h = (host != NULL && host[0] != '\0') ? host : NULL;
-    int rc = resolve(h, port, true, &res);
+    int rc = lookup_now(h, port, true, &res);
     if (rc != 0) {
         fprintf(stderr, "link: cannot resolve listen address %s: %s\n", h ? h : "*",
                 gai_strerror(rc));

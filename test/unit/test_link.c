@@ -10,6 +10,7 @@
  */
 #include "repl/frame.h"
 #include "repl/link.h"
+#include "repl/lookup.h"
 #include "repl/siphash.h"
 #include "unit_loop.h"
 
@@ -219,6 +220,7 @@ struct fixture {
     struct side acc;            /* the accepted link */
     struct side con;            /* the connector */
     struct link *conn;
+    const char *host;           /* where the listener is, and the connector dials */
     int want_frames;            /* for acc_has_frames */
 };
 
@@ -240,17 +242,23 @@ static bool accept_cb(void *owner, const struct link_identity *peer, struct link
     return true;
 }
 
-static void fixture_init(struct fixture *f)
+static void fixture_init_at(struct fixture *f, const char *host)
 {
     memset(f, 0, sizeof(*f));
+    f->host = host;
     f->base = event_base_new();
     ck_assert_ptr_nonnull(f->base);
-    f->ll = link_listen(f->base, "127.0.0.1", 0, CLUSTER, GROUP, SECRET, accept_cb, f);
+    f->ll = link_listen(f->base, host, 0, CLUSTER, GROUP, SECRET, accept_cb, f);
     ck_assert_ptr_nonnull(f->ll);
     f->port = link_listener_port(f->ll);
     ck_assert_int_gt(f->port, 0);
     f->acc.dir = 0;   /* receives what the connector sends */
     f->con.dir = 1;
+}
+
+static void fixture_init(struct fixture *f)
+{
+    fixture_init_at(f, "127.0.0.1");
 }
 
 static struct link_identity identity(const char *cluster, uint32_t group)
@@ -268,7 +276,7 @@ static void fixture_connect(struct fixture *f, const char *cluster, uint32_t gro
                             const char *secret)
 {
     struct link_identity me = identity(cluster, group);
-    f->conn = link_connect(f->base, "127.0.0.1", f->port, &me, secret, &side_callbacks, &f->con);
+    f->conn = link_connect(f->base, f->host, f->port, &me, secret, &side_callbacks, &f->con);
     ck_assert_ptr_nonnull(f->conn);
     f->con.link = f->conn;
 }
@@ -575,6 +583,7 @@ START_TEST(test_frames_from_on_up)
     f.ll = link_listen(f.base, "127.0.0.1", 0, CLUSTER, GROUP, SECRET, accept_and_send, &f);
     ck_assert_ptr_nonnull(f.ll);
     f.port = link_listener_port(f.ll);
+    f.host = "127.0.0.1";
     f.con.dir = 1;
     fixture_connect(&f, CLUSTER, GROUP, SECRET);
     ck_assert(run_until(f.base, con_got_all, &f, 8000));
@@ -1022,6 +1031,86 @@ START_TEST(test_bad_arguments)
 }
 END_TEST
 
+/* ---- host names: looked up on a thread, answered on the loop ---- */
+
+/* A peer named by a host name: the link looks it up off the loop
+ * (LS_RESOLVING) and comes up as with an address. */
+START_TEST(test_handshake_by_name)
+{
+    struct fixture f;
+    fixture_init_at(&f, "localhost");
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert(run_until(f.base, both_up, &f, 3000));
+    ck_assert(link_is_up(f.conn));
+    fixture_destroy(&f);
+}
+END_TEST
+
+/* A connector closed while its name is looked up: the lookup is dropped,
+ * and its thread's answer later touches nothing freed (ASan build). */
+START_TEST(test_close_while_resolving)
+{
+    struct fixture f;
+    fixture_init_at(&f, "localhost");
+    for (int i = 0; i < 20; i++) {
+        fixture_connect(&f, CLUSTER, GROUP, SECRET);
+        run_for(f.base, i % 4);     /* the first dial is from the loop */
+        link_close(f.conn);
+        f.conn = NULL;
+    }
+    run_for(f.base, 300);
+    /* Each accepted link ended when its connector closed, and freed itself. */
+    f.acc.link = NULL;
+    fixture_destroy(&f);
+}
+END_TEST
+
+struct answer {
+    int calls, rc;
+    bool got_res;
+};
+
+static void on_answer(int rc, struct addrinfo *res, void *ctx)
+{
+    struct answer *a = ctx;
+    a->calls++;
+    a->rc = rc;
+    a->got_res = res != NULL;
+    if (res != NULL)
+        freeaddrinfo(res);
+}
+
+static bool answered(void *arg)
+{
+    return ((struct answer *)arg)->calls > 0;
+}
+
+START_TEST(test_lookup)
+{
+    struct addrinfo *res = NULL;
+    ck_assert_int_eq(lookup_numeric("127.0.0.1", 11211, false, &res), 0);
+    ck_assert_ptr_nonnull(res);
+    freeaddrinfo(res);
+    res = NULL;
+    ck_assert_int_eq(lookup_numeric("localhost", 11211, false, &res), EAI_NONAME);
+
+    struct event_base *base = event_base_new();
+    struct answer a = { 0 }, never_called = { 0 };
+    struct lookup *lk = lookup_start(base, "localhost", 11211, on_answer, &a);
+    ck_assert_ptr_nonnull(lk);
+    struct lookup *gone = lookup_start(base, "localhost", 11211, on_answer, &never_called);
+    ck_assert_ptr_nonnull(gone);
+    lookup_cancel(gone);
+    ck_assert(run_until(base, answered, &a, 3000));
+    run_for(base, 100);
+    ck_assert_int_eq(a.calls, 1);
+    ck_assert_int_eq(a.rc, 0);
+    ck_assert(a.got_res);
+    ck_assert_int_eq(never_called.calls, 0);
+    event_base_free(base);
+}
+END_TEST
+
 static Suite *link_suite(void)
 {
     Suite *s = suite_create("link");
@@ -1045,6 +1134,9 @@ static Suite *link_suite(void)
     tcase_add_test(tc, test_acceptor_down_on_peer_close);
     tcase_add_test(tc, test_listener_freed);
     tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_handshake_by_name);
+    tcase_add_test(tc, test_close_while_resolving);
+    tcase_add_test(tc, test_lookup);
     suite_add_tcase(s, tc);
 
     tcase_set_timeout(raw, 30);
