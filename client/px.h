@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -358,7 +359,7 @@ struct px_worker {
     struct px_client *dirty_clients;
     struct px_backend *dirty_be;
     struct sendq *sq;               /* the flush step's batched writes (proxy.c) */
-    struct px_resolved *resolved;   /* addresses looked up once (px_backend.c) */
+    struct px_resolved *resolved;   /* names' addresses (px_resolve.c) */
     int64_t last_idle_scan_ms;
     int64_t last_trim_ms;           /* last malloc_trim (proxy.c) */
     struct px_rbuf scratch;         /* clients with nothing buffered are read here */
@@ -449,16 +450,27 @@ void px_backend_leave_silent(struct px_worker *w);
  * ops or meta commands are in progress; else NULL. */
 const struct px_backend *px_backend_silent_busy(const struct px_worker *w);
 void px_backend_close_all(struct px_worker *w);
-/* A non-blocking connect to a, started; -1 with errno.  A numeric host
- * never blocks; a host name is looked up once per worker and remembered
- * (px_resolved), so reconnecting to a dead server does not stall the
- * worker's loop in getaddrinfo; after a connection to it failed (here, or
- * later: px_resolved_stale), it is looked up again, at most once a
- * second, less often while lookups fail or are slow (a replaced node's
- * new address). */
+/* A non-blocking connect to a, started; -1 with errno (the name is then
+ * marked stale).  A numeric host never blocks; a host name is looked up
+ * once per worker and remembered (px_resolve.c). */
 int px_connect_start(struct px_worker *w, const struct lc_addr *a);
-/* A connection to a failed: its name is looked up again before the next
- * connect (px_backend.c, PX_RESOLVE_AGAIN_MS). */
+
+/* ---- servers' names (px_resolve.c) ---- */
+#define PX_ADDRS_MAX 4
+struct px_addrs {
+    struct sockaddr_storage sa[PX_ADDRS_MAX];
+    socklen_t salen[PX_ADDRS_MAX];
+    int n;
+};
+/* getaddrinfo for a, in place (it blocks): 0 or an EAI_ code. */
+int px_lookup_now(const struct lc_addr *a, struct px_addrs *out);
+/* The addresses to connect to a at, or NULL if its name never resolved.
+ * Only a's first lookup is made in place; a stale name is looked up
+ * again on a thread while these addresses serve. */
+const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a);
+/* A connection to a failed: its name is looked up again before a later
+ * connect, at most once a second, less often while lookups fail (a
+ * replaced node's new address). */
 void px_resolved_stale(struct px_worker *w, const struct lc_addr *a);
 void px_resolved_free(struct px_worker *w);
 

@@ -23,7 +23,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,150 +36,9 @@
 
 #define SMALL_COPY 4096        /* ops smaller than this are copied into the output */
 
-/* One looked-up endpoint: up to PX_ADDRS_MAX of its addresses, tried in
- * the resolver's order.  Entries live as long as the worker: cluster
- * endpoints are few.  A name may move, though: a node replaced on a spare
- * host keeps its name and gets a new address (docs/operations.md,
- * "Replacing a node").  So a connection that fails marks its entry stale,
- * and the next connect looks the name up again, at most once per
- * PX_RESOLVE_AGAIN_MS: a dead server that is retried does not put a
- * lookup on the worker's loop at every back-off.  The lookup blocks the
- * loop (getaddrinfo), so one that fails or is slow (a resolver that does
- * not answer) doubles that interval, up to PX_RESOLVE_AGAIN_MAX_MS. */
-#define PX_ADDRS_MAX 4
-#define PX_RESOLVE_AGAIN_MS 1000
-#define PX_RESOLVE_AGAIN_MAX_MS 60000
-#define PX_RESOLVE_SLOW_MS 50
-
-struct px_resolved {
-    struct lc_addr addr;
-    struct sockaddr_storage sa[PX_ADDRS_MAX];
-    socklen_t salen[PX_ADDRS_MAX];
-    int n;
-    bool stale;                 /* a connection to it failed since the lookup */
-    bool lookup_failing;        /* the last lookup again failed (logged once) */
-    int64_t looked_up_ms;       /* when the last lookup ended */
-    int64_t again_ms;           /* the least time from one lookup to the next */
-    struct px_resolved *next;
-};
-
-/* getaddrinfo for a into r; numeric hosts first with AI_NUMERICHOST, which
- * never consults a resolver.  0 or an EAI_ code. */
-static int resolve_one(const struct lc_addr *a, struct px_resolved *r)
-{
-    struct addrinfo hints, *res = NULL;
-    char port[16];
-    int rc;
-
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-    snprintf(port, sizeof(port), "%d", a->port);
-    rc = getaddrinfo(a->host, port, &hints, &res);
-    if (rc == EAI_NONAME) {
-        hints.ai_flags = AI_NUMERICSERV;
-        rc = getaddrinfo(a->host, port, &hints, &res);
-    }
-    if (rc != 0)
-        return rc;
-    r->n = 0;
-    for (const struct addrinfo *ai = res; ai != NULL && r->n < PX_ADDRS_MAX; ai = ai->ai_next) {
-        if (ai->ai_addrlen > sizeof(r->sa[0]))
-            continue;
-        memcpy(&r->sa[r->n], ai->ai_addr, ai->ai_addrlen);
-        r->salen[r->n++] = ai->ai_addrlen;
-    }
-    freeaddrinfo(res);
-    return r->n > 0 ? 0 : EAI_FAIL;
-}
-
-static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_addr *a)
-{
-    for (struct px_resolved *r = w->resolved; r; r = r->next)
-        if (lc_addr_equal(&r->addr, a))
-            return r;
-    return NULL;
-}
-
-/* A stale entry looked up again.  If the lookup fails now, the addresses
- * it had are kept (the name may be back later; they are all there is). */
-static void resolve_again(struct px_resolved *r, int64_t now)
-{
-    struct px_resolved fresh;
-    memset(&fresh, 0, sizeof(fresh));   /* compared whole below */
-    int rc = resolve_one(&r->addr, &fresh);
-    r->looked_up_ms = px_now_ms();
-    bool slow = r->looked_up_ms - now >= PX_RESOLVE_SLOW_MS;
-    if (rc != 0 || slow)
-        r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
-                                                                : PX_RESOLVE_AGAIN_MAX_MS;
-    else
-        r->again_ms = PX_RESOLVE_AGAIN_MS;
-    if (rc != 0) {
-        if (!r->lookup_failing)
-            fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
-                    r->addr.host, r->addr.port, gai_strerror(rc));
-        r->lookup_failing = true;
-        return;
-    }
-    r->lookup_failing = false;
-    bool moved = fresh.n != r->n || memcmp(fresh.sa, r->sa, sizeof(fresh.sa[0]) * (size_t)r->n) != 0;
-    if (moved)
-        fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n", r->addr.host,
-                r->addr.port);
-    memcpy(r->sa, fresh.sa, sizeof(r->sa));
-    memcpy(r->salen, fresh.salen, sizeof(r->salen));
-    r->n = fresh.n;
-    r->stale = false;
-}
-
-static const struct px_resolved *resolve_cached(struct px_worker *w, const struct lc_addr *a)
-{
-    struct px_resolved *r = resolved_find(w, a);
-    if (r != NULL) {
-        int64_t now = px_now_ms();
-        if (r->stale && now - r->looked_up_ms >= r->again_ms)
-            resolve_again(r, now);
-        return r;
-    }
-    r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return NULL;
-    int rc = resolve_one(a, r);
-    if (rc != 0) {
-        fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d: %s\n", a->host, a->port,
-                gai_strerror(rc));
-        free(r);
-        return NULL;
-    }
-    r->addr = *a;
-    r->looked_up_ms = px_now_ms();
-    r->again_ms = PX_RESOLVE_AGAIN_MS;
-    r->next = w->resolved;
-    w->resolved = r;
-    return r;
-}
-
-void px_resolved_stale(struct px_worker *w, const struct lc_addr *a)
-{
-    struct px_resolved *r = resolved_find(w, a);
-    if (r != NULL)
-        r->stale = true;
-}
-
-void px_resolved_free(struct px_worker *w)
-{
-    while (w->resolved) {
-        struct px_resolved *r = w->resolved;
-        w->resolved = r->next;
-        free(r);
-    }
-}
-
 int px_connect_start(struct px_worker *w, const struct lc_addr *a)
 {
-    const struct px_resolved *r = resolve_cached(w, a);
+    const struct px_addrs *r = px_resolved_get(w, a);
     int err = EHOSTUNREACH;
 
     for (int i = 0; r != NULL && i < r->n; i++) {

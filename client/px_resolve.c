@@ -1,0 +1,175 @@
+/* px_resolve.c - cocytus-proxy: the addresses of the servers' names.
+ *
+ * A worker remembers what each endpoint's host resolved to (up to
+ * PX_ADDRS_MAX addresses, tried in the resolver's order), so reconnecting
+ * to a dead server does not ask the resolver each time.  A name may move,
+ * though: a node replaced on a spare host keeps its name and gets a new
+ * address (docs/operations.md, "Replacing a node").  So a connection that
+ * fails marks its entry stale, and the next connect has the name looked
+ * up again, at most once per PX_RESOLVE_AGAIN_MS, doubling up to
+ * PX_RESOLVE_AGAIN_MAX_MS while lookups fail (a resolver that is down is
+ * not asked ever faster by a server that is retried).
+ *
+ * That lookup runs on a thread (repl/lookup.h): getaddrinfo waits seconds
+ * per try on a name server that does not answer, and the worker's other
+ * clients and servers must not.  Meanwhile connects go to the addresses
+ * the entry had, which is right until the name has moved, and all there
+ * is if the lookup fails.  The first lookup of a name is made in place:
+ * there are no addresses to go on with.  It happens when the worker first
+ * connects to an endpoint (the seeds, and servers a newer map names). */
+#include "config.h"
+
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "lookup.h"
+#include "px.h"
+
+#define PX_RESOLVE_AGAIN_MS 1000
+#define PX_RESOLVE_AGAIN_MAX_MS 60000
+
+struct px_resolved {
+    struct lc_addr addr;
+    struct px_addrs now;        /* the addresses connects use */
+    bool stale;                 /* a connection to it failed since the lookup */
+    struct lookup *lookup;      /* a lookup again in progress, or NULL */
+    bool lookup_failing;        /* the last lookup again failed (logged once) */
+    int64_t looked_up_ms;       /* when the last lookup ended */
+    int64_t again_ms;           /* the least time from one lookup to the next */
+    struct px_resolved *next;
+};
+
+/* The stream addresses of res, up to PX_ADDRS_MAX, into out (whole: compared
+ * by addrs_differ).  0, or EAI_FAIL if none fits. */
+static int addrs_from(const struct addrinfo *res, struct px_addrs *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (const struct addrinfo *ai = res; ai != NULL && out->n < PX_ADDRS_MAX; ai = ai->ai_next) {
+        if (ai->ai_addrlen > sizeof(out->sa[0]))
+            continue;
+        memcpy(&out->sa[out->n], ai->ai_addr, ai->ai_addrlen);
+        out->salen[out->n++] = ai->ai_addrlen;
+    }
+    return out->n > 0 ? 0 : EAI_FAIL;
+}
+
+int px_lookup_now(const struct lc_addr *a, struct px_addrs *out)
+{
+    struct addrinfo *res = NULL;
+    /* A numeric host first: it never asks a resolver. */
+    int rc = lookup_numeric(a->host, a->port, false, &res);
+    if (rc == EAI_NONAME)
+        rc = lookup_now(a->host, a->port, false, &res);
+    if (rc != 0)
+        return rc;
+    rc = addrs_from(res, out);
+    freeaddrinfo(res);
+    return rc;
+}
+
+static bool addrs_differ(const struct px_addrs *x, const struct px_addrs *y)
+{
+    return x->n != y->n || memcmp(x->sa, y->sa, sizeof(x->sa[0]) * (size_t)x->n) != 0;
+}
+
+static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_addr *a)
+{
+    for (struct px_resolved *r = w->resolved; r; r = r->next)
+        if (lc_addr_equal(&r->addr, a))
+            return r;
+    return NULL;
+}
+
+/* A lookup again has ended with rc and found.  If it failed, the
+ * addresses the entry had are kept: the name may be back later, and they
+ * are all there is. */
+static void resolved_update(struct px_resolved *r, int rc, const struct px_addrs *found)
+{
+    r->looked_up_ms = px_now_ms();
+    if (rc != 0) {
+        r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
+                                                                : PX_RESOLVE_AGAIN_MAX_MS;
+        if (!r->lookup_failing)
+            fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
+                    r->addr.host, r->addr.port, gai_strerror(rc));
+        r->lookup_failing = true;
+        return;
+    }
+    r->again_ms = PX_RESOLVE_AGAIN_MS;
+    if (r->lookup_failing)
+        fprintf(stderr, "cocytus-proxy: %s:%d resolves again\n", r->addr.host, r->addr.port);
+    r->lookup_failing = false;
+    if (addrs_differ(found, &r->now))
+        fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n", r->addr.host,
+                r->addr.port);
+    r->now = *found;
+    r->stale = false;
+}
+
+static void on_looked_up(int rc, struct addrinfo *res, void *arg)
+{
+    struct px_resolved *r = arg;
+    struct px_addrs found;
+
+    r->lookup = NULL;
+    if (rc == 0) {
+        rc = addrs_from(res, &found);
+        freeaddrinfo(res);
+    }
+    resolved_update(r, rc, &found);
+}
+
+/* ---- the worker's side ---- */
+
+const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a)
+{
+    struct px_resolved *r = resolved_find(w, a);
+    if (r != NULL) {
+        if (r->stale && r->lookup == NULL && px_now_ms() - r->looked_up_ms >= r->again_ms) {
+            r->lookup = lookup_start(w->base, r->addr.host, r->addr.port, on_looked_up, r);
+            if (r->lookup == NULL) {
+                /* No thread: look it up here, as the worker would have to. */
+                struct px_addrs found;
+                int rc = px_lookup_now(&r->addr, &found);
+                resolved_update(r, rc, &found);
+            }
+        }
+        return &r->now;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    int rc = px_lookup_now(a, &r->now);
+    if (rc != 0) {
+        fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d: %s\n", a->host, a->port,
+                gai_strerror(rc));
+        free(r);
+        return NULL;
+    }
+    r->addr = *a;
+    r->looked_up_ms = px_now_ms();
+    r->again_ms = PX_RESOLVE_AGAIN_MS;
+    r->next = w->resolved;
+    w->resolved = r;
+    return &r->now;
+}
+
+void px_resolved_stale(struct px_worker *w, const struct lc_addr *a)
+{
+    struct px_resolved *r = resolved_find(w, a);
+    if (r != NULL)
+        r->stale = true;
+}
+
+void px_resolved_free(struct px_worker *w)
+{
+    while (w->resolved) {
+        struct px_resolved *r = w->resolved;
+        w->resolved = r->next;
+        lookup_cancel(r->lookup);
+        free(r);
+    }
+}
