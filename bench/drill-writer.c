@@ -17,8 +17,11 @@
  * check: reads every key of FILE from the server (multi-get, 100 keys per
  * request) and prints "acknowledged N, found F, lost L": found means the
  * value is exactly the one written; a missing key or a different value is
- * lost (the different ones are also counted as "wrong").  Exit status 0
- * when nothing is lost, 1 when something is, 2 on usage or I/O errors. */
+ * lost (the different ones are also counted as "wrong").  After a batch
+ * that gets no whole reply (5 s), the rest of FILE is counted, not read
+ * back: lost too, and stderr says so.  Exit status 0 when nothing is lost,
+ * 1 when something is (or FILE has a line that is not "<key> <size>"), 2
+ * on usage or I/O errors. */
 #define _GNU_SOURCE
 
 #include <errno.h>
@@ -412,18 +415,28 @@ static int cmd_check(const struct opts *o)
         fprintf(stderr, "drill-writer: cannot read %s or reach %s:%d\n", o->file, o->host, o->port);
         return 2;
     }
-    while (fscanf(in, "%63s %zu", keys[n], &sizes[n]) == 2) {
+    /* A batch that gets no whole reply stops the reading back, not the
+     * count: every key after it is lost too, and the line says why. */
+    bool reading = true;
+    long read_back = 0;
+    int got;
+    while ((got = fscanf(in, "%63s %zu", keys[n], &sizes[n])) == 2) {
         if (sizes[n] > MAX_SIZE)
             continue;
         k.acked++;
         if (++n == CHECK_BATCH) {
-            if (!check_batch(&k, keys, sizes, n))
-                break;
+            if (reading && !(reading = check_batch(&k, keys, sizes, n)))
+                fprintf(stderr, "drill-writer: no whole reply to a get of %d keys after %ld were "
+                        "read back; the rest count as lost\n", n, read_back);
+            read_back += reading ? n : 0;
             n = 0;
         }
     }
-    if (n > 0)
-        check_batch(&k, keys, sizes, n);
+    if (got != EOF || ferror(in))
+        fprintf(stderr, "drill-writer: %s: line %ld is not \"<key> <size>\"; the keys after it "
+                "were not read\n", o->file, k.acked + 1);
+    if (n > 0 && reading && !check_batch(&k, keys, sizes, n))
+        fprintf(stderr, "drill-writer: no whole reply to a get of the last %d keys\n", n);
     fclose(in);
     close(k.fd);
     long lost = k.acked - k.found;
@@ -431,6 +444,8 @@ static int cmd_check(const struct opts *o)
     if (k.wrong > 0)
         printf(" (%ld with a different value)", k.wrong);
     printf("\n");
+    if (got != EOF)
+        lost++;     /* a file not read to its end is no pass */
     free(k.buf);
     free(k.want);
     free(keys);

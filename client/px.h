@@ -462,11 +462,9 @@ struct px_addrs {
     socklen_t salen[PX_ADDRS_MAX];
     int n;
 };
-/* getaddrinfo for a, in place (it blocks): 0 or an EAI_ code. */
-int px_lookup_now(const struct lc_addr *a, struct px_addrs *out);
-/* The addresses to connect to a at, or NULL if its name never resolved.
- * Only a's first lookup is made in place; a stale name is looked up
- * again on a thread while these addresses serve. */
+/* The addresses to connect to a at (none while its name never resolved;
+ * NULL out of memory).  Only a's first lookup is made in place; a stale
+ * name is looked up again on a thread while these addresses serve. */
 const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a);
 /* A connection to a failed: its name is looked up again before a later
  * connect, at most once a second, less often while lookups fail (a

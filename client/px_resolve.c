@@ -16,7 +16,9 @@
  * the entry had, which is right until the name has moved, and all there
  * is if the lookup fails.  The first lookup of a name is made in place:
  * there are no addresses to go on with.  It happens when the worker first
- * connects to an endpoint (the seeds, and servers a newer map names). */
+ * connects to an endpoint (the seeds, and servers a newer map names); if
+ * it fails, the name is kept without addresses (connects fail at once)
+ * and looked up again on a thread like a stale one. */
 #include "config.h"
 
 #include <netdb.h>
@@ -56,7 +58,8 @@ static int addrs_from(const struct addrinfo *res, struct px_addrs *out)
     return out->n > 0 ? 0 : EAI_FAIL;
 }
 
-int px_lookup_now(const struct lc_addr *a, struct px_addrs *out)
+/* getaddrinfo for a, in place (it blocks): 0 or an EAI_ code. */
+static int px_lookup_now(const struct lc_addr *a, struct px_addrs *out)
 {
     struct addrinfo *res = NULL;
     /* A numeric host first: it never asks a resolver. */
@@ -142,16 +145,18 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return NULL;
+    r->addr = *a;
+    r->again_ms = PX_RESOLVE_AGAIN_MS;
     int rc = px_lookup_now(a, &r->now);
     if (rc != 0) {
         fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d: %s\n", a->host, a->port,
                 gai_strerror(rc));
-        free(r);
-        return NULL;
+        memset(&r->now, 0, sizeof(r->now));
+        r->stale = true;
+        r->lookup_failing = true;
+        r->again_ms = PX_RESOLVE_AGAIN_MS * 2;
     }
-    r->addr = *a;
     r->looked_up_ms = px_now_ms();
-    r->again_ms = PX_RESOLVE_AGAIN_MS;
     r->next = w->resolved;
     w->resolved = r;
     return &r->now;

@@ -1129,6 +1129,10 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     case LS_IDLE:
         dial(l);
         break;
+    case LS_RESOLVING:
+        /* No timer runs while the name is looked up: the resolver's own
+         * timeouts bound the wait (on_resolved ends it). */
+        break;
     case LS_CONNECTING:
         attempt_failed(l, "connect: timed out");
         break;

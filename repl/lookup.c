@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,8 +89,13 @@ static void *lookup_thread(void *arg)
     lk->res = res;
     if (!lk->cancelled) {
         /* The pipe is empty (one byte per lookup): this cannot block. */
-        ssize_t n = write(lk->fds[1], "", 1);
-        (void)n;
+        ssize_t n;
+        do
+            n = write(lk->fds[1], "", 1);
+        while (n < 0 && errno == EINTR);
+        if (n != 1)
+            fprintf(stderr, "lookup of %s: cannot wake the event loop: %s\n", lk->host,
+                    strerror(errno));
     }
     pthread_mutex_unlock(&lk->mu);
     lookup_unref(lk);
@@ -143,7 +149,12 @@ struct lookup *lookup_start(struct event_base *base, const char *host, int port,
     int rc = -1;
     if (lk->ev != NULL && event_add(lk->ev, NULL) == 0 && pthread_attr_init(&attr) == 0) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* The thread takes no signal: they stay the event loop's. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
         rc = pthread_create(&t, &attr, lookup_thread, lk);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         pthread_attr_destroy(&attr);
     }
     if (rc != 0) {

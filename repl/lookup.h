@@ -29,12 +29,15 @@ int lookup_now(const char *host, int port, bool passive, struct addrinfo **res);
 
 /* Starts looking host:port up on a thread; fn(ctx) runs on base's loop
  * with the answer, unless the lookup was cancelled first.  NULL (and
- * errno) if no thread could start: the caller may look it up in place. */
+ * errno) if no thread could start: the caller may look it up in place.
+ * Every lookup ends exactly once: fn runs, or the caller cancels it, and
+ * that before base is freed (the lookup's event is on it). */
 struct lookup *lookup_start(struct event_base *base, const char *host, int port, lookup_fn fn,
                             void *ctx);
 
-/* fn will not be called.  The thread, if still waiting on the resolver,
- * drops its answer when it ends. */
+/* fn will not be called (not after fn ran: the lookup is gone then; NULL
+ * is a no-op).  The thread, if still waiting on the resolver, drops its
+ * answer when it ends. */
 void lookup_cancel(struct lookup *lk);
 
 #endif
