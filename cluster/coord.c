@@ -486,14 +486,30 @@ static bool another_process(const struct member *m, const struct ctl_msg *msg)
  * successor redials at once. */
 static void retire_predecessor(struct member *m, struct link *l, const struct ctl_msg *msg)
 {
-    coord_log_member(m, "pid %ld, declared dead, says hello again while pid %ld has its "
-                     "place: told to exit", msg->pid, m->pid);
+    if (m->state == MEMBER_ALIVE)
+        coord_log_member(m, "pid %ld, declared dead, says hello again while pid %ld has its "
+                         "place: told to exit", msg->pid, m->pid);
+    else
+        coord_log_member(m, "pid %ld, declared dead by an earlier leader, says hello again "
+                         "after pid %ld had its place: told to exit", msg->pid, m->saved_pid);
     link_send(l, FT_CONTROL, "retire", 6);
     if (m->link == l)
         m->link = NULL;
     if (m->retired_link && m->retired_link != l)
         link_close(m->retired_link);
     m->retired_link = l;
+}
+
+/* msg's hello comes from the incarnation declared dead in m's place while
+ * another process has it: alive here, or (an earlier leader's save) the
+ * last one heard there. */
+static bool was_declared_dead(const struct member *m, const struct ctl_msg *msg, bool another)
+{
+    if (msg->incarnation == 0 || msg->incarnation != m->dead_incarnation)
+        return false;
+    if (m->state == MEMBER_ALIVE)
+        return another;
+    return m->saved_incarnation != 0 && m->saved_incarnation != msg->incarnation;
 }
 
 static void member_heard(struct member *m, const struct ctl_msg *msg)
@@ -560,24 +576,27 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     switch (msg.kind) {
     case CTL_HELLO: {
         bool another = another_process(m, &msg);
-        if (m->state == MEMBER_ALIVE && another && msg.incarnation != 0 &&
-            msg.incarnation == m->dead_incarnation) {
+        if (was_declared_dead(m, &msg, another)) {
             retire_predecessor(m, l, &msg);
             break;
         }
         if (m->state == MEMBER_ALIVE && another)
             member_superseded(m, msg.pid);
-        bool unseen = m->saved_pid != 0 && m->saved_pid != msg.pid;
+        bool unseen = (m->saved_pid != 0 && m->saved_pid != msg.pid) ||
+                      (m->saved_incarnation != 0 && msg.incarnation != 0 &&
+                       m->saved_incarnation != msg.incarnation);
         bool restarted = m->state == MEMBER_DEAD || another || unseen;
         m->incarnation = msg.incarnation;
         bool new_pid = m->pid != msg.pid;
         m->pushed_epoch = 0;    /* a new process, or a new link: it has no pushed map */
         if (unseen) {
             coord_log_member(m, "restarted while no coordinator watched (pid %ld, an earlier "
-                             "leader saw pid %ld): it comes back empty", msg.pid, m->saved_pid);
+                             "leader saw pid %ld%s): it comes back empty", msg.pid, m->saved_pid,
+                             m->saved_pid == msg.pid ? " with another incarnation" : "");
             coord_recovery_on_unseen_restart(co_of(m), m);
         }
         m->saved_pid = 0;
+        m->saved_incarnation = 0;
         member_heard(m, &msg);
         coord_recovery_on_hello(co_of(m), m);
         coord_pbr_on_hello(co_of(m), m, restarted);

@@ -52,6 +52,10 @@ struct coord_client {
      * if cut off from the coordinator only (its replication links and
      * clients still reach it).  "" when not set. */
     char mute_file[256];
+    /* Test fault (COCYTUS_TEST_HELLO_PID): the pid hello and hb give instead
+     * of getpid(), as every process of a container started again would
+     * give the same one.  0 when not set. */
+    long hello_pid;
 };
 
 static bool muted(const struct coord_client *cc)
@@ -95,10 +99,16 @@ int coord_client_send(struct coord_client *cc, const char *text)
     return send_text(cc, text);
 }
 
+/* The pid this process gives in its hello and heartbeats. */
+static long reported_pid(const struct coord_client *cc)
+{
+    return cc->hello_pid ? cc->hello_pid : (long)getpid();
+}
+
 static void send_hello(struct coord_client *cc, struct link *l)
 {
     char text[64];
-    snprintf(text, sizeof(text), "hello %ld %llu %llu", (long)getpid(),
+    snprintf(text, sizeof(text), "hello %ld %llu %llu", reported_pid(cc),
              (unsigned long long)current_epoch(cc), (unsigned long long)cc->incarnation);
     link_send(l, FT_CONTROL, text, (uint32_t)strlen(text));
 }
@@ -128,7 +138,7 @@ static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
     if (muted(cc))
         return;
     char text[256];
-    int n = snprintf(text, sizeof(text), "hb %ld %llu %llu", (long)getpid(),
+    int n = snprintf(text, sizeof(text), "hb %ld %llu %llu", reported_pid(cc),
                      (unsigned long long)current_epoch(cc),
                      (unsigned long long)engine_process_rss());
     if (e && e->ops->heartbeat_extra && n > 0 && (size_t)n + 2 < sizeof(text)) {
@@ -293,6 +303,11 @@ struct coord_client *coord_client_start(struct server *s)
     cc->me.group = (uint32_t)s->settings.group;
     cc->me.role = own_link_role(s->settings.role);
     cc->me.index = (uint32_t)s->settings.index;
+    const char *fake_pid = getenv("COCYTUS_TEST_HELLO_PID");
+    if (fake_pid && atol(fake_pid) > 0) {
+        cc->hello_pid = atol(fake_pid);
+        fprintf(stderr, "cocytus-server: test fault: hello says pid %ld\n", cc->hello_pid);
+    }
     const char *mute = getenv("COCYTUS_TEST_MUTE_DIR");
     if (mute) {
         snprintf(cc->mute_file, sizeof(cc->mute_file), "%s/mute-%s-%d-%d", mute,

@@ -62,6 +62,7 @@ struct member {
     uint64_t pushed_at_ms;
     uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
     long saved_pid;                 /* its pid as an earlier leader saved it (0: none) */
+    uint64_t saved_incarnation;     /* and its incarnation (0: none, or an older build) */
     struct lost_report lost[COORD_LOST_REPORTS_MAX];   /* peers that lost their link to it */
     int nlost;
     uint64_t heartbeats;            /* heard; its "lost" words follow each one */
@@ -167,7 +168,7 @@ void coord_recovery_admin(struct coord *co, eng_write_fn write, void *wctx);
  * declared dead: until then (its startup grace at most) the saved state may
  * hide a death, so `cocytus groups` says "starting", not "healthy". */
 bool coord_group_unheard(const struct coord *co, int g);
-/* m restarted while no leader watched (a new pid in its hello): its death
+/* m restarted while no leader watched (a new pid or incarnation in its hello): its death
  * was never handled.  Called before coord_recovery_on_hello. */
 void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);
 /* A running slot move from or to m, which died, fails (coord.c). */

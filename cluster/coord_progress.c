@@ -21,8 +21,12 @@
  *   pbr <g> figures <serve_ms> <dead_at> <served_at> <lost_at>
  *                                                  its last failover's timings
  *                                                  (unix ms), first
- *   pid <member> <pid>                             each process's pid, as
- *                                                  seen in its last hello
+ *   pid <member> <pid> <incarnation> <dead>        each process's pid and
+ *                                                  incarnation, as seen in its
+ *                                                  last hello, and the
+ *                                                  incarnation last declared
+ *                                                  dead (0: none; an older
+ *                                                  build wrote the pid only)
  *
  * The coordinator saves them at every step (a view change, a takeover or
  * migration phase, a move starting or ending).  A new leader applies them
@@ -49,7 +53,11 @@
  * during a takeover would look like the original serving its keys; without
  * the pids, one that died and came back while no leader watched (between
  * the old leader's death and the new one's election) would too: a hello
- * with another pid is that process's death, handled late. */
+ * with another pid or incarnation is that process's death, handled late
+ * (pids alone repeat for a container's processes started again).  The
+ * incarnation declared dead lets a new leader tell a process that was
+ * declared dead and replaced (its host was cut off, and a spare took its
+ * name) from its successor: it is told to exit, as by the old leader. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -139,9 +147,11 @@ char *coord_progress_encode(struct coord *co, size_t *len)
      * save gave it: were we to die again before its hello, the next
      * coordinator must still see its restart. */
     for (int i = 0; i < co->nmembers; i++) {
-        long pid = co->members[i].pid > 0 ? co->members[i].pid : co->members[i].saved_pid;
+        const struct member *m = &co->members[i];
+        long pid = m->pid > 0 ? m->pid : m->saved_pid;
+        uint64_t inc = m->pid > 0 ? m->incarnation : m->saved_incarnation;
         if (pid > 0)
-            put(&b, "pid %d %ld\n", i, pid);
+            put(&b, "pid %d %ld %" PRIu64 " %" PRIu64 "\n", i, pid, inc, m->dead_incarnation);
     }
     char line[LINE_MAX_LEN];
     for (int g = 0; co->pbr && g < co->c->ngroups; g++) {
@@ -301,8 +311,13 @@ static void apply_pid(struct coord *co, const char *line)
 {
     int i;
     long pid;
-    if (sscanf(line, "pid %d %ld", &i, &pid) == 2 && i >= 0 && i < co->nmembers && pid > 0)
-        co->members[i].saved_pid = pid;
+    uint64_t inc = 0, dead = 0;
+    int n = sscanf(line, "pid %d %ld %" SCNu64 " %" SCNu64, &i, &pid, &inc, &dead);
+    if (n < 2 || i < 0 || i >= co->nmembers || pid <= 0)
+        return;
+    co->members[i].saved_pid = pid;
+    co->members[i].saved_incarnation = n >= 3 ? inc : 0;
+    co->members[i].dead_incarnation = n >= 4 ? dead : 0;
 }
 
 /* After every line: a group has lost data when a place without a server has

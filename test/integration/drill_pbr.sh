@@ -66,3 +66,23 @@ else
     echo "FAIL: the restarted primary's backups were not fenced at once"
     exit 1
 fi
+# Once more, with every process giving the same pid in its hello (the test
+# fault COCYTUS_TEST_HELLO_PID), as a container's processes started again
+# do: the restarted primary must still be told from the one before it, by
+# its incarnation (a new leader reads the old one's from the saved state).
+cluster_remove "$dir"
+mkdir -p "$dir"
+COCYTUS_TEST_HELLO_PID=7 drill_once "the primary and then the coordinator, one pid for all" \
+    --kill-coordinator 0
+if grep -q "restarted while no coordinator watched (pid 7, an earlier leader saw pid 7 with another incarnation)" \
+    "$dir/coordinator.log"; then
+    echo "ok: the restarted primary was told apart by its incarnation"
+elif grep -q "is dead: fencing its stream" "$dir/coordinator.log" &&
+    ! grep -q "restarted while no coordinator watched" "$dir/coordinator.log"; then
+    grep -E "fencing|restarted|dead" "$dir/coordinator.log" | head
+    echo "ok (not checked): the primary's death was declared before its restart was heard"
+else
+    grep -E "fencing|restarted|dead|alive" "$dir/coordinator.log" | head -20
+    echo "FAIL: the restarted primary, with the same pid, was not told apart"
+    exit 1
+fi

@@ -12,7 +12,8 @@
 # (the cluster file names hosts; the peers, the proxy and the checks must
 # find the new address by that name), node 3's with the spare up before
 # the silence was noticed, node 4's while its old host is only cut off
-# and comes back, and node 2's (now the spare's) again while the proxy's
+# and comes back (and node 3's again, with a new leading coordinator
+# when it comes back), and node 2's (now the spare's) again while the proxy's
 # name server does not answer: the proxy must go on serving the other
 # nodes' keys while it looks the name up (the build before stalled 3 s).
 # Skipped (77) without root, network namespaces, ZooKeeper or a build
@@ -132,16 +133,22 @@ else
     echo "note: node 3's spare said hello only after its predecessors' silence was noticed" \
         "(a loaded machine); the successor-first path was not exercised this time"
 fi
-# Last, node 4's host is only cut off when the spare replaces it, and
+# Then node 4's host is only cut off when the spare replaces it, and
 # comes back: its processes, declared dead, must be told to exit rather
 # than take their places back from the spare's (the build before had no
 # word for it), and they cannot start again (the name is the spare's).
 replace "old host back" 4 --old-back-ms 1000
-# Last, node 2's host (the spare of the first drill) again, with the
-# proxy's host asking a name server that never answers while the name is
-# gone: each lookup of it takes about 3 s.  The drill's probe (a get of
+# And node 3's old host back after the leading coordinator was killed: the
+# one that leads then must tell the old processes to exit as well (it reads
+# the incarnations declared dead from the saved state).  The build before
+# did not know them: each old process displaced its successor, which was
+# declared dead and rebuilt, and only then was the old one told to exit.
+replace "old host back, new leader" 3 --old-back-ms 1000 --leader killed
+# Last, node 2's host (the spare of the first drill) again, with every
+# host asking a name server that never answers while the name is gone:
+# each lookup of it takes about 3 s.  The drill's probe (a get of
 # another node's key through the proxy every 100 ms) must never wait
-# 2.5 s, and the proxy must still find the new spare by name.
+# 1.5 s, and the proxy must still find the new spare by name.
 replace "name server silent" 2 --dns silent
 
 bad=$(grep -l -E "AddressSanitizer|LeakSanitizer|runtime error" "$dir"/*.log 2>/dev/null)

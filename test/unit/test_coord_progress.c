@@ -100,6 +100,8 @@ START_TEST(test_progress_round_trip)
     g3->view.pp_serves[1] = 0;
     g3->view.dp_server[0] = 1;
     a.members[4].pid = 4711;
+    a.members[4].incarnation = 77;
+    a.members[4].dead_incarnation = 55;     /* its predecessor, declared dead */
     /* Group 4: dp 1 died unseen; its takeover waits; its own process served
      * until then, so an admission would keep what it holds. */
     a.groups->g[4].tk[1].deferred = true;
@@ -131,16 +133,25 @@ START_TEST(test_progress_round_trip)
     ck_assert(!h4->own_state_newest[0] && !h4->own_state_newest[2]);
     ck_assert(!h1->own_state_newest[2]);
     ck_assert_int_eq(b.members[4].saved_pid, 4711);
+    ck_assert_uint_eq(b.members[4].saved_incarnation, 77);
+    ck_assert_uint_eq(b.members[4].dead_incarnation, 55);
     /* b, started on that save, saves again before member 4's hello (a
-     * hello from another member, a view): 4711 must stay in the file for
-     * the coordinator after b. */
+     * hello from another member, a view): 4711 and its incarnations must
+     * stay in the file for the coordinator after b. */
     b.members[2].pid = 999;
+    b.members[2].incarnation = 5;
     size_t len2;
     char *again = coord_progress_encode(&b, &len2);
     ck_assert_ptr_nonnull(again);
-    ck_assert_ptr_nonnull(strstr(again, "pid 4 4711\n"));
-    ck_assert_ptr_nonnull(strstr(again, "pid 2 999\n"));
+    ck_assert_ptr_nonnull(strstr(again, "pid 4 4711 77 55\n"));
+    ck_assert_ptr_nonnull(strstr(again, "pid 2 999 5 0\n"));
     free(again);
+    /* An older build's line: the pid only. */
+    const char *old = "progress 1\npid 3 1234\n";
+    coord_progress_apply(&b, old, strlen(old));
+    ck_assert_int_eq(b.members[3].saved_pid, 1234);
+    ck_assert_uint_eq(b.members[3].saved_incarnation, 0);
+    ck_assert_uint_eq(b.members[3].dead_incarnation, 0);
     free(text);
     coord_unmake(&a);
     coord_unmake(&b);
