@@ -63,19 +63,23 @@ int lookup_now(const char *host, int port, bool passive, struct addrinfo **res)
 }
 
 /* Drops one reference; the last frees everything. */
-static void lookup_unref(struct lookup *lk)
+static void lookup_free(struct lookup *lk)
 {
-    pthread_mutex_lock(&lk->mu);
-    bool last = --lk->refs == 0;
-    pthread_mutex_unlock(&lk->mu);
-    if (!last)
-        return;
     if (lk->res != NULL)
         freeaddrinfo(lk->res);
     close(lk->fds[0]);
     close(lk->fds[1]);
     pthread_mutex_destroy(&lk->mu);
     free(lk);
+}
+
+static void lookup_unref(struct lookup *lk)
+{
+    pthread_mutex_lock(&lk->mu);
+    bool last = --lk->refs == 0;
+    pthread_mutex_unlock(&lk->mu);
+    if (last)
+        lookup_free(lk);
 }
 
 static void *lookup_thread(void *arg)
@@ -160,10 +164,7 @@ struct lookup *lookup_start(struct event_base *base, const char *host, int port,
     if (rc != 0) {
         if (lk->ev != NULL)
             event_free(lk->ev);
-        close(lk->fds[0]);
-        close(lk->fds[1]);
-        pthread_mutex_destroy(&lk->mu);
-        free(lk);
+        lookup_free(lk);
         errno = rc > 0 ? rc : ENOMEM;
         return NULL;
     }
