@@ -523,6 +523,9 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
         m->rss = msg->rss;
     m->last_heard_ms = now;
     m->state = MEMBER_ALIVE;
+    if (m->silence_waited)
+        coord_log_member(m, "heard again: its silence was waited out, not declared a death");
+    m->silence_waited = false;
     coord_lost_forget(m);
     if (!was_alive)
         coord_log_member(m, "alive (pid %ld, epoch %llu)", m->pid, (unsigned long long)m->epoch);
@@ -696,6 +699,32 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
     coord_pbr_forgive(co, late, now);
 }
 
+/* m has been silent past dead_after_ms, but its control link is up: it may
+ * be paused (stopped, swapping, its VM frozen), not dead.  If declaring it
+ * dead would leave its coding group more failed places than parity
+ * processes, the group would be declared LOST and whatever the silent
+ * processes hold thrown away, though they may come back with all of it: a
+ * recovery process that took writes, then both parity processes paused,
+ * lost 19,621 acknowledged writes that way with no process dead
+ * (docs/recovery.md, "When silence is not declared a death").  So the
+ * coordinator waits: the group's keys that need m wait with it, and m is
+ * declared dead if its link drops (a host that is really gone stops
+ * acknowledging: TCP_USER_TIMEOUT) or if it restarts.  Logged once per
+ * wait, and every 10 s while it lasts. */
+static bool silence_would_lose(struct coord *co, struct member *m, uint64_t now)
+{
+    int failed = 0;
+    if (!coord_recovery_death_loses(co, m, &failed))
+        return false;
+    uint64_t silent = now - m->last_heard_ms;
+    if (!m->silence_waited || silent / 10000 != (silent - CHECK_EVERY_MS) / 10000)
+        coord_log_member(m, "no heartbeat for %" PRIu64 " ms, but its link is up and its "
+                         "group has %d failed place(s) already: declaring it dead would lose "
+                         "data, so the coordinator waits for it", silent, failed);
+    m->silence_waited = true;
+    return true;
+}
+
 /* Every CHECK_EVERY_MS: who has gone quiet. */
 static void on_check(evutil_socket_t fd, short what, void *arg)
 {
@@ -708,6 +737,8 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; i < co->nmembers; i++) {
         struct member *m = &co->members[i];
         if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > co->dead_after_ms) {
+            if (silence_would_lose(co, m, now))
+                continue;
             snprintf(why, sizeof(why), "no heartbeat for %" PRIu64 " ms", co->dead_after_ms);
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > co->startup_grace_ms) {

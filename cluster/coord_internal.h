@@ -63,6 +63,8 @@ struct member {
     uint64_t warned_epoch;          /* last too-new epoch logged (once each) */
     long saved_pid;                 /* its pid as an earlier leader saved it (0: none) */
     uint64_t saved_incarnation;     /* and its incarnation (0: none, or an older build) */
+    bool silence_waited;            /* silent past dead_after_ms, but not declared dead:
+                                     * that would lose data (on_check) */
     struct lost_report lost[COORD_LOST_REPORTS_MAX];   /* peers that lost their link to it */
     int nlost;
     uint64_t heartbeats;            /* heard; its "lost" words follow each one */
@@ -175,6 +177,9 @@ void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);
 void coord_fail_move_of(struct coord *co, const struct member *m);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
+/* Would m's death leave its coding group more failed places than it has
+ * parity processes (data lost)?  *failed: the group's failed places now. */
+bool coord_recovery_death_loses(struct coord *co, const struct member *m, int *failed);
 
 /* ---- coord_lost.c ---- */
 

@@ -377,6 +377,38 @@ void coord_recovery_on_dead(struct coord *co, struct member *m)
         parity_dead(co, cg, p->index, false);
 }
 
+/* A data place is whole while the process that serves it (its own, or the
+ * recovery process) is alive; a parity place while its process holds
+ * parity and is alive (one that serves a data place gave its parity up).
+ * `without` counts as dead. */
+static int failed_places(struct coord *co, struct cgroup *cg, const struct member *without)
+{
+    int failed = 0;
+    for (int f = 0; f < cg->view.k; f++) {
+        int s = cg->view.dp_server[f];
+        const struct member *by = s == -1 ? coord_member(co, cg->g, ROLE_DATA, f)
+                                : s >= 0 ? coord_pp_member(co, cg->g, s) : NULL;
+        if (by == NULL || by == without || !coord_alive(by))
+            failed++;
+    }
+    for (int j = 0; j < cg->view.m; j++) {
+        const struct member *pp = coord_pp_member(co, cg->g, j);
+        if (cg->view.pp_state[j] != GV_PP_PARITY || pp == NULL || pp == without ||
+            !coord_alive(pp))
+            failed++;
+    }
+    return failed;
+}
+
+bool coord_recovery_death_loses(struct coord *co, const struct member *m, int *failed)
+{
+    struct cgroup *cg = coord_group_of(co, m->proc->group);
+    if (cg == NULL || (m->proc->role != ROLE_DATA && m->proc->role != ROLE_PARITY))
+        return false;
+    *failed = failed_places(co, cg, NULL);
+    return failed_places(co, cg, m) > cg->view.m;
+}
+
 void coord_recovery_on_hello(struct coord *co, struct member *m)
 {
     struct cgroup *cg = coord_group_of(co, m->proc->group);

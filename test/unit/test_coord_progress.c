@@ -556,6 +556,49 @@ START_TEST(test_lost_evidence_pbr)
 }
 END_TEST
 
+/* coord_recovery_death_loses: a silent process is not declared dead when
+ * that would leave its RS(3,5) group more failed places than its 2 parity
+ * processes (cluster/coord.c, silence_would_lose). */
+START_TEST(test_silence_death_loses)
+{
+    struct coord co;
+    coord_make(&co);
+    /* alive: heard, with a control link (never used here: any non-NULL) */
+    static char fake_link;
+    for (int i = 0; i < co.nmembers; i++) {
+        co.members[i].state = MEMBER_ALIVE;
+        co.members[i].link = (struct link *)&fake_link;
+    }
+    struct cgroup *g = &co.groups->g[0];
+    struct member *dp0 = coord_member(&co, 0, ROLE_DATA, 0);
+    struct member *dp1 = coord_member(&co, 0, ROLE_DATA, 1);
+    struct member *pp0 = coord_pp_member(&co, 0, 0), *pp1 = coord_pp_member(&co, 0, 1);
+    int failed = -1;
+    /* whole: any one death is fine */
+    ck_assert(!coord_recovery_death_loses(&co, pp1, &failed));
+    ck_assert_int_eq(failed, 0);
+    /* dp 0 dead and served by parity 0 (which gave its parity up): one failed
+     * place; parity 1 may die, parity 0 too (dp 0 unserved: 2 + nothing) */
+    dp0->state = MEMBER_DEAD;
+    g->view.dp_server[0] = 0;
+    g->view.pp_state[0] = GV_PP_SERVING;
+    ck_assert(!coord_recovery_death_loses(&co, pp1, &failed));
+    ck_assert_int_eq(failed, 1);
+    ck_assert(!coord_recovery_death_loses(&co, pp0, &failed));
+    /* ... and once parity 1 is dead as well, parity 0 may not: dp 0's place
+     * and both parity places would be failed */
+    pp1->state = MEMBER_DEAD;
+    g->view.pp_state[1] = GV_PP_DEAD;
+    ck_assert(coord_recovery_death_loses(&co, pp0, &failed));
+    ck_assert_int_eq(failed, 2);
+    /* nor another data process */
+    ck_assert(coord_recovery_death_loses(&co, dp1, &failed));
+    /* another group, whole, is not affected */
+    ck_assert(!coord_recovery_death_loses(&co, coord_member(&co, 1, ROLE_DATA, 0), &failed));
+    coord_unmake(&co);
+}
+END_TEST
+
 static Suite *progress_suite(void)
 {
     Suite *s = suite_create("coord_progress");
@@ -567,6 +610,7 @@ static Suite *progress_suite(void)
     tcase_add_test(tc, test_group_starting_until_heard);
     tcase_add_test(tc, test_progress_pbr_figures);
     tcase_add_test(tc, test_progress_pbr_promotion);
+    tcase_add_test(tc, test_silence_death_loses);
     suite_add_tcase(s, tc);
     TCase *lost = tcase_create("lost");
     tcase_add_checked_fixture(lost, setup, teardown);
