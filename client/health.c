@@ -50,7 +50,8 @@ static void pause_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Counts "alive", "dead", "joining", "unknown" in a `proc ...` status line. */
+/* Counts "alive", "dead", "joining", "unknown" in a `proc ...` status line
+ * ("silent": waited for by the coordinator, counts as unknown). */
 static void count_state(const char *line, struct coord_snapshot *s)
 {
     if (strstr(line, " alive pid="))

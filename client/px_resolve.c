@@ -14,7 +14,13 @@
  * per try on a name server that does not answer, and the worker's other
  * clients and servers must not.  Meanwhile connects go to the addresses
  * the entry had, which is right until the name has moved, and all there
- * is if the lookup fails.  The first lookup of a name is made in place:
+ * is if the lookup fails.  A slow lookup does not hold the next one back:
+ * while the name stays stale, another starts every interval, up to
+ * PX_LOOKUPS_MAX at once, so a name that comes back (a spare host that
+ * took it) is seen within about an interval, not when the lookups that
+ * started before it end (6 s each on CI with a silent name server).  The
+ * newest answer wins: one from a lookup that started before the last
+ * answer taken is dropped.  The first lookup of a name is made in place:
  * there are no addresses to go on with.  It happens when the worker first
  * connects to an endpoint (the seeds, and servers a newer map names); if
  * it fails, the name is kept without addresses (connects fail at once)
@@ -32,14 +38,26 @@
 
 #define PX_RESOLVE_AGAIN_MS 1000
 #define PX_RESOLVE_AGAIN_MAX_MS 60000
+#define PX_LOOKUPS_MAX 8
+
+struct px_resolved;
+
+/* One lookup again in progress. */
+struct px_lookup_slot {
+    struct px_resolved *r;
+    struct lookup *lookup;      /* NULL: the slot is free */
+    int64_t started_ms;
+};
 
 struct px_resolved {
     struct lc_addr addr;
     struct px_addrs now;        /* the addresses connects use */
     bool stale;                 /* a connection to it failed since the lookup */
-    struct lookup *lookup;      /* a lookup again in progress, or NULL */
+    struct px_lookup_slot slots[PX_LOOKUPS_MAX];
+    int64_t last_start_ms;      /* the newest lookup's start */
+    int64_t answer_start_ms;    /* the start of the lookup whose answer counts now */
     bool lookup_failing;        /* the last lookup again failed (logged once) */
-    int64_t looked_up_ms;       /* when the last lookup ended */
+    int64_t looked_up_ms;       /* when the last answer that counted came */
     int64_t again_ms;           /* the least time from one lookup to the next */
     struct px_resolved *next;
 };
@@ -114,15 +132,31 @@ static void resolved_update(struct px_resolved *r, int rc, const struct px_addrs
 
 static void on_looked_up(int rc, struct addrinfo *res, void *arg)
 {
-    struct px_resolved *r = arg;
+    struct px_lookup_slot *slot = arg;
+    struct px_resolved *r = slot->r;
     struct px_addrs found;
 
-    r->lookup = NULL;
+    slot->lookup = NULL;
     if (rc == 0) {
         rc = addrs_from(res, &found);
         freeaddrinfo(res);
     }
+    if (slot->started_ms < r->answer_start_ms)
+        return;                 /* a newer lookup has answered already */
+    r->answer_start_ms = slot->started_ms;
     resolved_update(r, rc, &found);
+}
+
+/* Another lookup of stale r may start now: the last one started (and the
+ * last answer came) at least an interval ago, and a slot is free. */
+static struct px_lookup_slot *slot_for_lookup(struct px_resolved *r, int64_t now)
+{
+    if (!r->stale || now - r->last_start_ms < r->again_ms || now - r->looked_up_ms < r->again_ms)
+        return NULL;
+    for (int i = 0; i < PX_LOOKUPS_MAX; i++)
+        if (r->slots[i].lookup == NULL)
+            return &r->slots[i];
+    return NULL;
 }
 
 /* ---- the worker's side ---- */
@@ -131,12 +165,18 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
 {
     struct px_resolved *r = resolved_find(w, a);
     if (r != NULL) {
-        if (r->stale && r->lookup == NULL && px_now_ms() - r->looked_up_ms >= r->again_ms) {
-            r->lookup = lookup_start(w->base, r->addr.host, r->addr.port, on_looked_up, r);
-            if (r->lookup == NULL) {
+        int64_t now = px_now_ms();
+        struct px_lookup_slot *slot = slot_for_lookup(r, now);
+        if (slot != NULL) {
+            slot->r = r;
+            slot->started_ms = now;
+            r->last_start_ms = now;
+            slot->lookup = lookup_start(w->base, r->addr.host, r->addr.port, on_looked_up, slot);
+            if (slot->lookup == NULL) {
                 /* No thread: look it up here, as the worker would have to. */
                 struct px_addrs found;
                 int rc = px_lookup_now(&r->addr, &found);
+                r->answer_start_ms = now;
                 resolved_update(r, rc, &found);
             }
         }
@@ -174,7 +214,8 @@ void px_resolved_free(struct px_worker *w)
     while (w->resolved) {
         struct px_resolved *r = w->resolved;
         w->resolved = r->next;
-        lookup_cancel(r->lookup);
+        for (int i = 0; i < PX_LOOKUPS_MAX; i++)
+            lookup_cancel(r->slots[i].lookup);
         free(r);
     }
 }

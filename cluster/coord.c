@@ -437,6 +437,7 @@ static void member_dead(struct member *m, const char *why)
         return;
     m->state = MEMBER_DEAD;
     m->dead_incarnation = m->incarnation;
+    m->silence_waited = false;
     coord_lost_forget(m);
     coord_log_member(m, "dead: %s", why);
     coord_fail_move_of(co, m);
@@ -707,20 +708,26 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
  * recovery process that took writes, then both parity processes paused,
  * lost 19,621 acknowledged writes that way with no process dead
  * (docs/recovery.md, "When silence is not declared a death").  So the
- * coordinator waits: the group's keys that need m wait with it, and m is
- * declared dead if its link drops (a host that is really gone stops
- * acknowledging: TCP_USER_TIMEOUT) or if it restarts.  Logged once per
- * wait, and every 10 s while it lasts. */
+ * coordinator waits, for silence_hold_ms at most (COCYTUS_SILENCE_HOLD_MS,
+ * default 30 s): the group waits with m (its writes need m's ack, its
+ * reads m's lease), and m is declared dead earlier if its link drops (a
+ * host that is really gone stops acknowledging: TCP_USER_TIMEOUT) or if
+ * it restarts.  A process hung for good, whose kernel still acknowledges,
+ * must not stop its group for ever: after the hold it is declared dead as
+ * before.  Logged when the wait starts and every 10 s. */
 static bool silence_would_lose(struct coord *co, struct member *m, uint64_t now)
 {
     int failed = 0;
-    if (!coord_recovery_death_loses(co, m, &failed))
-        return false;
     uint64_t silent = now - m->last_heard_ms;
-    if (!m->silence_waited || silent / 10000 != (silent - CHECK_EVERY_MS) / 10000)
+    if (silent > co->silence_hold_ms || !coord_recovery_death_loses(co, m, &failed))
+        return false;
+    if (!m->silence_waited || now - m->silence_logged_ms >= 10000) {
         coord_log_member(m, "no heartbeat for %" PRIu64 " ms, but its link is up and its "
                          "group has %d failed place(s) already: declaring it dead would lose "
-                         "data, so the coordinator waits for it", silent, failed);
+                         "data, so the coordinator waits for it (%" PRIu64 " ms at most)",
+                         silent, failed, co->silence_hold_ms);
+        m->silence_logged_ms = now;
+    }
     m->silence_waited = true;
     return true;
 }
@@ -739,7 +746,9 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
         if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > co->dead_after_ms) {
             if (silence_would_lose(co, m, now))
                 continue;
-            snprintf(why, sizeof(why), "no heartbeat for %" PRIu64 " ms", co->dead_after_ms);
+            snprintf(why, sizeof(why), "no heartbeat for %" PRIu64 " ms%s",
+                     m->silence_waited ? now - m->last_heard_ms : co->dead_after_ms,
+                     m->silence_waited ? " (waited out as long as the coordinator may)" : "");
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > co->startup_grace_ms) {
             snprintf(why, sizeof(why), "not heard from in the %" PRIu64 " ms after the "
@@ -785,7 +794,8 @@ static void admin_status(struct coord *co, eng_write_fn write, void *wctx)
         reply(write, wctx, "proc %d %s %d %d %s:%d %s pid=%ld rss=%llu epoch=%llu hb_age_ms=%lld",
               p->group, cluster_role_name(p->role), p->index, p->node, p->host, p->port,
               coord_recovery_joining(co, m) || coord_pbr_joining(co, m) ? "joining"
-                                                                        : state_name(m->state),
+              : m->state == MEMBER_ALIVE && m->silence_waited ? "silent"
+                                                               : state_name(m->state),
               m->pid, (unsigned long long)m->rss,
               (unsigned long long)m->epoch, age);
     }
@@ -1257,6 +1267,7 @@ struct engine *coord_engine_new(struct server *s)
     }
     co->repair_stall_ms = env_ms("COCYTUS_REPAIR_STALL_MS", COORD_REPAIR_STALL_MS);
     co->dead_after_ms = env_ms("COCYTUS_DEAD_AFTER_MS", COORD_DEAD_AFTER_MS);
+    co->silence_hold_ms = env_ms("COCYTUS_SILENCE_HOLD_MS", COORD_SILENCE_HOLD_MS);
     co->startup_grace_ms = env_ms("COCYTUS_STARTUP_GRACE_MS", COORD_STARTUP_GRACE_MS);
     /* Startup grace counts from now: a waiting candidate may have waited long. */
     co->started_ms = coord_now_ms();

@@ -39,6 +39,7 @@ struct engine;
 #define COORD_ROLE "coordinator"        /* --role value */
 #define COORD_HEARTBEAT_MS 250          /* a server's heartbeat period */
 #define COORD_DEAD_AFTER_MS 1500        /* no heartbeat for this long: dead */
+#define COORD_SILENCE_HOLD_MS 30000    /* silence waited out at most, when a death would lose data */
 #define COORD_WHY_MAX 200               /* longest reason text in a message */
 
 /* ---- control messages (coord_msg.c) ---- */

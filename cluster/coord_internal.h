@@ -65,6 +65,7 @@ struct member {
     uint64_t saved_incarnation;     /* and its incarnation (0: none, or an older build) */
     bool silence_waited;            /* silent past dead_after_ms, but not declared dead:
                                      * that would lose data (on_check) */
+    uint64_t silence_logged_ms;     /* when that wait was last logged */
     struct lost_report lost[COORD_LOST_REPORTS_MAX];   /* peers that lost their link to it */
     int nlost;
     uint64_t heartbeats;            /* heard; its "lost" words follow each one */
@@ -113,6 +114,7 @@ struct coord {
     /* A member not heard from this long is dead: COORD_DEAD_AFTER_MS, or
      * COCYTUS_DEAD_AFTER_MS (for tests that stop a process for longer). */
     uint64_t dead_after_ms;
+    uint64_t silence_hold_ms;       /* the longest silence waited out (on_check) */
     uint64_t startup_grace_ms;      /* COORD_STARTUP_GRACE_MS, or COCYTUS_STARTUP_GRACE_MS */
 };
 

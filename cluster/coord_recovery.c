@@ -405,8 +405,11 @@ bool coord_recovery_death_loses(struct coord *co, const struct member *m, int *f
     struct cgroup *cg = coord_group_of(co, m->proc->group);
     if (cg == NULL || (m->proc->role != ROLE_DATA && m->proc->role != ROLE_PARITY))
         return false;
-    *failed = failed_places(co, cg, NULL);
-    return failed_places(co, cg, m) > cg->view.m;
+    /* A death that fails no more places than are failed now (its place
+     * is failed already: joining, rebuilt, or taken over) loses nothing. */
+    int now = failed_places(co, cg, NULL), after = failed_places(co, cg, m);
+    *failed = now;
+    return after > now && after > cg->view.m;
 }
 
 void coord_recovery_on_hello(struct coord *co, struct member *m)

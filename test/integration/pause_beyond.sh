@@ -4,7 +4,7 @@
 # sets keys through the proxy all along and every acknowledged one is
 # read back at the end.  Data process 0 is stopped (SIGSTOP): after 1.5 s
 # of silence it is declared dead and a parity process serves its keys and
-# takes their writes.  Then both parity processes are stopped for 3 s, and
+# takes their writes.  Then both parity processes are stopped for 4 s, and
 # everything resumes.  Three silent places are one more than an RS(3,5)
 # group has parity for: the coordinator must declare one of the parity
 # processes dead and wait for the other (their links are up: they may be
@@ -53,7 +53,7 @@ else
 fi
 sleep 1
 kill -STOP $pps && stopped="$dp0 $pps"
-sleep 3
+sleep 4
 kill -CONT $dp0 $pps
 stopped=""
 wait "$writer_pid"
@@ -70,7 +70,7 @@ if grep -q "DATA LOSS" "$dir/coordinator.log"; then
 else
     ok "no DATA LOSS declared"
 fi
-"$build_dir/client/cocytus-cli" --dir "$dir" --timeout 30 wait-healthy >"$dir/healthy.out" 2>&1 ||
+"$build_dir/client/cocytus-cli" --dir "$dir" --timeout 60 wait-healthy >"$dir/healthy.out" 2>&1 ||
     fail "not healthy again: $(tail -1 "$dir/healthy.out")"
 check=$("$writer" check -h "${proxy%:*}" -p "${proxy##*:}" -i "$dir/acked" 2>&1)
 case $check in

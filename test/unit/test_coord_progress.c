@@ -593,6 +593,17 @@ START_TEST(test_silence_death_loses)
     ck_assert_int_eq(failed, 2);
     /* nor another data process */
     ck_assert(coord_recovery_death_loses(&co, dp1, &failed));
+    /* parity 1's process back but joining (its place still dead): its
+     * death fails nothing more, so it is declared as usual */
+    pp1->state = MEMBER_ALIVE;
+    ck_assert(!coord_recovery_death_loses(&co, pp1, &failed));
+    ck_assert_int_eq(failed, 2);
+    /* a group already beyond what it tolerates (dp 1 lost too): a death
+     * that adds a failed place still waits, one that adds none does not */
+    g->view.dp_server[1] = -2;
+    ck_assert(!coord_recovery_death_loses(&co, dp1, &failed));
+    ck_assert_int_eq(failed, 3);
+    ck_assert(coord_recovery_death_loses(&co, coord_member(&co, 0, ROLE_DATA, 2), &failed));
     /* another group, whole, is not affected */
     ck_assert(!coord_recovery_death_loses(&co, coord_member(&co, 1, ROLE_DATA, 0), &failed));
     coord_unmake(&co);
