@@ -468,14 +468,15 @@ static void member_superseded(struct member *m, long new_pid)
     m->link = successor;
 }
 
-/* Another process than m's live one: another pid, or (both sent one)
- * another incarnation.  Pids alone are the same for a container's
- * processes started again on another host. */
-static bool another_process(const struct member *m, const struct ctl_msg *msg)
+/* msg's hello comes from another process than the one known by pid and
+ * incarnation (0: not known): another pid, or (both known) another
+ * incarnation.  Pids alone are the same for a container's processes
+ * started again on another host. */
+static bool another_than(long pid, uint64_t incarnation, const struct ctl_msg *msg)
 {
-    if (m->pid != 0 && m->pid != msg->pid)
+    if (pid != 0 && pid != msg->pid)
         return true;
-    return m->incarnation != 0 && msg->incarnation != 0 && m->incarnation != msg->incarnation;
+    return incarnation != 0 && msg->incarnation != 0 && incarnation != msg->incarnation;
 }
 
 /* A process declared dead came back (its host was only cut off, and
@@ -579,16 +580,15 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
     }
     switch (msg.kind) {
     case CTL_HELLO: {
-        bool another = another_process(m, &msg);
+        bool another = another_than(m->pid, m->incarnation, &msg);
         if (was_declared_dead(m, &msg, another)) {
             retire_predecessor(m, l, &msg);
             break;
         }
         if (m->state == MEMBER_ALIVE && another)
             member_superseded(m, msg.pid);
-        bool unseen = (m->saved_pid != 0 && m->saved_pid != msg.pid) ||
-                      (m->saved_incarnation != 0 && msg.incarnation != 0 &&
-                       m->saved_incarnation != msg.incarnation);
+        /* not the process an earlier leader saw last */
+        bool unseen = another_than(m->saved_pid, m->saved_incarnation, &msg);
         bool restarted = m->state == MEMBER_DEAD || another || unseen;
         m->incarnation = msg.incarnation;
         bool new_pid = m->pid != msg.pid;
