@@ -17,8 +17,9 @@
 #     recovery process, gets no reply while the data processes are stopped;
 #   - once they continue, it is STORED, as an in-place write
 #     (in_place_writes), and the new value reads back;
-#   - data process 0 takes its keys back; verify and decode-check find the
-#     group exact, and the value reads back through it.
+#   - data process 0, started again by its node but held stopped until
+#     then, takes its keys back; verify and decode-check find the group
+#     exact, and the value reads back through it.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -58,7 +59,24 @@ for i in 1 2; do
 done
 [ "$(echo $stopped | wc -w)" -eq 2 ] || { fail "cannot stop data processes 1 and 2"; finish; }
 
+old_dp0=$(group0_pid "$dir" data 0)
 group0_kill_dp0 "$dir" || finish
+# Its node starts data process 0 again at once, and once the group can be
+# decoded again it takes its keys back, after which the recovery process
+# answers END for them: held stopped until the recovery process has been
+# read, so that read cannot race the hand-back (it did, once in CI under
+# ASan).  30 s of silence are allowed, far more than it is held.
+new_dp0_started() {
+    new_dp0=$(group0_pid "$dir" data 0)
+    [ -n "$new_dp0" ] && [ "$new_dp0" != "$old_dp0" ]
+}
+new_dp0=""
+if wait_for 100 new_dp0_started && kill -STOP "$new_dp0"; then
+    stopped="$stopped $new_dp0"
+else
+    fail "data process 0 was not started again"
+    finish
+fi
 
 # The overwrite, on a connection of its own that waits up to 20 s.
 out=$dir/in-place.out
@@ -75,8 +93,8 @@ if [ -s "$out" ]; then
 else
     ok "the overwrite waits while its unit cannot be rebuilt"
 fi
-for p in $stopped; do kill -CONT "$p"; done
-stopped=""
+for p in $stopped; do [ "$p" = "$new_dp0" ] || kill -CONT "$p"; done
+stopped=" $new_dp0"
 wait "$writer_pid"
 writer_pid=""
 [ "$(cat "$out" 2>/dev/null)" = STORED ] && ok "once the data processes continue it is STORED" ||
@@ -84,9 +102,13 @@ writer_pid=""
 n=$(mc "$pp0" "stats\r\n" | awk '$2 == "in_place_writes" { print $3 }')
 [ "${n:-0}" -ge 1 ] && ok "the recovery process counts it as in place (in_place_writes $n)" ||
     fail "in_place_writes on the recovery process: '${n:-none}'"
-reply=$(mc "$pp0" "get inplace_0\r\n" | sed -n 2p)
+full=$(mc "$pp0" "get inplace_0\r\n")
+reply=$(printf '%s\n' "$full" | sed -n 2p)
 [ "$reply" = "value-after--of-0" ] && ok "the new value reads back through the recovery process" ||
-    fail "get through the recovery process: '$reply'"
+    { fail "get through the recovery process: '$full'"; grep "group 0" "$dir/coordinator.log" | tail -8; }
+
+kill -CONT "$new_dp0"
+stopped=""
 
 group0_dp0_back "$dir"
 reply=$(mc "$dp0" "get inplace_0\r\n" | sed -n 2p)
