@@ -18,9 +18,21 @@
  * while the name stays stale, another starts every interval, up to
  * PX_LOOKUPS_MAX at once, so a name that comes back (a spare host that
  * took it) is seen within about an interval, not when the lookups that
- * started before it end (6 s each on CI with a silent name server).  The
- * newest answer wins: one from a lookup that started before the last
- * answer taken is dropped.  The first lookup of a name is made in place:
+ * started before it end (6 s each on CI with a silent name server).
+ *
+ * So only what a lookup says about now counts.  An address found is taken
+ * unless a lookup that started later has given one already.  A failure
+ * keeps the addresses and says nothing about a name that may have come
+ * back since a newer lookup started: it doubles the interval (up to
+ * PX_RESOLVE_AGAIN_MAX_MS, so that a name server that fails fast is not
+ * asked once a second for a dead host for ever) only if it is the newest
+ * lookup's, and the interval counts from the newest start, not from a
+ * failure's arrival.  (The failures of lookups that began during an
+ * outage used to arrive after the name was back, each doubling the
+ * interval from its arrival: the proxy then kept connecting to the dead
+ * address for longer than a client waits.)
+ *
+ * The first lookup of a name is made in place:
  * there are no addresses to go on with.  It happens when the worker first
  * connects to an endpoint (the seeds, and servers a newer map names); if
  * it fails, the name is kept without addresses (connects fail at once)
@@ -37,7 +49,7 @@
 #include "px.h"
 
 #define PX_RESOLVE_AGAIN_MS 1000
-#define PX_RESOLVE_AGAIN_MAX_MS 60000
+#define PX_RESOLVE_AGAIN_MAX_MS 4000
 #define PX_LOOKUPS_MAX 8
 
 struct px_resolved;
@@ -55,10 +67,9 @@ struct px_resolved {
     bool stale;                 /* a connection to it failed since the lookup */
     struct px_lookup_slot slots[PX_LOOKUPS_MAX];
     int64_t last_start_ms;      /* the newest lookup's start */
-    int64_t answer_start_ms;    /* the start of the lookup whose answer counts now */
+    int64_t answer_start_ms;    /* the start of the lookup whose addresses are taken */
     bool lookup_failing;        /* the last lookup again failed (logged once) */
-    int64_t looked_up_ms;       /* when the last answer that counted came */
-    int64_t again_ms;           /* the least time from one lookup to the next */
+    int64_t again_ms;           /* the least time from one lookup's start to the next */
     struct px_resolved *next;
 };
 
@@ -104,21 +115,27 @@ static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_ad
     return NULL;
 }
 
-/* A lookup again has ended with rc and found.  If it failed, the
+/* A lookup again, started at started_ms, has failed with rc.  The
  * addresses the entry had are kept: the name may be back later, and they
  * are all there is. */
-static void resolved_update(struct px_resolved *r, int rc, const struct px_addrs *found)
+static void resolved_failed(struct px_resolved *r, int rc, int64_t started_ms)
 {
-    r->looked_up_ms = px_now_ms();
-    if (rc != 0) {
+    if (started_ms == r->last_start_ms)
         r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
                                                                 : PX_RESOLVE_AGAIN_MAX_MS;
-        if (!r->lookup_failing)
-            fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
-                    r->addr.host, r->addr.port, gai_strerror(rc));
-        r->lookup_failing = true;
+    if (!r->lookup_failing)
+        fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
+                r->addr.host, r->addr.port, gai_strerror(rc));
+    r->lookup_failing = true;
+}
+
+/* A lookup again, started at started_ms, has found addresses: taken,
+ * unless a lookup that started later has given some already. */
+static void resolved_found(struct px_resolved *r, const struct px_addrs *found, int64_t started_ms)
+{
+    if (started_ms < r->answer_start_ms)
         return;
-    }
+    r->answer_start_ms = started_ms;
     r->again_ms = PX_RESOLVE_AGAIN_MS;
     if (r->lookup_failing)
         fprintf(stderr, "cocytus-proxy: %s:%d resolves again\n", r->addr.host, r->addr.port);
@@ -130,10 +147,18 @@ static void resolved_update(struct px_resolved *r, int rc, const struct px_addrs
     r->stale = false;
 }
 
+static void resolved_answer(struct px_resolved *r, int rc, const struct px_addrs *found,
+                            int64_t started_ms)
+{
+    if (rc == 0)
+        resolved_found(r, found, started_ms);
+    else
+        resolved_failed(r, rc, started_ms);
+}
+
 static void on_looked_up(int rc, struct addrinfo *res, void *arg)
 {
     struct px_lookup_slot *slot = arg;
-    struct px_resolved *r = slot->r;
     struct px_addrs found;
 
     slot->lookup = NULL;
@@ -141,17 +166,14 @@ static void on_looked_up(int rc, struct addrinfo *res, void *arg)
         rc = addrs_from(res, &found);
         freeaddrinfo(res);
     }
-    if (slot->started_ms < r->answer_start_ms)
-        return;                 /* a newer lookup has answered already */
-    r->answer_start_ms = slot->started_ms;
-    resolved_update(r, rc, &found);
+    resolved_answer(slot->r, rc, &found, slot->started_ms);
 }
 
-/* Another lookup of stale r may start now: the last one started (and the
- * last answer came) at least an interval ago, and a slot is free. */
+/* Another lookup of stale r may start now: the last one started at least
+ * an interval ago, and a slot is free. */
 static struct px_lookup_slot *slot_for_lookup(struct px_resolved *r, int64_t now)
 {
-    if (!r->stale || now - r->last_start_ms < r->again_ms || now - r->looked_up_ms < r->again_ms)
+    if (!r->stale || now - r->last_start_ms < r->again_ms)
         return NULL;
     for (int i = 0; i < PX_LOOKUPS_MAX; i++)
         if (r->slots[i].lookup == NULL)
@@ -176,8 +198,7 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
                 /* No thread: look it up here, as the worker would have to. */
                 struct px_addrs found;
                 int rc = px_lookup_now(&r->addr, &found);
-                r->answer_start_ms = now;
-                resolved_update(r, rc, &found);
+                resolved_answer(r, rc, &found, now);
             }
         }
         return &r->now;
@@ -196,7 +217,7 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
         r->lookup_failing = true;
         r->again_ms = PX_RESOLVE_AGAIN_MS * 2;
     }
-    r->looked_up_ms = px_now_ms();
+    r->last_start_ms = px_now_ms();
     r->next = w->resolved;
     w->resolved = r;
     return &r->now;
