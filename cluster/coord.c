@@ -703,11 +703,13 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
 /* m has been silent past dead_after_ms, but its control link is up: it may
  * be paused (stopped, swapping, its VM frozen), not dead.  If declaring it
  * dead would leave its coding group more failed places than parity
- * processes, the group would be declared LOST and whatever the silent
- * processes hold thrown away, though they may come back with all of it: a
- * recovery process that took writes, then both parity processes paused,
- * lost 19,621 acknowledged writes that way with no process dead
- * (docs/recovery.md, "When silence is not declared a death").  So the
+ * processes, or its primary-backup group no live member that holds every
+ * acknowledged write (coord_pbr_death_loses), the group would be declared
+ * LOST and whatever the silent processes hold thrown away, though they
+ * may come back with all of it: a recovery process that took writes, then
+ * both parity processes paused, lost 19,621 acknowledged writes that way
+ * with no process dead (docs/recovery.md, "When silence is not declared a
+ * death").  So the
  * coordinator waits, for silence_hold_ms at most (COCYTUS_SILENCE_HOLD_MS,
  * default 30 s): the group waits with m (its writes need m's ack, its
  * reads m's lease), and m is declared dead earlier if its link drops (a
@@ -719,13 +721,21 @@ static bool silence_would_lose(struct coord *co, struct member *m, uint64_t now)
 {
     int failed = 0;
     uint64_t silent = now - m->last_heard_ms;
-    if (silent > co->silence_hold_ms || !coord_recovery_death_loses(co, m, &failed))
+    bool pbr = m->proc->role == ROLE_PRIMARY || m->proc->role == ROLE_BACKUP;
+    if (silent > co->silence_hold_ms)
+        return false;
+    if (pbr ? !coord_pbr_death_loses(co, m) : !coord_recovery_death_loses(co, m, &failed))
         return false;
     if (!m->silence_waited || now - m->silence_logged_ms >= 10000) {
-        coord_log_member(m, "no heartbeat for %" PRIu64 " ms, but its link is up and its "
-                         "group has %d failed place(s) already: declaring it dead would lose "
-                         "data, so the coordinator waits for it (%" PRIu64 " ms at most)",
-                         silent, failed, co->silence_hold_ms);
+        char state[80];
+        if (pbr)
+            snprintf(state, sizeof(state), "no other member of its group holds every "
+                     "acknowledged write");
+        else
+            snprintf(state, sizeof(state), "its group has %d failed place(s) already", failed);
+        coord_log_member(m, "no heartbeat for %" PRIu64 " ms, but its link is up and %s: "
+                         "declaring it dead would lose data, so the coordinator waits for "
+                         "it (%" PRIu64 " ms at most)", silent, state, co->silence_hold_ms);
         m->silence_logged_ms = now;
     }
     m->silence_waited = true;

@@ -216,6 +216,9 @@ void coord_pbr_forgive(struct coord *co, uint64_t late, uint64_t now);
 void coord_pbr_admin(struct coord *co, eng_write_fn write, void *wctx);
 /* A live member that is not (yet) a complete backup of its group. */
 bool coord_pbr_joining(struct coord *co, const struct member *m);
+/* Declaring m (a primary or backup) dead would leave its group nobody to
+ * serve its data from. */
+bool coord_pbr_death_loses(struct coord *co, const struct member *m);
 /* a and b are the primary of their group and one of its backups, in a
  * group not failing over (else who leads is not known here). */
 bool coord_pbr_linked(struct coord *co, const struct member *a, const struct member *b);

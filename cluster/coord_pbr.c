@@ -703,6 +703,38 @@ static bool counts(struct coord *co, const struct pgroup *pg, int k)
            pm->leader == pg->primary;
 }
 
+/* Would declaring m dead leave its group nobody to serve it from, the group
+ * LOST and what m holds thrown away (coord.c, silence_would_lose)?
+ * Serving: m is the primary and no live backup holds every acknowledged
+ * write (counts); failing over: m takes part and no other live participant
+ * may become the primary.  A lost group is not held up: what it had is
+ * gone already, and its admission waits for its primary by itself. */
+bool coord_pbr_death_loses(struct coord *co, const struct member *m)
+{
+    struct pgroup *pg = group_of(co, m->proc->group);
+    if (pg == NULL)
+        return false;
+    int k = member_number(co, m);
+    if (pg->phase == PG_SERVING) {
+        if (k != pg->primary)
+            return false;
+        for (int j = 0; j <= co->pbr->m; j++)
+            if (counts(co, pg, j))
+                return false;
+        return true;
+    }
+    if (pg->phase == PG_FENCING || pg->phase == PG_PROMOTING) {
+        if (!(pg->participants & (1ull << k)))
+            return false;
+        for (int j = 0; j <= co->pbr->m; j++)
+            if (j != k && (pg->participants & (1ull << j)) && alive(member_k(co, pg->g, j)) &&
+                candidate(&pg->mem[j]))
+                return false;
+        return true;
+    }
+    return false;
+}
+
 static const char *group_state(struct coord *co, const struct pgroup *pg, int *redundancy)
 {
     bool rebuilding = false;
