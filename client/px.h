@@ -461,14 +461,16 @@ struct px_addrs {
     struct sockaddr_storage sa[PX_ADDRS_MAX];
     socklen_t salen[PX_ADDRS_MAX];
     int n;
+    int first;      /* tried first: the one after the address a connection last failed on */
 };
 /* The addresses to connect to a at (none while its name never resolved;
  * NULL out of memory).  Only a's first lookup is made in place; a stale
  * name is looked up again on a thread while these addresses serve. */
 const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a);
-/* A connection to a failed: its name is looked up again before a later
- * connect, at most once a second, less often while lookups fail (a
- * replaced node's new address). */
+/* A connection to a failed: the next connect tries its next address
+ * first, and its name is looked up again before a later connect, at most
+ * once a second, less often while lookups fail (a replaced node's new
+ * address). */
 void px_resolved_stale(struct px_worker *w, const struct lc_addr *a);
 void px_resolved_free(struct px_worker *w);
 

@@ -41,7 +41,8 @@ int px_connect_start(struct px_worker *w, const struct lc_addr *a)
     const struct px_addrs *r = px_resolved_get(w, a);
     int err = EHOSTUNREACH;
 
-    for (int i = 0; r != NULL && i < r->n; i++) {
+    for (int k = 0; r != NULL && k < r->n; k++) {
+        int i = (r->first + k) % r->n;
         int fd = socket(r->sa[i].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             err = errno;

@@ -140,10 +140,11 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
     if (r->lookup_failing)
         fprintf(stderr, "cocytus-proxy: %s:%d resolves again\n", r->addr.host, r->addr.port);
     r->lookup_failing = false;
-    if (addrs_differ(found, &r->now))
+    if (addrs_differ(found, &r->now)) {
         fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n", r->addr.host,
                 r->addr.port);
-    r->now = *found;
+        r->now = *found;        /* tried from its first */
+    }
     r->stale = false;
 }
 
@@ -226,8 +227,13 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
 void px_resolved_stale(struct px_worker *w, const struct lc_addr *a)
 {
     struct px_resolved *r = resolved_find(w, a);
-    if (r != NULL)
-        r->stale = true;
+    if (r == NULL)
+        return;
+    r->stale = true;
+    /* A name may have several addresses (a host on two networks), and the
+     * server need not listen on the one the resolver put first. */
+    if (r->now.n > 0)
+        r->now.first = (r->now.first + 1) % r->now.n;
 }
 
 void px_resolved_free(struct px_worker *w)

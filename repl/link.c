@@ -54,6 +54,7 @@
 #define LINK_RETRY_MIN_MS 20
 #define LINK_RETRY_MAX_MS 1000
 #define LINK_HANDSHAKE_TIMEOUT_MS 3000     /* connect + CHALLENGE/HELLO/WELCOME */
+#define LINK_LISTEN_MAX 8                  /* addresses a listener binds */
 #define LINK_REJECT_LINGER_MS 1000         /* time to flush a REJECT */
 #define LINK_HANDSHAKE_MAX_PAYLOAD 1024    /* frames before WELCOME are small */
 #define LINK_NONCE_SIZE 16
@@ -126,6 +127,7 @@ struct link {
     struct link_identity peer;
     char host[LINK_HOST_MAX];         /* connector: where to dial */
     struct lookup *lookup;            /* connector: its name's lookup (LS_RESOLVING) */
+    unsigned addr_pick;               /* connector: which of its name's addresses to dial */
     int port;
     char name[LINK_HOST_MAX + 16];    /* "host:port" */
     unsigned backoff_ms;
@@ -153,7 +155,8 @@ struct link {
 struct link_listener {
     struct event_base *base;
     struct sendq *sq;                 /* given to the links it accepts */
-    struct evconnlistener *evl;
+    struct evconnlistener *evl[LINK_LISTEN_MAX];   /* one per address of its name */
+    int nevl;
     char cluster[LINK_NAME_MAX];
     size_t cluster_len;
     uint32_t group;
@@ -507,6 +510,7 @@ static void schedule_redial(struct link *l)
 /* A connector's attempt failed before the link was up. */
 static void attempt_failed(struct link *l, const char *why)
 {
+    l->addr_pick++;     /* the next attempt dials the name's next address */
     note_error(l, why);
     close_socket(l);
     schedule_redial(l);
@@ -1171,8 +1175,25 @@ static int attach_socket(struct link *l, int fd)
 
 /* ---- connector ---- */
 
-/* Connect to ai (rc: its lookup's answer; ai freed here). */
-static void dial_address(struct link *l, int rc, struct addrinfo *ai)
+/* Which of the addresses in list this attempt dials: the one after the
+ * address of the last failed attempt.  A name may have several (a host on
+ * two networks, a stale record beside the new one), and the first the
+ * resolver gives need not be one the peer listens on: so every attempt
+ * that fails moves on to the next, and one that connects is kept. */
+static const struct addrinfo *pick_address(struct link *l, const struct addrinfo *list)
+{
+    unsigned n = 0;
+    for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
+        n++;
+    const struct addrinfo *ai = list;
+    for (unsigned i = l->addr_pick % n; i > 0; i--)
+        ai = ai->ai_next;
+    return ai;
+}
+
+/* Connect to one of list's addresses (rc: its lookup's answer; list freed
+ * here). */
+static void dial_address(struct link *l, int rc, struct addrinfo *list)
 {
     char why[LINK_ERROR_MAX];
 
@@ -1181,17 +1202,18 @@ static void dial_address(struct link *l, int rc, struct addrinfo *ai)
         attempt_failed(l, why);
         return;
     }
+    const struct addrinfo *ai = pick_address(l, list);
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(why, sizeof(why), "socket: %s", strerror(errno));
-        freeaddrinfo(ai);
+        freeaddrinfo(list);
         attempt_failed(l, why);
         return;
     }
     set_socket_options(fd);
     rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     int err = errno;
-    freeaddrinfo(ai);
+    freeaddrinfo(list);
     if (attach_socket(l, fd) < 0) {
         attempt_failed(l, "out of memory");
         return;
@@ -1339,12 +1361,52 @@ static int socket_port(int fd)
     return -1;
 }
 
+/* Listens on ai too.  Every address of the listen name is bound, as
+ * memcached's -l does: a host with two networks may be known by both, and
+ * a peer dials whichever its own resolver puts first.  With port 0 the
+ * others share the port the first one got.  An address that cannot be
+ * bound (another host's, or a family this host lacks) is skipped, with a
+ * line when a name was given (host), and its errno kept in *err. */
+static bool listen_one(struct link_listener *ll, const struct addrinfo *ai, const char *host,
+                       int *err)
+{
+    const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+    struct sockaddr_storage sa;
+    char where[INET6_ADDRSTRLEN] = "?";
+
+    if (ai->ai_addrlen > sizeof(sa))
+        return false;
+    memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+    if (ll->nevl > 0 && sa.ss_family == AF_INET)
+        ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)ll->port);
+    else if (ll->nevl > 0 && sa.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)ll->port);
+    struct evconnlistener *evl = evconnlistener_new_bind(ll->base, on_accept, ll, flags, -1,
+                                                         (struct sockaddr *)&sa,
+                                                         (int)ai->ai_addrlen);
+    if (evl == NULL) {
+        *err = errno;
+        if (host != NULL) {
+            getnameinfo((struct sockaddr *)&sa, ai->ai_addrlen, where, sizeof(where), NULL, 0,
+                        NI_NUMERICHOST);
+            fprintf(stderr, "link: cannot listen on %s (%s) port %d: %s\n", host, where,
+                    ll->nevl > 0 ? ll->port : ntohs(((struct sockaddr_in *)&sa)->sin_port),
+                    strerror(*err));
+        }
+        return false;
+    }
+    evconnlistener_set_error_cb(evl, on_accept_error);
+    if (ll->nevl == 0)
+        ll->port = socket_port(evconnlistener_get_fd(evl));
+    ll->evl[ll->nevl++] = evl;
+    return true;
+}
+
 struct link_listener *link_listen(struct event_base *base, const char *host, int port,
                                   const char *cluster, uint32_t group, const char *secret,
                                   link_accept_fn accept, void *owner)
 {
     struct addrinfo *res = NULL;
-    const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
 
     if (cluster == NULL || !name_ok(cluster) || accept == NULL || port < 0 || port > 65535)
         return NULL;
@@ -1368,21 +1430,15 @@ struct link_listener *link_listen(struct event_base *base, const char *host, int
         return NULL;
     }
     int err = 0;
-    for (struct addrinfo *ai = res; ai != NULL && ll->evl == NULL; ai = ai->ai_next) {
-        ll->evl = evconnlistener_new_bind(base, on_accept, ll, flags, -1, ai->ai_addr,
-                                          (int)ai->ai_addrlen);
-        if (ll->evl == NULL)
-            err = errno;
-    }
+    for (struct addrinfo *ai = res; ai != NULL && ll->nevl < LINK_LISTEN_MAX; ai = ai->ai_next)
+        listen_one(ll, ai, h, &err);
     freeaddrinfo(res);
-    if (ll->evl == NULL) {
+    if (ll->nevl == 0) {
         fprintf(stderr, "link: cannot listen on %s port %d: %s\n", h ? h : "*", port,
                 strerror(err));
         free(ll);
         return NULL;
     }
-    evconnlistener_set_error_cb(ll->evl, on_accept_error);
-    ll->port = socket_port(evconnlistener_get_fd(ll->evl));
     return ll;
 }
 
@@ -1395,7 +1451,8 @@ void link_listener_free(struct link_listener *ll)
 {
     if (ll == NULL)
         return;
-    evconnlistener_free(ll->evl);
+    for (int i = 0; i < ll->nevl; i++)
+        evconnlistener_free(ll->evl[i]);
     while (ll->pending != NULL)
         link_finish(ll->pending);   /* unlists it */
     free(ll);

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1111,6 +1112,75 @@ START_TEST(test_lookup)
 }
 END_TEST
 
+/* ---- a name with several addresses ----
+ *
+ * These need a host name that resolves to two loopback addresses, which
+ * only a private /etc/hosts gives: test/integration/multi_address.sh runs
+ * this case ("addresses") in a mount namespace of its own with such a file
+ * and names the host in TEST_LINK_MULTI_NAME.  Without it they say so and
+ * test nothing. */
+
+static const char *multi_name(char first[], char second[], size_t len)
+{
+    const char *name = getenv("TEST_LINK_MULTI_NAME");
+    if (name == NULL) {
+        fprintf(stderr, "test_link: TEST_LINK_MULTI_NAME unset, the address cases test "
+                "nothing here (integration/multi_address.sh runs them)\n");
+        return NULL;
+    }
+    struct addrinfo *res = NULL;
+    ck_assert_int_eq(lookup_now(name, 0, false, &res), 0);
+    int n = 0;
+    for (struct addrinfo *ai = res; ai != NULL && n < 2; ai = ai->ai_next) {
+        char *out = n == 0 ? first : second;
+        ck_assert_int_eq(getnameinfo(ai->ai_addr, ai->ai_addrlen, out, (socklen_t)len, NULL, 0,
+                                     NI_NUMERICHOST), 0);
+        if (n == 0 || strcmp(first, second) != 0)
+            n++;
+    }
+    freeaddrinfo(res);
+    ck_assert_msg(n == 2, "%s resolves to one address only", name);
+    return name;
+}
+
+/* Listening on a name binds every address it has: a peer whose resolver
+ * puts the other one first (a host on two networks) still connects. */
+START_TEST(test_listen_every_address)
+{
+    char first[64], second[64];
+    const char *name = multi_name(first, second, sizeof(first));
+    if (name == NULL)
+        return;
+    for (int i = 0; i < 2; i++) {
+        struct fixture f;
+        fixture_init_at(&f, name);
+        f.host = i == 0 ? first : second;
+        fixture_connect(&f, CLUSTER, GROUP, SECRET);
+        ck_assert_msg(run_until(f.base, both_up, &f, 3000), "no link to %s's address %s",
+                      name, f.host);
+        fixture_destroy(&f);
+    }
+}
+END_TEST
+
+/* Dialling a name whose first address refuses: a later attempt dials the
+ * next address, and connects. */
+START_TEST(test_dial_next_address)
+{
+    char first[64], second[64];
+    const char *name = multi_name(first, second, sizeof(first));
+    if (name == NULL)
+        return;
+    struct fixture f;
+    fixture_init_at(&f, second);    /* nothing listens on the first */
+    f.host = name;
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert_msg(run_until(f.base, both_up, &f, 5000), "no link to %s (%s refuses, %s listens)",
+                  name, first, second);
+    fixture_destroy(&f);
+}
+END_TEST
+
 static Suite *link_suite(void)
 {
     Suite *s = suite_create("link");
@@ -1144,6 +1214,12 @@ static Suite *link_suite(void)
     tcase_add_test(raw, test_raw_garbage_instead_of_hello);
     tcase_add_test(raw, test_connector_bad_frame);
     suite_add_tcase(s, raw);
+
+    TCase *addresses = tcase_create("addresses");
+    tcase_set_timeout(addresses, 30);
+    tcase_add_test(addresses, test_listen_every_address);
+    tcase_add_test(addresses, test_dial_next_address);
+    suite_add_tcase(s, addresses);
     return s;
 }
 

@@ -7,7 +7,8 @@
  * during the outage answer afterwards and when; an older lookup's address
  * never replaces a newer one's; a resolver that fails fast is asked less
  * often, but at least every PX_RESOLVE_AGAIN_MAX_MS (4 s); a silent one
- * has at most 8 lookups of a name waiting on it. */
+ * has at most 8 lookups of a name waiting on it; of a name's several
+ * addresses, a failed connect moves on to the next. */
 #include <check.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -76,10 +77,29 @@ static int resolve_as(const char *ip, int port, struct addrinfo **res)
     return getaddrinfo(ip, p, &hints, res);
 }
 
+/* ip, or two addresses "a,b": a list of them in that order. */
+static int resolve_list(const char *ip, int port, struct addrinfo **res)
+{
+    char first[64];
+    const char *comma = strchr(ip, ',');
+    if (comma == NULL)
+        return resolve_as(ip, port, res);
+    snprintf(first, sizeof(first), "%.*s", (int)(comma - ip), ip);
+    struct addrinfo *a = NULL, *b = NULL;
+    ck_assert_int_eq(resolve_as(first, port, &a), 0);
+    ck_assert_int_eq(resolve_as(comma + 1, port, &b), 0);
+    struct addrinfo *last = a;
+    while (last->ai_next != NULL)
+        last = last->ai_next;
+    last->ai_next = b;          /* freeaddrinfo frees the chain */
+    *res = a;
+    return 0;
+}
+
 int lookup_now(const char *host, int port, bool passive, struct addrinfo **res)
 {
     (void)host, (void)passive;
-    return name_is == NULL ? EAI_AGAIN : resolve_as(name_is, port, res);
+    return name_is == NULL ? EAI_AGAIN : resolve_list(name_is, port, res);
 }
 
 /* Answers lookup i: what the name resolves to now, or a failure. */
@@ -93,7 +113,7 @@ static void answer(int i, const char *ip)
         lk->fn(EAI_AGAIN, NULL, lk->ctx);
         return;
     }
-    ck_assert_int_eq(resolve_as(ip, 21000, &res), 0);
+    ck_assert_int_eq(resolve_list(ip, 21000, &res), 0);
     lk->fn(0, res, lk->ctx);
 }
 
@@ -134,7 +154,8 @@ static const char *connect_to(void)
     ck_assert_ptr_nonnull(r);
     if (r->n == 0)
         return "";
-    const struct sockaddr_in *sin = (const struct sockaddr_in *)&r->sa[0];
+    ck_assert(r->first >= 0 && r->first < r->n);
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)&r->sa[r->first];
     ck_assert_int_eq(ntohs(sin->sin_port), 21000);
     return inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
 }
@@ -329,6 +350,32 @@ START_TEST(test_first_lookup_fails)
 }
 END_TEST
 
+START_TEST(test_next_address_after_a_failure)
+{
+    /* A name with two addresses, the server on the second only: a failed
+     * connect moves on to it, and a connect that works keeps it, across
+     * lookups that give the same two. */
+    name_is = "10.0.0.1,10.0.0.2";
+    ck_assert_str_eq(connect_fails(), "10.0.0.1");
+    ck_assert_str_eq(connect_to(), "10.0.0.2");
+    clock_ms += 1000;
+    ck_assert_str_eq(connect_to(), "10.0.0.2");     /* starts a lookup: stale */
+    ck_assert_int_eq(nlookups, 1);
+    answer(0, name_is);
+    ck_assert_str_eq(connect_to(), "10.0.0.2");
+    /* Both fail in turn: tried alternately. */
+    ck_assert_str_eq(connect_fails(), "10.0.0.2");
+    ck_assert_str_eq(connect_fails(), "10.0.0.1");
+    ck_assert_str_eq(connect_to(), "10.0.0.2");
+    /* Other addresses: tried from their first. */
+    clock_ms += 1000;
+    connect_fails();
+    ck_assert_int_eq(nlookups, 2);
+    answer(1, "10.0.0.3,10.0.0.4");
+    ck_assert_str_eq(connect_to(), "10.0.0.3");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("px_resolve");
@@ -342,6 +389,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fast_failures_back_off_to_4s);
     tcase_add_test(tc, test_silent_resolver_bounded);
     tcase_add_test(tc, test_first_lookup_fails);
+    tcase_add_test(tc, test_next_address_after_a_failure);
     suite_add_tcase(s, tc);
     return s;
 }
