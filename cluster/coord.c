@@ -742,6 +742,33 @@ static bool silence_would_lose(struct coord *co, struct member *m, uint64_t now)
     return true;
 }
 
+/* The same wait for m, not heard from since this coordinator started (a
+ * coordinator elected, or restarted, while processes were paused): its
+ * startup grace or its peers' word would declare it dead, but if its live
+ * peers say their links to it are up, only silent (coord_lost_paused), it
+ * may be paused like them, and where its death would lose data the
+ * coordinator waits for it too, until silence_hold_ms after its own
+ * start.  A dead process's peers see its links drop and say so, and then
+ * it is declared dead as before.  Coding groups only: a primary-backup
+ * group's failover decides who leads, and is not held. */
+static bool unheard_would_lose(struct coord *co, struct member *m, uint64_t now)
+{
+    int failed = 0;
+    if (now - co->started_ms > co->silence_hold_ms || !coord_lost_paused(co, m) ||
+        !coord_recovery_death_loses(co, m, &failed))
+        return false;
+    if (!m->silence_waited || now - m->silence_logged_ms >= 10000) {
+        coord_log_member(m, "not heard from since the coordinator started, but its live peers "
+                         "report their links to it up, only silent, and its group has %d "
+                         "failed place(s) already: declaring it dead would lose data, so the "
+                         "coordinator waits for it (until %" PRIu64 " ms after its start)",
+                         failed, co->silence_hold_ms);
+        m->silence_logged_ms = now;
+    }
+    m->silence_waited = true;
+    return true;
+}
+
 /* Every CHECK_EVERY_MS: who has gone quiet. */
 static void on_check(evutil_socket_t fd, short what, void *arg)
 {
@@ -761,10 +788,16 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
                      m->silence_waited ? " (waited out as long as the coordinator may)" : "");
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > co->startup_grace_ms) {
+            if (unheard_would_lose(co, m, now))
+                continue;
             snprintf(why, sizeof(why), "not heard from in the %" PRIu64 " ms after the "
-                     "coordinator started", co->startup_grace_ms);
+                     "coordinator started%s", m->silence_waited ? now - co->started_ms
+                                                                : co->startup_grace_ms,
+                     m->silence_waited ? " (waited out as long as the coordinator may)" : "");
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && coord_lost_evidence(co, m, why, sizeof(why))) {
+            if (unheard_would_lose(co, m, now))
+                continue;
             member_dead(m, why);
         }
     }
@@ -804,7 +837,7 @@ static void admin_status(struct coord *co, eng_write_fn write, void *wctx)
         reply(write, wctx, "proc %d %s %d %d %s:%d %s pid=%ld rss=%llu epoch=%llu hb_age_ms=%lld",
               p->group, cluster_role_name(p->role), p->index, p->node, p->host, p->port,
               coord_recovery_joining(co, m) || coord_pbr_joining(co, m) ? "joining"
-              : m->state == MEMBER_ALIVE && m->silence_waited ? "silent"
+              : m->silence_waited && m->state != MEMBER_DEAD ? "silent"
                                                                : state_name(m->state),
               m->pid, (unsigned long long)m->rss,
               (unsigned long long)m->epoch, age);

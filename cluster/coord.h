@@ -50,11 +50,11 @@ enum ctl_kind {
     CTL_MIGRATED,   /* migrated <slot> <epoch> ok | failed <why> */
     CTL_MAP,        /* map <body> */
     CTL_MIGRATE,    /* migrate <slot> <host>:<port> <epoch> */
-    CTL_LOST,       /* lost <role> <index> <down_ms>: the link to a peer of
-                     * the sender's group (a cluster role and index) is
-                     * down, or up but silent, and nothing came from the
-                     * peer for down_ms; sent after each heartbeat while it
-                     * lasts (engine_ops.lost_peers) */
+    CTL_LOST,       /* lost <role> <index> <down_ms> [up]: the link to a
+                     * peer of the sender's group (a cluster role and
+                     * index) is down, or up but silent ("up"), and nothing
+                     * came from the peer for down_ms; sent after each
+                     * heartbeat while it lasts (engine_ops.lost_peers) */
     CTL_RETIRE      /* retire: coordinator -> a process it declared dead
                      * when another took its place; it exits */
 };
@@ -73,6 +73,7 @@ struct ctl_msg {
     enum cluster_role role;         /* lost */
     int index;                      /* lost */
     uint64_t down_ms;               /* lost */
+    bool link_up;                   /* lost: up, only silent */
     const char *body;               /* map: points into the parsed payload;
                                      * hb: the words after <rss> (or NULL) */
     size_t body_len;

@@ -115,7 +115,8 @@ static void send_hello(struct coord_client *cc, struct link *l)
 
 /* After each heartbeat, one "lost" per replication peer whose link is
  * down: a coordinator that started after that peer died learns it here
- * instead of waiting out its startup grace. */
+ * instead of waiting out its startup grace.  "up" at the end: the link is
+ * up and only silent (the peer may be paused, not dead). */
 static void send_lost(struct coord_client *cc, struct engine *e)
 {
     struct eng_lost_peer lost[LOST_PEERS_MAX];
@@ -124,9 +125,9 @@ static void send_lost(struct coord_client *cc, struct engine *e)
     int n = e->ops->lost_peers(e, lost, LOST_PEERS_MAX);
     for (int i = 0; i < n; i++) {
         char text[96];
-        snprintf(text, sizeof(text), "lost %s %d %llu",
+        snprintf(text, sizeof(text), "lost %s %d %llu%s",
                  cluster_role_name((enum cluster_role)lost[i].role), lost[i].index,
-                 (unsigned long long)lost[i].down_ms);
+                 (unsigned long long)lost[i].down_ms, lost[i].link_up ? " up" : "");
         send_text(cc, text);
     }
 }

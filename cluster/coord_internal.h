@@ -41,6 +41,7 @@ struct lost_report {
     uint64_t heard_ms;              /* monotonic, when it said so last */
     uint64_t hb;                    /* by->heartbeats then: current while equal */
     uint64_t down_ms;               /* how long the link had been down then */
+    bool up;                        /* the link was up, only silent */
 };
 
 /* One server process of the cluster file, as the coordinator sees it. */
@@ -187,6 +188,9 @@ bool coord_recovery_death_loses(struct coord *co, const struct member *m, int *f
 
 /* by said "lost ...": remember it against the member it names. */
 void coord_lost_heard(struct coord *co, struct member *by, const struct ctl_msg *msg);
+/* x, never heard from since this coordinator started, may be paused: its
+ * live peers report their links to it up, only silent (coord_lost.c). */
+bool coord_lost_paused(const struct coord *co, const struct member *x);
 /* x has not been heard from, this coordinator has run long enough for
  * any live process to have said hello, and every peer linked with x that
  * is not declared dead is alive and reports (at least one), with its last

@@ -67,6 +67,7 @@ void coord_lost_heard(struct coord *co, struct member *by, const struct ctl_msg 
     x->lost[slot].heard_ms = now;
     x->lost[slot].hb = by->heartbeats;
     x->lost[slot].down_ms = msg->down_ms;
+    x->lost[slot].up = msg->link_up;
 }
 
 /* Are a and b linked by replication (one sends records to the other)? */
@@ -128,6 +129,32 @@ bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, si
     snprintf(why, len, "not heard from since the coordinator started, and its %d live peer(s) "
              "report their links to it down for %" PRIu64 " ms or more", reporters, down);
     return true;
+}
+
+/* Is x, not heard from since this coordinator started, perhaps paused
+ * rather than dead?  Its live peers say, with their last heartbeats, that
+ * their links to it are up and only silent, and none that its link is
+ * down: a stopped or frozen process's kernel keeps its connections, a
+ * dead one's closes them (and a host that is gone stops acknowledging:
+ * TCP_USER_TIMEOUT drops them after 10 s).  coord.c then waits for it as
+ * for a silent member it heard from, where its death would lose data. */
+bool coord_lost_paused(const struct coord *co, const struct member *x)
+{
+    (void)co;
+    if (x->state != MEMBER_UNKNOWN)
+        return false;
+    uint64_t now = coord_now_ms();
+    bool up = false;
+    for (int i = 0; i < x->nlost; i++) {
+        const struct lost_report *r = &x->lost[i];
+        if (r->by->state != MEMBER_ALIVE || r->hb != r->by->heartbeats ||
+            now - r->heard_ms > LOST_FRESH_MS)
+            continue;
+        if (!r->up)
+            return false;
+        up = true;
+    }
+    return up;
 }
 
 void coord_lost_forget(struct member *x)

@@ -191,12 +191,16 @@ static int parse_migrate(const struct words *w, struct ctl_msg *m)
     return 0;
 }
 
-/* lost <role> <index> <down_ms> */
+/* lost <role> <index> <down_ms> [up] */
 static int parse_lost(const struct words *w, struct ctl_msg *m)
 {
     char role[16];
     uint64_t index;
-    if (w->count != 4 || w->nrest != 0 || w->n[1] >= sizeof(role) ||
+    if (w->nrest == 2 && memcmp(w->rest, "up", 2) == 0)
+        m->link_up = true;
+    else if (w->nrest != 0)
+        return -1;
+    if (w->count != 4 || w->n[1] >= sizeof(role) ||
         !parse_word_u64(w, 2, &index) || index >= CTL_LOST_INDEX_MAX ||
         !parse_word_u64(w, 3, &m->down_ms))
         return -1;

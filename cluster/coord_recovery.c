@@ -377,9 +377,16 @@ void coord_recovery_on_dead(struct coord *co, struct member *m)
         parity_dead(co, cg, p->index, false);
 }
 
+/* Alive, or perhaps only paused while this coordinator started (never
+ * heard from, but its peers' links to it are up: coord_lost_paused). */
+static bool holds_place(const struct coord *co, const struct member *m)
+{
+    return coord_alive(m) || coord_lost_paused(co, m);
+}
+
 /* A data place is whole while the process that serves it (its own, or the
- * recovery process) is alive; a parity place while its process holds
- * parity and is alive (one that serves a data place gave its parity up).
+ * recovery process) holds it; a parity place while its process holds
+ * parity and holds it (one that serves a data place gave its parity up).
  * `without` counts as dead. */
 static int failed_places(struct coord *co, struct cgroup *cg, const struct member *without)
 {
@@ -388,13 +395,13 @@ static int failed_places(struct coord *co, struct cgroup *cg, const struct membe
         int s = cg->view.dp_server[f];
         const struct member *by = s == -1 ? coord_member(co, cg->g, ROLE_DATA, f)
                                 : s >= 0 ? coord_pp_member(co, cg->g, s) : NULL;
-        if (by == NULL || by == without || !coord_alive(by))
+        if (by == NULL || by == without || !holds_place(co, by))
             failed++;
     }
     for (int j = 0; j < cg->view.m; j++) {
         const struct member *pp = coord_pp_member(co, cg->g, j);
         if (cg->view.pp_state[j] != GV_PP_PARITY || pp == NULL || pp == without ||
-            !coord_alive(pp))
+            !holds_place(co, pp))
             failed++;
     }
     return failed;

@@ -173,6 +173,8 @@ struct eng_lost_peer {
     int role;                   /* its enum cluster_role */
     int index;                  /* within its role in this process's group */
     uint64_t down_ms;           /* how long its link has been down */
+    bool link_up;               /* only silent: its link is up (a paused process's
+                                 * kernel keeps it; a dead one's closes it) */
 };
 
 struct engine_ops {

@@ -669,13 +669,15 @@ int repl_receiver_lost_peers(const struct repl_receiver *rx, struct eng_lost_pee
         const struct peer *pr = &rx->peers[i];
         const struct link_identity *who = NULL;
         uint64_t down = 0;
+        bool up = false;
         if (pr->link != NULL) {
             /* Up, but silent past several keepalives: its host crashed or
-             * is cut off, and closed no socket. */
+             * is cut off, and closed no socket, or it is paused. */
             uint64_t silent = link_silent_ms(pr->link, now);
             if (silent >= LINK_SILENT_MS && !pr->fenced) {
                 who = link_peer(pr->link);
                 down = silent;
+                up = true;
             }
         } else if (pr->lost && now > pr->lost_at_ms) {
             who = &pr->lost_peer;
@@ -685,7 +687,7 @@ int repl_receiver_lost_peers(const struct repl_receiver *rx, struct eng_lost_pee
         if (role < 0)
             continue;
         out[n++] = (struct eng_lost_peer){ .role = role, .index = (int)who->index,
-                                           .down_ms = down };
+                                           .down_ms = down, .link_up = up };
     }
     return n;
 }

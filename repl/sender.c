@@ -751,12 +751,14 @@ int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max
         if (p->dropped)
             continue;
         uint64_t down = 0;
+        bool up = false;
         if (p->link && link_is_up(p->link)) {
             /* Up, but silent past several keepalives: gone without closing
-             * its socket (a crashed host), or cut off. */
+             * its socket (a crashed host), cut off, or paused. */
             uint64_t silent = link_silent_ms(p->link, now);
             if (silent >= LINK_SILENT_MS)
                 down = silent;
+            up = true;
         } else if (p->lost && p->link) {
             /* Silent since it last sent anything: before the drop (a link
              * that timed out was silent long before), or an answer to a
@@ -769,7 +771,7 @@ int sender_lost_peers(const struct sender *s, struct eng_lost_peer *out, int max
         if (down == 0)
             continue;
         out[n++] = (struct eng_lost_peer){ .role = (int)p->role, .index = p->index,
-                                           .down_ms = down };
+                                           .down_ms = down, .link_up = up };
     }
     return n;
 }

@@ -11,6 +11,8 @@
 # paused, not dead), so the group is never LOST and nothing acknowledged
 # is lost.  The build before declared all three dead, the group LOST, and
 # threw away the recovery process's writes: lost 19,621 of 153,139.
+# Then the same for a coordinator that starts while processes are paused
+# (below, "2.").
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -80,4 +82,53 @@ case $check in
 esac
 "$build_dir/client/cocytus-cli" --dir "$dir" verify >"$dir/verify.out" 2>&1 &&
     ok "cocytus-cli verify" || { tail -5 "$dir/verify.out"; fail "cocytus-cli verify"; }
+
+# ---- 2. paused while a new coordinator starts ----
+# The three data processes are stopped and the coordinator killed at the
+# same moment; its node starts it again.  The new coordinator never hears
+# from the data processes, and its startup grace, or the parity processes'
+# word that their links to them are silent, would declare all three dead:
+# the group LOST, though nothing died.  Their links are up, so it must
+# declare two of them dead and wait for the third.  Resumed 5 s later,
+# nothing acknowledged is lost.
+coord_pid() { pgrep -f -- "--role coordinator --cluster $dir/cluster.conf" | head -1; }
+dps=$(for i in 0 1 2; do group0_pid "$dir" data "$i"; done | tr '\n' ' ')
+c_old=$(coord_pid)
+[ "$(echo $dps | wc -w)" = 3 ] && [ -n "$c_old" ] ||
+    { fail "no data processes ($dps) or coordinator ($c_old)"; finish; }
+loss_before=$(cat "$dir"/coordinator*.log | grep -c "DATA LOSS")
+"$writer" write -h "${proxy%:*}" -p "${proxy##*:}" -o "$dir/acked2" -t 12 -c 2 -d 2 -z 1024 \
+    2>"$dir/writer2.log" &
+writer_pid=$!
+sleep 2
+kill -STOP $dps && stopped="$dps"
+kill -KILL "$c_old"
+sleep 5
+kill -CONT $dps
+stopped=""
+wait "$writer_pid"
+writer_pid=""
+cat "$dir/writer2.log"
+if cat "$dir"/coordinator*.log | grep -q "not heard from since the coordinator started, but its live peers report their links to it up"; then
+    ok "new coordinator: $(cat "$dir"/coordinator*.log | grep -m1 "but its live peers report their links to it up" | cut -c14-220)"
+else
+    fail "the new coordinator did not wait for a paused process it never heard from"
+fi
+if [ "$(cat "$dir"/coordinator*.log | grep -c "DATA LOSS")" -gt "$loss_before" ]; then
+    cat "$dir"/coordinator*.log | grep "DATA LOSS\|dead:" | tail -8
+    fail "the group was declared LOST by the new coordinator while its processes were only paused"
+else
+    ok "no DATA LOSS declared by the new coordinator"
+fi
+"$build_dir/client/cocytus-cli" --dir "$dir" --timeout 60 wait-healthy >"$dir/healthy.out" 2>&1 ||
+    fail "not healthy again after the new coordinator: $(tail -1 "$dir/healthy.out")"
+check=$("$writer" check -h "${proxy%:*}" -p "${proxy##*:}" -i "$dir/acked2" 2>&1)
+case $check in
+    *"acknowledged 0,"*) fail "nothing was acknowledged: $check" ;;
+    *", lost 0"*) ok "every acknowledged write reads back after the new coordinator: $check" ;;
+    *) fail "acknowledged writes lost with a new coordinator: $check" ;;
+esac
+"$build_dir/client/cocytus-cli" --dir "$dir" verify >"$dir/verify.out" 2>&1 &&
+    ok "cocytus-cli verify after the new coordinator" ||
+    { tail -5 "$dir/verify.out"; fail "cocytus-cli verify after the new coordinator"; }
 finish

@@ -610,6 +610,81 @@ START_TEST(test_silence_death_loses)
 }
 END_TEST
 
+/* A coordinator that started while processes were paused: members never
+ * heard from whose live peers report their links up, only silent, hold
+ * their places (coord_lost_paused), so the one whose death would leave
+ * RS(3,5) beyond its 2 parity processes is waited for; a "down" report, a
+ * stale one or none at all says nothing of a pause. */
+START_TEST(test_unheard_paused)
+{
+    struct coord co;
+    coord_make(&co);
+    static char fake_link;
+    for (int i = 0; i < co.nmembers; i++) {
+        co.members[i].state = MEMBER_ALIVE;
+        co.members[i].link = (struct link *)&fake_link;
+    }
+    co.started_ms = coord_now_ms() - 2000;
+    struct member *dp[3], *pp0 = coord_pp_member(&co, 0, 0), *pp1 = coord_pp_member(&co, 0, 1);
+    for (int i = 0; i < 3; i++) {
+        dp[i] = coord_member(&co, 0, ROLE_DATA, i);
+        dp[i]->state = MEMBER_UNKNOWN;
+        dp[i]->link = NULL;
+    }
+    int failed = -1;
+    /* nobody reported them: not paused, all three count as failed */
+    ck_assert(!coord_lost_paused(&co, dp[0]));
+    ck_assert(!coord_recovery_death_loses(&co, dp[2], &failed));
+    ck_assert_int_eq(failed, 3);
+    /* both parity processes: up, only silent */
+    for (int i = 0; i < 3; i++) {
+        char what[32];
+        snprintf(what, sizeof(what), "data %d 2000 up", i);
+        report(&co, pp0, what);
+        report(&co, pp1, what);
+    }
+    ck_assert(coord_lost_paused(&co, dp[0]));
+    ck_assert(!coord_recovery_death_loses(&co, dp[0], &failed));
+    ck_assert_int_eq(failed, 0);
+    /* two declared dead: the third may not be */
+    dp[0]->state = MEMBER_DEAD;
+    dp[1]->state = MEMBER_DEAD;
+    ck_assert(coord_recovery_death_loses(&co, dp[2], &failed));
+    ck_assert_int_eq(failed, 2);
+    /* one peer sees its link down: dead, not paused */
+    report(&co, pp1, "data 2 2100");
+    ck_assert(!coord_lost_paused(&co, dp[2]));
+    ck_assert(!coord_recovery_death_loses(&co, dp[2], &failed));
+    report(&co, pp1, "data 2 2100 up");
+    ck_assert(coord_lost_paused(&co, dp[2]));
+    /* a word from an earlier heartbeat of the reporter is spent */
+    pp0->heartbeats++;
+    pp1->heartbeats++;
+    ck_assert(!coord_lost_paused(&co, dp[2]));
+    /* heard from: alive, not "paused" */
+    report(&co, pp0, "data 2 2200 up");
+    ck_assert(coord_lost_paused(&co, dp[2]));
+    dp[2]->state = MEMBER_ALIVE;
+    ck_assert(!coord_lost_paused(&co, dp[2]));
+    coord_unmake(&co);
+}
+END_TEST
+
+/* "lost" words: the optional "up", nothing else after the figure. */
+START_TEST(test_lost_words)
+{
+    struct ctl_msg m;
+    ck_assert_int_eq(ctl_parse("lost data 1 1500", 16, &m, err, sizeof(err)), 0);
+    ck_assert(!m.link_up);
+    ck_assert_int_eq(ctl_parse("lost data 1 1500 up", 19, &m, err, sizeof(err)), 0);
+    ck_assert(m.link_up);
+    ck_assert_int_eq(m.down_ms, 1500);
+    ck_assert_int_lt(ctl_parse("lost data 1 1500 down", 21, &m, err, sizeof(err)), 0);
+    ck_assert_int_lt(ctl_parse("lost data 1 1500 up up", 22, &m, err, sizeof(err)), 0);
+    ck_assert_int_lt(ctl_parse("lost data 1 1500 ", 17, &m, err, sizeof(err)), 0);
+}
+END_TEST
+
 static Suite *progress_suite(void)
 {
     Suite *s = suite_create("coord_progress");
@@ -627,6 +702,8 @@ static Suite *progress_suite(void)
     tcase_add_checked_fixture(lost, setup, teardown);
     tcase_add_test(lost, test_lost_evidence);
     tcase_add_test(lost, test_lost_evidence_pbr);
+    tcase_add_test(lost, test_unheard_paused);
+    tcase_add_test(lost, test_lost_words);
     suite_add_tcase(s, lost);
     return s;
 }
