@@ -263,6 +263,7 @@ struct px_backend {
                                        a request that cannot be sent twice (be_hold) */
     int64_t retry_at_ms;            /* BE_DOWN: no connection before this */
     int64_t connect_started_ms;
+    int addr_index;                 /* which of its name's addresses fd is to */
     int fails;                      /* connection failures in a row */
     struct evbuffer *out;
     uint64_t queued_bytes, written_bytes;
@@ -311,6 +312,7 @@ struct px_fetch {
     int64_t again_at_ms;
     int64_t started_ms;             /* when the last fetch began */
     int fd;
+    int addr_index;                 /* which of the source's addresses fd is to */
     struct event *ev;
     struct px_rbuf in;
     char req[600];                  /* [auth set] config get cluster */
@@ -453,7 +455,7 @@ void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno (the name is then
  * marked stale).  A numeric host never blocks; a host name is looked up
  * once per worker and remembered (px_resolve.c). */
-int px_connect_start(struct px_worker *w, const struct lc_addr *a);
+int px_connect_start(struct px_worker *w, const struct lc_addr *a, int *addr_index);
 
 /* ---- servers' names (px_resolve.c) ---- */
 #define PX_ADDRS_MAX 4
@@ -461,17 +463,20 @@ struct px_addrs {
     struct sockaddr_storage sa[PX_ADDRS_MAX];
     socklen_t salen[PX_ADDRS_MAX];
     int n;
-    int first;      /* tried first: the one after the address a connection last failed on */
+    int first;      /* tried first: the last that connected, or the one after
+                     * the address a connection failed on */
 };
 /* The addresses to connect to a at (none while its name never resolved;
  * NULL out of memory).  Only a's first lookup is made in place; a stale
  * name is looked up again on a thread while these addresses serve. */
 const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a);
-/* A connection to a failed: the next connect tries its next address
- * first, and its name is looked up again before a later connect, at most
- * once a second, less often while lookups fail (a replaced node's new
- * address). */
-void px_resolved_stale(struct px_worker *w, const struct lc_addr *a);
+/* A connection to a failed: its name is looked up again before a later
+ * connect, at most once a second, less often while lookups fail (a
+ * replaced node's new address).  failed_index: the address it was made
+ * to (px_connect_start's), if it never got an answer there; the next
+ * connect then tries the next address first.  -1: the address is not to
+ * blame (a connection that worked, then broke). */
+void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, int failed_index);
 void px_resolved_free(struct px_worker *w);
 
 /* ---- authentication (px_auth.c) ---- */

@@ -36,11 +36,12 @@
 
 #define SMALL_COPY 4096        /* ops smaller than this are copied into the output */
 
-int px_connect_start(struct px_worker *w, const struct lc_addr *a)
+int px_connect_start(struct px_worker *w, const struct lc_addr *a, int *addr_index)
 {
     const struct px_addrs *r = px_resolved_get(w, a);
     int err = EHOSTUNREACH;
 
+    *addr_index = -1;
     for (int k = 0; r != NULL && k < r->n; k++) {
         int i = (r->first + k) % r->n;
         int fd = socket(r->sa[i].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -50,12 +51,15 @@ int px_connect_start(struct px_worker *w, const struct lc_addr *a)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (connect(fd, (const struct sockaddr *)&r->sa[i], r->salen[i]) == 0 || errno == EINPROGRESS)
+        if (connect(fd, (const struct sockaddr *)&r->sa[i], r->salen[i]) == 0 ||
+            errno == EINPROGRESS) {
+            *addr_index = i;
             return fd;
+        }
         err = errno;
         close(fd);
     }
-    px_resolved_stale(w, a);    /* it may have moved (a replaced node) */
+    px_resolved_stale(w, a, -1);    /* it may have moved (a replaced node) */
     errno = err;
     return -1;
 }
@@ -156,7 +160,8 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
         be_take_batch(be);
     uint64_t written = be->written_bytes;
     be_close_socket(be);
-    px_resolved_stale(w, &be->addr);
+    /* Its address is to blame only if it never answered there. */
+    px_resolved_stale(w, &be->addr, be->state == BE_UP ? -1 : be->addr_index);
     be->state = BE_DOWN;
     be->fails++;
     be->retry_at_ms = px_now_ms() + px_backoff_ms(be->fails);
@@ -260,7 +265,7 @@ static bool be_auth_reply(struct px_backend *be, const char *h, size_t total)
 
 static bool be_connect(struct px_backend *be)
 {
-    int fd = px_connect_start(be->w, &be->addr);
+    int fd = px_connect_start(be->w, &be->addr, &be->addr_index);
 
     if (fd < 0) {
         char why[120];

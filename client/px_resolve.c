@@ -20,16 +20,14 @@
  * took it) is seen within about an interval, not when the lookups that
  * started before it end (6 s each on CI with a silent name server).
  *
- * So only what a lookup says about now counts.  An address found is taken
- * unless a lookup that started later has given one already.  A failure
- * keeps the addresses and says nothing about a name that may have come
- * back since a newer lookup started: it doubles the interval (up to
- * PX_RESOLVE_AGAIN_MAX_MS, so that a name server that fails fast is not
- * asked once a second for a dead host for ever) only if it is the newest
- * lookup's, and the interval counts from the newest start, not from a
- * failure's arrival.  (The failures of lookups that began during an
- * outage used to arrive after the name was back, each doubling the
- * interval from its arrival: the proxy then kept connecting to the dead
+ * An address found is taken unless a lookup that started later has given
+ * one already.  A failure keeps the addresses and doubles the interval,
+ * up to PX_RESOLVE_AGAIN_MAX_MS, so that a name server that is down is
+ * asked at most every 4 s per name (plus what is still waiting on it);
+ * the interval counts from the newest start, not from a failure's
+ * arrival.  (The failures of lookups that began during an outage arrive
+ * after the name may be back; when each postponed the next lookup from
+ * its arrival, up to a minute, the proxy kept connecting to the dead
  * address for longer than a client waits.)
  *
  * The first lookup of a name is made in place:
@@ -115,14 +113,12 @@ static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_ad
     return NULL;
 }
 
-/* A lookup again, started at started_ms, has failed with rc.  The
- * addresses the entry had are kept: the name may be back later, and they
- * are all there is. */
-static void resolved_failed(struct px_resolved *r, int rc, int64_t started_ms)
+/* A lookup again has failed with rc.  The addresses the entry had are
+ * kept: the name may be back later, and they are all there is. */
+static void resolved_failed(struct px_resolved *r, int rc)
 {
-    if (started_ms == r->last_start_ms)
-        r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
-                                                                : PX_RESOLVE_AGAIN_MAX_MS;
+    r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
+                                                            : PX_RESOLVE_AGAIN_MAX_MS;
     if (!r->lookup_failing)
         fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
                 r->addr.host, r->addr.port, gai_strerror(rc));
@@ -154,7 +150,7 @@ static void resolved_answer(struct px_resolved *r, int rc, const struct px_addrs
     if (rc == 0)
         resolved_found(r, found, started_ms);
     else
-        resolved_failed(r, rc, started_ms);
+        resolved_failed(r, rc);
 }
 
 static void on_looked_up(int rc, struct addrinfo *res, void *arg)
@@ -224,15 +220,17 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
     return &r->now;
 }
 
-void px_resolved_stale(struct px_worker *w, const struct lc_addr *a)
+void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, int failed_index)
 {
     struct px_resolved *r = resolved_find(w, a);
     if (r == NULL)
         return;
     r->stale = true;
     /* A name may have several addresses (a host on two networks), and the
-     * server need not listen on the one the resolver put first. */
-    if (r->now.n > 0)
+     * server need not listen on the one the resolver put first.  Only a
+     * failure at the address tried first moves on: two connections that
+     * failed there move once, not back to it. */
+    if (r->now.n > 0 && failed_index == r->now.first)
         r->now.first = (r->now.first + 1) % r->now.n;
 }
 

@@ -703,34 +703,52 @@ static bool counts(struct coord *co, const struct pgroup *pg, int k)
            pm->leader == pg->primary;
 }
 
+/* Heard from within the silence that declares a member dead: one that is
+ * silent itself (still alive until the check reaches it) is no one to
+ * count on. */
+static bool heard_lately(struct coord *co, const struct member *m)
+{
+    return alive(m) && coord_now_ms() - m->last_heard_ms <= co->dead_after_ms;
+}
+
 /* Would declaring m dead leave its group nobody to serve it from, the group
  * LOST and what m holds thrown away (coord.c, silence_would_lose)?
- * Serving: m is the primary and no live backup holds every acknowledged
- * write (counts); failing over: m takes part and no other live participant
- * may become the primary.  A lost group is not held up: what it had is
- * gone already, and its admission waits for its primary by itself. */
+ *   serving: m is the primary (not one that restarted empty) and no backup
+ *     heard from lately holds every acknowledged write (counts);
+ *   failing over: m takes part and no other participant heard from lately
+ *     may become the primary;
+ *   lost, or being admitted again: m is the group's last primary, not
+ *     restarted, the one member that may hold its newest state (without
+ *     it, another is admitted empty after ADMIT_PRIMARY_WAIT_MS).
+ * So when a primary and its backups fall silent together, the backups are
+ * declared dead and the primary waited for, in whatever order the check
+ * meets them. */
 bool coord_pbr_death_loses(struct coord *co, const struct member *m)
 {
     struct pgroup *pg = group_of(co, m->proc->group);
     if (pg == NULL)
         return false;
     int k = member_number(co, m);
-    if (pg->phase == PG_SERVING) {
-        if (k != pg->primary)
+    switch (pg->phase) {
+    case PG_SERVING:
+        if (k != pg->primary || pg->failover_due || pg->mem[k].stale)
             return false;
         for (int j = 0; j <= co->pbr->m; j++)
-            if (counts(co, pg, j))
+            if (counts(co, pg, j) && heard_lately(co, member_k(co, pg->g, j)))
                 return false;
         return true;
-    }
-    if (pg->phase == PG_FENCING || pg->phase == PG_PROMOTING) {
+    case PG_FENCING:
+    case PG_PROMOTING:
         if (!(pg->participants & (1ull << k)))
             return false;
         for (int j = 0; j <= co->pbr->m; j++)
-            if (j != k && (pg->participants & (1ull << j)) && alive(member_k(co, pg->g, j)) &&
-                candidate(&pg->mem[j]))
+            if (j != k && (pg->participants & (1ull << j)) &&
+                heard_lately(co, member_k(co, pg->g, j)) && candidate(&pg->mem[j]))
                 return false;
         return true;
+    case PG_LOST:
+    case PG_ADMITTING:
+        return k == pg->primary && !pg->mem[k].stale;
     }
     return false;
 }

@@ -127,7 +127,12 @@ struct link {
     struct link_identity peer;
     char host[LINK_HOST_MAX];         /* connector: where to dial */
     struct lookup *lookup;            /* connector: its name's lookup (LS_RESOLVING) */
-    unsigned addr_pick;               /* connector: which of its name's addresses to dial */
+    struct sockaddr_storage dial_sa;  /* connector: the address being dialled */
+    socklen_t dial_salen;
+    struct sockaddr_storage good_sa;  /* connector: the last address that connected */
+    socklen_t good_salen;             /* (0: none) */
+    struct sockaddr_storage failed_sa;/* connector: the last one a connect failed at */
+    socklen_t failed_salen;           /* (0: none since good) */
     int port;
     char name[LINK_HOST_MAX + 16];    /* "host:port" */
     unsigned backoff_ms;
@@ -169,6 +174,8 @@ struct link_listener {
 
 static void link_fail(struct link *l, const char *why);
 static void dial(struct link *l);
+static void connect_failed_at_address(struct link *l);
+static void connected_at_address(struct link *l);
 
 /* ---- small helpers ---- */
 
@@ -510,7 +517,6 @@ static void schedule_redial(struct link *l)
 /* A connector's attempt failed before the link was up. */
 static void attempt_failed(struct link *l, const char *why)
 {
-    l->addr_pick++;     /* the next attempt dials the name's next address */
     note_error(l, why);
     close_socket(l);
     schedule_redial(l);
@@ -1028,9 +1034,11 @@ static void finish_connect(struct link *l)
         err = errno;
     if (err != 0) {
         snprintf(why, sizeof(why), "connect: %s", strerror(err));
+        connect_failed_at_address(l);
         attempt_failed(l, why);
         return;
     }
+    connected_at_address(l);
     disarm_write(l);
     event_add(l->rd_ev, NULL);
     l->state = LS_AWAIT_CHALLENGE;
@@ -1138,6 +1146,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
          * timeouts bound the wait (on_resolved ends it). */
         break;
     case LS_CONNECTING:
+        connect_failed_at_address(l);
         attempt_failed(l, "connect: timed out");
         break;
     case LS_AWAIT_CHALLENGE:
@@ -1175,20 +1184,46 @@ static int attach_socket(struct link *l, int fd)
 
 /* ---- connector ---- */
 
-/* Which of the addresses in list this attempt dials: the one after the
- * address of the last failed attempt.  A name may have several (a host on
- * two networks, a stale record beside the new one), and the first the
- * resolver gives need not be one the peer listens on: so every attempt
- * that fails moves on to the next, and one that connects is kept. */
-static const struct addrinfo *pick_address(struct link *l, const struct addrinfo *list)
+static const struct addrinfo *find_address(const struct addrinfo *list,
+                                           const struct sockaddr_storage *sa, socklen_t len)
 {
-    unsigned n = 0;
-    for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next)
-        n++;
-    const struct addrinfo *ai = list;
-    for (unsigned i = l->addr_pick % n; i > 0; i--)
-        ai = ai->ai_next;
-    return ai;
+    for (const struct addrinfo *ai = list; ai != NULL && len > 0; ai = ai->ai_next)
+        if (ai->ai_addrlen == len && memcmp(ai->ai_addr, sa, len) == 0)
+            return ai;
+    return NULL;
+}
+
+/* Which of the addresses in list this attempt dials.  A name may have
+ * several (a host on two networks, a stale record beside the new one), and
+ * the first the resolver gives need not be one the peer listens on: after
+ * a connect failed at an address, the one after it in the list (wrapping
+ * round); else the last that connected, if the name still has it; else the
+ * first.  By address, not by position: a resolver may give them in
+ * another order at every lookup. */
+static const struct addrinfo *pick_address(const struct link *l, const struct addrinfo *list)
+{
+    const struct addrinfo *ai = find_address(list, &l->failed_sa, l->failed_salen);
+    if (ai != NULL)
+        return ai->ai_next != NULL ? ai->ai_next : list;
+    ai = find_address(list, &l->good_sa, l->good_salen);
+    return ai != NULL ? ai : list;
+}
+
+/* The connect to the address being dialled failed (not the handshake
+ * after it: the peer's answer, whatever it is, came from the right
+ * place). */
+static void connect_failed_at_address(struct link *l)
+{
+    l->failed_sa = l->dial_sa;
+    l->failed_salen = l->dial_salen;
+}
+
+/* The connect succeeded: that address is the one to dial again. */
+static void connected_at_address(struct link *l)
+{
+    l->good_sa = l->dial_sa;
+    l->good_salen = l->dial_salen;
+    l->failed_salen = 0;
 }
 
 /* Connect to one of list's addresses (rc: its lookup's answer; list freed
@@ -1203,6 +1238,11 @@ static void dial_address(struct link *l, int rc, struct addrinfo *list)
         return;
     }
     const struct addrinfo *ai = pick_address(l, list);
+    l->dial_salen = 0;
+    if (ai->ai_addrlen <= sizeof(l->dial_sa)) {
+        memcpy(&l->dial_sa, ai->ai_addr, ai->ai_addrlen);
+        l->dial_salen = ai->ai_addrlen;
+    }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(why, sizeof(why), "socket: %s", strerror(errno));
@@ -1222,12 +1262,14 @@ static void dial_address(struct link *l, int rc, struct addrinfo *list)
     buf_release_if_idle(&l->out);
     arm_timer(l, LINK_HANDSHAKE_TIMEOUT_MS);
     if (rc == 0) {
+        connected_at_address(l);
         event_add(l->rd_ev, NULL);
         l->state = LS_AWAIT_CHALLENGE;
         return;
     }
     if (err != EINPROGRESS) {
         snprintf(why, sizeof(why), "connect: %s", strerror(err));
+        connect_failed_at_address(l);
         attempt_failed(l, why);
         return;
     }

@@ -40,6 +40,8 @@
 #   3b. Cut off, not dead: both stopped together; the coordinator waits for
 #      the last one holding every acknowledged write (never LOST); the
 #      backup resumes first, the primary 7 s later: every key is kept.
+#   3c. The same with the primary resumed first: the primary is the one
+#      waited for, and serves again at once with its backup still stopped.
 #
 # After 1, 1b, 1c and 2: wait-healthy, every key a hit with its value or a miss (never
 # a wrong value, never an error), new writes and reads through the proxy,
@@ -329,5 +331,37 @@ else
     fail "the cut-off PBR group's keys: $($keys check "$proxy" r 300)"
     grep "group 0 lost its data\|serves again\|waits for it" "$dir/coordinator.log" | tail -n 3
 fi
+
+# 3c: the same, the primary resumed first.  Whichever member the check
+# meets first, the one waited for is the primary (a silent backup is no
+# one to fail over to), so the group serves again as soon as the primary
+# resumes, with the backup still stopped.
+$keys fill "$proxy" s 300 >/dev/null || fail "fill s"
+[ "$member" = 1 ] && prim_role=primary || prim_role=backup
+waits_before=$(grep -c "would lose data, so the coordinator waits" "$dir/coordinator.log")
+kill -STOP "$prim_pid" "$other_pid" && stopped="$prim_pid $other_pid"
+if wait_for 100 waiting; then
+    line=$(grep "would lose data" "$dir/coordinator.log" | tail -1)
+    case $line in
+        *"group 0 $prim_role 0 "*) ok "the primary ($prim_role 0) is the one waited for" ;;
+        *) fail "not the primary ($prim_role 0) waited for: $line" ;;
+    esac
+else
+    fail "the coordinator did not wait for the PBR group's primary"
+fi
+kill -CONT "$prim_pid"
+stopped="$other_pid"
+reply=$(MC_TIMEOUT=5 mc "$proxy" "set after_primary 0 0 3\r\nyes\r\n")
+[ "$reply" = STORED ] && ok "the primary resumed first serves at once, its backup still stopped" ||
+    fail "a set with the primary resumed and its backup stopped: '${reply:-nothing in 5 s}'"
+kill -CONT "$other_pid"
+stopped=""
+back_to_full "the PBR group, primary resumed first, is at full redundancy again"
+if $keys check "$proxy" s 300 | grep -qx "all hits 300 misses 0"; then
+    ok "the group, its primary resumed first, kept all 300 keys"
+else
+    fail "the PBR group's keys after 3c: $($keys check "$proxy" s 300)"
+fi
+lost_logged 2 && fail "the PBR group was reported LOST with its members only stopped (3b or 3c)"
 logs_printable "$dir"
 finish

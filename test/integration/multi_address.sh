@@ -37,12 +37,17 @@ if [ -z "${MULTI_ADDRESS_HOSTS:-}" ]; then
     exit $?
 fi
 
-# In the namespace: the name is ours.
+# In the namespace: the name is ours.  Private first, so that nothing
+# mounted here can reach the host's mount table (util-linux's unshare makes
+# it so already; older ones did not).
+mount --make-rprivate / 2>/dev/null
 mount --bind "$MULTI_ADDRESS_HOSTS" /etc/hosts ||
     { echo "SKIP: cannot bind-mount a file over /etc/hosts"; exit 77; }
 mapfile -t addrs < <(getent ahostsv4 "$name" | awk '$2 == "STREAM" { print $1 }')
 if [ "${#addrs[@]}" -ne 2 ]; then
-    fail "$name resolves to '${addrs[*]}', not to 127.0.0.1 and 127.0.0.3"
+    # (a hosts cache such as nscd's does not read this file)
+    fail "$name resolves to '${addrs[*]}', not to 127.0.0.1 and 127.0.0.3" \
+        "($(grep '^hosts' /etc/nsswitch.conf 2>/dev/null))"
     finish
 fi
 first=${addrs[0]} second=${addrs[1]}

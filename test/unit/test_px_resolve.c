@@ -5,10 +5,11 @@
  * a name that comes back (the spare host that took it) is used within
  * about a second of a connect needing it, whatever the lookups that began
  * during the outage answer afterwards and when; an older lookup's address
- * never replaces a newer one's; a resolver that fails fast is asked less
+ * never replaces a newer one's; a resolver that fails is asked less
  * often, but at least every PX_RESOLVE_AGAIN_MAX_MS (4 s); a silent one
- * has at most 8 lookups of a name waiting on it; of a name's several
- * addresses, a failed connect moves on to the next. */
+ * has at most 8 lookups of a name waiting on it, and once they fail is
+ * asked every 4 s; of a name's several addresses, a connect that fails
+ * at the one tried first moves on to the next. */
 #include <check.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -146,15 +147,20 @@ static void teardown(void)
     free(worker);
 }
 
+/* Which address the last connect_to used (-1: none). */
+static int last_index;
+
 /* The address a connect would use now ("" if none). */
 static const char *connect_to(void)
 {
     static char buf[INET_ADDRSTRLEN];
     const struct px_addrs *r = px_resolved_get(worker, &name);
     ck_assert_ptr_nonnull(r);
+    last_index = -1;
     if (r->n == 0)
         return "";
     ck_assert(r->first >= 0 && r->first < r->n);
+    last_index = r->first;
     const struct sockaddr_in *sin = (const struct sockaddr_in *)&r->sa[r->first];
     ck_assert_int_eq(ntohs(sin->sin_port), 21000);
     return inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
@@ -165,7 +171,7 @@ static const char *connect_to(void)
 static const char *connect_fails(void)
 {
     const char *at = connect_to();
-    px_resolved_stale(worker, &name);
+    px_resolved_stale(worker, &name, last_index);
     return at;
 }
 
@@ -200,7 +206,7 @@ static int64_t replace_outage(int64_t lookup_ms, int64_t check_at)
             const char *at = connect_to();
             if (strcmp(at, "10.0.0.2") == 0)
                 return t - check_at;
-            px_resolved_stale(worker, &name);
+            px_resolved_stale(worker, &name, last_index);
         }
     }
     return -1;
@@ -334,6 +340,26 @@ START_TEST(test_silent_resolver_bounded)
 }
 END_TEST
 
+START_TEST(test_slow_failures_back_off)
+{
+    /* A name server that fails each lookup after 6 s, a connect every
+     * 100 ms for a minute: after the first failures it is asked every 4 s,
+     * never by more than 8 lookups at once. */
+    connect_fails();
+    name_is = NULL;
+    int64_t t0 = clock_ms;
+    for (int64_t t = 100; t <= 60000; t += 100) {
+        clock_ms = t0 + t;
+        for (int i = 0; i < nlookups; i++)
+            if (lookups[i].waiting && clock_ms - lookups[i].started_ms >= 6000)
+                answer(i, NULL);
+        connect_fails();
+        ck_assert_int_le(waiting(), 8);
+    }
+    ck_assert_msg(nlookups <= 6 + 60000 / 4000, "%d lookups in a minute", nlookups);
+}
+END_TEST
+
 START_TEST(test_first_lookup_fails)
 {
     /* A name that does not resolve at first has no addresses, and is
@@ -367,6 +393,16 @@ START_TEST(test_next_address_after_a_failure)
     ck_assert_str_eq(connect_fails(), "10.0.0.2");
     ck_assert_str_eq(connect_fails(), "10.0.0.1");
     ck_assert_str_eq(connect_to(), "10.0.0.2");
+    /* Two connections that failed at the same address move on once. */
+    ck_assert_str_eq(connect_to(), "10.0.0.2");
+    int at = last_index;
+    px_resolved_stale(worker, &name, at);
+    px_resolved_stale(worker, &name, at);
+    ck_assert_str_eq(connect_to(), "10.0.0.1");
+    /* A connection that worked, then broke, blames no address. */
+    px_resolved_stale(worker, &name, -1);
+    ck_assert_str_eq(connect_to(), "10.0.0.1");
+    ck_assert_str_eq(connect_fails(), "10.0.0.1");
     /* Other addresses: tried from their first. */
     clock_ms += 1000;
     connect_fails();
@@ -388,6 +424,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_failure_keeps_address);
     tcase_add_test(tc, test_fast_failures_back_off_to_4s);
     tcase_add_test(tc, test_silent_resolver_bounded);
+    tcase_add_test(tc, test_slow_failures_back_off);
     tcase_add_test(tc, test_first_lookup_fails);
     tcase_add_test(tc, test_next_address_after_a_failure);
     suite_add_tcase(s, tc);
