@@ -105,6 +105,25 @@ static bool addrs_differ(const struct px_addrs *x, const struct px_addrs *y)
     return x->n != y->n || memcmp(x->sa, y->sa, sizeof(x->sa[0]) * (size_t)x->n) != 0;
 }
 
+static bool has_addr(const struct px_addrs *x, const struct sockaddr_storage *sa, socklen_t len)
+{
+    for (int i = 0; i < x->n; i++)
+        if (x->salen[i] == len && memcmp(&x->sa[i], sa, len) == 0)
+            return true;
+    return false;
+}
+
+/* The same addresses, in whatever order. */
+static bool same_set(const struct px_addrs *x, const struct px_addrs *y)
+{
+    if (x->n != y->n)
+        return false;
+    for (int i = 0; i < x->n; i++)
+        if (!has_addr(y, &x->sa[i], x->salen[i]))
+            return false;
+    return true;
+}
+
 static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_addr *a)
 {
     for (struct px_resolved *r = w->resolved; r; r = r->next)
@@ -137,9 +156,19 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
         fprintf(stderr, "cocytus-proxy: %s:%d resolves again\n", r->addr.host, r->addr.port);
     r->lookup_failing = false;
     if (addrs_differ(found, &r->now)) {
-        fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n", r->addr.host,
-                r->addr.port);
-        r->now = *found;        /* tried from its first */
+        if (!same_set(found, &r->now))
+            fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n",
+                    r->addr.host, r->addr.port);
+        /* The address tried first stays, if the name still has it (a
+         * resolver may give the same ones in another order); else the
+         * first of the new list. */
+        int keep = 0;
+        for (int i = 0; r->now.n > 0 && i < found->n; i++)
+            if (found->salen[i] == r->now.salen[r->now.first] &&
+                memcmp(&found->sa[i], &r->now.sa[r->now.first], found->salen[i]) == 0)
+                keep = i;
+        r->now = *found;
+        r->now.first = keep;
     }
     r->stale = false;
 }

@@ -783,17 +783,23 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
         if (m->state == MEMBER_ALIVE && now - m->last_heard_ms > co->dead_after_ms) {
             if (silence_would_lose(co, m, now))
                 continue;
+            bool held_out = m->silence_waited && now - m->last_heard_ms > co->silence_hold_ms;
             snprintf(why, sizeof(why), "no heartbeat for %" PRIu64 " ms%s",
                      m->silence_waited ? now - m->last_heard_ms : co->dead_after_ms,
-                     m->silence_waited ? " (waited out as long as the coordinator may)" : "");
+                     held_out ? " (waited out as long as the coordinator may)"
+                     : m->silence_waited ? " (waited for while its death would have lost data)"
+                                         : "");
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && now - co->started_ms > co->startup_grace_ms) {
             if (unheard_would_lose(co, m, now))
                 continue;
+            bool held_out = m->silence_waited && now - co->started_ms > co->silence_hold_ms;
             snprintf(why, sizeof(why), "not heard from in the %" PRIu64 " ms after the "
                      "coordinator started%s", m->silence_waited ? now - co->started_ms
                                                                 : co->startup_grace_ms,
-                     m->silence_waited ? " (waited out as long as the coordinator may)" : "");
+                     held_out ? " (waited out as long as the coordinator may)"
+                     : m->silence_waited ? " (waited for while its peers' links to it were up)"
+                                         : "");
             member_dead(m, why);
         } else if (m->state == MEMBER_UNKNOWN && coord_lost_evidence(co, m, why, sizeof(why))) {
             if (unheard_would_lose(co, m, now))

@@ -181,7 +181,9 @@ void coord_fail_move_of(struct coord *co, const struct member *m);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
 /* Would m's death leave its coding group more failed places than it has
- * parity processes (data lost)?  *failed: the group's failed places now. */
+ * parity processes (data lost)?  *failed: the group's failed places now.
+ * For m never heard from, members never heard from that may be paused
+ * (coord_lost_paused) count as holding their places. */
 bool coord_recovery_death_loses(struct coord *co, const struct member *m, int *failed);
 
 /* ---- coord_lost.c ---- */

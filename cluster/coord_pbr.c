@@ -481,6 +481,11 @@ void coord_pbr_on_hello(struct coord *co, struct member *m, bool restarted)
                          "backup once they are heard from", pg->g);
         return;
     }
+    /* A lost group's primary that restarted holds nothing more than any
+     * other member: not one to wait for (coord_pbr_death_loses).  The
+     * admission still takes it first, empty (keep 1 of an empty store). */
+    if (restarted && k == pg->primary && pg_lost(pg))
+        pg->mem[k].stale = true;
     if (k == pg->primary && pg->phase == PG_SERVING && !pg->failover_due)
         send_to(co, pg, k, "pbr confirm %d", pg->g);
 }

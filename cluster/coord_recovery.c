@@ -377,31 +377,33 @@ void coord_recovery_on_dead(struct coord *co, struct member *m)
         parity_dead(co, cg, p->index, false);
 }
 
-/* Alive, or perhaps only paused while this coordinator started (never
- * heard from, but its peers' links to it are up: coord_lost_paused). */
-static bool holds_place(const struct coord *co, const struct member *m)
+/* Alive; or, with `paused`, perhaps only paused while this coordinator
+ * started (never heard from, but its peers' links to it are up:
+ * coord_lost_paused). */
+static bool holds_place(const struct coord *co, const struct member *m, bool paused)
 {
-    return coord_alive(m) || coord_lost_paused(co, m);
+    return coord_alive(m) || (paused && coord_lost_paused(co, m));
 }
 
 /* A data place is whole while the process that serves it (its own, or the
  * recovery process) holds it; a parity place while its process holds
  * parity and holds it (one that serves a data place gave its parity up).
  * `without` counts as dead. */
-static int failed_places(struct coord *co, struct cgroup *cg, const struct member *without)
+static int failed_places(struct coord *co, struct cgroup *cg, const struct member *without,
+                         bool paused)
 {
     int failed = 0;
     for (int f = 0; f < cg->view.k; f++) {
         int s = cg->view.dp_server[f];
         const struct member *by = s == -1 ? coord_member(co, cg->g, ROLE_DATA, f)
                                 : s >= 0 ? coord_pp_member(co, cg->g, s) : NULL;
-        if (by == NULL || by == without || !holds_place(co, by))
+        if (by == NULL || by == without || !holds_place(co, by, paused))
             failed++;
     }
     for (int j = 0; j < cg->view.m; j++) {
         const struct member *pp = coord_pp_member(co, cg->g, j);
         if (cg->view.pp_state[j] != GV_PP_PARITY || pp == NULL || pp == without ||
-            !holds_place(co, pp))
+            !holds_place(co, pp, paused))
             failed++;
     }
     return failed;
@@ -413,8 +415,13 @@ bool coord_recovery_death_loses(struct coord *co, const struct member *m, int *f
     if (cg == NULL || (m->proc->role != ROLE_DATA && m->proc->role != ROLE_PARITY))
         return false;
     /* A death that fails no more places than are failed now (its place
-     * is failed already: joining, rebuilt, or taken over) loses nothing. */
-    int now = failed_places(co, cg, NULL), after = failed_places(co, cg, m);
+     * is failed already: joining, rebuilt, or taken over) loses nothing.
+     * Members never heard from that may be paused hold their places only
+     * when m is one of them: a member that was heard from and fell silent
+     * is held rather than one whose silence may yet be a crash (its links
+     * stay up until TCP_USER_TIMEOUT). */
+    bool paused = m->state == MEMBER_UNKNOWN;
+    int now = failed_places(co, cg, NULL, paused), after = failed_places(co, cg, m, paused);
     *failed = now;
     return after > now && after > cg->view.m;
 }

@@ -517,6 +517,7 @@ static void schedule_redial(struct link *l)
 /* A connector's attempt failed before the link was up. */
 static void attempt_failed(struct link *l, const char *why)
 {
+    connect_failed_at_address(l);   /* the next attempt dials the name's next address */
     note_error(l, why);
     close_socket(l);
     schedule_redial(l);
@@ -748,6 +749,8 @@ static void handle_reject(struct link *l, const uint8_t *payload, uint32_t len)
  * by PINGs if the owner asked for them. */
 static void became_up(struct link *l)
 {
+    if (l->is_connector)
+        connected_at_address(l);
     l->state = LS_UP;
     l->last_rx_ms = link_now_ms();
     l->heard_ping = false;
@@ -1034,11 +1037,9 @@ static void finish_connect(struct link *l)
         err = errno;
     if (err != 0) {
         snprintf(why, sizeof(why), "connect: %s", strerror(err));
-        connect_failed_at_address(l);
         attempt_failed(l, why);
         return;
     }
-    connected_at_address(l);
     disarm_write(l);
     event_add(l->rd_ev, NULL);
     l->state = LS_AWAIT_CHALLENGE;
@@ -1146,7 +1147,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
          * timeouts bound the wait (on_resolved ends it). */
         break;
     case LS_CONNECTING:
-        connect_failed_at_address(l);
         attempt_failed(l, "connect: timed out");
         break;
     case LS_AWAIT_CHALLENGE:
@@ -1209,18 +1209,23 @@ static const struct addrinfo *pick_address(const struct link *l, const struct ad
     return ai != NULL ? ai : list;
 }
 
-/* The connect to the address being dialled failed (not the handshake
- * after it: the peer's answer, whatever it is, came from the right
- * place). */
+/* An attempt failed before its link came up (socket, connect, or the
+ * handshake: a stale record may lead to a host that accepts but is not
+ * the peer): the next attempt dials the name's next address.  Nothing if
+ * no address was dialled (the lookup failed). */
 static void connect_failed_at_address(struct link *l)
 {
+    if (l->dial_salen == 0)
+        return;
     l->failed_sa = l->dial_sa;
     l->failed_salen = l->dial_salen;
 }
 
-/* The connect succeeded: that address is the one to dial again. */
+/* The link came up: that address is the one to dial again. */
 static void connected_at_address(struct link *l)
 {
+    if (l->dial_salen == 0)
+        return;
     l->good_sa = l->dial_sa;
     l->good_salen = l->dial_salen;
     l->failed_salen = 0;
@@ -1262,14 +1267,12 @@ static void dial_address(struct link *l, int rc, struct addrinfo *list)
     buf_release_if_idle(&l->out);
     arm_timer(l, LINK_HANDSHAKE_TIMEOUT_MS);
     if (rc == 0) {
-        connected_at_address(l);
         event_add(l->rd_ev, NULL);
         l->state = LS_AWAIT_CHALLENGE;
         return;
     }
     if (err != EINPROGRESS) {
         snprintf(why, sizeof(why), "connect: %s", strerror(err));
-        connect_failed_at_address(l);
         attempt_failed(l, why);
         return;
     }
@@ -1295,6 +1298,7 @@ static void on_resolved(int rc, struct addrinfo *ai, void *arg)
 static void dial(struct link *l)
 {
     struct addrinfo *ai = NULL;
+    l->dial_salen = 0;      /* no address dialled yet */
     int rc = lookup_numeric(l->host, l->port, false, &ai);
 
     if (rc == EAI_NONAME) {

@@ -646,6 +646,15 @@ START_TEST(test_unheard_paused)
     ck_assert(coord_lost_paused(&co, dp[0]));
     ck_assert(!coord_recovery_death_loses(&co, dp[0], &failed));
     ck_assert_int_eq(failed, 0);
+    /* A member heard from that fell silent is held rather than the
+     * unheard ones, whose silence may yet be a crash: for it they count
+     * as failed. */
+    dp[2]->state = MEMBER_ALIVE;
+    dp[2]->link = (struct link *)&fake_link;
+    ck_assert(coord_recovery_death_loses(&co, dp[2], &failed));
+    ck_assert_int_eq(failed, 2);
+    dp[2]->state = MEMBER_UNKNOWN;
+    dp[2]->link = NULL;
     /* two declared dead: the third may not be */
     dp[0]->state = MEMBER_DEAD;
     dp[1]->state = MEMBER_DEAD;

@@ -403,11 +403,23 @@ START_TEST(test_next_address_after_a_failure)
     px_resolved_stale(worker, &name, -1);
     ck_assert_str_eq(connect_to(), "10.0.0.1");
     ck_assert_str_eq(connect_fails(), "10.0.0.1");
+    /* The same two in another order: the one tried first stays. */
+    ck_assert_str_eq(connect_to(), "10.0.0.2");
+    ck_assert_int_eq(last_index, 1);
+    clock_ms += 4000;
+    connect_to();
+    px_resolved_stale(worker, &name, -1);
+    connect_to();               /* starts a lookup */
+    answer(nlookups - 1, "10.0.0.2,10.0.0.1");
+    ck_assert_str_eq(connect_to(), "10.0.0.2");
+    ck_assert_int_eq(last_index, 0);
     /* Other addresses: tried from their first. */
     clock_ms += 1000;
     connect_fails();
-    ck_assert_int_eq(nlookups, 2);
-    answer(1, "10.0.0.3,10.0.0.4");
+    int before = nlookups;
+    connect_to();               /* stale: starts a lookup */
+    ck_assert_int_eq(nlookups, before + 1);
+    answer(nlookups - 1, "10.0.0.3,10.0.0.4");
     ck_assert_str_eq(connect_to(), "10.0.0.3");
 }
 END_TEST
