@@ -559,16 +559,23 @@ END_TEST
 /* coord_recovery_death_loses: a silent process is not declared dead when
  * that would leave its RS(3,5) group more failed places than its 2 parity
  * processes (cluster/coord.c, silence_would_lose). */
+/* A control link for members taken as alive (never used: any non-NULL). */
+static char fake_link;
+
+/* Every member of co alive: heard, with a control link. */
+static void all_alive(struct coord *co)
+{
+    for (int i = 0; i < co->nmembers; i++) {
+        co->members[i].state = MEMBER_ALIVE;
+        co->members[i].link = (struct link *)&fake_link;
+    }
+}
+
 START_TEST(test_silence_death_loses)
 {
     struct coord co;
     coord_make(&co);
-    /* alive: heard, with a control link (never used here: any non-NULL) */
-    static char fake_link;
-    for (int i = 0; i < co.nmembers; i++) {
-        co.members[i].state = MEMBER_ALIVE;
-        co.members[i].link = (struct link *)&fake_link;
-    }
+    all_alive(&co);
     struct cgroup *g = &co.groups->g[0];
     struct member *dp0 = coord_member(&co, 0, ROLE_DATA, 0);
     struct member *dp1 = coord_member(&co, 0, ROLE_DATA, 1);
@@ -619,11 +626,7 @@ START_TEST(test_unheard_paused)
 {
     struct coord co;
     coord_make(&co);
-    static char fake_link;
-    for (int i = 0; i < co.nmembers; i++) {
-        co.members[i].state = MEMBER_ALIVE;
-        co.members[i].link = (struct link *)&fake_link;
-    }
+    all_alive(&co);
     co.started_ms = coord_now_ms() - 2000;
     struct member *dp[3], *pp0 = coord_pp_member(&co, 0, 0), *pp1 = coord_pp_member(&co, 0, 1);
     for (int i = 0; i < 3; i++) {
