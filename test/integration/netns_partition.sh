@@ -113,6 +113,15 @@ replace() {
         fail "replace drill ($label) exited $rc: ${line:-no result line}"
     else
         ok "$label: $line"
+        # Slow to full redundancy (seen in CI, not here): say where the
+        # time went, from the coordinators' view of this drill.
+        local healthy_ms=${line##*healthy_ms }
+        healthy_ms=${healthy_ms%%,*}
+        if [ "${healthy_ms:-0}" -gt 10000 ] 2>/dev/null; then
+            echo "healthy only after $healthy_ms ms; the coordinators' last recovery lines:"
+            cat "$dir"/coordinator*.log | grep -E "dead|served by|is back|takes over|rebuilt|serves its keys|holds parity|full redundancy|cannot|abandon|waits" |
+                tail -n 40 | cut -c1-200
+        fi
     fi
 }
 
