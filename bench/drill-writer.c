@@ -313,6 +313,7 @@ struct checker {
     size_t len, cap;
     char *want;                /* expected value scratch */
     long acked, found, wrong;
+    char error[160];           /* an error line that ended a reply, or "" */
 };
 
 static bool recv_more(struct checker *k)
@@ -336,10 +337,36 @@ static bool recv_more(struct checker *k)
     return true;
 }
 
-/* Reads a whole multi-get reply (up to END) into k->buf. */
+/* An error line among the reply's lines (after whole VALUE blocks) goes
+ * to k->error: the server (the proxy) ended the reply there. */
+static bool error_reply(struct checker *k)
+{
+    size_t off = 0;
+    while (off < k->len) {
+        unsigned flags;
+        size_t bytes;
+        char *eol = memmem(k->buf + off, k->len - off, "\r\n", 2);
+        if (eol == NULL)
+            return false;
+        const char *line = k->buf + off;
+        if (strncmp(line, "SERVER_ERROR", 12) == 0 || strncmp(line, "CLIENT_ERROR", 12) == 0 ||
+            strncmp(line, "ERROR", 5) == 0) {
+            snprintf(k->error, sizeof(k->error), "%.*s", (int)(eol - line), line);
+            return true;
+        }
+        if (sscanf(line, "VALUE %*s %u %zu", &flags, &bytes) != 2)
+            return false;
+        off = (size_t)(eol - k->buf) + 2 + bytes + 2;
+    }
+    return false;
+}
+
+/* Reads a whole multi-get reply (up to END) into k->buf.  False if none
+ * came in time, or an error line ended it (k->error). */
 static bool read_get_reply(struct checker *k)
 {
     k->len = 0;
+    k->error[0] = '\0';
     for (;;) {
         if (k->len >= 5 && memcmp(k->buf + k->len - 5, "END\r\n", 5) == 0) {
             /* END must start a line, not end a value: walk the reply to be sure. */
@@ -355,6 +382,8 @@ static bool read_get_reply(struct checker *k)
                 off = (size_t)(eol - k->buf) + 2 + bytes + 2;
             }
         }
+        if (error_reply(k))
+            return false;
         if (!recv_more(k))
             return false;
     }
@@ -427,7 +456,8 @@ static int cmd_check(const struct opts *o)
         if (++n == CHECK_BATCH) {
             if (reading && !(reading = check_batch(&k, keys, sizes, n)))
                 fprintf(stderr, "drill-writer: no whole reply to a get of %d keys after %ld were "
-                        "read back; the rest count as lost\n", n, read_back);
+                        "read back (%s); the rest count as lost\n", n, read_back,
+                        k.error[0] ? k.error : "nothing more in 5 s");
             read_back += reading ? n : 0;
             n = 0;
         }
@@ -436,7 +466,8 @@ static int cmd_check(const struct opts *o)
         fprintf(stderr, "drill-writer: %s: line %ld is not \"<key> <size>\"; the keys after it "
                 "were not read\n", o->file, k.acked + 1);
     if (n > 0 && reading && !check_batch(&k, keys, sizes, n))
-        fprintf(stderr, "drill-writer: no whole reply to a get of the last %d keys\n", n);
+        fprintf(stderr, "drill-writer: no whole reply to a get of the last %d keys (%s)\n", n,
+                k.error[0] ? k.error : "nothing more in 5 s");
     fclose(in);
     close(k.fd);
     long lost = k.acked - k.found;

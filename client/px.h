@@ -249,6 +249,12 @@ struct px_req {
 enum px_be_state { BE_IDLE, BE_CONNECTING, BE_AUTH, BE_UP, BE_DOWN };
 enum px_be_auth { BE_AUTH_LIST, BE_AUTH_PLAIN };
 
+/* The address a connection was made to (len 0: none yet). */
+struct px_at {
+    struct sockaddr_storage sa;
+    socklen_t len;
+};
+
 struct px_backend {
     struct px_worker *w;
     struct lc_addr addr;
@@ -263,7 +269,7 @@ struct px_backend {
                                        a request that cannot be sent twice (be_hold) */
     int64_t retry_at_ms;            /* BE_DOWN: no connection before this */
     int64_t connect_started_ms;
-    int addr_index;                 /* which of its name's addresses fd is to */
+    struct px_at at;                /* the address fd is to */
     int fails;                      /* connection failures in a row */
     struct evbuffer *out;
     uint64_t queued_bytes, written_bytes;
@@ -312,7 +318,7 @@ struct px_fetch {
     int64_t again_at_ms;
     int64_t started_ms;             /* when the last fetch began */
     int fd;
-    int addr_index;                 /* which of the source's addresses fd is to */
+    struct px_at at;                /* the address fd is to */
     struct event *ev;
     struct px_rbuf in;
     char req[600];                  /* [auth set] config get cluster */
@@ -455,7 +461,7 @@ void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno (the name is then
  * marked stale).  A numeric host never blocks; a host name is looked up
  * once per worker and remembered (px_resolve.c). */
-int px_connect_start(struct px_worker *w, const struct lc_addr *a, int *addr_index);
+int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at *at);
 
 /* ---- servers' names (px_resolve.c) ---- */
 #define PX_ADDRS_MAX 4
@@ -472,12 +478,23 @@ struct px_addrs {
 const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a);
 /* A connection to a failed: its name is looked up again before a later
  * connect, at most once a second, less often while lookups fail (a
- * replaced node's new address).  failed_index: the address it was made
- * to (px_connect_start's), if it never got an answer there; the next
- * connect then tries the next address first.  -1: the address is not to
+ * replaced node's new address).  failed: the address it was made to
+ * (px_connect_start's), if it never got an answer there; the next connect
+ * then tries the name's next address first.  NULL: the address is not to
  * blame (a connection that worked, then broke). */
-void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, int failed_index);
+void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, const struct px_at *failed);
+/* Whether at is one of addrs. */
+bool px_addrs_have(const struct px_addrs *addrs, const struct px_at *at);
 void px_resolved_free(struct px_worker *w);
+
+/* a's name now resolves to addrs, which no longer hold an address it
+ * had (px_resolve.c): connections being made to one of those, or idle
+ * there, are dropped, and a backend waiting to reconnect does so now. */
+void px_backend_name_moved(struct px_worker *w, const struct lc_addr *a,
+                           const struct px_addrs *addrs);
+/* After a newer map: an idle connection to a server that serves no slot
+ * any more (taken over: its host may be gone) is closed. */
+void px_backend_drop_unowned(struct px_worker *w);
 
 /* ---- authentication (px_auth.c) ---- */
 /* Loads -Y and --server-auth (either may be NULL).  False after a message. */

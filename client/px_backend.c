@@ -36,12 +36,12 @@
 
 #define SMALL_COPY 4096        /* ops smaller than this are copied into the output */
 
-int px_connect_start(struct px_worker *w, const struct lc_addr *a, int *addr_index)
+int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at *at)
 {
     const struct px_addrs *r = px_resolved_get(w, a);
     int err = EHOSTUNREACH;
 
-    *addr_index = -1;
+    at->len = 0;
     for (int k = 0; r != NULL && k < r->n; k++) {
         int i = (r->first + k) % r->n;
         int fd = socket(r->sa[i].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -53,13 +53,14 @@ int px_connect_start(struct px_worker *w, const struct lc_addr *a, int *addr_ind
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (connect(fd, (const struct sockaddr *)&r->sa[i], r->salen[i]) == 0 ||
             errno == EINPROGRESS) {
-            *addr_index = i;
+            memcpy(&at->sa, &r->sa[i], r->salen[i]);
+            at->len = r->salen[i];
             return fd;
         }
         err = errno;
         close(fd);
     }
-    px_resolved_stale(w, a, -1);    /* it may have moved (a replaced node) */
+    px_resolved_stale(w, a, NULL);  /* it may have moved (a replaced node) */
     errno = err;
     return -1;
 }
@@ -161,7 +162,7 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     uint64_t written = be->written_bytes;
     be_close_socket(be);
     /* Its address is to blame only if it never answered there. */
-    px_resolved_stale(w, &be->addr, be->state == BE_UP ? -1 : be->addr_index);
+    px_resolved_stale(w, &be->addr, be->state == BE_UP ? NULL : &be->at);
     be->state = BE_DOWN;
     be->fails++;
     be->retry_at_ms = px_now_ms() + px_backoff_ms(be->fails);
@@ -265,7 +266,7 @@ static bool be_auth_reply(struct px_backend *be, const char *h, size_t total)
 
 static bool be_connect(struct px_backend *be)
 {
-    int fd = px_connect_start(be->w, &be->addr, &be->addr_index);
+    int fd = px_connect_start(be->w, &be->addr, &be->at);
 
     if (fd < 0) {
         char why[120];
@@ -611,6 +612,45 @@ void px_backend_leave_silent(struct px_worker *w)
                 "to another server: its %zu request(s) in flight go to the new owners\n",
                 w->id, be->name, moved->slot, be->ninflight);
         be_fail(be, "silent, and the map gave its slots to another server", true);
+    }
+}
+
+void px_backend_name_moved(struct px_worker *w, const struct lc_addr *a,
+                           const struct px_addrs *addrs)
+{
+    int64_t now = px_now_ms();
+    for (struct px_backend *be = w->all_be; be; be = be->next_all) {
+        if (!lc_addr_equal(&be->addr, a))
+            continue;
+        bool gone = be->fd >= 0 && be->at.len > 0 && !px_addrs_have(addrs, &be->at);
+        if (gone && (be->state == BE_CONNECTING || be->state == BE_AUTH)) {
+            /* nothing of its requests was answered: all go again */
+            be_fail(be, "its name now resolves to another address", false);
+        } else if (gone && be->state == BE_UP && be->head == NULL && be->sq_slot < 0) {
+            be_close_socket(be);
+            be->state = BE_IDLE;
+        }
+        /* One with requests in flight keeps them: they are answered or
+         * time out (a name that only changed its set of addresses may
+         * still be served there). */
+        if (be->state == BE_DOWN && be->retry_at_ms > now)
+            be->retry_at_ms = now;      /* the new address at once */
+    }
+}
+
+void px_backend_drop_unowned(struct px_worker *w)
+{
+    for (struct px_backend *be = w->all_be; be; be = be->next_all) {
+        if (be->state != BE_UP || be->head != NULL || be->sq_slot >= 0 || be->hold_until_ms ||
+            owns_a_slot(w, be))
+            continue;
+        /* Idle, and taken over: its process died or stopped, and if its
+         * host is gone this connection would only time out when the
+         * server is back (on a spare, under the same name).  The next
+         * request connects anew, after looking the name up again. */
+        be_close_socket(be);
+        be->state = BE_IDLE;
+        px_resolved_stale(w, &be->addr, NULL);
     }
 }
 

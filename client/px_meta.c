@@ -154,7 +154,7 @@ struct px_mconn {
     struct lc_addr addr;
     char name[LC_ADDR_TEXT_MAX];
     int fd;
-    int addr_index;                 /* which of its name's addresses fd is to */
+    struct px_at at;                /* the address fd is to */
     bool connected;
     int64_t connect_started_ms;
     bool broken;                    /* a send failed: the read event ends it */
@@ -466,7 +466,7 @@ static void mconn_lost(struct px_mconn *m, const char *what, bool retry)
     struct px_worker *w = m->w;
     mconn_unlink(m);
     if (retry)      /* the connection failed: it may have moved (a replaced node) */
-        px_resolved_stale(w, &m->addr, m->connected ? -1 : m->addr_index);
+        px_resolved_stale(w, &m->addr, m->connected ? NULL : &m->at);
     char why[LC_ADDR_TEXT_MAX + 64];
     snprintf(why, sizeof(why), "%s %.*s", what, (int)sizeof(m->name), m->name);
     if (retry && m->head != NULL)
@@ -503,7 +503,7 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a,
     m->dumps = dumps;
     m->be = px_backend_get(w, a);
     lc_addr_format(a, m->name, sizeof(m->name));
-    m->fd = px_connect_start(w, a, &m->addr_index);
+    m->fd = px_connect_start(w, a, &m->at);
     m->connect_started_ms = px_now_ms();
     m->last_rx_ms = m->connect_started_ms;
     m->out = evbuffer_new();

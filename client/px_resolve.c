@@ -21,14 +21,17 @@
  * started before it end (6 s each on CI with a silent name server).
  *
  * An address found is taken unless a lookup that started later has given
- * one already.  A failure keeps the addresses and doubles the interval,
- * up to PX_RESOLVE_AGAIN_MAX_MS, so that a name server that is down is
- * asked at most every 4 s per name (plus what is still waiting on it);
- * the interval counts from the newest start, not from a failure's
- * arrival.  (The failures of lookups that began during an outage arrive
- * after the name may be back; when each postponed the next lookup from
- * its arrival, up to a minute, the proxy kept connecting to the dead
- * address for longer than a client waits.)
+ * one already.  A failure keeps the addresses.  One that came fast (a
+ * name server that answers "no such name" or "failure") doubles the
+ * interval, up to PX_RESOLVE_AGAIN_MAX_MS: such a server is asked every
+ * 4 s per name at most.  One that took the interval or longer (a name
+ * server that does not answer) does not: the lookups waiting on it are
+ * bounded by PX_LOOKUPS_MAX and by their own timeouts, and a name that
+ * comes back (the spare host) must be seen within about a second, not
+ * seconds after the clients' requests for it have given up.  The interval
+ * counts from the newest start, not from a failure's arrival: the
+ * failures of lookups that began during an outage arrive after the name
+ * may be back.
  *
  * The first lookup of a name is made in place:
  * there are no addresses to go on with.  It happens when the worker first
@@ -60,6 +63,7 @@ struct px_lookup_slot {
 };
 
 struct px_resolved {
+    struct px_worker *w;
     struct lc_addr addr;
     struct px_addrs now;        /* the addresses connects use */
     bool stale;                 /* a connection to it failed since the lookup */
@@ -113,6 +117,11 @@ static bool has_addr(const struct px_addrs *x, const struct sockaddr_storage *sa
     return false;
 }
 
+bool px_addrs_have(const struct px_addrs *addrs, const struct px_at *at)
+{
+    return at->len > 0 && has_addr(addrs, &at->sa, at->len);
+}
+
 /* The same addresses, in whatever order. */
 static bool same_set(const struct px_addrs *x, const struct px_addrs *y)
 {
@@ -132,12 +141,14 @@ static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_ad
     return NULL;
 }
 
-/* A lookup again has failed with rc.  The addresses the entry had are
- * kept: the name may be back later, and they are all there is. */
-static void resolved_failed(struct px_resolved *r, int rc)
+/* A lookup again, started at started_ms, has failed with rc.  The
+ * addresses the entry had are kept: the name may be back later, and they
+ * are all there is. */
+static void resolved_failed(struct px_resolved *r, int rc, int64_t started_ms)
 {
-    r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
-                                                            : PX_RESOLVE_AGAIN_MAX_MS;
+    if (px_now_ms() - started_ms < r->again_ms)     /* fast: see the file's comment */
+        r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
+                                                                : PX_RESOLVE_AGAIN_MAX_MS;
     if (!r->lookup_failing)
         fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
                 r->addr.host, r->addr.port, gai_strerror(rc));
@@ -156,7 +167,8 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
         fprintf(stderr, "cocytus-proxy: %s:%d resolves again\n", r->addr.host, r->addr.port);
     r->lookup_failing = false;
     if (addrs_differ(found, &r->now)) {
-        if (!same_set(found, &r->now))
+        bool moved = !same_set(found, &r->now);
+        if (moved)
             fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n",
                     r->addr.host, r->addr.port);
         /* The address tried first stays, if the name still has it (a
@@ -169,6 +181,11 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
                 keep = i;
         r->now = *found;
         r->now.first = keep;
+        /* A connection being made to an address the name no longer has
+         * would wait out its timeout (the host is gone), and one up there
+         * leads to a process that is not the server any more. */
+        if (moved)
+            px_backend_name_moved(r->w, &r->addr, &r->now);
     }
     r->stale = false;
 }
@@ -179,7 +196,7 @@ static void resolved_answer(struct px_resolved *r, int rc, const struct px_addrs
     if (rc == 0)
         resolved_found(r, found, started_ms);
     else
-        resolved_failed(r, rc);
+        resolved_failed(r, rc, started_ms);
 }
 
 static void on_looked_up(int rc, struct addrinfo *res, void *arg)
@@ -232,6 +249,7 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return NULL;
+    r->w = w;
     r->addr = *a;
     r->again_ms = PX_RESOLVE_AGAIN_MS;
     int rc = px_lookup_now(a, &r->now);
@@ -249,7 +267,7 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
     return &r->now;
 }
 
-void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, int failed_index)
+void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, const struct px_at *failed)
 {
     struct px_resolved *r = resolved_find(w, a);
     if (r == NULL)
@@ -259,8 +277,10 @@ void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, int failed_
      * server need not listen on the one the resolver put first.  Only a
      * failure at the address tried first moves on: two connections that
      * failed there move once, not back to it. */
-    if (r->now.n > 0 && failed_index == r->now.first)
-        r->now.first = (r->now.first + 1) % r->now.n;
+    int i = r->now.first;
+    if (failed != NULL && r->now.n > 0 && failed->len == r->now.salen[i] &&
+        memcmp(&failed->sa, &r->now.sa[i], failed->len) == 0)
+        r->now.first = (i + 1) % r->now.n;
 }
 
 void px_resolved_free(struct px_worker *w)

@@ -425,7 +425,7 @@ static void fetch_source_failed(struct px_worker *w)
  * in case it moved.  One that answered wrong is not. */
 static void fetch_source_unreachable(struct px_worker *w)
 {
-    px_resolved_stale(w, &w->fetch.src[w->fetch.cur], w->fetch.addr_index);
+    px_resolved_stale(w, &w->fetch.src[w->fetch.cur], &w->fetch.at);
     fetch_source_failed(w);
 }
 
@@ -447,6 +447,7 @@ static void fetch_answer(struct px_worker *w, size_t n)
         if (!install_map(w, m))
             lc_map_free(m);
         fetch_done(w);
+        px_backend_drop_unowned(w);
         px_backend_leave_silent(w);
         px_meta_leave_silent(w);
         return;
@@ -574,7 +575,7 @@ static void fetch_next(struct px_worker *w)
     struct px_fetch *f = &w->fetch;
 
     for (; f->cur < f->nsrc; f->cur++) {
-        int fd = px_connect_start(w, &f->src[f->cur], &f->addr_index);
+        int fd = px_connect_start(w, &f->src[f->cur], &f->at);
         if (fd < 0)
             continue;
         f->fd = fd;
@@ -583,7 +584,7 @@ static void fetch_next(struct px_worker *w)
         f->auth_reply = false;
         f->auth_sent = false;
         if (!fetch_send(w, sizeof(fetch_request) - 1)) {
-            px_resolved_stale(w, &f->src[f->cur], f->addr_index);
+            px_resolved_stale(w, &f->src[f->cur], &f->at);
             fetch_close(f);
             continue;
         }
