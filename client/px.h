@@ -477,7 +477,7 @@ struct px_addrs {
  * name is looked up again on a thread while these addresses serve. */
 const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a);
 /* A connection to a failed: its name is looked up again before a later
- * connect, at most once a second, less often while lookups fail (a
+ * connect, at most once a second, less often while lookups fail fast (a
  * replaced node's new address).  failed: the address it was made to
  * (px_connect_start's), if it never got an answer there; the next connect
  * then tries the name's next address first.  NULL: the address is not to
@@ -487,14 +487,17 @@ void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, const struc
 bool px_addrs_have(const struct px_addrs *addrs, const struct px_at *at);
 void px_resolved_free(struct px_worker *w);
 
-/* a's name now resolves to addrs, which no longer hold an address it
- * had (px_resolve.c): connections being made to one of those, or idle
- * there, are dropped, and a backend waiting to reconnect does so now. */
+/* a's name now resolves to another set of addresses, addrs (px_resolve.c):
+ * connections being made, or idle, at an address no longer in it are
+ * dropped, and a backend waiting to reconnect, and the requests waiting
+ * for one, are tried now. */
 void px_backend_name_moved(struct px_worker *w, const struct lc_addr *a,
                            const struct px_addrs *addrs);
 /* After a newer map: an idle connection to a server that serves no slot
  * any more (taken over: its host may be gone) is closed. */
 void px_backend_drop_unowned(struct px_worker *w);
+/* Every request waiting for a retry is tried now (px_route.c). */
+void px_route_wake_waiting(struct px_worker *w);
 
 /* ---- authentication (px_auth.c) ---- */
 /* Loads -Y and --server-auth (either may be NULL).  False after a message. */

@@ -139,22 +139,27 @@ static ssize_t be_take_batch(struct px_backend *be)
     return n;
 }
 
-/* The connection failed: close it and hand every op on it back. */
-static void be_fail(struct px_backend *be, const char *why, bool timed_out)
+/* Close be's connection and hand every op on it back.  failure: the
+ * connection failed (logged, counted, the name looked up again, a back-off
+ * before the next connect, a map fetch); else it is only given up (its
+ * name moved) and the next connect may come at once. */
+static void be_drop(struct px_backend *be, const char *why, bool timed_out, bool failure)
 {
     struct px_worker *w = be->w;
     char msg[200];
 
     snprintf(msg, sizeof(msg), "%.80s: %.110s", be->name, why);
-    if (!be->was_down) {
+    if (failure && !be->was_down) {
         fprintf(stderr, "cocytus-proxy: worker %d: backend %s down: %s\n", w->id, be->name, why);
         be->was_down = true;
     }
-    __atomic_store_n(&be->st->down, 1, __ATOMIC_RELAXED);
-    be->silent = timed_out;
+    if (failure) {
+        __atomic_store_n(&be->st->down, 1, __ATOMIC_RELAXED);
+        px_count(&be->st->errors, 1);
+        px_count(timed_out ? &w->st.timeouts : &w->st.conn_failures, 1);
+    }
+    be->silent = failure && timed_out;
     be->hold_until_ms = 0;
-    px_count(&be->st->errors, 1);
-    px_count(timed_out ? &w->st.timeouts : &w->st.conn_failures, 1);
     /* A message of this flush step's batch went out or not: count it
      * first, since which ops may have been applied depends on it. */
     if (be->sq_slot >= 0)
@@ -162,17 +167,20 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
     uint64_t written = be->written_bytes;
     be_close_socket(be);
     /* Its address is to blame only if it never answered there. */
-    px_resolved_stale(w, &be->addr, be->state == BE_UP ? NULL : &be->at);
+    if (failure)
+        px_resolved_stale(w, &be->addr, be->state == BE_UP ? NULL : &be->at);
     be->state = BE_DOWN;
-    be->fails++;
-    be->retry_at_ms = px_now_ms() + px_backoff_ms(be->fails);
+    if (failure)
+        be->fails++;
+    be->retry_at_ms = px_now_ms() + (failure ? px_backoff_ms(be->fails) : 0);
     struct px_op *op = be->head;
     be->head = be->tail = NULL;
     __atomic_fetch_sub(&be->st->inflight, (int64_t)be->ninflight, __ATOMIC_RELAXED);
     w->ninflight -= be->ninflight;
     be->ninflight = 0;
     be->queued_bytes = be->written_bytes = 0;
-    px_route_refresh(w, NULL, &be->addr, 0);
+    if (failure)
+        px_route_refresh(w, NULL, &be->addr, 0);
     while (op) {
         struct px_op *next = op->next;
         bool lost = op->start_byte < written;
@@ -182,6 +190,19 @@ static void be_fail(struct px_backend *be, const char *why, bool timed_out)
         px_route_failed(w, op, lost, msg);
         op = next;
     }
+}
+
+static void be_fail(struct px_backend *be, const char *why, bool timed_out)
+{
+    be_drop(be, why, timed_out, true);
+}
+
+/* An idle connection closed: the next op connects anew. */
+static void be_go_idle(struct px_backend *be)
+{
+    be_close_socket(be);
+    be->state = BE_IDLE;
+    be->queued_bytes = be->written_bytes = 0;
 }
 
 static void be_up(struct px_backend *be)
@@ -625,10 +646,9 @@ void px_backend_name_moved(struct px_worker *w, const struct lc_addr *a,
         bool gone = be->fd >= 0 && be->at.len > 0 && !px_addrs_have(addrs, &be->at);
         if (gone && (be->state == BE_CONNECTING || be->state == BE_AUTH)) {
             /* nothing of its requests was answered: all go again */
-            be_fail(be, "its name now resolves to another address", false);
+            be_drop(be, "its name now resolves to another address", false, false);
         } else if (gone && be->state == BE_UP && be->head == NULL && be->sq_slot < 0) {
-            be_close_socket(be);
-            be->state = BE_IDLE;
+            be_go_idle(be);
         }
         /* One with requests in flight keeps them: they are answered or
          * time out (a name that only changed its set of addresses may
@@ -636,6 +656,7 @@ void px_backend_name_moved(struct px_worker *w, const struct lc_addr *a,
         if (be->state == BE_DOWN && be->retry_at_ms > now)
             be->retry_at_ms = now;      /* the new address at once */
     }
+    px_route_wake_waiting(w);           /* and the requests waiting for it */
 }
 
 void px_backend_drop_unowned(struct px_worker *w)
@@ -648,8 +669,7 @@ void px_backend_drop_unowned(struct px_worker *w)
          * host is gone this connection would only time out when the
          * server is back (on a spare, under the same name).  The next
          * request connects anew, after looking the name up again. */
-        be_close_socket(be);
-        be->state = BE_IDLE;
+        be_go_idle(be);
         px_resolved_stale(w, &be->addr, NULL);
     }
 }

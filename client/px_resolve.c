@@ -7,8 +7,7 @@
  * address (docs/operations.md, "Replacing a node").  So a connection that
  * fails marks its entry stale, and the next connect has the name looked
  * up again, at most once per PX_RESOLVE_AGAIN_MS, doubling up to
- * PX_RESOLVE_AGAIN_MAX_MS while lookups fail (a resolver that is down is
- * not asked ever faster by a server that is retried).
+ * PX_RESOLVE_AGAIN_MAX_MS while lookups fail fast (below).
  *
  * That lookup runs on a thread (repl/lookup.h): getaddrinfo waits seconds
  * per try on a name server that does not answer, and the worker's other
@@ -166,6 +165,7 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
     if (r->lookup_failing)
         fprintf(stderr, "cocytus-proxy: %s:%d resolves again\n", r->addr.host, r->addr.port);
     r->lookup_failing = false;
+    r->stale = false;
     if (addrs_differ(found, &r->now)) {
         bool moved = !same_set(found, &r->now);
         if (moved)
@@ -181,13 +181,12 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
                 keep = i;
         r->now = *found;
         r->now.first = keep;
-        /* A connection being made to an address the name no longer has
-         * would wait out its timeout (the host is gone), and one up there
-         * leads to a process that is not the server any more. */
+        /* Last, with the entry whole (the hook may connect, or mark it
+         * stale): a connection being made to an address the name no
+         * longer has would wait out its timeout (the host is gone). */
         if (moved)
             px_backend_name_moved(r->w, &r->addr, &r->now);
     }
-    r->stale = false;
 }
 
 static void resolved_answer(struct px_resolved *r, int rc, const struct px_addrs *found,
@@ -238,10 +237,11 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
             r->last_start_ms = now;
             slot->lookup = lookup_start(w->base, r->addr.host, r->addr.port, on_looked_up, slot);
             if (slot->lookup == NULL) {
-                /* No thread: look it up here, as the worker would have to. */
+                /* No thread: look it up here, as the worker would have to
+                 * (a failure then always backs off: it held the worker). */
                 struct px_addrs found;
                 int rc = px_lookup_now(&r->addr, &found);
-                resolved_answer(r, rc, &found, now);
+                resolved_answer(r, rc, &found, px_now_ms());
             }
         }
         return &r->now;

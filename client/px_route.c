@@ -391,7 +391,7 @@ static void fetch_close(struct px_fetch *f)
 }
 
 /* Every waiting op is tried again now: the map may have changed. */
-static void wake_waiting(struct px_worker *w)
+void px_route_wake_waiting(struct px_worker *w)
 {
     int64_t now = px_now_ms();
     for (struct px_op *op = w->waiting; op; op = op->next)
@@ -405,7 +405,7 @@ static void fetch_done(struct px_worker *w)
 
     fetch_close(f);
     f->running = false;
-    wake_waiting(w);
+    px_route_wake_waiting(w);
     if (f->again) {
         f->again = false;
         f->pending = true;
@@ -444,10 +444,12 @@ static void fetch_answer(struct px_worker *w, size_t n)
     }
     switch (lc_map_judge(w->map, m, kind == LC_CONFIG_NO_CLUSTER, f->min_epoch)) {
     case LC_MAP_NEWER:
-        if (!install_map(w, m))
+        bool installed = install_map(w, m);
+        if (!installed)
             lc_map_free(m);
         fetch_done(w);
-        px_backend_drop_unowned(w);
+        if (installed)
+            px_backend_drop_unowned(w);
         px_backend_leave_silent(w);
         px_meta_leave_silent(w);
         return;
