@@ -108,12 +108,18 @@ static bool addrs_differ(const struct px_addrs *x, const struct px_addrs *y)
     return x->n != y->n || memcmp(x->sa, y->sa, sizeof(x->sa[0]) * (size_t)x->n) != 0;
 }
 
-static bool has_addr(const struct px_addrs *x, const struct sockaddr_storage *sa, socklen_t len)
+/* Where sa is among x's addresses, or -1. */
+static int addr_index(const struct px_addrs *x, const struct sockaddr_storage *sa, socklen_t len)
 {
     for (int i = 0; i < x->n; i++)
         if (x->salen[i] == len && memcmp(&x->sa[i], sa, len) == 0)
-            return true;
-    return false;
+            return i;
+    return -1;
+}
+
+static bool has_addr(const struct px_addrs *x, const struct sockaddr_storage *sa, socklen_t len)
+{
+    return addr_index(x, sa, len) >= 0;
 }
 
 bool px_addrs_have(const struct px_addrs *addrs, const struct px_at *at)
@@ -174,13 +180,10 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
         /* The address tried first stays, if the name still has it (a
          * resolver may give the same ones in another order); else the
          * first of the new list. */
-        int keep = 0;
-        for (int i = 0; r->now.n > 0 && i < found->n; i++)
-            if (found->salen[i] == r->now.salen[r->now.first] &&
-                memcmp(&found->sa[i], &r->now.sa[r->now.first], found->salen[i]) == 0)
-                keep = i;
+        int keep = r->now.n > 0 ? addr_index(found, &r->now.sa[r->now.first],
+                                             r->now.salen[r->now.first]) : -1;
         r->now = *found;
-        r->now.first = keep;
+        r->now.first = keep >= 0 ? keep : 0;
         /* Last, with the entry whole (the hook may connect, or mark it
          * stale): a connection being made to an address the name no
          * longer has would wait out its timeout (the host is gone). */

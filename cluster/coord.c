@@ -47,6 +47,7 @@
 #include "coord_zk.h"
 
 #define CHECK_EVERY_MS 250          /* membership check period */
+#define SILENCE_LOG_EVERY_MS 10000  /* a wait for a silent member is logged again */
 #define COORD_STALL_MS 500          /* a check this late: we were not running */
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
 
@@ -700,6 +701,17 @@ static void forgive_own_stall(struct coord *co, uint64_t now)
     coord_pbr_forgive(co, late, now);
 }
 
+/* m is waited for rather than declared dead: true when that is to be
+ * logged, as the wait starts and then every SILENCE_LOG_EVERY_MS. */
+static bool wait_log_due(struct member *m, uint64_t now)
+{
+    bool due = !m->silence_waited || now - m->silence_logged_ms >= SILENCE_LOG_EVERY_MS;
+    if (due)
+        m->silence_logged_ms = now;
+    m->silence_waited = true;
+    return due;
+}
+
 /* m has been silent past dead_after_ms, but its control link is up: it may
  * be paused (stopped, swapping, its VM frozen), not dead.  If declaring it
  * dead would leave its coding group more failed places than parity
@@ -726,7 +738,7 @@ static bool silence_would_lose(struct coord *co, struct member *m, uint64_t now)
         return false;
     if (pbr ? !coord_pbr_death_loses(co, m) : !coord_recovery_death_loses(co, m, &failed))
         return false;
-    if (!m->silence_waited || now - m->silence_logged_ms >= 10000) {
+    if (wait_log_due(m, now)) {
         char state[80];
         if (pbr)
             snprintf(state, sizeof(state), "no other member of its group holds every "
@@ -736,9 +748,7 @@ static bool silence_would_lose(struct coord *co, struct member *m, uint64_t now)
         coord_log_member(m, "no heartbeat for %" PRIu64 " ms, but its link is up and %s: "
                          "declaring it dead would lose data, so the coordinator waits for "
                          "it (%" PRIu64 " ms at most)", silent, state, co->silence_hold_ms);
-        m->silence_logged_ms = now;
     }
-    m->silence_waited = true;
     return true;
 }
 
@@ -757,15 +767,12 @@ static bool unheard_would_lose(struct coord *co, struct member *m, uint64_t now)
     if (now - co->started_ms > co->silence_hold_ms || !coord_lost_paused(co, m) ||
         !coord_recovery_death_loses(co, m, &failed))
         return false;
-    if (!m->silence_waited || now - m->silence_logged_ms >= 10000) {
+    if (wait_log_due(m, now))
         coord_log_member(m, "not heard from since the coordinator started, but its live peers "
                          "report their links to it up, only silent, and its group has %d "
                          "failed place(s) already: declaring it dead would lose data, so the "
                          "coordinator waits for it (until %" PRIu64 " ms after its start)",
                          failed, co->silence_hold_ms);
-        m->silence_logged_ms = now;
-    }
-    m->silence_waited = true;
     return true;
 }
 
