@@ -641,6 +641,16 @@ static void on_link_down(struct link *l, const char *why, void *ctx)
     if (m->link != l)
         return;
     m->link = NULL;   /* an accepted link is freed by link.c after this */
+    if (m->state == MEMBER_UNKNOWN) {
+        /* Dropped before its hello: no word of it yet, and no evidence
+         * either.  A process whose handshake timed out on its side (this
+         * coordinator stopped or starved while it dialed) closes such a
+         * link and redials; declaring it dead had a live parity process
+         * rebuilt from scratch.  The startup grace and its peers' word
+         * decide, as for any member not heard from. */
+        coord_log_member(m, "control link dropped before its hello (%s); it may redial", why);
+        return;
+    }
     snprintf(reason, sizeof(reason), "control link down (%s)", why);
     member_dead(m, reason);
 }
@@ -1327,6 +1337,10 @@ struct engine *coord_engine_new(struct server *s)
     co->startup_grace_ms = env_ms("COCYTUS_STARTUP_GRACE_MS", COORD_STARTUP_GRACE_MS);
     /* Startup grace counts from now: a waiting candidate may have waited long. */
     co->started_ms = coord_now_ms();
+    /* A stall before the first check is forgiven like any other: a
+     * coordinator stopped for 3 s just after it started declared every
+     * process of the cluster dead, heard or not (forgive_own_stall). */
+    co->last_check_ms = co->started_ms;
     if (start_listening(co) < 0) {
         coord_destroy(e);
         return NULL;

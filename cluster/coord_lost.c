@@ -40,6 +40,10 @@
  * process redials it within a second (repl/link.c's longest back-off) and
  * says hello at once. */
 #define LOST_LISTEN_MS 1250
+/* How long a peer's "up, only silent" stands after it stopped saying so:
+ * time for a process that resumed to redial us and say hello
+ * (coord_lost_paused). */
+#define LOST_UP_KEEP_MS 5000
 
 /* The member of msg's group, role and index, as reporter `by` sees it. */
 static struct member *lost_target(struct coord *co, const struct member *by,
@@ -137,7 +141,15 @@ bool coord_lost_evidence(struct coord *co, const struct member *x, char *why, si
  * down: a stopped or frozen process's kernel keeps its connections, a
  * dead one's closes them (and a host that is gone stops acknowledging:
  * TCP_USER_TIMEOUT drops them after 10 s).  coord.c then waits for it as
- * for a silent member it heard from, where its death would lose data. */
+ * for a silent member it heard from, where its death would lose data.
+ *
+ * A peer stops repeating "up" when its link to x carries something again:
+ * x resumed, and its hello to us is a redial away (about 20 ms, but a
+ * second or more on a loaded machine).  Spending the word at once declared
+ * x dead in that gap, if the startup grace had ended: one run in a few of
+ * pause_beyond.sh under load lost the group's writes that way.  So "up"
+ * counts until LOST_UP_KEEP_MS after it was said last, unless a peer says
+ * "down" since; "down" counts only while it is current. */
 bool coord_lost_paused(const struct coord *co, const struct member *x)
 {
     (void)co;
@@ -147,12 +159,16 @@ bool coord_lost_paused(const struct coord *co, const struct member *x)
     bool up = false;
     for (int i = 0; i < x->nlost; i++) {
         const struct lost_report *r = &x->lost[i];
-        if (r->by->state != MEMBER_ALIVE || r->hb != r->by->heartbeats ||
-            now - r->heard_ms > LOST_FRESH_MS)
+        if (r->by->state != MEMBER_ALIVE)
             continue;
-        if (!r->up)
-            return false;
-        up = true;
+        bool current = r->hb == r->by->heartbeats && now - r->heard_ms <= LOST_FRESH_MS;
+        if (!r->up) {
+            if (current)
+                return false;
+            continue;
+        }
+        if (current || now - r->heard_ms <= LOST_UP_KEEP_MS)
+            up = true;
     }
     return up;
 }
