@@ -33,7 +33,9 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/copy_while_writing.XXXXXX")
 overwrites=""
+node_held=""
 cleanup() {
+    [ -n "$node_held" ] && kill -CONT "$node_held" 2>/dev/null
     writers_kill "$dir"
     [ -n "$overwrites" ] && kill "$overwrites" 2>/dev/null
     cluster_remove "$dir"
@@ -82,13 +84,25 @@ copied_while_writing "$dir/data-0-0.log" "parity 1" "data process 0 copied to pa
 # machine, so an open-loop load of overwrites (3,000 a second over the
 # group, about a third of them through the recovery process) makes sure
 # records arrive during the copy; only the writers' keys are read back.
+# Its node would start data process 0 again at once, and the copy back
+# could end before the load below has begun (it did once in CI under
+# ASan: "0 records committed meanwhile"): the node is held stopped until
+# the recovery process is taking the load's sets.
 for w in r0 r1; do
     writer_bg "$dir" "$w" "$pp0"
 done
+node_held=$(cat "$dir/node-0.pid")
+kill -STOP "$node_held"
 group0_kill_dp0 "$dir" || finish
+sets() { mc "$pp0" "stats\r\n" | awk '$2 == "cmd_set" { print $3 }' | tr -d '\r'; }
+sets_before=$(sets)
 timeout 60 "$build_dir/bench/cocytus-bench" -s "$pp0" -n 20000 -v 16 -c 1 --rate 3000 -r 0 \
     --no-load -t 40 -q >"$dir/overwrites.out" 2>&1 &
 overwrites=$!
+load_running() { [ "$(sets)" -ge $((${sets_before:-0} + 300)) ]; }
+wait_for 200 load_running || fail "the overwrite load did not reach the recovery process"
+kill -CONT "$node_held"
+node_held=""
 group0_dp0_back "$dir"
 kill "$overwrites" 2>/dev/null
 wait "$overwrites" 2>/dev/null
