@@ -620,8 +620,9 @@ END_TEST
 /* A coordinator that started while processes were paused: members never
  * heard from whose live peers report their links up, only silent, hold
  * their places (coord_lost_paused), so the one whose death would leave
- * RS(3,5) beyond its 2 parity processes is waited for; a "down" report, a
- * stale one or none at all says nothing of a pause. */
+ * RS(3,5) beyond its 2 parity processes is waited for; a current "down"
+ * report, or none at all, says nothing of a pause, and an "up" no longer
+ * repeated stands for 5 s. */
 START_TEST(test_unheard_paused)
 {
     struct coord co;
