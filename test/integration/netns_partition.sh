@@ -118,9 +118,13 @@ replace() {
         local healthy_ms=${line##*healthy_ms }
         healthy_ms=${healthy_ms%%,*}
         if [ "${healthy_ms:-0}" -gt 10000 ] 2>/dev/null; then
-            echo "healthy only after $healthy_ms ms; the coordinators' last recovery lines:"
-            cat "$dir"/coordinator*.log | grep -E "dead|served by|is back|takes over|rebuilt|serves its keys|holds parity|full redundancy|cannot|abandon|waits" |
-                tail -n 40 | cut -c1-200
+            echo "healthy only after $healthy_ms ms; the drill's timeline (ms after the fault):"
+            cat "$dir/drill-timeline" 2>/dev/null
+            local f
+            for f in "$dir"/coordinator*.log; do
+                echo "-- the last 25 lines of $(basename "$f") (the node's coordinator; its spare's too)"
+                tail -n 25 "$f" | cut -c1-200
+            done
         fi
     fi
 }
