@@ -460,8 +460,12 @@ const struct px_backend *px_backend_silent_busy(const struct px_worker *w);
 void px_backend_close_all(struct px_worker *w);
 /* A non-blocking connect to a, started; -1 with errno (the name is then
  * marked stale).  A numeric host never blocks; a host name is looked up
- * once per worker and remembered (px_resolve.c). */
-int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at *at);
+ * once per worker and remembered (px_resolve.c).  in_place: a name not
+ * seen before is looked up here (it blocks); else on a thread, and until
+ * it answers this fails with EAGAIN (the caller waits: the answer calls
+ * px_backend_name_moved). */
+int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at *at,
+                     bool in_place);
 
 /* ---- servers' names (px_resolve.c) ---- */
 #define PX_ADDRS_MAX 4
@@ -473,9 +477,11 @@ struct px_addrs {
                      * the address a connection failed on */
 };
 /* The addresses to connect to a at (none while its name never resolved;
- * NULL out of memory).  Only a's first lookup is made in place; a stale
- * name is looked up again on a thread while these addresses serve. */
-const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a);
+ * NULL out of memory, or EAGAIN while a's first lookup, started on a
+ * thread because in_place is false, has not answered).  A stale name is
+ * looked up again on a thread while these addresses serve. */
+const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a,
+                                       bool in_place);
 /* A connection to a failed: its name is looked up again before a later
  * connect, at most once a second, less often while lookups fail fast (a
  * replaced node's new address).  failed: the address it was made to

@@ -35,13 +35,17 @@
 #include "px.h"
 
 #define SMALL_COPY 4096        /* ops smaller than this are copied into the output */
+#define PX_FIRST_LOOKUP_POLL_MS 1000   /* ops waiting for a name's first lookup retry */
 
-int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at *at)
+int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at *at,
+                     bool in_place)
 {
-    const struct px_addrs *r = px_resolved_get(w, a);
+    const struct px_addrs *r = px_resolved_get(w, a, in_place);
     int err = EHOSTUNREACH;
 
     at->len = 0;
+    if (r == NULL && errno == EAGAIN)
+        return -1;                  /* its first lookup has not answered */
     for (int k = 0; r != NULL && k < r->n; k++) {
         int i = (r->first + k) % r->n;
         int fd = socket(r->sa[i].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -287,8 +291,17 @@ static bool be_auth_reply(struct px_backend *be, const char *h, size_t total)
 
 static bool be_connect(struct px_backend *be)
 {
-    int fd = px_connect_start(be->w, &be->addr, &be->at);
+    int fd = px_connect_start(be->w, &be->addr, &be->at, false);
 
+    if (fd < 0 && errno == EAGAIN) {
+        /* Its name is looked up for the first time, on a thread: a name
+         * server that does not answer would have held every client of
+         * this worker for seconds.  The ops wait; the answer wakes them
+         * (px_backend_name_moved), and this poll is the backstop. */
+        be->state = BE_DOWN;
+        be->retry_at_ms = px_now_ms() + PX_FIRST_LOOKUP_POLL_MS;
+        return false;
+    }
     if (fd < 0) {
         char why[120];
         snprintf(why, sizeof(why), "connect: %s", strerror(errno));

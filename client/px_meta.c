@@ -503,7 +503,7 @@ static struct px_mconn *mconn_open(struct px_worker *w, const struct lc_addr *a,
     m->dumps = dumps;
     m->be = px_backend_get(w, a);
     lc_addr_format(a, m->name, sizeof(m->name));
-    m->fd = px_connect_start(w, a, &m->at);
+    m->fd = px_connect_start(w, a, &m->at, true);
     m->connect_started_ms = px_now_ms();
     m->last_rx_ms = m->connect_started_ms;
     m->out = evbuffer_new();

@@ -32,13 +32,20 @@
  * failures of lookups that began during an outage arrive after the name
  * may be back.
  *
- * The first lookup of a name is made in place:
- * there are no addresses to go on with.  It happens when the worker first
- * connects to an endpoint (the seeds, and servers a newer map names); if
- * it fails, the name is kept without addresses (connects fail at once)
- * and looked up again on a thread like a stale one. */
+ * The first lookup of a name has no addresses to go on with.  For a
+ * server a client's request goes to (px_backend.c) it runs on a thread
+ * too, and the requests wait for it: a name first seen in a newer map (a
+ * node added) while the name server does not answer held the worker, and
+ * every client on it, for the resolver's whole timeout (seconds per try).
+ * The map fetch and the meta commands' connections (in_place) still look
+ * a new name up in place: a fetch's sources are the seeds and the map's
+ * servers, mostly known by then (the classic requests reached them), and
+ * so is a meta connection's server, though not always.  If a first lookup
+ * fails, the name is kept without addresses (connects fail at once) and
+ * looked up again on a thread like a stale one. */
 #include "config.h"
 
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +77,7 @@ struct px_resolved {
     int64_t last_start_ms;      /* the newest lookup's start */
     int64_t answer_start_ms;    /* the start of the lookup whose addresses are taken */
     bool lookup_failing;        /* the last lookup again failed (logged once) */
+    bool answered;              /* some lookup of it has answered (or failed) */
     int64_t again_ms;           /* the least time from one lookup's start to the next */
     struct px_resolved *next;
 };
@@ -154,10 +162,17 @@ static void resolved_failed(struct px_resolved *r, int rc, int64_t started_ms)
     if (px_now_ms() - started_ms < r->again_ms)     /* fast: see the file's comment */
         r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
                                                                 : PX_RESOLVE_AGAIN_MAX_MS;
-    if (!r->lookup_failing)
+    bool first = !r->answered;
+    if (first)
+        fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d: %s\n", r->addr.host, r->addr.port,
+                gai_strerror(rc));
+    else if (!r->lookup_failing)
         fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d again: %s (keeping its last address)\n",
                 r->addr.host, r->addr.port, gai_strerror(rc));
+    r->answered = true;
     r->lookup_failing = true;
+    if (first)                  /* the requests waiting for a first answer fail now */
+        px_backend_name_moved(r->w, &r->addr, &r->now);
 }
 
 /* A lookup again, started at started_ms, has found addresses: taken,
@@ -166,6 +181,7 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
 {
     if (started_ms < r->answer_start_ms)
         return;
+    r->answered = true;
     r->answer_start_ms = started_ms;
     r->again_ms = PX_RESOLVE_AGAIN_MS;
     if (r->lookup_failing)
@@ -174,7 +190,7 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
     r->stale = false;
     if (addrs_differ(found, &r->now)) {
         bool moved = !same_set(found, &r->now);
-        if (moved)
+        if (moved && r->now.n > 0)
             fprintf(stderr, "cocytus-proxy: %s:%d now resolves to another address\n",
                     r->addr.host, r->addr.port);
         /* The address tried first stays, if the name still has it (a
@@ -228,24 +244,36 @@ static struct px_lookup_slot *slot_for_lookup(struct px_resolved *r, int64_t now
 
 /* ---- the worker's side ---- */
 
-const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a)
+/* Starts another lookup of r if one may start now (slot_for_lookup), on a
+ * thread, or in place if no thread can start. */
+static void maybe_look_up(struct px_resolved *r)
+{
+    int64_t now = px_now_ms();
+    struct px_lookup_slot *slot = slot_for_lookup(r, now);
+    if (slot == NULL)
+        return;
+    slot->r = r;
+    slot->started_ms = now;
+    r->last_start_ms = now;
+    slot->lookup = lookup_start(r->w->base, r->addr.host, r->addr.port, on_looked_up, slot);
+    if (slot->lookup == NULL) {
+        /* No thread: look it up here, as the worker would have to (a
+         * failure then always backs off: it held the worker). */
+        struct px_addrs found;
+        int rc = px_lookup_now(&r->addr, &found);
+        resolved_answer(r, rc, &found, px_now_ms());
+    }
+}
+
+const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a,
+                                       bool in_place)
 {
     struct px_resolved *r = resolved_find(w, a);
     if (r != NULL) {
-        int64_t now = px_now_ms();
-        struct px_lookup_slot *slot = slot_for_lookup(r, now);
-        if (slot != NULL) {
-            slot->r = r;
-            slot->started_ms = now;
-            r->last_start_ms = now;
-            slot->lookup = lookup_start(w->base, r->addr.host, r->addr.port, on_looked_up, slot);
-            if (slot->lookup == NULL) {
-                /* No thread: look it up here, as the worker would have to
-                 * (a failure then always backs off: it held the worker). */
-                struct px_addrs found;
-                int rc = px_lookup_now(&r->addr, &found);
-                resolved_answer(r, rc, &found, px_now_ms());
-            }
+        maybe_look_up(r);
+        if (!r->answered && r->now.n == 0) {
+            errno = EAGAIN;         /* its first lookup is under way */
+            return NULL;
         }
         return &r->now;
     }
@@ -255,7 +283,24 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
     r->w = w;
     r->addr = *a;
     r->again_ms = PX_RESOLVE_AGAIN_MS;
+    r->next = w->resolved;
+    w->resolved = r;
+    struct addrinfo *numeric = NULL;
+    if (!in_place && lookup_numeric(a->host, a->port, false, &numeric) == EAI_NONAME) {
+        /* A name: looked up on a thread, like a stale one. */
+        r->stale = true;
+        r->last_start_ms = px_now_ms() - r->again_ms;
+        maybe_look_up(r);
+        if (!r->answered && r->now.n == 0) {
+            errno = EAGAIN;
+            return NULL;
+        }
+        return &r->now;
+    }
+    if (numeric != NULL)
+        freeaddrinfo(numeric);
     int rc = px_lookup_now(a, &r->now);
+    r->answered = true;
     if (rc != 0) {
         fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d: %s\n", a->host, a->port,
                 gai_strerror(rc));
@@ -265,8 +310,6 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
         r->again_ms = PX_RESOLVE_AGAIN_MS * 2;
     }
     r->last_start_ms = px_now_ms();
-    r->next = w->resolved;
-    w->resolved = r;
     return &r->now;
 }
 

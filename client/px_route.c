@@ -577,7 +577,7 @@ static void fetch_next(struct px_worker *w)
     struct px_fetch *f = &w->fetch;
 
     for (; f->cur < f->nsrc; f->cur++) {
-        int fd = px_connect_start(w, &f->src[f->cur], &f->at);
+        int fd = px_connect_start(w, &f->src[f->cur], &f->at, true);
         if (fd < 0)
             continue;
         f->fd = fd;

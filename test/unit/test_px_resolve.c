@@ -12,6 +12,7 @@
  * several addresses, a connect that fails at the one tried first moves
  * on to the next. */
 #include <check.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,9 +99,12 @@ static int resolve_list(const char *ip, int port, struct addrinfo **res)
     return 0;
 }
 
+static int lookups_in_place;
+
 int lookup_now(const char *host, int port, bool passive, struct addrinfo **res)
 {
     (void)host, (void)passive;
+    lookups_in_place++;
     return name_is == NULL ? EAI_AGAIN : resolve_list(name_is, port, res);
 }
 
@@ -147,6 +151,7 @@ static void setup(void)
     clock_ms = 100000;
     name_is = "10.0.0.1";
     nlookups = 0;
+    lookups_in_place = 0;
     moves = 0;
     memset(lookups, 0, sizeof(lookups));
     worker = calloc(1, sizeof(*worker));
@@ -168,7 +173,7 @@ static struct px_at last_at;
 static const char *connect_to(void)
 {
     static char buf[INET_ADDRSTRLEN];
-    const struct px_addrs *r = px_resolved_get(worker, &name);
+    const struct px_addrs *r = px_resolved_get(worker, &name, true);
     ck_assert_ptr_nonnull(r);
     last_index = -1;
     last_at.len = 0;
@@ -404,6 +409,51 @@ START_TEST(test_first_lookup_fails)
 }
 END_TEST
 
+START_TEST(test_first_lookup_on_thread)
+{
+    /* A name a backend's connect meets first (a node a newer map added)
+     * is looked up on a thread, never in place: the connect waits
+     * (EAGAIN) until the answer, which wakes it (the hook). */
+    errno = 0;
+    ck_assert_ptr_null(px_resolved_get(worker, &name, false));
+    ck_assert_int_eq(errno, EAGAIN);
+    ck_assert_int_eq(nlookups, 1);
+    clock_ms += 500;
+    ck_assert_ptr_null(px_resolved_get(worker, &name, false));
+    ck_assert_int_eq(errno, EAGAIN);
+    ck_assert_int_eq(nlookups, 1);      /* one at a time, within the interval */
+    ck_assert_int_eq(moves, 0);
+    answer(0, "10.0.0.5");
+    ck_assert_int_eq(moves, 1);
+    ck_assert_str_eq(connect_to(), "10.0.0.5");
+    ck_assert_int_eq(lookups_in_place, 0);
+}
+END_TEST
+
+START_TEST(test_first_lookup_on_thread_fails)
+{
+    /* The name server does not answer: after its failure the waiting
+     * connects are woken to fail at once, and the name is looked up again
+     * on a thread until it resolves. */
+    name_is = NULL;
+    ck_assert_ptr_null(px_resolved_get(worker, &name, false));
+    clock_ms += 6000;
+    answer(0, NULL);
+    ck_assert_int_eq(moves, 1);
+    const struct px_addrs *r = px_resolved_get(worker, &name, false);
+    ck_assert_ptr_nonnull(r);           /* no addresses: connects fail at once */
+    ck_assert_int_eq(r->n, 0);
+    ck_assert_int_eq(nlookups, 2);      /* and the next lookup is under way */
+    name_is = "10.0.0.6";
+    clock_ms += 1000;
+    px_resolved_get(worker, &name, false);
+    ck_assert_int_eq(nlookups, 3);
+    answer(2, name_is);
+    ck_assert_str_eq(connect_to(), "10.0.0.6");
+    ck_assert_int_eq(lookups_in_place, 0);
+}
+END_TEST
+
 START_TEST(test_next_address_after_a_failure)
 {
     /* A name with two addresses, the server on the second only: a failed
@@ -468,6 +518,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_silent_resolver_bounded);
     tcase_add_test(tc, test_slow_failures_back_off);
     tcase_add_test(tc, test_first_lookup_fails);
+    tcase_add_test(tc, test_first_lookup_on_thread);
+    tcase_add_test(tc, test_first_lookup_on_thread_fails);
     tcase_add_test(tc, test_next_address_after_a_failure);
     suite_add_tcase(s, tc);
     return s;
