@@ -330,6 +330,8 @@ struct px_fetch {
     struct lc_addr src[PX_FETCH_MAX_SOURCES];
     size_t nsrc, cur;
     int same;                       /* answers with the cached epoch */
+    bool skipped_lookup;            /* a source was passed over: its name's first
+                                     * lookup had not answered */
     int64_t cur_deadline_ms;
     uint64_t min_epoch;
     struct lc_addr prefer, avoid;
@@ -462,8 +464,9 @@ void px_backend_close_all(struct px_worker *w);
  * marked stale).  A numeric host never blocks; a host name is looked up
  * once per worker and remembered (px_resolve.c).  in_place: a name not
  * seen before is looked up here (it blocks); else on a thread, and until
- * it answers this fails with EAGAIN (the caller waits: the answer calls
- * px_backend_name_moved). */
+ * a lookup of it answers this returns PX_CONNECT_LOOKING_UP (the caller
+ * waits: the answer calls px_backend_name_moved). */
+#define PX_CONNECT_LOOKING_UP (-2)
 int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at *at,
                      bool in_place);
 

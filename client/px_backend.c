@@ -45,7 +45,7 @@ int px_connect_start(struct px_worker *w, const struct lc_addr *a, struct px_at 
 
     at->len = 0;
     if (r == NULL && errno == EAGAIN)
-        return -1;                  /* its first lookup has not answered */
+        return PX_CONNECT_LOOKING_UP;   /* its first lookup has not answered */
     for (int k = 0; r != NULL && k < r->n; k++) {
         int i = (r->first + k) % r->n;
         int fd = socket(r->sa[i].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -293,7 +293,7 @@ static bool be_connect(struct px_backend *be)
 {
     int fd = px_connect_start(be->w, &be->addr, &be->at, false);
 
-    if (fd < 0 && errno == EAGAIN) {
+    if (fd == PX_CONNECT_LOOKING_UP) {
         /* Its name is looked up for the first time, on a thread: a name
          * server that does not answer would have held every client of
          * this worker for seconds.  The ops wait; the answer wakes them

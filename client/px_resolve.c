@@ -37,12 +37,14 @@
  * too, and the requests wait for it: a name first seen in a newer map (a
  * node added) while the name server does not answer held the worker, and
  * every client on it, for the resolver's whole timeout (seconds per try).
- * The map fetch and the meta commands' connections (in_place) still look
- * a new name up in place: a fetch's sources are the seeds and the map's
- * servers, mostly known by then (the classic requests reached them), and
- * so is a meta connection's server, though not always.  If a first lookup
- * fails, the name is kept without addresses (connects fail at once) and
- * looked up again on a thread like a stale one. */
+ * A map fetch passes over a source whose name is being looked up (a
+ * server a MOVED named, asked first) and asks the others; if none
+ * answered it fetches again shortly.  The meta commands' connections
+ * still look a new name up in place (in_place), and one to a server
+ * whose first lookup is under way fails like any connect and is retried
+ * with its back-off.  If a first lookup fails, the name is kept without
+ * addresses (connects fail at once) and looked up again on a thread like
+ * a stale one. */
 #include "config.h"
 
 #include <errno.h>
@@ -159,6 +161,8 @@ static struct px_resolved *resolved_find(struct px_worker *w, const struct lc_ad
  * are all there is. */
 static void resolved_failed(struct px_resolved *r, int rc, int64_t started_ms)
 {
+    if (started_ms < r->answer_start_ms)
+        return;                 /* a later lookup found it: this one is old news */
     if (px_now_ms() - started_ms < r->again_ms)     /* fast: see the file's comment */
         r->again_ms = r->again_ms * 2 < PX_RESOLVE_AGAIN_MAX_MS ? r->again_ms * 2
                                                                 : PX_RESOLVE_AGAIN_MAX_MS;

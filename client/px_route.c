@@ -83,6 +83,7 @@
 
 #define EXTRA_BACKENDS 64          /* MOVED targets outside the map */
 #define FETCH_AGAIN_MS 20          /* between two fetches asked for back to back */
+#define FETCH_LOOKUP_WAIT_MS 250   /* a fetch whose sources were still being looked up */
 #define SILENT_FETCH_MS 100        /* between two fetches while a server is silent */
 #define FETCH_REPLY_MAX (8u << 20)
 
@@ -577,7 +578,12 @@ static void fetch_next(struct px_worker *w)
     struct px_fetch *f = &w->fetch;
 
     for (; f->cur < f->nsrc; f->cur++) {
-        int fd = px_connect_start(w, &f->src[f->cur], &f->at, true);
+        /* A name not looked up yet (a server a MOVED names, asked first)
+         * is not looked up here: a name server that does not answer would
+         * hold the worker.  Its lookup starts, and the others are asked. */
+        int fd = px_connect_start(w, &f->src[f->cur], &f->at, false);
+        if (fd == PX_CONNECT_LOOKING_UP)
+            f->skipped_lookup = true;
         if (fd < 0)
             continue;
         f->fd = fd;
@@ -594,6 +600,11 @@ static void fetch_next(struct px_worker *w)
         return;
     }
     fetch_done(w);
+    if (f->skipped_lookup && !f->pending) {
+        /* no source answered, and some were being looked up: again soon */
+        f->pending = true;
+        f->again_at_ms = px_now_ms() + FETCH_LOOKUP_WAIT_MS;
+    }
 }
 
 static void fetch_start(struct px_worker *w, const struct lc_addr *prefer,
@@ -608,6 +619,7 @@ static void fetch_start(struct px_worker *w, const struct lc_addr *prefer,
     f->has_prefer = false;
     f->min_epoch = min_epoch;
     f->same = 0;
+    f->skipped_lookup = false;
     f->cur = 0;
     f->nsrc = lc_refresh_sources(prefer, avoid, w->px->seeds, w->px->nseeds, w->map, f->src,
                                  PX_FETCH_MAX_SOURCES);
