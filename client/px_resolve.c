@@ -49,6 +49,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,9 +180,9 @@ static void resolved_failed(struct px_resolved *r, int rc, int64_t started_ms)
         px_backend_name_moved(r->w, &r->addr, &r->now);
 }
 
-/* A lookup again, started at started_ms, has found addresses: taken,
+/* A lookup, started at started_ms, has found addresses for r: taken,
  * unless a lookup that started later has given some already. */
-static void resolved_found(struct px_resolved *r, const struct px_addrs *found, int64_t started_ms)
+static void take_found(struct px_resolved *r, const struct px_addrs *found, int64_t started_ms)
 {
     if (started_ms < r->answer_start_ms)
         return;
@@ -209,6 +210,37 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
          * longer has would wait out its timeout (the host is gone). */
         if (moved)
             px_backend_name_moved(r->w, &r->addr, &r->now);
+    }
+}
+
+/* addrs, with every address's port set to port. */
+static void with_port(struct px_addrs *addrs, int port)
+{
+    for (int i = 0; i < addrs->n; i++) {
+        if (addrs->sa[i].ss_family == AF_INET)
+            ((struct sockaddr_in *)&addrs->sa[i])->sin_port = htons((uint16_t)port);
+        else if (addrs->sa[i].ss_family == AF_INET6)
+            ((struct sockaddr_in6 *)&addrs->sa[i])->sin6_port = htons((uint16_t)port);
+    }
+}
+
+/* A lookup of r's name has found addresses: they are the name's, so every
+ * entry of the same host (a node's servers listen on several ports) takes
+ * them, each with its own port.  Entries are per host and port, and each
+ * looked its name up on its own: after a node moved to a spare host, a
+ * server whose entry's lookups were still waiting on a silent name server
+ * was dialled at the old address while another of the same host already
+ * had the new one (a netns drill's check read nothing back in 2 s, in the
+ * distcheck pass of a fresh-clone CI of fbc60ca). */
+static void resolved_found(struct px_resolved *r, const struct px_addrs *found, int64_t started_ms)
+{
+    take_found(r, found, started_ms);
+    for (struct px_resolved *o = r->w->resolved; o != NULL; o = o->next) {
+        if (o == r || strcmp(o->addr.host, r->addr.host) != 0)
+            continue;
+        struct px_addrs theirs = *found;
+        with_port(&theirs, o->addr.port);
+        take_found(o, &theirs, started_ms);
     }
 }
 
@@ -247,6 +279,16 @@ static struct px_lookup_slot *slot_for_lookup(struct px_resolved *r, int64_t now
 }
 
 /* ---- the worker's side ---- */
+
+/* An entry of a's host (another port) that has addresses, or NULL. */
+static const struct px_resolved *answered_sibling(const struct px_worker *w,
+                                                  const struct lc_addr *a)
+{
+    for (const struct px_resolved *o = w->resolved; o != NULL; o = o->next)
+        if (o->answered && o->now.n > 0 && strcmp(o->addr.host, a->host) == 0)
+            return o;
+    return NULL;
+}
 
 /* Starts another lookup of r if one may start now (slot_for_lookup), on a
  * thread, or in place if no thread can start. */
@@ -287,8 +329,20 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
     r->w = w;
     r->addr = *a;
     r->again_ms = PX_RESOLVE_AGAIN_MS;
+    const struct px_resolved *sib = answered_sibling(w, a);
     r->next = w->resolved;
     w->resolved = r;
+    if (sib != NULL) {
+        /* Another server of a host we know (a node's servers listen on
+         * several ports): its addresses, with this port, and no lookup. */
+        r->now = sib->now;
+        with_port(&r->now, a->port);
+        r->answered = true;
+        r->answer_start_ms = sib->answer_start_ms;
+        r->last_start_ms = sib->last_start_ms;
+        r->stale = sib->stale;
+        return &r->now;
+    }
     struct addrinfo *numeric = NULL;
     if (!in_place && lookup_numeric(a->host, a->port, false, &numeric) == EAI_NONAME) {
         /* A name: looked up on a thread, like a stale one. */

@@ -458,6 +458,59 @@ START_TEST(test_first_lookup_on_thread_fails)
 }
 END_TEST
 
+/* The address a connect to a would use now, and its port. */
+static const char *connect_to_port(const struct lc_addr *a, int *port)
+{
+    static char buf[INET_ADDRSTRLEN];
+    const struct px_addrs *r = px_resolved_get(worker, a, true);
+    ck_assert_ptr_nonnull(r);
+    *port = 0;
+    if (r->n == 0)
+        return "";
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)&r->sa[r->first];
+    *port = ntohs(sin->sin_port);
+    return inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
+}
+
+START_TEST(test_same_host_other_port)
+{
+    /* A node's servers share its host name on several ports.  A second
+     * port takes the first's addresses without a lookup, and when a
+     * lookup for one port finds the name moved (a spare host), every
+     * port of that host uses the new address at once: each port's own
+     * lookups, started while the name server was silent, answer late. */
+    struct lc_addr other = name;
+    other.port = 21001;
+    int port;
+    ck_assert_str_eq(connect_to(), "10.0.0.1");
+    ck_assert_int_eq(lookups_in_place, 1);
+    ck_assert_str_eq(connect_to_port(&other, &port), "10.0.0.1");
+    ck_assert_int_eq(port, 21001);
+    ck_assert_int_eq(lookups_in_place, 1);
+    name_is = NULL;
+    connect_fails();
+    px_resolved_stale(worker, &other, NULL);
+    clock_ms += 1000;
+    connect_fails();                          /* lookup 0, for 21000 */
+    connect_to_port(&other, &port);           /* lookup 1, for 21001: silent */
+    ck_assert_int_eq(nlookups, 2);
+    name_is = "10.0.0.7";
+    clock_ms += 1000;
+    connect_fails();                          /* lookup 2, for 21000 */
+    ck_assert_int_eq(nlookups, 3);
+    answer(2, name_is);
+    ck_assert_str_eq(connect_to_port(&other, &port), "10.0.0.7");
+    ck_assert_int_eq(port, 21001);
+    ck_assert_str_eq(connect_to(), "10.0.0.7");
+    /* 21001's own lookup fails later, and its older answer is ignored */
+    clock_ms += 4000;
+    answer(1, NULL);
+    answer(0, "10.0.0.1");
+    ck_assert_str_eq(connect_to_port(&other, &port), "10.0.0.7");
+    ck_assert_str_eq(connect_to(), "10.0.0.7");
+}
+END_TEST
+
 START_TEST(test_next_address_after_a_failure)
 {
     /* A name with two addresses, the server on the second only: a failed
@@ -524,6 +577,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_first_lookup_fails);
     tcase_add_test(tc, test_first_lookup_on_thread);
     tcase_add_test(tc, test_first_lookup_on_thread_fails);
+    tcase_add_test(tc, test_same_host_other_port);
     tcase_add_test(tc, test_next_address_after_a_failure);
     suite_add_tcase(s, tc);
     return s;
