@@ -76,6 +76,8 @@ struct px_resolved {
     struct lc_addr addr;
     struct px_addrs now;        /* the addresses connects use */
     bool stale;                 /* a connection to it failed since the lookup */
+    int64_t stale_since_ms;     /* when it last failed (px_resolved_stale) */
+    bool moved;                 /* its addresses changed: the hook is due */
     struct px_lookup_slot slots[PX_LOOKUPS_MAX];
     int64_t last_start_ms;      /* the newest lookup's start */
     int64_t answer_start_ms;    /* the start of the lookup whose addresses are taken */
@@ -192,7 +194,8 @@ static void take_found(struct px_resolved *r, const struct px_addrs *found, int6
     if (r->lookup_failing)
         fprintf(stderr, "cocytus-proxy: %s:%d resolves again\n", r->addr.host, r->addr.port);
     r->lookup_failing = false;
-    r->stale = false;
+    if (started_ms >= r->stale_since_ms)
+        r->stale = false;       /* (one that began before the failure proves little) */
     if (addrs_differ(found, &r->now)) {
         bool moved = !same_set(found, &r->now);
         if (moved && r->now.n > 0)
@@ -205,11 +208,7 @@ static void take_found(struct px_resolved *r, const struct px_addrs *found, int6
                                              r->now.salen[r->now.first]) : -1;
         r->now = *found;
         r->now.first = keep >= 0 ? keep : 0;
-        /* Last, with the entry whole (the hook may connect, or mark it
-         * stale): a connection being made to an address the name no
-         * longer has would wait out its timeout (the host is gone). */
-        if (moved)
-            px_backend_name_moved(r->w, &r->addr, &r->now);
+        r->moved = r->moved || moved;
     }
 }
 
@@ -232,9 +231,12 @@ static void with_port(struct px_addrs *addrs, int port)
  * was dialled at the old address while another of the same host already
  * had the new one (a netns drill's check read nothing back in 2 s, in the
  * distcheck pass of a fresh-clone CI of fbc60ca). */
-static void resolved_found(struct px_resolved *r, const struct px_addrs *found, int64_t started_ms)
+static void resolved_found(struct px_resolved *r, const struct px_addrs *found, int64_t started_ms,
+                           bool hook_r)
 {
     take_found(r, found, started_ms);
+    if (!hook_r)
+        r->moved = false;       /* its caller connects now: nothing waits for it */
     for (struct px_resolved *o = r->w->resolved; o != NULL; o = o->next) {
         if (o == r || strcmp(o->addr.host, r->addr.host) != 0)
             continue;
@@ -242,13 +244,23 @@ static void resolved_found(struct px_resolved *r, const struct px_addrs *found, 
         with_port(&theirs, o->addr.port);
         take_found(o, &theirs, started_ms);
     }
+    /* Last, with every entry whole (the hook may connect, or mark one
+     * stale): a connection being made to an address the name no longer
+     * has would wait out its timeout (the host is gone).  Entries are
+     * only freed with the worker, and new ones go first in the list. */
+    for (struct px_resolved *o = r->w->resolved; o != NULL; o = o->next) {
+        if (!o->moved)
+            continue;
+        o->moved = false;
+        px_backend_name_moved(o->w, &o->addr, &o->now);
+    }
 }
 
 static void resolved_answer(struct px_resolved *r, int rc, const struct px_addrs *found,
                             int64_t started_ms)
 {
     if (rc == 0)
-        resolved_found(r, found, started_ms);
+        resolved_found(r, found, started_ms, true);
     else
         resolved_failed(r, rc, started_ms);
 }
@@ -341,6 +353,8 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
         r->answer_start_ms = sib->answer_start_ms;
         r->last_start_ms = sib->last_start_ms;
         r->stale = sib->stale;
+        r->stale_since_ms = sib->stale_since_ms;
+        maybe_look_up(r);       /* a stale host's may be due */
         return &r->now;
     }
     struct addrinfo *numeric = NULL;
@@ -357,17 +371,20 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
     }
     if (numeric != NULL)
         freeaddrinfo(numeric);
-    int rc = px_lookup_now(a, &r->now);
-    r->answered = true;
+    int64_t t0 = px_now_ms();
+    struct px_addrs found;
+    int rc = px_lookup_now(a, &found);
+    r->last_start_ms = t0;
     if (rc != 0) {
         fprintf(stderr, "cocytus-proxy: cannot resolve %s:%d: %s\n", a->host, a->port,
                 gai_strerror(rc));
-        memset(&r->now, 0, sizeof(r->now));
+        r->answered = true;
         r->stale = true;
         r->lookup_failing = true;
         r->again_ms = PX_RESOLVE_AGAIN_MS * 2;
+    } else {
+        resolved_found(r, &found, t0, false);   /* and its host's other entries */
     }
-    r->last_start_ms = px_now_ms();
     return &r->now;
 }
 
@@ -377,6 +394,7 @@ void px_resolved_stale(struct px_worker *w, const struct lc_addr *a, const struc
     if (r == NULL)
         return;
     r->stale = true;
+    r->stale_since_ms = px_now_ms();
     /* A name may have several addresses (a host on two networks), and the
      * server need not listen on the one the resolver put first.  Only a
      * failure at the address tried first moves on: two connections that
