@@ -323,17 +323,23 @@ static void maybe_look_up(struct px_resolved *r)
     }
 }
 
+/* r's addresses, or NULL and EAGAIN while its first lookup is under way. */
+static const struct px_addrs *addrs_of(struct px_resolved *r)
+{
+    if (!r->answered && r->now.n == 0) {
+        errno = EAGAIN;
+        return NULL;
+    }
+    return &r->now;
+}
+
 const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr *a,
                                        bool in_place)
 {
     struct px_resolved *r = resolved_find(w, a);
     if (r != NULL) {
         maybe_look_up(r);
-        if (!r->answered && r->now.n == 0) {
-            errno = EAGAIN;         /* its first lookup is under way */
-            return NULL;
-        }
-        return &r->now;
+        return addrs_of(r);
     }
     r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -363,11 +369,7 @@ const struct px_addrs *px_resolved_get(struct px_worker *w, const struct lc_addr
         r->stale = true;
         r->last_start_ms = px_now_ms() - r->again_ms;
         maybe_look_up(r);
-        if (!r->answered && r->now.n == 0) {
-            errno = EAGAIN;
-            return NULL;
-        }
-        return &r->now;
+        return addrs_of(r);
     }
     if (numeric != NULL)
         freeaddrinfo(numeric);
