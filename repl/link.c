@@ -1,4 +1,5 @@
-/* link.c - authenticated, framed TCP links on a libevent loop (link.h).
+/* link.c - authenticated, framed TCP links on a libevent loop (link.h);
+ * between processes on one host, over Unix sockets (localtwin.c).
  *
  * Each link owns one non-blocking socket at a time, a linear input buffer
  * and a linear output buffer:
@@ -46,6 +47,7 @@
 #include "auth.h"
 #include "crc32c.h"
 #include "frame.h"
+#include "localtwin.h"
 #include "lookup.h"
 #include "printable.h"
 #include "sendq.h"
@@ -160,7 +162,8 @@ struct link {
 struct link_listener {
     struct event_base *base;
     struct sendq *sq;                 /* given to the links it accepts */
-    struct evconnlistener *evl[LINK_LISTEN_MAX];   /* one per address of its name */
+    struct evconnlistener *evl[2 * LINK_LISTEN_MAX];   /* one per address of its name,
+                                                        * and its twin (localtwin.h) */
     int nevl;
     char cluster[LINK_NAME_MAX];
     size_t cluster_len;
@@ -276,6 +279,10 @@ static int fill_random(uint8_t *buf, size_t n)
  * performance, so they are ignored. */
 static void set_socket_options(int fd)
 {
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0 && ss.ss_family == AF_UNIX)
+        return;     /* a twin: a dead peer's end closes with it, no TCP to tune */
     int one = 1;
     int idle = LINK_KEEPALIVE_IDLE_S, intvl = LINK_KEEPALIVE_INTVL_S, cnt = LINK_KEEPALIVE_CNT;
     unsigned user_timeout = LINK_USER_TIMEOUT_MS;
@@ -630,6 +637,29 @@ static void disarm_write(struct link *l)
     }
 }
 
+static void read_input(struct link *l);
+
+/* A write found the peer gone (EPIPE, ECONNRESET: err).  What the peer
+ * sent before it went may still wait to be read: a "migrate" the
+ * coordinator sent just before it was killed, to a process stopped at the
+ * time.  Over TCP a write after the peer's close succeeds and the reader
+ * gets those bytes, then the end; over a Unix socket (localtwin.c) the
+ * write fails at once.  So read first, and let the end found there take
+ * the link down; the write's error does only if the link is still up. */
+static void write_failed(struct link *l, int err)
+{
+    unsigned gen = l->gen;
+    if ((err == EPIPE || err == ECONNRESET) && l->fd >= 0 && l->state != LS_CLOSED) {
+        read_input(l);
+        if (l->gen != gen || l->fd < 0 || l->state == LS_CLOSED || l->state == LS_IDLE)
+            return;
+    }
+    char why[128];
+    l->peer_closed = err == ECONNRESET || err == EPIPE;
+    snprintf(why, sizeof(why), "write: %s", err != 0 ? strerror(err) : "no progress");
+    link_fail(l, why);
+}
+
 /* Hand the output buffer to the kernel. */
 static void flush_output(struct link *l)
 {
@@ -646,10 +676,7 @@ static void flush_output(struct link *l)
             arm_write(l);
             return;
         }
-        char why[128];
-        l->peer_closed = n < 0 && (errno == ECONNRESET || errno == EPIPE);
-        snprintf(why, sizeof(why), "write: %s", n < 0 ? strerror(errno) : "no progress");
-        link_fail(l, why);
+        write_failed(l, n < 0 ? errno : 0);
         return;
     }
     buf_release_if_idle(&l->out);
@@ -1111,12 +1138,8 @@ static void link_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
 {
     struct link *l = link_of_writer(wr);
     if (had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK && l->state != LS_CLOSED &&
-        l->gen == l->wr_gen) {
-        char why[128];
-        l->peer_closed = res == -ECONNRESET || res == -EPIPE;
-        snprintf(why, sizeof(why), "write: %s", strerror((int)-res));
-        link_fail(l, why);
-    }
+        l->gen == l->wr_gen)
+        write_failed(l, (int)-res);
     if (l->fail_pending != NULL && l->state != LS_CLOSED)
         link_fail(l, l->fail_pending);
     else if (may_write(l))
@@ -1248,15 +1271,21 @@ static void dial_address(struct link *l, int rc, struct addrinfo *list)
         memcpy(&l->dial_sa, ai->ai_addr, ai->ai_addrlen);
         l->dial_salen = ai->ai_addrlen;
     }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(why, sizeof(why), "socket: %s", strerror(errno));
-        freeaddrinfo(list);
-        attempt_failed(l, why);
-        return;
+    /* A peer on this host: its twin if it has one (connected at once). */
+    int fd = localtwin_enabled() ? localtwin_connect(ai->ai_addr, l->port) : -1;
+    if (fd >= 0) {
+        rc = 0;
+    } else {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            snprintf(why, sizeof(why), "socket: %s", strerror(errno));
+            freeaddrinfo(list);
+            attempt_failed(l, why);
+            return;
+        }
+        set_socket_options(fd);
+        rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     }
-    set_socket_options(fd);
-    rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     int err = errno;
     freeaddrinfo(list);
     if (attach_socket(l, fd) < 0) {
@@ -1375,7 +1404,10 @@ static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct soc
     }
     l->sq = ll->sq;
     set_socket_options(fd);
-    format_sockaddr(l->name, sizeof(l->name), sa);
+    if (sa->sa_family == AF_UNIX)
+        localtwin_peer_name(fd, l->name, sizeof(l->name));
+    else
+        format_sockaddr(l->name, sizeof(l->name), sa);
     listener_enlist(ll, l);
     l->state = LS_AWAIT_HELLO;
     if (attach_socket(l, fd) < 0 || fill_random(l->nonce, sizeof(l->nonce)) < 0 ||
@@ -1405,6 +1437,27 @@ static int socket_port(int fd)
     if (ss.ss_family == AF_INET6)
         return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     return -1;
+}
+
+/* Binds the twin of the address just bound (localtwin.h), if it has one.
+ * Without it peers on this host dial TCP, so a failure is only a line. */
+static void listen_twin(struct link_listener *ll, const struct sockaddr *sa)
+{
+    struct sockaddr_un un;
+    socklen_t len;
+    if (!localtwin_enabled() || !localtwin_listen_name(sa, ll->port, &un, &len))
+        return;
+    const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC;
+    struct evconnlistener *evl = evconnlistener_new_bind(ll->base, on_accept, ll, flags, -1,
+                                                         (struct sockaddr *)&un, (int)len);
+    if (evl == NULL) {
+        fprintf(stderr, "link: no local twin @%.*s for port %d (%s): peers on this host "
+                "dial TCP\n", (int)(len - offsetof(struct sockaddr_un, sun_path) - 1),
+                un.sun_path + 1, ll->port, strerror(errno));
+        return;
+    }
+    evconnlistener_set_error_cb(evl, on_accept_error);
+    ll->evl[ll->nevl++] = evl;
 }
 
 /* Listens on ai too.  Every address of the listen name is bound, as
@@ -1445,6 +1498,7 @@ static bool listen_one(struct link_listener *ll, const struct addrinfo *ai, cons
     if (ll->nevl == 0)
         ll->port = socket_port(evconnlistener_get_fd(evl));
     ll->evl[ll->nevl++] = evl;
+    listen_twin(ll, (struct sockaddr *)&sa);
     return true;
 }
 
@@ -1476,8 +1530,9 @@ struct link_listener *link_listen(struct event_base *base, const char *host, int
         return NULL;
     }
     int err = 0;
-    for (struct addrinfo *ai = res; ai != NULL && ll->nevl < LINK_LISTEN_MAX; ai = ai->ai_next)
-        listen_one(ll, ai, h, &err);
+    int addresses = 0;
+    for (struct addrinfo *ai = res; ai != NULL && addresses < LINK_LISTEN_MAX; ai = ai->ai_next)
+        addresses += listen_one(ll, ai, h, &err);
     freeaddrinfo(res);
     if (ll->nevl == 0) {
         fprintf(stderr, "link: cannot listen on %s port %d: %s\n", h ? h : "*", port,

@@ -350,9 +350,15 @@ link_port_of() {
     listen_ports "$1" | grep -vx "$2" | head -n 1
 }
 
-# established PORT: connections accepted on PORT still established.
+# established PORT: connections accepted on PORT still established, over
+# TCP or over the port's local twin (a link from a process on this host:
+# repl/localtwin.c), whose accepted end is named @cocytus-link/ADDR:PORT.
 established() {
-    ss -Htn state established "( sport = :$1 )" 2>/dev/null | wc -l
+    {
+        ss -Htn state established "( sport = :$1 )"
+        ss -Hx state established | awk -v p=":$1" \
+            'index($4, "@cocytus-link/") == 1 && substr($4, length($4) - length(p) + 1) == p'
+    } 2>/dev/null | wc -l
 }
 
 # port_holds PORT N: exactly N connections accepted on PORT are established

@@ -7,9 +7,14 @@
  * one side by hand, byte by byte as docs/wire-format.md describes it: it
  * answers the CHALLENGE with a HELLO it builds itself, then sends corrupt
  * frames or garbage.  Every wait is bounded by a deadline.
+ *
+ * Links on 127.0.0.1 go over the listener's Unix twin (localtwin.c);
+ * the "twin" cases check which way a link went, TCP only under
+ * COCYTUS_LINK_TCP_ONLY, and a twin taken by another user being passed by.
  */
 #include "repl/frame.h"
 #include "repl/link.h"
+#include "repl/localtwin.h"
 #include "repl/lookup.h"
 #include "repl/siphash.h"
 #include "unit_loop.h"
@@ -24,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -343,7 +351,9 @@ START_TEST(test_handshake_ok)
     char want[64];
     snprintf(want, sizeof(want), "127.0.0.1:%d", f.port);
     ck_assert_str_eq(link_peer_name(f.conn), want);
-    ck_assert(strncmp(link_peer_name(f.acc.link), "127.0.0.1:", 10) == 0);
+    char local[64];
+    snprintf(local, sizeof(local), "local pid %ld", (long)getpid());
+    ck_assert_str_eq(link_peer_name(f.acc.link), local);   /* over the twin */
     /* handshake frame types and out-of-range types are refused */
     ck_assert_int_eq(link_send(f.conn, FT_HELLO, "x", 1), -1);
     ck_assert_int_eq(link_send(f.conn, FT_LAST + 1, "x", 1), -1);
@@ -876,6 +886,50 @@ static void raw_get_challenge(struct fixture *f, struct raw *r, uint8_t nonce[16
     ck_assert_uint_eq(h.length, 16);
 }
 
+/* A peer that sent a frame and closed, before this side read it, while
+ * this side writes: the write fails first (over a Unix socket it fails at
+ * once, where TCP takes it), and the frame must still be delivered before
+ * the link goes down.  A coordinator's last "migrate"
+ * to a stopped process was lost that way. */
+START_TEST(test_frame_before_close_read_after_failed_write)
+{
+    struct fixture f;
+    struct raw r;
+    uint8_t nonce[16], hello[128], payload[4096];
+    struct frame_header h;
+
+    fixture_init(&f);
+    memset(&r, 0, sizeof(r));
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    r.fd = localtwin_connect((struct sockaddr *)&sa, f.port);
+    ck_assert_int_ge(r.fd, 0);
+    ck_assert(run_until(f.base, raw_has_frame, &r, 2000));
+    ck_assert(raw_take_frame(&r, &h, nonce));
+    ck_assert_uint_eq(h.type, FT_CHALLENGE);
+    size_t n = build_hello(hello, nonce, CLUSTER, GROUP, SECRET);
+    raw_send_frame(&r, FT_HELLO, hello, (uint32_t)n, false);
+    ck_assert(run_until(f.base, raw_has_frame, &r, 2000));
+    ck_assert(raw_take_frame(&r, &h, payload));
+    ck_assert_uint_eq(h.type, FT_WELCOME);
+    ck_assert_ptr_nonnull(f.acc.link);
+    ck_assert(link_is_up(f.acc.link));
+
+    uint32_t len = frame_size(0, 0);
+    fill_frame(payload, 0, len);
+    raw_send_frame(&r, frame_type_for(0), payload, len, false);
+    close(r.fd);
+    fill_frame(payload, 0, 4);
+    ck_assert_int_eq(link_send(f.acc.link, FT_RECORD, payload, 4), 0);  /* flushed first */
+    ck_assert(run_until(f.base, acc_down, &f, 2000));
+    ck_assert_str_eq(f.acc.bad, "");
+    ck_assert_msg(f.acc.frames == 1, "%d frames delivered; down: %s", f.acc.frames,
+                  f.acc.last_down);
+    f.acc.link = NULL;   /* an accepted link is finished when it goes down */
+    fixture_destroy(&f);
+}
+END_TEST
+
 START_TEST(test_raw_bad_crc_after_handshake)
 {
     struct fixture f;
@@ -1173,6 +1227,110 @@ START_TEST(test_dial_next_address)
 }
 END_TEST
 
+/* ---- local twins (localtwin.c) ---- */
+
+/* Which names a listener's address twins to: loopback and the wildcard. */
+START_TEST(test_twin_names)
+{
+    struct sockaddr_in in = { .sin_family = AF_INET };
+    struct sockaddr_un un;
+    socklen_t len;
+    in.sin_addr.s_addr = htonl(0x7f000005);
+    ck_assert(localtwin_listen_name((struct sockaddr *)&in, 4100, &un, &len));
+    ck_assert_int_eq(un.sun_path[0], '\0');
+    ck_assert_int_eq(len - offsetof(struct sockaddr_un, sun_path), 1 + strlen("cocytus-link/127.0.0.5:4100"));
+    ck_assert(memcmp(un.sun_path + 1, "cocytus-link/127.0.0.5:4100", 27) == 0);
+    in.sin_addr.s_addr = htonl(INADDR_ANY);
+    ck_assert(localtwin_listen_name((struct sockaddr *)&in, 80, &un, &len));
+    ck_assert(memcmp(un.sun_path + 1, "cocytus-link/*:80", 17) == 0);
+    in.sin_addr.s_addr = htonl(0x0a000001);   /* 10.0.0.1: another host's, maybe */
+    ck_assert(!localtwin_listen_name((struct sockaddr *)&in, 80, &un, &len));
+    ck_assert_int_eq(localtwin_connect((struct sockaddr *)&in, 80), -1);
+    struct sockaddr_in6 in6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+    ck_assert(!localtwin_listen_name((struct sockaddr *)&in6, 80, &un, &len));
+    in.sin_addr.s_addr = htonl(0x7f000001);
+    ck_assert(!localtwin_listen_name((struct sockaddr *)&in, 0, &un, &len));
+}
+END_TEST
+
+/* A link to a wildcard listener, dialled at 127.0.0.1, goes over the
+ * wildcard's twin.  (The other cases' frames all go over twins.) */
+START_TEST(test_twin_wildcard)
+{
+    struct fixture f;
+    fixture_init_at(&f, "0.0.0.0");
+    f.host = "127.0.0.1";
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert(run_until(f.base, both_up, &f, 2000));
+    ck_assert(strncmp(link_peer_name(f.acc.link), "local pid ", 10) == 0);
+    fixture_destroy(&f);
+}
+END_TEST
+
+/* COCYTUS_LINK_TCP_ONLY: no twin bound, none dialled. */
+START_TEST(test_twin_tcp_only)
+{
+    setenv(LOCALTWIN_ENV_TCP_ONLY, "1", 1);
+    ck_assert(!localtwin_enabled());
+    struct fixture f;
+    fixture_init(&f);
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    ck_assert(run_until(f.base, both_up, &f, 2000));
+    ck_assert(strncmp(link_peer_name(f.acc.link), "127.0.0.1:", 10) == 0);
+    fixture_destroy(&f);
+    unsetenv(LOCALTWIN_ENV_TCP_ONLY);
+    ck_assert(localtwin_enabled());
+}
+END_TEST
+
+/* Another user's program holds the twin's name first (abstract names have
+ * no owner): the connector must pass it by and dial TCP, where the real
+ * listener is.  Without the check it would wait on the squatter for a
+ * CHALLENGE that never comes.  Needs root, to be another user. */
+START_TEST(test_twin_taken_by_another_user)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "test_twin_taken_by_another_user: skipped (not root)\n");
+        return;
+    }
+    setenv(LOCALTWIN_ENV_TCP_ONLY, "1", 1);
+    struct fixture f;
+    fixture_init(&f);          /* TCP only: the name stays free for the squatter */
+    unsetenv(LOCALTWIN_ENV_TCP_ONLY);
+    struct sockaddr_in in = { .sin_family = AF_INET };
+    in.sin_addr.s_addr = htonl(0x7f000001);
+    struct sockaddr_un un;
+    socklen_t len;
+    ck_assert(localtwin_listen_name((struct sockaddr *)&in, f.port, &un, &len));
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char ok = 0;
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (setgid(65534) == 0 && setuid(65534) == 0 && fd >= 0 &&
+            bind(fd, (struct sockaddr *)&un, len) == 0 && listen(fd, 8) == 0)
+            ok = 1;
+        (void)!write(ready[1], &ok, 1);
+        pause();
+        _exit(0);
+    }
+    char ok = 0;
+    ck_assert_int_eq(read(ready[0], &ok, 1), 1);
+    ck_assert_msg(ok == 1, "the squatter could not take the name");
+    fixture_connect(&f, CLUSTER, GROUP, SECRET);
+    bool up = run_until(f.base, both_up, &f, 2000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(ready[0]);
+    close(ready[1]);
+    ck_assert_msg(up, "no link: the connector took another user's twin");
+    ck_assert(strncmp(link_peer_name(f.acc.link), "127.0.0.1:", 10) == 0);
+    fixture_destroy(&f);
+}
+END_TEST
+
 static Suite *link_suite(void)
 {
     Suite *s = suite_create("link");
@@ -1199,12 +1357,17 @@ static Suite *link_suite(void)
     tcase_add_test(tc, test_handshake_by_name);
     tcase_add_test(tc, test_close_while_resolving);
     tcase_add_test(tc, test_lookup);
+    tcase_add_test(tc, test_twin_names);
+    tcase_add_test(tc, test_twin_wildcard);
+    tcase_add_test(tc, test_twin_tcp_only);
+    tcase_add_test(tc, test_twin_taken_by_another_user);
     suite_add_tcase(s, tc);
 
     tcase_set_timeout(raw, 30);
     tcase_add_test(raw, test_raw_bad_crc_after_handshake);
     tcase_add_test(raw, test_raw_garbage_instead_of_hello);
     tcase_add_test(raw, test_connector_bad_frame);
+    tcase_add_test(raw, test_frame_before_close_read_after_failed_write);
     suite_add_tcase(s, raw);
 
     /* Only where a name with two addresses was made for them. */
