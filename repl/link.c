@@ -153,6 +153,7 @@ struct link {
     bool peer_closed;                 /* the last connection ended by the peer's close
                                        * or a reset */
     bool peer_fin;                    /* ... by a clean close (an end read) */
+    bool local;                       /* the socket is a Unix one (localtwin.c) */
 
     struct link_listener *listener;   /* acceptor, until accepted */
     struct link *ll_prev;
@@ -277,11 +278,16 @@ static int fill_random(uint8_t *buf, size_t n)
 
 /* Low latency and prompt detection of a dead peer.  Failures only cost
  * performance, so they are ignored. */
-static void set_socket_options(int fd)
+static bool is_unix_socket(int fd)
 {
     struct sockaddr_storage ss;
     socklen_t sslen = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0 && ss.ss_family == AF_UNIX)
+    return getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0 && ss.ss_family == AF_UNIX;
+}
+
+static void set_socket_options(int fd)
+{
+    if (is_unix_socket(fd))
         return;     /* a twin: a dead peer's end closes with it, no TCP to tune */
     int one = 1;
     int idle = LINK_KEEPALIVE_IDLE_S, intvl = LINK_KEEPALIVE_INTVL_S, cnt = LINK_KEEPALIVE_CNT;
@@ -639,17 +645,20 @@ static void disarm_write(struct link *l)
 
 static void read_input(struct link *l);
 
-/* A write found the peer gone (EPIPE, ECONNRESET: err).  What the peer
- * sent before it went may still wait to be read: a "migrate" the
- * coordinator sent just before it was killed, to a process stopped at the
- * time.  Over TCP a write after the peer's close succeeds and the reader
- * gets those bytes, then the end; over a Unix socket (localtwin.c) the
- * write fails at once.  So read first, and let the end found there take
- * the link down; the write's error does only if the link is still up. */
+/* A write failed (err).  Over a Unix socket (localtwin.c) EPIPE means the
+ * peer closed, and what it sent before may still wait to be read: a
+ * "migrate" the coordinator sent just before it was killed, to a process
+ * stopped at the time.  Over TCP a write after the peer's close succeeds
+ * and the reader gets those bytes, then the end; so over a Unix socket
+ * this reads first, and the end found there (a clean close, or the reset
+ * the kernel keeps for the read) takes the link down, as it would have
+ * over TCP; the write's error does only if the link is still up.  Over
+ * TCP nothing changes: a reset found by a write must not read as a clean
+ * close, which keeps a lease (link.h). */
 static void write_failed(struct link *l, int err)
 {
     unsigned gen = l->gen;
-    if ((err == EPIPE || err == ECONNRESET) && l->fd >= 0 && l->state != LS_CLOSED) {
+    if (l->local && err == EPIPE && l->fd >= 0 && l->state != LS_CLOSED) {
         read_input(l);
         if (l->gen != gen || l->fd < 0 || l->state == LS_CLOSED || l->state == LS_IDLE)
             return;
@@ -1198,6 +1207,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 static int attach_socket(struct link *l, int fd)
 {
     l->fd = fd;
+    l->local = is_unix_socket(fd);
     l->rd_ev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_readable, l);
     l->wr_ev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_writable, l);
     if (l->rd_ev == NULL || l->wr_ev == NULL)

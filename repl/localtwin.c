@@ -24,7 +24,17 @@
  * connector to the acceptor, not the other way round.  So a connector uses
  * a twin only when its listener runs under the connector's own user
  * (SO_PEERCRED); a process of that user could do anything to ours anyway.
- * Otherwise it dials TCP, whose port the real listener holds.
+ * Otherwise it dials TCP, whose port the real listener holds.  (So a
+ * process that listened as root and then switched user is dialled over
+ * TCP: SO_PEERCRED gives the user at listen().)
+ *
+ * What TCP gave that a twin does not: keepalives and TCP_USER_TIMEOUT,
+ * which find a host that is gone.  Both ends of a twin are on one host: a
+ * process that dies closes its end at once, and a stopped one is found as
+ * on TCP, by the links' PINGs and the coordinator.  One difference link.c
+ * handles: a write to a peer that has closed fails at once (EPIPE) where
+ * TCP takes it, so a failed write reads what the peer sent first
+ * (write_failed).
  *
  * No global mutable state. */
 #include "config.h"
