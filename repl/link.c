@@ -276,8 +276,6 @@ static int fill_random(uint8_t *buf, size_t n)
     return auth_random(buf, n);
 }
 
-/* Low latency and prompt detection of a dead peer.  Failures only cost
- * performance, so they are ignored. */
 static bool is_unix_socket(int fd)
 {
     struct sockaddr_storage ss;
@@ -285,10 +283,11 @@ static bool is_unix_socket(int fd)
     return getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0 && ss.ss_family == AF_UNIX;
 }
 
+/* A TCP socket's: low latency and prompt detection of a dead peer.
+ * Failures only cost performance, so they are ignored.  (A twin has none
+ * to set: a dead peer's end closes with it.) */
 static void set_socket_options(int fd)
 {
-    if (is_unix_socket(fd))
-        return;     /* a twin: a dead peer's end closes with it, no TCP to tune */
     int one = 1;
     int idle = LINK_KEEPALIVE_IDLE_S, intvl = LINK_KEEPALIVE_INTVL_S, cnt = LINK_KEEPALIVE_CNT;
     unsigned user_timeout = LINK_USER_TIMEOUT_MS;
@@ -658,10 +657,10 @@ static void read_input(struct link *l);
 static void write_failed(struct link *l, int err)
 {
     unsigned gen = l->gen;
-    if (l->local && err == EPIPE && l->fd >= 0 && l->state != LS_CLOSED) {
+    if (l->local && err == EPIPE) {
         read_input(l);
-        if (l->gen != gen || l->fd < 0 || l->state == LS_CLOSED || l->state == LS_IDLE)
-            return;
+        if (l->gen != gen)
+            return;     /* the socket is gone: taken down by what was read */
     }
     char why[128];
     l->peer_closed = err == ECONNRESET || err == EPIPE;
@@ -1413,11 +1412,12 @@ static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         return;
     }
     l->sq = ll->sq;
-    set_socket_options(fd);
-    if (sa->sa_family == AF_UNIX)
+    if (sa->sa_family == AF_UNIX) {
         localtwin_peer_name(fd, l->name, sizeof(l->name));
-    else
+    } else {
+        set_socket_options(fd);
         format_sockaddr(l->name, sizeof(l->name), sa);
+    }
     listener_enlist(ll, l);
     l->state = LS_AWAIT_HELLO;
     if (attach_socket(l, fd) < 0 || fill_random(l->nonce, sizeof(l->nonce)) < 0 ||

@@ -107,14 +107,19 @@ bool localtwin_listen_name(const struct sockaddr *sa, int port, struct sockaddr_
     return false;
 }
 
+/* Who is at the other end of a Unix socket (for a connector, the process
+ * that listened, as it was at listen()). */
+static bool peer_cred(int fd, struct ucred *cred)
+{
+    socklen_t len = sizeof(*cred);
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 && len == sizeof(*cred);
+}
+
 /* The twin's listener runs under our user (see the top of the file). */
 static bool same_user(int fd)
 {
     struct ucred cred;
-    socklen_t len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || len != sizeof(cred))
-        return false;
-    return cred.uid == geteuid();
+    return peer_cred(fd, &cred) && cred.uid == geteuid();
 }
 
 /* One name: connected (and ours) or -1.  A Unix connect completes at once
@@ -150,8 +155,7 @@ int localtwin_connect(const struct sockaddr *sa, int port)
 void localtwin_peer_name(int fd, char *out, size_t outlen)
 {
     struct ucred cred;
-    socklen_t len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && len == sizeof(cred))
+    if (peer_cred(fd, &cred))
         snprintf(out, outlen, "local pid %ld", (long)cred.pid);
     else
         snprintf(out, outlen, "local");

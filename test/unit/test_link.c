@@ -875,15 +875,21 @@ static size_t build_hello(uint8_t *out, const uint8_t nonce[16], const char *clu
     return n;
 }
 
-/* Raw client: connect, receive CHALLENGE, return its nonce. */
-static void raw_get_challenge(struct fixture *f, struct raw *r, uint8_t nonce[16])
+/* Raw client, connected: receive CHALLENGE, return its nonce. */
+static void raw_take_challenge(struct fixture *f, struct raw *r, uint8_t nonce[16])
 {
     struct frame_header h;
-    raw_connect(r, f->port);
     ck_assert(run_until(f->base, raw_has_frame, r, 2000));
     ck_assert(raw_take_frame(r, &h, nonce));
     ck_assert_uint_eq(h.type, FT_CHALLENGE);
     ck_assert_uint_eq(h.length, 16);
+}
+
+/* Raw client: connect over TCP, receive CHALLENGE, return its nonce. */
+static void raw_get_challenge(struct fixture *f, struct raw *r, uint8_t nonce[16])
+{
+    raw_connect(r, f->port);
+    raw_take_challenge(f, r, nonce);
 }
 
 /* A peer that sent a frame and closed, before this side read it, while
@@ -904,9 +910,7 @@ START_TEST(test_frame_before_close_read_after_failed_write)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     r.fd = localtwin_connect((struct sockaddr *)&sa, f.port);
     ck_assert_int_ge(r.fd, 0);
-    ck_assert(run_until(f.base, raw_has_frame, &r, 2000));
-    ck_assert(raw_take_frame(&r, &h, nonce));
-    ck_assert_uint_eq(h.type, FT_CHALLENGE);
+    raw_take_challenge(&f, &r, nonce);
     size_t n = build_hello(hello, nonce, CLUSTER, GROUP, SECRET);
     raw_send_frame(&r, FT_HELLO, hello, (uint32_t)n, false);
     ck_assert(run_until(f.base, raw_has_frame, &r, 2000));
