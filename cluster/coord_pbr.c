@@ -708,12 +708,25 @@ static bool counts(struct coord *co, const struct pgroup *pg, int k)
            pm->leader == pg->primary;
 }
 
-/* Heard from within the silence that declares a member dead: one that is
- * silent itself (still alive until the check reaches it) is no one to
- * count on. */
+/* Heard from lately: one that is silent itself (still alive until the
+ * check reaches it) is no one to count on.  Lately is well inside the
+ * silence that declares a death, by two heartbeat periods: two members
+ * paused together sent their last heartbeats up to one period apart, and
+ * a check that finds the primary silent past dead_after_ms could find a
+ * paused backup, silent a period less, still under it, call the primary's
+ * death harmless and fail over to a stopped backup (lost_group.sh 3c, once
+ * in CI).  A live backup heartbeats every period, so it is always heard
+ * within the margin.  Never under half the death's silence, for tests
+ * that shorten it. */
+static uint64_t lately_ms(uint64_t dead_after_ms)
+{
+    uint64_t margin = 2 * COORD_HEARTBEAT_MS;
+    return dead_after_ms > 2 * margin ? dead_after_ms - margin : dead_after_ms / 2;
+}
+
 static bool heard_lately(struct coord *co, const struct member *m)
 {
-    return alive(m) && coord_now_ms() - m->last_heard_ms <= co->dead_after_ms;
+    return alive(m) && coord_now_ms() - m->last_heard_ms <= lately_ms(co->dead_after_ms);
 }
 
 /* Would declaring m dead leave its group nobody to serve it from, the group

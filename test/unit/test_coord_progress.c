@@ -617,6 +617,65 @@ START_TEST(test_silence_death_loses)
 }
 END_TEST
 
+/* coord_pbr_death_loses: a serving PBR(2) group's silent primary is
+ * waited for unless a backup that holds every acknowledged write was
+ * heard from lately, and lately is two heartbeat periods inside the
+ * silence that declares a death: a backup paused with the primary, its
+ * last heartbeat a period after the primary's, must not count (it would
+ * be failed over to, stopped). */
+static void pbr_progress(struct coord *co, struct member *m, const char *words)
+{
+    coord_pbr_on_progress(co, m, words, strlen(words));
+}
+
+START_TEST(test_pbr_silence_death_loses)
+{
+    char pconf[64];
+    struct cluster pcl;
+    pbr_cluster(pconf, &pcl);
+    struct coord co;
+    pbr_coord_make(&co, &pcl);
+    all_alive(&co);
+    struct member *prim = coord_member(&co, 0, ROLE_PRIMARY, 0);
+    struct member *b0 = coord_member(&co, 0, ROLE_BACKUP, 0);
+    struct member *b1 = coord_member(&co, 0, ROLE_BACKUP, 1);
+    uint64_t now = coord_now_ms();
+    for (int i = 0; i < co.nmembers; i++)
+        co.members[i].last_heard_ms = now;
+    /* PBR(2): backups are members 0 and 1, the primary member 2 */
+    pbr_progress(&co, prim, "pbr p 10 0=f 1=f");
+    pbr_progress(&co, b0, "pbr b 2 10 1 0");
+    pbr_progress(&co, b1, "pbr b 2 10 1 0");
+    prim->last_heard_ms = now - 1600;
+    /* both backups complete and heard now: the primary may die */
+    ck_assert(!coord_pbr_death_loses(&co, prim));
+    ck_assert(!coord_pbr_death_loses(&co, b0));
+    /* a backup's death never loses while the primary serves */
+    b0->last_heard_ms = b1->last_heard_ms = now - 1600;
+    ck_assert(!coord_pbr_death_loses(&co, b0));
+    /* both backups paused with it, heard a period after its last word:
+     * still under dead_after_ms (1500), but not lately */
+    b0->last_heard_ms = b1->last_heard_ms = now - 1350;
+    ck_assert(coord_pbr_death_loses(&co, prim));
+    /* one backup heard a period ago: it counts */
+    b1->last_heard_ms = now - 250;
+    ck_assert(!coord_pbr_death_loses(&co, prim));
+    /* ... unless it does not hold every acknowledged write */
+    pbr_progress(&co, b1, "pbr b 2 10 0 0");
+    ck_assert(coord_pbr_death_loses(&co, prim));
+    /* a longer death silence keeps the margin of two heartbeats */
+    co.dead_after_ms = 5000;
+    pbr_progress(&co, b1, "pbr b 2 10 1 0");
+    b1->last_heard_ms = now - 4400;
+    ck_assert(!coord_pbr_death_loses(&co, prim));
+    b0->last_heard_ms = b1->last_heard_ms = now - 4600;
+    ck_assert(coord_pbr_death_loses(&co, prim));
+    pbr_coord_unmake(&co);
+    cluster_free(&pcl);
+    unlink(pconf);
+}
+END_TEST
+
 /* A coordinator that started while processes were paused: members never
  * heard from whose live peers report their links up, only silent, hold
  * their places (coord_lost_paused), so the one whose death would leave
@@ -725,6 +784,7 @@ static Suite *progress_suite(void)
     tcase_add_test(tc, test_progress_pbr_figures);
     tcase_add_test(tc, test_progress_pbr_promotion);
     tcase_add_test(tc, test_silence_death_loses);
+    tcase_add_test(tc, test_pbr_silence_death_loses);
     suite_add_tcase(s, tc);
     TCase *lost = tcase_create("lost");
     tcase_add_checked_fixture(lost, setup, teardown);
