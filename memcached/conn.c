@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <event2/event.h>
 
@@ -30,6 +31,7 @@
 #include "proto_bin.h"
 #include "proto_text.h"
 #include "server.h"
+#include "unixsock.h"
 
 #define RBUF_INITIAL 4096
 #define OUT_BACKLOG_MAX (4u << 20)   /* stop reading above this many unsent bytes */
@@ -776,6 +778,8 @@ const char *conn_peer_name(const struct conn *c, char *buf, size_t cap)
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (conn_server(c)->listen_unix)
+        return unixsock_peer(c->fd, buf, cap);
     if (getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0 ||
         getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
@@ -1393,6 +1397,12 @@ static void put_sockaddr(struct resp *r, const struct sockaddr_storage *ss)
         inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
         port = ntohs(in->sin6_port);
         resp_printf(r, "tcp6:[%s]:%d", host, port);
+    } else if (ss->ss_family == AF_UNIX) {
+        /* a listener's or its connection's local name; a client's is
+         * usually unnamed */
+        const struct sockaddr_un *un = (const struct sockaddr_un *)ss;
+        resp_printf(r, "unix:%.*s", (int)strnlen(un->sun_path, sizeof(un->sun_path)),
+                    un->sun_path);
     } else {
         resp_str(r, "unknown");
     }
@@ -1412,6 +1422,7 @@ void conn_stats_conns(struct conn *c, struct resp *r)
     for (int fd = 0; fd <= maxfd; fd++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
+        memset(&ss, 0, sizeof(ss));
         for (int i = 0; i < s->nlisten; i++) {
             if (s->listen_fd[i] != fd || getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
                 continue;
@@ -1425,10 +1436,12 @@ void conn_stats_conns(struct conn *c, struct resp *r)
                 continue;
             resp_printf(r, "STAT %d:addr ", fd);
             len = sizeof(ss);
+            memset(&ss, 0, sizeof(ss));     /* an unnamed Unix peer fills no path */
             if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
                 put_sockaddr(r, &ss);
             resp_printf(r, "\r\nSTAT %d:listen_addr ", fd);
             len = sizeof(ss);
+            memset(&ss, 0, sizeof(ss));
             if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
                 put_sockaddr(r, &ss);
             const char *state = x == c ? "conn_parse_cmd"

@@ -27,6 +27,8 @@ static void usage(FILE *out)
         "  -p, --port=<num>          TCP port to listen on (default 11211; 0 = any)\n"
         "  -l, --listen=<addr>       interface(s) to listen on, comma separated (default all)\n"
         "  -U, --udp-port=<num>      UDP port; only 0 (off) is supported\n"
+        "  -s, --unix-socket=<file>  Unix socket to listen on instead of TCP (plain role)\n"
+        "  -a, --unix-mask=<perms>   the Unix socket's permissions, octal (default 0700)\n"
         "  -m, --memory-limit=<mb>   item memory in megabytes (default 64)\n"
         "  -c, --conn-limit=<num>    max simultaneous connections (default 1024)\n"
         "  -I, --max-item-size=<n>   item size limit, e.g. 1m, 512k (default 1m)\n"
@@ -52,6 +54,18 @@ static void usage(FILE *out)
         "                            batching a loop pass's deferred writes with io_uring\n"
         "  -V, --version             print the version\n"
         "  -h, --help                this help\n");
+}
+
+/* -a: permissions in octal, 0 to 0777 ("770", "0660"). */
+static bool parse_mask(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 8);
+    if (errno || end == s || *end != '\0' || v < 0 || v > 0777)
+        return false;
+    *out = (int)v;
+    return true;
 }
 
 /* "64", "1m", "512k", "2g" -> bytes; unit is the default multiplier. */
@@ -110,6 +124,8 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "port", required_argument, NULL, 'p' },
         { "listen", required_argument, NULL, 'l' },
         { "udp-port", required_argument, NULL, 'U' },
+        { "unix-socket", required_argument, NULL, 's' },
+        { "unix-mask", required_argument, NULL, 'a' },
         { "memory-limit", required_argument, NULL, 'm' },
         { "conn-limit", required_argument, NULL, 'c' },
         { "max-item-size", required_argument, NULL, 'I' },
@@ -135,7 +151,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { NULL, 0, NULL, 0 },
     };
     int ch, n;
-    while ((ch = getopt_long(argc, argv, "p:l:U:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &st->port))
@@ -151,6 +167,13 @@ static int parse_args(int argc, char **argv, struct settings *st)
             if (n != 0)
                 fprintf(stderr, "cocytus-server: UDP is not supported; -U %d ignored\n", n);
             st->udp_port = 0;
+            break;
+        case 's':
+            st->unix_path = optarg;
+            break;
+        case 'a':
+            if (!parse_mask(optarg, &st->unix_mask))
+                goto bad;
             break;
         case 'm':
             if (!parse_size(optarg, 1u << 20, &st->mem_limit) || st->mem_limit == 0)
@@ -249,6 +272,13 @@ static int parse_args(int argc, char **argv, struct settings *st)
         fprintf(stderr, "cocytus-server: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+    /* A cluster's processes are named by host:port in the cluster file
+     * and the slot map: a Unix socket would be an address nobody routes to. */
+    if (st->unix_path && strcmp(st->role, "plain") != 0) {
+        fprintf(stderr, "cocytus-server: -s (a Unix socket) serves the plain role only; a %s "
+                "process is reached at the host:port of its cluster file\n", st->role);
+        return -1;
+    }
     if (st->item_size_max < 1024) {
         fprintf(stderr, "cocytus-server: item size limit must be at least 1k\n");
         return -1;
@@ -261,7 +291,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
 }
 
 /* Drop root privileges to the user -u names. */
-static int switch_user(const char *user)
+static int switch_user(const char *user, const char *unix_path)
 {
     if (getuid() != 0 && geteuid() != 0)
         return 0;
@@ -274,6 +304,13 @@ static int switch_user(const char *user)
     }
     if (setgroups(0, NULL) < 0 && errno != EPERM) {
         perror("setgroups");
+        return -1;
+    }
+    /* memcached makes its -s socket after taking the user's identity: the
+     * file is that user's.  Ours was made while root: give it to them. */
+    if (unix_path && chown(unix_path, pw->pw_uid, pw->pw_gid) < 0) {
+        fprintf(stderr, "cocytus-server: cannot give %s to user %s: %s\n", unix_path, user,
+                strerror(errno));
         return -1;
     }
     if (setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
@@ -329,7 +366,7 @@ int main(int argc, char **argv)
     static struct server srv;   /* the process's one server context */
     if (server_init(&srv, &st, base) < 0)
         return EXIT_FAILURE;
-    if (switch_user(st.user) < 0)
+    if (switch_user(st.user, srv.listen_unix ? st.unix_path : NULL) < 0)
         return EXIT_FAILURE;
     if (st.daemonize) {
         if (daemonize() < 0) {
@@ -341,7 +378,10 @@ int main(int argc, char **argv)
     }
     if (st.pid_file && write_pid_file(st.pid_file) < 0)
         return EXIT_FAILURE;
-    if (st.verbose)
+    if (st.verbose && st.unix_path)
+        fprintf(stderr, "cocytus-server %s listening on Unix socket %s (role %s)\n",
+                PACKAGE_VERSION, st.unix_path, st.role);
+    else if (st.verbose)
         fprintf(stderr, "cocytus-server %s listening on port %d (role %s)\n",
                 PACKAGE_VERSION, srv.bound_port, st.role);
     server_run(&srv);

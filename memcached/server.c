@@ -29,6 +29,7 @@
 #include "sendq.h"
 #include "server.h"
 #include "slotmap.h"
+#include "unixsock.h"
 
 /* Epoch of the map a server builds from the cluster file at start. */
 #define INITIAL_EPOCH 1
@@ -38,6 +39,7 @@ void settings_defaults(struct settings *s)
     memset(s, 0, sizeof(*s));
     s->port = 11211;
     s->listen_addr = NULL;
+    s->unix_mask = 0700;
     s->udp_port = 0;
     s->mem_limit = 64u << 20;
     s->max_conns = 1024;
@@ -125,7 +127,8 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             s->stats.rejected_conns++;
             continue;
         }
-        set_nodelay(fd);
+        if (!s->listen_unix)
+            set_nodelay(fd);
         if (!conn_new(s, fd)) {
             fprintf(stderr, "cocytus-server: out of memory accepting a connection\n");
             close(fd);
@@ -166,9 +169,34 @@ static int bound_port_of(int fd)
     return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
+static void add_listener(struct server *s, int fd)
+{
+    s->listen_fd[s->nlisten] = fd;
+    s->listen_ev[s->nlisten] = event_new(s->base, fd, EV_READ | EV_PERSIST, on_accept, s);
+    event_add(s->listen_ev[s->nlisten], NULL);
+    s->nlisten++;
+}
+
+/* -s: the Unix socket alone, as memcached (no TCP listener). */
+static int server_listen_unix(struct server *s)
+{
+    char err[256];
+    int fd = unixsock_listen(s->settings.unix_path, s->settings.unix_mask, s->settings.backlog,
+                             err, sizeof(err));
+    if (fd < 0) {
+        fprintf(stderr, "cocytus-server: %s\n", err);
+        return -1;
+    }
+    s->listen_unix = true;
+    add_listener(s, fd);
+    return 0;
+}
+
 /* Bind every address -l names (comma separated), or all interfaces. */
 static int server_listen(struct server *s)
 {
+    if (s->settings.unix_path)
+        return server_listen_unix(s);
     char addrs[256];
     snprintf(addrs, sizeof(addrs), "%s", s->settings.listen_addr ? s->settings.listen_addr : "");
     char *save = NULL;
@@ -199,10 +227,7 @@ static int server_listen(struct server *s)
             }
             if (s->bound_port <= 0)
                 s->bound_port = bound_port_of(fd);
-            s->listen_fd[s->nlisten] = fd;
-            s->listen_ev[s->nlisten] = event_new(s->base, fd, EV_READ | EV_PERSIST, on_accept, s);
-            event_add(s->listen_ev[s->nlisten], NULL);
-            s->nlisten++;
+            add_listener(s, fd);
         }
         freeaddrinfo(res);
         host = s->settings.listen_addr ? strtok_r(NULL, ",", &save) : NULL;
@@ -606,6 +631,9 @@ void server_destroy(struct server *s)
         event_free(s->listen_ev[i]);
         close(s->listen_fd[i]);
     }
+    /* Ours (it was bound by this process): a clean stop leaves no file. */
+    if (s->listen_unix)
+        unlink(s->settings.unix_path);
     if (s->clock_ev)
         event_free(s->clock_ev);
     if (s->accept_ev)

@@ -30,6 +30,8 @@ struct settings {
     int port;                 /* -p */
     bool port_given;          /* -p was on the command line */
     const char *listen_addr;  /* -l (NULL: all interfaces) */
+    const char *unix_path;    /* -s: listen on this Unix socket instead of TCP */
+    int unix_mask;            /* -a: the socket file's permissions (0700) */
     int udp_port;             /* -U; only 0 (off) is supported */
     size_t mem_limit;         /* -m, bytes */
     int max_conns;            /* -c */
@@ -103,6 +105,7 @@ struct server {
     struct event *listen_ev[SERVER_MAX_LISTEN];
     int listen_fd[SERVER_MAX_LISTEN];
     int nlisten;
+    bool listen_unix;         /* -s: the one listener is a Unix socket */
     struct event *clock_ev;
     struct event *accept_ev;  /* resumes accepting after running out of descriptors */
     struct event *sigterm_ev, *sigint_ev;

@@ -191,14 +191,14 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     const struct settings *st = &s->settings;
     emit(ctx, "maxbytes", "%zu", st->mem_limit);
     emit(ctx, "maxconns", "%d", st->max_conns);
-    emit(ctx, "tcpport", "%d", s->bound_port);
+    emit(ctx, "tcpport", "%d", s->listen_unix ? st->port : s->bound_port);
     emit(ctx, "udpport", "%d", st->udp_port);
     emit(ctx, "inter", "%s", st->listen_addr ? st->listen_addr : "NULL");
     emit(ctx, "verbosity", "%d", st->verbose);
     emit(ctx, "oldest", "%d", 0);
     emit(ctx, "evictions", "%s", st->evict ? "on" : "off");
-    emit(ctx, "domain_socket", "%s", "NULL");
-    emit(ctx, "umask", "%d", 700);
+    emit(ctx, "domain_socket", "%s", st->unix_path ? st->unix_path : "NULL");
+    emit(ctx, "umask", "%o", (unsigned)st->unix_mask);
     emit(ctx, "shutdown_command", "%s", st->shutdown_enabled ? "yes" : "no");
     emit(ctx, "num_threads", "%d", 1);
     emit(ctx, "stat_key_prefix", "%c", st->prefix_delimiter);

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# unix_socket.sh - memcached's -s and -a: a plain server listens on a Unix
+# socket instead of TCP (memcached/unixsock.c).
+#
+# A server started with -s PATH -a 0770 serves pymemcache over the socket
+# (set, get, incr, delete, the binary-safe value of a multi-get), makes no
+# TCP listener on the -p port, and says so in `stats settings`
+# (domain_socket PATH, umask 770, as memcached prints them).  The socket
+# file has mode 0770.  A second server on the same path is refused (the
+# first one keeps serving); so is a path that is a regular file (left as
+# it was), and -s with a cluster role.  A server killed with SIGKILL
+# leaves its socket file, and the next one on the path replaces it; a
+# clean stop removes it.  Run as root with -u nobody, the file belongs to
+# nobody, as memcached's would.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$server_bin"
+need_pymemcache
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/unix_socket.XXXXXX")
+pids=""
+cleanup() {
+    local p
+    for p in $pids; do stop_pid "$p"; done
+    rm -rf "$dir"
+}
+on_exit cleanup
+sock=$dir/mc.sock
+
+# start_unix LOG ARGS...: a server on $sock; sets pid once the file is a
+# socket that accepts (false if it exited or never did).
+start_unix() {
+    local log=$1
+    shift
+    "$server_bin" -s "$sock" -U 0 "$@" </dev/null >"$log" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+    for _ in $(seq 50); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        [ -S "$sock" ] && "$py" - "$sock" <<'EOF' 2>/dev/null && return 0
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+EOF
+        sleep 0.1
+    done
+    return 1
+}
+
+# py_run SCRIPT: runs a pymemcache script against $sock; prints its output.
+py_run() {
+    "$py" - "$sock" <<EOF
+import sys
+from pymemcache.client.base import Client
+c = Client(sys.argv[1], connect_timeout=2, timeout=2)
+$1
+EOF
+}
+
+port=$(pick_port) || { fail "no free port"; finish; }
+start_unix "$dir/first.log" -a 0770 -p "$port" -l 127.0.0.1 ||
+    { fail "the server did not come up on $sock: $(cat "$dir/first.log")"; finish; }
+first=$pid
+
+mode=$(stat -c '%F %a' "$sock")
+[ "$mode" = "socket 770" ] && ok "-a 0770: $sock is a socket with mode 770" ||
+    fail "$sock: '$mode', expected 'socket 770'"
+
+out=$(py_run '
+c.set("k", b"hello")
+c.set("bin", b"a\r\nb\x00c")
+c.set("n", b"41")
+print(c.get("k"), c.incr("n", 1), c.get_many(["k", "bin", "missing"]))
+print(c.delete("k", noreply=False), c.get("k"))
+st = c.stats("settings")
+print(st[b"domain_socket"], st[b"umask"])' 2>&1)
+# (pymemcache reads umask as octal, as memcached prints it: 770 is 504)
+expected="b'hello' 42 {'k': b'hello', 'bin': b'a\\r\\nb\\x00c'}
+True None
+b'$sock' 504"
+[ "$out" = "$expected" ] && ok "pymemcache over the socket: set, get, incr, get_many, delete, stats settings" ||
+    fail "pymemcache over the socket: got
+$out
+expected
+$expected"
+
+port_is_open "$port" && fail "-s made a TCP listener on -p $port (memcached makes none)" ||
+    ok "no TCP listener on -p $port"
+
+# Refused before its loop starts: it exits at once (one that took the
+# path would serve until timeout stops it).
+timeout 5 "$server_bin" -s "$sock" -U 0 -p 0 </dev/null >"$dir/second.log" 2>&1
+rc=$?
+if [ "$rc" = 1 ] && grep -q "another server is listening on it" "$dir/second.log"; then
+    ok "a second server on the path is refused: $(head -1 "$dir/second.log")"
+else
+    fail "a second server on the path (exit $rc): $(cat "$dir/second.log")"
+fi
+out=$(py_run 'c.set("still", b"here"); print(c.get("still"))' 2>&1)
+[ "$out" = "b'here'" ] && ok "the first server still serves its socket" ||
+    fail "the first server after the refused second: $out"
+
+echo "keep me" >"$dir/plain-file"
+timeout 5 "$server_bin" -s "$dir/plain-file" -U 0 -p 0 </dev/null >"$dir/file.log" 2>&1 && fail "-s on a regular file started"
+if grep -q "exists and is not a socket" "$dir/file.log" && [ "$(cat "$dir/plain-file")" = "keep me" ]; then
+    ok "a path that is a regular file is refused and left as it was"
+else
+    fail "-s on a regular file: $(cat "$dir/file.log")"
+fi
+
+timeout 5 "$server_bin" -s "$dir/data.sock" --role data -U 0 </dev/null >"$dir/role.log" 2>&1 && fail "-s with --role data started"
+grep -q "serves the plain role only" "$dir/role.log" && ok "-s with a cluster role is refused" ||
+    fail "-s with --role data: $(cat "$dir/role.log")"
+
+timeout 5 "$server_bin" -s "$dir/bad.sock" -a 999 -U 0 </dev/null >"$dir/mask.log" 2>&1 && fail "-a 999 started"
+grep -q "invalid value '999' for -a" "$dir/mask.log" && ok "-a 999 (not octal) is refused" ||
+    fail "-a 999: $(cat "$dir/mask.log")"
+
+kill -KILL "$first"
+wait "$first" 2>/dev/null
+[ -S "$sock" ] && ok "SIGKILL left the socket file behind" || fail "no socket file after SIGKILL"
+start_unix "$dir/third.log" -p 0 || fail "a server did not replace the stale socket: $(cat "$dir/third.log")"
+third=$pid
+out=$(py_run 'c.set("again", b"1"); print(c.get("again"), c.get("still"))' 2>&1)
+[ "$out" = "b'1' None" ] && ok "the next server replaced the stale socket file and serves (empty, a new process)" ||
+    fail "after replacing the stale socket: $out"
+mode=$(stat -c '%a' "$sock")
+[ "$mode" = 700 ] && ok "default -a: mode 700" || fail "default mode: $mode"
+stop_pid "$third"
+[ -e "$sock" ] && fail "a clean stop left $sock" || ok "a clean stop removed the socket file"
+
+if [ "$(id -u)" -eq 0 ] && id nobody >/dev/null 2>&1; then
+    chmod 0777 "$dir"           # the server, as nobody, removes its file at exit
+    start_unix "$dir/user.log" -p 0 -u nobody -a 0700 || fail "-u nobody: $(cat "$dir/user.log")"
+    owner=$(stat -c '%U' "$sock")
+    [ "$owner" = nobody ] && ok "-u nobody: the socket file belongs to nobody" ||
+        fail "-u nobody: the socket file belongs to $owner"
+    stop_pid "$pid"
+fi
+logs_printable "$dir"
+finish
