@@ -291,7 +291,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
 }
 
 /* Drop root privileges to the user -u names. */
-static int switch_user(const char *user, const char *unix_path)
+static int switch_user(const char *user)
 {
     if (getuid() != 0 && geteuid() != 0)
         return 0;
@@ -304,13 +304,6 @@ static int switch_user(const char *user, const char *unix_path)
     }
     if (setgroups(0, NULL) < 0 && errno != EPERM) {
         perror("setgroups");
-        return -1;
-    }
-    /* memcached makes its -s socket after taking the user's identity: the
-     * file is that user's.  Ours was made while root: give it to them. */
-    if (unix_path && chown(unix_path, pw->pw_uid, pw->pw_gid) < 0) {
-        fprintf(stderr, "cocytus-server: cannot give %s to user %s: %s\n", unix_path, user,
-                strerror(errno));
         return -1;
     }
     if (setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0) {
@@ -363,21 +356,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "cocytus-server: cannot create the event loop\n");
         return EXIT_FAILURE;
     }
+    /* An unknown -u user is said before anything is bound or made. */
+    if (st.user && (getuid() == 0 || geteuid() == 0) && !getpwnam(st.user)) {
+        fprintf(stderr, "cocytus-server: can't find the user %s to switch to\n", st.user);
+        return EXIT_FAILURE;
+    }
     static struct server srv;   /* the process's one server context */
     if (server_init(&srv, &st, base) < 0)
         return EXIT_FAILURE;
-    if (switch_user(st.user, srv.listen_unix ? st.unix_path : NULL) < 0)
+    if (switch_user(st.user) < 0) {
+        server_destroy(&srv);   /* removes a -s socket file it made */
         return EXIT_FAILURE;
+    }
     if (st.daemonize) {
         if (daemonize() < 0) {
             fprintf(stderr, "cocytus-server: failed to daemonize\n");
+            server_destroy(&srv);
             return EXIT_FAILURE;
         }
         /* The event loop must be told it lives in a new process. */
         event_reinit(base);
     }
-    if (st.pid_file && write_pid_file(st.pid_file) < 0)
+    if (st.pid_file && write_pid_file(st.pid_file) < 0) {
+        server_destroy(&srv);
         return EXIT_FAILURE;
+    }
     if (st.verbose && st.unix_path)
         fprintf(stderr, "cocytus-server %s listening on Unix socket %s (role %s)\n",
                 PACKAGE_VERSION, st.unix_path, st.role);

@@ -181,14 +181,13 @@ static void add_listener(struct server *s, int fd)
 static int server_listen_unix(struct server *s)
 {
     char err[256];
-    int fd = unixsock_listen(s->settings.unix_path, s->settings.unix_mask, s->settings.backlog,
-                             err, sizeof(err));
-    if (fd < 0) {
+    if (unixsock_listen(&s->unix_listener, s->settings.unix_path, s->settings.unix_mask,
+                        s->settings.backlog, s->settings.user, err, sizeof(err)) < 0) {
         fprintf(stderr, "cocytus-server: %s\n", err);
         return -1;
     }
     s->listen_unix = true;
-    add_listener(s, fd);
+    add_listener(s, s->unix_listener.fd);
     return 0;
 }
 
@@ -629,11 +628,14 @@ void server_destroy(struct server *s)
     s->coord = NULL;
     for (int i = 0; i < s->nlisten; i++) {
         event_free(s->listen_ev[i]);
-        close(s->listen_fd[i]);
+        if (!s->listen_unix)
+            close(s->listen_fd[i]);
     }
-    /* Ours (it was bound by this process): a clean stop leaves no file. */
-    if (s->listen_unix)
-        unlink(s->settings.unix_path);
+    /* A clean stop leaves no socket file (if it is still ours). */
+    char err[256];
+    if (s->listen_unix &&
+        unixsock_close(&s->unix_listener, s->settings.unix_path, err, sizeof(err)) < 0)
+        fprintf(stderr, "cocytus-server: %s\n", err);
     if (s->clock_ev)
         event_free(s->clock_ev);
     if (s->accept_ev)

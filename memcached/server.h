@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "unixsock.h"
 #include "authfile.h"
 #include "clock.h"
 #include "engine.h"
@@ -106,6 +107,7 @@ struct server {
     int listen_fd[SERVER_MAX_LISTEN];
     int nlisten;
     bool listen_unix;         /* -s: the one listener is a Unix socket */
+    struct unixsock unix_listener; /* ... it, its lock and its file (unixsock.h) */
     struct event *clock_ev;
     struct event *accept_ev;  /* resumes accepting after running out of descriptors */
     struct event *sigterm_ev, *sigint_ev;

@@ -6,18 +6,28 @@
  * skips TCP's input path, the larger part of what a message costs on
  * loopback (docs/evaluation/cpu-per-op.md, "Links on one host").
  *
- * A socket file left by a server that died is removed before binding, as
- * memcached does; unlike memcached, a file with a live server behind it is
- * not (a second server started on the same path would take the first
- * one's clients from it without either saying so): we try to connect
- * first, and only a refused connection marks the file stale.  A path that
- * is not a socket is never removed. */
+ * Who owns the path.  memcached removes any socket file at the path
+ * before binding, so a second server started on it takes the first one's
+ * clients without either saying so.  Here a server holds an exclusive
+ * flock on PATH.lock for its whole life (the kernel drops it when the
+ * process dies, however it dies), so while it is held no other
+ * cocytus-server touches the path, and a socket file found by the holder
+ * was left by a dead one.  A file some other program still accepts on is
+ * not removed either; a path that is not a socket never is.  At a clean
+ * stop the server removes the socket file if it is still the one it made.
+ *
+ * With -u, as memcached, the files are made as that user (not made by
+ * root and handed over: root following a path an ordinary user can
+ * change would give them whatever a symbolic link put there). */
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -37,32 +47,68 @@ static int fill_addr(struct sockaddr_un *sun, const char *path, char *err, size_
     return 0;
 }
 
-/* Is a server accepting on the socket file at sun?  Only a refused
- * connection says no: a full backlog (EAGAIN) is a live server. */
-static bool someone_listens(const struct sockaddr_un *sun)
+/* Does some program accept on the socket file at sun?  0: no (refused:
+ * a dead server's file), 1: yes, -1: cannot tell (errno). */
+static int someone_listens(const struct sockaddr_un *sun)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return false;
+        return -1;
     int rc = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
     int e = errno;
     close(fd);
-    return rc == 0 || (e != ECONNREFUSED && e != ENOENT);
+    if (rc == 0 || e == EAGAIN)     /* EAGAIN: a full backlog, a live server */
+        return 1;
+    if (e == ECONNREFUSED || e == ENOENT)
+        return 0;
+    errno = e;
+    return -1;
 }
 
-/* Removes what a dead server left at path; fails if the path is taken. */
+/* Takes PATH.lock; fails if another server holds it. */
+static int take_lock(const char *path, char *err, size_t errlen)
+{
+    char lock[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+    snprintf(lock, sizeof(lock), "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", lock, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            snprintf(err, errlen, "%s: another server is listening on it (it holds %s)", path,
+                     lock);
+        else
+            snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(e));
+        return -1;
+    }
+    return fd;
+}
+
+/* Removes what a dead server left at the path (the lock is held). */
 static int clear_stale(const struct sockaddr_un *sun, char *err, size_t errlen)
 {
     struct stat st;
-    if (lstat(sun->sun_path, &st) < 0)
-        return errno == ENOENT ? 0 : (snprintf(err, errlen, "%s: %s", sun->sun_path,
-                                               strerror(errno)), -1);
+    if (lstat(sun->sun_path, &st) < 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "%s: %s", sun->sun_path, strerror(errno));
+        return -1;
+    }
     if (!S_ISSOCK(st.st_mode)) {
         snprintf(err, errlen, "%s exists and is not a socket", sun->sun_path);
         return -1;
     }
-    if (someone_listens(sun)) {
-        snprintf(err, errlen, "%s: another server is listening on it", sun->sun_path);
+    int live = someone_listens(sun);
+    if (live != 0) {
+        if (live > 0)
+            snprintf(err, errlen, "%s: another program is listening on it", sun->sun_path);
+        else
+            snprintf(err, errlen, "%s: cannot tell whether anything listens on it: %s",
+                     sun->sun_path, strerror(errno));
         return -1;
     }
     if (unlink(sun->sun_path) < 0 && errno != ENOENT) {
@@ -73,37 +119,87 @@ static int clear_stale(const struct sockaddr_un *sun, char *err, size_t errlen)
     return 0;
 }
 
-int unixsock_listen(const char *path, int mask, int backlog, char *err, size_t errlen)
+/* The lock, the stale file and the bind, as whoever runs this. */
+static int listen_as_me(struct unixsock *u, const char *path, int mask, int backlog,
+                        char *err, size_t errlen)
 {
     struct sockaddr_un sun;
-    if (fill_addr(&sun, path, err, errlen) < 0 || clear_stale(&sun, err, errlen) < 0)
+    if (fill_addr(&sun, path, err, errlen) < 0)
         return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    u->lock_fd = take_lock(path, err, errlen);
+    if (u->lock_fd < 0)
+        return -1;
+    if (clear_stale(&sun, err, errlen) < 0)
+        return -1;
+    u->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (u->fd < 0) {
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
     /* The file is created by bind(): the umask gives it -a's permissions
      * from the start, with no moment at which others could connect. */
     mode_t old = umask((mode_t)(~mask & 0777));
-    int rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun));
+    int rc = bind(u->fd, (struct sockaddr *)&sun, sizeof(sun));
     int e = errno;
     umask(old);
-    if (rc < 0 || listen(fd, backlog) < 0) {
+    struct stat st;
+    if (rc < 0 || listen(u->fd, backlog) < 0 || lstat(path, &st) < 0) {
         if (rc == 0)
             e = errno;
         snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(e));
-        close(fd);
         return -1;
     }
-    return fd;
+    u->dev = st.st_dev;
+    u->ino = st.st_ino;
+    return 0;
 }
 
-bool unixsock_is(int fd)
+int unixsock_listen(struct unixsock *u, const char *path, int mask, int backlog,
+                    const char *user, char *err, size_t errlen)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    return getsockname(fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_UNIX;
+    u->fd = u->lock_fd = -1;
+    uid_t euid = geteuid();
+    gid_t egid = getegid();
+    struct passwd *pw = NULL;
+    if (user && euid == 0) {
+        pw = getpwnam(user);
+        if (!pw) {
+            snprintf(err, errlen, "can't find the user %s to switch to", user);
+            return -1;
+        }
+        if (setegid(pw->pw_gid) < 0 || seteuid(pw->pw_uid) < 0) {
+            snprintf(err, errlen, "cannot act as user %s: %s", user, strerror(errno));
+            setegid(egid);
+            return -1;
+        }
+    }
+    int rc = listen_as_me(u, path, mask, backlog, err, errlen);
+    if (pw && (seteuid(euid) < 0 || setegid(egid) < 0)) {
+        snprintf(err, errlen, "cannot return from user %s: %s", user, strerror(errno));
+        rc = -1;
+    }
+    if (rc < 0)
+        unixsock_close(u, NULL, NULL, 0);
+    return rc;
+}
+
+int unixsock_close(struct unixsock *u, const char *path, char *err, size_t errlen)
+{
+    int rc = 0;
+    struct stat st;
+    /* Removed before the listener closes, and only if it is still the
+     * file this server made (someone may have moved another into place). */
+    if (path && u->fd >= 0 && lstat(path, &st) == 0 && st.st_dev == u->dev &&
+        st.st_ino == u->ino && unlink(path) < 0) {
+        snprintf(err, errlen, "cannot remove %s: %s", path, strerror(errno));
+        rc = -1;
+    }
+    if (u->fd >= 0)
+        close(u->fd);
+    if (u->lock_fd >= 0)
+        close(u->lock_fd);
+    u->fd = u->lock_fd = -1;
+    return rc;
 }
 
 const char *unixsock_peer(int fd, char *buf, size_t cap)

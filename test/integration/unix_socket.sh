@@ -5,13 +5,16 @@
 # A server started with -s PATH -a 0770 serves pymemcache over the socket
 # (set, get, incr, delete, the binary-safe value of a multi-get), makes no
 # TCP listener on the -p port, and says so in `stats settings`
-# (domain_socket PATH, umask 770, as memcached prints them).  The socket
-# file has mode 0770.  A second server on the same path is refused (the
-# first one keeps serving); so is a path that is a regular file (left as
-# it was), and -s with a cluster role.  A server killed with SIGKILL
-# leaves its socket file, and the next one on the path replaces it; a
-# clean stop removes it.  Run as root with -u nobody, the file belongs to
-# nobody, as memcached's would.
+# (domain_socket PATH, umask 770, as memcached prints them) and `stats
+# conns`.  The socket file has mode 0770.  A second server on the same
+# path is refused (the first one keeps serving), also with the socket file
+# removed under the first (it holds PATH.lock), and of two started at
+# once exactly one serves; a path that is a regular file is refused (and
+# left as it was), and so is -s with a cluster role.  A server killed with
+# SIGKILL leaves its socket file, and the next one on the path replaces
+# it; a clean stop removes it.  Run as root with -u nobody, the file is
+# made by and belongs to nobody, as memcached's would, and an unknown
+# user is refused before anything is made.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -76,19 +79,26 @@ c.set("n", b"41")
 print(c.get("k"), c.incr("n", 1), c.get_many(["k", "bin", "missing"]))
 print(c.delete("k", noreply=False), c.get("k"))
 st = c.stats("settings")
-print(st[b"domain_socket"], st[b"umask"])' 2>&1)
+print(st[b"domain_socket"], st[b"umask"])
+print(sorted(set(v for k, v in c.stats("conns").items() if k.endswith(b":addr"))))' 2>&1)
 # (pymemcache reads umask as octal, as memcached prints it: 770 is 504)
 expected="b'hello' 42 {'k': b'hello', 'bin': b'a\\r\\nb\\x00c'}
 True None
-b'$sock' 504"
+b'$sock' 504
+[b'unix:', b'unix:$sock']"
 [ "$out" = "$expected" ] && ok "pymemcache over the socket: set, get, incr, get_many, delete, stats settings" ||
     fail "pymemcache over the socket: got
 $out
 expected
 $expected"
 
-port_is_open "$port" && fail "-s made a TCP listener on -p $port (memcached makes none)" ||
-    ok "no TCP listener on -p $port"
+if ss -Hltnp 2>/dev/null | grep -q "pid=$first,"; then
+    fail "-s made a TCP listener (memcached makes none): $(ss -Hltnp | grep "pid=$first,")"
+elif ! ss -Hlxp 2>/dev/null | grep -q "pid=$first,"; then
+    fail "ss does not list the server's Unix listener: $(ss -Hlxp | head -3)"
+else
+    ok "no TCP listener (-p $port was given), only the Unix one"
+fi
 
 # Refused before its loop starts: it exits at once (one that took the
 # path would serve until timeout stops it).
@@ -119,6 +129,27 @@ timeout 5 "$server_bin" -s "$dir/bad.sock" -a 999 -U 0 </dev/null >"$dir/mask.lo
 grep -q "invalid value '999' for -a" "$dir/mask.log" && ok "-a 999 (not octal) is refused" ||
     fail "-a 999: $(cat "$dir/mask.log")"
 
+# Two started at once on a new path: one serves, the other is refused.
+for round in 1 2 3; do
+    rsock=$dir/race$round.sock
+    "$server_bin" -s "$rsock" -U 0 -p 0 </dev/null >"$dir/race$round-a.log" 2>&1 &
+    ra=$!
+    "$server_bin" -s "$rsock" -U 0 -p 0 </dev/null >"$dir/race$round-b.log" 2>&1 &
+    rb=$!
+    pids="$pids $ra $rb"
+    sleep 0.5
+    alive=0
+    for p in $ra $rb; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+    refused=$(cat "$dir/race$round-a.log" "$dir/race$round-b.log" | grep -c "another server is listening")
+    if [ "$alive" = 1 ] && [ "$refused" = 1 ] && [ -S "$rsock" ]; then
+        ok "two servers started at once on one path (round $round): one serves, one refused"
+    else
+        fail "two servers at once (round $round): $alive alive, $refused refused: $(cat "$dir/race$round-"*.log)"
+    fi
+    stop_pid "$ra"
+    stop_pid "$rb"
+done
+
 kill -KILL "$first"
 wait "$first" 2>/dev/null
 [ -S "$sock" ] && ok "SIGKILL left the socket file behind" || fail "no socket file after SIGKILL"
@@ -132,13 +163,39 @@ mode=$(stat -c '%a' "$sock")
 stop_pid "$third"
 [ -e "$sock" ] && fail "a clean stop left $sock" || ok "a clean stop removed the socket file"
 
+# The lock, not the file, says who holds the path.
+start_unix "$dir/fourth.log" -p 0 || fail "a server on $sock: $(cat "$dir/fourth.log")"
+fourth=$pid
+rm -f "$sock"
+timeout 5 "$server_bin" -s "$sock" -U 0 -p 0 </dev/null >"$dir/fifth.log" 2>&1
+rc=$?
+if [ "$rc" = 1 ] && grep -q "another server is listening on it (it holds $sock.lock)" "$dir/fifth.log"; then
+    ok "with the socket file removed under a live server, another is still refused"
+else
+    fail "a server on a path whose file was removed under a live one (exit $rc): $(cat "$dir/fifth.log")"
+fi
+stop_pid "$fourth"
+
 if [ "$(id -u)" -eq 0 ] && id nobody >/dev/null 2>&1; then
-    chmod 0777 "$dir"           # the server, as nobody, removes its file at exit
+    timeout 5 "$server_bin" -s "$dir/nouser.sock" -u no_such_user_cocytus -U 0 -p 0 \
+        </dev/null >"$dir/nouser.log" 2>&1
+    if grep -q "can't find the user no_such_user_cocytus" "$dir/nouser.log" &&
+        [ ! -e "$dir/nouser.sock" ] && [ ! -e "$dir/nouser.sock.lock" ]; then
+        ok "an unknown -u user is refused before anything is made"
+    else
+        fail "-u no_such_user: $(cat "$dir/nouser.log"); $(ls "$dir")"
+    fi
+    mkdir "$dir/run" && chown nobody "$dir/run" && chmod 0755 "$dir/run" && chmod 0755 "$dir"
+    sock=$dir/run/mc.sock
     start_unix "$dir/user.log" -p 0 -u nobody -a 0700 || fail "-u nobody: $(cat "$dir/user.log")"
-    owner=$(stat -c '%U' "$sock")
-    [ "$owner" = nobody ] && ok "-u nobody: the socket file belongs to nobody" ||
-        fail "-u nobody: the socket file belongs to $owner"
+    owner=$(stat -c '%U' "$sock" "$sock.lock" | tr '\n' ' ')
+    [ "$owner" = "nobody nobody " ] && ok "-u nobody: the socket file and its lock belong to nobody" ||
+        fail "-u nobody: the socket file and its lock belong to $owner"
     stop_pid "$pid"
+    [ -e "$sock" ] && fail "-u nobody: a clean stop left $sock" ||
+        ok "-u nobody: a clean stop removed the socket file"
+else
+    echo "note: not root: -u not tried"
 fi
 logs_printable "$dir"
 finish
