@@ -324,12 +324,43 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
                 "or lower -c)\n", evutil_socket_error_to_string(err), ACCEPT_PAUSE_MS);
 }
 
+static bool listen_ready(struct proxy *px)
+{
+    px->accept_resume = evtimer_new(px->base, on_accept_resume, px);
+    if (px->accept_resume == NULL)
+        return false;
+    evconnlistener_set_error_cb(px->listener, on_accept_error);
+    return true;
+}
+
+/* --unix-socket: clients of this host on a Unix socket (as memcached's -s,
+ * memcached/unixsock.h), no TCP listener; the socket is the listener's
+ * until unixsock_close. */
+static bool listen_unix(struct proxy *px)
+{
+    char err[256];
+
+    if (unixsock_listen(&px->unix_listener, px->opt.unix_path, px->opt.unix_mask, 1024, NULL,
+                        err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-proxy: %s\n", err);
+        return false;
+    }
+    px->listener = evconnlistener_new(px->base, on_accept, px, 0, 0, px->unix_listener.fd);
+    if (px->listener == NULL) {
+        fprintf(stderr, "cocytus-proxy: cannot accept on %s\n", px->opt.unix_path);
+        return false;
+    }
+    return listen_ready(px);
+}
+
 static bool listen_on(struct proxy *px, const char *addr, int port)
 {
     struct sockaddr_storage ss;
     int sslen = sizeof(ss);
     char spec[300];
 
+    if (px->opt.unix_path)
+        return listen_unix(px);
     snprintf(spec, sizeof(spec), strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, port);
     memset(&ss, 0, sizeof(ss));
     if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss, &sslen) != 0) {
@@ -343,11 +374,7 @@ static bool listen_on(struct proxy *px, const char *addr, int port)
         fprintf(stderr, "cocytus-proxy: cannot listen on %s: %s\n", spec, strerror(errno));
         return false;
     }
-    px->accept_resume = evtimer_new(px->base, on_accept_resume, px);
-    if (px->accept_resume == NULL)
-        return false;
-    evconnlistener_set_error_cb(px->listener, on_accept_error);
-    return true;
+    return listen_ready(px);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -398,6 +425,8 @@ static void usage(FILE *f)
             "  -s, --seeds LIST      cluster servers to fetch the slot map from (required)\n"
             "  -p, --port PORT       port to listen on (default %d)\n"
             "  -l, --listen ADDR     address to listen on (default 127.0.0.1)\n"
+            "      --unix-socket PATH  listen on a Unix socket instead of TCP\n"
+            "      --unix-mask PERMS   the Unix socket's permissions, octal (default 0700)\n"
             "  -t, --timeout MS      a server that leaves a request unanswered this long is\n"
             "                        taken as failed (default 1000)\n"
             "  -D, --deadline-ms MS  retry a request this long (server failures, slot\n"
@@ -432,6 +461,8 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
+enum { OPT_UNIX_SOCKET = 1000, OPT_UNIX_MASK };
+
 /* Returns 0 to run, 1 on a usage error, 2 after --help. */
 static int parse_args(int argc, char **argv, struct px_options *o)
 {
@@ -452,6 +483,8 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         { "auth-file", required_argument, NULL, 'Y' },
         { "server-auth", required_argument, NULL, 'S' },
         { "no-io-uring", no_argument, NULL, 'U' },
+        { "unix-socket", required_argument, NULL, OPT_UNIX_SOCKET },
+        { "unix-mask", required_argument, NULL, OPT_UNIX_MASK },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -466,6 +499,16 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         case 'S': o->server_auth_file = optarg; break;
         case 'U': o->no_uring = true; break;
         case 'l': o->addr = optarg; break;
+        case OPT_UNIX_SOCKET: o->unix_path = optarg; break;
+        case OPT_UNIX_MASK: {
+            char *end;
+            errno = 0;
+            v = strtol(optarg, &end, 8);
+            if (errno || end == optarg || *end != '\0' || v < 0 || v > 0777)
+                return 1;
+            o->unix_mask = (int)v;
+            break;
+        }
         case 'B': break;
         case 'A':
             fprintf(stderr, "cocytus-proxy: --ascii-backend is no longer supported; "
@@ -533,16 +576,24 @@ static void log_start(const struct proxy *px)
         lc_addr_format(&px->first_map->ep[i], ep, sizeof(ep));
         fprintf(stderr, "  %zu %s\n", i, ep);
     }
-    fprintf(stderr, "cocytus-proxy: listening on %s:%d with %d worker thread(s)\n",
-            px->opt.addr, px->opt.port, px->nworkers);
+    if (px->opt.unix_path)
+        fprintf(stderr, "cocytus-proxy: listening on Unix socket %s with %d worker thread(s)\n",
+                px->opt.unix_path, px->nworkers);
+    else
+        fprintf(stderr, "cocytus-proxy: listening on %s:%d with %d worker thread(s)\n",
+                px->opt.addr, px->opt.port, px->nworkers);
 }
 
 static int run(struct proxy *px)
 {
     struct event *sigint, *sigterm;
 
-    if (!listen_on(px, px->opt.addr, px->opt.port))
+    char err[256];
+    if (!listen_on(px, px->opt.addr, px->opt.port)) {
+        if (px->opt.unix_path)   /* made, then libevent refused it */
+            unixsock_close(&px->unix_listener, px->opt.unix_path, err, sizeof(err));
         return 1;
+    }
     sigint = evsignal_new(px->base, SIGINT, on_signal, px->base);
     sigterm = evsignal_new(px->base, SIGTERM, on_signal, px->base);
     if (sigint == NULL || sigterm == NULL)
@@ -557,6 +608,9 @@ static int run(struct proxy *px)
     event_free(sigterm);
     evconnlistener_free(px->listener);
     event_free(px->accept_resume);
+    if (px->opt.unix_path &&
+        unixsock_close(&px->unix_listener, px->opt.unix_path, err, sizeof(err)) < 0)
+        fprintf(stderr, "cocytus-proxy: %s\n", err);
     return 0;
 }
 
@@ -600,6 +654,8 @@ int main(int argc, char **argv)
     px.opt.max_attempts = 100;
     px.opt.wait_s = DEFAULT_CONNECT_WAIT_S;
     px.opt.threads = DEFAULT_THREADS;
+    px.opt.unix_mask = 0700;
+    px.unix_listener.fd = px.unix_listener.lock_fd = -1;
     rc = parse_args(argc, argv, &px.opt);
     if (rc != 0) {
         if (rc == 1)

@@ -37,6 +37,7 @@
 #include "lc_map.h"
 #include "authfile.h"
 #include "proto_text.h"
+#include "unixsock.h"
 
 #define PX_VERSION "1.6.18-cocytus-proxy-" PACKAGE_VERSION
 #define PX_LAT_BUCKETS 96           /* latency histogram: 4 buckets per power of 2 us */
@@ -109,6 +110,8 @@ struct px_options {
     const char *auth_file;          /* -Y: clients must authenticate */
     const char *server_auth_file;   /* --server-auth: our pair for the servers */
     bool no_uring;                  /* --no-io-uring: one sendmsg() per connection */
+    const char *unix_path;          /* --unix-socket: listen there instead of TCP */
+    int unix_mask;                  /* --unix-mask: its permissions (0700) */
 };
 
 struct px_worker;
@@ -117,6 +120,7 @@ struct proxy {
     struct px_options opt;
     struct event_base *base;        /* the accepting thread's loop */
     struct evconnlistener *listener;
+    struct unixsock unix_listener;  /* --unix-socket: it, its lock, its file */
     struct event *accept_resume;    /* re-enables the listener after EMFILE */
     uint64_t accept_pauses;         /* times accepting paused: out of descriptors */
     struct px_worker *workers;

@@ -14,13 +14,14 @@
 # SIGKILL leaves its socket file, and the next one on the path replaces
 # it; a clean stop removes it.  Run as root with -u nobody, the file is
 # made by and belongs to nobody, as memcached's would, and an unknown
-# user is refused before anything is made.
+# user is refused before anything is made.  cocytus-proxy --unix-socket
+# serves pymemcache in front of a server the same way.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
-need_built "$server_bin"
+need_built "$server_bin" "$build_dir/client/cocytus-proxy"
 need_pymemcache
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/unix_socket.XXXXXX")
@@ -197,5 +198,36 @@ if [ "$(id -u)" -eq 0 ] && id nobody >/dev/null 2>&1; then
 else
     echo "note: not root: -u not tried"
 fi
+# cocytus-proxy --unix-socket: the clients of a host reach the cluster
+# through a local proxy on a Unix socket (twemproxy's listen on a path).
+start_server "$dir/backend.log" || fail "a plain server for the proxy did not start"
+pids="$pids $server_pid"
+psock=$dir/proxy.sock
+"$build_dir/client/cocytus-proxy" --seeds "127.0.0.1:$server_port" --unix-socket "$psock" \
+    --unix-mask 0660 </dev/null >"$dir/proxy.log" 2>&1 &
+proxy=$!
+pids="$pids $proxy"
+for _ in $(seq 50); do [ -S "$psock" ] && break; sleep 0.1; done
+mode=$(stat -c '%F %a' "$psock" 2>&1)
+[ "$mode" = "socket 660" ] && ok "cocytus-proxy --unix-socket --unix-mask 0660: mode 660" ||
+    fail "the proxy's socket: '$mode': $(cat "$dir/proxy.log")"
+sock=$psock
+out=$(py_run '
+c.set("via_proxy", b"yes")
+print(c.get_many(["via_proxy", "nothing"]), c.incr("via_proxy_n", 1), c.add("a1", b"1", noreply=False))' 2>&1)
+direct=$(mc "127.0.0.1:$server_port" "get via_proxy\r\n" | head -1)
+if [ "$out" = "{'via_proxy': b'yes'} None True" ] && [ "$direct" = "VALUE via_proxy 0 3" ]; then
+    ok "pymemcache through the proxy's Unix socket reaches the server behind it"
+else
+    fail "through the proxy's Unix socket: '$out', the server has '$direct'"
+fi
+timeout 5 "$build_dir/client/cocytus-proxy" --seeds "127.0.0.1:$server_port" --unix-socket "$psock" \
+    </dev/null >"$dir/proxy2.log" 2>&1
+rc=$?
+[ "$rc" = 1 ] && grep -q "another server is listening on it" "$dir/proxy2.log" &&
+    ok "a second proxy on the path is refused" ||
+    fail "a second proxy on the path (exit $rc): $(cat "$dir/proxy2.log")"
+stop_pid "$proxy"
+[ -e "$psock" ] && fail "the proxy's clean stop left $psock" || ok "the proxy's clean stop removed its socket file"
 logs_printable "$dir"
 finish
