@@ -81,9 +81,12 @@ copied_while_writing "$dir/data-0-0.log" "parity 1" "data process 0 copied to pa
 # --- B: the data process killed, its state copied back to it from its
 # recovery process while that one writes.  The two writers' sets (a shell
 # and a connection each) can be slower than a 20 ms copy on a busy
-# machine, so an open-loop load of overwrites (3,000 a second over the
-# group, about a third of them through the recovery process) makes sure
-# records arrive during the copy; only the writers' keys are read back.
+# machine, so an open-loop load of overwrites (6,000 a second over the
+# group from two connections, about a third of them through the recovery
+# process) makes sure records arrive during the copy; only the writers'
+# keys are read back.  (At 3,000 a second a 24 ms copy over the links on
+# one host's Unix sockets saw 6 records committed: too few to be sure of
+# one.)
 # Its node would start data process 0 again at once, and the copy back
 # could end before the load below has begun (it did once in CI under
 # ASan: "0 records committed meanwhile"): the node is held stopped until
@@ -96,7 +99,7 @@ kill -STOP "$node_held"
 group0_kill_dp0 "$dir" || finish
 sets() { mc "$pp0" "stats\r\n" | awk '$2 == "cmd_set" { print $3 }' | tr -d '\r'; }
 sets_before=$(sets)
-timeout 60 "$build_dir/bench/cocytus-bench" -s "$pp0" -n 20000 -v 16 -c 1 --rate 3000 -r 0 \
+timeout 60 "$build_dir/bench/cocytus-bench" -s "$pp0" -n 20000 -v 16 -c 2 --rate 6000 -r 0 \
     --no-load -t 40 -q >"$dir/overwrites.out" 2>&1 &
 overwrites=$!
 load_running() { [ "$(sets)" -ge $((${sets_before:-0} + 300)) ]; }
