@@ -1051,7 +1051,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: cocytus-bench [options]\n"
-        "  -s, --servers LIST     seeds host:port,host:port (default 127.0.0.1:11211)\n"
+        "  -s, --servers LIST     seeds host:port,host:port (default 127.0.0.1:11211);\n"
+        "                         with --route follow-raw a /path is a Unix socket (-s)\n"
         "      --route map|follow|follow-raw\n"
         "                         cached slot map (default); follow MOVED per request\n"
         "                         (libcocytus), or the same over kept raw text sockets\n"

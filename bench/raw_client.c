@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -110,6 +111,13 @@ static int valid_port(const char *p)
 static int parse_endpoint(const char *s, size_t n, char *host, char *port)
 {
     const char *end = s + n, *colon = NULL;
+    if (n > 0 && s[0] == '/') {
+        /* a Unix socket (a server started with -s): the path, no port */
+        if (n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+            return -1;
+        port[0] = '\0';
+        return copy_part(host, RAW_HOST_MAX, s, n);
+    }
     if (n > 0 && s[0] == '[') {
         const char *close = memchr(s, ']', n);
         if (close == NULL || copy_part(host, RAW_HOST_MAX, s + 1, (size_t)(close - s - 1)) != 0)
@@ -248,10 +256,51 @@ static enum raw_rc conn_prove(struct raw_client *c, struct raw_conn *k)
     return RAW_OK;
 }
 
+/* A connection that is up: kept, and the credentials proved if asked. */
+static enum raw_rc conn_up(struct raw_client *c, struct raw_conn *k, int fd)
+{
+    k->fd = fd;
+    k->start = k->end = 0;
+    c->stats.connects++;
+    enum raw_rc rc = c->auth != NULL ? conn_prove(c, k) : RAW_OK;
+    if (rc != RAW_OK)
+        conn_drop(k);
+    return rc;
+}
+
+/* k names a Unix socket's path (host "/...", no port). */
+static enum raw_rc conn_open_unix(struct raw_client *c, struct raw_conn *k)
+{
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    size_t n = strlen(k->host);
+    if (n >= sizeof(sun.sun_path)) {
+        set_error(c, "Unix socket path too long: %.60s...", k->host);
+        return RAW_IO;
+    }
+    memcpy(sun.sun_path, k->host, n);
+    struct timeval tv = { c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000 };
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int err = fd < 0 ? errno : connect_bounded(fd, (struct sockaddr *)&sun, sizeof(sun),
+                                               c->timeout_ms);
+    if (err == 0 && (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+                     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0))
+        err = errno;
+    if (err == 0)
+        return conn_up(c, k, fd);
+    if (fd >= 0)
+        close(fd);
+    set_error(c, "connect %s: %s", k->host, strerror(err));
+    return RAW_IO;
+}
+
 /* Connects k (every address its host resolves to, in order), and proves
  * the credentials if the server asks (conn_prove). */
 static enum raw_rc conn_open(struct raw_client *c, struct raw_conn *k)
 {
+    if (k->host[0] == '/')
+        return conn_open_unix(c, k);
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
@@ -272,14 +321,8 @@ static enum raw_rc conn_open(struct raw_client *c, struct raw_conn *k)
         if (err == 0)
             err = tune_socket(fd, c->timeout_ms);
         if (err == 0) {
-            k->fd = fd;
-            k->start = k->end = 0;
-            c->stats.connects++;
             freeaddrinfo(res);
-            enum raw_rc rc = c->auth != NULL ? conn_prove(c, k) : RAW_OK;
-            if (rc != RAW_OK)
-                conn_drop(k);
-            return rc;
+            return conn_up(c, k, fd);
         }
         close(fd);
     }
@@ -821,7 +864,7 @@ int raw_client_open(struct raw_client *c, const char *seeds, int timeout_ms, con
     size_t n = comma ? (size_t)(comma - seeds) : strlen(seeds);
     char host[RAW_HOST_MAX], port[8];
     if (parse_endpoint(seeds, n, host, port) != 0) {
-        snprintf(err, errcap, "bad server '%.*s': want host:port or [v6]:port", (int)n, seeds);
+        snprintf(err, errcap, "bad server '%.*s': want host:port, [v6]:port or /unix/socket/path", (int)n, seeds);
         return -1;
     }
     conn_init(&c->conns[0], host, port);
