@@ -229,10 +229,13 @@ static void rebuild_begin(struct parity_engine *pe, int index, const uint8_t *pa
 /* The source sends more of the copy once we took what it sent. */
 static void ack_taken(struct parity_engine *pe, int index)
 {
-    if (rb_send_taken(pe->receiver, index, ROLE_PARITY, (uint32_t)pe->index,
-                      pe->rb[index].taken) != 0)
+    struct rb_msg m = { 0 };
+    rb_msg_taken(&m, ROLE_PARITY, (uint32_t)pe->index, pe->rb[index].taken);
+    struct iovec iov = { .iov_base = m.buf, .iov_len = m.len };
+    if (m.oom || repl_receiver_sendv(pe->receiver, index, FT_REPLY, &iov, 1) != 0)
         pe_log(pe, "cannot acknowledge the rebuild messages of dp %d: its copy stalls until "
                "the link drops", index);
+    rb_msg_free(&m);
 }
 
 static void rebuild_message(struct parity_engine *pe, int index, const uint8_t *payload,

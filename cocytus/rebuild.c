@@ -11,9 +11,7 @@
 
 #include "alloc.h"
 #include "pieceset.h"
-#include "frame.h"
 #include "rebuild.h"
-#include "receiver.h"
 #include "recovery.h"
 
 #define HDR 9u                 /* u64 id, u8 kind */
@@ -430,17 +428,6 @@ void rb_msg_taken(struct rb_msg *m, uint8_t role, uint32_t index, uint64_t taken
         put_le(p + 1, index, 4);
         put_le(p + 5, taken, 8);
     }
-}
-
-int rb_send_taken(struct repl_receiver *rx, int link, uint8_t role, uint32_t index,
-                  uint64_t taken)
-{
-    struct rb_msg m = { 0 };
-    rb_msg_taken(&m, role, index, taken);
-    struct iovec iov = { .iov_base = m.buf, .iov_len = m.len };
-    int rc = m.oom || repl_receiver_sendv(rx, link, FT_REPLY, &iov, 1) != 0 ? -1 : 0;
-    rb_msg_free(&m);
-    return rc;
 }
 
 int rb_decode_taken(const uint8_t *p, size_t len, uint8_t *role, uint32_t *index,

@@ -190,12 +190,6 @@ void rb_msg_meta_done(struct rb_msg *m, uint64_t pieces, uint64_t entries);
  * the copy.  role is the replica's (enum cluster_role's value), index its
  * index in it. */
 void rb_msg_taken(struct rb_msg *m, uint8_t role, uint32_t index, uint64_t taken);
-/* Sends that acknowledgement to the source on link `link` of rx (a reply
- * frame); -1 if it could not go (out of memory, the link down): the copy
- * then stalls until the link drops. */
-struct repl_receiver;
-int rb_send_taken(struct repl_receiver *rx, int link, uint8_t role, uint32_t index,
-                  uint64_t taken);
 int rb_decode_taken(const uint8_t *p, size_t len, uint8_t *role, uint32_t *index,
                     uint64_t *taken);
 

@@ -182,9 +182,13 @@ static void on_begin(struct replica *r, const uint8_t *p, uint32_t len)
 /* The source sends more of the copy once we took what it sent. */
 static void ack_taken(struct replica *r, int index)
 {
-    if (rb_send_taken(r->rx, index, ROLE_DATA, (uint32_t)r->dp, r->units.taken) != 0)
+    struct rb_msg m = { 0 };
+    rb_msg_taken(&m, ROLE_DATA, (uint32_t)r->dp, r->units.taken);
+    struct iovec iov = { .iov_base = m.buf, .iov_len = m.len };
+    if (m.oom || repl_receiver_sendv(r->rx, index, FT_REPLY, &iov, 1) != 0)
         rp_log(r, "cannot acknowledge the copy's messages: the copy stalls until the link "
                "drops");
+    rb_msg_free(&m);
 }
 
 static void hook_message(void *owner, int index, uint16_t type, const uint8_t *p, uint32_t len)
