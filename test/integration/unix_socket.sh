@@ -138,7 +138,15 @@ for round in 1 2 3; do
     "$server_bin" -s "$rsock" -U 0 -p 0 </dev/null >"$dir/race$round-b.log" 2>&1 &
     rb=$!
     pids="$pids $ra $rb"
-    sleep 0.5
+    # the refused one exits by itself (a slow start under ASan: up to 5 s)
+    for _ in $(seq 50); do
+        alive=0
+        for p in $ra $rb; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+        refused=$(cat "$dir/race$round-a.log" "$dir/race$round-b.log" | grep -c "another server is listening")
+        [ "$alive" -le 1 ] && [ "$refused" -ge 1 ] && [ -S "$rsock" ] && break
+        sleep 0.1
+    done
+    sleep 0.2   # a second refusal, or a late exit, would show now
     alive=0
     for p in $ra $rb; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
     refused=$(cat "$dir/race$round-a.log" "$dir/race$round-b.log" | grep -c "another server is listening")
