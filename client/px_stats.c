@@ -392,6 +392,11 @@ static void emit_settings(const struct proxy *px, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "tcpport", (uint64_t)o->port);
     emit_u64(emit, ctx, "udpport", 0);
     emit(ctx, "inter", o->addr != NULL && strpbrk(o->addr, " \t\r\n") == NULL ? o->addr : "NULL");
+    emit(ctx, "domain_socket", o->unix_path != NULL && strpbrk(o->unix_path, " \t\r\n") == NULL
+                                   ? o->unix_path : "NULL");
+    char mask[8];
+    snprintf(mask, sizeof(mask), "%o", (unsigned)o->unix_mask);
+    emit(ctx, "umask", mask);
     emit_u64(emit, ctx, "verbosity", (uint64_t)o->verbose);
     emit_u64(emit, ctx, "num_threads", (uint64_t)px->nworkers);
     emit(ctx, "cas_enabled", "yes");

@@ -222,10 +222,13 @@ mode=$(stat -c '%F %a' "$psock" 2>&1)
 sock=$psock
 out=$(py_run '
 c.set("via_proxy", b"yes")
-print(c.get_many(["via_proxy", "nothing"]), c.incr("via_proxy_n", 1), c.add("a1", b"1", noreply=False))' 2>&1)
+print(c.get_many(["via_proxy", "nothing"]), c.incr("via_proxy_n", 1), c.add("a1", b"1", noreply=False))
+st = c.stats("settings")
+print(st[b"domain_socket"], st[b"umask"])' 2>&1)
 direct=$(mc "127.0.0.1:$server_port" "get via_proxy\r\n" | head -1)
-if [ "$out" = "{'via_proxy': b'yes'} None True" ] && [ "$direct" = "VALUE via_proxy 0 3" ]; then
-    ok "pymemcache through the proxy's Unix socket reaches the server behind it"
+if [ "$out" = "{'via_proxy': b'yes'} None True
+b'$psock' 432" ] && [ "$direct" = "VALUE via_proxy 0 3" ]; then
+    ok "pymemcache through the proxy's Unix socket reaches the server behind it; its stats settings say domain_socket and umask 660"
 else
     fail "through the proxy's Unix socket: '$out', the server has '$direct'"
 fi
