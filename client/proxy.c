@@ -350,7 +350,7 @@ static bool listen_unix(struct proxy *px)
         fprintf(stderr, "cocytus-proxy: cannot accept on %s\n", px->opt.unix_path);
         return false;
     }
-    return listen_ready(px);
+    return listen_ready(px);   /* on failure run() frees the listener, then the socket */
 }
 
 static bool listen_on(struct proxy *px, const char *addr, int port)
@@ -504,8 +504,11 @@ static int parse_args(int argc, char **argv, struct px_options *o)
             char *end;
             errno = 0;
             v = strtol(optarg, &end, 8);
-            if (errno || end == optarg || *end != '\0' || v < 0 || v > 0777)
+            if (errno || end == optarg || *end != '\0' || v < 0 || v > 0777) {
+                fprintf(stderr, "cocytus-proxy: invalid value '%s' for --unix-mask "
+                                "(octal, 0 to 0777)\n", optarg);
                 return 1;
+            }
             o->unix_mask = (int)v;
             break;
         }
@@ -586,32 +589,37 @@ static void log_start(const struct proxy *px)
 
 static int run(struct proxy *px)
 {
-    struct event *sigint, *sigterm;
-
+    struct event *sigint = NULL, *sigterm = NULL;
     char err[256];
-    if (!listen_on(px, px->opt.addr, px->opt.port)) {
-        if (px->opt.unix_path)   /* made, then libevent refused it */
-            unixsock_close(&px->unix_listener, px->opt.unix_path, err, sizeof(err));
-        return 1;
-    }
+    int rc = 1;
+
+    if (!listen_on(px, px->opt.addr, px->opt.port))
+        goto out;
     sigint = evsignal_new(px->base, SIGINT, on_signal, px->base);
     sigterm = evsignal_new(px->base, SIGTERM, on_signal, px->base);
     if (sigint == NULL || sigterm == NULL)
-        return 1;
+        goto out;
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
     log_start(px);
     if (workers_start(px))
         event_base_dispatch(px->base);
     workers_stop(px);
-    event_free(sigint);
-    event_free(sigterm);
-    evconnlistener_free(px->listener);
-    event_free(px->accept_resume);
+    rc = 0;
+out:
+    /* Also after a failed start: a --unix-socket made before it is removed. */
+    if (sigint)
+        event_free(sigint);
+    if (sigterm)
+        event_free(sigterm);
+    if (px->listener)
+        evconnlistener_free(px->listener);
+    if (px->accept_resume)
+        event_free(px->accept_resume);
     if (px->opt.unix_path &&
         unixsock_close(&px->unix_listener, px->opt.unix_path, err, sizeof(err)) < 0)
         fprintf(stderr, "cocytus-proxy: %s\n", err);
-    return 0;
+    return rc;
 }
 
 static int setup_and_run(struct proxy *px)

@@ -34,6 +34,21 @@ cleanup() {
 on_exit cleanup
 sock=$dir/mc.sock
 
+# socket_up PID PATH: waits (5 s at most) until PATH is a socket that
+# accepts; false if PID exited first or it never did.
+socket_up() {
+    for _ in $(seq 50); do
+        kill -0 "$1" 2>/dev/null || return 1
+        [ -S "$2" ] && "$py" - "$2" <<'EOF' 2>/dev/null && return 0
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+EOF
+        sleep 0.1
+    done
+    return 1
+}
+
 # start_unix LOG ARGS...: a server on $sock; sets pid once the file is a
 # socket that accepts (false if it exited or never did).
 start_unix() {
@@ -42,16 +57,7 @@ start_unix() {
     "$server_bin" -s "$sock" -U 0 "$@" </dev/null >"$log" 2>&1 &
     pid=$!
     pids="$pids $pid"
-    for _ in $(seq 50); do
-        kill -0 "$pid" 2>/dev/null || return 1
-        [ -S "$sock" ] && "$py" - "$sock" <<'EOF' 2>/dev/null && return 0
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-EOF
-        sleep 0.1
-    done
-    return 1
+    socket_up "$pid" "$sock"
 }
 
 # py_run SCRIPT: runs a pymemcache script against $sock; prints its output.
@@ -215,7 +221,7 @@ psock=$dir/proxy.sock
     --unix-mask 0660 </dev/null >"$dir/proxy.log" 2>&1 &
 proxy=$!
 pids="$pids $proxy"
-for _ in $(seq 50); do [ -S "$psock" ] && break; sleep 0.1; done
+socket_up "$proxy" "$psock" || fail "the proxy did not accept on $psock: $(cat "$dir/proxy.log")"
 mode=$(stat -c '%F %a' "$psock" 2>&1)
 [ "$mode" = "socket 660" ] && ok "cocytus-proxy --unix-socket --unix-mask 0660: mode 660" ||
     fail "the proxy's socket: '$mode': $(cat "$dir/proxy.log")"
