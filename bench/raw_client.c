@@ -204,12 +204,12 @@ static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t len, int
     return 0;
 }
 
-/* Socket options of a kept connection: no Nagle delay, bounded waits. */
-static int tune_socket(int fd, int timeout_ms)
+/* Socket options of a kept connection: no Nagle delay (TCP), bounded waits. */
+static int tune_socket(int fd, bool tcp, int timeout_ms)
 {
     int one = 1;
     struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
-    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0
+    if ((tcp && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
         || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0
         || setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
         return errno;
@@ -280,13 +280,11 @@ static enum raw_rc conn_open_unix(struct raw_client *c, struct raw_conn *k)
         return RAW_IO;
     }
     memcpy(sun.sun_path, k->host, n);
-    struct timeval tv = { c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000 };
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int err = fd < 0 ? errno : connect_bounded(fd, (struct sockaddr *)&sun, sizeof(sun),
                                                c->timeout_ms);
-    if (err == 0 && (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
-                     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0))
-        err = errno;
+    if (err == 0)
+        err = tune_socket(fd, false, c->timeout_ms);
     if (err == 0)
         return conn_up(c, k, fd);
     if (fd >= 0)
@@ -319,7 +317,7 @@ static enum raw_rc conn_open(struct raw_client *c, struct raw_conn *k)
         }
         err = connect_bounded(fd, ai->ai_addr, ai->ai_addrlen, c->timeout_ms);
         if (err == 0)
-            err = tune_socket(fd, c->timeout_ms);
+            err = tune_socket(fd, true, c->timeout_ms);
         if (err == 0) {
             freeaddrinfo(res);
             return conn_up(c, k, fd);

@@ -500,18 +500,13 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         case 'U': o->no_uring = true; break;
         case 'l': o->addr = optarg; break;
         case OPT_UNIX_SOCKET: o->unix_path = optarg; break;
-        case OPT_UNIX_MASK: {
-            char *end;
-            errno = 0;
-            v = strtol(optarg, &end, 8);
-            if (errno || end == optarg || *end != '\0' || v < 0 || v > 0777) {
+        case OPT_UNIX_MASK:
+            if (!unixsock_parse_mask(optarg, &o->unix_mask)) {
                 fprintf(stderr, "cocytus-proxy: invalid value '%s' for --unix-mask "
                                 "(octal, 0 to 0777)\n", optarg);
                 return 1;
             }
-            o->unix_mask = (int)v;
             break;
-        }
         case 'B': break;
         case 'A':
             fprintf(stderr, "cocytus-proxy: --ascii-backend is no longer supported; "

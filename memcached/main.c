@@ -56,18 +56,6 @@ static void usage(FILE *out)
         "  -h, --help                this help\n");
 }
 
-/* -a: permissions in octal, 0 to 0777 ("770", "0660"). */
-static bool parse_mask(const char *s, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 8);
-    if (errno || end == s || *end != '\0' || v < 0 || v > 0777)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
 /* "64", "1m", "512k", "2g" -> bytes; unit is the default multiplier. */
 static bool parse_size(const char *s, size_t unit, size_t *out)
 {
@@ -172,7 +160,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
             st->unix_path = optarg;
             break;
         case 'a':
-            if (!parse_mask(optarg, &st->unix_mask))
+            if (!unixsock_parse_mask(optarg, &st->unix_mask))
                 goto bad;
             break;
         case 'm':

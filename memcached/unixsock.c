@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
@@ -32,6 +33,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "localtwin.h"
 #include "unixsock.h"
 
 static int fill_addr(struct sockaddr_un *sun, const char *path, char *err, size_t errlen)
@@ -202,11 +204,21 @@ int unixsock_close(struct unixsock *u, const char *path, char *err, size_t errle
     return rc;
 }
 
+bool unixsock_parse_mask(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 8);
+    if (errno || end == s || *end != '\0' || v < 0 || v > 0777)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
 const char *unixsock_peer(int fd, char *buf, size_t cap)
 {
     struct ucred cred;
-    socklen_t len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+    if (localtwin_peer_cred(fd, &cred))
         snprintf(buf, cap, "unix pid %ld uid %ld", (long)cred.pid, (long)cred.uid);
     else
         snprintf(buf, cap, "unix");

@@ -3,6 +3,7 @@
 #ifndef UNIXSOCK_H
 #define UNIXSOCK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -24,6 +25,9 @@ int unixsock_listen(struct unixsock *u, const char *path, int mask, int backlog,
 /* Closes the listener and the lock; with path, first removes the socket
  * file if it is still the one made (-1 and err if that failed). */
 int unixsock_close(struct unixsock *u, const char *path, char *err, size_t errlen);
+
+/* -a / --unix-mask: permissions in octal, 0 to 0777 ("770", "0660"). */
+bool unixsock_parse_mask(const char *s, int *out);
 
 /* "unix pid N uid U" for the process at the other end of fd (for logs). */
 const char *unixsock_peer(int fd, char *buf, size_t cap);

@@ -107,9 +107,7 @@ bool localtwin_listen_name(const struct sockaddr *sa, int port, struct sockaddr_
     return false;
 }
 
-/* Who is at the other end of a Unix socket (for a connector, the process
- * that listened, as it was at listen()). */
-static bool peer_cred(int fd, struct ucred *cred)
+bool localtwin_peer_cred(int fd, struct ucred *cred)
 {
     socklen_t len = sizeof(*cred);
     return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 && len == sizeof(*cred);
@@ -119,7 +117,7 @@ static bool peer_cred(int fd, struct ucred *cred)
 static bool same_user(int fd)
 {
     struct ucred cred;
-    return peer_cred(fd, &cred) && cred.uid == geteuid();
+    return localtwin_peer_cred(fd, &cred) && cred.uid == geteuid();
 }
 
 /* One name: connected (and ours) or -1.  A Unix connect completes at once
@@ -155,7 +153,7 @@ int localtwin_connect(const struct sockaddr *sa, int port)
 void localtwin_peer_name(int fd, char *out, size_t outlen)
 {
     struct ucred cred;
-    if (peer_cred(fd, &cred))
+    if (localtwin_peer_cred(fd, &cred))
         snprintf(out, outlen, "local pid %ld", (long)cred.pid);
     else
         snprintf(out, outlen, "local");

@@ -32,4 +32,9 @@ int localtwin_connect(const struct sockaddr *sa, int port);
 /* "local pid N" for an accepted twin connection (its peer has no address). */
 void localtwin_peer_name(int fd, char *out, size_t outlen);
 
+/* Who is at the other end of a Unix socket (for a connector, the process
+ * that listened, as it was at listen()); false if the kernel does not say. */
+struct ucred;
+bool localtwin_peer_cred(int fd, struct ucred *cred);
+
 #endif
