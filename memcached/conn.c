@@ -31,6 +31,7 @@
 #include "proto_bin.h"
 #include "proto_text.h"
 #include "server.h"
+#include "tls.h"
 #include "unixsock.h"
 
 #define RBUF_INITIAL 4096
@@ -402,7 +403,7 @@ static void flush_queued(evutil_socket_t fd, short what, void *arg)
         list = c->flush_next;
         c->flush_queued = false;
         c->flush_next = NULL;
-        if (!c->closing && (c->transient > 0 || !sendq_want(s->sq, &c->wr)))
+        if (!c->closing && (c->transient > 0 || c->tls || !sendq_want(s->sq, &c->wr)))
             conn_flush(c);
         conn_release(c);
     }
@@ -865,10 +866,13 @@ struct conn *conn_new(struct server *s, int fd)
     c->rcap = RBUF_INITIAL;
     c->rbuf = malloc(c->rcap);
     c->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_event, c);
-    if (!c->rbuf || !c->ev) {
+    if (s->tls)
+        c->tls = tls_conn_new(s->tls, fd);
+    if (!c->rbuf || !c->ev || (s->tls && !c->tls)) {
         free(c->rbuf);
         if (c->ev)
             event_free(c->ev);
+        tls_conn_free(c->tls);
         free(c);
         return NULL;
     }
@@ -900,6 +904,7 @@ static void conn_destroy(struct conn *c)
         r = next;
     }
     free(c->rbuf);
+    free(c->tls_wbuf);
     free(c);
 }
 
@@ -916,6 +921,8 @@ void conn_close(struct conn *c)
     }
     event_free(c->ev);
     c->ev = NULL;
+    tls_conn_free(c->tls);
+    c->tls = NULL;
     close(c->fd);
     c->fd = -1;
     conn_list_remove(&s->conns, c);
@@ -1036,6 +1043,29 @@ static void conn_keep_transient(struct conn *c)
     c->transient = 0;
 }
 
+/* One TLS write of the first bytes of iov (want in all): at most
+ * ssl_wbuf_size, gathered into one buffer unless the first piece holds
+ * them.  A write that waited is made again from the same queue, so it
+ * starts with the same bytes and is no shorter, as TLS requires. */
+static ssize_t conn_tls_write(struct conn *c, const struct iovec *iov, size_t want)
+{
+    size_t cap = c->srv->settings.tls.wbuf_size;
+    size_t n = want < cap ? want : cap;
+    if (iov[0].iov_len >= n)
+        return tls_write(c->tls, iov[0].iov_base, n);
+    if (c->tls_wbuf == NULL && (c->tls_wbuf = malloc(cap)) == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    size_t off = 0;
+    for (int i = 0; i < c->niov && off < n; i++) {
+        size_t take = iov[i].iov_len < n - off ? iov[i].iov_len : n - off;
+        memcpy(c->tls_wbuf + off, iov[i].iov_base, take);
+        off += take;
+    }
+    return tls_write(c->tls, c->tls_wbuf, n);
+}
+
 /* Write as much of the completed head of the queue as the socket takes.
  * Every path that queues a read's reply ends here before returning to the
  * event loop, which is what makes transient values safe. */
@@ -1049,20 +1079,23 @@ static void conn_flush(struct conn *c)
         size_t want = conn_build_iov(c, iov, IOV_BATCH);
         if (want == 0)
             break;
-        ssize_t w = writev(c->fd, iov, c->niov);
+        ssize_t w = c->tls ? conn_tls_write(c, iov, want) : writev(c->fd, iov, c->niov);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 c->out_blocked = true;
+                c->tls_write_wants_read = c->tls && !tls_conn_wants_write(c->tls);
                 break;
             }
             conn_close(c);
             return;
         }
+        c->tls_write_wants_read = false;
         c->srv->stats.bytes_written += (uint64_t)w;
         conn_consume_output(c, (size_t)w);
-        if ((size_t)w < want) {
+        /* (TLS writes a chunk at a time: a short count is not a full socket) */
+        if ((size_t)w < want && !c->tls) {
             c->out_blocked = true;
             break;
         }
@@ -1091,12 +1124,18 @@ static void conn_flush(struct conn *c)
      * (the socket is writable: at once).  One waiting behind a reply that
      * is not written yet (a write in flight) is not: that reply's
      * completion flushes and comes back here. */
-    if (c->out_blocked || conn_stream_wants(c))
+    if ((c->out_blocked && !c->tls_write_wants_read) || conn_stream_wants(c) ||
+        c->tls_read_wants_write)
         want |= EV_WRITE;
     c->paused = c->out_blocked && conn_backlog(c) > OUT_BACKLOG_MAX;
     if (!c->paused && !c->close_after_write && !c->blocked && !c->throttled && !c->stream)
         want |= EV_READ;
+    if (c->tls_write_wants_read)
+        want |= EV_READ;          /* the write goes on once TLS read what it waits for */
     conn_set_events(c, want);
+    /* Input TLS already decrypted is not the socket's to announce. */
+    if ((want & EV_READ) && c->tls && tls_pending(c->tls) > 0)
+        event_active(c->ev, EV_READ, 0);
 }
 
 /* ---- input ---- */
@@ -1131,6 +1170,16 @@ static void conn_choose_protocol(struct conn *c)
         c->process = proto_text_process;
 }
 
+/* read() into the free tail of the input buffer, or TLS's read. */
+static ssize_t conn_recv(struct conn *c, size_t room)
+{
+    if (c->tls == NULL)
+        return read(c->fd, c->rbuf + c->rend, room);
+    ssize_t n = tls_read(c->tls, c->rbuf + c->rend, room);
+    c->tls_read_wants_write = n < 0 && errno == EAGAIN && tls_conn_wants_write(c->tls);
+    return n;
+}
+
 /* One more read while memcached's buffer would still be filling (read_more):
  * true if bytes came. */
 static bool conn_read_some(struct conn *c)
@@ -1139,7 +1188,7 @@ static bool conn_read_some(struct conn *c)
     if (c->rend == c->rcap && !conn_make_room(c))
         return false;
     size_t room = c->rcap - c->rend;
-    ssize_t n = read(c->fd, c->rbuf + c->rend, room);
+    ssize_t n = conn_recv(c, room);
     if (n <= 0)
         return false;               /* drained, the end or an error: conn_read sees it */
     c->srv->stats.bytes_read += (uint64_t)n;
@@ -1313,7 +1362,7 @@ static void conn_read(struct conn *c)
             return;
         }
         size_t room = c->rcap - c->rend;
-        ssize_t n = read(c->fd, c->rbuf + c->rend, room);
+        ssize_t n = conn_recv(c, room);
         c->read_more = n > 0 && (size_t)n == room;
         if (n == 0) {
             conn_process(c);
@@ -1341,8 +1390,9 @@ static void conn_read(struct conn *c)
         big = c->win_left > READ_CHUNK;
         if (c->closing || c->close_after_write || c->blocked || c->throttled || c->stream)
             return;
-        /* A short read means the socket is drained. */
-        if (c->rend < c->rcap)
+        /* A short read means the socket is drained; a TLS read takes one
+         * record at most, so TLS reads on until it has none. */
+        if (c->rend < c->rcap && !c->tls)
             return;
     }
     if (unparsed)
@@ -1353,7 +1403,9 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
     server_clock_update(c->srv);  /* requests see the current second */
-    if (what & EV_WRITE) {
+    if ((what & EV_WRITE) && c->tls_read_wants_write && !c->closing && !c->paused)
+        conn_read(c);             /* a TLS read waited for the socket to take bytes */
+    if ((what & EV_WRITE) && !c->closing) {
         conn_flush(c);
         conn_stream_step(c);
         if (!c->closing && !c->paused && !c->blocked && !c->throttled)

@@ -19,6 +19,10 @@ struct conn {
     int fd;
     struct event *ev;
     short ev_flags;               /* events currently watched */
+    struct tls_conn *tls;         /* -Z: bytes move through TLS (tls.h) */
+    char *tls_wbuf;               /* ...replies gathered for one TLS write */
+    bool tls_read_wants_write;    /* a read waits for the socket to take bytes */
+    bool tls_write_wants_read;    /* a write waits for bytes from the peer */
     proto_process_fn process;     /* chosen from the first byte */
 
     char *rbuf;                   /* unread input is rbuf[rstart..rend) */

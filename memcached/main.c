@@ -46,7 +46,11 @@ static void usage(FILE *out)
         "                            ASCII auth set, or binary SASL PLAIN\n"
         "  -D <char>                 stats detail's key prefix delimiter (turns stats detail on)\n"
         "  -o, --extended=<opts>     hashpower=N, idle_timeout=S (close clients idle S s),\n"
-        "                            track_sizes (others ignored)\n"
+        "                            track_sizes, and with -Z: ssl_chain_cert=FILE, ssl_key=FILE,\n"
+        "                            ssl_ca_cert=FILE, ssl_verify_mode=0-3, ssl_keyformat=1|2,\n"
+        "                            ssl_ciphers=LIST, ssl_min_version=tlsv1.2, ssl_wbuf_size=KB\n"
+        "                            (others ignored)\n"
+        "  -Z, --enable-ssl          clients connect with TLS (plain role; see -o ssl_*)\n"
         "      --role=<role>         plain (default), data, parity, primary, backup, coordinator\n"
         "      --cluster=<file>      cluster file (replicated roles)\n"
         "      --group=<g> --index=<i>  this process's group and index within its role\n"
@@ -88,7 +92,50 @@ static bool parse_int(const char *s, int lo, int hi, int *out)
     return true;
 }
 
-static void parse_extended(struct settings *st, char *opts)
+/* One of memcached's -o ssl_* options; false (said) for a bad value. */
+static bool parse_tls_option(struct tls_config *t, char *o)
+{
+    char *v = strchr(o, '=');
+    int n;
+    size_t kb;
+    if (v != NULL)
+        *v++ = '\0';
+    if (v == NULL || *v == '\0') {
+        if (strcmp(o, "ssl_session_cache") == 0 || strcmp(o, "ssl_kernel_tls") == 0) {
+            fprintf(stderr, "cocytus-server: ignoring extended option '%s'\n", o);
+            return true;
+        }
+        fprintf(stderr, "cocytus-server: -o %s needs a value\n", o);
+        return false;
+    }
+    if (strcmp(o, "ssl_chain_cert") == 0)
+        t->chain_cert = v;
+    else if (strcmp(o, "ssl_key") == 0)
+        t->key = v;
+    else if (strcmp(o, "ssl_ca_cert") == 0)
+        t->ca_cert = v;
+    else if (strcmp(o, "ssl_ciphers") == 0)
+        t->ciphers = v;
+    else if (strcmp(o, "ssl_verify_mode") == 0 && parse_int(v, 0, TLS_VERIFY_MAX, &n))
+        t->verify_mode = n;
+    else if (strcmp(o, "ssl_keyformat") == 0 && parse_int(v, 1, 2, &n))
+        t->keyformat = n;
+    else if (strcmp(o, "ssl_min_version") == 0 && (n = tls_min_version_parse(v)) >= 0)
+        t->min_version = n;
+    else if (strcmp(o, "ssl_wbuf_size") == 0 && parse_size(v, 1024, &kb) && kb >= 1024 &&
+             kb <= (1u << 20))
+        t->wbuf_size = kb;
+    else {
+        fprintf(stderr, "cocytus-server: invalid -o %s=%s (ssl_chain_cert, ssl_key, ssl_ca_cert "
+                "and ssl_ciphers take a file or list, ssl_verify_mode 0-3, ssl_keyformat 1 (PEM) "
+                "or 2 (DER), ssl_min_version tlsv1, tlsv1.1, tlsv1.2 or tlsv1.3, ssl_wbuf_size "
+                "kilobytes, 1 to 1024)\n", o, v);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_extended(struct settings *st, char *opts)
 {
     char *save = NULL;
     for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
@@ -99,9 +146,13 @@ static void parse_extended(struct settings *st, char *opts)
             st->idle_timeout = hp;
         else if (strcmp(o, "track_sizes") == 0)
             st->sizes_enabled = true;
-        else
+        else if (strncmp(o, "ssl_", 4) == 0) {
+            if (!parse_tls_option(&st->tls, o))
+                return false;
+        } else
             fprintf(stderr, "cocytus-server: ignoring extended option '%s'\n", o);
     }
+    return true;
 }
 
 enum { OPT_ROLE = 1000, OPT_CLUSTER, OPT_GROUP, OPT_INDEX, OPT_NO_URING };
@@ -127,6 +178,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "listen-backlog", required_argument, NULL, 'b' },
         { "threads", required_argument, NULL, 't' },
         { "extended", required_argument, NULL, 'o' },
+        { "enable-ssl", no_argument, NULL, 'Z' },
         { "disable-flush-all", no_argument, NULL, 'F' },
         { "auth-file", required_argument, NULL, 'Y' },
         { "role", required_argument, NULL, OPT_ROLE },
@@ -139,7 +191,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { NULL, 0, NULL, 0 },
     };
     int ch, n;
-    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:Z", longopts, NULL)) != -1) {
         switch (ch) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &st->port))
@@ -207,7 +259,11 @@ static int parse_args(int argc, char **argv, struct settings *st)
                 fprintf(stderr, "cocytus-server: single-threaded; -t %d ignored\n", n);
             break;
         case 'o':
-            parse_extended(st, optarg);
+            if (!parse_extended(st, optarg))
+                return -1;
+            break;
+        case 'Z':
+            st->tls_enabled = true;
             break;
         case 'F':
             st->flush_enabled = false;
@@ -265,6 +321,19 @@ static int parse_args(int argc, char **argv, struct settings *st)
     if (st->unix_path && strcmp(st->role, "plain") != 0) {
         fprintf(stderr, "cocytus-server: -s (a Unix socket) serves the plain role only; a %s "
                 "process is reached at the host:port of its cluster file\n", st->role);
+        return -1;
+    }
+    /* The cluster's own clients (libcocytus, the proxy, the coordinator,
+     * cocytus-cli) speak to its processes in the clear; TLS for a cluster
+     * is at its edge, in front of it. */
+    if (st->tls_enabled && strcmp(st->role, "plain") != 0) {
+        fprintf(stderr, "cocytus-server: -Z (TLS) serves the plain role only; a %s process "
+                "is dialled in the clear by the cluster's proxy, clients and coordinator\n",
+                st->role);
+        return -1;
+    }
+    if (st->tls_enabled && st->unix_path) {
+        fprintf(stderr, "cocytus-server: -Z (TLS) is for TCP clients, not a Unix socket (-s)\n");
         return -1;
     }
     if (st->item_size_max < 1024) {

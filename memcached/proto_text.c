@@ -122,7 +122,7 @@ static const struct command_name command_names[] = {
     { "verbosity", TC_VERBOSITY }, { "stats", TC_STATS }, { "quit", TC_QUIT },
     { "shutdown", TC_SHUTDOWN }, { "cocytus", TC_ADMIN },
     { "cache_memlimit", TC_CACHE_MEMLIMIT }, { "watch", TC_WATCH },
-    { "lru_crawler", TC_LRU_CRAWLER },
+    { "lru_crawler", TC_LRU_CRAWLER }, { "refresh_certs", TC_REFRESH_CERTS },
 };
 
 static bool word_is(const char *s, size_t n, const char *w, size_t wn)
@@ -367,6 +367,8 @@ static enum text_parse_result parse_line(struct text_req *req, const char *buf, 
         return TP_OK;
     case TC_QUIT:
         return TP_OK;           /* memcached ignores anything after "quit" */
+    case TC_REFRESH_CERTS:
+        return TP_OK;           /* ...and after "refresh_certs" */
     case TC_SHUTDOWN:
         return t.count <= 2 ? TP_OK : parse_error(req, "ERROR");
     case TC_ADMIN:
@@ -1027,6 +1029,20 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
     conn_flush_point(c);
 }
 
+/* refresh_certs: the certificate, key and CAs read again, as memcached
+ * does after a certificate was renewed; on failure the old ones stay. */
+static void handle_refresh_certs(struct conn *c)
+{
+    struct server *s = conn_server(c);
+    char err[512];
+    if (s->tls == NULL)
+        reply_line(c, "Error TLS not enabled", false);
+    else if (!tls_server_refresh(s->tls, err, sizeof(err)))
+        reply_line(c, err, false);
+    else
+        reply_line(c, "OK", false);
+}
+
 /* watch: memcached's log streams are not supported; the refusals it
  * makes itself are its (behind pipelined replies, unknown streams). */
 static void handle_watch(struct conn *c, const struct text_req *req)
@@ -1571,6 +1587,9 @@ enum conn_parse proto_text_process(struct conn *c, const char *buf, size_t len,
         break;
     case TC_LRU_CRAWLER:
         handle_lru_crawler(c, &req);
+        break;
+    case TC_REFRESH_CERTS:
+        handle_refresh_certs(c);
         break;
     case TC_QUIT:
         return CONN_PARSE_CLOSE;

@@ -32,7 +32,8 @@ enum text_cmd {
     TC_ADMIN,       /* "cocytus <words>": engine admin commands */
     TC_CACHE_MEMLIMIT,
     TC_WATCH,
-    TC_LRU_CRAWLER  /* only "lru_crawler metadump" is served */
+    TC_LRU_CRAWLER, /* only "lru_crawler metadump" is served */
+    TC_REFRESH_CERTS /* -Z: read the certificate and key again */
 };
 
 enum text_parse_result {

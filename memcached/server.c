@@ -51,6 +51,7 @@ void settings_defaults(struct settings *s)
     s->flush_enabled = true;
     s->prefix_delimiter = ':';
     s->role = "plain";
+    tls_config_defaults(&s->tls);
 }
 
 static const char too_many_conns[] = "ERROR Too many open connections\r\n";
@@ -121,8 +122,11 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             return;
         }
         if (s->stats.curr_conns >= (uint64_t)s->settings.max_conns) {
-            ssize_t w = write(fd, too_many_conns, sizeof(too_many_conns) - 1);
-            (void)w;
+            /* (a TLS client could not read the line before its handshake) */
+            if (s->tls == NULL) {
+                ssize_t w = write(fd, too_many_conns, sizeof(too_many_conns) - 1);
+                (void)w;
+            }
             close(fd);
             s->stats.rejected_conns++;
             continue;
@@ -544,6 +548,15 @@ int server_init(struct server *s, const struct settings *settings, struct event_
         return -1;
     if (settings->auth_file && server_load_auth(s, settings->auth_file) < 0)
         return -1;
+    /* The key is read before -u drops root, as memcached reads it. */
+    if (settings->tls_enabled) {
+        char err[512];
+        s->tls = tls_server_new(&settings->tls, err, sizeof(err));
+        if (s->tls == NULL) {
+            fprintf(stderr, "cocytus-server: %s\n", err);
+            return -1;
+        }
+    }
     s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
@@ -656,4 +669,6 @@ void server_destroy(struct server *s)
     }
     sendq_free(s->sq);
     s->sq = NULL;
+    tls_server_free(s->tls);
+    s->tls = NULL;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "unixsock.h"
+#include "tls.h"
 #include "authfile.h"
 #include "clock.h"
 #include "engine.h"
@@ -33,6 +34,8 @@ struct settings {
     const char *listen_addr;  /* -l (NULL: all interfaces) */
     const char *unix_path;    /* -s: listen on this Unix socket instead of TCP */
     int unix_mask;            /* -a: the socket file's permissions (0700) */
+    bool tls_enabled;         /* -Z: clients speak TLS (plain role) */
+    struct tls_config tls;    /* -o ssl_*: its certificate, key and rules */
     int udp_port;             /* -U; only 0 (off) is supported */
     size_t mem_limit;         /* -m, bytes */
     int max_conns;            /* -c */
@@ -108,6 +111,7 @@ struct server {
     int nlisten;
     bool listen_unix;         /* -s: the one listener is a Unix socket */
     struct unixsock unix_listener; /* ... it, its lock and its file (unixsock.h) */
+    struct tls_server *tls;   /* -Z: every accepted client shakes hands (tls.h) */
     struct event *clock_ev;
     struct event *accept_ev;  /* resumes accepting after running out of descriptors */
     struct event *sigterm_ev, *sigint_ev;

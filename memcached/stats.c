@@ -130,6 +130,11 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "store_no_memory", st->store_no_memory);
     emit_u64(emit, ctx, "auth_cmds", st->auth_cmds);
     emit_u64(emit, ctx, "auth_errors", st->auth_errors);
+    if (s->tls) {
+        emit_u64(emit, ctx, "ssl_handshake_errors", tls_server_handshake_errors(s->tls));
+        emit_u64(emit, ctx, "time_since_server_cert_refresh",
+                 (uint64_t)(time(NULL) - tls_server_last_refresh(s->tls)));
+    }
     emit_u64(emit, ctx, "bytes_read", st->bytes_read);
     emit_u64(emit, ctx, "bytes_written", st->bytes_written);
     emit(ctx, "limit_maxbytes", "%s", engine_stat(&es, "limit_maxbytes"));
@@ -215,6 +220,17 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "dump_enabled", "%s", "yes");
     emit(ctx, "idle_timeout", "%d", st->idle_timeout);
     emit(ctx, "track_sizes", "%s", st->sizes_enabled ? "yes" : "no");
+    emit(ctx, "ssl_enabled", "%s", st->tls_enabled ? "yes" : "no");
+    emit(ctx, "ssl_chain_cert", "%s", st->tls.chain_cert ? st->tls.chain_cert : "(null)");
+    emit(ctx, "ssl_key", "%s", st->tls.key ? st->tls.key : "(null)");
+    emit(ctx, "ssl_verify_mode", "%d", st->tls.verify_mode);
+    emit(ctx, "ssl_keyformat", "%d", st->tls.keyformat);
+    emit(ctx, "ssl_ciphers", "%s", st->tls.ciphers ? st->tls.ciphers : "NULL");
+    emit(ctx, "ssl_ca_cert", "%s", st->tls.ca_cert ? st->tls.ca_cert : "NULL");
+    emit(ctx, "ssl_wbuf_size", "%zu", st->tls.wbuf_size);
+    emit(ctx, "ssl_session_cache", "%s", "no");
+    emit(ctx, "ssl_kernel_tls", "%s", "no");
+    emit(ctx, "ssl_min_version", "%s", tls_min_version_name(st->tls.min_version));
     emit(ctx, "role", "%s", st->role);
 }
 

@@ -1,0 +1,391 @@
+/* tls.c - TLS on a server's client port (tls.h), over OpenSSL.
+ *
+ * One SSL_CTX holds the certificate, key and verification rules; every
+ * accepted connection gets an SSL object on its socket, in accept state,
+ * so the handshake happens inside its first reads without a state of our
+ * own.  refresh_certs builds a whole new SSL_CTX from the files and swaps
+ * it in only if every file loaded: a bad file never leaves the server
+ * half-configured, and open connections keep the context they started
+ * with (OpenSSL counts its references).  Reads are not read ahead, so
+ * what TLS holds undelivered is only the rest of a record a short buffer
+ * could not take (tls_pending); the socket itself still says when more
+ * records wait. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tls.h"
+
+void tls_config_defaults(struct tls_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->keyformat = 1;
+    cfg->min_version = 2;
+    cfg->wbuf_size = 16384;
+}
+
+static const char *const version_names[] = { "tlsv1", "tlsv1.1", "tlsv1.2", "tlsv1.3" };
+
+int tls_min_version_parse(const char *name)
+{
+    for (int v = 0; v <= TLS_MIN_VERSION_MAX; v++)
+        if (strcmp(name, version_names[v]) == 0)
+            return v;
+    return -1;
+}
+
+const char *tls_min_version_name(int v)
+{
+    return v >= 0 && v <= TLS_MIN_VERSION_MAX ? version_names[v] : "unknown";
+}
+
+#ifdef HAVE_OPENSSL
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+struct tls_server {
+    struct tls_config cfg;
+    SSL_CTX *ctx;
+    uint64_t handshake_errors;
+    time_t last_refresh;
+};
+
+struct tls_conn {
+    struct tls_server *srv;
+    SSL *ssl;
+    bool wants_write;
+};
+
+bool tls_built_in(void)
+{
+    return true;
+}
+
+/* The oldest error OpenSSL queued, after what we were doing. */
+static void say_error(char *err, size_t errlen, const char *what, const char *file)
+{
+    unsigned long e = ERR_get_error();
+    char why[256] = "unknown error";
+    if (e != 0)
+        ERR_error_string_n(e, why, sizeof(why));
+    else if (errno != 0)
+        snprintf(why, sizeof(why), "%s", strerror(errno));
+    if (file)
+        snprintf(err, errlen, "%s %s : %s", what, file, why);
+    else
+        snprintf(err, errlen, "%s: %s", what, why);
+    ERR_clear_error();
+}
+
+static const int min_versions[] = { TLS1_VERSION, TLS1_1_VERSION, TLS1_2_VERSION, TLS1_3_VERSION };
+
+static int verify_flags(int mode)
+{
+    switch (mode) {
+    case 1: return SSL_VERIFY_PEER;
+    case 2: return SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+    case 3: return SSL_VERIFY_PEER | SSL_VERIFY_CLIENT_ONCE;
+    default: return SSL_VERIFY_NONE;
+    }
+}
+
+/* A context from the files cfg names, or NULL with err set. */
+static SSL_CTX *context_from(const struct tls_config *cfg, char *err, size_t errlen)
+{
+    ERR_clear_error();
+    errno = 0;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL) {
+        say_error(err, errlen, "cannot create a TLS context", NULL);
+        return NULL;
+    }
+    const char *key = cfg->key ? cfg->key : cfg->chain_cert;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->chain_cert) != 1) {
+        say_error(err, errlen, "Error loading the certificate chain:", cfg->chain_cert);
+        goto fail;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, key, cfg->keyformat) != 1) {
+        say_error(err, errlen, "Error loading the private key:", key);
+        goto fail;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        say_error(err, errlen, "Error: the private key does not match the certificate:", key);
+        goto fail;
+    }
+    if (cfg->ca_cert) {
+        if (SSL_CTX_load_verify_locations(ctx, cfg->ca_cert, NULL) != 1) {
+            say_error(err, errlen, "Error loading the CA certificate:", cfg->ca_cert);
+            goto fail;
+        }
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(cfg->ca_cert);
+        if (names == NULL) {
+            say_error(err, errlen, "Error reading CA names from", cfg->ca_cert);
+            goto fail;
+        }
+        SSL_CTX_set_client_CA_list(ctx, names);
+    }
+    if (cfg->ciphers && SSL_CTX_set_cipher_list(ctx, cfg->ciphers) != 1) {
+        say_error(err, errlen, "Error setting the cipher list", cfg->ciphers);
+        goto fail;
+    }
+    SSL_CTX_set_min_proto_version(ctx, min_versions[cfg->min_version]);
+    SSL_CTX_set_verify(ctx, verify_flags(cfg->verify_mode), NULL);
+    /* A write that waited is retried from a buffer rebuilt out of the
+     * connection's reply queue: same bytes, another address. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    long opts = SSL_OP_NO_RENEGOTIATION;
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    /* A client that hangs up without a close_notify is just gone, as a
+     * memcached client that closes its socket is. */
+    opts |= SSL_OP_IGNORE_UNEXPECTED_EOF;
+#endif
+    SSL_CTX_set_options(ctx, opts);
+    return ctx;
+fail:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+struct tls_server *tls_server_new(const struct tls_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->chain_cert == NULL) {
+        snprintf(err, errlen, "TLS (-Z) needs a certificate: -o ssl_chain_cert=FILE");
+        return NULL;
+    }
+    struct tls_server *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    t->cfg = *cfg;
+    t->ctx = context_from(cfg, err, errlen);
+    if (t->ctx == NULL) {
+        free(t);
+        return NULL;
+    }
+    t->last_refresh = time(NULL);
+    return t;
+}
+
+void tls_server_free(struct tls_server *t)
+{
+    if (t == NULL)
+        return;
+    SSL_CTX_free(t->ctx);
+    free(t);
+}
+
+bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
+{
+    SSL_CTX *ctx = context_from(&t->cfg, err, errlen);
+    if (ctx == NULL)
+        return false;
+    SSL_CTX_free(t->ctx);
+    t->ctx = ctx;
+    t->last_refresh = time(NULL);
+    return true;
+}
+
+uint64_t tls_server_handshake_errors(const struct tls_server *t)
+{
+    return t->handshake_errors;
+}
+
+time_t tls_server_last_refresh(const struct tls_server *t)
+{
+    return t->last_refresh;
+}
+
+struct tls_conn *tls_conn_new(struct tls_server *t, int fd)
+{
+    struct tls_conn *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL)
+        return NULL;
+    tc->srv = t;
+    tc->ssl = SSL_new(t->ctx);
+    if (tc->ssl == NULL || SSL_set_fd(tc->ssl, fd) != 1) {
+        ERR_clear_error();
+        SSL_free(tc->ssl);
+        free(tc);
+        return NULL;
+    }
+    SSL_set_accept_state(tc->ssl);
+    return tc;
+}
+
+void tls_conn_free(struct tls_conn *tc)
+{
+    if (tc == NULL)
+        return;
+    /* Only after a finished handshake, and without waiting for the peer's. */
+    if (SSL_is_init_finished(tc->ssl))
+        SSL_shutdown(tc->ssl);
+    ERR_clear_error();
+    SSL_free(tc->ssl);
+    free(tc);
+}
+
+/* What an SSL_read or SSL_write that returned rc <= 0 means, as read()
+ * would say it: -1 with errno (EAGAIN to wait), or 0 for the end. */
+static ssize_t outcome(struct tls_conn *tc, int rc)
+{
+    int e = SSL_get_error(tc->ssl, rc);
+    int saved = errno;
+    tc->wants_write = false;
+    switch (e) {
+    case SSL_ERROR_WANT_READ:
+        errno = EAGAIN;
+        return -1;
+    case SSL_ERROR_WANT_WRITE:
+        tc->wants_write = true;
+        errno = EAGAIN;
+        return -1;
+    case SSL_ERROR_ZERO_RETURN:
+        ERR_clear_error();
+        return 0;
+    case SSL_ERROR_SYSCALL:
+        if (ERR_peek_error() == 0 && saved == 0) {
+            /* The peer closed without a word (OpenSSL before 3). */
+            return 0;
+        }
+        /* fallthrough */
+    default:
+        if (!SSL_is_init_finished(tc->ssl))
+            tc->srv->handshake_errors++;
+        ERR_clear_error();
+        errno = saved != 0 && saved != EAGAIN ? saved : ECONNRESET;
+        return -1;
+    }
+}
+
+ssize_t tls_read(struct tls_conn *tc, void *buf, size_t n)
+{
+    if (n == 0)
+        return 0;
+    ERR_clear_error();
+    errno = 0;
+    int rc = SSL_read(tc->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n);
+    if (rc > 0) {
+        tc->wants_write = false;
+        return rc;
+    }
+    return outcome(tc, rc);
+}
+
+ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
+{
+    if (n == 0)
+        return 0;
+    ERR_clear_error();
+    errno = 0;
+    int rc = SSL_write(tc->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n);
+    if (rc > 0) {
+        tc->wants_write = false;
+        return rc;
+    }
+    ssize_t r = outcome(tc, rc);
+    /* A write's end is the peer's reset as far as the writer goes. */
+    if (r == 0) {
+        errno = EPIPE;
+        return -1;
+    }
+    return r;
+}
+
+bool tls_conn_wants_write(const struct tls_conn *tc)
+{
+    return tc->wants_write;
+}
+
+size_t tls_pending(const struct tls_conn *tc)
+{
+    int n = SSL_pending(tc->ssl);
+    return n > 0 ? (size_t)n : 0;
+}
+
+#else /* !HAVE_OPENSSL */
+
+bool tls_built_in(void)
+{
+    return false;
+}
+
+struct tls_server *tls_server_new(const struct tls_config *cfg, char *err, size_t errlen)
+{
+    (void)cfg;
+    snprintf(err, errlen, "this cocytus-server was built without TLS (configure found no "
+             "OpenSSL: apt-get install libssl-dev)");
+    return NULL;
+}
+
+void tls_server_free(struct tls_server *t)
+{
+    (void)t;
+}
+
+bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
+{
+    (void)t;
+    snprintf(err, errlen, "TLS not enabled");
+    return false;
+}
+
+uint64_t tls_server_handshake_errors(const struct tls_server *t)
+{
+    (void)t;
+    return 0;
+}
+
+time_t tls_server_last_refresh(const struct tls_server *t)
+{
+    (void)t;
+    return 0;
+}
+
+struct tls_conn *tls_conn_new(struct tls_server *t, int fd)
+{
+    (void)t;
+    (void)fd;
+    return NULL;
+}
+
+void tls_conn_free(struct tls_conn *tc)
+{
+    (void)tc;
+}
+
+ssize_t tls_read(struct tls_conn *tc, void *buf, size_t n)
+{
+    (void)tc;
+    (void)buf;
+    (void)n;
+    errno = ENOTSUP;
+    return -1;
+}
+
+ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
+{
+    (void)tc;
+    (void)buf;
+    (void)n;
+    errno = ENOTSUP;
+    return -1;
+}
+
+bool tls_conn_wants_write(const struct tls_conn *tc)
+{
+    (void)tc;
+    return false;
+}
+
+size_t tls_pending(const struct tls_conn *tc)
+{
+    (void)tc;
+    return 0;
+}
+
+#endif

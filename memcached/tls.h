@@ -1,0 +1,68 @@
+/* tls.h - TLS on a server's client port (memcached's -Z), over OpenSSL.
+ *
+ * A connection keeps its file descriptor and its buffers; what changes is
+ * how bytes move: tls_read and tls_write take the place of read() and
+ * writev() and answer as they do (a count, 0 at the end, -1 with errno,
+ * EAGAIN while TLS waits for the socket).  The handshake runs inside the
+ * first reads.  Built without OpenSSL, tls_server_new says so and nothing
+ * else is reachable. */
+#ifndef MC_TLS_H
+#define MC_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+/* What -o ssl_* chose; the files are read at start and by refresh_certs. */
+struct tls_config {
+    const char *chain_cert;   /* ssl_chain_cert: the certificate chain, PEM */
+    const char *key;          /* ssl_key: the private key (if not in the chain file) */
+    const char *ca_cert;      /* ssl_ca_cert: CAs that sign accepted client certificates */
+    const char *ciphers;      /* ssl_ciphers: OpenSSL's cipher list for TLS <= 1.2 */
+    int verify_mode;          /* ssl_verify_mode: 0 none, 1 request, 2 require, 3 once */
+    int keyformat;            /* ssl_keyformat: 1 PEM, 2 DER (OpenSSL's SSL_FILETYPE_*) */
+    int min_version;          /* ssl_min_version: 0 tlsv1, 1 tlsv1.1, 2 tlsv1.2, 3 tlsv1.3 */
+    size_t wbuf_size;         /* ssl_wbuf_size: bytes per TLS write (16 KB) */
+};
+
+#define TLS_VERIFY_MAX 3
+#define TLS_MIN_VERSION_MAX 3
+
+struct tls_server;
+struct tls_conn;
+
+/* Whether this build has TLS at all. */
+bool tls_built_in(void);
+
+void tls_config_defaults(struct tls_config *cfg);
+/* "tlsv1.2" -> 2; -1 for an unknown name.  And back. */
+int tls_min_version_parse(const char *name);
+const char *tls_min_version_name(int v);
+
+/* Reads the certificate, key and CAs; NULL with a reason in err. */
+struct tls_server *tls_server_new(const struct tls_config *cfg, char *err, size_t errlen);
+void tls_server_free(struct tls_server *t);
+/* Reads the files again (refresh_certs); new connections use them, open
+ * ones keep theirs.  On failure the old ones stay, and err says why. */
+bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen);
+uint64_t tls_server_handshake_errors(const struct tls_server *t);
+time_t tls_server_last_refresh(const struct tls_server *t);
+
+/* A connection on fd (non-blocking) that is still to shake hands. */
+struct tls_conn *tls_conn_new(struct tls_server *t, int fd);
+/* Sends a close_notify if the socket takes it at once, and frees. */
+void tls_conn_free(struct tls_conn *tc);
+/* As read() and write().  After -1 with EAGAIN, tls_conn_wants_write
+ * says whether TLS waits for the socket to become writable (a read can,
+ * in a handshake) rather than readable (a write can, for a key update).
+ * A write that waited must be retried with the same bytes first. */
+ssize_t tls_read(struct tls_conn *tc, void *buf, size_t n);
+ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n);
+bool tls_conn_wants_write(const struct tls_conn *tc);
+/* Decrypted bytes TLS holds that no read took yet: the socket will not
+ * say readable for them. */
+size_t tls_pending(const struct tls_conn *tc);
+
+#endif
