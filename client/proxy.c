@@ -427,6 +427,10 @@ static void usage(FILE *f)
             "  -l, --listen ADDR     address to listen on (default 127.0.0.1)\n"
             "      --unix-socket PATH  listen on a Unix socket instead of TCP\n"
             "      --unix-mask PERMS   the Unix socket's permissions, octal (default 0700)\n"
+            "      --tls-cert FILE   clients connect with TLS; the certificate chain (PEM)\n"
+            "      --tls-key FILE    its private key (default: in the --tls-cert file)\n"
+            "      --tls-ca FILE     require client certificates signed by these CAs\n"
+            "      --tls-min-version tlsv1.2|tlsv1.3  oldest TLS accepted (default tlsv1.2)\n"
             "  -t, --timeout MS      a server that leaves a request unanswered this long is\n"
             "                        taken as failed (default 1000)\n"
             "  -D, --deadline-ms MS  retry a request this long (server failures, slot\n"
@@ -461,7 +465,8 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
-enum { OPT_UNIX_SOCKET = 1000, OPT_UNIX_MASK };
+enum { OPT_UNIX_SOCKET = 1000, OPT_UNIX_MASK, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_CA,
+       OPT_TLS_MIN_VERSION };
 
 /* Returns 0 to run, 1 on a usage error, 2 after --help. */
 static int parse_args(int argc, char **argv, struct px_options *o)
@@ -485,6 +490,10 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         { "no-io-uring", no_argument, NULL, 'U' },
         { "unix-socket", required_argument, NULL, OPT_UNIX_SOCKET },
         { "unix-mask", required_argument, NULL, OPT_UNIX_MASK },
+        { "tls-cert", required_argument, NULL, OPT_TLS_CERT },
+        { "tls-key", required_argument, NULL, OPT_TLS_KEY },
+        { "tls-ca", required_argument, NULL, OPT_TLS_CA },
+        { "tls-min-version", required_argument, NULL, OPT_TLS_MIN_VERSION },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -500,6 +509,20 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         case 'U': o->no_uring = true; break;
         case 'l': o->addr = optarg; break;
         case OPT_UNIX_SOCKET: o->unix_path = optarg; break;
+        case OPT_TLS_CERT: o->tls = true; o->tls_cfg.chain_cert = optarg; break;
+        case OPT_TLS_KEY: o->tls_cfg.key = optarg; break;
+        case OPT_TLS_CA:
+            o->tls_cfg.ca_cert = optarg;
+            o->tls_cfg.verify_mode = 2;     /* a CA file is given to require its clients */
+            break;
+        case OPT_TLS_MIN_VERSION:
+            o->tls_cfg.min_version = tls_min_version_parse(optarg);
+            if (o->tls_cfg.min_version < 2) {
+                fprintf(stderr, "cocytus-proxy: invalid value '%s' for --tls-min-version "
+                                "(tlsv1.2 or tlsv1.3)\n", optarg);
+                return 1;
+            }
+            break;
         case OPT_UNIX_MASK:
             if (!unixsock_parse_mask(optarg, &o->unix_mask)) {
                 fprintf(stderr, "cocytus-proxy: invalid value '%s' for --unix-mask "
@@ -628,6 +651,21 @@ static int setup_and_run(struct proxy *px)
     }
     if (!px_auth_setup(px, px->opt.auth_file, px->opt.server_auth_file))
         return 1;
+    if ((px->opt.tls_cfg.key || px->opt.tls_cfg.ca_cert) && !px->opt.tls) {
+        fprintf(stderr, "cocytus-proxy: --tls-key and --tls-ca need --tls-cert\n");
+        return 1;
+    }
+    if (px->opt.tls && px->opt.unix_path) {
+        fprintf(stderr, "cocytus-proxy: --tls-cert is for TCP clients, not --unix-socket\n");
+        return 1;
+    }
+    if (px->opt.tls) {
+        px->tls = tls_server_new(&px->opt.tls_cfg, err, sizeof(err));
+        if (px->tls == NULL) {
+            fprintf(stderr, "cocytus-proxy: %s\n", err);
+            return 1;
+        }
+    }
     px->first_map = first_map(px);
     if (px->first_map == NULL)
         return 1;
@@ -658,6 +696,7 @@ int main(int argc, char **argv)
     px.opt.wait_s = DEFAULT_CONNECT_WAIT_S;
     px.opt.threads = DEFAULT_THREADS;
     px.opt.unix_mask = 0700;
+    tls_config_defaults(&px.opt.tls_cfg);
     px.unix_listener.fd = px.unix_listener.lock_fd = -1;
     rc = parse_args(argc, argv, &px.opt);
     if (rc != 0) {
@@ -677,6 +716,7 @@ int main(int argc, char **argv)
     free(px.seeds);
     lc_map_free(px.first_map);
     authfile_free(&px.auth);
+    tls_server_free(px.tls);
     for (size_t i = 0; i < px.nbstats; i++)
         free(px.bstats[i]);
     pthread_mutex_destroy(&px.stats_lock);

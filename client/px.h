@@ -37,6 +37,7 @@
 #include "lc_map.h"
 #include "authfile.h"
 #include "proto_text.h"
+#include "tls.h"
 #include "unixsock.h"
 
 #define PX_VERSION "1.6.18-cocytus-proxy-" PACKAGE_VERSION
@@ -112,6 +113,8 @@ struct px_options {
     bool no_uring;                  /* --no-io-uring: one sendmsg() per connection */
     const char *unix_path;          /* --unix-socket: listen there instead of TCP */
     int unix_mask;                  /* --unix-mask: its permissions (0700) */
+    bool tls;                       /* --tls-cert given: clients speak TLS */
+    struct tls_config tls_cfg;      /* --tls-cert, --tls-key, --tls-ca, --tls-min-version */
 };
 
 struct px_worker;
@@ -137,6 +140,7 @@ struct proxy {
     struct authfile auth;           /* -Y pairs (n == 0: no client auth) */
     struct auth_pair server_auth;   /* presented to the servers */
     bool has_server_auth;
+    struct tls_server *tls;         /* --tls-cert: shared by the workers (tls.h) */
 };
 
 /* ---- buffers ---- */
@@ -311,6 +315,9 @@ struct px_client {
     unsigned kick_pass;             /* px_meta.c: the kick pass that found it waiting */
     size_t held_bytes;              /* request bytes its ops keep for resending */
     int64_t last_active_ms;
+    struct tls_conn *tls;           /* --tls-cert: its bytes move through TLS */
+    bool tls_read_wants_write;      /* a TLS read waits for the socket to take bytes */
+    bool tls_write_wants_read;      /* a TLS write waits for bytes from the client */
 };
 
 /* ---- a map fetch in progress ---- */

@@ -17,7 +17,12 @@
  *
  * Closing a client frees its requests; an op still in a backend's FIFO is
  * only detached (op->req = NULL) and freed when its reply comes, since the
- * FIFO must still match that reply. */
+ * FIFO must still match that reply.
+ *
+ * With --tls-cert a client's bytes go through TLS (memcached/tls.h): a
+ * read takes one record, decrypted bytes nobody read yet re-arm the read
+ * event, and output is written a record at a time by the flush step, not
+ * in the worker's io_uring batch. */
 #include "config.h"
 
 #include <errno.h>
@@ -394,6 +399,8 @@ static void client_close(struct px_client *c)
     c->sq_slot = -1;
     event_del(c->rev);
     event_del(c->wev);
+    tls_conn_free(c->tls);
+    c->tls = NULL;
     close(c->fd);
     c->fd = -1;
     while (c->head) {
@@ -443,6 +450,42 @@ static void client_set_reading(struct px_client *c, bool on)
         event_add(c->rev, NULL);
     else
         event_del(c->rev);
+    if (on && c->tls && tls_pending(c->tls) > 0)
+        event_active(c->rev, EV_READ, 0);      /* decrypted before reading paused */
+}
+
+/* px_rbuf_read through TLS: one record at most. */
+static ssize_t client_tls_read(struct px_client *c, struct px_rbuf *b)
+{
+    if (!px_rbuf_reserve(b, PX_READ_CHUNK / 2)) {
+        errno = ENOMEM;
+        return -1;
+    }
+    ssize_t n = tls_read(c->tls, b->data + b->off + b->len, b->cap - b->off - b->len);
+    if (n > 0)
+        b->len += (size_t)n;
+    c->tls_read_wants_write = n < 0 && errno == EAGAIN && tls_conn_wants_write(c->tls);
+    return n;
+}
+
+/* One TLS record of the client's output.  A write that waited is made
+ * again with the same first bytes and no fewer of them (out only grows
+ * until a write succeeds), as TLS requires. */
+static ssize_t client_tls_send(struct px_client *c)
+{
+    size_t len = evbuffer_get_length(c->out);
+    size_t cap = c->w->px->opt.tls_cfg.wbuf_size;
+    size_t n = len < cap ? len : cap;
+    unsigned char *p = evbuffer_pullup(c->out, (ssize_t)n);
+    if (p == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    ssize_t w = tls_write(c->tls, p, n);
+    if (w > 0)
+        evbuffer_drain(c->out, (size_t)w);
+    c->tls_write_wants_read = w < 0 && errno == EAGAIN && !tls_conn_wants_write(c->tls);
+    return w;
 }
 
 /* Starts every complete request in in, while the client is not too busy. */
@@ -534,7 +577,11 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    ssize_t n = px_rbuf_read(in, c->fd);
+    if (c->tls_write_wants_read)
+        px_client_mark_dirty(c);            /* the flush step tries the write again */
+    ssize_t n = c->tls ? client_tls_read(c, in) : px_rbuf_read(in, c->fd);
+    if (c->tls_read_wants_write)
+        event_add(c->wev, NULL);
     if (n >= 0)
         w->client_reads++;
     if (n > 0)
@@ -565,13 +612,15 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
         c->closing = true;
         client_set_reading(c, false);
         px_client_mark_dirty(c);
+    } else if (c->tls && !c->dead && c->reading && tls_pending(c->tls) > 0) {
+        event_active(c->rev, EV_READ, 0);   /* the socket will not say so */
     }
 }
 
 /* Its output as one message of the worker's next batch. */
 void px_client_queue(struct px_client *c)
 {
-    if (!c->dead && c->sq_slot < 0 && evbuffer_get_length(c->out) > 0)
+    if (!c->dead && !c->tls && c->sq_slot < 0 && evbuffer_get_length(c->out) > 0)
         c->sq_slot = px_queue_buffer(c->w->sq, c->out, c->fd);
 }
 
@@ -588,8 +637,10 @@ void px_client_flush(struct px_client *c)
             return;
         }
     }
-    for (int i = 0; i < 8 && evbuffer_get_length(c->out) > 0; i++) {
-        ssize_t n = px_send_buffer(c->out, c->fd);
+    /* (a TLS record is at most 16 KB: more of them, as many bytes) */
+    int tries = c->tls ? 512 : 8;
+    for (int i = 0; i < tries && evbuffer_get_length(c->out) > 0; i++) {
+        ssize_t n = c->tls ? client_tls_send(c) : px_send_buffer(c->out, c->fd);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
@@ -601,7 +652,13 @@ void px_client_flush(struct px_client *c)
         px_count(written, (uint64_t)n);
     }
     if (evbuffer_get_length(c->out) > 0) {
-        event_add(c->wev, NULL);
+        if (c->tls_write_wants_read) {
+            /* writable already: the client's next bytes let it go on */
+            c->reading = true;
+            event_add(c->rev, NULL);
+        } else {
+            event_add(c->wev, NULL);
+        }
         return;
     }
     if (c->closing && c->head == NULL) {
@@ -617,6 +674,10 @@ static void on_client_write(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (c->tls_read_wants_write && !c->dead) {
+        c->tls_read_wants_write = false;
+        on_client_read(fd, EV_READ, c);
+    }
     if (!c->dead)
         px_client_mark_dirty(c);
 }
@@ -632,7 +693,8 @@ void px_client_adopt(struct px_worker *w, int fd)
             total += __atomic_load_n(&w->px->workers[i].st.curr_conns, __ATOMIC_RELAXED);
         if (total >= (uint64_t)w->px->opt.max_conns) {
             static const char msg[] = "ERROR Too many open connections\r\n";
-            ssize_t ignored = write(fd, msg, sizeof(msg) - 1);
+            /* (a TLS client could not read it before its handshake) */
+            ssize_t ignored = w->px->tls ? 0 : write(fd, msg, sizeof(msg) - 1);
             (void)ignored;
             close(fd);
             px_count(&w->st.rejected_conns, 1);
@@ -652,13 +714,16 @@ void px_client_adopt(struct px_worker *w, int fd)
     c->out = evbuffer_new();
     c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_client_read, c);
     c->wev = event_new(w->base, fd, EV_WRITE, on_client_write, c);
-    if (c->out == NULL || c->rev == NULL || c->wev == NULL) {
+    if (w->px->tls)
+        c->tls = tls_conn_new(w->px->tls, fd);
+    if (c->out == NULL || c->rev == NULL || c->wev == NULL || (w->px->tls && c->tls == NULL)) {
         if (c->out)
             evbuffer_free(c->out);
         if (c->rev)
             event_free(c->rev);
         if (c->wev)
             event_free(c->wev);
+        tls_conn_free(c->tls);
         close(fd);
         free(c);
         return;

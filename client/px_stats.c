@@ -364,6 +364,11 @@ static void emit_general(struct px_worker *w, const struct px_totals *tot, px_st
     emit_u64(emit, ctx, "errors", t.errors);
     emit_u64(emit, ctx, "auth_cmds", t.auth_cmds);
     emit_u64(emit, ctx, "auth_errors", t.auth_errors);
+    if (w->px->tls) {
+        emit_u64(emit, ctx, "ssl_handshake_errors", tls_server_handshake_errors(w->px->tls));
+        emit_u64(emit, ctx, "time_since_server_cert_refresh",
+                 (uint64_t)(time(NULL) - tls_server_last_refresh(w->px->tls)));
+    }
     for (int i = PX_TOTAL_BYTES; i < PX_TOTALS; i++)
         emit_total(tot, (enum px_total)i, emit, ctx);
     emit_u64(emit, ctx, "cluster_epoch", w->map->epoch);
@@ -413,6 +418,13 @@ static void emit_settings(const struct proxy *px, px_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "seeds", px->nseeds);
     emit(ctx, "server_auth", px->has_server_auth ? "yes" : "no");
     emit(ctx, "io_uring", o->no_uring ? "no" : "yes");
+    emit(ctx, "ssl_enabled", o->tls ? "yes" : "no");
+    if (o->tls) {
+        char n[16];
+        snprintf(n, sizeof(n), "%d", o->tls_cfg.verify_mode);
+        emit(ctx, "ssl_verify_mode", n);
+        emit(ctx, "ssl_min_version", tls_min_version_name(o->tls_cfg.min_version));
+    }
 }
 
 /* "backend:<host:port>:<what>" lines for every server any worker met. */

@@ -297,6 +297,17 @@ static void local_request(struct px_req *rq, const struct text_req *t)
     case TC_SHUTDOWN:
         local_line(rq, "ERROR: shutdown not enabled");
         break;
+    case TC_REFRESH_CERTS: {
+        struct tls_server *tls = rq->c->w->px->tls;
+        char err[512];
+        if (tls == NULL)
+            local_line(rq, "Error TLS not enabled");
+        else if (!tls_server_refresh(tls, err, sizeof(err)))
+            local_line(rq, err);
+        else
+            local_line(rq, "OK");
+        break;
+    }
     default:
         local_line(rq, "ERROR");
         break;

@@ -9,10 +9,12 @@
  * with (OpenSSL counts its references).  Reads are not read ahead, so
  * what TLS holds undelivered is only the rest of a record a short buffer
  * could not take (tls_pending); the socket itself still says when more
- * records wait. */
+ * records wait.  cocytus-proxy's worker threads share one tls_server: the
+ * context is swapped and taken under a mutex, the count is atomic. */
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +51,9 @@ const char *tls_min_version_name(int v)
 
 struct tls_server {
     struct tls_config cfg;
+    pthread_mutex_t lock;       /* ctx and last_refresh */
     SSL_CTX *ctx;
-    uint64_t handshake_errors;
+    uint64_t handshake_errors;  /* atomic */
     time_t last_refresh;
 };
 
@@ -167,6 +170,7 @@ struct tls_server *tls_server_new(const struct tls_config *cfg, char *err, size_
         free(t);
         return NULL;
     }
+    pthread_mutex_init(&t->lock, NULL);
     t->last_refresh = time(NULL);
     return t;
 }
@@ -176,6 +180,7 @@ void tls_server_free(struct tls_server *t)
     if (t == NULL)
         return;
     SSL_CTX_free(t->ctx);
+    pthread_mutex_destroy(&t->lock);
     free(t);
 }
 
@@ -184,20 +189,26 @@ bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
     SSL_CTX *ctx = context_from(&t->cfg, err, errlen);
     if (ctx == NULL)
         return false;
-    SSL_CTX_free(t->ctx);
+    pthread_mutex_lock(&t->lock);
+    SSL_CTX *old = t->ctx;
     t->ctx = ctx;
     t->last_refresh = time(NULL);
+    pthread_mutex_unlock(&t->lock);
+    SSL_CTX_free(old);          /* open connections hold references of their own */
     return true;
 }
 
 uint64_t tls_server_handshake_errors(const struct tls_server *t)
 {
-    return t->handshake_errors;
+    return __atomic_load_n(&t->handshake_errors, __ATOMIC_RELAXED);
 }
 
 time_t tls_server_last_refresh(const struct tls_server *t)
 {
-    return t->last_refresh;
+    pthread_mutex_lock((pthread_mutex_t *)&t->lock);
+    time_t when = t->last_refresh;
+    pthread_mutex_unlock((pthread_mutex_t *)&t->lock);
+    return when;
 }
 
 struct tls_conn *tls_conn_new(struct tls_server *t, int fd)
@@ -206,7 +217,9 @@ struct tls_conn *tls_conn_new(struct tls_server *t, int fd)
     if (tc == NULL)
         return NULL;
     tc->srv = t;
+    pthread_mutex_lock(&t->lock);
     tc->ssl = SSL_new(t->ctx);
+    pthread_mutex_unlock(&t->lock);
     if (tc->ssl == NULL || SSL_set_fd(tc->ssl, fd) != 1) {
         ERR_clear_error();
         SSL_free(tc->ssl);
@@ -255,7 +268,7 @@ static ssize_t outcome(struct tls_conn *tc, int rc)
         /* fallthrough */
     default:
         if (!SSL_is_init_finished(tc->ssl))
-            tc->srv->handshake_errors++;
+            __atomic_fetch_add(&tc->srv->handshake_errors, 1, __ATOMIC_RELAXED);
         ERR_clear_error();
         errno = saved != 0 && saved != EAGAIN ? saved : ECONNRESET;
         return -1;

@@ -20,13 +20,18 @@
 # TLS 1.2 client is refused.  Run as root with -u nobody, a key only root
 # can read is read before the switch, as memcached reads it.  Bad starts
 # are refused with a reason: no certificate, a missing key, a bad
-# ssl_verify_mode, -Z with a cluster role or with -s.
+# ssl_verify_mode, -Z with a cluster role or with -s.  cocytus-proxy
+# --tls-cert in front of a server serves the same data and slow-reader
+# checks over TLS (what it set is on the server behind it), refuses the
+# garbage and counts it, takes a renewed certificate with refresh_certs,
+# requires client certificates with --tls-ca, and refuses --tls-key alone
+# and a missing certificate.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
-need_built "$server_bin"
+need_built "$server_bin" "$build_dir/client/cocytus-proxy"
 need_pymemcache
 if ! command -v openssl >/dev/null 2>&1; then
     echo "SKIP: the openssl tool is not installed (apt-get install openssl)"
@@ -242,6 +247,69 @@ if [ "$(id -u)" -eq 0 ] && getent passwd nobody >/dev/null; then
     [[ $out == VERSION* ]] || fail "no service after the refused refresh: $out"
     stop_pid "$d_pid"
 fi
+
+# --- cocytus-proxy --tls-cert: TLS at a cluster's edge ---
+start_server "$dir/backend.log" || fail "a plain server for the proxy did not start"
+pids="$pids $server_pid"
+backend=$server_port
+backend_pid=$server_pid
+if start_proxy "$dir/proxy.log" --seeds "127.0.0.1:$backend" --tls-cert "$dir/cur.pem" \
+    --tls-key "$dir/cur.key"; then
+    pids="$pids $proxy_pid"
+    for what in data slow; do
+        if "$py" "$check_py" $what "$proxy_port" "$dir/ca.pem" >"$dir/p$what.out" 2>&1; then
+            ok "through cocytus-proxy --tls-cert: $(cat "$dir/p$what.out")"
+        else
+            fail "through the TLS proxy ($what): $(tail -3 "$dir/p$what.out")"
+        fi
+    done
+    direct=$(mc "127.0.0.1:$backend" "get p7\r\n" | head -2 | tr '\n' ' ')
+    [ "$direct" = "VALUE p7 0 2 v7 " ] && ok "the server behind the proxy holds what was set over TLS" ||
+        fail "the server behind the proxy has '$direct'"
+    "$py" "$check_py" garbage "$proxy_port" >"$dir/pgarbage.out" 2>&1 ||
+        fail "garbage on the proxy's TLS port: $(tail -3 "$dir/pgarbage.out")"
+    kill -0 "$proxy_pid" 2>/dev/null && ok "the proxy lives after the garbage" ||
+        fail "the proxy died: $(tail -5 "$dir/proxy.log")"
+    "$py" "$check_py" line "$proxy_port" "$dir/ca.pem" "stats" "stats settings" 2>&1 | tr -d '\r' \
+        >"$dir/pstats.out"
+    hs=$(awk '/^STAT ssl_handshake_errors/ {print $3}' "$dir/pstats.out")
+    if [ -n "$hs" ] && [ "$hs" -ge 20 ] && grep -q "^STAT ssl_enabled yes" "$dir/pstats.out"; then
+        ok "the proxy's stats: ssl_enabled yes, ssl_handshake_errors $hs"
+    else
+        fail "the proxy's stats: '$hs' $(grep ssl "$dir/pstats.out")"
+    fi
+    cp "$dir/srv.pem" "$dir/cur.pem"
+    cp "$dir/srv.key" "$dir/cur.key"
+    reply=$("$py" "$check_py" line "$proxy_port" "$dir/ca.pem" "refresh_certs" 2>&1)
+    serial=$("$py" "$check_py" serial "$proxy_port" "$dir/ca.pem" 2>&1)
+    want1=$(openssl x509 -in "$dir/srv.pem" -noout -serial | cut -d= -f2)
+    [ "$reply" = OK ] && [ "$serial" = "$want1" ] &&
+        ok "refresh_certs through the proxy: OK, the renewed certificate is served" ||
+        fail "refresh_certs through the proxy: '$reply', serial $serial (want $want1)"
+    stop_pid "$proxy_pid"
+else
+    fail "cocytus-proxy --tls-cert did not start: $(tail -3 "$dir/proxy.log")"
+fi
+if start_proxy "$dir/proxy2.log" --seeds "127.0.0.1:$backend" --tls-cert "$dir/cur.pem" \
+    --tls-key "$dir/cur.key" --tls-ca "$dir/ca.pem"; then
+    pids="$pids $proxy_pid"
+    out=$("$py" "$check_py" refused "$proxy_port" "$dir/ca.pem" - - - 2>&1) &&
+        ok "proxy --tls-ca, no client certificate: $out" ||
+        fail "proxy --tls-ca served a client without a certificate: $out"
+    out=$("$py" "$check_py" accepted "$proxy_port" "$dir/ca.pem" "$dir/client.pem" "$dir/client.key" 2>&1) &&
+        ok "proxy --tls-ca: $out" || fail "proxy --tls-ca refused a signed client certificate: $out"
+    stop_pid "$proxy_pid"
+else
+    fail "cocytus-proxy --tls-ca did not start: $(tail -3 "$dir/proxy2.log")"
+fi
+proxy_bin=$build_dir/client/cocytus-proxy
+out=$(timeout 10 "$proxy_bin" --seeds "127.0.0.1:$backend" -p "$(pick_port)" --tls-key "$dir/cur.key" 2>&1 </dev/null)
+[ $? -eq 1 ] && grep -q "need --tls-cert" <<<"$out" && ok "proxy refused: --tls-key without --tls-cert" ||
+    fail "proxy --tls-key alone: '$out'"
+out=$(timeout 10 "$proxy_bin" --seeds "127.0.0.1:$backend" -p "$(pick_port)" --tls-cert "$dir/none.pem" 2>&1 </dev/null)
+[ $? -eq 1 ] && grep -q "none.pem" <<<"$out" && ok "proxy refused: a missing certificate ($out)" ||
+    fail "proxy with a missing certificate: '$out'"
+stop_pid "$backend_pid"
 
 # --- refused starts ---
 refused_start() {
