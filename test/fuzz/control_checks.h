@@ -223,6 +223,10 @@ static inline size_t format_ctl(const struct ctl_msg *m, char *buf, size_t cap)
     case CTL_MIGRATE:
         n = snprintf(buf, cap, "migrate %u %s:%d %" PRIu64, m->slot, m->host, m->port, m->epoch);
         break;
+    case CTL_LOST:
+        n = snprintf(buf, cap, "lost %s %d %" PRIu64 "%s", cluster_role_name(m->role), m->index,
+                     m->down_ms, m->link_up ? " up" : "");
+        break;
     }
     CHECK(n >= 0 && (size_t)n < cap);
     if ((m->kind == CTL_HB || m->kind == CTL_MAP) && m->body) {
@@ -238,6 +242,8 @@ static inline bool same_ctl(const struct ctl_msg *a, const struct ctl_msg *b)
     if (a->kind != b->kind || a->pid != b->pid || a->epoch != b->epoch || a->rss != b->rss ||
         a->incarnation != b->incarnation ||
         a->slot != b->slot || a->ok != b->ok || a->port != b->port ||
+        a->role != b->role || a->index != b->index || a->down_ms != b->down_ms ||
+        a->link_up != b->link_up ||
         strcmp(a->why, b->why) != 0 || strcmp(a->host, b->host) != 0 ||
         a->body_len != b->body_len || (a->body == NULL) != (b->body == NULL))
         return false;
@@ -285,6 +291,10 @@ static inline void check_ctl_parse(const char *data, size_t len)
         break;
     case CTL_RETIRE:
         CHECK(len == 6);
+        break;
+    case CTL_LOST:
+        /* a peer in the sender's group: a cluster role, an index it can have */
+        CHECK(m.role != ROLE_PLAIN && m.index >= 0 && m.index < 1024);
         break;
     default:
         CHECK(!"unknown kind");
@@ -456,7 +466,8 @@ static inline void seed_control_messages(void (*fn)(void *, const char *, size_t
         "copied 0 2", "handoff 0 2", "resume 0 2", "handed 0 2 1300", "serve 0 2 1300",
         "serving-dp 0 2", "pbr confirm 1", "pbr fence 1", "pbrok fenced 1 0 555 1",
         "pbr follow 1 2", "pbr promote 1 0,2", "pbr promote 1 -", "pbrok serving 1 2 556",
-        "pbr drop 1 0", "pbr rebuild 1 0", "pbr rejoin 1 2",
+        "pbr drop 1 0", "pbr rebuild 1 0", "pbr rejoin 1 2", "lost parity 1 2000",
+        "lost data 0 1750 up", "retire",
     };
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         fn(ctx, fixed[i], strlen(fixed[i]));

@@ -12,7 +12,7 @@ a target.
 
   pymemcache_client.py load --target HOST:PORT --seconds S --kill-at T
                             --kill-cmd CMD [--threads N] [--json FILE]
-                            [--max-errors E]
+                            [--max-errors E] [--tls-ca FILE]
       N threads (one pymemcache Client each) write and read back their keys
       with noreply=False for S seconds; CMD (a shell command) runs T
       seconds in.  Then every key is read: its value must be the last one
@@ -51,8 +51,11 @@ def target_of(text):
     return host, int(port)
 
 
+TLS_CONTEXT = None     # load --tls-ca: the clients speak TLS (cocytus-proxy --tls-cert)
+
+
 def client(addr):
-    return Client(addr, connect_timeout=5, timeout=10)
+    return Client(addr, connect_timeout=5, timeout=10, tls_context=TLS_CONTEXT)
 
 
 # ---- api ----
@@ -279,7 +282,12 @@ def main():
     lo.add_argument("--keys", type=int, default=2000)
     lo.add_argument("--json")
     lo.add_argument("--max-errors", type=int)
+    lo.add_argument("--tls-ca", help="connect with TLS, trusting this CA file")
     args = ap.parse_args()
+    if getattr(args, "tls_ca", None):
+        import ssl
+        global TLS_CONTEXT
+        TLS_CONTEXT = ssl.create_default_context(cafile=args.tls_ca)
     return run_api(args) if args.cmd == "api" else run_load(args)
 
 
