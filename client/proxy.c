@@ -651,8 +651,10 @@ static int setup_and_run(struct proxy *px)
     }
     if (!px_auth_setup(px, px->opt.auth_file, px->opt.server_auth_file))
         return 1;
-    if ((px->opt.tls_cfg.key || px->opt.tls_cfg.ca_cert) && !px->opt.tls) {
-        fprintf(stderr, "cocytus-proxy: --tls-key and --tls-ca need --tls-cert\n");
+    if ((px->opt.tls_cfg.key || px->opt.tls_cfg.ca_cert || px->opt.tls_cfg.min_version != 2) &&
+        !px->opt.tls) {
+        fprintf(stderr, "cocytus-proxy: --tls-key, --tls-ca and --tls-min-version need "
+                        "--tls-cert\n");
         return 1;
     }
     if (px->opt.tls && px->opt.unix_path) {

@@ -580,8 +580,12 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
     if (c->tls_write_wants_read)
         px_client_mark_dirty(c);            /* the flush step tries the write again */
     ssize_t n = c->tls ? client_tls_read(c, in) : px_rbuf_read(in, c->fd);
-    if (c->tls_read_wants_write)
+    if (c->tls_read_wants_write) {
+        /* TLS must write before it reads on: wait for the socket to take
+         * bytes, not for more input (which would fire at once, again) */
+        event_del(c->rev);
         event_add(c->wev, NULL);
+    }
     if (n >= 0)
         w->client_reads++;
     if (n > 0)
@@ -637,8 +641,9 @@ void px_client_flush(struct px_client *c)
             return;
         }
     }
-    /* (a TLS record is at most 16 KB: more of them, as many bytes) */
-    int tries = c->tls ? 512 : 8;
+    /* (a TLS record is at most 16 KB: more of them, up to 1 MB a step, so
+     * one client does not hold the worker long) */
+    int tries = c->tls ? 64 : 8;
     for (int i = 0; i < tries && evbuffer_get_length(c->out) > 0; i++) {
         ssize_t n = c->tls ? client_tls_send(c) : px_send_buffer(c->out, c->fd);
         if (n < 0) {
@@ -676,6 +681,8 @@ static void on_client_write(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (c->tls_read_wants_write && !c->dead) {
         c->tls_read_wants_write = false;
+        if (c->reading)
+            event_add(c->rev, NULL);
         on_client_read(fd, EV_READ, c);
     }
     if (!c->dead)

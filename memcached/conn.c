@@ -904,7 +904,7 @@ static void conn_destroy(struct conn *c)
         r = next;
     }
     free(c->rbuf);
-    free(c->tls_wbuf);
+    free(c->tls_held);
     free(c);
 }
 
@@ -1043,27 +1043,65 @@ static void conn_keep_transient(struct conn *c)
     c->transient = 0;
 }
 
-/* One TLS write of the first bytes of iov (want in all): at most
- * ssl_wbuf_size, gathered into one buffer unless the first piece holds
- * them.  A write that waited is made again from the same queue, so it
- * starts with the same bytes and is no shorter, as TLS requires. */
-static ssize_t conn_tls_write(struct conn *c, const struct iovec *iov, size_t want)
+/* One TLS record of the first bytes of iov (want in all): at most
+ * ssl_wbuf_size, gathered into the server's buffer unless the first piece
+ * holds them.  Returns how many bytes leave the reply queue, or -1.  A
+ * record the socket did not take whole is TLS's from then on: it must be
+ * given exactly these bytes again, so they are copied (tls_held) and leave
+ * the queue as if written, whatever happens to the queue meanwhile;
+ * *waits says the socket pushed back. */
+static ssize_t conn_tls_write(struct conn *c, const struct iovec *iov, size_t want,
+                              bool *waits)
 {
-    size_t cap = c->srv->settings.tls.wbuf_size;
+    struct server *s = c->srv;
+    size_t cap = s->settings.tls.wbuf_size;
     size_t n = want < cap ? want : cap;
-    if (iov[0].iov_len >= n)
-        return tls_write(c->tls, iov[0].iov_base, n);
-    if (c->tls_wbuf == NULL && (c->tls_wbuf = malloc(cap)) == NULL) {
+    const char *p = iov[0].iov_base;
+    *waits = false;
+    if (iov[0].iov_len < n) {
+        if (s->tls_gather == NULL && (s->tls_gather = malloc(cap)) == NULL) {
+            errno = ENOMEM;
+            return -1;
+        }
+        size_t off = 0;
+        for (int i = 0; i < c->niov && off < n; i++) {
+            size_t take = iov[i].iov_len < n - off ? iov[i].iov_len : n - off;
+            memcpy(s->tls_gather + off, iov[i].iov_base, take);
+            off += take;
+        }
+        p = s->tls_gather;
+    }
+    ssize_t w = tls_write(c->tls, p, n);
+    if (w >= 0 || errno != EAGAIN)
+        return w;
+    *waits = true;
+    c->tls_write_wants_read = !tls_conn_wants_write(c->tls);
+    if ((c->tls_held = malloc(n)) == NULL) {
         errno = ENOMEM;
         return -1;
     }
-    size_t off = 0;
-    for (int i = 0; i < c->niov && off < n; i++) {
-        size_t take = iov[i].iov_len < n - off ? iov[i].iov_len : n - off;
-        memcpy(c->tls_wbuf + off, iov[i].iov_base, take);
-        off += take;
+    memcpy(c->tls_held, p, n);
+    c->tls_held_len = n;
+    return (ssize_t)n;
+}
+
+/* The held record again: 1 once TLS wrote it, 0 while the socket still
+ * pushes back, -1 on an error. */
+static int conn_tls_retry(struct conn *c)
+{
+    ssize_t w = tls_write(c->tls, c->tls_held, c->tls_held_len);
+    if (w < 0 && errno == EAGAIN) {
+        c->tls_write_wants_read = !tls_conn_wants_write(c->tls);
+        return 0;
     }
-    return tls_write(c->tls, c->tls_wbuf, n);
+    if (w < 0)
+        return -1;
+    c->srv->stats.bytes_written += c->tls_held_len;
+    free(c->tls_held);
+    c->tls_held = NULL;
+    c->tls_held_len = 0;
+    c->tls_write_wants_read = false;
+    return 1;
 }
 
 /* Write as much of the completed head of the queue as the socket takes.
@@ -1074,28 +1112,52 @@ static void conn_flush(struct conn *c)
     struct iovec iov[IOV_BATCH];
     c->deferred_flushes = 0;
     while (!c->closing) {
+        if (c->tls_held != NULL) {
+            int r = conn_tls_retry(c);
+            if (r < 0) {
+                conn_close(c);
+                return;
+            }
+            if (r == 0) {
+                c->out_blocked = true;
+                break;
+            }
+            c->out_blocked = false;
+        }
         /* Drop empty completed slots (noreply) without a syscall. */
         conn_consume_output(c, 0);
         size_t want = conn_build_iov(c, iov, IOV_BATCH);
         if (want == 0)
             break;
-        ssize_t w = c->tls ? conn_tls_write(c, iov, want) : writev(c->fd, iov, c->niov);
+        if (c->tls) {
+            bool waits;
+            ssize_t w = conn_tls_write(c, iov, want, &waits);
+            if (w < 0) {
+                conn_close(c);
+                return;
+            }
+            if (!waits)
+                c->srv->stats.bytes_written += (uint64_t)w;
+            conn_consume_output(c, (size_t)w);
+            c->out_blocked = waits;
+            if (waits)
+                break;
+            continue;
+        }
+        ssize_t w = writev(c->fd, iov, c->niov);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 c->out_blocked = true;
-                c->tls_write_wants_read = c->tls && !tls_conn_wants_write(c->tls);
                 break;
             }
             conn_close(c);
             return;
         }
-        c->tls_write_wants_read = false;
         c->srv->stats.bytes_written += (uint64_t)w;
         conn_consume_output(c, (size_t)w);
-        /* (TLS writes a chunk at a time: a short count is not a full socket) */
-        if ((size_t)w < want && !c->tls) {
+        if ((size_t)w < want) {
             c->out_blocked = true;
             break;
         }
@@ -1108,13 +1170,14 @@ static void conn_flush(struct conn *c)
             conn_keep_transient(c);
         c->transient = 0;
     }
-    if (!c->head)
+    if (!c->head && c->tls_held == NULL)
         c->out_blocked = false;
     /* Closing after a protocol violation waits only for the replies before
      * the last flush point; the rest is dropped. */
     /* (A streamed reply is never drained before its last piece.) */
-    bool drained = c->stream == NULL && (c->discard ? !c->head || c->head->seq >= c->flush_seq
-                                                    : !c->head && c->inflight == 0);
+    bool drained = c->stream == NULL && c->tls_held == NULL &&
+                   (c->discard ? !c->head || c->head->seq >= c->flush_seq
+                               : !c->head && c->inflight == 0);
     if (c->close_after_write && drained) {
         conn_close(c);
         return;
@@ -1132,6 +1195,8 @@ static void conn_flush(struct conn *c)
         want |= EV_READ;
     if (c->tls_write_wants_read)
         want |= EV_READ;          /* the write goes on once TLS read what it waits for */
+    if (c->tls_read_wants_write)
+        want &= ~EV_READ;         /* ...and a read once the socket takes bytes: no spinning */
     conn_set_events(c, want);
     /* Input TLS already decrypted is not the socket's to announce. */
     if ((want & EV_READ) && c->tls && tls_pending(c->tls) > 0)

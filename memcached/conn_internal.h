@@ -20,7 +20,8 @@ struct conn {
     struct event *ev;
     short ev_flags;               /* events currently watched */
     struct tls_conn *tls;         /* -Z: bytes move through TLS (tls.h) */
-    char *tls_wbuf;               /* ...replies gathered for one TLS write */
+    char *tls_held;               /* ...a record TLS took in part: retried first */
+    size_t tls_held_len;
     bool tls_read_wants_write;    /* a read waits for the socket to take bytes */
     bool tls_write_wants_read;    /* a write waits for bytes from the peer */
     proto_process_fn process;     /* chosen from the first byte */

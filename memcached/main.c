@@ -97,7 +97,6 @@ static bool parse_tls_option(struct tls_config *t, char *o)
 {
     char *v = strchr(o, '=');
     int n;
-    size_t kb;
     if (v != NULL)
         *v++ = '\0';
     if (v == NULL || *v == '\0') {
@@ -122,9 +121,8 @@ static bool parse_tls_option(struct tls_config *t, char *o)
         t->keyformat = n;
     else if (strcmp(o, "ssl_min_version") == 0 && (n = tls_min_version_parse(v)) >= 0)
         t->min_version = n;
-    else if (strcmp(o, "ssl_wbuf_size") == 0 && parse_size(v, 1024, &kb) && kb >= 1024 &&
-             kb <= (1u << 20))
-        t->wbuf_size = kb;
+    else if (strcmp(o, "ssl_wbuf_size") == 0 && parse_int(v, 1, 1024, &n))
+        t->wbuf_size = (size_t)n * 1024;
     else {
         fprintf(stderr, "cocytus-server: invalid -o %s=%s (ssl_chain_cert, ssl_key, ssl_ca_cert "
                 "and ssl_ciphers take a file or list, ssl_verify_mode 0-3, ssl_keyformat 1 (PEM) "

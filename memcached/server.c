@@ -671,4 +671,6 @@ void server_destroy(struct server *s)
     s->sq = NULL;
     tls_server_free(s->tls);
     s->tls = NULL;
+    free(s->tls_gather);
+    s->tls_gather = NULL;
 }

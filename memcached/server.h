@@ -112,6 +112,7 @@ struct server {
     bool listen_unix;         /* -s: the one listener is a Unix socket */
     struct unixsock unix_listener; /* ... it, its lock and its file (unixsock.h) */
     struct tls_server *tls;   /* -Z: every accepted client shakes hands (tls.h) */
+    char *tls_gather;         /* -Z: replies gathered for one TLS record */
     struct event *clock_ev;
     struct event *accept_ev;  /* resumes accepting after running out of descriptors */
     struct event *sigterm_ev, *sigint_ev;

@@ -61,6 +61,7 @@ struct tls_conn {
     struct tls_server *srv;
     SSL *ssl;
     bool wants_write;
+    bool failed;                /* a fatal error: no close_notify */
 };
 
 bool tls_built_in(void)
@@ -137,10 +138,16 @@ static SSL_CTX *context_from(const struct tls_config *cfg, char *err, size_t err
     }
     SSL_CTX_set_min_proto_version(ctx, min_versions[cfg->min_version]);
     SSL_CTX_set_verify(ctx, verify_flags(cfg->verify_mode), NULL);
-    /* A write that waited is retried from a buffer rebuilt out of the
-     * connection's reply queue: same bytes, another address. */
-    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    long opts = SSL_OP_NO_RENEGOTIATION;
+    /* A write that waited is retried from a copy of its bytes (another
+     * address); an idle connection gives its buffers back. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    /* No resumed sessions (stats settings says ssl_session_cache no): a
+     * client that offers one shakes hands in full.  The context id is
+     * still set, since OpenSSL refuses to resume without it when client
+     * certificates are verified. */
+    SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"cocytus", 7);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    long opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET;
 #ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
     /* A client that hangs up without a close_notify is just gone, as a
      * memcached client that closes its socket is. */
@@ -234,8 +241,9 @@ void tls_conn_free(struct tls_conn *tc)
 {
     if (tc == NULL)
         return;
-    /* Only after a finished handshake, and without waiting for the peer's. */
-    if (SSL_is_init_finished(tc->ssl))
+    /* Only after a finished handshake and no fatal error, and without
+     * waiting for the peer's. */
+    if (!tc->failed && SSL_is_init_finished(tc->ssl))
         SSL_shutdown(tc->ssl);
     ERR_clear_error();
     SSL_free(tc->ssl);
@@ -267,6 +275,7 @@ static ssize_t outcome(struct tls_conn *tc, int rc)
         }
         /* fallthrough */
     default:
+        tc->failed = true;
         if (!SSL_is_init_finished(tc->ssl))
             __atomic_fetch_add(&tc->srv->handshake_errors, 1, __ATOMIC_RELAXED);
         ERR_clear_error();

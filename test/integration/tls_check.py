@@ -147,10 +147,23 @@ def refused(port, ca, cert=None, key=None, maxver=None):
 
 
 def accepted(port, ca, cert, key):
-    s = connect(port, ca, cert=cert, key=key)
+    ctx = context(ca, cert=cert, key=key)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2     # a session id to offer again
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     s.sendall(b"version\r\n")
     check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version")
-    print("accepted with a client certificate")
+    # A client that offers its last session again (as pools and other
+    # languages' clients do) gets a full handshake, not a refusal.
+    session = s.session
+    s.close()
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+    s.sendall(b"version\r\n")
+    check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version after offering "
+          "the session again")
+    print("accepted with a client certificate, also offering the last session again "
+          "(reused: %s)" % s.session_reused)
 
 
 def garbage(port):
