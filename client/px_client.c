@@ -20,9 +20,9 @@
  * FIFO must still match that reply.
  *
  * With --tls-cert a client's bytes go through TLS (memcached/tls.h): a
- * read takes one record, decrypted bytes nobody read yet re-arm the read
- * event, and output is written a record at a time by the flush step, not
- * in the worker's io_uring batch. */
+ * read returns one record's bytes, what TLS holds beyond it re-arms the
+ * read event, and output is written a record at a time by the flush step,
+ * not in the worker's io_uring batch. */
 #include "config.h"
 
 #include <errno.h>
@@ -454,7 +454,7 @@ static void client_set_reading(struct px_client *c, bool on)
         event_active(c->rev, EV_READ, 0);      /* decrypted before reading paused */
 }
 
-/* px_rbuf_read through TLS: one record at most. */
+/* px_rbuf_read through TLS (what it read ahead beyond this stays pending). */
 static ssize_t client_tls_read(struct px_client *c, struct px_rbuf *b)
 {
     if (!px_rbuf_reserve(b, PX_READ_CHUNK / 2)) {

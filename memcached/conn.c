@@ -1455,9 +1455,9 @@ static void conn_read(struct conn *c)
         big = c->win_left > READ_CHUNK;
         if (c->closing || c->close_after_write || c->blocked || c->throttled || c->stream)
             return;
-        /* A short read means the socket is drained; a TLS read takes one
-         * record at most, so TLS reads on until it has none. */
-        if (c->rend < c->rcap && !c->tls)
+        /* A short read means the socket is drained (TLS: unless it read
+         * ahead more than one record, which it says). */
+        if (c->rend < c->rcap && !(c->tls && tls_pending(c->tls) > 0))
             return;
     }
     if (unparsed)

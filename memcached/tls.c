@@ -6,10 +6,10 @@
  * own.  refresh_certs builds a whole new SSL_CTX from the files and swaps
  * it in only if every file loaded: a bad file never leaves the server
  * half-configured, and open connections keep the context they started
- * with (OpenSSL counts its references).  Reads are not read ahead, so
- * what TLS holds undelivered is only the rest of a record a short buffer
- * could not take (tls_pending); the socket itself still says when more
- * records wait.  cocytus-proxy's worker threads share one tls_server: the
+ * with (OpenSSL counts its references).  Reads are read ahead: one recv()
+ * takes what the socket has (a request's record whole, header and body,
+ * or several), so TLS may hold bytes the socket no longer announces;
+ * tls_pending says so, and the callers read on or re-arm their event.  cocytus-proxy's worker threads share one tls_server: the
  * context is swapped and taken under a mutex, the count is atomic. */
 #include "config.h"
 
@@ -137,6 +137,7 @@ static SSL_CTX *context_from(const struct tls_config *cfg, char *err, size_t err
         goto fail;
     }
     SSL_CTX_set_min_proto_version(ctx, min_versions[cfg->min_version]);
+    SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_verify(ctx, verify_flags(cfg->verify_mode), NULL);
     /* A write that waited is retried from a copy of its bytes (another
      * address); an idle connection gives its buffers back. */
@@ -325,8 +326,11 @@ bool tls_conn_wants_write(const struct tls_conn *tc)
 
 size_t tls_pending(const struct tls_conn *tc)
 {
+    /* decrypted bytes, or (read ahead) records not yet decrypted */
     int n = SSL_pending(tc->ssl);
-    return n > 0 ? (size_t)n : 0;
+    if (n > 0)
+        return (size_t)n;
+    return SSL_has_pending(tc->ssl) ? 1 : 0;
 }
 
 #else /* !HAVE_OPENSSL */

@@ -61,8 +61,9 @@ void tls_conn_free(struct tls_conn *tc);
 ssize_t tls_read(struct tls_conn *tc, void *buf, size_t n);
 ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n);
 bool tls_conn_wants_write(const struct tls_conn *tc);
-/* Decrypted bytes TLS holds that no read took yet: the socket will not
- * say readable for them. */
+/* Bytes TLS holds that no read took yet (decrypted, or read ahead and
+ * not yet decrypted: then at least 1): the socket will not say readable
+ * for them. */
 size_t tls_pending(const struct tls_conn *tc);
 
 #endif
