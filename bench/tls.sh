@@ -14,9 +14,12 @@
 # /proc/PID/stat over the run, client CPU memtier's user + system time.
 # Printed: per round, then medians, TLS / TCP for each server and
 # plain / memcached for each transport, ratios taken within each round.
+# With PROXY=1, also cocytus-proxy in front of the plain TCP server, once
+# in the clear and once with --tls-cert (px_tcp, px_tls): the "server"
+# figure is then the proxy's CPU alone.
 #
 #   MEMTIER=/path/to/memtier_benchmark ROUNDS=5 REQS=20000 CONNS=4 SIZE=1024 \
-#       RATIO=1:1 bench/tls.sh
+#       RATIO=1:1 PROXY=0 bench/tls.sh
 #   COCYTUS_BUILD_DIR=build (default: ./build)
 set -u
 
@@ -26,6 +29,7 @@ CONNS=${CONNS:-4}
 SIZE=${SIZE:-1024}
 RATIO=${RATIO:-1:1}
 KEYS=${KEYS:-10000}
+PROXY=${PROXY:-0}
 BUILD=${COCYTUS_BUILD_DIR:-build}
 MEMTIER=${MEMTIER:-$(command -v memtier_benchmark)}
 server=$BUILD/memcached/cocytus-server
@@ -71,6 +75,16 @@ start plain_tcp "$server" -m 256 -U 0 -l 127.0.0.1 "${cy_user[@]}"
 start plain_tls "$server" -m 256 -U 0 -l 127.0.0.1 "${cy_user[@]}" "${tls[@]}"
 systems=(mc_tcp mc_tls plain_tcp plain_tls)
 sleep 1
+if [ "$PROXY" = 1 ]; then
+    proxy=$BUILD/client/cocytus-proxy
+    [ -x "$proxy" ] || { echo "tls.sh: $proxy is not built" >&2; exit 2; }
+    seed=127.0.0.1:${port[plain_tcp]}
+    start px_tcp "$proxy" --seeds "$seed" -l 127.0.0.1 -T 1
+    start px_tls "$proxy" --seeds "$seed" -l 127.0.0.1 -T 1 --tls-cert "$dir/cert.pem" \
+        --tls-key "$dir/key.pem"
+    systems+=(px_tcp px_tls)
+    sleep 1
+fi
 
 # memtier SYSTEM ARGS...: one memtier run against SYSTEM, over TLS if it is one.
 memtier() {
@@ -131,14 +145,16 @@ def spread(s, i):
     return (max(xs) - min(xs)) / st.median(xs) * 100
 print("| system | ops/s | server CPU-us/op | client CPU-us/op |")
 print("|---|---:|---:|---:|")
-for s in ("mc_tcp", "mc_tls", "plain_tcp", "plain_tls"):
+for s in [x for x in ("mc_tcp", "mc_tls", "plain_tcp", "plain_tls", "px_tcp", "px_tls") if x in by]:
     print("| %s | %.0f | %.2f (spread %.0f%%) | %.2f (spread %.0f%%) |" % (
         s, med(s, 0), med(s, 1), spread(s, 1), med(s, 2), spread(s, 2)))
 print()
 print("| medians of per-round ratios | server | client | ops/s |")
 print("|---|---:|---:|---:|")
 for a, b in (("mc_tls", "mc_tcp"), ("plain_tls", "plain_tcp"), ("plain_tcp", "mc_tcp"),
-             ("plain_tls", "mc_tls")):
+             ("plain_tls", "mc_tls"), ("px_tls", "px_tcp")):
+    if a not in by or b not in by:
+        continue
     rs = sorted(set(by[a]) & set(by[b]))
     r = [[by[a][k][i] / by[b][k][i] for k in rs] for i in (1, 2, 0)]
     print("| %s / %s | %.2fx | %.2fx | %.2fx |" % (a, b, st.median(r[0]), st.median(r[1]), st.median(r[2])))
