@@ -170,8 +170,9 @@ int px_queue_buffer(struct sendq *q, struct evbuffer *out, int fd);
  * drained as if sent and, when maybe is given, counted there, so that a
  * backend knows its ops in them may have been applied. */
 ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out, uint64_t *maybe);
-/* One recv() into b.  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN too). */
-ssize_t px_rbuf_read(struct px_rbuf *b, int fd);
+/* One recv() into b, or one tls_read when tls is given.  >0 bytes read, 0
+ * at EOF, -1 with errno (EAGAIN too). */
+ssize_t px_rbuf_read(struct px_rbuf *b, int fd, struct tls_conn *tls);
 
 /* ---- requests ---- */
 
@@ -316,8 +317,6 @@ struct px_client {
     size_t held_bytes;              /* request bytes its ops keep for resending */
     int64_t last_active_ms;
     struct tls_conn *tls;           /* --tls-cert: its bytes move through TLS */
-    bool tls_read_wants_write;      /* a TLS read waits for the socket to take bytes */
-    bool tls_write_wants_read;      /* a TLS write waits for bytes from the client */
 };
 
 /* ---- a map fetch in progress ---- */

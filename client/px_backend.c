@@ -510,7 +510,7 @@ static void on_be_read(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    ssize_t n = px_rbuf_read(&be->in, be->fd);
+    ssize_t n = px_rbuf_read(&be->in, be->fd, NULL);
     if (n == 0) {
         be_fail(be, "connection closed", false);
         return;

@@ -152,16 +152,22 @@ ssize_t px_send_buffer(struct evbuffer *out, int fd)
     return w;
 }
 
-ssize_t px_rbuf_read(struct px_rbuf *b, int fd)
+ssize_t px_rbuf_read(struct px_rbuf *b, int fd, struct tls_conn *tls)
 {
     if (!px_rbuf_reserve(b, PX_READ_CHUNK / 2)) {
         errno = ENOMEM;
         return -1;
     }
+    char *tail = b->data + b->off + b->len;
+    size_t room = b->cap - b->off - b->len;
     ssize_t n;
-    do
-        n = recv(fd, b->data + b->off + b->len, b->cap - b->off - b->len, 0);
-    while (n < 0 && errno == EINTR);
+    if (tls != NULL)
+        n = tls_read(tls, tail, room);    /* what it read ahead stays pending */
+    else {
+        do
+            n = recv(fd, tail, room, 0);
+        while (n < 0 && errno == EINTR);
+    }
     if (n > 0)
         b->len += (size_t)n;
     return n;
@@ -454,20 +460,6 @@ static void client_set_reading(struct px_client *c, bool on)
         event_active(c->rev, EV_READ, 0);      /* decrypted before reading paused */
 }
 
-/* px_rbuf_read through TLS (what it read ahead beyond this stays pending). */
-static ssize_t client_tls_read(struct px_client *c, struct px_rbuf *b)
-{
-    if (!px_rbuf_reserve(b, PX_READ_CHUNK / 2)) {
-        errno = ENOMEM;
-        return -1;
-    }
-    ssize_t n = tls_read(c->tls, b->data + b->off + b->len, b->cap - b->off - b->len);
-    if (n > 0)
-        b->len += (size_t)n;
-    c->tls_read_wants_write = n < 0 && errno == EAGAIN && tls_conn_wants_write(c->tls);
-    return n;
-}
-
 /* One TLS record of the client's output.  A write that waited is made
  * again with the same first bytes and no fewer of them (out only grows
  * until a write succeeds), as TLS requires. */
@@ -484,7 +476,6 @@ static ssize_t client_tls_send(struct px_client *c)
     ssize_t w = tls_write(c->tls, p, n);
     if (w > 0)
         evbuffer_drain(c->out, (size_t)w);
-    c->tls_write_wants_read = w < 0 && errno == EAGAIN && !tls_conn_wants_write(c->tls);
     return w;
 }
 
@@ -577,10 +568,10 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (c->tls_write_wants_read)
+    if (tls_write_waits_read(c->tls))
         px_client_mark_dirty(c);            /* the flush step tries the write again */
-    ssize_t n = c->tls ? client_tls_read(c, in) : px_rbuf_read(in, c->fd);
-    if (c->tls_read_wants_write) {
+    ssize_t n = px_rbuf_read(in, c->fd, c->tls);
+    if (tls_read_waits_write(c->tls)) {
         /* TLS must write before it reads on: wait for the socket to take
          * bytes, not for more input (which would fire at once, again) */
         event_del(c->rev);
@@ -657,7 +648,7 @@ void px_client_flush(struct px_client *c)
         px_count(written, (uint64_t)n);
     }
     if (evbuffer_get_length(c->out) > 0) {
-        if (c->tls_write_wants_read) {
+        if (tls_write_waits_read(c->tls)) {
             /* writable already: the client's next bytes let it go on */
             c->reading = true;
             event_add(c->rev, NULL);
@@ -679,8 +670,7 @@ static void on_client_write(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (c->tls_read_wants_write && !c->dead) {
-        c->tls_read_wants_write = false;
+    if (tls_read_waits_write(c->tls) && !c->dead) {
         if (c->reading)
             event_add(c->rev, NULL);
         on_client_read(fd, EV_READ, c);

@@ -887,7 +887,7 @@ static void mconn_read(struct px_mconn *m)
         mconn_pause(m);
         return;
     }
-    ssize_t got = px_rbuf_read(&m->in, m->fd);
+    ssize_t got = px_rbuf_read(&m->in, m->fd, NULL);
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
         return;

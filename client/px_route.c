@@ -538,7 +538,7 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
     }
     if (!(what & EV_READ))
         return;
-    ssize_t n = px_rbuf_read(&f->in, f->fd);
+    ssize_t n = px_rbuf_read(&f->in, f->fd, NULL);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         fetch_source_unreachable(w);
         return;

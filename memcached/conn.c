@@ -1075,7 +1075,6 @@ static ssize_t conn_tls_write(struct conn *c, const struct iovec *iov, size_t wa
     if (w >= 0 || errno != EAGAIN)
         return w;
     *waits = true;
-    c->tls_write_wants_read = !tls_conn_wants_write(c->tls);
     if ((c->tls_held = malloc(n)) == NULL) {
         errno = ENOMEM;
         return -1;
@@ -1090,17 +1089,14 @@ static ssize_t conn_tls_write(struct conn *c, const struct iovec *iov, size_t wa
 static int conn_tls_retry(struct conn *c)
 {
     ssize_t w = tls_write(c->tls, c->tls_held, c->tls_held_len);
-    if (w < 0 && errno == EAGAIN) {
-        c->tls_write_wants_read = !tls_conn_wants_write(c->tls);
+    if (w < 0 && errno == EAGAIN)
         return 0;
-    }
     if (w < 0)
         return -1;
     c->srv->stats.bytes_written += c->tls_held_len;
     free(c->tls_held);
     c->tls_held = NULL;
     c->tls_held_len = 0;
-    c->tls_write_wants_read = false;
     return 1;
 }
 
@@ -1187,15 +1183,16 @@ static void conn_flush(struct conn *c)
      * (the socket is writable: at once).  One waiting behind a reply that
      * is not written yet (a write in flight) is not: that reply's
      * completion flushes and comes back here. */
-    if ((c->out_blocked && !c->tls_write_wants_read) || conn_stream_wants(c) ||
-        c->tls_read_wants_write)
+    bool write_waits_read = tls_write_waits_read(c->tls);
+    bool read_waits_write = tls_read_waits_write(c->tls);
+    if ((c->out_blocked && !write_waits_read) || conn_stream_wants(c) || read_waits_write)
         want |= EV_WRITE;
     c->paused = c->out_blocked && conn_backlog(c) > OUT_BACKLOG_MAX;
     if (!c->paused && !c->close_after_write && !c->blocked && !c->throttled && !c->stream)
         want |= EV_READ;
-    if (c->tls_write_wants_read)
+    if (write_waits_read)
         want |= EV_READ;          /* the write goes on once TLS read what it waits for */
-    if (c->tls_read_wants_write)
+    if (read_waits_write)
         want &= ~EV_READ;         /* ...and a read once the socket takes bytes: no spinning */
     conn_set_events(c, want);
     /* Input TLS already decrypted is not the socket's to announce. */
@@ -1240,9 +1237,7 @@ static ssize_t conn_recv(struct conn *c, size_t room)
 {
     if (c->tls == NULL)
         return read(c->fd, c->rbuf + c->rend, room);
-    ssize_t n = tls_read(c->tls, c->rbuf + c->rend, room);
-    c->tls_read_wants_write = n < 0 && errno == EAGAIN && tls_conn_wants_write(c->tls);
-    return n;
+    return tls_read(c->tls, c->rbuf + c->rend, room);
 }
 
 /* One more read while memcached's buffer would still be filling (read_more):
@@ -1468,7 +1463,7 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
     server_clock_update(c->srv);  /* requests see the current second */
-    if ((what & EV_WRITE) && c->tls_read_wants_write && !c->closing && !c->paused)
+    if ((what & EV_WRITE) && tls_read_waits_write(c->tls) && !c->closing && !c->paused)
         conn_read(c);             /* a TLS read waited for the socket to take bytes */
     if ((what & EV_WRITE) && !c->closing) {
         conn_flush(c);

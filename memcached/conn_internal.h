@@ -22,8 +22,6 @@ struct conn {
     struct tls_conn *tls;         /* -Z: bytes move through TLS (tls.h) */
     char *tls_held;               /* ...a record TLS took in part: retried first */
     size_t tls_held_len;
-    bool tls_read_wants_write;    /* a read waits for the socket to take bytes */
-    bool tls_write_wants_read;    /* a write waits for bytes from the peer */
     proto_process_fn process;     /* chosen from the first byte */
 
     char *rbuf;                   /* unread input is rbuf[rstart..rend) */

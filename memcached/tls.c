@@ -60,7 +60,8 @@ struct tls_server {
 struct tls_conn {
     struct tls_server *srv;
     SSL *ssl;
-    bool wants_write;
+    bool read_waits_write;      /* the last read: EAGAIN until the socket takes bytes */
+    bool write_waits_read;      /* the last write: EAGAIN until the peer sends bytes */
     bool failed;                /* a fatal error: no close_notify */
 };
 
@@ -252,18 +253,16 @@ void tls_conn_free(struct tls_conn *tc)
 }
 
 /* What an SSL_read or SSL_write that returned rc <= 0 means, as read()
- * would say it: -1 with errno (EAGAIN to wait), or 0 for the end. */
-static ssize_t outcome(struct tls_conn *tc, int rc)
+ * would say it: -1 with errno (EAGAIN to wait), or 0 for the end.  A wait
+ * on the other direction than the call's own is recorded in *waits. */
+static ssize_t outcome(struct tls_conn *tc, int rc, bool *waits, int other_way)
 {
     int e = SSL_get_error(tc->ssl, rc);
     int saved = errno;
-    tc->wants_write = false;
+    *waits = e == other_way;
     switch (e) {
     case SSL_ERROR_WANT_READ:
-        errno = EAGAIN;
-        return -1;
     case SSL_ERROR_WANT_WRITE:
-        tc->wants_write = true;
         errno = EAGAIN;
         return -1;
     case SSL_ERROR_ZERO_RETURN:
@@ -293,10 +292,10 @@ ssize_t tls_read(struct tls_conn *tc, void *buf, size_t n)
     errno = 0;
     int rc = SSL_read(tc->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n);
     if (rc > 0) {
-        tc->wants_write = false;
+        tc->read_waits_write = false;
         return rc;
     }
-    return outcome(tc, rc);
+    return outcome(tc, rc, &tc->read_waits_write, SSL_ERROR_WANT_WRITE);
 }
 
 ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
@@ -307,10 +306,10 @@ ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
     errno = 0;
     int rc = SSL_write(tc->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n);
     if (rc > 0) {
-        tc->wants_write = false;
+        tc->write_waits_read = false;
         return rc;
     }
-    ssize_t r = outcome(tc, rc);
+    ssize_t r = outcome(tc, rc, &tc->write_waits_read, SSL_ERROR_WANT_READ);
     /* A write's end is the peer's reset as far as the writer goes. */
     if (r == 0) {
         errno = EPIPE;
@@ -319,9 +318,14 @@ ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
     return r;
 }
 
-bool tls_conn_wants_write(const struct tls_conn *tc)
+bool tls_read_waits_write(const struct tls_conn *tc)
 {
-    return tc->wants_write;
+    return tc != NULL && tc->read_waits_write;
+}
+
+bool tls_write_waits_read(const struct tls_conn *tc)
+{
+    return tc != NULL && tc->write_waits_read;
 }
 
 size_t tls_pending(const struct tls_conn *tc)
@@ -402,7 +406,13 @@ ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
     return -1;
 }
 
-bool tls_conn_wants_write(const struct tls_conn *tc)
+bool tls_read_waits_write(const struct tls_conn *tc)
+{
+    (void)tc;
+    return false;
+}
+
+bool tls_write_waits_read(const struct tls_conn *tc)
 {
     (void)tc;
     return false;

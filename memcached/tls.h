@@ -54,13 +54,17 @@ time_t tls_server_last_refresh(const struct tls_server *t);
 struct tls_conn *tls_conn_new(struct tls_server *t, int fd);
 /* Sends a close_notify if the socket takes it at once, and frees. */
 void tls_conn_free(struct tls_conn *tc);
-/* As read() and write().  After -1 with EAGAIN, tls_conn_wants_write
- * says whether TLS waits for the socket to become writable (a read can,
- * in a handshake) rather than readable (a write can, for a key update).
- * A write that waited must be retried with the same bytes first. */
+/* As read() and write().  A write that waited (-1, EAGAIN) must be
+ * retried with the same bytes first. */
 ssize_t tls_read(struct tls_conn *tc, void *buf, size_t n);
 ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n);
-bool tls_conn_wants_write(const struct tls_conn *tc);
+/* Whether the last read waits for the socket to become writable (a read
+ * can, in a handshake), and the last write for it to become readable (a
+ * write can, for a key update): the caller then waits for that event, not
+ * the one it would wait for.  Each is cleared by its call's next success;
+ * false for NULL (a plain connection). */
+bool tls_read_waits_write(const struct tls_conn *tc);
+bool tls_write_waits_read(const struct tls_conn *tc);
 /* Bytes TLS holds that no read took yet (decrypted, or read ahead and
  * not yet decrypted: then at least 1): the socket will not say readable
  * for them. */
