@@ -100,7 +100,11 @@ static bool parse_tls_option(struct tls_config *t, char *o)
     if (v != NULL)
         *v++ = '\0';
     if (v == NULL || *v == '\0') {
-        if (strcmp(o, "ssl_session_cache") == 0 || strcmp(o, "ssl_kernel_tls") == 0) {
+        if (strcmp(o, "ssl_session_cache") == 0) {
+            t->session_cache = true;
+            return true;
+        }
+        if (strcmp(o, "ssl_kernel_tls") == 0) {
             fprintf(stderr, "cocytus-server: ignoring extended option '%s'\n", o);
             return true;
         }

@@ -131,6 +131,8 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit_u64(emit, ctx, "auth_cmds", st->auth_cmds);
     emit_u64(emit, ctx, "auth_errors", st->auth_errors);
     if (s->tls) {
+        if (s->settings.tls.session_cache)
+            emit_u64(emit, ctx, "ssl_new_sessions", tls_server_new_sessions(s->tls));
         emit_u64(emit, ctx, "ssl_handshake_errors", tls_server_handshake_errors(s->tls));
         emit_u64(emit, ctx, "time_since_server_cert_refresh",
                  (uint64_t)(time(NULL) - tls_server_last_refresh(s->tls)));
@@ -228,7 +230,7 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "ssl_ciphers", "%s", st->tls.ciphers ? st->tls.ciphers : "NULL");
     emit(ctx, "ssl_ca_cert", "%s", st->tls.ca_cert ? st->tls.ca_cert : "NULL");
     emit(ctx, "ssl_wbuf_size", "%zu", st->tls.wbuf_size);
-    emit(ctx, "ssl_session_cache", "%s", "no");
+    emit(ctx, "ssl_session_cache", "%s", st->tls.session_cache ? "yes" : "no");
     emit(ctx, "ssl_kernel_tls", "%s", "no");
     emit(ctx, "ssl_min_version", "%s", tls_min_version_name(st->tls.min_version));
     emit(ctx, "role", "%s", st->role);

@@ -6,7 +6,10 @@
  * own.  refresh_certs builds a whole new SSL_CTX from the files and swaps
  * it in only if every file loaded: a bad file never leaves the server
  * half-configured, and open connections keep the context they started
- * with (OpenSSL counts its references).  Reads are read ahead: one recv()
+ * with (OpenSSL counts its references).  Sessions resume as memcached's
+ * do: from tickets (the context's own keys, so a refresh ends the old
+ * ones), and with ssl_session_cache also from a cache by session id.
+ * Reads are read ahead: one recv()
  * takes what the socket has (a request's record whole, header and body,
  * or several), so TLS may hold bytes the socket no longer announces;
  * tls_pending says so, and the callers read on or re-arm their event.  cocytus-proxy's worker threads share one tls_server: the
@@ -54,6 +57,7 @@ struct tls_server {
     pthread_mutex_t lock;       /* ctx and last_refresh */
     SSL_CTX *ctx;
     uint64_t handshake_errors;  /* atomic */
+    uint64_t new_sessions;      /* atomic */
     time_t last_refresh;
 };
 
@@ -98,8 +102,19 @@ static int verify_flags(int mode)
     }
 }
 
-/* A context from the files cfg names, or NULL with err set. */
-static SSL_CTX *context_from(const struct tls_config *cfg, char *err, size_t errlen)
+/* OpenSSL made a session (the cache keeps its own reference). */
+static int on_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+    struct tls_server *t = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    (void)sess;
+    if (t != NULL)
+        __atomic_fetch_add(&t->new_sessions, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* A context for t from the files cfg names, or NULL with err set. */
+static SSL_CTX *context_from(struct tls_server *t, const struct tls_config *cfg, char *err,
+                             size_t errlen)
 {
     ERR_clear_error();
     errno = 0;
@@ -143,13 +158,19 @@ static SSL_CTX *context_from(const struct tls_config *cfg, char *err, size_t err
     /* A write that waited is retried from a copy of its bytes (another
      * address); an idle connection gives its buffers back. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
-    /* No resumed sessions (stats settings says ssl_session_cache no): a
-     * client that offers one shakes hands in full.  The context id is
-     * still set, since OpenSSL refuses to resume without it when client
-     * certificates are verified. */
+    /* Resumption by ticket always, as memcached -Z; by session id from a
+     * server-side cache with ssl_session_cache.  The context id is needed
+     * for either when client certificates are verified: without it
+     * OpenSSL refuses a client that offers a session. */
     SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"cocytus", 7);
-    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-    long opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET;
+    SSL_CTX_set_app_data(ctx, t);
+    if (cfg->session_cache) {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+        SSL_CTX_sess_set_new_cb(ctx, on_new_session);
+    } else {
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    }
+    long opts = SSL_OP_NO_RENEGOTIATION;
 #ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
     /* A client that hangs up without a close_notify is just gone, as a
      * memcached client that closes its socket is. */
@@ -174,7 +195,7 @@ struct tls_server *tls_server_new(const struct tls_config *cfg, char *err, size_
         return NULL;
     }
     t->cfg = *cfg;
-    t->ctx = context_from(cfg, err, errlen);
+    t->ctx = context_from(t, cfg, err, errlen);
     if (t->ctx == NULL) {
         free(t);
         return NULL;
@@ -195,7 +216,7 @@ void tls_server_free(struct tls_server *t)
 
 bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
 {
-    SSL_CTX *ctx = context_from(&t->cfg, err, errlen);
+    SSL_CTX *ctx = context_from(t, &t->cfg, err, errlen);
     if (ctx == NULL)
         return false;
     pthread_mutex_lock(&t->lock);
@@ -210,6 +231,11 @@ bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
 uint64_t tls_server_handshake_errors(const struct tls_server *t)
 {
     return __atomic_load_n(&t->handshake_errors, __ATOMIC_RELAXED);
+}
+
+uint64_t tls_server_new_sessions(const struct tls_server *t)
+{
+    return __atomic_load_n(&t->new_sessions, __ATOMIC_RELAXED);
 }
 
 time_t tls_server_last_refresh(const struct tls_server *t)
@@ -365,6 +391,12 @@ bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen)
 }
 
 uint64_t tls_server_handshake_errors(const struct tls_server *t)
+{
+    (void)t;
+    return 0;
+}
+
+uint64_t tls_server_new_sessions(const struct tls_server *t)
 {
     (void)t;
     return 0;

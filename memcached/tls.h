@@ -25,6 +25,7 @@ struct tls_config {
     int keyformat;            /* ssl_keyformat: 1 PEM, 2 DER (OpenSSL's SSL_FILETYPE_*) */
     int min_version;          /* ssl_min_version: 0 tlsv1, 1 tlsv1.1, 2 tlsv1.2, 3 tlsv1.3 */
     size_t wbuf_size;         /* ssl_wbuf_size: bytes per TLS write (16 KB) */
+    bool session_cache;       /* ssl_session_cache: resumption from a server-side cache too */
 };
 
 #define TLS_VERIFY_MAX 3
@@ -48,6 +49,9 @@ void tls_server_free(struct tls_server *t);
  * ones keep theirs.  On failure the old ones stay, and err says why. */
 bool tls_server_refresh(struct tls_server *t, char *err, size_t errlen);
 uint64_t tls_server_handshake_errors(const struct tls_server *t);
+/* Sessions made (each full handshake, and each ticket TLS 1.3 issues):
+ * memcached's ssl_new_sessions, counted with ssl_session_cache only. */
+uint64_t tls_server_new_sessions(const struct tls_server *t);
 time_t tls_server_last_refresh(const struct tls_server *t);
 
 /* A connection on fd (non-blocking) that is still to shake hands. */

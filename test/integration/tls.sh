@@ -89,6 +89,14 @@ if "$py" "$check_py" slow "$a_port" "$dir/ca.pem" >"$dir/slow.out" 2>&1; then
 else
     fail "a slow TLS reader: $(tail -3 "$dir/slow.out")"
 fi
+# Sessions resume by ticket, as with memcached -Z (compared below).
+want_resume="TLSv1_2 full resumed resumed, TLSv1_3 full resumed resumed"
+resume=$("$py" "$check_py" resume "$a_port" "$dir/ca.pem" 2>&1)
+if [ "$resume" = "$want_resume" ]; then
+    ok "session resumption by ticket: $resume"
+else
+    fail "session resumption: '$resume' (want '$want_resume')"
+fi
 if "$py" "$check_py" garbage "$a_port" >"$dir/garbage.out" 2>&1; then
     ok "$(cat "$dir/garbage.out")"
 else
@@ -108,6 +116,8 @@ else
 fi
 grep -q "^STAT time_since_server_cert_refresh [0-9]" "$dir/stats.out" ||
     fail "no time_since_server_cert_refresh in stats"
+grep -q "^STAT ssl_new_sessions" "$dir/stats.out" &&
+    fail "ssl_new_sessions in stats without ssl_session_cache (memcached shows it only with it)"
 grep '^STAT ssl_' "$dir/stats.out" | grep -v ssl_handshake_errors >"$dir/ssl_settings"
 want="STAT ssl_enabled yes
 STAT ssl_chain_cert $dir/cur.pem
@@ -142,6 +152,12 @@ if [ -x "$mc_bin" ] && "$mc_bin" -h 2>&1 | grep -q enable-ssl; then
             ok "stats settings ssl_* lines equal memcached -Z's"
         else
             fail "ssl_* lines differ from memcached's: $(cat "$dir/mc.diff")"
+        fi
+        mc_resume=$("$py" "$check_py" resume "$mc_port" "$dir/ca.pem" 2>&1)
+        if [ "$mc_resume" = "$resume" ]; then
+            ok "sessions resume as with memcached -Z: $mc_resume"
+        else
+            fail "memcached -Z resumes '$mc_resume', this server '$resume'"
         fi
     else
         echo "note: memcached -Z did not start ($(head -2 "$dir/mc.log")); comparison skipped"
@@ -186,6 +202,25 @@ if [ "$reply" = "Error TLS not enabled" ]; then
     ok "refresh_certs without -Z: $reply"
 else
     fail "refresh_certs without -Z: '$reply'"
+fi
+stop_pid "$server_pid"
+
+# --- ssl_session_cache: resumption by session id too ---
+start_server "$dir/s.log" "${tls_args[@]}" -o ssl_session_cache ||
+    fail "server with ssl_session_cache did not start: $(tail -2 "$dir/s.log")"
+pids="$pids $server_pid"
+out=$("$py" "$check_py" resume "$server_port" "$dir/ca.pem" noticket 2>&1)
+if [ "$out" = "TLSv1_2 without tickets full resumed resumed" ]; then
+    ok "ssl_session_cache: $out"
+else
+    fail "ssl_session_cache, a TLS 1.2 client without tickets: '$out'"
+fi
+"$py" "$check_py" line "$server_port" "$dir/ca.pem" "stats" "stats settings" 2>&1 | tr -d '\r' >"$dir/s_stats.out"
+news=$(awk '/^STAT ssl_new_sessions/ {print $3}' "$dir/s_stats.out")
+if [ -n "$news" ] && [ "$news" -ge 1 ] && grep -qx "STAT ssl_session_cache yes" "$dir/s_stats.out"; then
+    ok "ssl_session_cache: stats ssl_new_sessions $news, stats settings ssl_session_cache yes"
+else
+    fail "ssl_session_cache stats: ssl_new_sessions '$news', $(grep ssl_session_cache "$dir/s_stats.out")"
 fi
 stop_pid "$server_pid"
 

@@ -15,7 +15,15 @@ what it is told to and exits 0, or prints why and exits 1.
                                        fails ("-" for no client certificate,
                                        MAXVER 1.2 or -)
   tls_check.py accepted PORT CA CERT KEY
-                                       a client certificate gets a reply
+                                       a client certificate gets a reply, and
+                                       resumes its session on a second
+                                       connection
+  tls_check.py resume PORT CA [noticket]
+                                       three connections, each offering the
+                                       last one's session, over TLS 1.2 and
+                                       1.3 (noticket: TLS 1.2 without
+                                       tickets, so by session id); prints
+                                       which resumed
   tls_check.py garbage PORT            plain-text requests, a torn
                                        ClientHello, random bytes: each closed
 """
@@ -154,7 +162,9 @@ def accepted(port, ca, cert, key):
     s.sendall(b"version\r\n")
     check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version")
     # A client that offers its last session again (as pools and other
-    # languages' clients do) gets a full handshake, not a refusal.
+    # languages' clients do) resumes it: its certificate was verified when
+    # the session was made.  (Without a session id context OpenSSL refuses
+    # such a client outright when it verifies certificates.)
     session = s.session
     s.close()
     raw = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -162,8 +172,32 @@ def accepted(port, ca, cert, key):
     s.sendall(b"version\r\n")
     check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version after offering "
           "the session again")
-    print("accepted with a client certificate, also offering the last session again "
-          "(reused: %s)" % s.session_reused)
+    check(s.session_reused, "the session offered again was not resumed")
+    print("accepted with a client certificate, and its session resumed on a second connection")
+
+
+def resume(port, ca, noticket=False):
+    versions = [ssl.TLSVersion.TLSv1_2] if noticket else [ssl.TLSVersion.TLSv1_2,
+                                                           ssl.TLSVersion.TLSv1_3]
+    out = []
+    for ver in versions:
+        ctx = context(ca)
+        ctx.maximum_version = ver
+        if noticket:
+            ctx.options |= ssl.OP_NO_TICKET
+        session, reused = None, []
+        for _ in range(3):
+            raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+            s.sendall(b"version\r\n")
+            # TLS 1.3 sends its tickets after the handshake: read first
+            check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version")
+            reused.append(s.session_reused)
+            session = s.session
+            s.close()
+        out.append("%s%s %s" % (ver.name, " without tickets" if noticket else "",
+                                " ".join("resumed" if r else "full" for r in reused)))
+    print(", ".join(out))
 
 
 def garbage(port):
@@ -204,6 +238,8 @@ def main():
         refused(port, args[0], cert=opt[0], key=opt[1], maxver=opt[2])
     elif cmd == "accepted":
         accepted(port, *args[:3])
+    elif cmd == "resume":
+        resume(port, args[0], noticket=len(args) > 1 and args[1] == "noticket")
     elif cmd == "garbage":
         garbage(port)
     else:
