@@ -484,7 +484,11 @@ static void fence_now(struct backup *be, bool gone)
 
 /* Wait until the dead primary's link has ended, so that every byte its
  * kernel still sent is read (semi sync answers once records are in that
- * kernel), but not forever: a hung primary's link stays up. */
+ * kernel), but not forever: a hung primary's link stays up.  A link up
+ * but silent for two PING periods has nothing left to read (a stopped or
+ * hung primary, whose kernel delivered what it had sent long before it
+ * was declared dead): fenced at once, as a parity process fences such a
+ * data process's stream. */
 static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct backup *be = arg;
@@ -495,7 +499,15 @@ static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
             link_timer_at(be->fence_ev, be->fence_answer_at);
         return;
     }
-    if (repl_receiver_link_up(be->receiver, 0) && ++be->fence_polls < FENCE_WAIT_POLLS) {
+    bool up = repl_receiver_link_up(be->receiver, 0);
+    uint64_t silent = up ? repl_receiver_silent_ms(be->receiver, 0) : 0;
+    if (up && silent >= 2 * LINK_PING_MS) {
+        be_log(be, "the link from member %d is up but has carried nothing for %" PRIu64
+               " ms: nothing is left to read", be->leader, silent);
+        fence_now(be, false);
+        return;
+    }
+    if (up && ++be->fence_polls < FENCE_WAIT_POLLS) {
         struct timeval tv = { 0, FENCE_POLL_USEC };
         evtimer_add(be->fence_ev, &tv);
         return;

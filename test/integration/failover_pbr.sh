@@ -13,6 +13,10 @@
 #      as a backup): both are rebuilt from the new primary while the load
 #      goes on, and the group returns to healthy redundancy 2/2 with equal
 #      `cocytus meta` digests on all three;
+#   3b. the primary stopped (SIGSTOP) for 3 s under load, a long pause: it
+#      is declared dead and a backup promoted; the backups' links from it
+#      are up but silent, so they fence at once (the build before waited
+#      500 ms for those links to end); resumed, it rejoins as a backup;
 #   4. SIGKILL the new primary under a second load: promoted again;
 #   5. that member, restarted as a backup, answers a client holding the
 #      map that named it primary with MOVED to the primary;
@@ -30,7 +34,9 @@ modes=${FAILOVER_PBR_MODES:-full semi}
 
 dir=""
 writer_pid=""
+stopped=""
 cleanup() {
+    [ -n "$stopped" ] && kill -CONT $stopped 2>/dev/null
     [ -n "$writer_pid" ] && kill "$writer_pid" 2>/dev/null
     cluster_remove "$dir"
 }
@@ -163,6 +169,37 @@ run_mode() {
     cat "$dir/writer1.err"
     wait_for 30 digests_equal || fail "$mode: the three copies differ after the rebuild"
     check_acked "$dir/acked1" "$mode, first load"
+
+    # 3b: the primary stopped for 3 s under load.
+    local paused paused_pid silent_before
+    paused=$(primary_member)
+    paused_pid=$(member_pid "$paused")
+    silent_before=$(cat "$dir"/*.log | grep -c "has carried nothing for")
+    "$writer" write -p "$proxy_port" -o "$dir/acked1b" -c 8 -d 4 -t 5 -n 200000 -z 120 \
+        2>"$dir/writer1b.err" &
+    writer_pid=$!
+    sleep 0.7
+    kill -STOP "$paused_pid" && stopped=$paused_pid
+    wait_for 50 eval '[ "$(primary_member)" != "$paused" ]' \
+        && ok "$mode: member $(primary_member) promoted while member $paused was stopped" \
+        || fail "$mode: no failover from a stopped primary: $(groups_line)"
+    sleep 1
+    kill -CONT "$paused_pid"
+    stopped=""
+    if [ "$(cat "$dir"/*.log | grep -c "has carried nothing for")" -gt "$silent_before" ]; then
+        ok "$mode: $(cat "$dir"/*.log | grep "has carried nothing for" | tail -n 1 | cut -c1-150)"
+    else
+        fail "$mode: no backup fenced the stopped primary's silent link at once"
+    fi
+    grep "fencing took" "$dir/coordinator.log" | tail -n 1
+    wait "$writer_pid"
+    writer_pid=""
+    cat "$dir/writer1b.err"
+    check_acked "$dir/acked1b" "$mode, the primary stopped"
+    wait_for 150 group_is healthy && ok "$mode: healthy again after the stopped primary resumed" \
+        || fail "$mode: not healthy after the stopped primary resumed: $(groups_line)"
+    wait_for 30 digests_equal || fail "$mode: the three copies differ after the stop"
+    first=$(primary_member)
 
     # 4: the new primary dies as well; nothing acknowledged is lost.
     # Other values for the same keys (-z): a set lost now is not found from the first load.
