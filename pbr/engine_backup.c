@@ -484,11 +484,15 @@ static void fence_now(struct backup *be, bool gone)
 
 /* Wait until the dead primary's link has ended, so that every byte its
  * kernel still sent is read (semi sync answers once records are in that
- * kernel), but not forever: a hung primary's link stays up.  A link up
- * but silent for two PING periods has nothing left to read (a stopped or
- * hung primary, whose kernel delivered what it had sent long before it
- * was declared dead): fenced at once, as a parity process fences such a
- * data process's stream. */
+ * kernel), but not forever: a hung primary's link stays up.  In full sync
+ * a link up but silent for two PING periods (a stopped or hung primary)
+ * is fenced at once, as a parity process fences such a data process's
+ * stream: every record a client was answered for was acknowledged by
+ * every backup of the ack set, this one included, so whatever is still
+ * unread or on its way was answered to nobody.  Not in semi sync, where
+ * an answered record may still be unread here or resent by the primary's
+ * kernel after a lost packet, and the wait is what reads it (nor in
+ * async, which keeps the wait too). */
 static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct backup *be = arg;
@@ -500,8 +504,9 @@ static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
         return;
     }
     bool up = repl_receiver_link_up(be->receiver, 0);
+    bool full = be->sh->cfg.cluster != NULL && be->sh->cfg.cluster->sync == SYNC_FULL;
     uint64_t silent = up ? repl_receiver_silent_ms(be->receiver, 0) : 0;
-    if (up && silent >= 2 * LINK_PING_MS) {
+    if (up && full && silent >= 2 * LINK_PING_MS) {
         be_log(be, "the link from member %d is up but has carried nothing for %" PRIu64
                " ms: nothing is left to read", be->leader, silent);
         fence_now(be, false);

@@ -179,6 +179,11 @@ if [ "$reply" = "OK" ] && [ "$serial2" = "$want2" ] && [ "$serial1" != "$serial2
 else
     fail "refresh_certs: reply '$reply', serial $serial1 -> $serial2 (want $want2)"
 fi
+if out=$("$py" "$check_py" refresh_resume "$a_port" "$dir/ca.pem" 2>&1); then
+    ok "refresh_certs ends the tickets before it: $out"
+else
+    fail "session resumption across refresh_certs: $out"
+fi
 echo "not a certificate" >"$dir/cur.pem"
 reply=$("$py" "$check_py" line "$a_port" "$dir/ca.pem" "refresh_certs" 2>&1)
 serial3=$("$py" "$check_py" serial "$a_port" "$dir/ca.pem" 2>&1)

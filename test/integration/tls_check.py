@@ -24,6 +24,9 @@ what it is told to and exits 0, or prints why and exits 1.
                                        1.3 (noticket: TLS 1.2 without
                                        tickets, so by session id); prints
                                        which resumed
+  tls_check.py refresh_resume PORT CA  a session resumed, then refresh_certs,
+                                       then the same session offered again:
+                                       a full handshake (new ticket keys)
   tls_check.py garbage PORT            plain-text requests, a torn
                                        ClientHello, random bytes: each closed
 """
@@ -200,6 +203,26 @@ def resume(port, ca, noticket=False):
     print(", ".join(out))
 
 
+def refresh_resume(port, ca):
+    ctx = context(ca)
+    session, reused = None, []
+    for step in range(3):
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+        s.sendall(b"version\r\n")
+        check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version")
+        reused.append(s.session_reused)
+        session = s.session
+        if step == 1:
+            s.sendall(b"refresh_certs\r\n")
+            reply = read_reply(s, b"", [b"\r\n"])
+            check(reply == b"OK\r\n", "refresh_certs: %r" % reply)
+        s.close()
+    check(reused == [False, True, False], "resumed %s (want: full, resumed, then full "
+          "after refresh_certs)" % reused)
+    print("a session resumed before refresh_certs shakes hands in full after it")
+
+
 def garbage(port):
     rnd = random.Random(11)
     hello_start = bytes.fromhex("16030100f4010000f00303") + os.urandom(40)
@@ -240,6 +263,8 @@ def main():
         accepted(port, *args[:3])
     elif cmd == "resume":
         resume(port, args[0], noticket=len(args) > 1 and args[1] == "noticket")
+    elif cmd == "refresh_resume":
+        refresh_resume(port, args[0])
     elif cmd == "garbage":
         garbage(port)
     else:
