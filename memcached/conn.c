@@ -855,7 +855,7 @@ static void conn_list_remove(struct conn **head, struct conn *c)
     c->prev = c->next = NULL;
 }
 
-struct conn *conn_new(struct server *s, int fd)
+struct conn *conn_new(struct server *s, int fd, bool tls)
 {
     struct conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -866,9 +866,9 @@ struct conn *conn_new(struct server *s, int fd)
     c->rcap = RBUF_INITIAL;
     c->rbuf = malloc(c->rcap);
     c->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_event, c);
-    if (s->tls)
+    if (tls)
         c->tls = tls_conn_new(s->tls, fd);
-    if (!c->rbuf || !c->ev || (s->tls && !c->tls)) {
+    if (!c->rbuf || !c->ev || (tls && !c->tls)) {
         free(c->rbuf);
         if (c->ev)
             event_free(c->ev);

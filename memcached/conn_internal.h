@@ -70,7 +70,8 @@ struct conn {
     struct conn_stream *stream;   /* a reply still being written piece by piece */
 };
 
-struct conn *conn_new(struct server *s, int fd);
+/* tls: the client shakes hands first (a -Z listener's). */
+struct conn *conn_new(struct server *s, int fd, bool tls);
 void conn_close(struct conn *c);
 void conn_close_all(struct server *s);
 void conn_free_closed(struct server *s);

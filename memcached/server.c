@@ -27,6 +27,7 @@
 #include "cluster.h"
 #include "coord.h"
 #include "sendq.h"
+#include "listen_spec.h"
 #include "server.h"
 #include "slotmap.h"
 #include "unixsock.h"
@@ -110,6 +111,10 @@ static void fit_fd_limit(const struct server *s)
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     struct server *s = arg;
+    bool tls = false;
+    for (int i = 0; i < s->nlisten; i++)
+        if (s->listen_fd[i] == lfd)
+            tls = s->listen_tls[i];
     for (int i = 0; i < 64; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -123,7 +128,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         if (s->stats.curr_conns >= (uint64_t)s->settings.max_conns) {
             /* (a TLS client could not read the line before its handshake) */
-            if (s->tls == NULL) {
+            if (!tls) {
                 ssize_t w = write(fd, too_many_conns, sizeof(too_many_conns) - 1);
                 (void)w;
             }
@@ -133,7 +138,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         if (!s->listen_unix)
             set_nodelay(fd);
-        if (!conn_new(s, fd)) {
+        if (!conn_new(s, fd, tls)) {
             fprintf(stderr, "cocytus-server: out of memory accepting a connection\n");
             close(fd);
             continue;
@@ -173,9 +178,10 @@ static int bound_port_of(int fd)
     return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-static void add_listener(struct server *s, int fd)
+static void add_listener(struct server *s, int fd, bool tls)
 {
     s->listen_fd[s->nlisten] = fd;
+    s->listen_tls[s->nlisten] = tls;
     s->listen_ev[s->nlisten] = event_new(s->base, fd, EV_READ | EV_PERSIST, on_accept, s);
     event_add(s->listen_ev[s->nlisten], NULL);
     s->nlisten++;
@@ -191,23 +197,41 @@ static int server_listen_unix(struct server *s)
         return -1;
     }
     s->listen_unix = true;
-    add_listener(s, s->unix_listener.fd);
+    add_listener(s, s->unix_listener.fd, false);
     return 0;
 }
 
-/* Bind every address -l names (comma separated), or all interfaces. */
+/* Bind every address -l names (comma separated, each as memcached reads
+ * it: listen_spec.h), or all interfaces on -p's port.  With -p 0 every
+ * entry without a port of its own shares the port the first one got. */
 static int server_listen(struct server *s)
 {
     if (s->settings.unix_path)
         return server_listen_unix(s);
-    char addrs[256];
+    char addrs[1024];
+    if (s->settings.listen_addr && strlen(s->settings.listen_addr) >= sizeof(addrs)) {
+        fprintf(stderr, "cocytus-server: -l is too long\n");
+        return -1;
+    }
     snprintf(addrs, sizeof(addrs), "%s", s->settings.listen_addr ? s->settings.listen_addr : "");
     char *save = NULL;
-    char *host = s->settings.listen_addr ? strtok_r(addrs, ",", &save) : NULL;
+    char *entry = s->settings.listen_addr ? strtok_r(addrs, ",", &save) : NULL;
+    int any_port = s->settings.port;      /* -p 0: what the first port-less entry got */
+    bool portless = false;
     do {
+        struct listen_spec spec = { .host = "", .port = -1 };
+        char err[300];
+        if (entry && listen_spec_parse(entry, &spec, err, sizeof(err)) < 0) {
+            fprintf(stderr, "cocytus-server: -l %s: %s\n", entry, err);
+            return -1;
+        }
+        if (spec.notls && s->tls == NULL) {
+            fprintf(stderr, "cocytus-server: -l %s: 'notls' is valid only with -Z (TLS)\n", entry);
+            return -1;
+        }
+        const char *host = spec.host[0] ? spec.host : NULL;
         char port[16];
-        /* With -p 0 every address shares the port the first one got. */
-        snprintf(port, sizeof(port), "%d", s->bound_port > 0 ? s->bound_port : s->settings.port);
+        snprintf(port, sizeof(port), "%d", spec.port >= 0 ? spec.port : any_port);
         struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                                   .ai_flags = AI_PASSIVE };
         struct addrinfo *res = NULL;
@@ -228,13 +252,22 @@ static int server_listen(struct server *s)
                 freeaddrinfo(res);
                 return -1;
             }
-            if (s->bound_port <= 0)
-                s->bound_port = bound_port_of(fd);
-            add_listener(s, fd);
+            /* bound_port (stats settings tcpport): -p's as bound, or with
+             * only entries that name their ports, the first of those */
+            int got = bound_port_of(fd);
+            if (spec.port < 0) {
+                if (any_port == 0)
+                    any_port = got;
+                s->bound_port = any_port;
+                portless = true;
+            } else if (!portless && s->bound_port <= 0) {
+                s->bound_port = got;
+            }
+            add_listener(s, fd, s->tls != NULL && !spec.notls);
         }
         freeaddrinfo(res);
-        host = s->settings.listen_addr ? strtok_r(NULL, ",", &save) : NULL;
-    } while (host);
+        entry = s->settings.listen_addr ? strtok_r(NULL, ",", &save) : NULL;
+    } while (entry);
     if (s->nlisten == 0) {
         fprintf(stderr, "cocytus-server: no address to listen on\n");
         return -1;

@@ -108,6 +108,7 @@ struct server {
     char moved[SLOTMAP_MOVED_MAX]; /* text of the last MOVED */
     struct event *listen_ev[SERVER_MAX_LISTEN];
     int listen_fd[SERVER_MAX_LISTEN];
+    bool listen_tls[SERVER_MAX_LISTEN]; /* -Z, and not a "notls:" entry of -l */
     int nlisten;
     bool listen_unix;         /* -s: the one listener is a Unix socket */
     struct unixsock unix_listener; /* ... it, its lock and its file (unixsock.h) */

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# listen.sh - memcached's -l: every comma-separated entry may name its own
+# port (host:port, [v6addr]:port), a bare IPv6 address takes -p's, and
+# under -Z an entry after "notls:" serves clients in the clear
+# (memcached/listen_spec.c, server.c).
+#
+# A plain server with -p P0 -l 127.0.0.1:P1,127.0.0.2 answers on
+# 127.0.0.1:P1 and 127.0.0.2:P0 and not on 127.0.0.1:P0, and says tcpport
+# P0 in `stats settings`; with only ports of their own (-l
+# 127.0.0.1:P1,127.0.0.1:P2) both answer; [::1]:P3 answers over IPv6
+# when the host has it.  Refused starts, with memcached's reasons: a port
+# that is not a number or is empty, an unclosed '[', notls: without -Z.
+# With -Z, -l 127.0.0.1,notls:127.0.0.1:P4: the -p port is TLS (a plain
+# request is not served) and P4 answers a plain request.  Debian's
+# memcached takes the same -l lists (checked when installed).
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$server_bin"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/listen.XXXXXX")
+pids=""
+cleanup() {
+    local p
+    for p in $pids; do stop_pid "$p"; done
+    rm -rf "$dir"
+}
+on_exit cleanup
+user_args=()
+[ "$(id -u)" -eq 0 ] && user_args=(-u root)
+
+# serve BIN LOG ARGS...: a server; its pid in pid (its ports are the caller's).
+serve() {
+    local bin=$1 log=$2
+    shift 2
+    "$bin" -U 0 "$@" </dev/null >"$log" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+}
+
+# answers ADDR: a version request there gets VERSION (waits up to 5 s).
+answers() {
+    local out
+    for _ in $(seq 50); do
+        out=$(mc "$1" "version\r\n" 2>/dev/null)
+        case $out in VERSION*) return 0 ;; esac
+        sleep 0.1
+    done
+    return 1
+}
+
+# refused WHY ARGS...: the server exits at once, its message containing WHY.
+refused() {
+    local why=$1
+    shift
+    "$server_bin" -U 0 "${user_args[@]}" "$@" </dev/null >"$dir/refused.log" 2>&1 &
+    local p=$! rc=0
+    for _ in $(seq 30); do
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$p" 2>/dev/null; then
+        stop_pid "$p"
+        fail "started with $*"
+        return
+    fi
+    wait "$p" 2>/dev/null || rc=$?
+    if [ "$rc" -ne 0 ] && grep -q -- "$why" "$dir/refused.log"; then
+        ok "refused: $* ($(head -1 "$dir/refused.log"))"
+    else
+        fail "with $*: exit $rc, $(head -2 "$dir/refused.log") (want '$why')"
+    fi
+}
+
+# check_lists BIN NAME: the -l lists on BIN (cocytus-server, or memcached).
+check_lists() {
+    local bin=$1 name=$2 p0 p1 p2 extra=("${user_args[@]}")
+    [ "$name" = memcached ] && [ "$(id -u)" -eq 0 ] && extra=(-u nobody)
+    p0=$(pick_port) p1=$(pick_port) p2=$(pick_port)
+    serve "$bin" "$dir/$name-1.log" "${extra[@]}" -p "$p0" -l "127.0.0.1:$p1,127.0.0.2"
+    if answers "127.0.0.1:$p1" && answers "127.0.0.2:$p0"; then
+        ok "$name -p $p0 -l 127.0.0.1:$p1,127.0.0.2: answers on 127.0.0.1:$p1 and 127.0.0.2:$p0"
+    else
+        fail "$name -l 127.0.0.1:$p1,127.0.0.2 (-p $p0): $(head -2 "$dir/$name-1.log")"
+    fi
+    case $(mc "127.0.0.1:$p0" "version\r\n" 2>/dev/null) in
+        VERSION*) fail "$name listens on 127.0.0.1:$p0, which no entry names" ;;
+        *) ok "$name: nothing on 127.0.0.1:$p0 (the first entry has a port of its own)" ;;
+    esac
+    if [ "$name" = cocytus-server ]; then
+        local tcpport
+        tcpport=$(mc "127.0.0.2:$p0" "stats settings\r\n" | awk '$2 == "tcpport" { print $3 }')
+        [ "$tcpport" = "$p0" ] && ok "stats settings tcpport $tcpport (-p's)" ||
+            fail "stats settings tcpport '$tcpport', want $p0"
+    fi
+    stop_pid "$pid"
+    serve "$bin" "$dir/$name-2.log" "${extra[@]}" -p "$p0" -l "127.0.0.1:$p1,127.0.0.1:$p2"
+    if answers "127.0.0.1:$p1" && answers "127.0.0.1:$p2"; then
+        ok "$name -l 127.0.0.1:$p1,127.0.0.1:$p2: both answer"
+    else
+        fail "$name -l 127.0.0.1:$p1,127.0.0.1:$p2: $(head -2 "$dir/$name-2.log")"
+    fi
+    stop_pid "$pid"
+}
+
+check_lists "$server_bin" cocytus-server
+mc_bin=$(command -v memcached || true)
+if [ -n "$mc_bin" ]; then
+    check_lists "$mc_bin" memcached
+else
+    echo "note: no memcached here; its -l lists are not compared"
+fi
+
+# IPv6, when the host has ::1.
+if python3 -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null; then
+    p3=$(pick_port)
+    serve "$server_bin" "$dir/v6.log" "${user_args[@]}" -p "$(pick_port)" -l "[::1]:$p3"
+    if python3 - "$p3" <<'PYEOF'
+import socket, sys, time
+for _ in range(50):
+    try:
+        s = socket.create_connection(("::1", int(sys.argv[1])), timeout=2)
+        s.sendall(b"version\r\n")
+        sys.exit(0 if s.recv(100).startswith(b"VERSION") else 1)
+    except OSError:
+        time.sleep(0.1)
+sys.exit(1)
+PYEOF
+    then
+        ok "-l [::1]:$p3 answers over IPv6"
+    else
+        fail "-l [::1]:$p3: $(head -2 "$dir/v6.log")"
+    fi
+    stop_pid "$pid"
+else
+    echo "note: no IPv6 loopback here; [::1]:port not checked"
+fi
+
+port=$(pick_port)
+refused 'invalid port number "abc"' -p "$port" -l 127.0.0.1:abc
+refused 'invalid port number ""' -p "$port" -l 127.0.0.1:
+refused "no ']'" -p "$port" -l '[::1'
+refused "'notls' is valid only with -Z" -p "$port" -l "notls:127.0.0.1"
+
+# -Z with a notls: entry.
+if "$server_bin" -h 2>&1 | grep -q -- --enable-ssl && command -v openssl >/dev/null &&
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/key.pem" -out "$dir/cert.pem" -days 2 \
+        -subj /CN=127.0.0.1 >/dev/null 2>&1; then
+    p0=$(pick_port) p4=$(pick_port)
+    serve "$server_bin" "$dir/tls.log" "${user_args[@]}" -p "$p0" -l "127.0.0.1,notls:127.0.0.1:$p4" \
+        -Z -o "ssl_chain_cert=$dir/cert.pem,ssl_key=$dir/key.pem"
+    if answers "127.0.0.1:$p4"; then
+        ok "-Z -l 127.0.0.1,notls:127.0.0.1:$p4: a plain request is served on $p4"
+    else
+        fail "notls:127.0.0.1:$p4 under -Z: $(head -2 "$dir/tls.log")"
+    fi
+    if python3 - "$p0" "$dir/cert.pem" <<'PYEOF'
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+ctx.check_hostname = False
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5))
+s.sendall(b"version\r\n")
+sys.exit(0 if s.recv(100).startswith(b"VERSION") else 1)
+PYEOF
+    then
+        ok "the -p port ($p0) is TLS"
+    else
+        fail "no TLS on the -p port $p0: $(head -2 "$dir/tls.log")"
+    fi
+    case $(MC_TIMEOUT=1 mc "127.0.0.1:$p0" "version\r\n" 2>/dev/null) in
+        VERSION*) fail "a plain request was served on the TLS port $p0" ;;
+        *) ok "a plain request is not served on the TLS port $p0" ;;
+    esac
+    stop_pid "$pid"
+else
+    echo "note: no TLS in this build (or no openssl tool); notls: under -Z not checked"
+fi
+finish
