@@ -241,7 +241,13 @@ static int server_listen(struct server *s)
                     host ? host : "*", gai_strerror(rc));
             return -1;
         }
-        for (struct addrinfo *ai = res; ai && s->nlisten < SERVER_MAX_LISTEN; ai = ai->ai_next) {
+        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+            if (s->nlisten == SERVER_MAX_LISTEN) {
+                fprintf(stderr, "cocytus-server: -l names more than %d sockets to listen on\n",
+                        SERVER_MAX_LISTEN);
+                freeaddrinfo(res);
+                return -1;
+            }
             int fd = listen_one(s, ai);
             if (fd < 0) {
                 /* A host without IPv6 still serves IPv4. */

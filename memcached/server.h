@@ -17,7 +17,7 @@
 #include "auth.h"
 #include "slotmap.h"
 
-#define SERVER_MAX_LISTEN 8
+#define SERVER_MAX_LISTEN 32
 #define MC_VERSION_STRING "1.6.18-cocytus-" PACKAGE_VERSION
 
 struct event_base;
