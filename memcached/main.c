@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,10 @@ static void usage(FILE *out)
         "  -b, --listen-backlog=<n>  listen backlog (default 1024)\n"
         "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
         "  -F, --disable-flush-all   refuse flush_all\n"
+        "  -X, --disable-dumping     refuse stats cachedump and lru_crawler metadump\n"
+        "  -W, --disable-watch       refuse watch (it is refused anyway: no log streams)\n"
+        "  -k, --lock-memory         lock the process's memory in RAM (mlockall)\n"
+        "  -N, --napi_ids=<n>        accepted and ignored (one thread)\n"
         "  -Y, --auth-file=<file>    authentication: user:pass lines (memcached's format);\n"
         "                            ASCII auth set, or binary SASL PLAIN\n"
         "  -D <char>                 stats detail's key prefix delimiter (turns stats detail on)\n"
@@ -182,6 +187,10 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "extended", required_argument, NULL, 'o' },
         { "enable-ssl", no_argument, NULL, 'Z' },
         { "disable-flush-all", no_argument, NULL, 'F' },
+        { "disable-dumping", no_argument, NULL, 'X' },
+        { "disable-watch", no_argument, NULL, 'W' },
+        { "lock-memory", no_argument, NULL, 'k' },
+        { "napi_ids", required_argument, NULL, 'N' },
         { "auth-file", required_argument, NULL, 'Y' },
         { "role", required_argument, NULL, OPT_ROLE },
         { "cluster", required_argument, NULL, OPT_CLUSTER },
@@ -193,7 +202,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { NULL, 0, NULL, 0 },
     };
     int ch, n;
-    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:Z", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:ZXWkN:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &st->port))
@@ -281,6 +290,20 @@ static int parse_args(int argc, char **argv, struct settings *st)
             break;
         case 'R': case 'B': case 'f': case 'n': case 'r': case 'L':
             /* memcached tuning flags with no meaning here. */
+            break;
+        case 'N':
+            /* NAPI ids steer memcached's worker threads by receive queue;
+             * one thread has nothing to steer. */
+            fprintf(stderr, "cocytus-server: -N (napi_ids) ignored: one thread\n");
+            break;
+        case 'X':
+            st->dump_enabled = false;
+            break;
+        case 'W':
+            st->watch_enabled = false;
+            break;
+        case 'k':
+            st->lock_memory = true;
             break;
         case OPT_ROLE:
             st->role = optarg;
@@ -436,6 +459,10 @@ int main(int argc, char **argv)
         /* The event loop must be told it lives in a new process. */
         event_reinit(base);
     }
+    /* After the fork (locks are not inherited), as memcached does; a
+     * refusal (RLIMIT_MEMLOCK) is only a warning there too. */
+    if (st.lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
+        fprintf(stderr, "warning: -k invalid, mlockall() failed: %s\n", strerror(errno));
     if (st.pid_file && write_pid_file(st.pid_file) < 0) {
         server_destroy(&srv);
         return EXIT_FAILURE;

@@ -792,6 +792,10 @@ static void stats_cachedump(struct conn *c, struct resp *r, int argc, char **arg
 {
     struct server *s = conn_server(c);
     uint32_t cls, limit;
+    if (!s->settings.dump_enabled) {               /* -X, checked first as memcached */
+        resp_str(r, "CLIENT_ERROR stats cachedump not allowed\r\n");
+        return;
+    }
     const char *err = text_cachedump_args(argc, argv, &cls, &limit);
     if (err != NULL) {
         resp_str(r, err);
@@ -1001,6 +1005,10 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
         reply_line(c, "ERROR", false);
         return;
     }
+    if (!s->settings.dump_enabled) {
+        reply_line(c, "ERROR metadump not allowed", false);
+        return;
+    }
     if (conn_has_unflushed(c)) {
         reply_line(c, "ERROR cannot pipeline other commands before metadump", false);
         return;
@@ -1051,6 +1059,10 @@ static void handle_watch(struct conn *c, const struct text_req *req)
         "fetchers", "mutations", "evictions", "connevents", "proxyreqs", "proxyevents",
         "proxyuser", "deletions",
     };
+    if (!conn_server(c)->settings.watch_enabled) {     /* -W, before anything else */
+        reply_line(c, "CLIENT_ERROR watch commands not allowed", false);
+        return;
+    }
     if (conn_has_unflushed(c)) {
         reply_line(c, "ERROR cannot pipeline other commands before watch", false);
         return;

@@ -50,6 +50,8 @@ void settings_defaults(struct settings *s)
     s->backlog = 1024;
     s->hashpower = 16;
     s->flush_enabled = true;
+    s->dump_enabled = true;
+    s->watch_enabled = true;
     s->prefix_delimiter = ':';
     s->role = "plain";
     tls_config_defaults(&s->tls);

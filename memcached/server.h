@@ -51,6 +51,9 @@ struct settings {
     unsigned hashpower;       /* -o hashpower=N */
     size_t max_line;          /* longest request line accepted without a newline */
     bool flush_enabled;       /* !-F */
+    bool dump_enabled;        /* !-X: stats cachedump, lru_crawler metadump */
+    bool watch_enabled;       /* !-W (watch is refused either way: no log streams) */
+    bool lock_memory;         /* -k: mlockall at start */
     const char *auth_file;    /* -Y: ASCII authentication (user:pass lines) */
     int idle_timeout;         /* -o idle_timeout=N: close connections idle N seconds */
     char prefix_delimiter;    /* -D: stats detail's key prefix delimiter (':') */

@@ -219,7 +219,7 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "maxconns_fast", "%s", "yes");
     emit(ctx, "hashpower_init", "%u", st->hashpower);
     emit(ctx, "flush_enabled", "%s", st->flush_enabled ? "yes" : "no");
-    emit(ctx, "dump_enabled", "%s", "yes");
+    emit(ctx, "dump_enabled", "%s", st->dump_enabled ? "yes" : "no");
     emit(ctx, "idle_timeout", "%d", st->idle_timeout);
     emit(ctx, "track_sizes", "%s", st->sizes_enabled ? "yes" : "no");
     emit(ctx, "ssl_enabled", "%s", st->tls_enabled ? "yes" : "no");

@@ -31,7 +31,7 @@ masked replies; the exit status is then 1.
 process of a cluster, cocytus-proxy, ...) instead of starting
 cocytus-server; memcached is still started here as the reference.  The
 target is shared and long-lived, so in this mode:
-  * only the default variant runs (-F, -C and -Y need server flags);
+  * only the default variant runs (-F, -C, -Y and -X need server flags);
   * cases with `shutdown` are skipped (the target may have -A) and cases
     with `verbosity` are skipped and the cleanup sends no `verbosity 0`
     (the target's log level is its operator's: left alone);
@@ -1226,6 +1226,7 @@ VARIANTS = [
     (8, "-F", ["-F"]),
     (6, "-C", ["-C"]),
     (6, "-Y", ["-Y", "@AUTH"]),
+    (4, "-X", ["-X", "-W"]),          # dumps and watch refused
 ]
 
 
@@ -1517,7 +1518,7 @@ def main():
     ap.add_argument("--case", type=int, default=None, help="run only this case")
     ap.add_argument("--keep-going", action="store_true")
     ap.add_argument("--no-shrink", action="store_true")
-    ap.add_argument("--variant", default=None, help="session variant: default, -F, -C, -Y")
+    ap.add_argument("--variant", default=None, help="session variant: default, -F, -C, -Y, -X (with -W)")
     ap.add_argument("--memcached", default=os.environ.get("MEMCACHED", shutil.which("memcached")
                                                           or "/usr/bin/memcached"))
     ap.add_argument("--server", default=os.environ.get("COCYTUS_SERVER"))

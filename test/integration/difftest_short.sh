@@ -29,6 +29,15 @@ case $rc in
     *) fail "difftest seed $DIFFTEST_SEED: differences (replay commands above)" ;;
 esac
 
+# -X and -W on both servers: dumps and watch refused with memcached's words.
+python3 "$top_srcdir/test/difftest/difftest.py" --seed 15 --cases 300 --variant=-X \
+    --memcached "$memcached_bin" --server "$server_bin"
+case $? in
+    0) ok "difftest seed 15, 300 sequences, both servers with -X -W: no difference" ;;
+    77) echo "note: difftest could not start a server for -X" ;;
+    *) fail "difftest seed 15 with -X -W: differences (replay commands above)" ;;
+esac
+
 # Every difference the long runs found (docs/compat.md), replayed:
 # seed:case:session.
 FOUND="14014:2037:default 14014:2819:default 14014:3346:default 14014:4820:-C
