@@ -57,11 +57,7 @@ refused() {
     shift
     "$server_bin" -U 0 "${user_args[@]}" "$@" </dev/null >"$dir/refused.log" 2>&1 &
     local p=$! rc=0
-    for _ in $(seq 30); do
-        kill -0 "$p" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$p" 2>/dev/null; then
+    if ! wait_for 30 eval '! kill -0 $p 2>/dev/null'; then
         stop_pid "$p"
         fail "started with $*"
         return

@@ -179,6 +179,17 @@ def accepted(port, ca, cert, key):
     print("accepted with a client certificate, and its session resumed on a second connection")
 
 
+def offer(ctx, port, session):
+    """A connection offering session (None: none) that answered version.
+    TLS 1.3 sends its tickets after the handshake: s.session is the one
+    to offer next only once something was read."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+    s.sendall(b"version\r\n")
+    check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version")
+    return s
+
+
 def resume(port, ca, noticket=False):
     versions = [ssl.TLSVersion.TLSv1_2] if noticket else [ssl.TLSVersion.TLSv1_2,
                                                            ssl.TLSVersion.TLSv1_3]
@@ -190,11 +201,7 @@ def resume(port, ca, noticket=False):
             ctx.options |= ssl.OP_NO_TICKET
         session, reused = None, []
         for _ in range(3):
-            raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-            s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
-            s.sendall(b"version\r\n")
-            # TLS 1.3 sends its tickets after the handshake: read first
-            check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version")
+            s = offer(ctx, port, session)
             reused.append(s.session_reused)
             session = s.session
             s.close()
@@ -207,10 +214,7 @@ def refresh_resume(port, ca):
     ctx = context(ca)
     session, reused = None, []
     for step in range(3):
-        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-        s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
-        s.sendall(b"version\r\n")
-        check(read_reply(s, b"", [b"\r\n"]).startswith(b"VERSION"), "no version")
+        s = offer(ctx, port, session)
         reused.append(s.session_reused)
         session = s.session
         if step == 1:
