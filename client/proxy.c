@@ -31,6 +31,7 @@
 #include <event2/listener.h>
 
 #include "lc_fetch.h"
+#include "listen_spec.h"
 #include "px.h"
 #include "sendq.h"
 
@@ -353,15 +354,37 @@ static bool listen_unix(struct proxy *px)
     return listen_ready(px);   /* on failure run() frees the listener, then the socket */
 }
 
+/* -l ADDR, read as memcached reads an entry of its -l (listen_spec.h):
+ * 127.0.0.1, 127.0.0.1:11211, [::1]:11211, ::1.  A port in ADDR wins over
+ * -p (and becomes the one stats settings shows).  One address only: the
+ * proxy has one listener. */
 static bool listen_on(struct proxy *px, const char *addr, int port)
 {
     struct sockaddr_storage ss;
     int sslen = sizeof(ss);
-    char spec[300];
+    char spec[300], err[300];
+    struct listen_spec ls;
 
     if (px->opt.unix_path)
         return listen_unix(px);
-    snprintf(spec, sizeof(spec), strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, port);
+    if (strchr(addr, ',') != NULL) {
+        fprintf(stderr, "cocytus-proxy: -l %s: one address only (the proxy has one listener)\n",
+                addr);
+        return false;
+    }
+    if (listen_spec_parse(addr, &ls, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-proxy: -l %s: %s\n", addr, err);
+        return false;
+    }
+    if (ls.notls) {
+        fprintf(stderr, "cocytus-proxy: -l %s: notls: is cocytus-server's (-Z); the proxy's one "
+                "listener is TLS with --tls-cert, or not\n", addr);
+        return false;
+    }
+    if (ls.port >= 0)
+        port = px->opt.port = ls.port;
+    const char *host = ls.host[0] ? ls.host : "0.0.0.0";
+    snprintf(spec, sizeof(spec), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     memset(&ss, 0, sizeof(ss));
     if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss, &sslen) != 0) {
         fprintf(stderr, "cocytus-proxy: bad listen address %s\n", spec);
@@ -424,7 +447,7 @@ static void usage(FILE *f)
             "usage: cocytus-proxy --seeds HOST:PORT[,HOST:PORT...] [options]\n"
             "  -s, --seeds LIST      cluster servers to fetch the slot map from (required)\n"
             "  -p, --port PORT       port to listen on (default %d)\n"
-            "  -l, --listen ADDR     address to listen on (default 127.0.0.1)\n"
+            "  -l, --listen ADDR     address to listen on (default 127.0.0.1), or ADDR:PORT\n"
             "      --unix-socket PATH  listen on a Unix socket instead of TCP\n"
             "      --unix-mask PERMS   the Unix socket's permissions, octal (default 0700)\n"
             "      --tls-cert FILE   clients connect with TLS; the certificate chain (PEM)\n"
@@ -601,7 +624,7 @@ static void log_start(const struct proxy *px)
         fprintf(stderr, "cocytus-proxy: listening on Unix socket %s with %d worker thread(s)\n",
                 px->opt.unix_path, px->nworkers);
     else
-        fprintf(stderr, "cocytus-proxy: listening on %s:%d with %d worker thread(s)\n",
+        fprintf(stderr, "cocytus-proxy: listening on %s (port %d) with %d worker thread(s)\n",
                 px->opt.addr, px->opt.port, px->nworkers);
 }
 

@@ -13,12 +13,14 @@
 # With -Z, -l 127.0.0.1,notls:127.0.0.1:P4: the -p port is TLS (a plain
 # request is not served) and P4 answers a plain request.  Debian's
 # memcached takes the same -l lists (checked when installed).
+# cocytus-proxy -l 127.0.0.1:P5 listens on P5 (its stats settings say
+# tcpport P5) and refuses a list or notls: (it has one listener).
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$script_dir/lib.sh"
-need_built "$server_bin"
+need_built "$server_bin" "$build_dir/client/cocytus-proxy"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/listen.XXXXXX")
 pids=""
@@ -139,6 +141,32 @@ refused 'invalid port number "abc"' -p "$port" -l 127.0.0.1:abc
 refused 'invalid port number ""' -p "$port" -l 127.0.0.1:
 refused "no ']'" -p "$port" -l '[::1'
 refused "'notls' is valid only with -Z" -p "$port" -l "notls:127.0.0.1"
+
+# cocytus-proxy's -l: one address, with its port.
+proxy=$build_dir/client/cocytus-proxy
+p0=$(pick_port) p5=$(pick_port)
+serve "$server_bin" "$dir/backend.log" "${user_args[@]}" -p "$p0" -l 127.0.0.1
+backend=$pid
+if answers "127.0.0.1:$p0"; then
+    "$proxy" -l "127.0.0.1:$p5" --seeds "127.0.0.1:$p0" </dev/null >"$dir/proxy.log" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+    tcpport=$(answers "127.0.0.1:$p5" && mc "127.0.0.1:$p5" "stats settings\r\n" |
+        awk '$2 == "tcpport" { print $3 }')
+    [ "$tcpport" = "$p5" ] && ok "cocytus-proxy -l 127.0.0.1:$p5 answers there (tcpport $tcpport)" ||
+        fail "cocytus-proxy -l 127.0.0.1:$p5: tcpport '$tcpport', $(tail -2 "$dir/proxy.log")"
+    stop_pid "$pid"
+    for bad in "127.0.0.1,127.0.0.2" "notls:127.0.0.1" "127.0.0.1:x"; do
+        out=$("$proxy" -l "$bad" --seeds "127.0.0.1:$p0" 2>&1 </dev/null | tail -n 1)
+        case $out in
+            *"-l $bad: "*) ok "cocytus-proxy refuses -l $bad: ${out#cocytus-proxy: }" ;;
+            *) fail "cocytus-proxy -l $bad: '$out'" ;;
+        esac
+    done
+else
+    fail "the proxy's backend did not start: $(head -2 "$dir/backend.log")"
+fi
+stop_pid "$backend"
 
 # -Z with a notls: entry.
 if "$server_bin" -h 2>&1 | grep -q -- --enable-ssl && command -v openssl >/dev/null &&
