@@ -31,7 +31,7 @@ struct sendq;
 struct settings {
     int port;                 /* -p */
     bool port_given;          /* -p was on the command line */
-    const char *listen_addr;  /* -l (NULL: all interfaces) */
+    const char *listen_addr;  /* -l, every one given, comma separated (NULL: all interfaces) */
     const char *unix_path;    /* -s: listen on this Unix socket instead of TCP */
     int unix_mask;            /* -a: the socket file's permissions (0700) */
     bool tls_enabled;         /* -Z: clients speak TLS (plain role) */

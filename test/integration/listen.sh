@@ -7,7 +7,8 @@
 # A plain server with -p P0 -l 127.0.0.1:P1,127.0.0.2 answers on
 # 127.0.0.1:P1 and 127.0.0.2:P0 and not on 127.0.0.1:P0, and says tcpport
 # P0 in `stats settings`; with only ports of their own (-l
-# 127.0.0.1:P1,127.0.0.1:P2) both answer; [::1]:P3 answers over IPv6
+# 127.0.0.1:P1,127.0.0.1:P2) both answer; -l given three times adds to
+# the list, a repeated entry once (stats settings inter 127.0.0.1,127.0.0.2); [::1]:P3 answers over IPv6
 # when the host has it.  Refused starts, with memcached's reasons: a port
 # that is not a number or is empty, an unclosed '[', notls: without -Z.
 # With -Z, -l 127.0.0.1,notls:127.0.0.1:P4: the -p port is TLS (a plain
@@ -99,6 +100,18 @@ check_lists() {
         ok "$name -l 127.0.0.1:$p1,127.0.0.1:$p2: both answer"
     else
         fail "$name -l 127.0.0.1:$p1,127.0.0.1:$p2: $(head -2 "$dir/$name-2.log")"
+    fi
+    stop_pid "$pid"
+    # -l given again adds to the list (a repeated entry once)
+    serve "$bin" "$dir/$name-3.log" "${extra[@]}" -p "$p0" -l 127.0.0.1 -l 127.0.0.2 -l 127.0.0.1
+    local inter
+    if answers "127.0.0.1:$p0" && answers "127.0.0.2:$p0"; then
+        inter=$(mc "127.0.0.1:$p0" "stats settings\r\n" | awk '$2 == "inter" { print $3 }')
+        [ "$inter" = "127.0.0.1,127.0.0.2" ] &&
+            ok "$name -l 127.0.0.1 -l 127.0.0.2 -l 127.0.0.1: both answer, stats settings inter $inter" ||
+            fail "$name: three -l: stats settings inter '$inter'"
+    else
+        fail "$name -l 127.0.0.1 -l 127.0.0.2: $(head -2 "$dir/$name-3.log")"
     fi
     stop_pid "$pid"
 }
