@@ -456,7 +456,7 @@ static void client_set_reading(struct px_client *c, bool on)
         event_add(c->rev, NULL);
     else
         event_del(c->rev);
-    if (on && c->tls && tls_pending(c->tls) > 0)
+    if (on && tls_pending(c->tls) > 0)
         event_active(c->rev, EV_READ, 0);      /* decrypted before reading paused */
 }
 
@@ -607,7 +607,7 @@ static void on_client_read(evutil_socket_t fd, short what, void *arg)
         c->closing = true;
         client_set_reading(c, false);
         px_client_mark_dirty(c);
-    } else if (c->tls && !c->dead && c->reading && tls_pending(c->tls) > 0) {
+    } else if (!c->dead && c->reading && tls_pending(c->tls) > 0) {
         event_active(c->rev, EV_READ, 0);   /* the socket will not say so */
     }
 }

@@ -1008,7 +1008,7 @@ static void ctl_prepare(struct parity_engine *pe, int dp, bool gone)
     /* A stream silent for a while (a hung process) has nothing left to
      * read: no wait. */
     if (!repl_receiver_fenced(pe->receiver, dp) && repl_receiver_link_up(pe->receiver, dp) &&
-        repl_receiver_silent_ms(pe->receiver, dp) < 2 * LINK_PING_MS && pe->prepare_timer) {
+        !repl_receiver_link_quiet(pe->receiver, dp) && pe->prepare_timer) {
         uint64_t now = link_now_ms();
         pe->drain_until[dp] = now + PREPARE_DRAIN_MS;
         link_timer_at(pe->prepare_timer, now + PREPARE_DRAIN_POLL_MS);

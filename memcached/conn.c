@@ -1196,7 +1196,7 @@ static void conn_flush(struct conn *c)
         want &= ~EV_READ;         /* ...and a read once the socket takes bytes: no spinning */
     conn_set_events(c, want);
     /* Input TLS already decrypted is not the socket's to announce. */
-    if ((want & EV_READ) && c->tls && tls_pending(c->tls) > 0)
+    if ((want & EV_READ) && tls_pending(c->tls) > 0)
         event_active(c->ev, EV_READ, 0);
 }
 
@@ -1452,7 +1452,7 @@ static void conn_read(struct conn *c)
             return;
         /* A short read means the socket is drained (TLS: unless it read
          * ahead more than one record, which it says). */
-        if (c->rend < c->rcap && !(c->tls && tls_pending(c->tls) > 0))
+        if (c->rend < c->rcap && tls_pending(c->tls) == 0)
             return;
     }
     if (unparsed)

@@ -9,11 +9,12 @@
  * with (OpenSSL counts its references).  Sessions resume as memcached's
  * do: from tickets (the context's own keys, so a refresh ends the old
  * ones), and with ssl_session_cache also from a cache by session id.
- * Reads are read ahead: one recv()
- * takes what the socket has (a request's record whole, header and body,
- * or several), so TLS may hold bytes the socket no longer announces;
- * tls_pending says so, and the callers read on or re-arm their event.  cocytus-proxy's worker threads share one tls_server: the
- * context is swapped and taken under a mutex, the count is atomic. */
+ * Reads are read ahead: one recv() takes what the socket has (a request's
+ * record whole, header and body, or several), so TLS may hold bytes the
+ * socket no longer announces; tls_pending says so, and the callers read
+ * on or re-arm their event.  cocytus-proxy's worker threads share one
+ * tls_server: the context is swapped and taken under a mutex, the counts
+ * are atomic. */
 #include "config.h"
 
 #include <errno.h>
@@ -356,6 +357,8 @@ bool tls_write_waits_read(const struct tls_conn *tc)
 
 size_t tls_pending(const struct tls_conn *tc)
 {
+    if (tc == NULL)
+        return 0;
     /* decrypted bytes, or (read ahead) records not yet decrypted */
     int n = SSL_pending(tc->ssl);
     if (n > 0)

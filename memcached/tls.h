@@ -71,7 +71,7 @@ bool tls_read_waits_write(const struct tls_conn *tc);
 bool tls_write_waits_read(const struct tls_conn *tc);
 /* Bytes TLS holds that no read took yet (decrypted, or read ahead and
  * not yet decrypted: then at least 1): the socket will not say readable
- * for them. */
+ * for them.  0 for NULL (a plain connection). */
 size_t tls_pending(const struct tls_conn *tc);
 
 #endif

@@ -503,16 +503,15 @@ static void on_fence_poll(evutil_socket_t fd, short what, void *arg)
             link_timer_at(be->fence_ev, be->fence_answer_at);
         return;
     }
-    bool up = repl_receiver_link_up(be->receiver, 0);
     bool full = be->sh->cfg.cluster != NULL && be->sh->cfg.cluster->sync == SYNC_FULL;
-    uint64_t silent = up ? repl_receiver_silent_ms(be->receiver, 0) : 0;
-    if (up && full && silent >= 2 * LINK_PING_MS) {
+    if (full && repl_receiver_link_quiet(be->receiver, 0)) {
         be_log(be, "the link from member %d is up but has carried nothing for %" PRIu64
-               " ms: nothing is left to read", be->leader, silent);
+               " ms: nothing is left to read", be->leader,
+               repl_receiver_silent_ms(be->receiver, 0));
         fence_now(be, false);
         return;
     }
-    if (up && ++be->fence_polls < FENCE_WAIT_POLLS) {
+    if (repl_receiver_link_up(be->receiver, 0) && ++be->fence_polls < FENCE_WAIT_POLLS) {
         struct timeval tv = { 0, FENCE_POLL_USEC };
         evtimer_add(be->fence_ev, &tv);
         return;

@@ -643,6 +643,12 @@ bool repl_receiver_link_up(const struct repl_receiver *rx, int index)
     return pr->link != NULL && !pr->fenced && link_is_up(pr->link);
 }
 
+bool repl_receiver_link_quiet(const struct repl_receiver *rx, int index)
+{
+    return repl_receiver_link_up(rx, index) &&
+           repl_receiver_silent_ms(rx, index) >= 2 * LINK_PING_MS;
+}
+
 uint64_t repl_receiver_silent_ms(const struct repl_receiver *rx, int index)
 {
     const struct peer *pr = &rx->peers[index];

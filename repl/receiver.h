@@ -184,6 +184,11 @@ uint64_t repl_receiver_welcomed_xid(const struct repl_receiver *rx, int index);
 /* How long source index's link, up, has carried nothing (link_silent_ms;
  * 0 without a link). */
 uint64_t repl_receiver_silent_ms(const struct repl_receiver *rx, int index);
+/* Source index's link is up but has carried nothing for two PING periods:
+ * its sender is stopped or hung, and what its kernel had sent arrived and
+ * was read long since, so a fence need not wait to read more (a parity
+ * process's prepare, a full-sync backup's fence). */
+bool repl_receiver_link_quiet(const struct repl_receiver *rx, int index);
 /* engine_ops.lost_peers for a receiver: the processes whose link to a
  * source dropped by itself and has not been replaced (not: never linked,
  * fenced, or closed because the source diverged), or is up but, once a
