@@ -24,8 +24,7 @@
 static inline bool arith_rejected_early(size_t nkey, size_t nbytes, uint32_t flags,
                                         bool cas_enabled)
 {
-    size_t item = 48 + (cas_enabled ? 8 : 0) + nkey + 1 + nbytes + 2 + (flags ? 4 : 0);
-    return nbytes == 0 || item > (512u << 10);
+    return nbytes == 0 || engine_needs_chunks(cas_enabled, nkey, nbytes, flags);
 }
 
 /* Parse a stored value s[0..n) as incr/decr do; false if it is not a number. */

@@ -85,7 +85,7 @@ enum bin_opcode {
     BIN_OP_GATQ       = 0x1e,
     BIN_OP_GATK       = 0x23,
     BIN_OP_GATKQ      = 0x24,
-    BIN_OP_SASL_LIST  = 0x20,   /* SASL: PLAIN under -Y, else answered as unknown */
+    BIN_OP_SASL_LIST  = 0x20,   /* SASL: Cyrus under -S, PLAIN under -Y, else unknown */
     BIN_OP_SASL_AUTH  = 0x21,
     BIN_OP_SASL_STEP  = 0x22
 };
@@ -100,6 +100,7 @@ enum bin_status {
     BIN_STATUS_DELTA_BADVAL    = 0x0006,
     BIN_STATUS_NOT_MY_VBUCKET  = 0x0007,
     BIN_STATUS_AUTH_ERROR      = 0x0020,   /* also flush under -F, as memcached */
+    BIN_STATUS_AUTH_CONTINUE   = 0x0021,   /* -S: a SASL challenge follows */
     BIN_STATUS_UNKNOWN_COMMAND = 0x0081,
     BIN_STATUS_ENOMEM          = 0x0082,
     BIN_STATUS_INTERNAL_ERROR  = 0x0084

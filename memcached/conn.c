@@ -32,6 +32,7 @@
 #include "proto_text.h"
 #include "server.h"
 #include "tls.h"
+#include "sasl_auth.h"
 #include "unixsock.h"
 
 #define RBUF_INITIAL 4096
@@ -923,6 +924,8 @@ void conn_close(struct conn *c)
     c->ev = NULL;
     tls_conn_free(c->tls);
     c->tls = NULL;
+    mcsasl_free(c->sasl);
+    c->sasl = NULL;
     close(c->fd);
     c->fd = -1;
     conn_list_remove(&s->conns, c);
@@ -1225,8 +1228,9 @@ static bool conn_make_room(struct conn *c)
 static void conn_choose_protocol(struct conn *c)
 {
     /* memcached with -Y speaks only ASCII; here -Y also takes binary
-     * clients, which authenticate with SASL PLAIN (proto_bin.c). */
-    if ((unsigned char)c->rbuf[c->rstart] == 0x80)
+     * clients, which authenticate with SASL PLAIN (proto_bin.c).  -S is
+     * binary only: ASCII bytes are a bad magic byte, as in memcached. */
+    if ((unsigned char)c->rbuf[c->rstart] == 0x80 || c->srv->settings.sasl_enabled)
         c->process = proto_bin_process;
     else
         c->process = proto_text_process;
@@ -1486,6 +1490,18 @@ bool conn_authenticated(const struct conn *c)
 void conn_set_authenticated(struct conn *c)
 {
     c->authenticated = true;
+}
+
+void conn_clear_authenticated(struct conn *c)
+{
+    c->authenticated = false;
+}
+
+struct mcsasl *conn_sasl(struct conn *c)
+{
+    if (c->sasl == NULL)
+        c->sasl = mcsasl_new();
+    return c->sasl;
 }
 
 void conn_kick(struct conn *c)

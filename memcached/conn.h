@@ -25,6 +25,7 @@
 struct server;
 struct conn;
 struct resp;
+struct mcsasl;
 
 /* One piece of a reply: either bytes in the slot's own buffer (ref == NULL,
  * at offset off) or borrowed engine memory (ref != NULL) released by
@@ -230,9 +231,13 @@ void conn_stream(struct conn *c, struct conn_stream *st);
 /* Is a streamed reply still being written (the idle timeout spares it)? */
 bool conn_streaming(const struct conn *c);
 
-/* -Y: has the connection authenticated? */
+/* -Y or -S: has the connection authenticated? */
 bool conn_authenticated(const struct conn *c);
 void conn_set_authenticated(struct conn *c);
+void conn_clear_authenticated(struct conn *c);
+/* -S: the connection's SASL session, made at its first SASL command;
+ * NULL if the library refused one. */
+struct mcsasl *conn_sasl(struct conn *c);
 
 /* stats conns: memcached's lines for the listening sockets and every
  * connection (self is the one asking), then END. */

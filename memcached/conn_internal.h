@@ -66,7 +66,8 @@ struct conn {
                                    * hold more that memcached's read would have had */
 
     time_t last_cmd;              /* wall time of the last request (idle_timeout, stats conns) */
-    bool authenticated;           /* -Y: the connection has authenticated */
+    bool authenticated;           /* -Y or -S: the connection has authenticated */
+    struct mcsasl *sasl;          /* -S: its SASL session, from its first SASL command */
     struct conn_stream *stream;   /* a reply still being written piece by piece */
 };
 

@@ -325,6 +325,15 @@ static inline bool engine_too_large(size_t item_size_max, bool cas_enabled, size
     return 48 + (cas_enabled ? 8 : 0) + nkey + 1 + nbytes + 2 + (flags ? 4 : 0) > item_size_max;
 }
 
+/* memcached's largest item its slab allocator stores in one chunk (512 KB,
+ * whatever -I says): a larger one is kept in chunks, which incr/decr
+ * refuse as non-numeric and a SASL exchange cannot be given. */
+static inline bool engine_needs_chunks(bool cas_enabled, size_t nkey, size_t nbytes,
+                                       uint32_t flags)
+{
+    return engine_too_large(512u << 10, cas_enabled, nkey, nbytes, flags);
+}
+
 /* Resident set size of this process in bytes (0 if unknown), for the
  * memory figures engines report. */
 uint64_t engine_process_rss(void);

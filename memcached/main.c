@@ -19,6 +19,7 @@
 
 #include <event2/event.h>
 
+#include "sasl_auth.h"
 #include "server.h"
 
 static void usage(FILE *out)
@@ -49,6 +50,9 @@ static void usage(FILE *out)
         "  -N, --napi_ids=<n>        accepted and ignored (one thread)\n"
         "  -Y, --auth-file=<file>    authentication: user:pass lines (memcached's format);\n"
         "                            ASCII auth set, or binary SASL PLAIN\n"
+        "  -S, --enable-sasl         binary clients only, authenticated with SASL (Cyrus SASL,\n"
+        "                            service memcached; plain role)\n"
+        "  -B, --protocol=<proto>    accepted for compatibility: auto, ascii or binary\n"
         "  -D <char>                 stats detail's key prefix delimiter (turns stats detail on)\n"
         "  -o, --extended=<opts>     hashpower=N, idle_timeout=S (close clients idle S s),\n"
         "                            track_sizes, and with -Z: ssl_chain_cert=FILE, ssl_key=FILE,\n"
@@ -188,6 +192,42 @@ static bool add_listen(struct settings *st, const char *arg)
 
 enum { OPT_ROLE = 1000, OPT_CLUSTER, OPT_GROUP, OPT_INDEX, OPT_NO_URING };
 
+/* -S as memcached takes it: binary only (an ASCII -B is refused, as is
+ * UDP), not with -Y (memcached then speaks ASCII and never answers SASL:
+ * refused here rather than copied).  Plain role only: a cluster's
+ * coordinator, nodes and cocytus-cli speak ASCII to its processes, and its
+ * clients authenticate at cocytus-proxy or with -Y (docs/security.md). */
+static int check_sasl(const struct settings *st, bool udp_asked)
+{
+    if (!mcsasl_available()) {
+        fprintf(stderr, "cocytus-server: -S: built without SASL (apt-get install "
+                "libsasl2-dev, then configure again)\n");
+        return -1;
+    }
+    if (st->protocol != NULL && strcmp(st->protocol, "binary") != 0) {
+        fprintf(stderr, "cocytus-server: -S: you cannot allow the ASCII protocol while using "
+                "SASL (-B %s)\n", st->protocol);
+        return -1;
+    }
+    if (udp_asked) {
+        fprintf(stderr, "cocytus-server: -S: cannot enable UDP while using binary SASL "
+                "authentication\n");
+        return -1;
+    }
+    if (st->auth_file) {
+        fprintf(stderr, "cocytus-server: -S and -Y cannot be used together (-Y authenticates "
+                "ASCII clients from its file, -S binary clients through SASL)\n");
+        return -1;
+    }
+    if (strcmp(st->role, "plain") != 0) {
+        fprintf(stderr, "cocytus-server: -S (SASL) serves the plain role only; a %s process "
+                "is spoken to in ASCII by the cluster's coordinator and tools (use -Y, or "
+                "cocytus-proxy -Y in front)\n", st->role);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct settings *st)
 {
     static const struct option longopts[] = {
@@ -216,6 +256,8 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "lock-memory", no_argument, NULL, 'k' },
         { "napi_ids", required_argument, NULL, 'N' },
         { "auth-file", required_argument, NULL, 'Y' },
+        { "enable-sasl", no_argument, NULL, 'S' },
+        { "protocol", required_argument, NULL, 'B' },
         { "role", required_argument, NULL, OPT_ROLE },
         { "cluster", required_argument, NULL, OPT_CLUSTER },
         { "group", required_argument, NULL, OPT_GROUP },
@@ -226,7 +268,8 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { NULL, 0, NULL, 0 },
     };
     int ch, n;
-    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:ZXWkN:", longopts, NULL)) != -1) {
+    bool udp_asked = false;
+    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:ZXWkN:S", longopts, NULL)) != -1) {
         switch (ch) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &st->port))
@@ -240,6 +283,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         case 'U':
             if (!parse_int(optarg, 0, 65535, &n))
                 goto bad;
+            udp_asked = n != 0;
             if (n != 0)
                 fprintf(stderr, "cocytus-server: UDP is not supported; -U %d ignored\n", n);
             st->udp_port = 0;
@@ -313,7 +357,16 @@ static int parse_args(int argc, char **argv, struct settings *st)
             st->prefix_delimiter = optarg[0];
             st->detail_enabled = true;
             break;
-        case 'R': case 'B': case 'f': case 'n': case 'r': case 'L':
+        case 'S':
+            st->sasl_enabled = true;
+            break;
+        case 'B':
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "ascii") != 0 &&
+                strcmp(optarg, "binary") != 0)
+                goto bad;
+            st->protocol = optarg;
+            break;
+        case 'R': case 'f': case 'n': case 'r': case 'L':
             /* memcached tuning flags with no meaning here. */
             break;
         case 'N':
@@ -382,6 +435,8 @@ static int parse_args(int argc, char **argv, struct settings *st)
                 st->role);
         return -1;
     }
+    if (st->sasl_enabled && check_sasl(st, udp_asked) < 0)
+        return -1;
     if (st->tls_enabled && st->unix_path) {
         fprintf(stderr, "cocytus-server: -Z (TLS) is for TCP clients, not a Unix socket (-s)\n");
         return -1;

@@ -36,6 +36,7 @@
 
 #include "authfile.h"
 #include "proto_bin.h"
+#include "sasl_auth.h"
 #include "server.h"
 
 /* Room above item_size_max + key + extras so that a value slightly over the
@@ -45,6 +46,8 @@
 /* Header, extras and key must fit memcached's read buffer (16 KB less a
  * header's room), or it closes the connection. */
 #define BIN_HEAD_MAX 16360
+/* memcached -S's words for a refused or failed authentication. */
+#define SASL_FAILURE "Auth failure."
 
 /* memcached caps the verbosity level at this. */
 #define BIN_MAX_VERBOSITY 2
@@ -345,8 +348,9 @@ enum bin_frame_result bin_frame_request(const char *buf, size_t len, size_t item
     }
     if (!bin_lengths_valid(h, &shape))
         return BF_EINVAL;
+    /* The caller waits for the value, or refuses it first (too large). */
     if (sasl)
-        return len < out->total ? BF_NEED_MORE : BF_UNKNOWN;
+        return BF_UNKNOWN;
 
     out->extras = h->extlen ? buf + BIN_HEADER_LEN : NULL;
     out->nkey = h->keylen;
@@ -465,6 +469,16 @@ static void bin_add_error_raw(struct resp *r, uint16_t status, const char *msg)
 static void bin_add_error(struct resp *r, uint16_t status, const char *msg)
 {
     bin_add_error_raw(r, status, msg);
+    conn_flush_through(r);
+}
+
+/* A reply whose body is n bytes that may hold NULs (a SASL challenge),
+ * written at once as an error reply is. */
+static void bin_add_body(struct resp *r, uint16_t status, const char *body, size_t n)
+{
+    bin_add_header(r, status, 0, 0, (uint32_t)n, 0);
+    if (n > 0)
+        resp_add(r, body, n);
     conn_flush_through(r);
 }
 
@@ -1071,21 +1085,19 @@ static bool bin_reply_if_moved(struct conn *c, const struct bin_request *rq)
  * binary, so here they authenticate with SASL PLAIN).  List answers
  * "PLAIN"; auth with key PLAIN checks "[authzid]\0user\0password"; step
  * (no multi-step mechanism here) fails. */
-static void bin_sasl(struct conn *c, const struct bin_request *rq, const char *buf)
+static void bin_sasl(struct conn *c, const struct bin_request *rq)
 {
     struct server *s = conn_server(c);
-    const char *key = buf + BIN_HEADER_LEN + rq->hdr.extlen;
-    const char *val = key + rq->hdr.keylen;
-    size_t nval = rq->total - BIN_HEADER_LEN - rq->hdr.extlen - rq->hdr.keylen;
     struct resp *r = bin_resp_new(c, rq);
     const char *user, *pass;
     size_t nuser, npass;
 
     if (rq->hdr.opcode == BIN_OP_SASL_LIST) {
         bin_add_error(r, BIN_STATUS_OK, "PLAIN");
-    } else if (rq->hdr.opcode == BIN_OP_SASL_AUTH && rq->hdr.keylen == 5 &&
-               memcmp(key, "PLAIN", 5) == 0 &&
-               authfile_split_plain(val, nval, &user, &nuser, &pass, &npass) &&
+    } else if (rq->hdr.opcode == BIN_OP_SASL_AUTH && rq->nkey == 5 &&
+               memcmp(rq->key, "PLAIN", 5) == 0 &&
+               authfile_split_plain(rq->nvalue ? rq->value : "", rq->nvalue, &user, &nuser,
+                                    &pass, &npass) &&
                authfile_check(&s->auth, user, nuser, pass, npass)) {
         s->stats.auth_cmds++;
         conn_set_authenticated(c);
@@ -1098,6 +1110,107 @@ static void bin_sasl(struct conn *c, const struct bin_request *rq, const char *b
     resp_done(r);
 }
 
+/* A SASL auth or step refused before its value is read, as memcached -S
+ * refuses it: a mechanism name over 32 bytes is invalid (-S), and a
+ * mechanism and value that would not fit one item chunk are "Out of
+ * memory" (-S and -Y, so that nobody unauthenticated makes the server
+ * buffer a body of any length).  Neither drops what the connection had
+ * proved, as in memcached.  BIN_STATUS_OK when the value is to be read. */
+static uint16_t bin_sasl_refusal(const struct server *s, const struct bin_request *rq)
+{
+    if (rq->hdr.opcode == BIN_OP_SASL_LIST)
+        return BIN_STATUS_OK;
+    if (s->settings.sasl_enabled && rq->hdr.keylen > MCSASL_MECH_MAX)
+        return BIN_STATUS_EINVAL;
+    if (engine_needs_chunks(s->settings.cas_enabled, rq->hdr.keylen, rq->total - rq->head, 0))
+        return BIN_STATUS_ENOMEM;
+    return BIN_STATUS_OK;
+}
+
+/* -S (memcached's SASL, through Cyrus: sasl_auth.h).  Every SASL command
+ * first drops what the connection had proved, as memcached's does; auth
+ * starts an exchange, step continues it, and the library's answer becomes
+ * "Authenticated", a challenge (status 0x21) or "Auth failure.". */
+static void bin_sasl_cyrus(struct conn *c, const struct bin_request *rq)
+{
+    struct server *s = conn_server(c);
+    struct mcsasl *m = conn_sasl(c);
+    const char *out = "";
+    size_t nout = 0;
+    enum mcsasl_outcome res = MCSASL_FAIL;
+
+    conn_clear_authenticated(c);
+    if (rq->hdr.opcode == BIN_OP_SASL_LIST) {
+        if (m != NULL && mcsasl_mechs(m, &out, &nout)) {
+            struct resp *r = bin_resp_new(c, rq);
+            bin_add_body(r, BIN_STATUS_OK, out, nout);
+            resp_done(r);
+        } else {
+            bin_reply_status(c, rq, BIN_STATUS_AUTH_ERROR);
+        }
+        return;
+    }
+    if (m != NULL && rq->hdr.opcode == BIN_OP_SASL_AUTH)
+        res = mcsasl_start(m, rq->key, rq->nkey, rq->value, rq->nvalue, &out, &nout);
+    else if (m != NULL)
+        res = mcsasl_step(m, rq->value, rq->nvalue, &out, &nout);
+    /* memcached counts an auth or step that ended the exchange (success
+     * or failure) in auth_cmds, not one that asked for more; failures in
+     * auth_errors. */
+    if (res != MCSASL_CONTINUE)
+        s->stats.auth_cmds++;
+    struct resp *r = bin_resp_new(c, rq);
+    switch (res) {
+    case MCSASL_OK:
+        conn_set_authenticated(c);
+        bin_add_body(r, BIN_STATUS_OK, "Authenticated", strlen("Authenticated"));
+        break;
+    case MCSASL_CONTINUE:
+        bin_add_body(r, BIN_STATUS_AUTH_CONTINUE, out, nout);
+        break;
+    case MCSASL_FAIL:
+        s->stats.auth_errors++;
+        bin_add_body(r, BIN_STATUS_AUTH_ERROR, SASL_FAILURE, strlen(SASL_FAILURE));
+        break;
+    }
+    resp_done(r);
+}
+
+/* -S: until a connection authenticated, memcached answers anything but
+ * the SASL commands and version with "Auth failure." and closes it, once
+ * the request's extras and key arrived and before the rest of its lengths
+ * are judged (an unknown opcode, bad extras or a value over the limit
+ * alike).
+ * CONN_PARSE_OK when the request may go on to be framed. */
+static enum conn_parse bin_sasl_gate(struct conn *c, const char *buf, size_t len,
+                                     size_t *consumed)
+{
+    struct bin_request rq;
+
+    if (len < BIN_HEADER_LEN || (uint8_t)buf[0] != BIN_MAGIC_REQUEST)
+        return CONN_PARSE_OK;
+    memset(&rq, 0, sizeof(rq));
+    bin_decode_header(buf, &rq.hdr);
+    uint8_t op = rq.hdr.opcode;
+    if ((op >= BIN_OP_SASL_LIST && op <= BIN_OP_SASL_STEP) || op == BIN_OP_VERSION)
+        return CONN_PARSE_OK;
+    size_t head = BIN_HEADER_LEN + (size_t)rq.hdr.keylen + rq.hdr.extlen;
+    if (head > BIN_HEAD_MAX)
+        return CONN_PARSE_OK;
+    if (len < head)
+        return CONN_PARSE_NEED_MORE;
+    /* Key and extras longer than the body: "Unknown command" and closed,
+     * by the framing, once they arrived (memcached -S waits for them
+     * too). */
+    if ((uint32_t)rq.hdr.extlen + rq.hdr.keylen > rq.hdr.bodylen)
+        return CONN_PARSE_OK;
+    struct resp *r = bin_resp_new(c, &rq);
+    bin_add_body(r, BIN_STATUS_AUTH_ERROR, SASL_FAILURE, strlen(SASL_FAILURE));
+    resp_done(r);
+    *consumed = len;
+    return CONN_PARSE_CLOSE;
+}
+
 enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
                                   size_t *consumed)
 {
@@ -1105,6 +1218,11 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
     struct bin_request rq;
 
     *consumed = 0;
+    if (s->settings.sasl_enabled && !conn_authenticated(c)) {
+        enum conn_parse gate = bin_sasl_gate(c, buf, len, consumed);
+        if (gate != CONN_PARSE_OK)
+            return gate;
+    }
     switch (bin_frame_request(buf, len, s->settings.item_size_max, s->settings.cas_enabled,
                               &rq)) {
     case BF_NEED_MORE:
@@ -1134,10 +1252,23 @@ enum conn_parse proto_bin_process(struct conn *c, const char *buf, size_t len,
         return CONN_PARSE_CLOSE;
     case BF_UNKNOWN:
         if (rq.hdr.opcode >= BIN_OP_SASL_LIST && rq.hdr.opcode <= BIN_OP_SASL_STEP &&
-            s->settings.auth_file) {
-            if (len < rq.total)
+            (s->settings.auth_file || s->settings.sasl_enabled)) {
+            uint16_t refuse = bin_sasl_refusal(s, &rq);
+            if (refuse != BIN_STATUS_OK) {
+                bin_reply_status_swallow(c, &rq, refuse, rq.total - rq.head);
+                *consumed = len < rq.total ? len : rq.total;
+                conn_swallow(c, rq.total - *consumed);
+                return CONN_PARSE_OK;
+            }
+            if (len < rq.total) {
+                conn_hold_output(c);
                 return CONN_PARSE_NEED_MORE;
-            bin_sasl(c, &rq, buf);
+            }
+            bin_split_body(buf, &rq);
+            if (s->settings.sasl_enabled)
+                bin_sasl_cyrus(c, &rq);
+            else
+                bin_sasl(c, &rq);
             *consumed = rq.total;
             return CONN_PARSE_OK;
         }

@@ -29,6 +29,7 @@
 #include "sendq.h"
 #include "listen_spec.h"
 #include "server.h"
+#include "sasl_auth.h"
 #include "slotmap.h"
 #include "unixsock.h"
 
@@ -598,6 +599,16 @@ int server_init(struct server *s, const struct settings *settings, struct event_
             return -1;
         }
     }
+    /* Before -u drops root too: the configuration and plugins are read
+     * here (the password store is opened at each authentication). */
+    if (settings->sasl_enabled) {
+        char err[512];
+        if (mcsasl_init(settings->verbose > 0, err, sizeof(err)) < 0) {
+            fprintf(stderr, "cocytus-server: %s\n", err);
+            return -1;
+        }
+        s->sasl_ready = true;
+    }
     s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
@@ -714,4 +725,7 @@ void server_destroy(struct server *s)
     s->tls = NULL;
     free(s->tls_gather);
     s->tls_gather = NULL;
+    if (s->sasl_ready)
+        mcsasl_shutdown();
+    s->sasl_ready = false;
 }

@@ -55,6 +55,8 @@ struct settings {
     bool watch_enabled;       /* !-W (watch is refused either way: no log streams) */
     bool lock_memory;         /* -k: mlockall at start */
     const char *auth_file;    /* -Y: ASCII authentication (user:pass lines) */
+    bool sasl_enabled;        /* -S: binary only, SASL first (sasl_auth.h; plain role) */
+    const char *protocol;     /* -B: ascii, binary or auto (checked against -S only) */
     int idle_timeout;         /* -o idle_timeout=N: close connections idle N seconds */
     char prefix_delimiter;    /* -D: stats detail's key prefix delimiter (':') */
     bool detail_enabled;      /* stats detail on|off (-D turns it on) */
@@ -116,6 +118,7 @@ struct server {
     bool listen_unix;         /* -s: the one listener is a Unix socket */
     struct unixsock unix_listener; /* ... it, its lock and its file (unixsock.h) */
     struct tls_server *tls;   /* -Z: every accepted client shakes hands (tls.h) */
+    bool sasl_ready;          /* -S: Cyrus SASL initialised (sasl_auth.h) */
     char *tls_gather;         /* -Z: replies gathered for one TLS record */
     struct event *clock_ev;
     struct event *accept_ev;  /* resumes accepting after running out of descriptors */

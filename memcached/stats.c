@@ -212,8 +212,9 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "detail_enabled", "%s", st->detail_enabled ? "yes" : "no");
     emit(ctx, "cas_enabled", "%s", st->cas_enabled ? "yes" : "no");
     emit(ctx, "tcp_backlog", "%d", st->backlog);
-    emit(ctx, "binding_protocol", "%s", st->auth_file ? "ascii" : "auto-negotiate");
-    emit(ctx, "auth_enabled_sasl", "%s", "no");
+    emit(ctx, "binding_protocol", "%s",
+         st->sasl_enabled ? "binary" : st->auth_file ? "ascii" : "auto-negotiate");
+    emit(ctx, "auth_enabled_sasl", "%s", st->sasl_enabled ? "yes" : "no");
     emit(ctx, "auth_enabled_ascii", "%s", st->auth_file ? "yes" : "no");
     emit(ctx, "item_size_max", "%zu", st->item_size_max);
     emit(ctx, "maxconns_fast", "%s", "yes");
