@@ -306,6 +306,8 @@ struct engine_config {
 
 /* The plain engine: an ordinary memcached cache. */
 struct engine *engine_plain_new(const struct engine_config *cfg);
+/* The plain engine's item store (-e saves and restores it: restart.h). */
+struct item_store *engine_plain_store(struct engine *e);
 /* Coding group roles (cocytus/). */
 struct engine *engine_data_new(const struct engine_config *cfg);
 struct engine *engine_parity_new(const struct engine_config *cfg);

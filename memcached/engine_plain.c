@@ -607,6 +607,11 @@ static const struct engine_ops plain_ops = {
     .walk = plain_walk,
 };
 
+struct item_store *engine_plain_store(struct engine *e)
+{
+    return &plain_of(e)->store;
+}
+
 struct engine *engine_plain_new(const struct engine_config *cfg)
 {
     struct plain *p = calloc(1, sizeof(*p));

@@ -71,6 +71,17 @@ static void lru_push_head(struct item_store *s, struct item *it)
     s->lru_head = it;
 }
 
+static void lru_push_tail(struct item_store *s, struct item *it)
+{
+    it->next = NULL;
+    it->prev = s->lru_tail;
+    if (s->lru_tail != NULL)
+        s->lru_tail->next = it;
+    else
+        s->lru_head = it;
+    s->lru_tail = it;
+}
+
 static void lru_remove(struct item_store *s, struct item *it)
 {
     if (it->prev != NULL)
@@ -109,6 +120,19 @@ void item_link(struct item_store *s, struct item *it, uint64_t hv)
     it->iflags |= ITEM_LINKED;
     assoc_insert(&s->table, it, hv);
     lru_push_head(s, it);
+    s->curr_items++;
+    s->bytes += item_total(it);
+    s->stats.total_items++;
+}
+
+void item_link_restored(struct item_store *s, struct item *it, uint64_t hv, uint64_t cas)
+{
+    it->cas = cas;
+    if (cas > s->cas_counter)
+        s->cas_counter = cas;
+    it->iflags |= ITEM_LINKED;
+    assoc_insert(&s->table, it, hv);
+    lru_push_tail(s, it);
     s->curr_items++;
     s->bytes += item_total(it);
     s->stats.total_items++;

@@ -194,6 +194,10 @@ struct item *item_lookup(struct item_store *s, const char *key, size_t nkey,
 
 /* Gives `it` a fresh cas, puts it in the table and at the LRU head. */
 void item_link(struct item_store *s, struct item *it, uint64_t hv);
+/* A restored item (restart.h): links `it` with the cas it had, at the LRU
+ * tail (items come most recently used first), and keeps the cas counter
+ * above it. */
+void item_link_restored(struct item_store *s, struct item *it, uint64_t hv, uint64_t cas);
 /* Removes a linked item; frees it unless referenced. */
 void item_unlink(struct item_store *s, struct item *it, uint64_t hv);
 /* Unlinks old_it and links new_it (same key) in its place. */

@@ -48,6 +48,9 @@ static void usage(FILE *out)
         "  -W, --disable-watch       refuse watch (it is refused anyway: no log streams)\n"
         "  -k, --lock-memory         lock the process's memory in RAM (mlockall)\n"
         "  -N, --napi_ids=<n>        accepted and ignored (one thread)\n"
+        "  -e, --memory-file=<file>  a restartable cache: SIGUSR1 stops and saves the items to\n"
+        "                            <file> (and <file>.meta), the next start with it restores\n"
+        "                            them (plain role)\n"
         "  -Y, --auth-file=<file>    authentication: user:pass lines (memcached's format);\n"
         "                            ASCII auth set, or binary SASL PLAIN\n"
         "  -S, --enable-sasl         binary clients only, authenticated with SASL (Cyrus SASL,\n"
@@ -254,6 +257,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
         { "disable-dumping", no_argument, NULL, 'X' },
         { "disable-watch", no_argument, NULL, 'W' },
         { "lock-memory", no_argument, NULL, 'k' },
+        { "memory-file", required_argument, NULL, 'e' },
         { "napi_ids", required_argument, NULL, 'N' },
         { "auth-file", required_argument, NULL, 'Y' },
         { "enable-sasl", no_argument, NULL, 'S' },
@@ -269,7 +273,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
     };
     int ch, n;
     bool udp_asked = false;
-    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:ZXWkN:S", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "p:l:U:s:a:m:c:I:MCvdP:u:Ab:t:o:R:B:f:n:VhrLFY:D:ZXWkN:Se:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &st->port))
@@ -383,6 +387,9 @@ static int parse_args(int argc, char **argv, struct settings *st)
         case 'k':
             st->lock_memory = true;
             break;
+        case 'e':
+            st->memory_file = optarg;
+            break;
         case OPT_ROLE:
             st->role = optarg;
             break;
@@ -437,6 +444,13 @@ static int parse_args(int argc, char **argv, struct settings *st)
     }
     if (st->sasl_enabled && check_sasl(st, udp_asked) < 0)
         return -1;
+    /* A cluster process's items come back by recovery from its group, not
+     * from a file of its own. */
+    if (st->memory_file && strcmp(st->role, "plain") != 0) {
+        fprintf(stderr, "cocytus-server: -e (a restartable cache) serves the plain role only; a "
+                "%s process is restored from its group by recovery\n", st->role);
+        return -1;
+    }
     if (st->tls_enabled && st->unix_path) {
         fprintf(stderr, "cocytus-server: -Z (TLS) is for TCP clients, not a Unix socket (-s)\n");
         return -1;
@@ -560,6 +574,12 @@ int main(int argc, char **argv)
         server_destroy(&srv);
         return EXIT_FAILURE;
     }
+    if (server_started(&srv) < 0) {
+        server_destroy(&srv);
+        if (st.pid_file)
+            unlink(st.pid_file);
+        return EXIT_FAILURE;
+    }
     if (st.verbose && st.unix_path)
         fprintf(stderr, "cocytus-server %s listening on Unix socket %s (role %s)\n",
                 PACKAGE_VERSION, st.unix_path, st.role);
@@ -571,5 +591,6 @@ int main(int argc, char **argv)
     event_base_free(base);
     if (st.pid_file)
         unlink(st.pid_file);
-    return EXIT_SUCCESS;
+    /* -e: a SIGUSR1 stop whose save failed is not a clean stop. */
+    return srv.save_failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

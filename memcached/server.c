@@ -13,7 +13,10 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <signal.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,7 @@
 #include "sendq.h"
 #include "listen_spec.h"
 #include "server.h"
+#include "restart.h"
 #include "sasl_auth.h"
 #include "slotmap.h"
 #include "unixsock.h"
@@ -348,6 +352,99 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     server_shutdown(s);
 }
 
+/* -e: SIGUSR1 stops the server and saves its items for the next start
+ * (server_destroy), as memcached's graceful stop does. */
+static void on_save_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct server *s = arg;
+    (void)sig;
+    (void)what;
+    fprintf(stderr, "Gracefully stopping\n");
+    s->save_memory = true;
+    server_shutdown(s);
+}
+
+/* -e at start: the file must be ours to write at the stop (made now, and
+ * given to the -u user, since memcached maps it before it drops root),
+ * then the items a SIGUSR1 stop saved, if any. */
+static int restore_memory(struct server *s)
+{
+    char err[512];
+    uint64_t n = 0;
+    const char *path = s->settings.memory_file;
+    struct stat st;
+    /* Never through a symbolic link, and only a file made here is given
+     * to the -u user (root must not hand over someone else's file). */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool made = fd >= 0;
+
+    if (fd < 0 && errno == EEXIST)
+        fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "cocytus-server: -e: cannot open %s: %s\n", path,
+                fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct passwd *pw = s->settings.user && geteuid() == 0 ? getpwnam(s->settings.user) : NULL;
+    if (made && pw != NULL && fchown(fd, pw->pw_uid, pw->pw_gid) != 0)
+        fprintf(stderr, "cocytus-server: -e: cannot give %s to %s: %s\n", path,
+                s->settings.user, strerror(errno));
+    close(fd);
+    switch (restart_load(engine_plain_store(s->engine), path, &n, err, sizeof(err))) {
+    case RESTART_NONE:
+        fprintf(stderr, "[restart] no metadata save file, starting with a clean cache\n");
+        break;
+    case RESTART_REFUSED:
+        fprintf(stderr, "[restart] %s; starting with a clean cache\n", err);
+        break;
+    case RESTART_LOADED:
+        fprintf(stderr, "[restart] restored %" PRIu64 " items from %s\n", n, path);
+        break;
+    }
+    return 0;
+}
+
+static void save_memory(struct server *s)
+{
+    char err[512];
+    uint64_t n = 0;
+
+    if (restart_save(engine_plain_store(s->engine), s->settings.memory_file, &n, err,
+                     sizeof(err)) < 0) {
+        fprintf(stderr, "[restart] not saved: %s\n", err);
+        s->save_failed = true;
+    } else {
+        fprintf(stderr, "[restart] saved %" PRIu64 " items to %s\n", n, s->settings.memory_file);
+    }
+}
+
+int server_started(struct server *s)
+{
+    const char *path = s->settings.memory_file;
+    if (path == NULL)
+        return 0;
+    /* The save at the stop makes path.meta beside the file, as whoever
+     * the server now runs as: found out now, not at the stop. */
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    if (access(dir, W_OK) != 0 || access(path, W_OK) != 0) {
+        fprintf(stderr, "cocytus-server: -e: %s and its directory must be writable by the "
+                "server's user (the save at SIGUSR1 writes them): %s\n", path, strerror(errno));
+        return -1;
+    }
+    /* Started: the save is used up, so a crash from now on starts clean. */
+    restart_consume(path);
+    return 0;
+}
+
 /* The engines' way to the coordinator (recovery answers). */
 static int server_ctl_send(void *arg, const char *text)
 {
@@ -612,6 +709,8 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     s->engine = engine_for_role(s, base);
     if (!s->engine)
         return -1;
+    if (settings->memory_file && restore_memory(s) < 0)
+        return -1;
     fit_fd_limit(s);
     if (server_listen(s) < 0)
         return -1;
@@ -628,6 +727,10 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     s->sigint_ev = evsignal_new(base, SIGINT, on_signal, s);
     event_add(s->sigterm_ev, NULL);
     event_add(s->sigint_ev, NULL);
+    if (settings->memory_file) {
+        s->sigusr1_ev = evsignal_new(base, SIGUSR1, on_save_signal, s);
+        event_add(s->sigusr1_ev, NULL);
+    }
     return 0;
 }
 
@@ -701,6 +804,10 @@ void server_destroy(struct server *s)
     if (s->listen_unix &&
         unixsock_close(&s->unix_listener, s->settings.unix_path, err, sizeof(err)) < 0)
         fprintf(stderr, "cocytus-server: %s\n", err);
+    /* While the signal events still stand: a SIGTERM right after the
+     * SIGUSR1 (a service manager's stop) must not kill the save. */
+    if (s->save_memory && s->engine)
+        save_memory(s);
     if (s->clock_ev)
         event_free(s->clock_ev);
     if (s->accept_ev)
@@ -709,6 +816,8 @@ void server_destroy(struct server *s)
         event_free(s->sigterm_ev);
     if (s->sigint_ev)
         event_free(s->sigint_ev);
+    if (s->sigusr1_ev)
+        event_free(s->sigusr1_ev);
     if (s->engine)
         s->engine->ops->destroy(s->engine);
     s->engine = NULL;

@@ -54,6 +54,7 @@ struct settings {
     bool dump_enabled;        /* !-X: stats cachedump, lru_crawler metadump */
     bool watch_enabled;       /* !-W (watch is refused either way: no log streams) */
     bool lock_memory;         /* -k: mlockall at start */
+    const char *memory_file;  /* -e: a restartable cache (restart.h; plain role) */
     const char *auth_file;    /* -Y: ASCII authentication (user:pass lines) */
     bool sasl_enabled;        /* -S: binary only, SASL first (sasl_auth.h; plain role) */
     const char *protocol;     /* -B: ascii, binary or auto (checked against -S only) */
@@ -119,6 +120,9 @@ struct server {
     struct unixsock unix_listener; /* ... it, its lock and its file (unixsock.h) */
     struct tls_server *tls;   /* -Z: every accepted client shakes hands (tls.h) */
     bool sasl_ready;          /* -S: Cyrus SASL initialised (sasl_auth.h) */
+    bool save_memory;         /* -e: SIGUSR1 asked for the items to be saved at exit */
+    bool save_failed;         /* -e: that save failed (the exit status says so) */
+    struct event *sigusr1_ev; /* -e: SIGUSR1 saves and stops, as memcached's */
     char *tls_gather;         /* -Z: replies gathered for one TLS record */
     struct event *clock_ev;
     struct event *accept_ev;  /* resumes accepting after running out of descriptors */
@@ -143,6 +147,10 @@ struct server {
 
 void settings_defaults(struct settings *s);
 int server_init(struct server *s, const struct settings *settings, struct event_base *base);
+/* Called once the process is what it will run as (user switched,
+ * daemonized, pid file written), before server_run: -e's checks that need
+ * that user, and the restored save is used up.  0, or -1 (a reason said). */
+int server_started(struct server *s);
 int server_run(struct server *s);
 void server_clock_update(struct server *s);
 void server_shutdown(struct server *s);

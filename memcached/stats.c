@@ -234,6 +234,7 @@ static void settings_stats(struct server *s, eng_stat_fn emit, void *ctx)
     emit(ctx, "ssl_session_cache", "%s", st->tls.session_cache ? "yes" : "no");
     emit(ctx, "ssl_kernel_tls", "%s", "no");
     emit(ctx, "ssl_min_version", "%s", tls_min_version_name(st->tls.min_version));
+    emit(ctx, "memory_file", "%s", st->memory_file ? st->memory_file : "(null)");
     emit(ctx, "role", "%s", st->role);
 }
 

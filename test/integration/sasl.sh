@@ -137,7 +137,7 @@ server_pid=""
 refused() {
     local what=$1 want=$2 out
     shift 2
-    if out=$("$server_bin" -p 0 -l 127.0.0.1 "$@" 2>&1 </dev/null); then
+    if out=$(timeout 10 "$server_bin" -p 0 -l 127.0.0.1 "$@" 2>&1 </dev/null); then
         fail "$what: started"
     elif printf '%s' "$out" | grep -q -- "$want"; then
         ok "$what refused: $(printf '%s' "$out" | grep -m1 -- "$want")"
