@@ -114,15 +114,24 @@ uint64_t item_next_cas(struct item_store *s)
     return s->cas_counter;
 }
 
-void item_link(struct item_store *s, struct item *it, uint64_t hv)
+/* Into the table, at one end of the LRU, and counted. */
+static void link_at(struct item_store *s, struct item *it, uint64_t hv, bool at_tail)
 {
-    it->cas = item_next_cas(s);
     it->iflags |= ITEM_LINKED;
     assoc_insert(&s->table, it, hv);
-    lru_push_head(s, it);
+    if (at_tail)
+        lru_push_tail(s, it);
+    else
+        lru_push_head(s, it);
     s->curr_items++;
     s->bytes += item_total(it);
     s->stats.total_items++;
+}
+
+void item_link(struct item_store *s, struct item *it, uint64_t hv)
+{
+    it->cas = item_next_cas(s);
+    link_at(s, it, hv, false);
 }
 
 void item_link_restored(struct item_store *s, struct item *it, uint64_t hv, uint64_t cas)
@@ -130,12 +139,7 @@ void item_link_restored(struct item_store *s, struct item *it, uint64_t hv, uint
     it->cas = cas;
     if (cas > s->cas_counter)
         s->cas_counter = cas;
-    it->iflags |= ITEM_LINKED;
-    assoc_insert(&s->table, it, hv);
-    lru_push_tail(s, it);
-    s->curr_items++;
-    s->bytes += item_total(it);
-    s->stats.total_items++;
+    link_at(s, it, hv, true);
 }
 
 void item_unlink(struct item_store *s, struct item *it, uint64_t hv)
