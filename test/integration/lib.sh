@@ -171,6 +171,29 @@ wait_for() {
     return 1
 }
 
+# refused_start WHY ARGS...: $server_bin with -U 0 and ARGS must exit
+# non-zero within 10 s, its message containing WHY; one that keeps
+# running started where it should have refused (stopped, and a failure).
+refused_start() {
+    local why=$1 log p rc=0
+    shift
+    log=$(mktemp "${TMPDIR:-/tmp}/refused.XXXXXX")
+    "$server_bin" -U 0 "$@" </dev/null >"$log" 2>&1 &
+    p=$!
+    if ! wait_for 100 eval '! kill -0 $p 2>/dev/null'; then
+        stop_pid "$p"
+        fail "started with $*"
+    else
+        wait "$p" 2>/dev/null || rc=$?
+        if [ "$rc" -ne 0 ] && grep -q -- "$why" "$log"; then
+            ok "refused: $* ($(grep -m1 -- "$why" "$log"))"
+        else
+            fail "with $*: exit $rc, $(head -2 "$log") (want '$why')"
+        fi
+    fi
+    rm -f "$log"
+}
+
 # lines_above FILE PATTERN N: FILE has more than N lines matching PATTERN.
 lines_above() {
     [ "$(grep -c "$2" "$1")" -gt "$3" ]

@@ -54,25 +54,6 @@ answers() {
     return 1
 }
 
-# refused WHY ARGS...: the server exits at once, its message containing WHY.
-refused() {
-    local why=$1
-    shift
-    "$server_bin" -U 0 "${user_args[@]}" "$@" </dev/null >"$dir/refused.log" 2>&1 &
-    local p=$! rc=0
-    if ! wait_for 30 eval '! kill -0 $p 2>/dev/null'; then
-        stop_pid "$p"
-        fail "started with $*"
-        return
-    fi
-    wait "$p" 2>/dev/null || rc=$?
-    if [ "$rc" -ne 0 ] && grep -q -- "$why" "$dir/refused.log"; then
-        ok "refused: $* ($(head -1 "$dir/refused.log"))"
-    else
-        fail "with $*: exit $rc, $(head -2 "$dir/refused.log") (want '$why')"
-    fi
-}
-
 # check_lists BIN NAME: the -l lists on BIN (cocytus-server, or memcached).
 check_lists() {
     local bin=$1 name=$2 p0 p1 p2 extra=("${user_args[@]}")
@@ -150,10 +131,10 @@ else
 fi
 
 port=$(pick_port)
-refused 'invalid port number "abc"' -p "$port" -l 127.0.0.1:abc
-refused 'invalid port number ""' -p "$port" -l 127.0.0.1:
-refused "no ']'" -p "$port" -l '[::1'
-refused "'notls' is valid only with -Z" -p "$port" -l "notls:127.0.0.1"
+refused_start 'invalid port number "abc"' "${user_args[@]}" -p "$port" -l 127.0.0.1:abc
+refused_start 'invalid port number ""' "${user_args[@]}" -p "$port" -l 127.0.0.1:
+refused_start "no ']'" "${user_args[@]}" -p "$port" -l '[::1'
+refused_start "'notls' is valid only with -Z" "${user_args[@]}" -p "$port" -l "notls:127.0.0.1"
 
 # cocytus-proxy's -l: one address, with its port.
 proxy=$build_dir/client/cocytus-proxy

@@ -134,22 +134,11 @@ stop_pid "$server_pid"
 server_pid=""
 
 # --- refused starts ---
-refused() {
-    local what=$1 want=$2 out
-    shift 2
-    if out=$(timeout 10 "$server_bin" -p 0 -l 127.0.0.1 "$@" 2>&1 </dev/null); then
-        fail "$what: started"
-    elif printf '%s' "$out" | grep -q -- "$want"; then
-        ok "$what refused: $(printf '%s' "$out" | grep -m1 -- "$want")"
-    else
-        fail "$what: '$out' (want '$want')"
-    fi
-}
-refused "-S -B ascii" "cannot allow the ASCII protocol while using SASL" -S -B ascii -U 0
-refused "-S -B auto" "cannot allow the ASCII protocol while using SASL" -S -B auto -U 0
-refused "-S -U 11211" "cannot enable UDP while using binary SASL" -S -U 11211
+refused_start "cannot allow the ASCII protocol while using SASL" -p 0 -l 127.0.0.1 -S -B ascii
+refused_start "cannot allow the ASCII protocol while using SASL" -p 0 -l 127.0.0.1 -S -B auto
+refused_start "cannot enable UDP while using binary SASL" -p 0 -l 127.0.0.1 -S -U 11211
 printf 'alice:secret\n' >"$dir/auth.txt"
-refused "-S -Y" "cannot be used together" -S -Y "$dir/auth.txt" -U 0
-refused "-S --role data" "serves the plain role only" -S --role data -U 0
-refused "-B nonsense" "invalid value" -B nonsense -U 0
+refused_start "cannot be used together" -p 0 -l 127.0.0.1 -S -Y "$dir/auth.txt"
+refused_start "serves the plain role only" -p 0 -l 127.0.0.1 -S --role data
+refused_start "invalid value" -p 0 -l 127.0.0.1 -B nonsense
 finish
