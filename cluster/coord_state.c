@@ -29,6 +29,7 @@
 #include "cluster.h"
 #include "coord.h"
 #include "crc32c.h"
+#include "dirsync.h"
 
 #define STATE_MAGIC "cocytus-coordinator-state 1"
 #define STATE_MAX_BYTES (16u << 20)
@@ -59,25 +60,6 @@ static int write_all(int fd, const char *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
-}
-
-/* fsync the directory holding path, so the rename itself is durable. */
-static int sync_parent_dir(const char *path)
-{
-    char dir[STATE_PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
 }
 
 char *coord_state_encode(const struct slotmap *m, size_t *len)
@@ -141,7 +123,7 @@ int coord_state_write(const char *path, const char *all, size_t nall, char *err,
         unlink(tmp);
         return -1;
     }
-    if (sync_parent_dir(path) < 0) {
+    if (dirsync_parent_sync(path) < 0) {
         snprintf(err, errlen, "cannot sync the directory of %s: %s", path, strerror(errno));
         return -1;
     }

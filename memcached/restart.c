@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "dirsync.h"
 #include "hash.h"
 
 #define FILE_HEADER "cocytus-kv restartable cache 1\n"
@@ -149,6 +150,11 @@ int restart_save(struct item_store *s, const char *path, uint64_t *count,
     if (finish_file(m, ferror(m) != 0) < 0 || rename(tmp, meta) != 0) {
         snprintf(err, errlen, "cannot write %s: %s", meta, strerror(errno ? errno : EIO));
         unlink(tmp);
+        return -1;
+    }
+    /* The rename is the commit point: durable once the directory is. */
+    if (dirsync_parent_sync(meta) != 0) {
+        snprintf(err, errlen, "cannot sync the directory of %s: %s", meta, strerror(errno));
         return -1;
     }
     *count = n;

@@ -29,6 +29,7 @@
 #include "conn_internal.h"
 #include "cluster.h"
 #include "coord.h"
+#include "dirsync.h"
 #include "sendq.h"
 #include "listen_spec.h"
 #include "server.h"
@@ -428,14 +429,8 @@ int server_started(struct server *s)
     /* The save at the stop makes path.meta beside the file, as whoever
      * the server now runs as: found out now, not at the stop. */
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    if (access(dir, W_OK) != 0 || access(path, W_OK) != 0) {
+    if (dirsync_parent(path, dir, sizeof(dir)) < 0 || access(dir, W_OK) != 0 ||
+        access(path, W_OK) != 0) {
         fprintf(stderr, "cocytus-server: -e: %s and its directory must be writable by the "
                 "server's user (the save at SIGUSR1 writes them): %s\n", path, strerror(errno));
         return -1;

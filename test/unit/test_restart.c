@@ -5,6 +5,7 @@
  * truncated or foreign file, or one whose cas values pass the counter, is
  * refused without linking anything; a key saved twice is linked once. */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "clock.h"
 #include "crc32c.h"
+#include "dirsync.h"
 #include "hash.h"
 #include "items.h"
 #include "restart.h"
@@ -364,6 +366,24 @@ START_TEST(test_smaller_memory_keeps_recent)
 }
 END_TEST
 
+/* The save's commit (the meta's rename) is made durable by an fsync of the
+ * directory, found from the path as the start-up check finds it. */
+START_TEST(test_parent_directory)
+{
+    char dir[8];
+    ck_assert_int_eq(dirsync_parent("cache", dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, ".");
+    ck_assert_int_eq(dirsync_parent("/cache", dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, "/");
+    ck_assert_int_eq(dirsync_parent("/tmp/x/cache", dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, "/tmp/x");
+    ck_assert_int_eq(dirsync_parent("/tmp/xyzw/cache", dir, sizeof(dir)), -1);
+    ck_assert_int_eq(errno, ENAMETOOLONG);
+    ck_assert_int_eq(dirsync_parent_sync("/tmp/cache-that-need-not-exist"), 0);
+    ck_assert_int_eq(dirsync_parent_sync("/no-such-dir-here/cache"), -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("restart");
@@ -377,6 +397,7 @@ int main(void)
     tcase_add_test(tc, test_cas_past_counter_refused);
     tcase_add_test(tc, test_key_twice_linked_once);
     tcase_add_test(tc, test_pending_flush_restored);
+    tcase_add_test(tc, test_parent_directory);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
