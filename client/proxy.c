@@ -31,7 +31,6 @@
 #include <event2/listener.h>
 
 #include "lc_fetch.h"
-#include "listen_spec.h"
 #include "px.h"
 #include "sendq.h"
 
@@ -175,33 +174,41 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* The notify pipe: accepted sockets, or -1 to stop. */
+/* What the notify pipe carries: an accepted socket and whether its client
+ * speaks TLS, or fd -1 to stop. */
+struct handoff {
+    int fd;
+    int tls;
+};
+
 static void on_notify(evutil_socket_t pfd, short what, void *arg)
 {
     struct px_worker *w = arg;
-    int fds[64];
+    struct handoff h[64];
 
     (void)what;
-    ssize_t n = read(pfd, fds, sizeof(fds));
-    for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof(int); i++) {
-        if (fds[i] < 0) {
+    ssize_t n = read(pfd, h, sizeof(h));
+    for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof(h[0]); i++) {
+        if (h[i].fd < 0) {
             w->stop = true;
             event_base_loopbreak(w->base);
         } else {
-            px_client_adopt(w, fds[i]);
+            px_client_adopt(w, h[i].fd, h[i].tls != 0);
         }
     }
 }
 
-/* Hands fd (or -1: stop) to worker w.  A pipe write of one int is atomic. */
-static bool worker_notify(struct px_worker *w, int fd)
+/* Hands fd (or -1: stop) to worker w, its client speaking TLS or not.  A
+ * pipe write this small is atomic. */
+static bool worker_notify(struct px_worker *w, int fd, bool tls)
 {
+    struct handoff h = { .fd = fd, .tls = tls };
     ssize_t n;
 
     do
-        n = write(w->notify[1], &fd, sizeof(fd));
+        n = write(w->notify[1], &h, sizeof(h));
     while (n < 0 && errno == EINTR);
-    return n == (ssize_t)sizeof(fd);
+    return n == (ssize_t)sizeof(h);
 }
 
 static bool worker_init(struct proxy *px, int i)
@@ -267,7 +274,7 @@ static void workers_stop(struct proxy *px)
 {
     for (int i = 0; i < px->nworkers; i++)
         if (px->workers[i].started)
-            worker_notify(&px->workers[i], -1);
+            worker_notify(&px->workers[i], -1, false);
     for (int i = 0; i < px->nworkers; i++)
         if (px->workers[i].started) {
             pthread_join(px->workers[i].thread, NULL);
@@ -280,14 +287,15 @@ static void workers_stop(struct proxy *px)
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
-    struct proxy *px = arg;
+    struct px_listener *pl = arg;
+    struct proxy *px = pl->px;
     struct px_worker *w = &px->workers[px->next_worker];
 
     (void)l;
     (void)sa;
     (void)salen;
     px->next_worker = (px->next_worker + 1) % px->nworkers;
-    if (!worker_notify(w, fd)) {
+    if (!worker_notify(w, fd, pl->tls)) {
         fprintf(stderr, "cocytus-proxy: cannot hand a connection to worker %d: %s\n", w->id,
                 strerror(errno));
         evutil_closesocket(fd);
@@ -302,7 +310,8 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    evconnlistener_enable(px->listener);
+    for (int i = 0; i < px->nlisteners; i++)
+        evconnlistener_enable(px->listeners[i].l);
 }
 
 /* accept() failed.  Out of descriptors, the pending connection would wake
@@ -310,7 +319,7 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
  * accepting for a while instead, as the server does. */
 static void on_accept_error(struct evconnlistener *l, void *arg)
 {
-    struct proxy *px = arg;
+    struct proxy *px = ((struct px_listener *)arg)->px;
     int err = EVUTIL_SOCKET_ERROR();
     struct timeval tv = { 0, ACCEPT_PAUSE_MS * 1000 };
 
@@ -318,19 +327,29 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
         fprintf(stderr, "cocytus-proxy: accept: %s\n", evutil_socket_error_to_string(err));
         return;
     }
-    evconnlistener_disable(l);
+    (void)l;
+    for (int i = 0; i < px->nlisteners; i++)
+        evconnlistener_disable(px->listeners[i].l);
     evtimer_add(px->accept_resume, &tv);
     if (px->accept_pauses++ == 0 || px->opt.verbose)
         fprintf(stderr, "cocytus-proxy: accept: %s; not accepting for %d ms (raise ulimit -n "
                 "or lower -c)\n", evutil_socket_error_to_string(err), ACCEPT_PAUSE_MS);
 }
 
-static bool listen_ready(struct proxy *px)
+/* Watches fd (listening already) for clients that speak TLS or not.  A TCP
+ * socket is closed with its listener; the Unix socket by unixsock_close. */
+static bool add_listener(struct proxy *px, int fd, bool tls)
 {
-    px->accept_resume = evtimer_new(px->base, on_accept_resume, px);
-    if (px->accept_resume == NULL)
+    struct px_listener *pl = &px->listeners[px->nlisteners];
+    unsigned flags = px->opt.unix_path ? 0 : LEV_OPT_CLOSE_ON_FREE;
+
+    pl->px = px;
+    pl->tls = tls;
+    pl->l = evconnlistener_new(px->base, on_accept, pl, flags, 0, fd);
+    if (pl->l == NULL)
         return false;
-    evconnlistener_set_error_cb(px->listener, on_accept_error);
+    evconnlistener_set_error_cb(pl->l, on_accept_error);
+    px->nlisteners++;
     return true;
 }
 
@@ -346,58 +365,43 @@ static bool listen_unix(struct proxy *px)
         fprintf(stderr, "cocytus-proxy: %s\n", err);
         return false;
     }
-    px->listener = evconnlistener_new(px->base, on_accept, px, 0, 0, px->unix_listener.fd);
-    if (px->listener == NULL) {
+    if (!add_listener(px, px->unix_listener.fd, false)) {
         fprintf(stderr, "cocytus-proxy: cannot accept on %s\n", px->opt.unix_path);
-        return false;
+        return false;   /* run() frees the socket */
     }
-    return listen_ready(px);   /* on failure run() frees the listener, then the socket */
+    return true;
 }
 
-/* -l ADDR, read as memcached reads an entry of its -l (listen_spec.h):
- * 127.0.0.1, 127.0.0.1:11211, [::1]:11211, ::1.  A port in ADDR wins over
- * -p (and becomes the one stats settings shows).  One address only: the
- * proxy has one listener. */
-static bool listen_on(struct proxy *px, const char *addr, int port)
+/* -l as memcached reads it (listen_bind.h): a list of 127.0.0.1,
+ * 127.0.0.1:11211, [::1]:11211, ::1, a host name, each optionally after
+ * "notls:" (in the clear under --tls-cert); -l given again adds to it.  An
+ * entry without a port listens on -p's, and the port stats settings shows
+ * is that one, or with only entries that name theirs, the first. */
+static bool listen_on(struct proxy *px)
 {
-    struct sockaddr_storage ss;
-    int sslen = sizeof(ss);
-    char spec[300], err[300];
-    struct listen_spec ls;
+    struct listen_bound b;
+    char err[400];
 
+    px->accept_resume = evtimer_new(px->base, on_accept_resume, px);
+    if (px->accept_resume == NULL)
+        return false;
     if (px->opt.unix_path)
         return listen_unix(px);
-    if (strchr(addr, ',') != NULL) {
-        fprintf(stderr, "cocytus-proxy: -l %s: one address only (the proxy has one listener)\n",
-                addr);
+    if (listen_bind(px->opt.addr, px->opt.port, 1024, px->tls != NULL, &b, err,
+                    sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-proxy: %s\n", err);
         return false;
     }
-    if (listen_spec_parse(addr, &ls, err, sizeof(err)) < 0) {
-        fprintf(stderr, "cocytus-proxy: -l %s: %s\n", addr, err);
-        return false;
+    px->opt.port = b.port;
+    for (int i = 0; i < b.n; i++) {
+        if (!add_listener(px, b.fd[i], px->tls != NULL && !b.notls[i])) {
+            fprintf(stderr, "cocytus-proxy: cannot accept on -l %s\n", px->opt.addr);
+            for (int j = i; j < b.n; j++)
+                close(b.fd[j]);
+            return false;
+        }
     }
-    if (ls.notls) {
-        fprintf(stderr, "cocytus-proxy: -l %s: notls: is cocytus-server's (-Z); the proxy's one "
-                "listener is TLS with --tls-cert, or not\n", addr);
-        return false;
-    }
-    if (ls.port >= 0)
-        port = px->opt.port = ls.port;
-    const char *host = ls.host[0] ? ls.host : "0.0.0.0";
-    snprintf(spec, sizeof(spec), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-    memset(&ss, 0, sizeof(ss));
-    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss, &sslen) != 0) {
-        fprintf(stderr, "cocytus-proxy: bad listen address %s\n", spec);
-        return false;
-    }
-    px->listener = evconnlistener_new_bind(px->base, on_accept, px,
-                                           LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE, 1024,
-                                           (struct sockaddr *)&ss, sslen);
-    if (px->listener == NULL) {
-        fprintf(stderr, "cocytus-proxy: cannot listen on %s: %s\n", spec, strerror(errno));
-        return false;
-    }
-    return listen_ready(px);
+    return true;
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -447,7 +451,9 @@ static void usage(FILE *f)
             "usage: cocytus-proxy --seeds HOST:PORT[,HOST:PORT...] [options]\n"
             "  -s, --seeds LIST      cluster servers to fetch the slot map from (required)\n"
             "  -p, --port PORT       port to listen on (default %d)\n"
-            "  -l, --listen ADDR     address to listen on (default 127.0.0.1), or ADDR:PORT\n"
+            "  -l, --listen LIST     addresses to listen on, as memcached's -l: comma separated,\n"
+            "                        each ADDR or ADDR:PORT, notls: before it to take clients\n"
+            "                        in the clear under --tls-cert (default 127.0.0.1)\n"
             "      --unix-socket PATH  listen on a Unix socket instead of TCP\n"
             "      --unix-mask PERMS   the Unix socket's permissions, octal (default 0700)\n"
             "      --tls-cert FILE   clients connect with TLS; the certificate chain (PEM)\n"
@@ -530,7 +536,10 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         case 'Y': o->auth_file = optarg; break;
         case 'S': o->server_auth_file = optarg; break;
         case 'U': o->no_uring = true; break;
-        case 'l': o->addr = optarg; break;
+        case 'l':
+            if (!listen_list_add(&o->addr, optarg))
+                return 1;
+            break;
         case OPT_UNIX_SOCKET: o->unix_path = optarg; break;
         case OPT_TLS_CERT: o->tls = true; o->tls_cfg.chain_cert = optarg; break;
         case OPT_TLS_KEY: o->tls_cfg.key = optarg; break;
@@ -609,6 +618,8 @@ static int parse_args(int argc, char **argv, struct px_options *o)
             return 1;
         }
     }
+    if (o->addr == NULL)
+        o->addr = "127.0.0.1";     /* not memcached's every interface: a proxy is opened on purpose */
     return o->seeds != NULL && optind == argc ? 0 : 1;
 }
 
@@ -634,7 +645,7 @@ static int run(struct proxy *px)
     char err[256];
     int rc = 1;
 
-    if (!listen_on(px, px->opt.addr, px->opt.port))
+    if (!listen_on(px))
         goto out;
     sigint = evsignal_new(px->base, SIGINT, on_signal, px->base);
     sigterm = evsignal_new(px->base, SIGTERM, on_signal, px->base);
@@ -653,8 +664,8 @@ out:
         event_free(sigint);
     if (sigterm)
         event_free(sigterm);
-    if (px->listener)
-        evconnlistener_free(px->listener);
+    for (int i = 0; i < px->nlisteners; i++)
+        evconnlistener_free(px->listeners[i].l);
     if (px->accept_resume)
         event_free(px->accept_resume);
     if (px->opt.unix_path &&
@@ -712,7 +723,6 @@ int main(int argc, char **argv)
     int rc;
 
     memset(&px, 0, sizeof(px));
-    px.opt.addr = "127.0.0.1";
     px.opt.port = DEFAULT_PORT;
     px.opt.item_max = DEFAULT_ITEM_MAX;
     px.opt.timeout_ms = 1000;

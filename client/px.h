@@ -36,6 +36,7 @@
 
 #include "lc_map.h"
 #include "authfile.h"
+#include "listen_bind.h"
 #include "proto_text.h"
 #include "tls.h"
 #include "unixsock.h"
@@ -96,7 +97,7 @@ struct px_counters {
 };
 
 struct px_options {
-    const char *addr;
+    const char *addr;               /* -l, every one given, comma separated (NULL: 127.0.0.1) */
     int port;
     const char *seeds;
     size_t item_max;
@@ -119,12 +120,21 @@ struct px_options {
 
 struct px_worker;
 
+/* One listening socket and what its clients speak: TLS under --tls-cert,
+ * except on an "notls:" entry of -l. */
+struct px_listener {
+    struct proxy *px;
+    struct evconnlistener *l;
+    bool tls;
+};
+
 struct proxy {
     struct px_options opt;
     struct event_base *base;        /* the accepting thread's loop */
-    struct evconnlistener *listener;
+    struct px_listener listeners[LISTEN_BIND_MAX];  /* -l's sockets, or --unix-socket's */
+    int nlisteners;
     struct unixsock unix_listener;  /* --unix-socket: it, its lock, its file */
-    struct event *accept_resume;    /* re-enables the listener after EMFILE */
+    struct event *accept_resume;    /* re-enables the listeners after EMFILE */
     uint64_t accept_pauses;         /* times accepting paused: out of descriptors */
     struct px_worker *workers;
     int nworkers;
@@ -568,7 +578,7 @@ void px_req_note_error(struct px_req *rq, const char *text, size_t n);
 /* op failed inside the proxy (gave up, lost): answer the client. */
 void px_op_fail(struct px_worker *w, struct px_op *op, const char *why);
 void px_op_free(struct px_op *op);
-void px_client_adopt(struct px_worker *w, int fd);
+void px_client_adopt(struct px_worker *w, int fd, bool tls);
 void px_client_flush(struct px_client *c);
 void px_client_queue(struct px_client *c);
 void px_client_mark_dirty(struct px_client *c);

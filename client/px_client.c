@@ -679,7 +679,7 @@ static void on_client_write(evutil_socket_t fd, short what, void *arg)
         px_client_mark_dirty(c);
 }
 
-void px_client_adopt(struct px_worker *w, int fd)
+void px_client_adopt(struct px_worker *w, int fd, bool tls)
 {
     struct px_client *c;
     int one = 1;
@@ -691,7 +691,7 @@ void px_client_adopt(struct px_worker *w, int fd)
         if (total >= (uint64_t)w->px->opt.max_conns) {
             static const char msg[] = "ERROR Too many open connections\r\n";
             /* (a TLS client could not read it before its handshake) */
-            ssize_t ignored = w->px->tls ? 0 : write(fd, msg, sizeof(msg) - 1);
+            ssize_t ignored = tls ? 0 : write(fd, msg, sizeof(msg) - 1);
             (void)ignored;
             close(fd);
             px_count(&w->st.rejected_conns, 1);
@@ -711,9 +711,9 @@ void px_client_adopt(struct px_worker *w, int fd)
     c->out = evbuffer_new();
     c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_client_read, c);
     c->wev = event_new(w->base, fd, EV_WRITE, on_client_write, c);
-    if (w->px->tls)
+    if (tls)
         c->tls = tls_conn_new(w->px->tls, fd);
-    if (c->out == NULL || c->rev == NULL || c->wev == NULL || (w->px->tls && c->tls == NULL)) {
+    if (c->out == NULL || c->rev == NULL || c->wev == NULL || (tls && c->tls == NULL)) {
         if (c->out)
             evbuffer_free(c->out);
         if (c->rev)

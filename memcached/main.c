@@ -169,30 +169,6 @@ static bool parse_extended(struct settings *st, char *opts)
     return true;
 }
 
-/* -l given again adds to the list, as memcached's does (Debian's
- * memcached.conf has "-l 127.0.0.1", and "-l ::1" is added on a line of
- * its own); an entry already listed is not added twice. */
-static bool add_listen(struct settings *st, const char *arg)
-{
-    if (st->listen_addr == NULL) {
-        st->listen_addr = arg;
-        return true;
-    }
-    size_t n = strlen(arg), have = strlen(st->listen_addr);
-    for (const char *p = st->listen_addr; p != NULL; p = strchr(p, ',')) {
-        if (*p == ',')
-            p++;
-        if (strncmp(p, arg, n) == 0 && (p[n] == ',' || p[n] == '\0'))
-            return true;
-    }
-    char *list = malloc(have + n + 2);
-    if (list == NULL)
-        return false;
-    snprintf(list, have + n + 2, "%s,%s", st->listen_addr, arg);
-    st->listen_addr = list;     /* the settings' for the process's life */
-    return true;
-}
-
 enum { OPT_ROLE = 1000, OPT_CLUSTER, OPT_GROUP, OPT_INDEX, OPT_NO_URING };
 
 /* -S as memcached takes it: binary only (an ASCII -B is refused, as is
@@ -281,7 +257,7 @@ static int parse_args(int argc, char **argv, struct settings *st)
             st->port_given = true;
             break;
         case 'l':
-            if (!add_listen(st, optarg))
+            if (!listen_list_add(&st->listen_addr, optarg))
                 goto bad;
             break;
         case 'U':

@@ -31,7 +31,7 @@
 #include "coord.h"
 #include "dirsync.h"
 #include "sendq.h"
-#include "listen_spec.h"
+#include "listen_bind.h"
 #include "server.h"
 #include "restart.h"
 #include "sasl_auth.h"
@@ -156,36 +156,6 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
     }
 }
 
-static int listen_one(struct server *s, const struct addrinfo *ai)
-{
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-    if (fd < 0)
-        return -1;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (ai->ai_family == AF_INET6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, s->settings.backlog) < 0) {
-        int err = errno;
-        close(fd);
-        errno = err;
-        return -1;
-    }
-    return fd;
-}
-
-static int bound_port_of(int fd)
-{
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
-        return -1;
-    if (ss.ss_family == AF_INET)
-        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-}
-
 static void add_listener(struct server *s, int fd, bool tls)
 {
     s->listen_fd[s->nlisten] = fd;
@@ -209,83 +179,22 @@ static int server_listen_unix(struct server *s)
     return 0;
 }
 
-/* Bind every address -l names (comma separated, each as memcached reads
- * it: listen_spec.h), or all interfaces on -p's port.  With -p 0 every
- * entry without a port of its own shares the port the first one got. */
+/* Every address -l names (listen_bind.h), or all interfaces on -p's port;
+ * under -Z, TLS on each but "notls:" entries. */
 static int server_listen(struct server *s)
 {
     if (s->settings.unix_path)
         return server_listen_unix(s);
-    char addrs[1024];
-    if (s->settings.listen_addr && strlen(s->settings.listen_addr) >= sizeof(addrs)) {
-        fprintf(stderr, "cocytus-server: -l is too long\n");
+    struct listen_bound b;
+    char err[400];
+    if (listen_bind(s->settings.listen_addr, s->settings.port, s->settings.backlog,
+                    s->tls != NULL, &b, err, sizeof(err)) < 0) {
+        fprintf(stderr, "cocytus-server: %s\n", err);
         return -1;
     }
-    snprintf(addrs, sizeof(addrs), "%s", s->settings.listen_addr ? s->settings.listen_addr : "");
-    char *save = NULL;
-    char *entry = s->settings.listen_addr ? strtok_r(addrs, ",", &save) : NULL;
-    int any_port = s->settings.port;      /* -p 0: what the first port-less entry got */
-    bool portless = false;
-    do {
-        struct listen_spec spec = { .host = "", .port = -1 };
-        char err[300];
-        if (entry && listen_spec_parse(entry, &spec, err, sizeof(err)) < 0) {
-            fprintf(stderr, "cocytus-server: -l %s: %s\n", entry, err);
-            return -1;
-        }
-        if (spec.notls && s->tls == NULL) {
-            fprintf(stderr, "cocytus-server: -l %s: 'notls' is valid only with -Z (TLS)\n", entry);
-            return -1;
-        }
-        const char *host = spec.host[0] ? spec.host : NULL;
-        char port[16];
-        snprintf(port, sizeof(port), "%d", spec.port >= 0 ? spec.port : any_port);
-        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                                  .ai_flags = AI_PASSIVE };
-        struct addrinfo *res = NULL;
-        int rc = getaddrinfo(host, port, &hints, &res);
-        if (rc != 0) {
-            fprintf(stderr, "cocytus-server: cannot resolve listen address %s: %s\n",
-                    host ? host : "*", gai_strerror(rc));
-            return -1;
-        }
-        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-            if (s->nlisten == SERVER_MAX_LISTEN) {
-                fprintf(stderr, "cocytus-server: -l names more than %d sockets to listen on\n",
-                        SERVER_MAX_LISTEN);
-                freeaddrinfo(res);
-                return -1;
-            }
-            int fd = listen_one(s, ai);
-            if (fd < 0) {
-                /* A host without IPv6 still serves IPv4. */
-                if (host == NULL && ai->ai_family == AF_INET6)
-                    continue;
-                fprintf(stderr, "cocytus-server: failed to listen on %s port %s: %s\n",
-                        host ? host : "*", port, strerror(errno));
-                freeaddrinfo(res);
-                return -1;
-            }
-            /* bound_port (stats settings tcpport): -p's as bound, or with
-             * only entries that name their ports, the first of those */
-            int got = bound_port_of(fd);
-            if (spec.port < 0) {
-                if (any_port == 0)
-                    any_port = got;
-                s->bound_port = any_port;
-                portless = true;
-            } else if (!portless && s->bound_port <= 0) {
-                s->bound_port = got;
-            }
-            add_listener(s, fd, s->tls != NULL && !spec.notls);
-        }
-        freeaddrinfo(res);
-        entry = s->settings.listen_addr ? strtok_r(NULL, ",", &save) : NULL;
-    } while (entry);
-    if (s->nlisten == 0) {
-        fprintf(stderr, "cocytus-server: no address to listen on\n");
-        return -1;
-    }
+    s->bound_port = b.port;
+    for (int i = 0; i < b.n; i++)
+        add_listener(s, b.fd[i], s->tls != NULL && !b.notls[i]);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "listen_bind.h"
 #include "unixsock.h"
 #include "tls.h"
 #include "authfile.h"
@@ -17,7 +18,7 @@
 #include "auth.h"
 #include "slotmap.h"
 
-#define SERVER_MAX_LISTEN 32
+#define SERVER_MAX_LISTEN LISTEN_BIND_MAX
 #define MC_VERSION_STRING "1.6.18-cocytus-" PACKAGE_VERSION
 
 struct event_base;

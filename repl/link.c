@@ -49,6 +49,7 @@
 #include "frame.h"
 #include "localtwin.h"
 #include "lookup.h"
+#include "netaddr.h"
 #include "printable.h"
 #include "sendq.h"
 #include "siphash.h"
@@ -1436,19 +1437,6 @@ static void on_accept_error(struct evconnlistener *evl, void *arg)
     fprintf(stderr, "link listener port %d: accept: %s\n", ll->port, strerror(errno));
 }
 
-static int socket_port(int fd)
-{
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
-        return -1;
-    if (ss.ss_family == AF_INET)
-        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    if (ss.ss_family == AF_INET6)
-        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    return -1;
-}
-
 /* Binds the twin of the address just bound (localtwin.h), if it has one.
  * Without it peers on this host dial TCP, so a failure is only a line. */
 static void listen_twin(struct link_listener *ll, const struct sockaddr *sa)
@@ -1506,7 +1494,7 @@ static bool listen_one(struct link_listener *ll, const struct addrinfo *ai, cons
     }
     evconnlistener_set_error_cb(evl, on_accept_error);
     if (ll->nevl == 0)
-        ll->port = socket_port(evconnlistener_get_fd(evl));
+        ll->port = netaddr_local_port(evconnlistener_get_fd(evl));
     ll->evl[ll->nevl++] = evl;
     listen_twin(ll, (struct sockaddr *)&sa);
     return true;

@@ -14,8 +14,10 @@
 # With -Z, -l 127.0.0.1,notls:127.0.0.1:P4: the -p port is TLS (a plain
 # request is not served) and P4 answers a plain request.  Debian's
 # memcached takes the same -l lists (checked when installed).
-# cocytus-proxy -l 127.0.0.1:P5 listens on P5 (its stats settings say
-# tcpport P5) and refuses a list or notls: (it has one listener).
+# cocytus-proxy takes the same lists (memcached/listen_bind.c): -p P6 -l
+# 127.0.0.1:P5,127.0.0.2 -l 127.0.0.3:P7 answers on all three, says tcpport
+# P6 and inter with the whole list; the same refusals; with --tls-cert,
+# -l 127.0.0.1,notls:127.0.0.1:P8 takes TLS on -p's port and plain on P8.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -52,6 +54,25 @@ answers() {
         sleep 0.1
     done
     return 1
+}
+
+# tls_mc PORT CERT REQUEST: REQUEST over TLS to 127.0.0.1:PORT (trusting
+# CERT); prints the reply up to its END or VERSION line, CRs dropped.
+tls_mc() {
+    python3 - "$@" <<'PYEOF'
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+ctx.check_hostname = False
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5))
+s.sendall(sys.argv[3].encode().decode("unicode_escape").encode("latin-1"))
+got = b""
+while not (got.endswith(b"END\r\n") or got.startswith(b"VERSION") and got.endswith(b"\r\n")):
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    got += chunk
+sys.stdout.write(got.decode("latin-1").replace("\r", ""))
+PYEOF
 }
 
 # check_lists BIN NAME: the -l lists on BIN (cocytus-server, or memcached).
@@ -134,24 +155,43 @@ port=$(pick_port)
 refused_start 'invalid port number "abc"' "${user_args[@]}" -p "$port" -l 127.0.0.1:abc
 refused_start 'invalid port number ""' "${user_args[@]}" -p "$port" -l 127.0.0.1:
 refused_start "no ']'" "${user_args[@]}" -p "$port" -l '[::1'
-refused_start "'notls' is valid only with -Z" "${user_args[@]}" -p "$port" -l "notls:127.0.0.1"
+refused_start "'notls' is valid only with TLS" "${user_args[@]}" -p "$port" -l "notls:127.0.0.1"
 
-# cocytus-proxy's -l: one address, with its port.
+# cocytus-proxy's -l: memcached's lists.
 proxy=$build_dir/client/cocytus-proxy
-p0=$(pick_port) p5=$(pick_port)
+p0=$(pick_port) p5=$(pick_port) p6=$(pick_port) p7=$(pick_port)
 serve "$server_bin" "$dir/backend.log" "${user_args[@]}" -p "$p0" -l 127.0.0.1
 backend=$pid
 if answers "127.0.0.1:$p0"; then
+    "$proxy" -p "$p6" -l "127.0.0.1:$p5,127.0.0.2" -l "127.0.0.3:$p7" --seeds "127.0.0.1:$p0" \
+        </dev/null >"$dir/proxy.log" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+    for a in "127.0.0.1:$p5" "127.0.0.2:$p6" "127.0.0.3:$p7"; do
+        answers "$a" && ok "cocytus-proxy -p $p6 -l 127.0.0.1:$p5,127.0.0.2 -l 127.0.0.3:$p7 answers on $a" ||
+            fail "cocytus-proxy: nothing on $a: $(tail -2 "$dir/proxy.log")"
+    done
+    case $(MC_TIMEOUT=1 mc "127.0.0.1:$p6" "version\r\n" 2>/dev/null) in
+        VERSION*) fail "cocytus-proxy answered on 127.0.0.1:$p6, not in its -l" ;;
+        *) ok "cocytus-proxy does not answer on 127.0.0.1:$p6 (not in its -l)" ;;
+    esac
+    settings=$(mc "127.0.0.2:$p6" "stats settings\r\n")
+    tcpport=$(awk '$2 == "tcpport" { print $3 }' <<<"$settings" | tr -d '\r')
+    inter=$(awk '$2 == "inter" { print $3 }' <<<"$settings" | tr -d '\r')
+    [ "$tcpport" = "$p6" ] && [ "$inter" = "127.0.0.1:$p5,127.0.0.2,127.0.0.3:$p7" ] &&
+        ok "cocytus-proxy stats settings: tcpport $tcpport, inter $inter" ||
+        fail "cocytus-proxy stats settings: tcpport '$tcpport' inter '$inter'"
+    stop_pid "$pid"
     "$proxy" -l "127.0.0.1:$p5" --seeds "127.0.0.1:$p0" </dev/null >"$dir/proxy.log" 2>&1 &
     pid=$!
     pids="$pids $pid"
     tcpport=$(answers "127.0.0.1:$p5" && mc "127.0.0.1:$p5" "stats settings\r\n" |
-        awk '$2 == "tcpport" { print $3 }')
+        awk '$2 == "tcpport" { print $3 }' | tr -d '\r')
     [ "$tcpport" = "$p5" ] && ok "cocytus-proxy -l 127.0.0.1:$p5 answers there (tcpport $tcpport)" ||
         fail "cocytus-proxy -l 127.0.0.1:$p5: tcpport '$tcpport', $(tail -2 "$dir/proxy.log")"
     stop_pid "$pid"
-    for bad in "127.0.0.1,127.0.0.2" "notls:127.0.0.1" "127.0.0.1:x"; do
-        out=$("$proxy" -l "$bad" --seeds "127.0.0.1:$p0" 2>&1 </dev/null | tail -n 1)
+    for bad in "notls:127.0.0.1" "127.0.0.1:x" "[::1"; do
+        out=$(timeout 10 "$proxy" -p "$p5" -l "$bad" --seeds "127.0.0.1:$p0" 2>&1 </dev/null | tail -n 1)
         case $out in
             *"-l $bad: "*) ok "cocytus-proxy refuses -l $bad: ${out#cocytus-proxy: }" ;;
             *) fail "cocytus-proxy -l $bad: '$out'" ;;
@@ -174,24 +214,44 @@ if "$server_bin" -h 2>&1 | grep -q -- --enable-ssl && command -v openssl >/dev/n
     else
         fail "notls:127.0.0.1:$p4 under -Z: $(head -2 "$dir/tls.log")"
     fi
-    if python3 - "$p0" "$dir/cert.pem" <<'PYEOF'
-import socket, ssl, sys
-ctx = ssl.create_default_context(cafile=sys.argv[2])
-ctx.check_hostname = False
-s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5))
-s.sendall(b"version\r\n")
-sys.exit(0 if s.recv(100).startswith(b"VERSION") else 1)
-PYEOF
-    then
-        ok "the -p port ($p0) is TLS"
-    else
-        fail "no TLS on the -p port $p0: $(head -2 "$dir/tls.log")"
-    fi
+    case $(tls_mc "$p0" "$dir/cert.pem" 'version\r\n' 2>/dev/null) in
+        VERSION*) ok "the -p port ($p0) is TLS" ;;
+        *) fail "no TLS on the -p port $p0: $(head -2 "$dir/tls.log")" ;;
+    esac
     case $(MC_TIMEOUT=1 mc "127.0.0.1:$p0" "version\r\n" 2>/dev/null) in
         VERSION*) fail "a plain request was served on the TLS port $p0" ;;
         *) ok "a plain request is not served on the TLS port $p0" ;;
     esac
     stop_pid "$pid"
+
+    # The proxy under --tls-cert with a notls: entry, the plain server
+    # behind it.
+    pb=$(pick_port) p8=$(pick_port) p9=$(pick_port)
+    serve "$server_bin" "$dir/backend2.log" "${user_args[@]}" -p "$pb" -l 127.0.0.1
+    backend=$pid
+    answers "127.0.0.1:$pb" || fail "the proxy's backend did not start: $(head -2 "$dir/backend2.log")"
+    "$proxy" -p "$p9" -l "127.0.0.1,notls:127.0.0.1:$p8" --tls-cert "$dir/cert.pem" \
+        --tls-key "$dir/key.pem" --seeds "127.0.0.1:$pb" </dev/null >"$dir/proxy_tls.log" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+    if answers "127.0.0.1:$p8" && [ "$(mc "127.0.0.1:$p8" "set lk 0 0 2\r\nhi\r\n")" = STORED ] &&
+        [ "$(mc "127.0.0.1:$p8" "get lk\r\n" | tr '\n' ' ')" = "VALUE lk 0 2 hi END " ]; then
+        ok "cocytus-proxy --tls-cert -l 127.0.0.1,notls:127.0.0.1:$p8: plain clients set and get on $p8"
+    else
+        fail "cocytus-proxy notls:127.0.0.1:$p8: $(tail -2 "$dir/proxy_tls.log")"
+    fi
+    if [ "$(tls_mc "$p9" "$dir/cert.pem" 'get lk\r\n' 2>/dev/null | tr '\n' ' ')" = "VALUE lk 0 2 hi END " ]
+    then
+        ok "cocytus-proxy: the -p port ($p9) is TLS and serves what the plain client set"
+    else
+        fail "cocytus-proxy: no TLS get on the -p port $p9: $(tail -2 "$dir/proxy_tls.log")"
+    fi
+    case $(MC_TIMEOUT=1 mc "127.0.0.1:$p9" "version\r\n" 2>/dev/null) in
+        VERSION*) fail "cocytus-proxy served a plain request on its TLS port $p9" ;;
+        *) ok "cocytus-proxy does not serve a plain request on its TLS port $p9" ;;
+    esac
+    stop_pid "$pid"
+    stop_pid "$backend"
 else
     echo "note: no TLS in this build (or no openssl tool); notls: under -Z not checked"
 fi
