@@ -380,14 +380,14 @@ static bool listen_unix(struct proxy *px)
 static bool listen_on(struct proxy *px)
 {
     struct listen_bound b;
-    char err[400];
+    char err[1400];     /* room for an entry of -l as long as it may be */
 
     px->accept_resume = evtimer_new(px->base, on_accept_resume, px);
     if (px->accept_resume == NULL)
         return false;
     if (px->opt.unix_path)
         return listen_unix(px);
-    if (listen_bind(px->opt.addr, px->opt.port, 1024, px->tls != NULL, &b, err,
+    if (listen_bind(px->opt.addr, px->opt.port, 1024, "--tls-cert", px->tls != NULL, &b, err,
                     sizeof(err)) < 0) {
         fprintf(stderr, "cocytus-proxy: %s\n", err);
         return false;

@@ -109,8 +109,8 @@ static int bind_entry(const char *entry, const struct listen_spec *spec, int *an
     return 0;
 }
 
-int listen_bind(const char *list, int port, int backlog, bool notls_ok, struct listen_bound *out,
-                char *err, size_t errlen)
+int listen_bind(const char *list, int port, int backlog, const char *tls_option, bool tls_on,
+                struct listen_bound *out, char *err, size_t errlen)
 {
     char entries[1024];
     memset(out, 0, sizeof(*out));
@@ -125,13 +125,13 @@ int listen_bind(const char *list, int port, int backlog, bool notls_ok, struct l
     bool portless = false;
     do {
         struct listen_spec spec = { .host = "", .port = -1 };
-        char why[300];
+        char why[1100];
         if (entry && listen_spec_parse(entry, &spec, why, sizeof(why)) < 0) {
             snprintf(err, errlen, "-l %s: %s", entry, why);
             goto fail;
         }
-        if (spec.notls && !notls_ok) {
-            snprintf(err, errlen, "-l %s: 'notls' is valid only with TLS", entry);
+        if (spec.notls && !tls_on) {
+            snprintf(err, errlen, "-l %s: 'notls' is valid only with %s (TLS)", entry, tls_option);
             goto fail;
         }
         if (bind_entry(entry, &spec, &any_port, &portless, backlog, out, err, errlen) < 0)

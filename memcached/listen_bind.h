@@ -30,11 +30,12 @@ bool listen_list_add(const char **list, const char *arg);
 
 /* Binds and listens on every address list names (NULL: every interface)
  * with backlog.  port is -p's, for entries without their own; with 0 the
- * first such entry gets any free port and the rest share it.  "notls:"
- * entries are refused unless notls_ok.  0, or -1 with the reason in err
- * and nothing left open. */
-int listen_bind(const char *list, int port, int backlog, bool notls_ok, struct listen_bound *out,
-                char *err, size_t errlen);
+ * first such entry gets any free port and the rest share it.  tls_option
+ * names the caller's TLS option ("-Z") and tls_on says whether it was
+ * given: "notls:" entries are refused without it.  0, or -1 with the
+ * reason in err and nothing left open. */
+int listen_bind(const char *list, int port, int backlog, const char *tls_option, bool tls_on,
+                struct listen_bound *out, char *err, size_t errlen);
 
 /* Closes every socket of b. */
 void listen_bind_close(struct listen_bound *b);

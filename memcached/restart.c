@@ -153,11 +153,11 @@ int restart_save(struct item_store *s, const char *path, uint64_t *count,
         return -1;
     }
     /* The rename is the commit point: durable once the directory is. */
+    *count = n;
     if (dirsync_parent_sync(meta) != 0) {
         snprintf(err, errlen, "cannot sync the directory of %s: %s", meta, strerror(errno));
-        return -1;
+        return 1;
     }
-    *count = n;
     return 0;
 }
 

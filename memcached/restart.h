@@ -19,7 +19,10 @@
 #include "items.h"
 
 /* Writes every live item of s to path and then path.meta.  0 with *count
- * set, or -1 with err set (nothing usable is left behind then). */
+ * set; 1 when saved but the directory could not be synced after the
+ * meta's rename (err says so: the next start restores the save, but a
+ * power cut before the directory reaches the disk may lose it); -1 with
+ * err set (nothing usable is left behind then). */
 int restart_save(struct item_store *s, const char *path, uint64_t *count,
                  char *err, size_t errlen);
 

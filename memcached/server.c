@@ -186,8 +186,8 @@ static int server_listen(struct server *s)
     if (s->settings.unix_path)
         return server_listen_unix(s);
     struct listen_bound b;
-    char err[400];
-    if (listen_bind(s->settings.listen_addr, s->settings.port, s->settings.backlog,
+    char err[1400];     /* room for an entry of -l as long as it may be */
+    if (listen_bind(s->settings.listen_addr, s->settings.port, s->settings.backlog, "-Z",
                     s->tls != NULL, &b, err, sizeof(err)) < 0) {
         fprintf(stderr, "cocytus-server: %s\n", err);
         return -1;
@@ -321,13 +321,17 @@ static void save_memory(struct server *s)
     char err[512];
     uint64_t n = 0;
 
-    if (restart_save(engine_plain_store(s->engine), s->settings.memory_file, &n, err,
-                     sizeof(err)) < 0) {
+    int rc = restart_save(engine_plain_store(s->engine), s->settings.memory_file, &n, err,
+                          sizeof(err));
+    if (rc < 0) {
         fprintf(stderr, "[restart] not saved: %s\n", err);
         s->save_failed = true;
-    } else {
-        fprintf(stderr, "[restart] saved %" PRIu64 " items to %s\n", n, s->settings.memory_file);
+        return;
     }
+    fprintf(stderr, "[restart] saved %" PRIu64 " items to %s\n", n, s->settings.memory_file);
+    if (rc > 0)
+        fprintf(stderr, "[restart] %s: the next start restores the save, but a power cut "
+                "before the directory reaches the disk may lose it\n", err);
 }
 
 int server_started(struct server *s)

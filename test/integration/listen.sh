@@ -155,7 +155,7 @@ port=$(pick_port)
 refused_start 'invalid port number "abc"' "${user_args[@]}" -p "$port" -l 127.0.0.1:abc
 refused_start 'invalid port number ""' "${user_args[@]}" -p "$port" -l 127.0.0.1:
 refused_start "no ']'" "${user_args[@]}" -p "$port" -l '[::1'
-refused_start "'notls' is valid only with TLS" "${user_args[@]}" -p "$port" -l "notls:127.0.0.1"
+refused_start "'notls' is valid only with -Z (TLS)" "${user_args[@]}" -p "$port" -l "notls:127.0.0.1"
 
 # cocytus-proxy's -l: memcached's lists.
 proxy=$build_dir/client/cocytus-proxy
