@@ -24,6 +24,7 @@ struct plain {
     struct mc_clock clock;
     struct item_store store;
     bool cas_enabled;
+    uint64_t sizes_from_cas;    /* stats sizes counts items with a cas this high */
 };
 
 
@@ -479,12 +480,13 @@ struct size_list {
     const struct item_store *s;
     uint32_t *buckets;      /* size class (multiple of 32) of each live item */
     size_t n, cap;
+    uint64_t from_cas;
 };
 
 static void collect_size(void *ctx, struct item *it)
 {
     struct size_list *l = ctx;
-    if (l->n == l->cap || item_is_dead(l->s, it))
+    if (l->n == l->cap || item_is_dead(l->s, it) || it->cas < l->from_cas)
         return;
     size_t total = item_total(it);
     l->buckets[l->n++] = (uint32_t)((total + 31) / 32 * 32);
@@ -499,7 +501,7 @@ static int cmp_u32(const void *a, const void *b)
 /* "<size> <count>" for 32-byte size classes, built by walking every item. */
 static void stats_sizes(struct plain *p, eng_stat_fn emit, void *ctx)
 {
-    struct size_list l = { &p->store, NULL, 0, p->store.curr_items };
+    struct size_list l = { &p->store, NULL, 0, p->store.curr_items, p->sizes_from_cas };
     if (l.cap == 0)
         return;
     l.buckets = malloc(l.cap * sizeof(uint32_t));
@@ -532,6 +534,11 @@ static bool plain_stats(struct engine *e, const char *group, eng_stat_fn emit, v
         stats_slabs(p, emit, ctx);
     else if (strcmp(group, "sizes") == 0)
         stats_sizes(p, emit, ctx);
+    else if (strcmp(group, "sizes_enable") == 0)
+        /* memcached's histogram counts the items stored once it is on,
+         * told apart by a cas id it takes (so the next item's cas is two
+         * up); -o track_sizes counts everything. */
+        p->sizes_from_cas = item_next_cas(&p->store);
     else
         return false;
     return true;

@@ -315,8 +315,12 @@ void item_flush_at(struct item_store *s, rel_time_t new_oldest, bool by_cas)
     rel_time_t now = s->clock->now;
     if (by_cas) {
         s->oldest_live = new_oldest - 1;    /* 0 (none) for memcached's "1" */
+        /* memcached takes a cas id for an immediate flush (not for a
+         * delayed one), so the next item's cas is two above the last
+         * one's: clients that predict cas values see the same numbers
+         * (difftest seed 2711 case 2401). */
         if (s->oldest_live <= now)
-            s->oldest_cas = s->cas_counter + 1;
+            s->oldest_cas = ++s->cas_counter;
     } else {
         s->oldest_live = new_oldest;
     }

@@ -738,6 +738,14 @@ static void stat_line(void *ctx, const char *name, const char *fmt, ...)
     resp_printf(r, "STAT %s %s\r\n", name, value);
 }
 
+/* For stats groups that are commands to the engine, which say nothing. */
+static void stat_ignored(void *ctx, const char *name, const char *fmt, ...)
+{
+    (void)ctx;
+    (void)name;
+    (void)fmt;
+}
+
 static void resp_write(void *ctx, const void *p, size_t n)
 {
     resp_add(ctx, p, n);
@@ -860,7 +868,10 @@ static void handle_stats(struct conn *c, const struct text_req *req)
         /* memcached's size histogram needs cas (difftest seed 1066 case 661) */
         resp_str(r, "STAT sizes_status error\r\nSTAT sizes_error cas_support_disabled\r\n");
     } else if (strcmp(group, "sizes_enable") == 0 || strcmp(group, "sizes_disable") == 0) {
-        s->settings.sizes_enabled = group[6] == 'e';
+        bool on = group[6] == 'e';
+        if (on && !s->settings.sizes_enabled)
+            server_stats(s, "sizes_enable", stat_ignored, NULL);   /* counting starts now */
+        s->settings.sizes_enabled = on;
         resp_str(r, s->settings.sizes_enabled ? "STAT sizes_status enabled\r\n"
                                               : "STAT sizes_status disabled\r\n");
     } else if (strcmp(group, "sizes") == 0 && !s->settings.sizes_enabled) {

@@ -318,8 +318,10 @@ START_TEST(test_flush_by_cas)
     setup_store(&f, 1 << 20, 1 << 20, true);
     ck_assert_int_eq(put(&f, 1, 10, 0), ENG_SUCCESS);
     ck_assert_int_eq(put(&f, 2, 10, 0), ENG_SUCCESS);
+    uint64_t cas2 = find(&f, 2)->cas;
     item_flush_at(&f.s, f.s.clock->now, true);     /* flush_all now, with cas */
     ck_assert_int_eq(put(&f, 3, 10, 0), ENG_SUCCESS);
+    ck_assert_uint_eq(find(&f, 3)->cas, cas2 + 2);  /* the flush took one id, as memcached's */
     enum item_miss why = ITEM_MISS_ABSENT;
     char key[32];
     size_t nkey = (size_t)key_of(key, 1);

@@ -891,6 +891,14 @@ START_TEST(test_stats_groups)
     stats_of(e, "sizes", &t);
     ck_assert_uint_eq(t.n, 2);
 
+    /* stats sizes_enable: from then on only items stored after it count,
+     * as in memcached, and it takes a cas id */
+    ck_assert(e->ops->stats(e, "sizes_enable", collect, &t));
+    ck_assert_int_eq(set(e, "a", "1234567890123"), ENG_SUCCESS);  /* 64 again */
+    stats_of(e, "sizes", &t);
+    ck_assert_uint_eq(t.n, 1);
+    ck_assert_int_eq(stat(e, "sizes", "64"), 1);
+
     tick_at(e, 7);
     tick_at(e, 8);
     ck_assert_int_eq(stat(e, "items", "items:1:age"), 8);
