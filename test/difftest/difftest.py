@@ -17,7 +17,10 @@ the connection) ends after a timeout.  After the last step the client
 half-closes and reads until the server closes.  Each case runs on its own
 connection with its own key prefix, so cases do not see each other's keys;
 after each case a separate connection sends flush_all (and resets the global
-settings a case may change).
+settings a case may change), then stores a probe item on both servers and
+reads its cas: replies mask cas values, so the probe is what shows a case
+that took a different number of cas ids on the two servers (reported as
+the counter "cas ids taken"; not with --target).
 
 Every case is generated from (seed, case number) alone, so a difference is
 reproduced by `--seed S --case N`.  On a difference the sequence is shrunk
@@ -1234,6 +1237,7 @@ class Session:
     def __init__(self, args, variant, tmpdir):
         self.variant = variant
         self.cases = 0
+        self.last_cas = None    # (memcached, cocytus): the cas of the last probe
         self.auth_bytes = None
         extra = list(variant[2])
         if "@AUTH" in extra:
@@ -1274,6 +1278,30 @@ class Session:
                 pass
         if self.variant[1] == "-C":
             self.wait_flush_second()
+
+    def cas_probe(self):
+        """Stores a probe item on both servers and reads its cas: the ids
+        a case took show as the step from one probe to the next.  Replies
+        mask cas values, so without this a server that takes ids for other
+        things than memcached does (a flush_all, stats sizes_enable) goes
+        unseen until a later case guesses a cas from the last one it saw.
+        Returns (memcached's step, cocytus's step), or None."""
+        if self.target:
+            return None
+        probe = (auth_prefix(self) + b"set difftest_cas 0 0 1\r\nx\r\n"
+                 b"mg difftest_cas c\r\nmd difftest_cas q\r\nmn\r\n")
+        now = []
+        for srv in (self.mc, self.co):
+            try:
+                out = ask(srv.addr, probe, lambda b: b.endswith(b"MN\r\n"))
+            except OSError:
+                out = b""
+            m = re.search(rb"HD c(\d+)", out)
+            now.append(int(m.group(1)) if m else None)
+        before, self.last_cas = self.last_cas, now
+        if before is None or None in before or None in now:
+            return None
+        return now[0] - before[0], now[1] - before[1]
 
     def wait_flush_second(self):
         """Without cas (-C) a flush_all also kills what is stored in the
@@ -1360,6 +1388,7 @@ class Runner:
         if self.args.variant:
             v = [x for x in VARIANTS if x[1] == self.args.variant][0]
         self.session = Session(self.args, v, self.tmpdir)
+        self.session.cas_probe()     # the baseline of the first case's step
 
     def close(self):
         if self.session:
@@ -1409,6 +1438,10 @@ class Runner:
                 self.counter_diff = {k: (moved["mc"].get(k), moved["co"].get(k))
                                      for k in COUNTED if moved["mc"].get(k) != moved["co"].get(k)}
         self.session.cleanup()
+        steps_taken = self.session.cas_probe()
+        if steps_taken and steps_taken[0] != steps_taken[1]:
+            self.counter_diff = dict(self.counter_diff or {})
+            self.counter_diff["cas ids taken"] = steps_taken
         binary = is_binary_case(steps)
         return masked(res["mc"], binary), masked(res["co"], binary), res, prefix
 
