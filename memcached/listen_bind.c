@@ -61,9 +61,8 @@ static int listen_one(const struct addrinfo *ai, int backlog)
 
 /* Every address of one entry (spec) onto b.  *any_port: the port entries
  * without their own use (-p's, or once -p 0 got one, that one). */
-static int bind_entry(const char *entry, const struct listen_spec *spec, int *any_port,
-                      bool *portless, int backlog, struct listen_bound *b, char *err,
-                      size_t errlen)
+static int bind_entry(const struct listen_spec *spec, int *any_port, bool *portless,
+                      int backlog, struct listen_bound *b, char *err, size_t errlen)
 {
     const char *host = spec->host[0] ? spec->host : NULL;
     char port[16];
@@ -134,7 +133,7 @@ int listen_bind(const char *list, int port, int backlog, const char *tls_option,
             snprintf(err, errlen, "-l %s: 'notls' is valid only with %s (TLS)", entry, tls_option);
             goto fail;
         }
-        if (bind_entry(entry, &spec, &any_port, &portless, backlog, out, err, errlen) < 0)
+        if (bind_entry(&spec, &any_port, &portless, backlog, out, err, errlen) < 0)
             goto fail;
         entry = list ? strtok_r(NULL, ",", &save) : NULL;
     } while (entry);

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <malloc.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pwd.h>
