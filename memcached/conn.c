@@ -34,6 +34,7 @@
 #include "tls.h"
 #include "sasl_auth.h"
 #include "unixsock.h"
+#include "watch.h"
 
 #define RBUF_INITIAL 4096
 #define OUT_BACKLOG_MAX (4u << 20)   /* stop reading above this many unsent bytes */
@@ -99,6 +100,7 @@ static struct resp *resp_alloc(struct conn *c)
     r->wall = false;
     r->meta_delete = false;
     r->complete = NULL;
+    r->watch = NULL;
     return r;
 }
 
@@ -123,6 +125,8 @@ static void resp_release_segs(struct conn *c, struct resp *r)
 static void resp_recycle(struct conn *c, struct resp *r)
 {
     resp_release_segs(c, r);
+    free(r->watch);
+    r->watch = NULL;
     if (r->buf != r->ibuf)
         free(r->buf);
     if (r->segs != r->isegs)
@@ -358,9 +362,13 @@ static void count_request(struct server_stats *st, eng_op op)
     }
 }
 
+static void watch_log_store(struct conn *c, struct resp *r, const struct eng_result *res);
+
 static void mutation_finish(struct resp *r, const struct eng_result *res)
 {
     struct conn *c = r->c;
+    if (r->watch)
+        watch_log_store(c, r, res);
     /* an incr/decr that created its key: neither hit nor miss (memcached) */
     if (r->mop >= 0 && !res->created)
         count_mutation(&c->srv->stats, (eng_op)r->mop, res->status, r->meta_delete);
@@ -442,8 +450,10 @@ static void conn_wr_sent(struct sendq_writer *wr, size_t n)
 static void conn_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
 {
     struct conn *c = conn_of_writer(wr);
-    if (!c->closing && had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK)
+    if (!c->closing && had && res < 0 && res != -EAGAIN && res != -EWOULDBLOCK) {
+        c->close_reason = "error";
         conn_close(c);
+    }
     if (!c->closing)
         conn_flush(c);
     conn_release(c);
@@ -529,9 +539,10 @@ bool conn_read_waits(struct conn *c, const char *key, size_t nkey)
     return true;
 }
 
-/* One lookup through the engine's get_ex (ex) or get, counting nothing. */
-static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool ex,
-                            unsigned opts, struct eng_value *out, struct eng_result *res)
+/* One lookup through the engine's get_ex (ex) or get, counting nothing
+ * and logging nothing. */
+static eng_status read_item_quiet(struct conn *c, const char *key, size_t nkey, bool ex,
+                                  unsigned opts, struct eng_value *out, struct eng_result *res)
 {
     struct engine *e = c->srv->engine;
     res->status = ENG_SUCCESS;
@@ -543,6 +554,114 @@ static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool e
     return st;
 }
 
+/* "watch fetchers": a lookup's line; the request's mutation of the same
+ * key, if any, then logs no second one (conn_watch_lookup). */
+static void watch_log_get(struct conn *c, const char *key, size_t nkey, eng_status st,
+                          uint32_t size)
+{
+    if (st != ENG_SUCCESS && st != ENG_NOT_FOUND)
+        return;               /* MOVED, or a failure: no lookup happened here */
+    watch_item_get(&c->srv->watch, key, nkey, st == ENG_SUCCESS, size, c->fd);
+    c->looked = true;
+    c->looked_hash = hash_key(key, nkey);
+}
+
+static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool ex,
+                            unsigned opts, struct eng_value *out, struct eng_result *res)
+{
+    eng_status st = read_item_quiet(c, key, nkey, ex, opts, out, res);
+    if (watch_wants(&c->srv->watch, WATCH_FETCHERS))
+        watch_log_get(c, key, nkey, st, st == ENG_SUCCESS ? out->nbytes : 0);
+    return st;
+}
+
+/* memcached's stores, deletes, touches and arithmetic look their key up
+ * first, and "watch fetchers" shows that lookup: here it is a peek made
+ * for the watcher, unless the request already looked the key up (a gat's
+ * touch, an mg's). */
+static void watch_lookup_before(struct conn *c, const struct eng_mutation *m)
+{
+    switch (m->op) {
+    case ENG_OP_FLUSH:
+    case ENG_OP_MARK:
+        return;
+    default:
+        break;
+    }
+    if (c->looked && c->looked_hash == hash_key(m->key, m->nkey))
+        return;
+    struct eng_value v;
+    struct eng_result res;
+    eng_status st = read_item_quiet(c, m->key, m->nkey, true, ENG_GET_PEEK, &v, &res);
+    watch_log_get(c, m->key, m->nkey, st, st == ENG_SUCCESS ? v.nbytes : 0);
+    if (st == ENG_SUCCESS && v.handle)
+        c->srv->engine->ops->release(c->srv->engine, v.handle);
+}
+
+/* What a store's line needs once the engine has answered (a replicated
+ * store answers later, after the request's bytes are gone). */
+struct watch_store {
+    eng_op op;
+    uint32_t ttl;
+    uint32_t size;
+    int cfd;
+    size_t nkey;
+    char key[];
+};
+
+static void watch_note_store(struct conn *c, struct resp *r, const struct eng_mutation *m)
+{
+    if (m->op > ENG_OP_CAS)
+        return;               /* only stores: SET..CAS */
+    struct watch_store *w = malloc(sizeof(*w) + m->nkey);
+    if (!w)
+        return;               /* a line lost, nothing else */
+    w->op = m->op;
+    /* memcached's unsigned seconds left: an item already expired wraps */
+    w->ttl = m->exptime == 0 ? 0
+                             : (uint32_t)(clock_exptime(&c->srv->clock, m->exptime) -
+                                          c->srv->clock.now);
+    w->size = (uint32_t)m->nbytes;
+    w->cfd = c->fd;
+    w->nkey = m->nkey;
+    memcpy(w->key, m->key, m->nkey);
+    r->watch = w;
+}
+
+static void watch_log_store(struct conn *c, struct resp *r, const struct eng_result *res)
+{
+    static const char *const cmds[] = {
+        [ENG_OP_SET] = "set", [ENG_OP_ADD] = "add", [ENG_OP_REPLACE] = "replace",
+        [ENG_OP_APPEND] = "append", [ENG_OP_PREPEND] = "prepend", [ENG_OP_CAS] = "cas",
+    };
+    struct watch_store *w = r->watch;
+    r->watch = NULL;
+    const char *status = NULL;
+    switch (res->status) {
+    case ENG_SUCCESS: status = "stored"; break;
+    case ENG_NOT_STORED: status = "not_stored"; break;
+    case ENG_EXISTS: status = "exists"; break;
+    case ENG_NOT_FOUND: status = "not_found"; break;
+    default: break;           /* refused before any store (too large, moved...) */
+    }
+    uint32_t size = w->size;
+    if (status && res->status == ENG_SUCCESS && c->srv->engine &&
+        (w->op == ENG_OP_APPEND || w->op == ENG_OP_PREPEND)) {
+        /* the line gives the new item's size: the joined value */
+        struct eng_value v;
+        struct eng_result rr;
+        if (read_item_quiet(c, w->key, w->nkey, true, ENG_GET_PEEK, &v, &rr) == ENG_SUCCESS) {
+            size = v.nbytes;
+            if (v.handle)
+                c->srv->engine->ops->release(c->srv->engine, v.handle);
+        }
+    }
+    if (status && watch_wants(&c->srv->watch, WATCH_MUTATIONS))
+        watch_item_store(&c->srv->watch, w->key, w->nkey, status, cmds[w->op], w->ttl, size,
+                         w->cfd);
+    free(w);
+}
+
 static void mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
                    resp_complete_fn complete, bool counted)
 {
@@ -552,6 +671,11 @@ static void mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
     r->mop = counted ? (int)m->op : -1;
     if (counted)
         count_request(&c->srv->stats, m->op);
+    if (counted && watch_wants(&c->srv->watch, WATCH_FETCHERS))
+        watch_lookup_before(c, m);
+    c->looked = false;
+    if (counted && watch_wants(&c->srv->watch, WATCH_MUTATIONS))
+        watch_note_store(c, r, m);
     eng_status st = e->ops->mutate(e, m, &res, mutation_done, r);
     if (st == ENG_PENDING) {
         r->pending = true;
@@ -695,6 +819,7 @@ void conn_hold_output(struct conn *c)
 
 void conn_close_discard(struct conn *c)
 {
+    c->close_reason = "error";
     c->discard = true;
     c->holding = true;
     c->close_after_write = true;
@@ -727,7 +852,7 @@ void conn_stream(struct conn *c, struct conn_stream *st)
 
 bool conn_streaming(const struct conn *c)
 {
-    return c->stream != NULL;
+    return c->stream != NULL || c->watching;
 }
 
 /* Is a streamed reply ready for its next piece: the socket took all that
@@ -790,6 +915,69 @@ const char *conn_peer_name(const struct conn *c, char *buf, size_t cap)
     }
     snprintf(buf, cap, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
     return buf;
+}
+
+/* ---- watch (watch.h) ---- */
+
+/* The peer as memcached's connection events name it. */
+static void watch_peer(const struct conn *c, char *rip, size_t cap, int *rport,
+                       const char **transport)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    *rport = 0;
+    *transport = "tcp";
+    snprintf(rip, cap, "unknown");
+    if (c->srv->listen_unix) {
+        *transport = "local";
+        snprintf(rip, cap, "unix");
+        return;
+    }
+    if (getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0)
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &a->sin_addr, rip, (socklen_t)cap);
+        *rport = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, rip, (socklen_t)cap);
+        *rport = ntohs(a->sin6_port);
+    }
+}
+
+static void watch_conn_log(struct conn *c, bool opened)
+{
+    char rip[INET6_ADDRSTRLEN + 8];
+    int rport;
+    const char *transport;
+    watch_peer(c, rip, sizeof(rip), &rport, &transport);
+    watch_conn_event(&c->srv->watch, opened, rip, rport, transport,
+                     c->close_reason ? c->close_reason : "normal", c->fd);
+}
+
+void conn_watch_begin(struct conn *c)
+{
+    c->watching = true;       /* conn_process drops what follows */
+}
+
+/* A watcher keeps at most this much unsent; beyond it lines are skipped
+ * (memcached's watcher buffer is 256 KB). */
+#define WATCH_BACKLOG_MAX (256u << 10)
+
+bool conn_watch_send(void *conn, const char *line, size_t n)
+{
+    struct conn *c = conn;
+    if (c->closing)
+        return true;          /* gone: nothing to count */
+    if (conn_backlog(c) + n > WATCH_BACKLOG_MAX)
+        return false;
+    struct resp *r = conn_resp_new(c);
+    resp_add(r, line, n);
+    resp_done(r);
+    c->flush_seq = c->next_seq;
+    conn_flush_later(c);
+    return true;
 }
 
 bool conn_first_refusal(struct conn *c)
@@ -884,6 +1072,8 @@ struct conn *conn_new(struct server *s, int fd, bool tls)
     s->stats.total_conns++;
     c->last_cmd = time(NULL);
     c->win_left = READ_CHUNK;
+    if (watch_wants(&s->watch, WATCH_CONNEVENTS))
+        watch_conn_log(c, true);
     return c;
 }
 
@@ -915,6 +1105,10 @@ void conn_close(struct conn *c)
         return;
     struct server *s = c->srv;
     c->closing = true;
+    if (c->watching)
+        watch_remove(&s->watch, c);
+    if (watch_wants(&s->watch, WATCH_CONNEVENTS))
+        watch_conn_log(c, false);
     if (c->stream) {
         struct conn_stream *st = c->stream;
         c->stream = NULL;
@@ -1114,6 +1308,7 @@ static void conn_flush(struct conn *c)
         if (c->tls_held != NULL) {
             int r = conn_tls_retry(c);
             if (r < 0) {
+                c->close_reason = "error";
                 conn_close(c);
                 return;
             }
@@ -1132,6 +1327,7 @@ static void conn_flush(struct conn *c)
             bool waits;
             ssize_t w = conn_tls_write(c, iov, want, &waits);
             if (w < 0) {
+                c->close_reason = "error";
                 conn_close(c);
                 return;
             }
@@ -1151,6 +1347,7 @@ static void conn_flush(struct conn *c)
                 c->out_blocked = true;
                 break;
             }
+            c->close_reason = "error";
             conn_close(c);
             return;
         }
@@ -1332,8 +1529,15 @@ static void conn_process(struct conn *c)
                 c->win_left = READ_CHUNK;     /* the next read fills an empty buffer */
             break;
         }
+        if (c->watching) {
+            c->rstart = c->rend;      /* a watcher's input is dropped, as memcached's */
+            c->holding = false;
+            c->flush_seq = c->next_seq;
+            break;
+        }
         if (!c->process)
             conn_choose_protocol(c);
+        c->looked = false;            /* a new request: it has looked nothing up */
         size_t used = 0;
         size_t view = c->in_data || avail < c->win_left ? avail : c->win_left;
         c->hold_request = false;
@@ -1422,6 +1626,7 @@ static void conn_read(struct conn *c)
         if (c->swallow > 0 && c->rstart == c->rend)
             c->rstart = c->rend = 0;
         if (c->rend == c->rcap && !conn_make_room(c)) {
+            c->close_reason = "error";
             conn_close(c);
             return;
         }
@@ -1441,6 +1646,7 @@ static void conn_read(struct conn *c)
                 conn_process(c);
                 return;
             }
+            c->close_reason = "error";
             conn_close(c);
             return;
         }
@@ -1589,6 +1795,7 @@ void conn_close_all(struct server *s)
 {
     while (s->conns) {
         struct conn *c = s->conns;
+        c->close_reason = "shutdown";
         conn_close(c);
         conn_release(c);
     }

@@ -72,6 +72,7 @@ struct resp {
     bool wall;              /* pending mutation without a key (flush_all): every read waits */
     bool dropped;           /* its reply is dropped (conn_discard_unflushed) */
     resp_complete_fn complete;
+    struct watch_store *watch;  /* a store to log once it completes ("watch mutations") */
 };
 
 /* ---- Used by protocol code ---- */
@@ -228,7 +229,8 @@ struct conn_stream {
 /* The request being parsed answers with st from its next piece on (its
  * first piece is the slot it already has, which it marks done). */
 void conn_stream(struct conn *c, struct conn_stream *st);
-/* Is a streamed reply still being written (the idle timeout spares it)? */
+/* Is a streamed reply still being written, or is the connection a
+ * watcher (the idle timeout spares both)? */
 bool conn_streaming(const struct conn *c);
 
 /* -Y or -S: has the connection authenticated? */
@@ -238,6 +240,13 @@ void conn_clear_authenticated(struct conn *c);
 /* -S: the connection's SASL session, made at its first SASL command;
  * NULL if the library refused one. */
 struct mcsasl *conn_sasl(struct conn *c);
+
+/* "watch": the connection carries log lines from now on (watch.h) and
+ * drops its input. */
+void conn_watch_begin(struct conn *c);
+/* watch_send_fn for the server's hub: queues line on c, written after the
+ * loop pass; false when c holds too much unsent output. */
+bool conn_watch_send(void *c, const char *line, size_t n);
 
 /* stats conns: memcached's lines for the listening sockets and every
  * connection (self is the one asking), then END. */

@@ -69,6 +69,10 @@ struct conn {
     bool authenticated;           /* -Y or -S: the connection has authenticated */
     struct mcsasl *sasl;          /* -S: its SASL session, from its first SASL command */
     struct conn_stream *stream;   /* a reply still being written piece by piece */
+    bool watching;                /* "watch": only log lines go out, input is dropped */
+    const char *close_reason;     /* for a watcher's conn_close line (NULL: normal) */
+    bool looked;                  /* this request logged a lookup of the key hashed... */
+    uint64_t looked_hash;         /* ...here: its mutation does not log another */
 };
 
 /* tls: the client shakes hands first (a -Z listener's). */

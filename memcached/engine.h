@@ -302,6 +302,13 @@ struct engine_config {
      * backup promoted, by the coordinator (its new map follows) or by hand
      * (yes); or that it no longer does (no: it rejoined as a backup). */
     void (*promoted)(void *arg, bool yes);
+    /* Optional: told of every item evicted to make room ("watch
+     * evictions", watch.h): its key, whether it was read, the seconds it
+     * had left (-1: no expiry), since it was last used, and its value's
+     * size. */
+    void (*evicted)(void *arg, const char *key, size_t nkey, bool fetched, int64_t ttl,
+                    uint32_t idle, uint32_t size);
+    void *evicted_arg;
 };
 
 /* The plain engine: an ordinary memcached cache. */

@@ -32,6 +32,8 @@ int item_store_init(struct item_store *s, const struct engine_config *cfg,
     s->item_size_max = cfg->item_size_max;
     s->evict = cfg->evict;
     s->cas_enabled = cfg->cas_enabled;
+    s->evicted = cfg->evicted;
+    s->evicted_arg = cfg->evicted_arg;
     s->sweep_budget = SWEEP_BUDGET_PER_TICK;
     s->marks[0].cas = 0;
     s->marks[0].time = clock->now;
@@ -184,6 +186,11 @@ static void evict(struct item_store *s, struct item *it)
     s->stats.evictions++;
     if (!was_fetched(it))
         s->stats.evicted_unfetched++;
+    if (s->evicted) {
+        int64_t ttl = it->exptime == 0 ? -1 : (int64_t)it->exptime - (int64_t)s->clock->now;
+        s->evicted(s->evicted_arg, item_key(it), it->nkey, was_fetched(it), ttl,
+                   item_write_age(s, it), it->nbytes);
+    }
     unlink_rehash(s, it);
 }
 

@@ -104,6 +104,11 @@ struct item_store {
 
     struct age_mark marks[ITEM_AGE_MARKS];
     unsigned nmarks;
+
+    /* engine_config.evicted, told of each eviction (NULL: nobody). */
+    void (*evicted)(void *arg, const char *key, size_t nkey, bool fetched, int64_t ttl,
+                    uint32_t idle, uint32_t size);
+    void *evicted_arg;
 };
 
 static inline const char *item_key(const struct item *it)

@@ -45,7 +45,7 @@ static void usage(FILE *out)
         "  -t, --threads=<n>         accepted for compatibility; the server is single-threaded\n"
         "  -F, --disable-flush-all   refuse flush_all\n"
         "  -X, --disable-dumping     refuse stats cachedump and lru_crawler metadump\n"
-        "  -W, --disable-watch       refuse watch (it is refused anyway: no log streams)\n"
+        "  -W, --disable-watch       refuse watch (the log streams)\n"
         "  -k, --lock-memory         lock the process's memory in RAM (mlockall)\n"
         "  -N, --napi_ids=<n>        accepted and ignored (one thread)\n"
         "  -e, --memory-file=<file>  a restartable cache: SIGUSR1 stops and saves the items to\n"

@@ -26,6 +26,7 @@
 #include "proto_meta_run.h"
 #include "proto_text.h"
 #include "server.h"
+#include "watch.h"
 
 /* ---- parsing ---- */
 
@@ -1062,15 +1063,12 @@ static void handle_refresh_certs(struct conn *c)
         reply_line(c, "OK", false);
 }
 
-/* watch: memcached's log streams are not supported; the refusals it
- * makes itself are its (behind pipelined replies, unknown streams). */
+/* watch [stream...]: from its OK on, the connection carries the log
+ * lines of the streams asked for (watch.h) and reads no more commands. */
 static void handle_watch(struct conn *c, const struct text_req *req)
 {
-    static const char *const streams[] = {
-        "fetchers", "mutations", "evictions", "connevents", "proxyreqs", "proxyevents",
-        "proxyuser", "deletions",
-    };
-    if (!conn_server(c)->settings.watch_enabled) {     /* -W, before anything else */
+    struct server *s = conn_server(c);
+    if (!s->settings.watch_enabled) {     /* -W, before anything else */
         reply_line(c, "CLIENT_ERROR watch commands not allowed", false);
         return;
     }
@@ -1078,18 +1076,17 @@ static void handle_watch(struct conn *c, const struct text_req *req)
         reply_line(c, "ERROR cannot pipeline other commands before watch", false);
         return;
     }
-    const char *p = req->arg, *end = req->arg ? req->arg + req->narg : NULL, *w;
-    size_t n;
-    while (p && text_next_key(&p, end, &w, &n)) {
-        bool known = false;
-        for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++)
-            known |= strlen(streams[i]) == n && memcmp(streams[i], w, n) == 0;
-        if (!known) {
-            reply_line(c, "ERROR", false);
-            return;
-        }
+    unsigned streams;
+    if (watch_parse(req->arg, req->arg ? req->narg : 0, &streams) < 0) {
+        reply_line(c, "ERROR", false);
+        return;
     }
-    reply_line(c, "ERROR watch is not supported", false);
+    if (watch_add(&s->watch, c, streams) < 0) {
+        reply_line(c, "SERVER_ERROR out of memory", false);
+        return;
+    }
+    reply_line(c, "OK", false);
+    conn_watch_begin(c);
 }
 
 /* cache_memlimit <megabytes>: memcached's answers and bounds. */

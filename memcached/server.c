@@ -214,6 +214,7 @@ static void close_idle(struct server *s, time_t now)
         if (!c->close_after_write && !conn_is_admin(c) && !conn_streaming(c) &&
             now - c->last_cmd > s->settings.idle_timeout) {
             s->stats.idle_kicks++;
+            c->close_reason = "idle_timeout";
             if (s->settings.verbose)
                 fprintf(stderr, "closing connection %d: idle for %ld s\n", c->fd,
                         (long)(now - c->last_cmd));
@@ -361,6 +362,15 @@ static int server_ctl_send(void *arg, const char *text)
 
 static void server_engine_promoted(void *arg, bool yes);
 
+/* engine_config.evicted: "watch evictions" sees it. */
+static void server_evicted(void *arg, const char *key, size_t nkey, bool fetched, int64_t ttl,
+                           uint32_t idle, uint32_t size)
+{
+    struct server *s = arg;
+    if (watch_wants(&s->watch, WATCH_EVICTIONS))
+        watch_eviction(&s->watch, key, nkey, fetched, ttl, idle, size);
+}
+
 static struct engine *engine_for_role(struct server *s, struct event_base *base)
 {
     const struct settings *st = &s->settings;
@@ -381,6 +391,8 @@ static struct engine *engine_for_role(struct server *s, struct event_base *base)
         .promoted = server_engine_promoted,
         .sq = s->sq,
         .max_conns = st->max_conns,
+        .evicted = server_evicted,
+        .evicted_arg = s,
     };
     if (strcmp(st->role, "plain") == 0)
         return engine_plain_new(&cfg);
@@ -586,6 +598,7 @@ int server_init(struct server *s, const struct settings *settings, struct event_
     s->accepting = true;
     s->slot_self = -1;
     s->promoted_owner = -1;
+    watch_init(&s->watch, conn_watch_send);
     signal(SIGPIPE, SIG_IGN);
     s->sq = sendq_new(!settings->no_uring);
     if (s->sq == NULL)
@@ -699,6 +712,7 @@ void server_destroy(struct server *s)
     authfile_free(&s->auth);
     prefix_stats_free(s);
     conn_close_all(s);
+    watch_destroy(&s->watch);
     coord_client_stop(s->coord);
     s->coord = NULL;
     for (int i = 0; i < s->nlisten; i++) {

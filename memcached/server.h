@@ -17,6 +17,7 @@
 #include "engine.h"
 #include "auth.h"
 #include "slotmap.h"
+#include "watch.h"
 
 #define SERVER_MAX_LISTEN LISTEN_BIND_MAX
 #define MC_VERSION_STRING "1.6.18-cocytus-" PACKAGE_VERSION
@@ -53,7 +54,7 @@ struct settings {
     size_t max_line;          /* longest request line accepted without a newline */
     bool flush_enabled;       /* !-F */
     bool dump_enabled;        /* !-X: stats cachedump, lru_crawler metadump */
-    bool watch_enabled;       /* !-W (watch is refused either way: no log streams) */
+    bool watch_enabled;       /* !-W: the watch command (watch.h) */
     bool lock_memory;         /* -k: mlockall at start */
     const char *memory_file;  /* -e: a restartable cache (restart.h; plain role) */
     const char *auth_file;    /* -Y: ASCII authentication (user:pass lines) */
@@ -144,6 +145,7 @@ struct server {
     struct prefix_stats *prefixes; /* stats detail: per key prefix counts (stats.c) */
     struct authfile auth;     /* -Y pairs */
     struct coord_client *coord; /* control link to the coordinator (coord_client.c), or NULL */
+    struct watch_hub watch;   /* "watch" clients and their streams (watch.h) */
 };
 
 void settings_defaults(struct settings *s);

@@ -157,12 +157,15 @@ static void general_stats(struct server *s, eng_stat_fn emit, void *ctx)
     for (size_t i = 0; i < sizeof(slab_zero) / sizeof(slab_zero[0]); i++)
         emit_u64(emit, ctx, slab_zero[i], 0);
     emit(ctx, "malloc_fails", "%s", engine_stat(&es, "malloc_fails"));
-    static const char *const log_zero[] = {
-        "log_worker_dropped", "log_worker_written", "log_watcher_skipped", "log_watcher_sent",
-        "log_watchers", "unexpected_napi_ids", "round_robin_fallback",
-    };
-    for (size_t i = 0; i < sizeof(log_zero) / sizeof(log_zero[0]); i++)
-        emit_u64(emit, ctx, log_zero[i], 0);
+    /* watch (watch.h): events are logged where they happen, never dropped
+     * before a watcher sees them (log_worker_dropped) */
+    emit_u64(emit, ctx, "log_worker_dropped", 0);
+    emit_u64(emit, ctx, "log_worker_written", s->watch.written);
+    emit_u64(emit, ctx, "log_watcher_skipped", s->watch.skipped);
+    emit_u64(emit, ctx, "log_watcher_sent", s->watch.sent);
+    emit_u64(emit, ctx, "log_watchers", s->watch.watchers);
+    emit_u64(emit, ctx, "unexpected_napi_ids", 0);
+    emit_u64(emit, ctx, "round_robin_fallback", 0);
     emit(ctx, "bytes", "%s", engine_stat(&es, "bytes"));
     emit(ctx, "curr_items", "%s", engine_stat(&es, "curr_items"));
     emit(ctx, "total_items", "%s", engine_stat(&es, "total_items"));
