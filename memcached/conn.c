@@ -34,6 +34,7 @@
 #include "tls.h"
 #include "sasl_auth.h"
 #include "unixsock.h"
+#include "slabclass.h"
 #include "watch.h"
 
 #define RBUF_INITIAL 4096
@@ -556,12 +557,22 @@ static eng_status read_item_quiet(struct conn *c, const char *key, size_t nkey, 
 
 /* "watch fetchers": a lookup's line; the request's mutation of the same
  * key, if any, then logs no second one (conn_watch_lookup). */
+/* memcached's slab class of an item (watch lines name it). */
+static unsigned watch_clsid(const struct conn *c, size_t nkey, size_t nbytes, uint32_t flags)
+{
+    const struct settings *st = &c->srv->settings;
+    return mc_slab_class(mc_item_size(nkey, nbytes, flags, st->cas_enabled), st->item_size_max);
+}
+
 static void watch_log_get(struct conn *c, const char *key, size_t nkey, eng_status st,
-                          uint32_t size)
+                          const struct eng_value *v)
 {
     if (st != ENG_SUCCESS && st != ENG_NOT_FOUND)
         return;               /* MOVED, or a failure: no lookup happened here */
-    watch_item_get(&c->srv->watch, key, nkey, st == ENG_SUCCESS, size, c->fd);
+    bool found = st == ENG_SUCCESS;
+    watch_item_get(&c->srv->watch, key, nkey, found,
+                   found ? watch_clsid(c, nkey, v->nbytes, v->flags) : 0,
+                   found ? v->nbytes : 0, c->fd);
     c->looked = true;
     c->looked_hash = hash_key(key, nkey);
 }
@@ -571,7 +582,7 @@ static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool e
 {
     eng_status st = read_item_quiet(c, key, nkey, ex, opts, out, res);
     if (watch_wants(&c->srv->watch, WATCH_FETCHERS))
-        watch_log_get(c, key, nkey, st, st == ENG_SUCCESS ? out->nbytes : 0);
+        watch_log_get(c, key, nkey, st, out);
     return st;
 }
 
@@ -593,7 +604,7 @@ static void watch_lookup_before(struct conn *c, const struct eng_mutation *m)
     struct eng_value v;
     struct eng_result res;
     eng_status st = read_item_quiet(c, m->key, m->nkey, true, ENG_GET_PEEK, &v, &res);
-    watch_log_get(c, m->key, m->nkey, st, st == ENG_SUCCESS ? v.nbytes : 0);
+    watch_log_get(c, m->key, m->nkey, st, &v);
     if (st == ENG_SUCCESS && v.handle)
         c->srv->engine->ops->release(c->srv->engine, v.handle);
 }
@@ -604,6 +615,7 @@ struct watch_store {
     eng_op op;
     uint32_t ttl;
     uint32_t size;
+    uint32_t flags;
     int cfd;
     size_t nkey;
     char key[];
@@ -622,6 +634,7 @@ static void watch_note_store(struct conn *c, struct resp *r, const struct eng_mu
                              : (uint32_t)(clock_exptime(&c->srv->clock, m->exptime) -
                                           c->srv->clock.now);
     w->size = (uint32_t)m->nbytes;
+    w->flags = m->flags;
     w->cfd = c->fd;
     w->nkey = m->nkey;
     memcpy(w->key, m->key, m->nkey);
@@ -644,7 +657,7 @@ static void watch_log_store(struct conn *c, struct resp *r, const struct eng_res
     case ENG_NOT_FOUND: status = "not_found"; break;
     default: break;           /* refused before any store (too large, moved...) */
     }
-    uint32_t size = w->size;
+    uint32_t size = w->size, flags = w->flags;
     if (status && res->status == ENG_SUCCESS && c->srv->engine &&
         (w->op == ENG_OP_APPEND || w->op == ENG_OP_PREPEND)) {
         /* the line gives the new item's size: the joined value */
@@ -652,13 +665,14 @@ static void watch_log_store(struct conn *c, struct resp *r, const struct eng_res
         struct eng_result rr;
         if (read_item_quiet(c, w->key, w->nkey, true, ENG_GET_PEEK, &v, &rr) == ENG_SUCCESS) {
             size = v.nbytes;
+            flags = v.flags;
             if (v.handle)
                 c->srv->engine->ops->release(c->srv->engine, v.handle);
         }
     }
     if (status && watch_wants(&c->srv->watch, WATCH_MUTATIONS))
-        watch_item_store(&c->srv->watch, w->key, w->nkey, status, cmds[w->op], w->ttl, size,
-                         w->cfd);
+        watch_item_store(&c->srv->watch, w->key, w->nkey, status, cmds[w->op], w->ttl,
+                         watch_clsid(c, w->nkey, size, flags), size, w->cfd);
     free(w);
 }
 

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "slabclass.h"
+
 struct event_base;
 struct sendq;
 struct cluster;
@@ -303,11 +305,9 @@ struct engine_config {
      * (yes); or that it no longer does (no: it rejoined as a backup). */
     void (*promoted)(void *arg, bool yes);
     /* Optional: told of every item evicted to make room ("watch
-     * evictions", watch.h): its key, whether it was read, the seconds it
-     * had left (-1: no expiry), since it was last used, and its value's
-     * size. */
-    void (*evicted)(void *arg, const char *key, size_t nkey, bool fetched, int64_t ttl,
-                    uint32_t idle, uint32_t size);
+     * evictions", watch.h), as a listing shows it (key, nbytes, flags,
+     * exptime, fetched, idle; valid during the call only). */
+    void (*evicted)(void *arg, const struct eng_value *v);
     void *evicted_arg;
 };
 
@@ -331,7 +331,7 @@ struct engine *engine_backup_new(const struct engine_config *cfg);
 static inline bool engine_too_large(size_t item_size_max, bool cas_enabled, size_t nkey,
                                     size_t nbytes, uint32_t flags)
 {
-    return 48 + (cas_enabled ? 8 : 0) + nkey + 1 + nbytes + 2 + (flags ? 4 : 0) > item_size_max;
+    return mc_item_size(nkey, nbytes, flags, cas_enabled) > item_size_max;
 }
 
 /* memcached's largest item its slab allocator stores in one chunk (512 KB,

@@ -181,15 +181,17 @@ static void remove_dead(struct item_store *s, struct item *it)
     unlink_rehash(s, it);
 }
 
+static struct eng_value listed_value(const struct item_store *s, struct item *it,
+                                     bool cas_enabled);
+
 static void evict(struct item_store *s, struct item *it)
 {
     s->stats.evictions++;
     if (!was_fetched(it))
         s->stats.evicted_unfetched++;
     if (s->evicted) {
-        int64_t ttl = it->exptime == 0 ? -1 : (int64_t)it->exptime - (int64_t)s->clock->now;
-        s->evicted(s->evicted_arg, item_key(it), it->nkey, was_fetched(it), ttl,
-                   item_write_age(s, it), it->nbytes);
+        struct eng_value v = listed_value(s, it, s->cas_enabled);
+        s->evicted(s->evicted_arg, &v);
     }
     unlink_rehash(s, it);
 }

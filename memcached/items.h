@@ -106,8 +106,7 @@ struct item_store {
     unsigned nmarks;
 
     /* engine_config.evicted, told of each eviction (NULL: nobody). */
-    void (*evicted)(void *arg, const char *key, size_t nkey, bool fetched, int64_t ttl,
-                    uint32_t idle, uint32_t size);
+    void (*evicted)(void *arg, const struct eng_value *v);
     void *evicted_arg;
 };
 

@@ -156,11 +156,4 @@ size_t meta_base64_encode(const char *in, size_t n, char *out);
  * Returns the length, or -1. */
 long meta_base64_decode(const char *in, size_t n, char *out);
 
-/* memcached's item size for the too-large check: header 48, cas 8 (when
- * enabled), key and its NUL, value and CRLF, and 4 for nonzero flags. */
-static inline size_t meta_item_size(size_t nkey, size_t nbytes, uint32_t flags, bool cas)
-{
-    return 48 + (cas ? 8 : 0) + nkey + 1 + nbytes + 2 + (flags ? 4 : 0);
-}
-
 #endif

@@ -28,6 +28,7 @@
 #include "arith.h"
 #include "proto_meta.h"
 #include "proto_meta_run.h"
+#include "slabclass.h"
 #include "server.h"
 
 #define TOO_LARGE "SERVER_ERROR object too large for cache\r\n"
@@ -647,29 +648,6 @@ static void handle_ma(struct conn *c, const struct meta_req *req)
 
 /* ---- me ---- */
 
-/* memcached's slab class of an item of size bytes (-I 1m: 39 classes from
- * 96 bytes, factor 1.25, up to 512 KB; larger items are chunked and
- * reported in the largest class). */
-static unsigned slab_class(size_t size, size_t item_size_max)
-{
-    size_t chunk_max = item_size_max < (512u << 10) ? item_size_max : (512u << 10);
-    size_t chunk = 96;
-    unsigned cls = 1;
-    while (chunk <= chunk_max * 4 / 5) {
-        if (size <= chunk)
-            return cls;
-        size_t next = chunk * 5 / 4;
-        chunk = (next + 7) & ~(size_t)7;
-        cls++;
-    }
-    return cls;
-}
-
-unsigned meta_run_slab_class(size_t size, size_t item_size_max)
-{
-    return slab_class(size, item_size_max);
-}
-
 static void handle_me(struct conn *c, const struct meta_req *req)
 {
     struct server *s = conn_server(c);
@@ -682,7 +660,7 @@ static void handle_me(struct conn *c, const struct meta_req *req)
     } else if (st != ENG_SUCCESS) {
         put_failure(r, &res);
     } else {
-        size_t size = meta_item_size(v.nkey, v.nbytes, v.flags, s->settings.cas_enabled);
+        size_t size = mc_item_size(v.nkey, v.nbytes, v.flags, s->settings.cas_enabled);
         resp_add(r, "ME ", 3);
         if (v.marks & ENG_MARK_BINKEY) {
             char enc[((META_KEY_MAX + 2) / 3) * 4];
@@ -694,7 +672,7 @@ static void handle_me(struct conn *c, const struct meta_req *req)
                     /* memcached prints the time since expiry: minus the TTL */
                     v.exptime == 0 ? -1LL : (long long)(clock_wall(&s->clock) - v.exptime),
                     (unsigned)v.idle, (unsigned long long)v.cas, v.fetched ? "yes" : "no",
-                    slab_class(size, s->settings.item_size_max), size);
+                    mc_slab_class(size, s->settings.item_size_max), size);
         if (v.handle)
             conn_engine(c)->ops->release(conn_engine(c), v.handle);
     }

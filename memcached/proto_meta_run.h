@@ -17,7 +17,4 @@ void meta_run_too_large(struct conn *c, const char *key, size_t nkey);
 /* The silent delete alone (a text set with noreply answers nothing). */
 void meta_run_drop_key(struct conn *c, const char *key, size_t nkey);
 
-/* memcached's slab class (1..) of an item of size bytes (me, cachedump). */
-unsigned meta_run_slab_class(size_t size, size_t item_size_max);
-
 #endif

@@ -26,6 +26,8 @@
 #include "proto_meta_run.h"
 #include "proto_text.h"
 #include "server.h"
+#include "slabclass.h"
+#include "urikey.h"
 #include "watch.h"
 
 /* ---- parsing ---- */
@@ -768,8 +770,8 @@ struct cachedump {
 static bool cachedump_item(void *ctx, const struct eng_value *v)
 {
     struct cachedump *d = ctx;
-    size_t size = meta_item_size(v->nkey, v->nbytes, v->flags, d->cas_enabled);
-    if (meta_run_slab_class(size, d->item_size_max) != d->cls)
+    size_t size = mc_item_size(v->nkey, v->nbytes, v->flags, d->cas_enabled);
+    if (mc_slab_class(size, d->item_size_max) != d->cls)
         return true;
     char line[TEXT_KEY_MAX + 64];
     int n = snprintf(line, sizeof(line), " [%u b; %lld s]\r\n", (unsigned)v->nbytes,
@@ -912,31 +914,15 @@ struct metadump {
     bool cas_enabled;
 };
 
-/* memcached's URI encoding of a key: unreserved characters as they are. */
-static void put_uri_key(struct resp *r, const char *key, size_t nkey)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < nkey; i++) {
-        unsigned char ch = (unsigned char)key[i];
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-            resp_add(r, (const char *)&key[i], 1);
-        } else {
-            char esc[3] = { '%', hex[ch >> 4], hex[ch & 15] };
-            resp_add(r, esc, 3);
-        }
-    }
-}
-
 static void metadump_item(void *ctx, const struct eng_value *v)
 {
     struct metadump *d = ctx;
-    size_t size = meta_item_size(v->nkey, v->nbytes, v->flags, d->cas_enabled);
-    unsigned cls = meta_run_slab_class(size, d->item_size_max);
+    size_t size = mc_item_size(v->nkey, v->nbytes, v->flags, d->cas_enabled);
+    unsigned cls = mc_slab_class(size, d->item_size_max);
     if (cls >= 64 || !(d->classes & ((uint64_t)1 << cls)))
         return;
-    resp_add(d->r, "key=", 4);
-    put_uri_key(d->r, v->key, v->nkey);
+    char enc[3 * 250 + 4] = "key=";
+    resp_add(d->r, enc, 4 + uri_key_encode(enc + 4, v->key, v->nkey < 250 ? v->nkey : 250));
     char line[160];
     int n = snprintf(line, sizeof(line), " exp=%lld la=%lld cas=%llu fetch=%s cls=%u size=%zu\n",
                      v->exptime == 0 ? -1LL : (long long)v->exptime,

@@ -362,13 +362,18 @@ static int server_ctl_send(void *arg, const char *text)
 
 static void server_engine_promoted(void *arg, bool yes);
 
-/* engine_config.evicted: "watch evictions" sees it. */
-static void server_evicted(void *arg, const char *key, size_t nkey, bool fetched, int64_t ttl,
-                           uint32_t idle, uint32_t size)
+/* engine_config.evicted: "watch evictions" sees it, with the seconds it
+ * had left (-1: no expiry) and its slab class, as memcached logs them. */
+static void server_evicted(void *arg, const struct eng_value *v)
 {
     struct server *s = arg;
-    if (watch_wants(&s->watch, WATCH_EVICTIONS))
-        watch_eviction(&s->watch, key, nkey, fetched, ttl, idle, size);
+    if (!watch_wants(&s->watch, WATCH_EVICTIONS))
+        return;
+    int64_t ttl = v->exptime == 0 ? -1 : v->exptime - (int64_t)clock_wall(&s->clock);
+    unsigned clsid = mc_slab_class(mc_item_size(v->nkey, v->nbytes, v->flags,
+                                                s->settings.cas_enabled),
+                                   s->settings.item_size_max);
+    watch_eviction(&s->watch, v->key, v->nkey, v->fetched, ttl, v->idle, clsid, v->nbytes);
 }
 
 static struct engine *engine_for_role(struct server *s, struct event_base *base)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "urikey.h"
 #include "watch.h"
 
 struct watcher {
@@ -120,25 +121,6 @@ void watch_remove(struct watch_hub *h, void *conn)
     }
 }
 
-size_t watch_uri_encode(char *out, const char *key, size_t nkey)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t o = 0;
-    for (size_t i = 0; i < nkey; i++) {
-        unsigned char ch = (unsigned char)key[i];
-        bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                     (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' || ch == '~';
-        if (plain) {
-            out[o++] = (char)ch;
-        } else {
-            out[o++] = '%';
-            out[o++] = hex[ch >> 4];
-            out[o++] = hex[ch & 15];
-        }
-    }
-    return o;
-}
-
 /* Offer a finished line to every watcher of stream.  After skipping, a
  * watcher gets the count and the line in one piece or neither, so that a
  * connection with room for a short note only does not fill with notes. */
@@ -183,7 +165,7 @@ static size_t put_key(char *line, size_t o, const char *key, size_t nkey)
         nkey = 250;           /* no key is longer; a bound for the buffer */
     memcpy(line + o, "key=", 4);
     o += 4;
-    return o + watch_uri_encode(line + o, key, nkey);
+    return o + uri_key_encode(line + o, key, nkey);
 }
 
 static void finish(struct watch_hub *h, unsigned stream, char *line, size_t o, int n)
@@ -197,39 +179,39 @@ static void finish(struct watch_hub *h, unsigned stream, char *line, size_t o, i
 }
 
 void watch_item_get(struct watch_hub *h, const char *key, size_t nkey, bool found,
-                    uint32_t size, int cfd)
+                    unsigned clsid, uint32_t size, int cfd)
 {
     char line[WATCH_LINE_MAX];
     size_t o = line_start(h, line);
     memcpy(line + o, "type=item_get ", 14);
     o = put_key(line, o + 14, key, nkey);
     int n = snprintf(line + o, WATCH_LINE_MAX - o, " status=%s clsid=%u cfd=%d size=%u\n",
-                     found ? "found" : "not_found", found ? 1u : 0u, cfd, found ? size : 0);
+                     found ? "found" : "not_found", found ? clsid : 0u, cfd, found ? size : 0);
     finish(h, WATCH_FETCHERS, line, o, n);
 }
 
 void watch_item_store(struct watch_hub *h, const char *key, size_t nkey, const char *status,
-                      const char *cmd, uint32_t ttl, uint32_t size, int cfd)
+                      const char *cmd, uint32_t ttl, unsigned clsid, uint32_t size, int cfd)
 {
     char line[WATCH_LINE_MAX];
     size_t o = line_start(h, line);
     memcpy(line + o, "type=item_store ", 16);
     o = put_key(line, o + 16, key, nkey);
     int n = snprintf(line + o, WATCH_LINE_MAX - o,
-                     " status=%s cmd=%s ttl=%u clsid=1 cfd=%d size=%u\n", status, cmd, ttl,
-                     cfd, size);
+                     " status=%s cmd=%s ttl=%u clsid=%u cfd=%d size=%u\n", status, cmd, ttl,
+                     clsid, cfd, size);
     finish(h, WATCH_MUTATIONS, line, o, n);
 }
 
 void watch_eviction(struct watch_hub *h, const char *key, size_t nkey, bool fetched,
-                    int64_t ttl, uint32_t idle, uint32_t size)
+                    int64_t ttl, uint32_t idle, unsigned clsid, uint32_t size)
 {
     char line[WATCH_LINE_MAX];
     size_t o = line_start(h, line);
     memcpy(line + o, "type=eviction ", 14);
     o = put_key(line, o + 14, key, nkey);
-    int n = snprintf(line + o, WATCH_LINE_MAX - o, " fetch=%s ttl=%lld la=%u clsid=1 size=%u\n",
-                     fetched ? "yes" : "no", (long long)ttl, idle, size);
+    int n = snprintf(line + o, WATCH_LINE_MAX - o, " fetch=%s ttl=%lld la=%u clsid=%u size=%u\n",
+                     fetched ? "yes" : "no", (long long)ttl, idle, clsid, size);
     finish(h, WATCH_EVICTIONS, line, o, n);
 }
 

@@ -12,8 +12,8 @@
  *
  * "watch" alone means fetchers.  proxyreqs, proxyevents, proxyuser,
  * sysevents and rawcmds are accepted and log nothing here, as in a
- * memcached without its proxy.  Keys are URI-encoded, so a line never
- * holds a space or a newline of a key.
+ * memcached without its proxy.  Keys are URI-encoded (urikey.h), so a
+ * line never holds a space or a newline of a key.
  *
  * The server is one event loop, so events are logged where they happen
  * and a watcher's lines join its connection's output at once (written
@@ -71,25 +71,21 @@ static inline bool watch_wants(const struct watch_hub *h, unsigned stream)
 }
 
 /* The events.  cfd is the client's socket, as memcached logs it; size the
- * value's bytes. */
+ * value's bytes; clsid memcached's slab class of the item (slabclass.h). */
 void watch_item_get(struct watch_hub *h, const char *key, size_t nkey, bool found,
-                    uint32_t size, int cfd);
+                    unsigned clsid, uint32_t size, int cfd);
 /* status: "stored", "not_stored", "exists", "not_found"; cmd: "set",
  * "add", ...; ttl: seconds the item has left, 0 for none (memcached's
  * unsigned arithmetic: an item already expired wraps). */
 void watch_item_store(struct watch_hub *h, const char *key, size_t nkey, const char *status,
-                      const char *cmd, uint32_t ttl, uint32_t size, int cfd);
+                      const char *cmd, uint32_t ttl, unsigned clsid, uint32_t size, int cfd);
 /* ttl: seconds left, -1 for none; idle: seconds since the last access. */
 void watch_eviction(struct watch_hub *h, const char *key, size_t nkey, bool fetched,
-                    int64_t ttl, uint32_t idle, uint32_t size);
+                    int64_t ttl, uint32_t idle, unsigned clsid, uint32_t size);
 /* rip/rport: the peer ("unix", 0 on a Unix socket); transport "tcp" or
  * "local"; reason (closes only): "normal", "error", "idle_timeout",
  * "shutdown". */
 void watch_conn_event(struct watch_hub *h, bool opened, const char *rip, int rport,
                       const char *transport, const char *reason, int cfd);
-
-/* Appends key to out URI-encoded (unreserved bytes as they are, others
- * %XX); returns the length written.  out needs 3 * nkey bytes. */
-size_t watch_uri_encode(char *out, const char *key, size_t nkey);
 
 #endif

@@ -1,10 +1,12 @@
 /* test_watch.c - memcached's log streams (memcached/watch.c): the words
- * watch takes, the lines of each stream, key encoding, and what a watcher
+ * watch takes, the lines of each stream, key encoding (urikey.c), and what a watcher
  * that will not take more lines gets ("skipped=N" before its next one). */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "slabclass.h"
+#include "urikey.h"
 #include "watch.h"
 
 /* A fake connection: collects lines until it holds `room` bytes. */
@@ -64,12 +66,24 @@ END_TEST
 START_TEST(test_uri_encode)
 {
     char out[64];
-    size_t n = watch_uri_encode(out, "aZ09-._~", 8);
+    size_t n = uri_key_encode(out, "aZ09-._~", 8);
     ck_assert_int_eq((int)n, 8);
     ck_assert(memcmp(out, "aZ09-._~", 8) == 0);
-    n = watch_uri_encode(out, "a b#%\n\xff\x00", 8);
+    n = uri_key_encode(out, "a b#%\n\xff\x00", 8);
     out[n] = '\0';
     ck_assert_str_eq(out, "a%20b%23%25%0A%FF%00");
+}
+END_TEST
+
+/* The classes memcached 1.6.18 (-I 1m) logged for these items. */
+START_TEST(test_slab_class)
+{
+    ck_assert_uint_eq(mc_slab_class(mc_item_size(1, 3, 5, true), 1u << 20), 1);
+    ck_assert_uint_eq(mc_slab_class(mc_item_size(3, 2000, 0, true), 1u << 20), 15);
+    ck_assert_uint_eq(mc_slab_class(mc_item_size(2, 50000, 0, true), 1u << 20), 29);
+    ck_assert_uint_eq(mc_slab_class(96, 1u << 20), 1);
+    ck_assert_uint_eq(mc_slab_class(97, 1u << 20), 2);
+    ck_assert_uint_eq(mc_slab_class(2u << 20, 1u << 20), 39);   /* chunked: the largest */
 }
 END_TEST
 
@@ -85,24 +99,24 @@ START_TEST(test_lines)
     ck_assert(watch_wants(&h, WATCH_CONNEVENTS));
     ck_assert_uint_eq(h.watchers, 2);
     /* each watcher takes an event id, as memcached's */
-    watch_item_get(&h, "k 1", 3, true, 42, 7);
+    watch_item_get(&h, "k 1", 3, true, 1, 42, 7);
     ck_assert_str_eq(after_ts(all.buf),
                      "gid=3 type=item_get key=k%201 status=found clsid=1 cfd=7 size=42\n");
     ck_assert_str_eq(all.buf, gets.buf);
     all.len = gets.len = 0;
-    watch_item_get(&h, "m", 1, false, 42, 7);
+    watch_item_get(&h, "m", 1, false, 3, 42, 7);
     ck_assert_str_eq(after_ts(all.buf),
                      "gid=4 type=item_get key=m status=not_found clsid=0 cfd=7 size=0\n");
     all.len = gets.len = 0;
     gets.buf[0] = '\0';
-    watch_item_store(&h, "k", 1, "stored", "append", 4294967234u, 9, 8);
+    watch_item_store(&h, "k", 1, "stored", "append", 4294967234u, 2, 9, 8);
     ck_assert_str_eq(after_ts(all.buf), "gid=5 type=item_store key=k status=stored cmd=append "
-                                        "ttl=4294967234 clsid=1 cfd=8 size=9\n");
+                                        "ttl=4294967234 clsid=2 cfd=8 size=9\n");
     ck_assert_int_eq((int)gets.len, 0);           /* not its stream */
     all.len = 0;
-    watch_eviction(&h, "e", 1, false, -1, 12, 100);
+    watch_eviction(&h, "e", 1, false, -1, 12, 29, 100);
     ck_assert_str_eq(after_ts(all.buf),
-                     "gid=6 type=eviction key=e fetch=no ttl=-1 la=12 clsid=1 size=100\n");
+                     "gid=6 type=eviction key=e fetch=no ttl=-1 la=12 clsid=29 size=100\n");
     all.len = 0;
     watch_conn_event(&h, true, "127.0.0.1", 5000, "tcp", "normal", 9);
     ck_assert_str_eq(after_ts(all.buf),
@@ -115,7 +129,7 @@ START_TEST(test_lines)
     char key[250];
     memset(key, '#', sizeof(key));
     all.len = 0;
-    watch_item_get(&h, key, sizeof(key), false, 0, 1);
+    watch_item_get(&h, key, sizeof(key), false, 0, 0, 1);
     ck_assert_ptr_nonnull(strstr(all.buf, " status=not_found"));
     ck_assert_int_eq((int)(strstr(all.buf, " status=") - strstr(all.buf, "key=")), 4 + 750);
     ck_assert_uint_eq(h.written, 7);
@@ -136,7 +150,7 @@ START_TEST(test_skipped)
     watch_init(&h, sink_send);
     ck_assert_int_eq(watch_add(&h, &slow, WATCH_FETCHERS), 0);
     for (int i = 0; i < 10; i++)
-        watch_item_get(&h, "key", 3, false, 0, 5);
+        watch_item_get(&h, "key", 3, false, 0, 0, 5);
     int taken = slow.lines;
     ck_assert_int_gt(taken, 0);
     ck_assert_int_lt(taken, 10);
@@ -145,7 +159,7 @@ START_TEST(test_skipped)
     /* room again: the note first, then the line */
     slow.len = 0;
     slow.lines = 0;
-    watch_item_get(&h, "next", 4, true, 1, 5);
+    watch_item_get(&h, "next", 4, true, 1, 1, 5);
     char want[32];
     snprintf(want, sizeof(want), "skipped=%d\n", 10 - taken);
     ck_assert(strncmp(slow.buf, want, strlen(want)) == 0);
@@ -154,7 +168,7 @@ START_TEST(test_skipped)
     ck_assert_uint_eq(h.sent, (uint64_t)taken + 1);
     /* no room even for the note: the line is skipped too, counted once */
     slow.room = 0;
-    watch_item_get(&h, "x", 1, true, 1, 5);
+    watch_item_get(&h, "x", 1, true, 1, 1, 5);
     ck_assert_uint_eq(h.skipped, (uint64_t)(10 - taken) + 1);
     watch_destroy(&h);
 }
@@ -166,6 +180,7 @@ int main(void)
     TCase *tc = tcase_create("watch");
     tcase_add_test(tc, test_parse);
     tcase_add_test(tc, test_uri_encode);
+    tcase_add_test(tc, test_slab_class);
     tcase_add_test(tc, test_lines);
     tcase_add_test(tc, test_skipped);
     suite_add_tcase(s, tc);
