@@ -65,6 +65,7 @@ static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max);
 static void conn_consume_output(struct conn *c, size_t n);
 static void conn_destroy(struct conn *c);
 static bool conn_release(struct conn *c);
+static void conn_set_events(struct conn *c, short want);
 
 /* ---- response slots ---- */
 
@@ -125,6 +126,8 @@ static void resp_release_segs(struct conn *c, struct resp *r)
 /* Drop the slot's engine references and recycle it. */
 static void resp_recycle(struct conn *c, struct resp *r)
 {
+    if (c->watch_open == r)
+        c->watch_open = NULL;
     resp_release_segs(c, r);
     free(r->watch);
     r->watch = NULL;
@@ -460,21 +463,28 @@ static void conn_wr_complete(struct sendq_writer *wr, bool had, ssize_t res)
     conn_release(c);
 }
 
-static void conn_flush_later(struct conn *c)
+/* Queue c to be written once the current event's work is done; false
+ * when the queue's event cannot be made (out of memory). */
+static bool conn_flush_queue(struct conn *c)
 {
     struct server *s = c->srv;
     if (c->flush_queued || c->closing)
-        return;
+        return true;
     if (s->flush_ev == NULL)
         s->flush_ev = event_new(s->base, -1, 0, flush_queued, s);
-    if (s->flush_ev == NULL) {
-        conn_flush(c);
-        return;
-    }
+    if (s->flush_ev == NULL)
+        return false;
     c->flush_queued = true;
     c->flush_next = s->flush_queue;
     s->flush_queue = c;
     event_active(s->flush_ev, EV_TIMEOUT, 0);
+    return true;
+}
+
+static void conn_flush_later(struct conn *c)
+{
+    if (!conn_flush_queue(c))
+        conn_flush(c);
 }
 
 /* The engine's asynchronous completion. */
@@ -601,6 +611,8 @@ static void watch_lookup_before(struct conn *c, const struct eng_mutation *m)
     }
     if (c->looked && c->looked_hash == hash_key(m->key, m->nkey))
         return;
+    if (!c->srv->engine->ops->get_ex)
+        return;               /* no peek: a get would move the item for the watcher */
     struct eng_value v;
     struct eng_result res;
     eng_status st = read_item_quiet(c, m->key, m->nkey, true, ENG_GET_PEEK, &v, &res);
@@ -658,7 +670,11 @@ static void watch_log_store(struct conn *c, struct resp *r, const struct eng_res
     default: break;           /* refused before any store (too large, moved...) */
     }
     uint32_t size = w->size, flags = w->flags;
-    if (status && res->status == ENG_SUCCESS && c->srv->engine &&
+    if (!status || !watch_wants(&c->srv->watch, WATCH_MUTATIONS)) {
+        free(w);
+        return;
+    }
+    if (res->status == ENG_SUCCESS && c->srv->engine && c->srv->engine->ops->get_ex &&
         (w->op == ENG_OP_APPEND || w->op == ENG_OP_PREPEND)) {
         /* the line gives the new item's size: the joined value */
         struct eng_value v;
@@ -670,9 +686,8 @@ static void watch_log_store(struct conn *c, struct resp *r, const struct eng_res
                 c->srv->engine->ops->release(c->srv->engine, v.handle);
         }
     }
-    if (status && watch_wants(&c->srv->watch, WATCH_MUTATIONS))
-        watch_item_store(&c->srv->watch, w->key, w->nkey, status, cmds[w->op], w->ttl,
-                         watch_clsid(c, w->nkey, size, flags), size, w->cfd);
+    watch_item_store(&c->srv->watch, w->key, w->nkey, status, cmds[w->op], w->ttl,
+                     watch_clsid(c, w->nkey, size, flags), size, w->cfd);
     free(w);
 }
 
@@ -934,39 +949,31 @@ const char *conn_peer_name(const struct conn *c, char *buf, size_t cap)
 /* ---- watch (watch.h) ---- */
 
 /* The peer as memcached's connection events name it. */
-static void watch_peer(const struct conn *c, char *rip, size_t cap, int *rport,
-                       const char **transport)
+/* The peer as memcached's connection events name it, kept from the
+ * accept on: once a peer resets, the socket has no address to ask. */
+static void conn_note_peer(struct conn *c)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    *rport = 0;
-    *transport = "tcp";
-    snprintf(rip, cap, "unknown");
-    if (c->srv->listen_unix) {
-        *transport = "local";
-        snprintf(rip, cap, "unix");
-        return;
-    }
-    if (getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0)
+    snprintf(c->peer_ip, sizeof(c->peer_ip), c->srv->listen_unix ? "unix" : "unknown");
+    c->peer_port = 0;
+    if (c->srv->listen_unix || getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0)
         return;
     if (ss.ss_family == AF_INET) {
         const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &a->sin_addr, rip, (socklen_t)cap);
-        *rport = ntohs(a->sin_port);
+        inet_ntop(AF_INET, &a->sin_addr, c->peer_ip, sizeof(c->peer_ip));
+        c->peer_port = ntohs(a->sin_port);
     } else if (ss.ss_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, rip, (socklen_t)cap);
-        *rport = ntohs(a->sin6_port);
+        inet_ntop(AF_INET6, &a->sin6_addr, c->peer_ip, sizeof(c->peer_ip));
+        c->peer_port = ntohs(a->sin6_port);
     }
 }
 
 static void watch_conn_log(struct conn *c, bool opened)
 {
-    char rip[INET6_ADDRSTRLEN + 8];
-    int rport;
-    const char *transport;
-    watch_peer(c, rip, sizeof(rip), &rport, &transport);
-    watch_conn_event(&c->srv->watch, opened, rip, rport, transport,
+    watch_conn_event(&c->srv->watch, opened, c->peer_ip, c->peer_port,
+                     c->srv->listen_unix ? "local" : "tcp",
                      c->close_reason ? c->close_reason : "normal", c->fd);
 }
 
@@ -984,13 +991,24 @@ bool conn_watch_send(void *conn, const char *line, size_t n)
     struct conn *c = conn;
     if (c->closing)
         return true;          /* gone: nothing to count */
-    if (conn_backlog(c) + n > WATCH_BACKLOG_MAX)
+    if (c->watch_queued + n > WATCH_BACKLOG_MAX)
         return false;
-    struct resp *r = conn_resp_new(c);
+    /* Lines join one slot until a write takes it: a slot per line would
+     * cost more than the line. */
+    struct resp *r = c->watch_open;
+    if (r == NULL || r != c->tail) {
+        r = conn_resp_new(c);
+        resp_done(r);
+        c->watch_open = r;
+    }
     resp_add(r, line, n);
-    resp_done(r);
+    c->watch_queued += n;
     c->flush_seq = c->next_seq;
-    conn_flush_later(c);
+    /* Never written from here: the hub is walking its watchers (a failed
+     * write would close this one under it).  After the loop pass, or once
+     * the socket is writable if the queue cannot be used. */
+    if (!conn_flush_queue(c))
+        conn_set_events(c, (short)(c->ev_flags | EV_WRITE));
     return true;
 }
 
@@ -1086,6 +1104,7 @@ struct conn *conn_new(struct server *s, int fd, bool tls)
     s->stats.total_conns++;
     c->last_cmd = time(NULL);
     c->win_left = READ_CHUNK;
+    conn_note_peer(c);
     if (watch_wants(&s->watch, WATCH_CONNEVENTS))
         watch_conn_log(c, true);
     return c;
@@ -1119,8 +1138,11 @@ void conn_close(struct conn *c)
         return;
     struct server *s = c->srv;
     c->closing = true;
-    if (c->watching)
+    if (c->watching) {
         watch_remove(&s->watch, c);
+        if (!c->close_reason)
+            c->close_reason = "error";    /* memcached's words for a watcher's end */
+    }
     if (watch_wants(&s->watch, WATCH_CONNEVENTS))
         watch_conn_log(c, false);
     if (c->stream) {
@@ -1175,6 +1197,9 @@ static void conn_set_events(struct conn *c, short want)
 
 static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max)
 {
+    /* A slot a write points into must not grow (its buffer may move):
+     * later log lines start a new one. */
+    c->watch_open = NULL;
     int n = 0;
     size_t total = 0;
     uint32_t seg = c->head_seg;
@@ -1198,6 +1223,8 @@ static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max)
 /* Advance the head of the queue past n written bytes, recycling finished slots. */
 static void conn_consume_output(struct conn *c, size_t n)
 {
+    if (c->watching)
+        c->watch_queued -= n < c->watch_queued ? n : c->watch_queued;
     while (c->head && resp_writable(c, c->head)) {
         struct resp *r = c->head;
         while (c->head_seg < r->nsegs) {
@@ -1793,6 +1820,7 @@ void conn_stats_conns(struct conn *c, struct resp *r)
             if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
                 put_sockaddr(r, &ss);
             const char *state = x == c ? "conn_parse_cmd"
+                              : x->watching ? "conn_watch"
                               : x->swallow ? "conn_swallow"
                               : x->holding ? "conn_nread"
                               : x->out_blocked ? "conn_mwrite"

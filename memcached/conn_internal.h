@@ -70,6 +70,10 @@ struct conn {
     struct mcsasl *sasl;          /* -S: its SASL session, from its first SASL command */
     struct conn_stream *stream;   /* a reply still being written piece by piece */
     bool watching;                /* "watch": only log lines go out, input is dropped */
+    struct resp *watch_open;      /* the slot log lines join until a write takes it */
+    size_t watch_queued;          /* log line bytes not yet written */
+    char peer_ip[48];             /* the peer, kept for the watch lines of a close */
+    int peer_port;                /* (a reset peer has no address any more) */
     const char *close_reason;     /* for a watcher's conn_close line (NULL: normal) */
     bool looked;                  /* this request logged a lookup of the key hashed... */
     uint64_t looked_hash;         /* ...here: its mutation does not log another */

@@ -1067,7 +1067,13 @@ static void handle_watch(struct conn *c, const struct text_req *req)
         reply_line(c, "ERROR", false);
         return;
     }
-    if (watch_add(&s->watch, c, streams) < 0) {
+    switch (watch_add(&s->watch, c, streams)) {
+    case WATCH_ADDED:
+        break;
+    case WATCH_TOO_MANY:
+        reply_line(c, "WATCHER_TOO_MANY log watcher limit reached", false);
+        return;
+    case WATCH_NO_MEMORY:
         reply_line(c, "SERVER_ERROR out of memory", false);
         return;
     }

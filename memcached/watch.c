@@ -92,11 +92,13 @@ static void recompute_streams(struct watch_hub *h)
         h->streams |= w->streams;
 }
 
-int watch_add(struct watch_hub *h, void *conn, unsigned streams)
+enum watch_add_result watch_add(struct watch_hub *h, void *conn, unsigned streams)
 {
+    if (h->watchers >= WATCH_MAX_WATCHERS)
+        return WATCH_TOO_MANY;
     struct watcher *w = calloc(1, sizeof(*w));
     if (!w)
-        return -1;
+        return WATCH_NO_MEMORY;
     w->conn = conn;
     w->streams = streams;
     w->next = h->list;
@@ -104,20 +106,43 @@ int watch_add(struct watch_hub *h, void *conn, unsigned streams)
     h->watchers++;
     h->gid++;                 /* memcached's watcher takes an event id of its own */
     recompute_streams(h);
-    return 0;
+    return WATCH_ADDED;
+}
+
+/* Free the watchers removed while lines were being offered. */
+static void sweep_removed(struct watch_hub *h)
+{
+    struct watcher **pw = &h->list;
+    while (*pw) {
+        struct watcher *w = *pw;
+        if (w->conn == NULL) {
+            *pw = w->next;
+            free(w);
+        } else {
+            pw = &w->next;
+        }
+    }
+    h->removed = false;
 }
 
 void watch_remove(struct watch_hub *h, void *conn)
 {
     for (struct watcher **pw = &h->list; *pw; pw = &(*pw)->next) {
-        if ((*pw)->conn == conn) {
-            struct watcher *w = *pw;
+        struct watcher *w = *pw;
+        if (w->conn != conn)
+            continue;
+        h->watchers--;
+        if (h->delivering > 0) {
+            /* deliver() holds w: it is freed once the offer is over */
+            w->conn = NULL;
+            w->streams = 0;
+            h->removed = true;
+        } else {
             *pw = w->next;
             free(w);
-            h->watchers--;
-            recompute_streams(h);
-            return;
         }
+        recompute_streams(h);
+        return;
     }
 }
 
@@ -126,8 +151,9 @@ void watch_remove(struct watch_hub *h, void *conn)
  * connection with room for a short note only does not fill with notes. */
 static void deliver(struct watch_hub *h, unsigned stream, const char *line, size_t n)
 {
+    h->delivering++;
     for (struct watcher *w = h->list; w; w = w->next) {
-        if (!(w->streams & stream))
+        if (w->conn == NULL || !(w->streams & stream))
             continue;
         bool taken;
         if (w->skipped > 0) {
@@ -146,6 +172,8 @@ static void deliver(struct watch_hub *h, unsigned stream, const char *line, size
             h->skipped++;
         }
     }
+    if (--h->delivering == 0 && h->removed)
+        sweep_removed(h);
 }
 
 /* "ts=<sec>.<usec> gid=<id> " with memcached's unpadded microseconds. */

@@ -41,10 +41,15 @@ typedef bool (*watch_send_fn)(void *conn, const char *line, size_t n);
 
 struct watcher;
 
+/* memcached's limit of watchers at once. */
+#define WATCH_MAX_WATCHERS 20
+
 /* Counters are memcached's "stats" log_* lines. */
 struct watch_hub {
     struct watcher *list;
     unsigned streams;         /* every watcher's streams together: is anyone watching? */
+    unsigned delivering;      /* lines being offered: removals wait (watch_remove) */
+    bool removed;             /* ...and some did */
     watch_send_fn send;
     uint64_t gid;             /* the last event id given */
     uint64_t watchers;        /* log_watchers */
@@ -60,9 +65,12 @@ void watch_destroy(struct watch_hub *h);
 /* The words after "watch" (n bytes at args, NULL for none): the streams
  * asked for in *streams.  -1 for an unknown word (memcached: ERROR). */
 int watch_parse(const char *args, size_t n, unsigned *streams);
-/* conn watches streams from now on.  0, or -1 when out of memory. */
-int watch_add(struct watch_hub *h, void *conn, unsigned streams);
-/* conn closed: it watches nothing any more (no-op if it never did). */
+enum watch_add_result { WATCH_ADDED, WATCH_TOO_MANY, WATCH_NO_MEMORY };
+/* conn watches streams from now on, unless WATCH_MAX_WATCHERS do
+ * (memcached: "WATCHER_TOO_MANY log watcher limit reached"). */
+enum watch_add_result watch_add(struct watch_hub *h, void *conn, unsigned streams);
+/* conn closed: it watches nothing any more (no-op if it never did).  Safe
+ * from inside a send (a write that failed closes the connection). */
 void watch_remove(struct watch_hub *h, void *conn);
 
 static inline bool watch_wants(const struct watch_hub *h, unsigned stream)

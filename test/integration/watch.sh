@@ -7,10 +7,12 @@
 # writes the same lines for the same session), that a watcher runs no
 # commands of its own, that one that does not read loses lines (counted,
 # and told "skipped=N") while clients are served, and that a closed
-# watcher is forgotten.  A second server with -m 2: evictions.  Then a
-# data process of an RS(2,3) group: a replicated set and append are
-# logged once the parity processes acknowledged them, with the joined
-# size, and a key another process serves (MOVED) logs nothing.
+# watcher is forgotten; memcached's limit of 20 watchers, and 20 that do
+# not read costing clients little; connevents' close reasons.  A second
+# server with -m 2 and an idle timeout: evictions, and an idle client's
+# close.  Then a data process of an RS(2,3) group: a replicated set and
+# append are logged once the parity processes acknowledged them, with
+# the joined size, and a key another process serves (MOVED) logs nothing.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -31,7 +33,7 @@ cleanup() {
 }
 on_exit cleanup
 
-start_server "$dir/evict.log" -m 2 || { fail "server -m 2 did not start"; finish; }
+start_server "$dir/evict.log" -m 2 -o idle_timeout=1 || { fail "server -m 2 did not start"; finish; }
 evict_pid=$server_pid
 evict_port=$server_port
 start_server "$dir/server.log" || { fail "server did not start"; finish; }

@@ -11,11 +11,13 @@ Checks, against --target (a plain cocytus-server):
     it gets "skipped=N" before the lines after, stats log_watcher_skipped
     counts them, and the server goes on answering;
   * a closed watcher is forgotten (stats log_watchers);
-  * with --evict-target (a server started with a small -m), evictions.
+  * with --evict-target (a server started with a small -m and
+    -o idle_timeout=1), evictions, and an idle client's close.
 Every socket has a timeout; exit 0 when all passed, 1 otherwise."""
 import argparse
 import re
 import socket
+import struct
 import sys
 import time
 
@@ -154,6 +156,30 @@ def session_lines(hostport):
     return ok, lines
 
 
+def conn_lines(hostport):
+    """connevents for a watcher that ends and a client that resets."""
+    w = connect(hostport)
+    request(w, b"watch connevents\r\n", b"OK\r\n")
+    other = connect(hostport)
+    request(other, b"watch\r\n", b"OK\r\n")
+    other.close()
+    time.sleep(0.1)
+    r = connect(hostport)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    request(r, b"version\r\n", b"\r\n")
+    r.close()                 # a reset: the peer's address is gone at the close
+    time.sleep(0.2)
+    lines = drain(w).decode(errors="replace").splitlines()
+    w.close()
+    return [re.sub(r" gid=\d+", " gid=G", l) for l in mask(lines)]
+
+
+CONN_EXPECTED = """ts=T gid=G type=conn_new rip=127.0.0.1 rport=R transport=tcp cfd=F
+ts=T gid=G type=conn_close rip=127.0.0.1 rport=R transport=tcp reason=error cfd=F
+ts=T gid=G type=conn_new rip=127.0.0.1 rport=R transport=tcp cfd=F
+ts=T gid=G type=conn_close rip=127.0.0.1 rport=R transport=tcp reason=error cfd=F""".splitlines()
+
+
 def check_arguments(target):
     for args, want in [(b"", b"OK\r\n"), (b" fetchers", b"OK\r\n"), (b" fetchers fetchers", b"OK\r\n"),
                        (b" mutations evictions connevents", b"OK\r\n"),
@@ -174,6 +200,10 @@ def check_arguments(target):
 def check_watcher_ignores_input(target):
     w = connect(target)
     request(w, b"watch mutations\r\n", b"OK\r\n")
+    s = connect(target)
+    conns = request(s, b"stats conns\r\n", b"END\r\n").decode()
+    s.close()
+    check(conns.count(":state conn_watch\r\n") == 1, "stats conns shows the watcher as conn_watch")
     w.sendall(b"get a\r\nset x 0 0 1\r\ny\r\n")
     time.sleep(0.2)
     got = drain(w, 0.3)
@@ -232,6 +262,63 @@ def check_skipping(target):
     check(stats(target)["log_watchers"] == "0", "a closed watcher is forgotten (log_watchers 0)")
 
 
+def pipelined_gets(target, seconds):
+    """Pipelined gets of missing keys for `seconds`: gets per second."""
+    c = connect(target)
+    batch = b"".join(b"get miss%d\r\n" % i for i in range(100))
+    n = 0
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        c.sendall(batch)
+        buf = b""
+        while buf.count(b"END\r\n") < 100:
+            d = c.recv(65536)
+            if not d:
+                break
+            buf += d
+        n += 100
+    c.close()
+    return n / (time.time() - t0)
+
+
+def check_many_watchers(target):
+    """memcached's limit of 20 watchers; 20 that do not read cost each
+    lookup a line built once and a length check per watcher, not a walk
+    of what they hold (a coarse bound, 50x below what this machine does:
+    before, 4 such watchers made the server 40 times slower)."""
+    alone = pipelined_gets(target, 1.5)
+    ws = []
+    for _ in range(20):
+        w = socket.socket()
+        w.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        w.settimeout(5)
+        host, port = target.rsplit(":", 1)
+        w.connect((host, int(port)))
+        ws.append(w)
+        request(w, b"watch fetchers\r\n", b"OK\r\n")
+    extra = connect(target)
+    got = request(extra, b"watch\r\n", b"\r\n")
+    check(got == b"WATCHER_TOO_MANY log watcher limit reached\r\n",
+          "the 21st watcher is refused with memcached's words (%r)" % got)
+    check(request(extra, b"version\r\n", b"\r\n").startswith(b"VERSION"),
+          "...and its connection goes on")
+    extra.close()
+    pipelined_gets(target, 2.0)    # fills the watchers' buffers: from here on they skip
+    watched = pipelined_gets(target, 1.5)
+    t0 = time.time()
+    v = connect(target)
+    request(v, b"version\r\n", b"\r\n")
+    latency = time.time() - t0
+    v.close()
+    check(watched > alone / 50, "20 watchers that do not read: %.0f gets/s, %.0f without (%.2fx)"
+          % (watched, alone, watched / alone))
+    check(latency < 1.0, "another client is answered at once meanwhile (%.0f ms)" % (latency * 1000))
+    for w in ws:
+        w.close()
+    time.sleep(0.3)
+    check(stats(target)["log_watchers"] == "0", "20 watchers closed: log_watchers 0")
+
+
 def check_evictions(target):
     w = connect(target)
     request(w, b"watch evictions\r\n", b"OK\r\n")
@@ -253,6 +340,22 @@ def check_evictions(target):
     st = stats(target)
     check(int(st["evictions"]) == len(ev), "one line per eviction (stats evictions %s)" % st["evictions"])
     c.close()
+    w.close()
+    # This server runs with -o idle_timeout=1: an idle client is closed
+    # for it, and said so; the watcher, idle too, is spared (memcached's).
+    w = connect(target)
+    request(w, b"watch connevents\r\n", b"OK\r\n")
+    idle = connect(target)
+    time.sleep(3)
+    lines = drain(w, 0.5).decode(errors="replace").splitlines()
+    check(any("type=conn_close" in l and "reason=idle_timeout" in l for l in lines),
+          "an idle client's close says reason=idle_timeout (%r)" % lines[-1:])
+    idle.close()
+    late = connect(target)
+    time.sleep(0.2)
+    lines = drain(w, 0.5).decode(errors="replace").splitlines()
+    check(any("type=conn_new" in l for l in lines), "the idle watcher stays: it sees a new client")
+    late.close()
     w.close()
 
 
@@ -280,9 +383,16 @@ def main():
             for x, y in zip(ours, theirs):
                 if x != y:
                     print("#  ours:      %s\n#  memcached: %s" % (x, y))
+    cl = conn_lines(a.target)
+    check(cl == CONN_EXPECTED, "a watcher's end and a reset are closes for an error, with the peer")
+    if cl != CONN_EXPECTED:
+        print("#  " + "\n#  ".join(cl))
+    if a.memcached:
+        check(conn_lines(a.memcached) == cl, "memcached writes the same connevents")
     check_arguments(a.target)
     check_watcher_ignores_input(a.target)
     check_skipping(a.target)
+    check_many_watchers(a.target)
     if a.evict_target:
         check_evictions(a.evict_target)
     return 0 if failures == 0 else 1

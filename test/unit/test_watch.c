@@ -143,6 +143,60 @@ START_TEST(test_lines)
 }
 END_TEST
 
+/* A connection whose send closes it (a write that failed): the hub must
+ * not touch the watcher afterwards, and the others still get the line. */
+static struct watch_hub *closing_hub;
+static bool closing_send(void *conn, const char *line, size_t n)
+{
+    (void)line;
+    (void)n;
+    watch_remove(closing_hub, conn);
+    return true;
+}
+
+static bool route_send(void *conn, const char *line, size_t n)
+{
+    struct sink *s = conn;
+    if (s->room == 0)
+        return closing_send(conn, line, n);
+    return sink_send(conn, line, n);
+}
+
+START_TEST(test_remove_while_delivering)
+{
+    struct watch_hub h;
+    struct sink first = { .room = sizeof(first.buf) }, dying = { .room = 0 },
+                last = { .room = sizeof(last.buf) };
+    watch_init(&h, route_send);
+    closing_hub = &h;
+    ck_assert_int_eq(watch_add(&h, &first, WATCH_FETCHERS), WATCH_ADDED);
+    ck_assert_int_eq(watch_add(&h, &dying, WATCH_FETCHERS), WATCH_ADDED);
+    ck_assert_int_eq(watch_add(&h, &last, WATCH_FETCHERS), WATCH_ADDED);
+    watch_item_get(&h, "k", 1, false, 0, 0, 3);    /* run under ASan in CI */
+    ck_assert_int_eq(first.lines, 1);
+    ck_assert_int_eq(last.lines, 1);
+    ck_assert_uint_eq(h.watchers, 2);
+    watch_item_get(&h, "k", 1, false, 0, 0, 3);
+    ck_assert_int_eq(first.lines, 2);
+    ck_assert_int_eq(last.lines, 2);
+    watch_destroy(&h);
+}
+END_TEST
+
+START_TEST(test_limit)
+{
+    struct watch_hub h;
+    struct sink s[WATCH_MAX_WATCHERS + 1];
+    watch_init(&h, sink_send);
+    for (int i = 0; i < WATCH_MAX_WATCHERS; i++)
+        ck_assert_int_eq(watch_add(&h, &s[i], WATCH_FETCHERS), WATCH_ADDED);
+    ck_assert_int_eq(watch_add(&h, &s[WATCH_MAX_WATCHERS], WATCH_FETCHERS), WATCH_TOO_MANY);
+    watch_remove(&h, &s[3]);
+    ck_assert_int_eq(watch_add(&h, &s[WATCH_MAX_WATCHERS], WATCH_FETCHERS), WATCH_ADDED);
+    watch_destroy(&h);
+}
+END_TEST
+
 START_TEST(test_skipped)
 {
     struct watch_hub h;
@@ -183,6 +237,8 @@ int main(void)
     tcase_add_test(tc, test_slab_class);
     tcase_add_test(tc, test_lines);
     tcase_add_test(tc, test_skipped);
+    tcase_add_test(tc, test_remove_while_delivering);
+    tcase_add_test(tc, test_limit);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
