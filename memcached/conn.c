@@ -565,8 +565,6 @@ static eng_status read_item_quiet(struct conn *c, const char *key, size_t nkey, 
     return st;
 }
 
-/* "watch fetchers": a lookup's line; the request's mutation of the same
- * key, if any, then logs no second one (conn_watch_lookup). */
 /* memcached's slab class of an item (watch lines name it). */
 static unsigned watch_clsid(const struct conn *c, size_t nkey, size_t nbytes, uint32_t flags)
 {
@@ -574,6 +572,8 @@ static unsigned watch_clsid(const struct conn *c, size_t nkey, size_t nbytes, ui
     return mc_slab_class(mc_item_size(nkey, nbytes, flags, st->cas_enabled), st->item_size_max);
 }
 
+/* "watch fetchers": a lookup's line; the request's mutation of the same
+ * key, if any, then logs no second one (watch_lookup_before). */
 static void watch_log_get(struct conn *c, const char *key, size_t nkey, eng_status st,
                           const struct eng_value *v)
 {
@@ -948,7 +948,6 @@ const char *conn_peer_name(const struct conn *c, char *buf, size_t cap)
 
 /* ---- watch (watch.h) ---- */
 
-/* The peer as memcached's connection events name it. */
 /* The peer as memcached's connection events name it, kept from the
  * accept on: once a peer resets, the socket has no address to ask. */
 static void conn_note_peer(struct conn *c)
