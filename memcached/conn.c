@@ -34,7 +34,6 @@
 #include "tls.h"
 #include "sasl_auth.h"
 #include "unixsock.h"
-#include "slabclass.h"
 #include "watch.h"
 
 #define RBUF_INITIAL 4096
@@ -565,13 +564,6 @@ static eng_status read_item_quiet(struct conn *c, const char *key, size_t nkey, 
     return st;
 }
 
-/* memcached's slab class of an item (watch lines name it). */
-static unsigned watch_clsid(const struct conn *c, size_t nkey, size_t nbytes, uint32_t flags)
-{
-    const struct settings *st = &c->srv->settings;
-    return mc_slab_class(mc_item_size(nkey, nbytes, flags, st->cas_enabled), st->item_size_max);
-}
-
 /* "watch fetchers": a lookup's line; the request's mutation of the same
  * key, if any, then logs no second one (watch_lookup_before). */
 static void watch_log_get(struct conn *c, const char *key, size_t nkey, eng_status st,
@@ -581,7 +573,7 @@ static void watch_log_get(struct conn *c, const char *key, size_t nkey, eng_stat
         return;               /* MOVED, or a failure: no lookup happened here */
     bool found = st == ENG_SUCCESS;
     watch_item_get(&c->srv->watch, key, nkey, found,
-                   found ? watch_clsid(c, nkey, v->nbytes, v->flags) : 0,
+                   found ? server_item_class(c->srv, nkey, v->nbytes, v->flags) : 0,
                    found ? v->nbytes : 0, c->fd);
     c->looked = true;
     c->looked_hash = hash_key(key, nkey);
@@ -596,29 +588,35 @@ static eng_status read_item(struct conn *c, const char *key, size_t nkey, bool e
     return st;
 }
 
+/* A lookup for a watch line only: no count, no line, the item's place
+ * and fetched bit left alone (ENG_GET_PEEK).  The handle is released at
+ * once: the caller keeps v's numbers, not its bytes.  ENG_FAILED on an
+ * engine without get_ex, whose get would move the item. */
+static eng_status watch_peek(struct conn *c, const char *key, size_t nkey, struct eng_value *v)
+{
+    struct engine *e = c->srv->engine;
+    if (!e || !e->ops->get_ex)
+        return ENG_FAILED;
+    struct eng_result res;
+    eng_status st = read_item_quiet(c, key, nkey, true, ENG_GET_PEEK, v, &res);
+    if (st == ENG_SUCCESS && v->handle)
+        e->ops->release(e, v->handle);
+    return st;
+}
+
 /* memcached's stores, deletes, touches and arithmetic look their key up
  * first, and "watch fetchers" shows that lookup: here it is a peek made
  * for the watcher, unless the request already looked the key up (a gat's
  * touch, an mg's). */
 static void watch_lookup_before(struct conn *c, const struct eng_mutation *m)
 {
-    switch (m->op) {
-    case ENG_OP_FLUSH:
-    case ENG_OP_MARK:
+    if (m->op == ENG_OP_FLUSH || m->op == ENG_OP_MARK)
         return;
-    default:
-        break;
-    }
     if (c->looked && c->looked_hash == hash_key(m->key, m->nkey))
         return;
-    if (!c->srv->engine->ops->get_ex)
-        return;               /* no peek: a get would move the item for the watcher */
     struct eng_value v;
-    struct eng_result res;
-    eng_status st = read_item_quiet(c, m->key, m->nkey, true, ENG_GET_PEEK, &v, &res);
-    watch_log_get(c, m->key, m->nkey, st, &v);
-    if (st == ENG_SUCCESS && v.handle)
-        c->srv->engine->ops->release(c->srv->engine, v.handle);
+    eng_status st = watch_peek(c, m->key, m->nkey, &v);
+    watch_log_get(c, m->key, m->nkey, st, &v);    /* nothing for ENG_FAILED */
 }
 
 /* What a store's line needs once the engine has answered (a replicated
@@ -674,20 +672,15 @@ static void watch_log_store(struct conn *c, struct resp *r, const struct eng_res
         free(w);
         return;
     }
-    if (res->status == ENG_SUCCESS && c->srv->engine && c->srv->engine->ops->get_ex &&
-        (w->op == ENG_OP_APPEND || w->op == ENG_OP_PREPEND)) {
-        /* the line gives the new item's size: the joined value */
-        struct eng_value v;
-        struct eng_result rr;
-        if (read_item_quiet(c, w->key, w->nkey, true, ENG_GET_PEEK, &v, &rr) == ENG_SUCCESS) {
-            size = v.nbytes;
-            flags = v.flags;
-            if (v.handle)
-                c->srv->engine->ops->release(c->srv->engine, v.handle);
-        }
+    struct eng_value v;
+    /* an append's line gives the new item's size: the joined value */
+    if (res->status == ENG_SUCCESS && (w->op == ENG_OP_APPEND || w->op == ENG_OP_PREPEND) &&
+        watch_peek(c, w->key, w->nkey, &v) == ENG_SUCCESS) {
+        size = v.nbytes;
+        flags = v.flags;
     }
     watch_item_store(&c->srv->watch, w->key, w->nkey, status, cmds[w->op], w->ttl,
-                     watch_clsid(c, w->nkey, size, flags), size, w->cfd);
+                     server_item_class(c->srv, w->nkey, size, flags), size, w->cfd);
     free(w);
 }
 

@@ -362,6 +362,12 @@ static int server_ctl_send(void *arg, const char *text)
 
 static void server_engine_promoted(void *arg, bool yes);
 
+unsigned server_item_class(const struct server *s, size_t nkey, size_t nbytes, uint32_t flags)
+{
+    const struct settings *st = &s->settings;
+    return mc_slab_class(mc_item_size(nkey, nbytes, flags, st->cas_enabled), st->item_size_max);
+}
+
 /* engine_config.evicted: "watch evictions" sees it, with the seconds it
  * had left (-1: no expiry) and its slab class, as memcached logs them. */
 static void server_evicted(void *arg, const struct eng_value *v)
@@ -370,10 +376,8 @@ static void server_evicted(void *arg, const struct eng_value *v)
     if (!watch_wants(&s->watch, WATCH_EVICTIONS))
         return;
     int64_t ttl = v->exptime == 0 ? -1 : v->exptime - (int64_t)clock_wall(&s->clock);
-    unsigned clsid = mc_slab_class(mc_item_size(v->nkey, v->nbytes, v->flags,
-                                                s->settings.cas_enabled),
-                                   s->settings.item_size_max);
-    watch_eviction(&s->watch, v->key, v->nkey, v->fetched, ttl, v->idle, clsid, v->nbytes);
+    watch_eviction(&s->watch, v->key, v->nkey, v->fetched, ttl, v->idle,
+                   server_item_class(s, v->nkey, v->nbytes, v->flags), v->nbytes);
 }
 
 static struct engine *engine_for_role(struct server *s, struct event_base *base)

@@ -174,6 +174,10 @@ void prefix_stats_delete(struct server *s, const char *key, size_t nkey);
 void prefix_stats_dump(struct server *s, eng_write_fn write, void *ctx);
 void prefix_stats_free(struct server *s);
 
+/* memcached's slab class of an item under this server's -I and -C
+ * (slabclass.h): the class the watch lines name. */
+unsigned server_item_class(const struct server *s, size_t nkey, size_t nbytes, uint32_t flags);
+
 /* -Y: loads the auth file into s (0, or -1 with a message). */
 int server_load_auth(struct server *s, const char *path);
 /* Does user/pass match an entry? */

@@ -211,14 +211,21 @@ def check_watcher_ignores_input(target):
     w.close()
 
 
-def check_skipping(target):
-    """A watcher that does not read: lines beyond its backlog are skipped."""
+def slow_watcher(target):
+    """A fetchers watcher with a small receive buffer, that the caller
+    does not read: the server soon holds its lines."""
     w = socket.socket()
     w.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     host, port = target.rsplit(":", 1)
     w.settimeout(5)
     w.connect((host, int(port)))
     request(w, b"watch fetchers\r\n", b"OK\r\n")
+    return w
+
+
+def check_skipping(target):
+    """A watcher that does not read: lines beyond its backlog are skipped."""
+    w = slow_watcher(target)
     before = stats(target)
     c = connect(target)
     key = b"s" * 200
@@ -287,15 +294,7 @@ def check_many_watchers(target):
     of what they hold (a coarse bound, 50x below what this machine does:
     before, 4 such watchers made the server 40 times slower)."""
     alone = pipelined_gets(target, 1.5)
-    ws = []
-    for _ in range(20):
-        w = socket.socket()
-        w.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        w.settimeout(5)
-        host, port = target.rsplit(":", 1)
-        w.connect((host, int(port)))
-        ws.append(w)
-        request(w, b"watch fetchers\r\n", b"OK\r\n")
+    ws = [slow_watcher(target) for _ in range(20)]
     extra = connect(target)
     got = request(extra, b"watch\r\n", b"\r\n")
     check(got == b"WATCHER_TOO_MANY log watcher limit reached\r\n",
