@@ -36,6 +36,10 @@
 #              it gets all CONNS connections' requests as one plain process
 #              does: the per-process comparison for a data process's GET
 #              (the other two data processes idle; their CPU is counted)
+#   rstcp      RS(3,5) with its links over loopback TCP (COCYTUS_LINK_TCP_ONLY=1;
+#              rs uses Unix sockets between processes on one host)
+#   rstls      RS(3,5) with its links over TCP and TLS (link_tls; certificates
+#              made with the openssl tool): rstcp is its baseline
 # With BASE_BUILD=/path/to/other/build, the systems of BASE_SYSTEMS are
 # started a second time from that build (named rs@base, ...), in the same
 # rounds: a before/after comparison under the same machine load.
@@ -73,12 +77,32 @@ done
 # System calls counted in the perf window; "all" is raw_syscalls:sys_enter.
 SYSCALLS="epoll_wait read readv recvfrom recvmsg write writev sendto sendmsg epoll_ctl"
 declare -A LABEL=([memcached]="memcached -t 1" [plain]="plain" [plain3]="plain x3" [pbr]="PBR(2)"
-                  [pbr3]="PBR(2) x3" [rs]="RS(3,5)" [rs1]="RS(3,5), one data process's keys")
+                  [pbr3]="PBR(2) x3" [rs]="RS(3,5)" [rs1]="RS(3,5), one data process's keys"
+                  [rstcp]="RS(3,5) TCP links" [rstls]="RS(3,5) TLS links")
 declare -A ROLES_OF=([memcached]="memcached" [plain]="plain" [plain3]="plain" [pbr]="primary backup"
-                     [pbr3]="primary backup" [rs]="data parity" [rs1]="data parity")
+                     [pbr3]="primary backup" [rs]="data parity" [rs1]="data parity"
+                     [rstcp]="data parity" [rstls]="data parity")
 
 kind_of() { echo "${1%@*}"; }
 label_of() { local k; k=$(kind_of "$1"); echo "${LABEL[$k]}${1#"$k"}"; }
+
+# link_certs: WORK/linkcerts/{ca,node}.{pem,key}, a CA and a certificate for
+# 127.0.0.1 it signed (for rstls).
+link_certs() {
+    local d=$WORK/linkcerts
+    [ -f "$d/node.pem" ] && return 0
+    mkdir -p "$d"
+    (
+        cd "$d" || exit 1
+        openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out ca.key &&
+        openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=bench-ca &&
+        openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out node.key &&
+        openssl req -new -key node.key -out node.csr -subj /CN=node &&
+        printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
+        openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem \
+            -days 2 -extfile san.ext
+    ) >"$d/openssl.log" 2>&1 || die "rstls: could not make certificates (see $d/openssl.log)"
+}
 
 # start_one NAME: one system (NAME may carry @base: the build comes from the caller's env).
 start_one() {
@@ -90,6 +114,12 @@ start_one() {
         pbr) sys_up_cluster "$1" pbr:2 1 --memory $mem ;;
         pbr3) sys_up_cluster "$1" pbr:2 3 --memory $mem ;;
         rs | rs1) sys_up_cluster "$1" rs:3:5 1 --region $region ;;
+        rstcp) COCYTUS_LINK_TCP_ONLY=1 sys_up_cluster "$1" rs:3:5 1 --region $region ;;
+        rstls)
+            link_certs
+            COCYTUS_LINK_TCP_ONLY=1 sys_up_cluster "$1" rs:3:5 1 --region $region \
+                --link-tls-cert "$WORK/linkcerts/node.pem" --link-tls-key "$WORK/linkcerts/node.key" \
+                --link-tls-ca "$WORK/linkcerts/ca.pem" ;;
         *) die "unknown system '$1'" ;;
     esac
 }

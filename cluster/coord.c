@@ -1295,6 +1295,7 @@ static int start_listening(struct coord *co)
                 me->host, me->link_port);
         return -1;
     }
+    link_listener_set_tls(co->listener, c->link_tls);
     struct timeval tv = { .tv_sec = 0, .tv_usec = CHECK_EVERY_MS * 1000 };
     co->timer = event_new(co->s->base, -1, EV_PERSIST, on_check, co);
     if (!co->timer || event_add(co->timer, &tv) < 0)

@@ -285,6 +285,7 @@ static int dial(struct coord_client *cc, int i)
                                 cc->s->cluster->secret, &cb, cc);
     if (!cc->links[i])
         return -1;
+    link_set_tls(cc->links[i], cc->s->cluster->link_tls);
     if (cc->s->settings.verbose)
         fprintf(stderr, "dialing the coordinator at %s:%d\n", k->host, k->link_port);
     return 0;

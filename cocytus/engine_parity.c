@@ -1484,6 +1484,7 @@ static int start_listener(struct parity_engine *pe, const struct cluster *c,
         return -1;
     }
     link_listener_set_sendq(pe->listener, pe->cfg.sq);
+    link_listener_set_tls(pe->listener, c->link_tls);
     pe_log(pe, "RS(%d,%d), region %" PRIu64 " bytes, waiting for data processes on %s:%d",
            c->k, c->n, pe->state.region_size, me->host, link_listener_port(pe->listener));
     return 0;

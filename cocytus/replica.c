@@ -301,6 +301,7 @@ struct replica *replica_new(struct event_base *base, const struct cluster *c, in
         rp_log(r, "cannot listen on %s:%d for the copy", me->host, me->link_port);
         goto fail;
     }
+    link_listener_set_tls(r->listener, c->link_tls);
     rp_log(r, "waiting on %s:%d for the copy of dp %d from parity process %d", me->host,
            me->link_port, dp, from);
     return r;

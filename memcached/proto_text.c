@@ -19,6 +19,8 @@
 #include <string.h>
 
 #include "arith.h"
+#include "cluster.h"
+#include "linktls.h"
 #include "mcnum.h"
 #include "migrate.h"
 #include "printable.h"
@@ -1036,17 +1038,30 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
 }
 
 /* refresh_certs: the certificate, key and CAs read again, as memcached
- * does after a certificate was renewed; on failure the old ones stay. */
+ * does after a certificate was renewed; on failure the old ones stay.  In
+ * a cluster's process, the files of the cluster file's link_tls line (the
+ * links' TLS). */
 static void handle_refresh_certs(struct conn *c)
 {
     struct server *s = conn_server(c);
-    char err[512];
-    if (s->tls == NULL)
+    char err[1536], line[1600];
+    if (s->tls != NULL) {
+        if (!tls_server_refresh(s->tls, err, sizeof(err)))
+            reply_line(c, err, false);
+        else
+            reply_line(c, "OK", false);
+    } else if (s->cluster != NULL && s->cluster->link_tls != NULL) {
+        const struct cluster *cl = s->cluster;
+        if (linktls_ctx_reload(cl->link_tls, cl->tls_cert, cl->tls_key, cl->tls_ca, err,
+                               sizeof(err)) < 0) {
+            snprintf(line, sizeof(line), "Error loading %s", err);
+            reply_line(c, line, false);
+        } else {
+            reply_line(c, "OK", false);
+        }
+    } else {
         reply_line(c, "Error TLS not enabled", false);
-    else if (!tls_server_refresh(s->tls, err, sizeof(err)))
-        reply_line(c, err, false);
-    else
-        reply_line(c, "OK", false);
+    }
 }
 
 /* watch [stream...]: from its OK on, the connection carries the log

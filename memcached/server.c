@@ -27,6 +27,7 @@
 
 #include "conn_internal.h"
 #include "cluster.h"
+#include "linktls.h"
 #include "coord.h"
 #include "dirsync.h"
 #include "sendq.h"
@@ -442,6 +443,14 @@ static int server_load_cluster(struct server *s)
     }
     auth_derive_key(s->cluster->secret, AUTH_FOR_ADMIN, s->admin_key);
     s->admin_key_set = true;
+    if (s->cluster->has_link_tls) {
+        s->cluster->link_tls = linktls_ctx_new(s->cluster->tls_cert, s->cluster->tls_key,
+                                               s->cluster->tls_ca, err, sizeof(err));
+        if (s->cluster->link_tls == NULL) {
+            fprintf(stderr, "cocytus-server: %s: %s\n", st->cluster_file, err);
+            return -1;
+        }
+    }
     if (strcmp(st->role, COORD_ROLE) == 0)
         return coord_settings(s->cluster, st);
     enum cluster_role role;
@@ -754,6 +763,7 @@ void server_destroy(struct server *s)
     conn_free_closed(s);
     server_drop_slotmap(s);
     if (s->cluster) {
+        linktls_ctx_free(s->cluster->link_tls);
         cluster_free(s->cluster);
         free(s->cluster);
         s->cluster = NULL;

@@ -677,6 +677,7 @@ static int listener_start(struct backup *be, const struct cluster *c,
         return -1;
     }
     link_listener_set_sendq(be->listener, be->sh->cfg.sq);
+    link_listener_set_tls(be->listener, c->link_tls);
     be_log(be, "member %d is a backup of PBR(%d)%s, memory %zu bytes (the primary's plus a "
            "margin), waiting for member %d on %s:%d", be->sh->member, c->n - 1,
            be->complete ? "" : " waiting to be rebuilt", be->store->mem_limit, be->leader,

@@ -40,6 +40,8 @@ struct parser {
     int region_line, memory_line, base_port_line;
     int coordinator_line, coord_state_line, zookeeper_line, second_coordinator_line;
     char coord_state[CLUSTER_PATH_MAX];     /* as written; resolved at the end */
+    int link_tls_line;
+    char tls_files[3][CLUSTER_PATH_MAX];    /* link_tls's, as written; resolved at the end */
     int node_line[CLUSTER_MAX_NODES];
     struct proc_line *procs;        /* explicit proc lines */
     int nprocs, cap;
@@ -411,6 +413,19 @@ static int dir_coord_state(struct parser *p, int argc, char **argv)
                      "the coordinator state path");
 }
 
+static int dir_link_tls(struct parser *p, int argc, char **argv)
+{
+    if (want_fields(p, argc, 4, "link_tls <cert-file> <key-file> <ca-file>") < 0 ||
+        once(p, &p->link_tls_line, "link_tls") < 0)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (copy_text(p, p->tls_files[i], sizeof(p->tls_files[i]), argv[1 + i],
+                      "a link_tls file name") < 0)
+            return -1;
+    p->c->has_link_tls = true;
+    return 0;
+}
+
 /* Splits line into whitespace-separated fields; a field starting with '#'
  * begins a comment.  Returns the number of fields, or -1 if too many. */
 static int split_fields(char *line, char **argv)
@@ -438,7 +453,7 @@ static int parse_line(struct parser *p, char *line)
         { "node", dir_node }, { "base_port", dir_base_port }, { "proc", dir_proc },
         { "routing", dir_routing }, { "coordinator", dir_coordinator },
         { "recovery", dir_recovery },
-        { "coord_state", dir_coord_state },
+        { "coord_state", dir_coord_state }, { "link_tls", dir_link_tls },
     };
     char *argv[MAX_FIELDS];
     int argc = split_fields(line, argv);
@@ -714,13 +729,11 @@ static int check_coordinator_ports(struct parser *p)
     return 0;
 }
 
-/* The state file: as given when absolute, else relative to the directory
- * of the cluster file (default "coordinator.state" there). */
-static int resolve_coord_state(struct parser *p, const char *path)
+/* A file the cluster file names: as given when absolute, else relative to
+ * the directory of the cluster file (path). */
+static int resolve_path(struct parser *p, const char *path, const char *name, char *out,
+                        size_t cap, const char *what)
 {
-    const char *name = p->coord_state_line ? p->coord_state : "coordinator.state";
-    char *out = p->c->coord_state;
-    size_t cap = sizeof(p->c->coord_state);
     int n;
     const char *slash = strrchr(path, '/');
     if (name[0] == '/' || slash == NULL)
@@ -728,7 +741,29 @@ static int resolve_coord_state(struct parser *p, const char *path)
     else
         n = snprintf(out, cap, "%.*s/%s", (int)(slash - path), path, name);
     if (n < 0 || (size_t)n >= cap)
-        return fail(p, "the coordinator state path is too long (at most %zu characters)", cap - 1);
+        return fail(p, "%s is too long (at most %zu characters)", what, cap - 1);
+    return 0;
+}
+
+/* The state file (default "coordinator.state" beside the cluster file). */
+static int resolve_coord_state(struct parser *p, const char *path)
+{
+    const char *name = p->coord_state_line ? p->coord_state : "coordinator.state";
+    return resolve_path(p, path, name, p->c->coord_state, sizeof(p->c->coord_state),
+                        "the coordinator state path");
+}
+
+static int resolve_link_tls(struct parser *p, const char *path)
+{
+    char *out[3] = { p->c->tls_cert, p->c->tls_key, p->c->tls_ca };
+    if (!p->link_tls_line)
+        return 0;
+    p->line = p->link_tls_line;
+    for (int i = 0; i < 3; i++)
+        if (resolve_path(p, path, p->tls_files[i], out[i], CLUSTER_PATH_MAX,
+                         "a link_tls file's path") < 0)
+            return -1;
+    p->line = 0;
     return 0;
 }
 
@@ -814,6 +849,8 @@ int cluster_load(const char *path, struct cluster *c, char *err, size_t errlen)
         rc = p.nprocs ? use_explicit_procs(&p) : compute_layout(&p);
     if (rc == 0)
         rc = finish_coordinator(&p, path);
+    if (rc == 0)
+        rc = resolve_link_tls(&p, path);
     free(p.procs);
     if (rc < 0)
         cluster_free(c);

@@ -34,6 +34,11 @@
  *                                   relative path is taken from the cluster
  *                                   file's directory (default coordinator.state
  *                                   there)
+ *   link_tls <cert> <key> <ca>      (optional) links between processes on
+ *                                   different hosts run TLS (linktls.h): this
+ *                                   host's certificate and key, and the CA
+ *                                   that signed every host's; relative paths
+ *                                   as for coord_state
  *
  * Without proc lines the layout is computed: with n nodes and N processes
  * per group there are max(1, n >= N ? n : 1) groups; process p (data first,
@@ -99,6 +104,13 @@ struct cluster {
     } coords[CLUSTER_MAX_COORDS];
     bool has_zookeeper;             /* "coordinator zookeeper <connect>" */
     char zk_connect[CLUSTER_PATH_MAX];
+    bool has_link_tls;              /* "link_tls <cert> <key> <ca>" */
+    char tls_cert[CLUSTER_PATH_MAX], tls_key[CLUSTER_PATH_MAX], tls_ca[CLUSTER_PATH_MAX];
+    /* The TLS context the links use: made from the files and freed by the
+     * process that opens links (server.c), NULL elsewhere or without
+     * link_tls.  cluster_load and cluster_free leave it alone, so tools
+     * that only read the file need no OpenSSL. */
+    struct linktls_ctx *link_tls;
 };
 
 /* Parse path.  0, or -1 with a clear message (line number and what is

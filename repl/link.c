@@ -13,6 +13,13 @@
  *     when the kernel pushes back is the socket's write event armed.
  * No per-frame allocation: buffers grow by doubling and are reused.
  *
+ * With TLS (linktls.h) on a TCP connection, the input buffer holds the
+ * plaintext that TLS gave and the output buffer the frames not yet
+ * encrypted; the ciphertext for the kernel waits in a third buffer
+ * ("wire"), which is what send() and the batched writes take.  The TLS
+ * handshake runs first, inside those reads and writes; until it ends,
+ * frames stay in the output buffer.
+ *
  * Handshake (docs/wire-format.md): acceptor sends CHALLENGE (16 random
  * bytes), connector answers HELLO (identity + SipHash-2-4 proof over nonce
  * and identity under a key derived from the secret), acceptor checks and
@@ -47,6 +54,7 @@
 #include "auth.h"
 #include "crc32c.h"
 #include "frame.h"
+#include "linktls.h"
 #include "localtwin.h"
 #include "lookup.h"
 #include "netaddr.h"
@@ -121,6 +129,11 @@ struct link {
 
     struct link_buf in;
     struct link_buf out;
+    struct linktls_ctx *tls_ctx;      /* TLS on TCP connections, or NULL */
+    struct linktls *tls;              /* this connection's, or NULL (none, or a Unix socket) */
+    struct link_buf wire;             /* TLS: ciphertext not yet handed to the kernel */
+    char tls_why[LINK_ERROR_MAX];     /* TLS: the failure fail_pending points to */
+    bool tls_told;                    /* TLS: this connection's handshake was logged */
 
     struct link_callbacks cb;
     void *ctx;
@@ -164,6 +177,7 @@ struct link {
 struct link_listener {
     struct event_base *base;
     struct sendq *sq;                 /* given to the links it accepts */
+    struct linktls_ctx *tls_ctx;      /* likewise: TLS on their TCP connections */
     struct evconnlistener *evl[2 * LINK_LISTEN_MAX];   /* one per address of its name,
                                                         * and its twin (localtwin.h) */
     int nevl;
@@ -422,6 +436,10 @@ static void close_socket(struct link *l)
     l->fd = -1;
     l->in.start = l->in.end = 0;
     l->out.start = l->out.end = 0;
+    l->wire.start = l->wire.end = 0;
+    linktls_free(l->tls);
+    l->tls = NULL;
+    l->tls_told = false;
     l->fail_pending = NULL;
     evtimer_del(l->timer_ev);
     l->gen++;
@@ -435,6 +453,7 @@ static void link_destroy(struct link *l)
     event_free(l->flush_ev);
     buf_free(&l->in);
     buf_free(&l->out);
+    buf_free(&l->wire);
     free(l);
 }
 
@@ -669,14 +688,50 @@ static void write_failed(struct link *l, int err)
     link_fail(l, why);
 }
 
+/* What the kernel takes next: the ciphertext with TLS, else the frames. */
+static struct link_buf *wire_buf(struct link *l)
+{
+    return l->tls != NULL ? &l->wire : &l->out;
+}
+
+/* TLS: encrypt the queued frames (all of them, unless the handshake is
+ * still under way) and move the ciphertext, handshake messages included,
+ * to the wire buffer.  0, or -1 with the reason in tls_why. */
+static int tls_seal(struct link *l)
+{
+    for (;;) {
+        size_t len = buf_len(&l->out);
+        const uint8_t *p = len > 0 ? l->out.data + l->out.start : NULL;
+        ssize_t n = linktls_write(l->tls, p, len, l->tls_why, sizeof(l->tls_why));
+        if (n < 0)
+            return -1;
+        l->out.start += (size_t)n;
+        if (n == 0 || buf_len(&l->out) == 0)
+            break;
+    }
+    size_t pending = linktls_output(l->tls);
+    if (pending == 0)
+        return 0;
+    if (buf_make_room(&l->wire, pending) < 0) {
+        snprintf(l->tls_why, sizeof(l->tls_why), "out of memory for TLS output");
+        return -1;
+    }
+    l->wire.end += linktls_take_output(l->tls, l->wire.data + l->wire.end, pending);
+    return 0;
+}
+
 /* Hand the output buffer to the kernel. */
 static void flush_output(struct link *l)
 {
-    while (l->out.start < l->out.end) {
-        ssize_t n = send(l->fd, l->out.data + l->out.start, l->out.end - l->out.start,
-                         MSG_NOSIGNAL);
+    if (l->tls != NULL && tls_seal(l) < 0) {
+        link_fail(l, l->tls_why);
+        return;
+    }
+    struct link_buf *b = wire_buf(l);
+    while (b->start < b->end) {
+        ssize_t n = send(l->fd, b->data + b->start, b->end - b->start, MSG_NOSIGNAL);
         if (n > 0) {
-            l->out.start += (size_t)n;
+            b->start += (size_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -688,8 +743,11 @@ static void flush_output(struct link *l)
         write_failed(l, n < 0 ? errno : 0);
         return;
     }
-    buf_release_if_idle(&l->out);
+    buf_release_if_idle(b);
     disarm_write(l);
+    if (buf_len(&l->out) > 0)
+        return;         /* TLS: the frames wait for the handshake to end */
+    buf_release_if_idle(&l->out);
     if (l->state == LS_REJECTING)
         link_finish(l);
     else if (l->state == LS_UP && l->cb.on_drained != NULL)
@@ -942,7 +1000,10 @@ static void dispatch_frame(struct link *l, uint16_t type, const uint8_t *payload
 
 static void describe_bad_header(const struct frame_header *h, char *why, size_t len)
 {
-    if (h->magic != FRAME_MAGIC)
+    if ((h->magic & 0xffff) == 0x0316)      /* 16 03: a TLS handshake record */
+        snprintf(why, len, "the peer speaks TLS and this end does not "
+                 "(link_tls in one cluster file only?)");
+    else if (h->magic != FRAME_MAGIC)
         snprintf(why, len, "bad frame: magic 0x%08x", (unsigned)h->magic);
     else if (h->length > FRAME_MAX_PAYLOAD)
         snprintf(why, len, "bad frame: length %u over the limit", (unsigned)h->length);
@@ -1004,12 +1065,114 @@ static size_t input_room_wanted(const struct link *l)
     return want;
 }
 
+/* TLS failed: hand the kernel what TLS has to say (the alert that tells
+ * the peer why, such as a certificate refused), without waiting, then
+ * drop the connection. */
+static void tls_failed(struct link *l, const char *why)
+{
+    uint8_t alert[512];
+    size_t n = linktls_take_output(l->tls, alert, sizeof(alert));
+    if (n > 0)
+        (void)send(l->fd, alert, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    link_fail(l, why);
+}
+
+/* TLS: decrypt what was fed into the input buffer and handle its frames.
+ * false if the connection went away (or the link was closed) meanwhile. */
+static bool tls_open(struct link *l)
+{
+    unsigned gen = l->gen;
+    for (;;) {
+        if (buf_make_room(&l->in, input_room_wanted(l)) < 0) {
+            link_fail(l, "out of memory for input");
+            return false;
+        }
+        ssize_t n = linktls_read(l->tls, l->in.data + l->in.end, l->in.cap - l->in.end,
+                                 l->tls_why, sizeof(l->tls_why));
+        if (n == 0)
+            return true;
+        if (n == -2) {
+            l->peer_closed = l->peer_fin = true;
+            link_fail(l, "connection closed by the peer");
+            return false;
+        }
+        if (n < 0) {
+            tls_failed(l, l->tls_why);
+            return false;
+        }
+        l->in.end += (size_t)n;
+        if (!parse_frames(l) || l->gen != gen)
+            return false;
+    }
+}
+
+/* read_input over TLS: ciphertext from the socket into TLS, plaintext
+ * frames out of it.  What TLS wants sent (its handshake, frames that
+ * waited for it) goes with the next flush. */
+static void read_input_tls(struct link *l)
+{
+    unsigned gen = l->gen;
+    size_t budget = LINK_READ_BUDGET;
+    uint8_t cipher[16384];
+    char why[LINK_ERROR_MAX];
+
+    for (;;) {
+        ssize_t n = recv(l->fd, cipher, sizeof(cipher), 0);
+        if (n == 0) {
+            l->peer_closed = l->peer_fin = true;
+            link_fail(l, "connection closed by the peer");
+            return;
+        }
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            l->peer_closed = errno == ECONNRESET;
+            snprintf(why, sizeof(why), "read: %s", strerror(errno));
+            link_fail(l, why);
+            return;
+        }
+        l->last_rx_ms = link_now_ms();
+        if (!linktls_established(l->tls) && n >= 4 && load_u32le(cipher) == FRAME_MAGIC) {
+            link_fail(l, "the peer speaks no TLS and this end does "
+                      "(link_tls in one cluster file only?)");
+            return;
+        }
+        if (linktls_feed(l->tls, cipher, (size_t)n) < 0) {
+            link_fail(l, "out of memory for TLS input");
+            return;
+        }
+        if (!tls_open(l) || l->gen != gen)
+            return;
+        if (!l->tls_told && linktls_established(l->tls)) {
+            char what[128];
+            linktls_describe(l->tls, what, sizeof(what));
+            log_line(l, "TLS: %s", what);
+            l->tls_told = true;
+        }
+        if ((size_t)n < sizeof(cipher) || (size_t)n >= budget)
+            break;
+        budget -= (size_t)n;
+    }
+    if (linktls_output(l->tls) > 0 ||
+        (buf_len(&l->out) > 0 && linktls_established(l->tls)))
+        schedule_flush(l);
+    buf_release_if_idle(&l->in);
+    if (l->state == LS_UP && l->cb.on_read_end != NULL)
+        l->cb.on_read_end(l, l->ctx);
+}
+
 static void read_input(struct link *l)
 {
     unsigned gen = l->gen;
     size_t budget = LINK_READ_BUDGET;
     char why[LINK_ERROR_MAX];
 
+    if (l->tls != NULL) {
+        read_input_tls(l);
+        return;
+    }
     for (;;) {
         if (buf_make_room(&l->in, input_room_wanted(l)) < 0) {
             link_fail(l, "out of memory for input");
@@ -1079,6 +1242,8 @@ static void finish_connect(struct link *l)
     disarm_write(l);
     event_add(l->rd_ev, NULL);
     l->state = LS_AWAIT_CHALLENGE;
+    if (l->tls != NULL)
+        schedule_flush(l);          /* the TLS handshake's first message */
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg)
@@ -1123,10 +1288,17 @@ static struct link *link_of_writer(struct sendq_writer *wr)
 static int link_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, int max)
 {
     struct link *l = link_of_writer(wr);
-    if (max < 1 || l->fail_pending != NULL || !may_write(l) || l->out.start >= l->out.end)
+    if (max < 1 || l->fail_pending != NULL || !may_write(l))
         return 0;
-    iov[0].iov_base = l->out.data + l->out.start;
-    iov[0].iov_len = l->out.end - l->out.start;
+    if (l->tls != NULL && tls_seal(l) < 0) {
+        l->fail_pending = l->tls_why;   /* complete drops the connection */
+        return 0;
+    }
+    struct link_buf *b = wire_buf(l);
+    if (b->start >= b->end)
+        return 0;
+    iov[0].iov_base = b->data + b->start;
+    iov[0].iov_len = b->end - b->start;
     *fd = l->fd;
     l->wr_gen = l->gen;
     return 1;
@@ -1136,7 +1308,7 @@ static int link_wr_prepare(struct sendq_writer *wr, int *fd, struct iovec *iov, 
 static void link_wr_sent(struct sendq_writer *wr, size_t n)
 {
     struct link *l = link_of_writer(wr);
-    l->out.start += n;
+    wire_buf(l)->start += n;
 }
 
 /* The outcome, taken as flush_output takes a send()'s, unless the
@@ -1164,6 +1336,21 @@ void link_set_sendq(struct link *l, struct sendq *q)
 void link_listener_set_sendq(struct link_listener *ll, struct sendq *q)
 {
     ll->sq = q;
+}
+
+void link_set_tls(struct link *l, struct linktls_ctx *ctx)
+{
+    l->tls_ctx = ctx;
+}
+
+void link_listener_set_tls(struct link_listener *ll, struct linktls_ctx *ctx)
+{
+    ll->tls_ctx = ctx;
+}
+
+bool link_is_tls(const struct link *l)
+{
+    return l->tls != NULL;
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -1208,6 +1395,13 @@ static int attach_socket(struct link *l, int fd)
 {
     l->fd = fd;
     l->local = is_unix_socket(fd);
+    /* TLS over TCP only: a Unix socket (a peer on this host) never leaves
+     * the machine. */
+    if (l->tls_ctx != NULL && !l->local) {
+        l->tls = linktls_new(l->tls_ctx, l->is_connector, l->host);
+        if (l->tls == NULL)
+            return -1;
+    }
     l->rd_ev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_readable, l);
     l->wr_ev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_writable, l);
     if (l->rd_ev == NULL || l->wr_ev == NULL)
@@ -1308,6 +1502,8 @@ static void dial_address(struct link *l, int rc, struct addrinfo *list)
     if (rc == 0) {
         event_add(l->rd_ev, NULL);
         l->state = LS_AWAIT_CHALLENGE;
+        if (l->tls != NULL)
+            schedule_flush(l);      /* the TLS handshake's first message */
         return;
     }
     if (err != EINPROGRESS) {
@@ -1413,6 +1609,7 @@ static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         return;
     }
     l->sq = ll->sq;
+    l->tls_ctx = ll->tls_ctx;
     if (sa->sa_family == AF_UNIX) {
         localtwin_peer_name(fd, l->name, sizeof(l->name));
     } else {
@@ -1614,7 +1811,7 @@ bool link_is_up(const struct link *l)
 
 size_t link_output_pending(const struct link *l)
 {
-    return buf_len(&l->out);
+    return buf_len(&l->out) + buf_len(&l->wire);    /* wire: TLS only */
 }
 
 const struct link_identity *link_peer(const struct link *l)

@@ -179,6 +179,16 @@ struct sendq;
 void link_set_sendq(struct link *l, struct sendq *q);
 void link_listener_set_sendq(struct link_listener *ll, struct sendq *q);
 
+/* TLS on the link's TCP connections (linktls.h; a Unix socket to a peer
+ * on this host goes without): set before the loop first runs after
+ * link_connect or link_listen, with a context that outlives the link.
+ * Both ends must agree: a TLS end and a plain one never come up. */
+struct linktls_ctx;
+void link_set_tls(struct link *l, struct linktls_ctx *ctx);
+void link_listener_set_tls(struct link_listener *ll, struct linktls_ctx *ctx);
+/* The current connection runs TLS. */
+bool link_is_tls(const struct link *l);
+
 /* The HELLO payload (docs/wire-format.md section 3): the identity bytes
  * (u8 clen, clen bytes of cluster name, u32 group, u8 role, u32 index)
  * followed by the 8-byte proof.  Pure functions, used by the handshake and

@@ -391,6 +391,7 @@ static struct link *connect_peer(struct sender *s, struct sender_peer *p, const 
                                   &link_cb, p);
     if (l) {
         link_set_sendq(l, s->sq);
+        link_set_tls(l, s->cluster->link_tls);
         link_set_keepalive(l, LINK_PING_MS);
     }
     return l;

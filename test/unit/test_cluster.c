@@ -423,6 +423,30 @@ START_TEST(test_errors_coordinator)
 }
 END_TEST
 
+/* link_tls: three files, relative ones taken from the cluster file's
+ * directory; once; exactly three fields.  Loading the file does not load
+ * the certificates (the server does: link_tls stays NULL here). */
+START_TEST(test_link_tls)
+{
+    struct cluster c;
+    load_ok(HEAD "scheme plain\nnode 0 10.0.0.1\n", &c);
+    ck_assert(!c.has_link_tls);
+    ck_assert_ptr_null(c.link_tls);
+    cluster_free(&c);
+    load_ok(HEAD "scheme plain\nnode 0 10.0.0.1\nlink_tls certs/n.pem /etc/k.pem ca.pem\n", &c);
+    ck_assert(c.has_link_tls);
+    ck_assert_str_eq(c.tls_cert, "/tmp/certs/n.pem");
+    ck_assert_str_eq(c.tls_key, "/etc/k.pem");
+    ck_assert_str_eq(c.tls_ca, "/tmp/ca.pem");
+    ck_assert_ptr_null(c.link_tls);
+    cluster_free(&c);
+    load_fails(HEAD "scheme plain\nnode 0 a\nlink_tls a b\n",
+               "line 5: expected 'link_tls <cert-file> <key-file> <ca-file>'");
+    load_fails(HEAD "scheme plain\nnode 0 a\nlink_tls a b c\nlink_tls a b c\n",
+               "line 6: 'link_tls' given twice");
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("cluster");
@@ -432,6 +456,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(parse, test_sizes);
     tcase_add_test(parse, test_role_names);
     tcase_add_test(parse, test_missing_file);
+    tcase_add_test(parse, test_link_tls);
     suite_add_tcase(s, parse);
     TCase *layout = tcase_create("layout");
     tcase_add_test(layout, test_rs_interleaved_layout);
