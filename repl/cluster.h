@@ -34,8 +34,9 @@
  *                                   relative path is taken from the cluster
  *                                   file's directory (default coordinator.state
  *                                   there)
- *   link_tls <cert> <key> <ca>      (optional) links between processes on
- *                                   different hosts run TLS (linktls.h): this
+ *   link_tls <cert> <key> <ca>      (optional) links between processes over
+ *                                   TCP run TLS (linktls.h; not those over a
+ *                                   Unix socket on one host): this
  *                                   host's certificate and key, and the CA
  *                                   that signed every host's; relative paths
  *                                   as for coord_state

@@ -133,7 +133,7 @@ struct link {
     struct linktls *tls;              /* this connection's, or NULL (none, or a Unix socket) */
     struct link_buf wire;             /* TLS: ciphertext not yet handed to the kernel */
     char tls_why[LINK_ERROR_MAX];     /* TLS: the failure fail_pending points to */
-    bool tls_told;                    /* TLS: this connection's handshake was logged */
+    bool tls_heard;                   /* TLS: bytes arrived on this connection */
 
     struct link_callbacks cb;
     void *ctx;
@@ -419,10 +419,28 @@ static void listener_enlist(struct link_listener *ll, struct link *l)
     ll->pending = l;
 }
 
+/* TLS: what TLS has to say as this end closes, handed to the kernel
+ * without waiting: the close notice, or the alert that tells the peer why
+ * its handshake failed.  Only when nothing else waits before it (a notice
+ * behind half-sent ciphertext would read as garbage; the peer then sees
+ * an end without a notice, which it does not take as a clean close). */
+static void tls_goodbye(struct link *l)
+{
+    if (buf_len(&l->wire) != 0)
+        return;
+    linktls_close_notify(l->tls);
+    uint8_t last[1024];
+    size_t n = linktls_take_output(l->tls, last, sizeof(last));
+    if (n > 0)
+        (void)send(l->fd, last, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* Close the socket and forget buffered bytes.  Buffer memory stays: a
  * callback running further up the stack may still look at a payload. */
 static void close_socket(struct link *l)
 {
+    if (l->tls != NULL && l->fd >= 0)
+        tls_goodbye(l);
     lookup_cancel(l->lookup);
     l->lookup = NULL;
     if (l->rd_ev != NULL)
@@ -439,7 +457,7 @@ static void close_socket(struct link *l)
     l->wire.start = l->wire.end = 0;
     linktls_free(l->tls);
     l->tls = NULL;
-    l->tls_told = false;
+    l->tls_heard = false;
     l->fail_pending = NULL;
     evtimer_del(l->timer_ev);
     l->gen++;
@@ -515,7 +533,9 @@ bool link_peer_closed(const struct link *l)
 {
     if (l->peer_closed)
         return true;
-    if (l->fd < 0 || l->state != LS_UP)
+    /* Under TLS only the peer's close notice counts, read as it comes
+     * (above): an end or a reset alone may be forged on the path. */
+    if (l->fd < 0 || l->state != LS_UP || l->tls != NULL)
         return false;
     /* Closed by the peer but not read yet (the owner is about to close it
      * itself: a fence in the same loop iteration as the peer's death).
@@ -683,7 +703,7 @@ static void write_failed(struct link *l, int err)
             return;     /* the socket is gone: taken down by what was read */
     }
     char why[128];
-    l->peer_closed = err == ECONNRESET || err == EPIPE;
+    l->peer_closed = l->tls == NULL && (err == ECONNRESET || err == EPIPE);
     snprintf(why, sizeof(why), "write: %s", err != 0 ? strerror(err) : "no progress");
     link_fail(l, why);
 }
@@ -852,6 +872,11 @@ static void became_up(struct link *l)
     l->peer_stamp_ms = 0;
     if (l->keepalive_ms)
         arm_timer(l, 0);   /* the first PING at once: a lease is an answer away */
+    if (l->tls != NULL) {
+        char what[128];
+        linktls_describe(l->tls, what, sizeof(what));
+        log_line(l, "up over TLS: %s", what);
+    }
 }
 
 /* Connector: WELCOME arrived, the link is up. */
@@ -1065,18 +1090,6 @@ static size_t input_room_wanted(const struct link *l)
     return want;
 }
 
-/* TLS failed: hand the kernel what TLS has to say (the alert that tells
- * the peer why, such as a certificate refused), without waiting, then
- * drop the connection. */
-static void tls_failed(struct link *l, const char *why)
-{
-    uint8_t alert[512];
-    size_t n = linktls_take_output(l->tls, alert, sizeof(alert));
-    if (n > 0)
-        (void)send(l->fd, alert, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    link_fail(l, why);
-}
-
 /* TLS: decrypt what was fed into the input buffer and handle its frames.
  * false if the connection went away (or the link was closed) meanwhile. */
 static bool tls_open(struct link *l)
@@ -1092,12 +1105,12 @@ static bool tls_open(struct link *l)
         if (n == 0)
             return true;
         if (n == -2) {
-            l->peer_closed = l->peer_fin = true;
+            l->peer_closed = l->peer_fin = true;    /* its close notice: a clean close */
             link_fail(l, "connection closed by the peer");
             return false;
         }
         if (n < 0) {
-            tls_failed(l, l->tls_why);
+            link_fail(l, l->tls_why);    /* close_socket sends TLS's alert */
             return false;
         }
         l->in.end += (size_t)n;
@@ -1118,9 +1131,11 @@ static void read_input_tls(struct link *l)
 
     for (;;) {
         ssize_t n = recv(l->fd, cipher, sizeof(cipher), 0);
+        /* An end or a reset without TLS's close notice: not a clean close
+         * (peer_closed stays false), since anyone on the path can forge
+         * one; a killed process's end is one too. */
         if (n == 0) {
-            l->peer_closed = l->peer_fin = true;
-            link_fail(l, "connection closed by the peer");
+            link_fail(l, "connection closed by the peer without a TLS close notice");
             return;
         }
         if (n < 0) {
@@ -1128,29 +1143,23 @@ static void read_input_tls(struct link *l)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
-            l->peer_closed = errno == ECONNRESET;
             snprintf(why, sizeof(why), "read: %s", strerror(errno));
             link_fail(l, why);
             return;
         }
         l->last_rx_ms = link_now_ms();
-        if (!linktls_established(l->tls) && n >= 4 && load_u32le(cipher) == FRAME_MAGIC) {
+        if (!l->tls_heard && n >= 4 && load_u32le(cipher) == FRAME_MAGIC) {
             link_fail(l, "the peer speaks no TLS and this end does "
                       "(link_tls in one cluster file only?)");
             return;
         }
+        l->tls_heard = true;
         if (linktls_feed(l->tls, cipher, (size_t)n) < 0) {
             link_fail(l, "out of memory for TLS input");
             return;
         }
         if (!tls_open(l) || l->gen != gen)
             return;
-        if (!l->tls_told && linktls_established(l->tls)) {
-            char what[128];
-            linktls_describe(l->tls, what, sizeof(what));
-            log_line(l, "TLS: %s", what);
-            l->tls_told = true;
-        }
         if ((size_t)n < sizeof(cipher) || (size_t)n >= budget)
             break;
         budget -= (size_t)n;
@@ -1371,7 +1380,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     case LS_AWAIT_CHALLENGE:
     case LS_AWAIT_WELCOME:
     case LS_AWAIT_HELLO:
-        link_fail(l, "handshake timed out");
+        if (l->tls != NULL && !l->tls_heard)
+            link_fail(l, "handshake timed out: nothing arrived (a peer without TLS? "
+                      "link_tls in one cluster file only?)");
+        else
+            link_fail(l, "handshake timed out");
         break;
     case LS_REJECTING:
         link_finish(l);
@@ -1390,8 +1403,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     link_leave(l);
 }
 
-/* Give l the connected (or connecting) socket fd and its events. */
-static int attach_socket(struct link *l, int fd)
+/* Give l the connected (or connecting) socket fd and its events.  NULL,
+ * or what went wrong. */
+static const char *attach_socket(struct link *l, int fd)
 {
     l->fd = fd;
     l->local = is_unix_socket(fd);
@@ -1400,13 +1414,13 @@ static int attach_socket(struct link *l, int fd)
     if (l->tls_ctx != NULL && !l->local) {
         l->tls = linktls_new(l->tls_ctx, l->is_connector, l->host);
         if (l->tls == NULL)
-            return -1;
+            return "cannot start TLS (out of memory, or a host name TLS cannot check)";
     }
     l->rd_ev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_readable, l);
     l->wr_ev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_writable, l);
     if (l->rd_ev == NULL || l->wr_ev == NULL)
-        return -1;
-    return 0;
+        return "out of memory";
+    return NULL;
 }
 
 /* ---- connector ---- */
@@ -1492,8 +1506,9 @@ static void dial_address(struct link *l, int rc, struct addrinfo *list)
     }
     int err = errno;
     freeaddrinfo(list);
-    if (attach_socket(l, fd) < 0) {
-        attempt_failed(l, "out of memory");
+    const char *cannot = attach_socket(l, fd);
+    if (cannot != NULL) {
+        attempt_failed(l, cannot);
         return;
     }
     buf_release_if_idle(&l->in);
@@ -1618,9 +1633,19 @@ static void on_accept(struct evconnlistener *evl, evutil_socket_t fd, struct soc
     }
     listener_enlist(ll, l);
     l->state = LS_AWAIT_HELLO;
-    if (attach_socket(l, fd) < 0 || fill_random(l->nonce, sizeof(l->nonce)) < 0 ||
-        queue_frame(l, FT_CHALLENGE, l->nonce, sizeof(l->nonce)) < 0) {
-        log_line(l, "cannot start the handshake: %s", strerror(errno));
+    /* A twin takes no certificate: with TLS asked for, only a process of
+     * our own user may use it (one that could read our key anyway). */
+    if (sa->sa_family == AF_UNIX && l->tls_ctx != NULL && !localtwin_peer_is_me(fd)) {
+        log_line(l, "refused: a local connection from another user, and links want TLS");
+        link_finish(l);   /* closes fd */
+        return;
+    }
+    const char *cannot = attach_socket(l, fd);
+    if (cannot == NULL && (fill_random(l->nonce, sizeof(l->nonce)) < 0 ||
+                           queue_frame(l, FT_CHALLENGE, l->nonce, sizeof(l->nonce)) < 0))
+        cannot = strerror(errno);
+    if (cannot != NULL) {
+        log_line(l, "cannot start the handshake: %s", cannot);
         link_finish(l);   /* closes fd */
         return;
     }

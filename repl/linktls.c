@@ -6,7 +6,12 @@
  * TLS, and its batched writes (sendq.c) carry ciphertext instead of
  * frames.  An empty input BIO says "retry", not "end", so SSL_read reports
  * "wants more" until the socket gives more.  Sessions are not resumed and
- * no tickets are sent: links live long and redial rarely. */
+ * no tickets are sent: links live long and redial rarely.
+ *
+ * OpenSSL reports through a per-thread queue of errors, and SSL_get_error
+ * calls any call fatal while that queue holds something, even an error
+ * left by another library on this thread: the queue is emptied before
+ * every call whose outcome is asked. */
 #include "config.h"
 
 #include <stdio.h>
@@ -34,7 +39,8 @@ struct linktls {
     BIO *out;   /* ciphertext for the socket (the SSL object writes it) */
 };
 
-/* The newest OpenSSL error queued, in words; the queue is emptied. */
+/* The first OpenSSL error queued (the cause; later ones say where it
+ * surfaced), in words; the queue is emptied. */
 static void openssl_reason(char *out, size_t outlen, const char *what)
 {
     unsigned long e = ERR_get_error();
@@ -145,14 +151,16 @@ struct linktls *linktls_new(struct linktls_ctx *c, bool connector, const char *h
         BIO_free(t->out);
         SSL_free(t->ssl);
         free(t);
+        ERR_clear_error();
         return NULL;
     }
     BIO_set_mem_eof_return(t->in, -1);      /* empty: "retry", not the end */
-    SSL_set_bio(t->ssl, t->in, t->out);     /* the SSL object owns both now */
+    SSL_set_bio(t->ssl, t->in, t->out);     /* the SSL object owns (and frees) both now */
     if (connector) {
         SSL_set_connect_state(t->ssl);
         if (host != NULL && host[0] != '\0' && !expect_host(t->ssl, host)) {
             linktls_free(t);
+            ERR_clear_error();
             return NULL;
         }
     } else {
@@ -183,15 +191,13 @@ int linktls_feed(struct linktls *t, const void *p, size_t n)
 }
 
 /* What failed, for the log: a certificate check names its reason. */
-static void describe_failure(SSL *ssl, int err, char *why, size_t whylen)
+static void describe_failure(SSL *ssl, char *why, size_t whylen)
 {
     long v = SSL_get_verify_result(ssl);
     if (v != X509_V_OK) {
         ERR_clear_error();
         snprintf(why, whylen, "TLS: peer certificate refused: %s",
                  X509_verify_cert_error_string(v));
-    } else if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
-        snprintf(why, whylen, "TLS: the peer's bytes ended mid-record");
     } else {
         openssl_reason(why, whylen, "TLS");
     }
@@ -202,6 +208,7 @@ ssize_t linktls_read(struct linktls *t, void *out, size_t room, char *why, size_
     if (room == 0)
         return 0;
     int part = room > (1u << 30) ? 1 << 30 : (int)room;
+    ERR_clear_error();
     int r = SSL_read(t->ssl, out, part);
     if (r > 0)
         return r;
@@ -210,32 +217,34 @@ ssize_t linktls_read(struct linktls *t, void *out, size_t room, char *why, size_
         return 0;
     if (err == SSL_ERROR_ZERO_RETURN)
         return -2;
-    describe_failure(t->ssl, err, why, whylen);
+    describe_failure(t->ssl, why, whylen);
     return -1;
 }
 
 ssize_t linktls_write(struct linktls *t, const void *p, size_t n, char *why, size_t whylen)
 {
     if (!SSL_is_init_finished(t->ssl)) {
+        ERR_clear_error();
         int r = SSL_do_handshake(t->ssl);
         if (r != 1) {
             int err = SSL_get_error(t->ssl, r);
             if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
                 return 0;
-            describe_failure(t->ssl, err, why, whylen);
+            describe_failure(t->ssl, why, whylen);
             return -1;
         }
     }
     if (n == 0)
         return 0;
     int part = n > (1u << 30) ? 1 << 30 : (int)n;
+    ERR_clear_error();
     int r = SSL_write(t->ssl, p, part);
     if (r > 0)
         return r;
     int err = SSL_get_error(t->ssl, r);
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
         return 0;
-    describe_failure(t->ssl, err, why, whylen);
+    describe_failure(t->ssl, why, whylen);
     return -1;
 }
 
@@ -261,6 +270,15 @@ size_t linktls_take_output(struct linktls *t, void *out, size_t room)
 bool linktls_established(const struct linktls *t)
 {
     return SSL_is_init_finished(t->ssl);
+}
+
+void linktls_close_notify(struct linktls *t)
+{
+    if (!SSL_is_init_finished(t->ssl))
+        return;
+    ERR_clear_error();
+    (void)SSL_shutdown(t->ssl);     /* after a fatal error it declines: nothing to say */
+    ERR_clear_error();
 }
 
 void linktls_describe(const struct linktls *t, char *out, size_t outlen)
@@ -341,6 +359,11 @@ bool linktls_established(const struct linktls *t)
 {
     (void)t;
     return false;
+}
+
+void linktls_close_notify(struct linktls *t)
+{
+    (void)t;
 }
 
 void linktls_describe(const struct linktls *t, char *out, size_t outlen)

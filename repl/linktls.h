@@ -46,7 +46,8 @@ int linktls_feed(struct linktls *t, const void *p, size_t n);
 /* Plaintext into out: the number of bytes (> 0), 0 when nothing more can
  * be read until more ciphertext comes, -1 on a TLS error (why says which:
  * a certificate the CA did not sign, a peer that does not speak TLS, ...),
- * -2 when the peer closed its side of the TLS connection. */
+ * -2 when the peer closed its side of the TLS connection (its close notice:
+ * a close that TLS vouches for). */
 ssize_t linktls_read(struct linktls *t, void *out, size_t room, char *why, size_t whylen);
 /* Takes plaintext to send: the number of bytes of p taken (all of them
  * once the handshake is done), 0 while the handshake is under way (call
@@ -57,6 +58,11 @@ ssize_t linktls_write(struct linktls *t, const void *p, size_t n, char *why, siz
 size_t linktls_output(const struct linktls *t);
 size_t linktls_take_output(struct linktls *t, void *out, size_t room);
 bool linktls_established(const struct linktls *t);
+/* This end closes: TLS's close notice goes into the output (to be sent
+ * before the socket is closed).  Only such a notice tells the peer that
+ * the connection ended by our will: a FIN or a reset alone may come from
+ * anyone on the path. */
+void linktls_close_notify(struct linktls *t);
 /* "TLSv1.3 TLS_AES_256_GCM_SHA384" once established, for the log. */
 void linktls_describe(const struct linktls *t, char *out, size_t outlen);
 

@@ -114,7 +114,7 @@ bool localtwin_peer_cred(int fd, struct ucred *cred)
 }
 
 /* The twin's listener runs under our user (see the top of the file). */
-static bool same_user(int fd)
+bool localtwin_peer_is_me(int fd)
 {
     struct ucred cred;
     return localtwin_peer_cred(fd, &cred) && cred.uid == geteuid();
@@ -127,7 +127,7 @@ static int connect_name(const struct sockaddr_un *un, socklen_t len)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    if (connect(fd, (const struct sockaddr *)un, len) < 0 || !same_user(fd)) {
+    if (connect(fd, (const struct sockaddr *)un, len) < 0 || !localtwin_peer_is_me(fd)) {
         close(fd);
         return -1;
     }

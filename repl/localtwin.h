@@ -36,5 +36,7 @@ void localtwin_peer_name(int fd, char *out, size_t outlen);
  * that listened, as it was at listen()); false if the kernel does not say. */
 struct ucred;
 bool localtwin_peer_cred(int fd, struct ucred *cred);
+/* The other end of a Unix socket runs under our own user. */
+bool localtwin_peer_is_me(int fd);
 
 #endif

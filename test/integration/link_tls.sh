@@ -4,7 +4,7 @@
 # "TLS on links").  Certificates are made here with the openssl tool.  With
 # COCYTUS_LINK_TCP_ONLY=1 the links go over TCP even on one host, where
 # TLS runs.  On a 3-node RS(2,3) cluster with a coordinator:
-#   - every server process logs a TLS 1.3 link (replication links, control
+#   - every server process logs a link up over TLS 1.3 (replication links, control
 #     links to the coordinator) and none logs a TLS failure;
 #   - libcocytus (cocytus-bench --verify, every value read checked) runs
 #     through a kill of node 1 with no error; node 1's processes come back,
@@ -73,7 +73,7 @@ cluster_healthy_again "$c" "at the start"
 # coordinator.  No Unix-socket link, no TLS failure.
 no_tls=""
 for f in "$c"/data-*.log "$c"/parity-*.log; do
-    grep -q "link 127.0.0.1:[0-9]*: TLS: TLSv1.3 " "$f" || no_tls="$no_tls $(basename "$f")"
+    grep -q "link 127.0.0.1:[0-9]*: up over TLS: TLSv1.3 " "$f" || no_tls="$no_tls $(basename "$f")"
 done
 [ -z "$no_tls" ] && ok "every server process logs a TLS 1.3 link" ||
     fail "no TLS link logged by:$no_tls"
