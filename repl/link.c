@@ -1090,6 +1090,41 @@ static size_t input_room_wanted(const struct link *l)
     return want;
 }
 
+/* One recv() into buf: the number of bytes (> 0), 0 when the socket has
+ * no more for now, or -1 when the connection ended or failed (link_fail
+ * has run).  Without TLS the peer's end or reset is its close
+ * (peer_closed); under TLS only its close notice is (tls_open), since
+ * anyone on the path could forge an end, and a killed process's end
+ * carries none. */
+static ssize_t recv_some(struct link *l, void *buf, size_t room)
+{
+    char why[LINK_ERROR_MAX];
+    for (;;) {
+        ssize_t n = recv(l->fd, buf, room, 0);
+        if (n > 0) {
+            l->last_rx_ms = link_now_ms();
+            return n;
+        }
+        if (n == 0) {
+            if (l->tls != NULL) {
+                link_fail(l, "connection closed by the peer without a TLS close notice");
+            } else {
+                l->peer_closed = l->peer_fin = true;
+                link_fail(l, "connection closed by the peer");
+            }
+            return -1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        l->peer_closed = l->tls == NULL && errno == ECONNRESET;
+        snprintf(why, sizeof(why), "read: %s", strerror(errno));
+        link_fail(l, why);
+        return -1;
+    }
+}
+
 /* TLS: decrypt what was fed into the input buffer and handle its frames.
  * false if the connection went away (or the link was closed) meanwhile. */
 static bool tls_open(struct link *l)
@@ -1127,27 +1162,13 @@ static void read_input_tls(struct link *l)
     unsigned gen = l->gen;
     size_t budget = LINK_READ_BUDGET;
     uint8_t cipher[16384];
-    char why[LINK_ERROR_MAX];
 
     for (;;) {
-        ssize_t n = recv(l->fd, cipher, sizeof(cipher), 0);
-        /* An end or a reset without TLS's close notice: not a clean close
-         * (peer_closed stays false), since anyone on the path can forge
-         * one; a killed process's end is one too. */
-        if (n == 0) {
-            link_fail(l, "connection closed by the peer without a TLS close notice");
+        ssize_t n = recv_some(l, cipher, sizeof(cipher));
+        if (n < 0)
             return;
-        }
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            snprintf(why, sizeof(why), "read: %s", strerror(errno));
-            link_fail(l, why);
-            return;
-        }
-        l->last_rx_ms = link_now_ms();
+        if (n == 0)
+            break;
         if (!l->tls_heard && n >= 4 && load_u32le(cipher) == FRAME_MAGIC) {
             link_fail(l, "the peer speaks no TLS and this end does "
                       "(link_tls in one cluster file only?)");
@@ -1176,7 +1197,6 @@ static void read_input(struct link *l)
 {
     unsigned gen = l->gen;
     size_t budget = LINK_READ_BUDGET;
-    char why[LINK_ERROR_MAX];
 
     if (l->tls != NULL) {
         read_input_tls(l);
@@ -1195,24 +1215,12 @@ static void read_input(struct link *l)
         size_t wanted = input_room_wanted(l);
         if (wanted > LINK_READ_MIN && wanted < room)
             room = wanted;
-        ssize_t n = recv(l->fd, l->in.data + l->in.end, room, 0);
-        if (n == 0) {
-            l->peer_closed = l->peer_fin = true;
-            link_fail(l, "connection closed by the peer");
+        ssize_t n = recv_some(l, l->in.data + l->in.end, room);
+        if (n < 0)
             return;
-        }
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            l->peer_closed = errno == ECONNRESET;
-            snprintf(why, sizeof(why), "read: %s", strerror(errno));
-            link_fail(l, why);
-            return;
-        }
+        if (n == 0)
+            break;
         l->in.end += (size_t)n;
-        l->last_rx_ms = link_now_ms();
         if (!parse_frames(l) || l->gen != gen)
             return;
         if ((size_t)n < room || (size_t)n >= budget)
