@@ -75,7 +75,8 @@ static bool make_certs(void)
              " key ca.key && openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=link-ca &&"
              " printf 'subjectAltName=IP:127.0.0.1\\n' >node.ext &&"
              " printf 'subjectAltName=IP:127.0.0.2\\n' >other.ext &&"
-             " for n in node other; do"
+             " printf 'subjectAltName=DNS:localhost\\n' >named.ext &&"
+             " for n in node other named; do"
              "  key $n.key && openssl req -new -key $n.key -out $n.csr -subj /CN=$n &&"
              "  openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $n.pem"
              "   -days 2 -extfile $n.ext || exit 1;"
@@ -208,16 +209,22 @@ static void fixture_listen(struct fixture *f, struct linktls_ctx *tls)
     f->port = link_listener_port(f->ll);
 }
 
-static void fixture_connect(struct fixture *f, int port, struct linktls_ctx *tls)
+static void fixture_connect_to(struct fixture *f, const char *host, int port,
+                               struct linktls_ctx *tls)
 {
     struct link_identity me;
     memset(&me, 0, sizeof(me));
     snprintf(me.cluster, sizeof(me.cluster), "%s", CLUSTER);
     me.group = GROUP;
     me.role = LINK_ROLE_DATA;
-    f->conn = link_connect(f->base, "127.0.0.1", port, &me, SECRET, &callbacks, &f->con);
+    f->conn = link_connect(f->base, host, port, &me, SECRET, &callbacks, &f->con);
     ck_assert_ptr_nonnull(f->conn);
     link_set_tls(f->conn, tls);
+}
+
+static void fixture_connect(struct fixture *f, int port, struct linktls_ctx *tls)
+{
+    fixture_connect_to(f, "127.0.0.1", port, tls);
 }
 
 static void fixture_destroy(struct fixture *f)
@@ -409,6 +416,33 @@ START_TEST(test_tls_wrong_address)
 }
 END_TEST
 
+/* A connector that dials a name checks it against the certificate's DNS
+ * names: "localhost" goes through with a certificate for DNS:localhost,
+ * not with one that names only 127.0.0.1. */
+START_TEST(test_tls_dns_name)
+{
+    struct linktls_ctx *named = ctx_for("named", "ca.pem");
+    struct linktls_ctx *node = ctx_for("node", "ca.pem");
+    struct fixture f;
+    fixture_listen(&f, named);
+    fixture_connect_to(&f, "localhost", f.port, node);
+    ck_assert(run_until(f.base, both_up, &f, 8000));
+    ck_assert(link_is_tls(f.conn));
+    fixture_destroy(&f);
+
+    fixture_listen(&f, node);
+    fixture_connect_to(&f, "localhost", f.port, named);
+    ck_assert(run_until(f.base, con_failed, &f, 8000));
+    run_until(f.base, both_up, &f, 300);
+    ck_assert_int_eq(f.con.ups + f.acc.ups, 0);
+    ck_assert_msg(strstr(link_last_error(f.conn), "hostname mismatch") != NULL, "%s",
+                  link_last_error(f.conn));
+    fixture_destroy(&f);
+    linktls_ctx_free(named);
+    linktls_ctx_free(node);
+}
+END_TEST
+
 /* A TLS connector against a plain acceptor, and a plain connector
  * against a TLS acceptor: neither comes up. */
 START_TEST(test_tls_against_plain)
@@ -568,6 +602,7 @@ int main(void)
     tcase_add_test(tc, test_tls_unknown_ca);
     tcase_add_test(tc, test_tls_unknown_client);
     tcase_add_test(tc, test_tls_wrong_address);
+    tcase_add_test(tc, test_tls_dns_name);
     tcase_add_test(tc, test_tls_against_plain);
     tcase_add_test(tc, test_tls_not_over_twin);
     tcase_add_test(tc, test_tls_bad_files);
