@@ -81,6 +81,7 @@
 #define LINK_KEEPALIVE_INTVL_S 1
 #define LINK_KEEPALIVE_CNT 5
 #define LINK_USER_TIMEOUT_MS 10000         /* unacknowledged data: peer is gone */
+#define LINK_TLS_SLICE (256u * 1024)       /* frames encrypted per TLS call */
 
 /* HELLO identity part: u8 len, cluster, u32 group, u8 role, u32 index. */
 #define HELLO_IDENT_MAX LINK_HELLO_IDENT_MAX
@@ -714,21 +715,10 @@ static struct link_buf *wire_buf(struct link *l)
     return l->tls != NULL ? &l->wire : &l->out;
 }
 
-/* TLS: encrypt the queued frames (all of them, unless the handshake is
- * still under way) and move the ciphertext, handshake messages included,
- * to the wire buffer.  0, or -1 with the reason in tls_why. */
-static int tls_seal(struct link *l)
+/* TLS: move the ciphertext TLS holds to the wire buffer.  0, or -1 (why
+ * in tls_why). */
+static int tls_take_output(struct link *l)
 {
-    for (;;) {
-        size_t len = buf_len(&l->out);
-        const uint8_t *p = len > 0 ? l->out.data + l->out.start : NULL;
-        ssize_t n = linktls_write(l->tls, p, len, l->tls_why, sizeof(l->tls_why));
-        if (n < 0)
-            return -1;
-        l->out.start += (size_t)n;
-        if (n == 0 || buf_len(&l->out) == 0)
-            break;
-    }
     size_t pending = linktls_output(l->tls);
     if (pending == 0)
         return 0;
@@ -738,6 +728,27 @@ static int tls_seal(struct link *l)
     }
     l->wire.end += linktls_take_output(l->tls, l->wire.data + l->wire.end, pending);
     return 0;
+}
+
+/* TLS: encrypt the queued frames (all of them, unless the handshake is
+ * still under way) and move the ciphertext, handshake messages included,
+ * to the wire buffer, a slice at a time so that TLS's own buffer never
+ * holds more than a slice (it keeps its memory; ours is released when
+ * idle).  0, or -1 with the reason in tls_why. */
+static int tls_seal(struct link *l)
+{
+    for (;;) {
+        size_t len = buf_len(&l->out);
+        if (len > LINK_TLS_SLICE)
+            len = LINK_TLS_SLICE;
+        const uint8_t *p = len > 0 ? l->out.data + l->out.start : NULL;
+        ssize_t n = linktls_write(l->tls, p, len, l->tls_why, sizeof(l->tls_why));
+        if (n < 0 || tls_take_output(l) < 0)
+            return -1;
+        l->out.start += (size_t)n;
+        if (n == 0 || buf_len(&l->out) == 0)
+            return 0;
+    }
 }
 
 /* Hand the output buffer to the kernel. */
