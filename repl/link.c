@@ -420,6 +420,21 @@ static void listener_enlist(struct link_listener *ll, struct link *l)
     ll->pending = l;
 }
 
+/* TLS: move the ciphertext TLS holds to the wire buffer.  0, or -1 (why
+ * in tls_why). */
+static int tls_take_output(struct link *l)
+{
+    size_t pending = linktls_output(l->tls);
+    if (pending == 0)
+        return 0;
+    if (buf_make_room(&l->wire, pending) < 0) {
+        snprintf(l->tls_why, sizeof(l->tls_why), "out of memory for TLS output");
+        return -1;
+    }
+    l->wire.end += linktls_take_output(l->tls, l->wire.data + l->wire.end, pending);
+    return 0;
+}
+
 /* TLS: what TLS has to say as this end closes, handed to the kernel
  * without waiting: the close notice, or the alert that tells the peer why
  * its handshake failed.  Only when nothing else waits before it (a notice
@@ -430,10 +445,9 @@ static void tls_goodbye(struct link *l)
     if (buf_len(&l->wire) != 0)
         return;
     linktls_close_notify(l->tls);
-    uint8_t last[1024];
-    size_t n = linktls_take_output(l->tls, last, sizeof(last));
-    if (n > 0)
-        (void)send(l->fd, last, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (tls_take_output(l) == 0 && buf_len(&l->wire) > 0)
+        (void)send(l->fd, l->wire.data + l->wire.start, buf_len(&l->wire),
+                   MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* Close the socket and forget buffered bytes.  Buffer memory stays: a
@@ -713,21 +727,6 @@ static void write_failed(struct link *l, int err)
 static struct link_buf *wire_buf(struct link *l)
 {
     return l->tls != NULL ? &l->wire : &l->out;
-}
-
-/* TLS: move the ciphertext TLS holds to the wire buffer.  0, or -1 (why
- * in tls_why). */
-static int tls_take_output(struct link *l)
-{
-    size_t pending = linktls_output(l->tls);
-    if (pending == 0)
-        return 0;
-    if (buf_make_room(&l->wire, pending) < 0) {
-        snprintf(l->tls_why, sizeof(l->tls_why), "out of memory for TLS output");
-        return -1;
-    }
-    l->wire.end += linktls_take_output(l->tls, l->wire.data + l->wire.end, pending);
-    return 0;
 }
 
 /* TLS: encrypt the queued frames (all of them, unless the handshake is
@@ -1254,6 +1253,16 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     link_leave(l);
 }
 
+/* Connector: connected; the acceptor speaks first (CHALLENGE), after
+ * the TLS handshake this end opens. */
+static void await_challenge(struct link *l)
+{
+    event_add(l->rd_ev, NULL);
+    l->state = LS_AWAIT_CHALLENGE;
+    if (l->tls != NULL)
+        schedule_flush(l);          /* the TLS handshake's first message */
+}
+
 static void finish_connect(struct link *l)
 {
     int err = 0;
@@ -1268,10 +1277,7 @@ static void finish_connect(struct link *l)
         return;
     }
     disarm_write(l);
-    event_add(l->rd_ev, NULL);
-    l->state = LS_AWAIT_CHALLENGE;
-    if (l->tls != NULL)
-        schedule_flush(l);          /* the TLS handshake's first message */
+    await_challenge(l);
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg)
@@ -1534,10 +1540,7 @@ static void dial_address(struct link *l, int rc, struct addrinfo *list)
     buf_release_if_idle(&l->out);
     arm_timer(l, LINK_HANDSHAKE_TIMEOUT_MS);
     if (rc == 0) {
-        event_add(l->rd_ev, NULL);
-        l->state = LS_AWAIT_CHALLENGE;
-        if (l->tls != NULL)
-            schedule_flush(l);      /* the TLS handshake's first message */
+        await_challenge(l);
         return;
     }
     if (err != EINPROGRESS) {

@@ -177,10 +177,16 @@ void linktls_free(struct linktls *t)
     free(t);
 }
 
+/* OpenSSL's lengths are ints: at most 1 GB per call. */
+static int int_len(size_t n)
+{
+    return n > (1u << 30) ? 1 << 30 : (int)n;
+}
+
 int linktls_feed(struct linktls *t, const void *p, size_t n)
 {
     while (n > 0) {
-        int part = n > (1u << 30) ? 1 << 30 : (int)n;
+        int part = int_len(n);
         int w = BIO_write(t->in, p, part);
         if (w <= 0)
             return -1;
@@ -203,49 +209,43 @@ static void describe_failure(SSL *ssl, char *why, size_t whylen)
     }
 }
 
-ssize_t linktls_read(struct linktls *t, void *out, size_t room, char *why, size_t whylen)
+/* What an SSL_read, SSL_write or SSL_do_handshake that returned r
+ * (called with the error queue empty) amounts to: r itself when it did
+ * something, 0 when it waits for the peer, -2 for the peer's close notice
+ * (zero_return_ends: a read), else -1 with the reason in why. */
+static int outcome(struct linktls *t, int r, bool zero_return_ends, char *why, size_t whylen)
 {
-    if (room == 0)
-        return 0;
-    int part = room > (1u << 30) ? 1 << 30 : (int)room;
-    ERR_clear_error();
-    int r = SSL_read(t->ssl, out, part);
     if (r > 0)
         return r;
     int err = SSL_get_error(t->ssl, r);
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
         return 0;
-    if (err == SSL_ERROR_ZERO_RETURN)
+    if (err == SSL_ERROR_ZERO_RETURN && zero_return_ends)
         return -2;
     describe_failure(t->ssl, why, whylen);
     return -1;
+}
+
+ssize_t linktls_read(struct linktls *t, void *out, size_t room, char *why, size_t whylen)
+{
+    if (room == 0)
+        return 0;
+    ERR_clear_error();
+    return outcome(t, SSL_read(t->ssl, out, int_len(room)), true, why, whylen);
 }
 
 ssize_t linktls_write(struct linktls *t, const void *p, size_t n, char *why, size_t whylen)
 {
     if (!SSL_is_init_finished(t->ssl)) {
         ERR_clear_error();
-        int r = SSL_do_handshake(t->ssl);
-        if (r != 1) {
-            int err = SSL_get_error(t->ssl, r);
-            if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
-                return 0;
-            describe_failure(t->ssl, why, whylen);
-            return -1;
-        }
+        int r = outcome(t, SSL_do_handshake(t->ssl), false, why, whylen);
+        if (r <= 0)
+            return r;
     }
     if (n == 0)
         return 0;
-    int part = n > (1u << 30) ? 1 << 30 : (int)n;
     ERR_clear_error();
-    int r = SSL_write(t->ssl, p, part);
-    if (r > 0)
-        return r;
-    int err = SSL_get_error(t->ssl, r);
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
-        return 0;
-    describe_failure(t->ssl, why, whylen);
-    return -1;
+    return outcome(t, SSL_write(t->ssl, p, int_len(n)), false, why, whylen);
 }
 
 size_t linktls_output(const struct linktls *t)
@@ -257,9 +257,7 @@ size_t linktls_take_output(struct linktls *t, void *out, size_t room)
 {
     size_t got = 0;
     while (got < room) {
-        size_t want = room - got;
-        int part = want > (1u << 30) ? 1 << 30 : (int)want;
-        int r = BIO_read(t->out, (char *)out + got, part);
+        int r = BIO_read(t->out, (char *)out + got, int_len(room - got));
         if (r <= 0)
             break;
         got += (size_t)r;
