@@ -613,6 +613,62 @@ static int wrap_lost_peers(struct engine *e, struct eng_lost_peer *out, int max)
     return in->ops->lost_peers ? in->ops->lost_peers(in, out, max) : 0;
 }
 
+/* The optional ops go straight to the engine (wrap_ops_for leaves out
+ * those it lacks): after a move the coordinator's recovery messages, the
+ * heartbeat's progress, the meta commands' marks and the dumps must reach
+ * it as before. */
+static bool wrap_read_wait(struct engine *e, const char *key, size_t nkey, eng_done_fn done,
+                           void *cookie)
+{
+    struct engine *in = mg_of(e)->inner;
+    return in->ops->read_wait(in, key, nkey, done, cookie);
+}
+
+static void wrap_control(struct engine *e, const char *text, size_t len)
+{
+    struct engine *in = mg_of(e)->inner;
+    in->ops->control(in, text, len);
+}
+
+static size_t wrap_heartbeat_extra(struct engine *e, char *buf, size_t len)
+{
+    struct engine *in = mg_of(e)->inner;
+    return in->ops->heartbeat_extra(in, buf, len);
+}
+
+static eng_status wrap_get_ex(struct engine *e, const char *key, size_t nkey, unsigned opts,
+                              struct eng_value *out, struct eng_result *res)
+{
+    struct engine *in = mg_of(e)->inner;
+    return in->ops->get_ex(in, key, nkey, opts, out, res);
+}
+
+static bool wrap_set_mem_limit(struct engine *e, size_t bytes)
+{
+    struct engine *in = mg_of(e)->inner;
+    return in->ops->set_mem_limit(in, bytes);
+}
+
+static bool wrap_visit_recent(struct engine *e, bool (*fn)(void *ctx, const struct eng_value *v),
+                              void *ctx)
+{
+    struct engine *in = mg_of(e)->inner;
+    return in->ops->visit_recent(in, fn, ctx);
+}
+
+static enum eng_walk wrap_walk(struct engine *e, struct eng_cursor *cursor, size_t budget,
+                               void (*fn)(void *ctx, const struct eng_value *v), void *ctx)
+{
+    struct engine *in = mg_of(e)->inner;
+    return in->ops->walk(in, cursor, budget, fn, ctx);
+}
+
+static void wrap_map_changed(struct engine *e)
+{
+    struct engine *in = mg_of(e)->inner;
+    in->ops->map_changed(in);
+}
+
 /* Server shutdown: the real engine goes, and the migration state with it. */
 static void wrap_destroy(struct engine *e)
 {
@@ -651,7 +707,45 @@ static const struct engine_ops wrap_ops_template = {
     .admin = wrap_admin,
     .slot_keys = wrap_slot_keys,
     .lost_peers = wrap_lost_peers,
+    .read_wait = wrap_read_wait,
+    .control = wrap_control,
+    .heartbeat_extra = wrap_heartbeat_extra,
+    .get_ex = wrap_get_ex,
+    .set_mem_limit = wrap_set_mem_limit,
+    .visit_recent = wrap_visit_recent,
+    .walk = wrap_walk,
+    .map_changed = wrap_map_changed,
 };
+
+/* The wrapper's ops for inner: each optional op only where inner has it,
+ * since callers test an op for NULL to learn whether the engine can. */
+static void wrap_ops_for(struct engine_ops *ops, const struct engine_ops *inner)
+{
+    *ops = wrap_ops_template;
+    ops->name = inner->name;
+    if (!inner->admin)
+        ops->admin = NULL;
+    if (!inner->slot_keys)
+        ops->slot_keys = NULL;
+    if (!inner->lost_peers)
+        ops->lost_peers = NULL;
+    if (!inner->read_wait)
+        ops->read_wait = NULL;
+    if (!inner->control)
+        ops->control = NULL;
+    if (!inner->heartbeat_extra)
+        ops->heartbeat_extra = NULL;
+    if (!inner->get_ex)
+        ops->get_ex = NULL;
+    if (!inner->set_mem_limit)
+        ops->set_mem_limit = NULL;
+    if (!inner->visit_recent)
+        ops->visit_recent = NULL;
+    if (!inner->walk)
+        ops->walk = NULL;
+    if (!inner->map_changed)
+        ops->map_changed = NULL;
+}
 
 /* ---- ending a move ---- */
 
@@ -1204,10 +1298,7 @@ static struct migration *mg_install(struct server *s)
     }
     mg->srv = s;
     mg->inner = s->engine;
-    mg->ops = wrap_ops_template;
-    mg->ops.name = mg->inner->ops->name;
-    if (!mg->inner->ops->slot_keys)
-        mg->ops.slot_keys = NULL;
+    wrap_ops_for(&mg->ops, mg->inner->ops);
     mg->wrap.ops = &mg->ops;
     mg->wrap.priv = mg;
     s->engine = &mg->wrap;

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# move_then_recover.sh - a data process that has moved a slot still takes
+# part in recovery and rebuild.
+#
+# The first slot move on a process puts the move's engine (migrate.c) in
+# front of the data engine for good.  It passed on reads, writes, stats,
+# admin commands and the slot walk, but not the other optional operations:
+# the coordinator's recovery messages (`group`, `rebuild`, `prepare`, ...),
+# the heartbeat's progress words, the meta commands' marks, the dumps and
+# the news of a new slot map went nowhere.  So after any move, a parity
+# process that died was never rebuilt (the mover never began its copy:
+# "rebuild made no progress ... starting over", every 10 s, for good).
+#
+# One node, RS(3,5), a coordinator, no proxy.  A slot of data process 0
+# with keys in it moves to data process 1; then parity process 1 is killed
+# (cocytus-node starts it again) and must be rebuilt, with data process 0
+# among its sources; then data process 2 is killed, and its keys must be
+# served and it rebuilt while data process 0 gets the new group views.
+# verify and decode-check must pass, and the keys written before read back.
+set -u
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$script_dir/lib.sh"
+need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/cocytus-cli" \
+    "$build_dir/bench/cocytus-bench"
+bench=$build_dir/bench/cocytus-bench
+cli=$build_dir/client/cocytus-cli
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/move_then_recover.XXXXXX")
+cleanup() { cluster_remove "$dir"; }
+on_exit cleanup
+
+cluster_up "$dir" 12 10000 20000 --nodes 1 --scheme rs:3:5 --no-proxy ||
+    { fail "cluster up"; exit 1; }
+dp0=$(group0_addr "$dir" data 0)
+"$bench" -s "$dp0" -n 4000 --no-run >"$dir/load.out" 2>&1 &&
+    grep -q "total_errors=0" "$dir/load.out" && ok "4000 keys written" || fail "load: $(tail -n 2 "$dir/load.out")"
+
+# A slot of data process 0 that holds keys: the first slot of its ranges
+# that one of the bench's keys falls in.
+key_owners "$dir" 4000 || fail "cannot read the slot map"
+slot=$(awk -v a="$dp0" 'NR == FNR { if ($1 == "slots") { split($2, r, "-"); if ($3 == a) { lo[n] = r[1]; hi[n++] = r[2] } } next }
+                       { for (i = 0; i < n; i++) if ($1 >= lo[i] && $1 <= hi[i]) { print $1; exit } }' \
+           "$dir/map.txt" "$dir/all.slots")
+[ -n "$slot" ] || { fail "no slot of data process 0 holds a key"; finish; }
+out=$("$cli" --dir "$dir" --timeout 20000 move "$slot" 0 1 2>&1)
+if echo "$out" | grep -q "done" && grep -q "migrate slot $slot .*done ([1-9][0-9]* keys sent" "$dir/data-0-0.log"; then
+    ok "slot $slot moved from data process 0 to 1: $(grep "migrate slot $slot .*done" "$dir/data-0-0.log")"
+else
+    fail "move of slot $slot: $out"
+    finish
+fi
+
+# Parity process 1 dies; it is rebuilt from the three data processes.
+p1=$(group0_pid "$dir" parity 1)
+kill -KILL "$p1" 2>/dev/null
+wait_for 100 grep -q "group 0 parity process 1 is rebuilt from" "$dir/coordinator.log" ||
+    fail "the coordinator did not start rebuilding parity process 1"
+cluster_healthy_again "$dir" "after parity process 1 was killed and rebuilt"
+if grep -q "copy of our state to parity 1 sent" "$dir/data-0-0.log"; then
+    ok "data process 0 (the mover) copied its state to parity process 1"
+else
+    fail "data process 0 (the mover) never copied its state to parity process 1"
+    grep "parity process 1" "$dir/coordinator.log" | tail -4
+fi
+
+# Data process 2 dies: a parity process serves its keys, it comes back.
+d2=$(group0_pid "$dir" data 2)
+kill -KILL "$d2" 2>/dev/null
+cluster_healthy_again "$dir" "after data process 2 was killed"
+
+"$bench" -s "$dp0" -n 4000 --no-load -o 8000 -r 1 --verify >"$dir/read.out" 2>&1
+if grep -q "total_errors=0 total_wrong=0" "$dir/read.out" && grep -q "misses=0" "$dir/read.out"; then
+    ok "every key written before reads back (8000 reads, --verify)"
+else
+    fail "keys do not read back: $(grep -E 'errors|misses' "$dir/read.out" | tail -3)"
+fi
+cluster_check_ok "$dir" verify "after both recoveries"
+cluster_check_ok "$dir" decode-check "after both recoveries"
+finish
