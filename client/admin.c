@@ -1,8 +1,12 @@
 /* admin.c - cocytus-cli's socket client: bounded-time connect, line and
  * byte reads over the memcached text protocol, and the parsers for the
- * `cocytus info|meta|used|region` replies. */
+ * `cocytus info|meta|used|region` replies.  Under a cluster file's
+ * client_tls line the bytes move through TLS (tls.h): a call is tried
+ * first and waits only when TLS says on which event, since TLS may hold
+ * decrypted bytes the socket no longer announces. */
 #include "admin.h"
 #include "auth.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,9 +74,10 @@ static int connect_addr(const struct addrinfo *ai, int timeout_ms)
 }
 
 int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms,
-               const char *secret)
+               const char *secret, struct tls_dialer *tls)
 {
     c->fd = -1;
+    c->tls = NULL;
     c->start = c->len = 0;
     c->err[0] = '\0';
     c->port = port;
@@ -93,6 +98,11 @@ int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms,
     if (c->fd < 0)
         set_err(c, "cannot connect", strerror(errno));
     freeaddrinfo(res);
+    if (c->fd >= 0 && tls != NULL && (c->tls = tls_conn_dial(tls, c->fd, host)) == NULL) {
+        set_err(c, "cannot start TLS", "out of memory");
+        admin_close(c);
+        return -1;
+    }
     if (c->fd >= 0 && secret != NULL && secret[0] != '\0' && admin_auth(c, secret) < 0) {
         admin_close(c);
         return -1;
@@ -120,6 +130,8 @@ int admin_auth(struct admin_conn *c, const char *secret)
 
 void admin_close(struct admin_conn *c)
 {
+    tls_conn_free(c->tls);
+    c->tls = NULL;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -128,22 +140,30 @@ void admin_close(struct admin_conn *c)
 
 /* ---- raw I/O ---- */
 
+/* Every write is tried before any wait: under TLS the first one runs the
+ * handshake and may wait for the server's answer (then on POLLIN). */
 static int send_all(struct admin_conn *c, const char *p, size_t n)
 {
-    while (n > 0) {
-        if (wait_fd(c->fd, POLLOUT, c->timeout_ms) != 1) {
+    for (int tries = 0; n > 0 && tries < 1000; tries++) {
+        ssize_t w = c->tls ? tls_write(c->tls, p, n) : send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            set_err(c, "send failed", c->tls ? tls_conn_error(c->tls) : strerror(errno));
+            return -1;
+        }
+        short ev = tls_write_waits_read(c->tls) ? POLLIN : POLLOUT;
+        if (wait_fd(c->fd, ev, c->timeout_ms) != 1) {
             set_err(c, "send timed out", NULL);
             return -1;
         }
-        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (w <= 0) {
-            set_err(c, "send failed", strerror(errno));
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
+    }
+    if (n > 0) {
+        set_err(c, "send keeps failing", NULL);
+        return -1;
     }
     return 0;
 }
@@ -159,28 +179,31 @@ int admin_send_line(struct admin_conn *c, const char *line)
     return send_all(c, "\r\n", 2);
 }
 
-/* Receive into p (up to cap bytes) once; bytes received, or -1. */
+/* Receive into p (up to cap bytes) once; bytes received, or -1.  The
+ * read is tried before any wait: TLS may hold bytes the socket no longer
+ * announces, and may have to write before it reads (then on POLLOUT). */
 static ssize_t recv_some(struct admin_conn *c, void *p, size_t cap)
 {
-    for (int tries = 0; tries < 100; tries++) {
-        int ready = wait_fd(c->fd, POLLIN, c->timeout_ms);
-        if (ready == 0) {
-            set_err(c, "no reply (timed out)", NULL);
-            return -1;
-        }
-        if (ready < 0) {
-            set_err(c, "poll failed", strerror(errno));
-            return -1;
-        }
-        ssize_t r = recv(c->fd, p, cap, 0);
+    for (int tries = 0; tries < 1000; tries++) {
+        ssize_t r = c->tls ? tls_read(c->tls, p, cap) : recv(c->fd, p, cap, 0);
         if (r > 0)
             return r;
         if (r == 0) {
             set_err(c, "connection closed by the server", NULL);
             return -1;
         }
-        if (errno != EAGAIN && errno != EINTR) {
-            set_err(c, "recv failed", strerror(errno));
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            set_err(c, "recv failed", c->tls ? tls_conn_error(c->tls) : strerror(errno));
+            return -1;
+        }
+        short ev = tls_read_waits_write(c->tls) ? POLLOUT : POLLIN;
+        int ready = wait_fd(c->fd, ev, c->timeout_ms);
+        if (ready == 0) {
+            set_err(c, "no reply (timed out)", NULL);
+            return -1;
+        }
+        if (ready < 0) {
+            set_err(c, "poll failed", strerror(errno));
             return -1;
         }
     }

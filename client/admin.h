@@ -1,5 +1,5 @@
 /* admin.h - cocytus-cli's connection to one server process: the memcached
- * text protocol over a plain TCP socket, every wait bounded by a timeout,
+ * text protocol over a TCP socket (TLS under client_tls), every wait bounded by a timeout,
  * and parsers for the `cocytus ...` admin replies (STAT lists, USED lists,
  * region dumps). */
 #ifndef CLIENT_ADMIN_H
@@ -13,8 +13,12 @@
 #define ADMIN_ERR_MAX 320
 #define ADMIN_BUF_SIZE 65536
 
+struct tls_dialer;
+struct tls_conn;
+
 struct admin_conn {
     int fd;                      /* -1 when closed */
+    struct tls_conn *tls;        /* client_tls: the bytes move through TLS */
     char host[ADMIN_HOST_MAX];
     int port;
     int timeout_ms;              /* bound for every single wait */
@@ -46,10 +50,12 @@ struct admin_ranges {
 
 /* Connect with a timeout and, when secret is neither NULL nor "", prove
  * it ("cocytus auth", repl/auth.h): the server accepts `cocytus ...`
- * control commands only on such a connection.  0, or -1 with c->err set
- * (the connection is then closed). */
+ * control commands only on such a connection.  With tls (not NULL) the
+ * connection runs TLS, the server's certificate checked against the name
+ * or address dialled.  0, or -1 with c->err set (the connection is then
+ * closed). */
 int admin_open(struct admin_conn *c, const char *host, int port, int timeout_ms,
-               const char *secret);
+               const char *secret, struct tls_dialer *tls);
 /* The handshake alone, on an open connection.  0, or -1 with c->err. */
 int admin_auth(struct admin_conn *c, const char *secret);
 void admin_close(struct admin_conn *c);

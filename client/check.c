@@ -307,7 +307,7 @@ static int fetch_layout(const struct cli_opts *o, int g, struct gview_group *out
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms, o->secret) < 0 ||
+    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms, o->secret, o->tls) < 0 ||
         (rc = gview_read_groups(c, &gs)) < 0) {
         snprintf(err, errlen, "%s", c->err);
         rc = -1;
@@ -853,7 +853,7 @@ static int pbr_open(struct pbr_view *v, const struct proc_list *l, int g, int ti
             return -1;
         }
         if (admin_open(v->conn[i], v->proc[i]->host, v->proc[i]->port, timeout_ms,
-                       l->secret) < 0) {
+                       l->secret, l->tls) < 0) {
             char name[128];
             snprintf(err, errlen, "%s: %s", pbr_name(v, i, name, sizeof name), v->conn[i]->err);
             free(v->conn[i]);

@@ -262,7 +262,7 @@ static int fetch_map(const struct proc_info *p, const struct cli_opts *o, struct
     int rc = -1;
     if (!c)
         snprintf(err, errlen, "out of memory");
-    else if (admin_open(c, p->host, p->port, o->timeout_ms, o->secret) < 0 ||
+    else if (admin_open(c, p->host, p->port, o->timeout_ms, o->secret, o->tls) < 0 ||
              admin_send_line(c, "config get cluster") < 0 ||
              admin_read_line(c, header, sizeof header) < 0)
         snprintf(err, errlen, "%s", c->err);
@@ -481,7 +481,7 @@ int cmd_move(const struct proc_list *l, const struct cli_opts *o)
     unsigned long slot;
     unsigned long long epoch;
     const char *ep;
-    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms, o->secret) < 0 ||
+    if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms, o->secret, o->tls) < 0 ||
         admin_send_line(c, request) < 0 || admin_read_line(c, line, sizeof line) < 0) {
         printf("move: coordinator %s:%d not answering (%s)\n", o->coord_host, o->coord_port,
                c->err);
@@ -544,10 +544,17 @@ int main(int argc, char **argv)
         procs_free(&procs);
         return CLI_USAGE;
     }
-    if (procs_load_secret(&procs, a.dir ? a.dir : DEFAULT_DIR, a.cluster, err, sizeof err) < 0)
+    rc = procs_load_secret(&procs, a.dir ? a.dir : DEFAULT_DIR, a.cluster, err, sizeof err);
+    if (rc == -2) {
+        fprintf(stderr, "cocytus-cli: %s\n", err);
+        procs_free(&procs);
+        return CLI_USAGE;
+    }
+    if (rc < 0)
         fprintf(stderr, "cocytus-cli: no cluster secret (%s); control commands will be refused\n",
                 err);
     a.o.secret = procs.secret;
+    a.o.tls = procs.tls;
     rc = procs_coordinator(a.dir ? a.dir : DEFAULT_DIR, a.cluster, a.o.coord_host,
                            sizeof a.o.coord_host, &a.o.coord_port, err, sizeof err);
     if (rc < 0)

@@ -28,6 +28,7 @@ struct cli_opts {
     char coord_host[PROC_HOST_MAX]; /* the coordinator, when coord_port > 0 */
     int coord_port;
     const char *secret;     /* the cluster secret, proved before control commands */
+    struct tls_dialer *tls; /* client_tls: the processes' client ports speak TLS */
     char *const *args;      /* words after the command (move) */
     int nargs;
 };

@@ -112,7 +112,7 @@ int cmd_admin(const struct proc_list *l, const struct cli_opts *o)
         return CLI_UNREACHABLE;
     int code = CLI_OK;
     bool first = true;
-    if (admin_open(c, host, port, o->timeout_ms, o->secret) < 0 || send_request(c, o, cmd) < 0 ||
+    if (admin_open(c, host, port, o->timeout_ms, o->secret, o->tls) < 0 || send_request(c, o, cmd) < 0 ||
         admin_send_line(c, "version") < 0) {
         fprintf(stderr, "cocytus-cli: admin: %s\n", c->err);
         code = CLI_UNREACHABLE;

@@ -217,7 +217,7 @@ static int open_conn(struct gview *v, int b, int timeout_ms, char *err, size_t e
         return -1;
     }
     const struct proc_info *p = v->proc[b];
-    if (admin_open(v->conn[b], p->host, p->port, timeout_ms, v->secret) < 0) {
+    if (admin_open(v->conn[b], p->host, p->port, timeout_ms, v->secret, v->tls) < 0) {
         snprintf(err, errlen, "%s", v->conn[b]->err);
         return -1;
     }
@@ -274,6 +274,7 @@ int gview_open(struct gview *v, const struct proc_list *l, int group,
     memset(v, 0, sizeof *v);
     v->group = group;
     v->secret = l->secret;
+    v->tls = l->tls;
     if (layout != NULL) {
         v->has_layout = true;
         v->layout = *layout;
@@ -290,7 +291,7 @@ int gview_open(struct gview *v, const struct proc_list *l, int group,
     if (src == NULL)
         return -1;
     struct admin_conn probe;
-    if (admin_open(&probe, src->host, src->port, timeout_ms, l->secret) < 0) {
+    if (admin_open(&probe, src->host, src->port, timeout_ms, l->secret, l->tls) < 0) {
         snprintf(err, errlen, "%s", probe.err);
         return -1;
     }
@@ -320,7 +321,7 @@ bool gview_all_answer(const struct gview *v, int timeout_ms)
         struct admin_conn probe;
         if (v->proc[b] == NULL)
             continue;
-        if (admin_open(&probe, v->proc[b]->host, v->proc[b]->port, timeout_ms, NULL) < 0)
+        if (admin_open(&probe, v->proc[b]->host, v->proc[b]->port, timeout_ms, NULL, v->tls) < 0)
             return false;
         admin_close(&probe);
     }

@@ -66,6 +66,7 @@ struct gview {
     int server[GVIEW_MAX_BLOCKS];        /* GVIEW_SERVED: the parity index that serves it */
     uint64_t stable[GVIEW_MAX_BLOCKS];   /* data blocks: stable xid seen by wait_quiet */
     const char *secret;                  /* the cluster secret (the proc list's) */
+    struct tls_dialer *tls;              /* client_tls (the proc list's), or NULL */
 };
 
 /* Connects to the processes of the group and reads k, m and the region

@@ -107,7 +107,7 @@ static int snapshot_read(const struct cli_opts *o, int timeout_ms, struct coord_
         return -1;
     }
     int rc = -1;
-    if (admin_open(c, o->coord_host, o->coord_port, timeout_ms, o->secret) < 0 ||
+    if (admin_open(c, o->coord_host, o->coord_port, timeout_ms, o->secret, o->tls) < 0 ||
         admin_send_line(c, "cocytus status") < 0 || admin_read_line(c, line, sizeof line) < 0)
         snprintf(err, errlen, "NOT ANSWERING (%s)", c->err);
     else if (sscanf(line, "epoch %llu", &s->epoch) != 1)
@@ -416,7 +416,7 @@ static void missing_answers(const struct proc_list *l, const struct cli_opts *o,
         const struct proc_info *p = &l->v[i];
         if (o->group >= 0 && p->group != o->group)
             continue;
-        if (admin_open(c, p->host, p->port, timeout_ms, o->secret) < 0 ||
+        if (admin_open(c, p->host, p->port, timeout_ms, o->secret, o->tls) < 0 ||
             admin_send_line(c, "version") < 0 || admin_read_line(c, line, sizeof line) < 0)
             missing_add(m, "%s %d of group %d (%s:%d) does not answer (%s)", p->role, p->index,
                         p->group, p->host, p->port, c->err);

@@ -350,7 +350,8 @@ static enum lc_judged fetch_from(cocytus_t *c, const struct lc_addr *a, uint64_t
 {
     struct lc_map *m = NULL;
     char err[LC_ERR_MAX];
-    enum lc_fetch kind = lc_fetch_map(a, fetch_timeout(c), c->auth_set, &m, err, sizeof(err), NULL);
+    enum lc_fetch kind = lc_fetch_map(a, fetch_timeout(c), c->auth_set, NULL, &m, err, sizeof(err),
+                                      NULL);
 
     *out = NULL;
     *answered = kind != LC_FETCH_FAILED;

@@ -1,7 +1,9 @@
 /* lc_fetch.c - libcocytus internals: one "config get cluster" round trip on
  * a non-blocking socket with poll() timeouts.  Connect, send and reply share
  * one deadline, timeout_ms after the start, so a server that refuses, hangs
- * or answers slowly costs at most timeout_ms. */
+ * or answers slowly costs at most timeout_ms.  The bytes move by the
+ * socket's own calls, or through a transport the caller gives (TLS, for
+ * cocytus-proxy's --backend-tls-*), which says which way it waits. */
 #include "config.h"
 
 #include <errno.h>
@@ -93,17 +95,44 @@ static int connect_addr(const struct lc_addr *a, int64_t deadline, char *err, si
     return fd;
 }
 
-static bool send_all(int fd, const char *p, size_t n, int64_t deadline)
+/* One connection: its socket, and the transport's object if there is one. */
+struct fconn {
+    int fd;
+    const struct lc_transport *tr;
+    void *t;
+};
+
+/* As send() and recv(); on EAGAIN, *want is the event to wait for. */
+static ssize_t conn_send(struct fconn *c, const void *p, size_t n, short *want)
+{
+    *want = POLLOUT;
+    return c->t ? c->tr->send(c->t, p, n, want) : send(c->fd, p, n, MSG_NOSIGNAL);
+}
+
+static ssize_t conn_recv(struct fconn *c, void *p, size_t n, short *want)
+{
+    *want = POLLIN;
+    return c->t ? c->tr->recv(c->t, p, n, want) : recv(c->fd, p, n, 0);
+}
+
+/* Why the last call failed: the transport's word, or errno's. */
+static const char *conn_error(const struct fconn *c)
+{
+    return c->t ? c->tr->error(c->t) : strerror(errno);
+}
+
+static bool send_all(struct fconn *c, const char *p, size_t n, int64_t deadline)
 {
     while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        short want;
+        ssize_t w = conn_send(c, p, n, &want);
         if (w > 0) {
             p += w;
             n -= (size_t)w;
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!wait_fd(fd, POLLOUT, deadline))
+            if (!wait_fd(c->fd, want, deadline))
                 return false;
         } else {
             return false;
@@ -136,7 +165,8 @@ static bool rbuf_reserve(struct rbuf *b, size_t more)
 }
 
 /* Reads until a complete reply is buffered.  Returns its length or 0. */
-static size_t read_reply(int fd, struct rbuf *b, int64_t deadline, char *err, size_t errlen)
+static size_t read_reply(struct fconn *c, struct rbuf *b, int64_t deadline, char *err,
+                         size_t errlen)
 {
     for (;;) {
         size_t n = lc_config_reply_length(b->p ? b->p : "", b->len);
@@ -146,43 +176,45 @@ static size_t read_reply(int fd, struct rbuf *b, int64_t deadline, char *err, si
             snprintf(err, errlen, "config reply too large");
             return 0;
         }
-        ssize_t r = recv(fd, b->p + b->len, b->cap - b->len, 0);
+        short want;
+        ssize_t r = conn_recv(c, b->p + b->len, b->cap - b->len, &want);
         if (r > 0) {
             b->len += (size_t)r;
         } else if (r == 0) {
             snprintf(err, errlen, "connection closed during config reply");
             return 0;
         } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-            if (!wait_fd(fd, POLLIN, deadline)) {
+            if (!wait_fd(c->fd, want, deadline)) {
                 snprintf(err, errlen, "timeout waiting for config reply");
                 return 0;
             }
         } else {
-            snprintf(err, errlen, "recv: %s", strerror(errno));
+            snprintf(err, errlen, "recv: %s", conn_error(c));
             return 0;
         }
     }
 }
 
 /* Sends the authentication set and reads its one-line answer. */
-static bool authenticate(int fd, const struct lc_addr *a, const char *auth, int64_t deadline,
-                         char *err, size_t errlen)
+static bool authenticate(struct fconn *c, const struct lc_addr *a, const char *auth,
+                         int64_t deadline, char *err, size_t errlen)
 {
     char line[128];
     size_t n = 0;
 
-    if (!send_all(fd, auth, strlen(auth), deadline)) {
-        snprintf(err, errlen, "send to %s:%d failed", a->host, a->port);
+    if (!send_all(c, auth, strlen(auth), deadline)) {
+        snprintf(err, errlen, "send to %s:%d failed: %s", a->host, a->port, conn_error(c));
         return false;
     }
     while (n == 0 || line[n - 1] != '\n') {
         if (n == sizeof(line) - 1)
             break;
-        ssize_t r = recv(fd, line + n, 1, 0);
+        short want;
+        ssize_t r = conn_recv(c, line + n, 1, &want);
         if (r > 0) {
             n++;
         } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            if (!wait_fd(fd, POLLIN, deadline))
+            if (!wait_fd(c->fd, want, deadline))
                 break;
         } else {
             break;
@@ -199,15 +231,16 @@ static bool authenticate(int fd, const struct lc_addr *a, const char *auth, int6
 
 /* Sends the map request and buffers one complete reply in b (emptied
  * first).  Returns its length, or 0 with err set. */
-static size_t ask_map(int fd, const struct lc_addr *a, struct rbuf *b, int64_t deadline,
-                      char *err, size_t errlen)
+static size_t ask_map(struct fconn *c, const struct lc_addr *a, struct rbuf *b,
+                      int64_t deadline, char *err, size_t errlen)
 {
     b->len = 0;
-    if (!send_all(fd, request, sizeof(request) - 1, deadline)) {
-        snprintf(err, errlen, "send to %s:%d failed", a->host, a->port);
+    if (!send_all(c, request, sizeof(request) - 1, deadline)) {
+        snprintf(err, errlen, "send to %s:%d failed: %s", a->host, a->port,
+                 errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : conn_error(c));
         return 0;
     }
-    return read_reply(fd, b, deadline, err, errlen);
+    return read_reply(c, b, deadline, err, errlen);
 }
 
 static bool unauthenticated(const struct rbuf *b, size_t n)
@@ -217,7 +250,8 @@ static bool unauthenticated(const struct rbuf *b, size_t n)
 }
 
 enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, const char *auth,
-                           struct lc_map **out, char *err, size_t errlen, bool *asked)
+                           const struct lc_transport *tr, struct lc_map **out, char *err,
+                           size_t errlen, bool *asked)
 {
     struct rbuf b = { NULL, 0, 0 };
     enum lc_fetch result = LC_FETCH_FAILED;
@@ -231,18 +265,26 @@ enum lc_fetch lc_fetch_map(const struct lc_addr *a, int timeout_ms, const char *
         return LC_FETCH_FAILED;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    size_t n = ask_map(fd, a, &b, deadline, err, errlen);
+    struct fconn c = { fd, tr, NULL };
+    if (tr != NULL && (c.t = tr->open(tr->arg, fd, a->host)) == NULL) {
+        snprintf(err, errlen, "out of memory for TLS to %s:%d", a->host, a->port);
+        close(fd);
+        return LC_FETCH_FAILED;
+    }
+    size_t n = ask_map(&c, a, &b, deadline, err, errlen);
     /* Credentials go only to a server that asks for them: one without -Y
      * would store the authentication set as an item named by its key,
      * password included, for any client to read. */
     if (n > 0 && auth != NULL && unauthenticated(&b, n)) {
         if (asked != NULL)
             *asked = true;
-        if (authenticate(fd, a, auth, deadline, err, errlen))
-            n = ask_map(fd, a, &b, deadline, err, errlen);
+        if (authenticate(&c, a, auth, deadline, err, errlen))
+            n = ask_map(&c, a, &b, deadline, err, errlen);
         else
             n = 0;
     }
+    if (c.t != NULL)
+        tr->close(c.t);
     close(fd);
     if (n > 0) {
         switch (lc_config_to_map(b.p, n, a, out, err, errlen)) {

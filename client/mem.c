@@ -60,7 +60,7 @@ static void measure(const struct proc_info *p, const struct cli_opts *o, struct 
     struct admin_stats st = { 0 };
     memset(row, 0, sizeof *row);
     err[0] = '\0';
-    if (c != NULL && admin_open(c, p->host, p->port, o->timeout_ms, o->secret) == 0 &&
+    if (c != NULL && admin_open(c, p->host, p->port, o->timeout_ms, o->secret, o->tls) == 0 &&
         admin_stats_cmd(c, "cocytus info", &st) == 0) {
         /* A parity process reports how far its region has been written. */
         row->have_region = admin_stat_u64(&st, "region_used", &row->region) ||
@@ -181,7 +181,7 @@ int cmd_status(const struct proc_list *l, const struct cli_opts *o)
             continue;
         printf("%-7s group %d index %d node %d %s:%d pid %ld:", p->role, p->group, p->index,
                p->node, p->host, p->port, p->pid);
-        if (admin_open(c, p->host, p->port, o->timeout_ms, o->secret) < 0) {
+        if (admin_open(c, p->host, p->port, o->timeout_ms, o->secret, o->tls) < 0) {
             printf(" DOWN (%s)\n", c->err);
             code = CLI_UNREACHABLE;
             continue;

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "cluster.h"
+#include "tls.h"
 
 #define ENDPOINT_LINE_MAX 512
 #define ENDPOINT_LINES_MAX 100000
@@ -158,8 +159,18 @@ int procs_load_secret(struct proc_list *l, const char *dir, const char *cluster_
     if (cluster_load(path, &c, err, errlen) < 0)
         return -1;
     snprintf(l->secret, sizeof l->secret, "%s", c.secret);
+    int rc = 0;
+    if (c.has_client_tls) {
+        char why[400];
+        l->tls = tls_dialer_new(c.client_tls_ca, c.client_tls_cert, c.client_tls_key, why,
+                                sizeof why);
+        if (l->tls == NULL) {
+            snprintf(err, errlen, "client_tls of %s: %s", path, why);
+            rc = -2;
+        }
+    }
     cluster_free(&c);
-    return 0;
+    return rc;
 }
 
 static bool listening(const char *host, int port);
@@ -265,6 +276,8 @@ int procs_coordinator(const char *dir, const char *cluster_file, char *host, siz
 
 void procs_free(struct proc_list *l)
 {
+    tls_dialer_free(l->tls);
+    l->tls = NULL;
     free(l->v);
     l->v = NULL;
     l->n = l->cap = 0;

@@ -19,10 +19,13 @@ struct proc_info {
     long pid;                   /* 0 when unknown (cluster file) */
 };
 
+struct tls_dialer;
+
 struct proc_list {
     struct proc_info *v;
     int n, cap;
     char secret[128];           /* the cluster secret ("" when unknown) */
+    struct tls_dialer *tls;     /* client_tls: how its client ports are dialled, or NULL */
 };
 
 /* DIR/endpoints: lines "<role> <group> <index> <node> <host>:<port> <pid>";
@@ -33,7 +36,9 @@ int procs_from_endpoints(const char *dir, struct proc_list *out, char *err, size
 int procs_from_cluster(const char *path, struct proc_list *out, char *err, size_t errlen);
 void procs_free(struct proc_list *l);
 /* The cluster secret into l->secret, from cluster_file or else
- * DIR/cluster.conf.  0, or -1 with err (l->secret stays ""). */
+ * DIR/cluster.conf, and with a client_tls line l->tls, which dials its
+ * processes' client ports over TLS.  0, -1 with err (l->secret stays ""),
+ * or -2 with err when the client_tls files do not load. */
 int procs_load_secret(struct proc_list *l, const char *dir, const char *cluster_file,
                       char *err, size_t errlen);
 

@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <malloc.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,11 +414,46 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* ---- start-up ---- */
 
+/* The first map's fetch under --backend-tls-*: TLS over its socket
+ * (lc_fetch.h's transport), with the server's certificate checked. */
+static void *fetch_tls_open(void *dialer, int fd, const char *host)
+{
+    return tls_conn_dial(dialer, fd, host);
+}
+
+static ssize_t fetch_tls_send(void *tc, const void *p, size_t n, short *want)
+{
+    ssize_t r = tls_write(tc, p, n);
+    if (r < 0 && tls_write_waits_read(tc))
+        *want = POLLIN;
+    return r;
+}
+
+static ssize_t fetch_tls_recv(void *tc, void *p, size_t n, short *want)
+{
+    ssize_t r = tls_read(tc, p, n);
+    if (r < 0 && tls_read_waits_write(tc))
+        *want = POLLOUT;
+    return r;
+}
+
+static const char *fetch_tls_error(void *tc)
+{
+    return tls_conn_error(tc);
+}
+
+static void fetch_tls_close(void *tc)
+{
+    tls_conn_free(tc);
+}
+
 /* The first map: from the first seed that answers, retried once a second
  * for up to wait_s seconds. */
 static struct lc_map *first_map(const struct proxy *px)
 {
     char err[256] = "no seed";
+    const struct lc_transport tls = { fetch_tls_open, fetch_tls_send, fetch_tls_recv,
+                                      fetch_tls_error, fetch_tls_close, px->dialer };
 
     for (int round = 0;; round++) {
         for (size_t i = 0; i < px->nseeds; i++) {
@@ -425,8 +461,9 @@ static struct lc_map *first_map(const struct proxy *px)
             char auth[600];
             bool as = px->has_server_auth && px_auth_ascii_request(px, auth, sizeof(auth)) > 0;
             bool asked = false;
-            if (lc_fetch_map(&px->seeds[i], px->opt.timeout_ms, as ? auth : NULL, &m, err,
-                                sizeof(err), &asked) == LC_FETCH_FAILED)
+            if (lc_fetch_map(&px->seeds[i], px->opt.timeout_ms, as ? auth : NULL,
+                             px->dialer ? &tls : NULL, &m, err, sizeof(err),
+                             &asked) == LC_FETCH_FAILED)
                 continue;
             if (as && !asked)
                 /* not an error: the pair goes only to servers that ask
@@ -460,6 +497,11 @@ static void usage(FILE *f)
             "      --tls-key FILE    its private key (default: in the --tls-cert file)\n"
             "      --tls-ca FILE     require client certificates signed by these CAs\n"
             "      --tls-min-version tlsv1.2|tlsv1.3  oldest TLS accepted (default tlsv1.2)\n"
+            "      --backend-tls-ca FILE  servers speak TLS on their client ports (a cluster\n"
+            "                        file's client_tls line): their certificates are checked\n"
+            "                        against these CAs (default: the system's)\n"
+            "      --backend-tls-cert FILE, --backend-tls-key FILE  the certificate (and key,\n"
+            "                        default: in the cert file) shown to the servers\n"
             "  -t, --timeout MS      a server that leaves a request unanswered this long is\n"
             "                        taken as failed (default 1000)\n"
             "  -D, --deadline-ms MS  retry a request this long (server failures, slot\n"
@@ -495,7 +537,7 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
 }
 
 enum { OPT_UNIX_SOCKET = 1000, OPT_UNIX_MASK, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_CA,
-       OPT_TLS_MIN_VERSION };
+       OPT_TLS_MIN_VERSION, OPT_BACKEND_TLS_CERT, OPT_BACKEND_TLS_KEY, OPT_BACKEND_TLS_CA };
 
 /* Returns 0 to run, 1 on a usage error, 2 after --help. */
 static int parse_args(int argc, char **argv, struct px_options *o)
@@ -523,6 +565,9 @@ static int parse_args(int argc, char **argv, struct px_options *o)
         { "tls-key", required_argument, NULL, OPT_TLS_KEY },
         { "tls-ca", required_argument, NULL, OPT_TLS_CA },
         { "tls-min-version", required_argument, NULL, OPT_TLS_MIN_VERSION },
+        { "backend-tls-cert", required_argument, NULL, OPT_BACKEND_TLS_CERT },
+        { "backend-tls-key", required_argument, NULL, OPT_BACKEND_TLS_KEY },
+        { "backend-tls-ca", required_argument, NULL, OPT_BACKEND_TLS_CA },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -547,6 +592,9 @@ static int parse_args(int argc, char **argv, struct px_options *o)
             o->tls_cfg.ca_cert = optarg;
             o->tls_cfg.verify_mode = 2;     /* a CA file is given to require its clients */
             break;
+        case OPT_BACKEND_TLS_CERT: o->backend_tls = true; o->backend_tls_cert = optarg; break;
+        case OPT_BACKEND_TLS_KEY: o->backend_tls = true; o->backend_tls_key = optarg; break;
+        case OPT_BACKEND_TLS_CA: o->backend_tls = true; o->backend_tls_ca = optarg; break;
         case OPT_TLS_MIN_VERSION:
             o->tls_cfg.min_version = tls_min_version_parse(optarg);
             if (o->tls_cfg.min_version < 2) {
@@ -702,6 +750,18 @@ static int setup_and_run(struct proxy *px)
             return 1;
         }
     }
+    if (px->opt.backend_tls_key && !px->opt.backend_tls_cert) {
+        fprintf(stderr, "cocytus-proxy: --backend-tls-key needs --backend-tls-cert\n");
+        return 1;
+    }
+    if (px->opt.backend_tls) {
+        px->dialer = tls_dialer_new(px->opt.backend_tls_ca, px->opt.backend_tls_cert,
+                                    px->opt.backend_tls_key, err, sizeof(err));
+        if (px->dialer == NULL) {
+            fprintf(stderr, "cocytus-proxy: %s\n", err);
+            return 1;
+        }
+    }
     px->first_map = first_map(px);
     if (px->first_map == NULL)
         return 1;
@@ -752,6 +812,7 @@ int main(int argc, char **argv)
     lc_map_free(px.first_map);
     authfile_free(&px.auth);
     tls_server_free(px.tls);
+    tls_dialer_free(px.dialer);
     for (size_t i = 0; i < px.nbstats; i++)
         free(px.bstats[i]);
     pthread_mutex_destroy(&px.stats_lock);

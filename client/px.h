@@ -116,6 +116,8 @@ struct px_options {
     int unix_mask;                  /* --unix-mask: its permissions (0700) */
     bool tls;                       /* --tls-cert given: clients speak TLS */
     struct tls_config tls_cfg;      /* --tls-cert, --tls-key, --tls-ca, --tls-min-version */
+    bool backend_tls;               /* --backend-tls-*: servers are dialled with TLS */
+    const char *backend_tls_cert, *backend_tls_key, *backend_tls_ca;
 };
 
 struct px_worker;
@@ -151,6 +153,7 @@ struct proxy {
     struct auth_pair server_auth;   /* presented to the servers */
     bool has_server_auth;
     struct tls_server *tls;         /* --tls-cert: shared by the workers (tls.h) */
+    struct tls_dialer *dialer;      /* --backend-tls-*: dials the servers (shared) */
 };
 
 /* ---- buffers ---- */
@@ -180,6 +183,17 @@ int px_queue_buffer(struct sendq *q, struct evbuffer *out, int fd);
  * drained as if sent and, when maybe is given, counted there, so that a
  * backend knows its ops in them may have been applied. */
 ssize_t px_batched_result(struct sendq *q, int *slot, struct evbuffer *out, uint64_t *maybe);
+/* One TLS record of the front of out (at most cap bytes), drained by what
+ * went; as px_send_buffer returns.  A write that waited is made again
+ * with the same first bytes and no fewer of them (out only grows until a
+ * write succeeds), as TLS requires. */
+#define PX_TLS_RECORD 16384
+ssize_t px_send_buffer_tls(struct evbuffer *out, struct tls_conn *tls, size_t cap);
+/* One step of the TLS handshake of a connection the proxy dialled to a
+ * server (--backend-tls-*): 1 done, 0 waiting for *want (EV_READ or
+ * EV_WRITE), -1 failed with the reason in why (a refused certificate
+ * names its reason). */
+int px_tls_handshake(struct tls_conn *tc, short *want, char *why, size_t whylen);
 /* One recv() into b, or one tls_read when tls is given.  >0 bytes read, 0
  * at EOF, -1 with errno (EAGAIN too). */
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd, struct tls_conn *tls);
@@ -265,7 +279,7 @@ struct px_req {
 
 /* BE_AUTH: connected, --server-auth's SASL exchange under way; ops queue
  * in out and are written once it is BE_UP. */
-enum px_be_state { BE_IDLE, BE_CONNECTING, BE_AUTH, BE_UP, BE_DOWN };
+enum px_be_state { BE_IDLE, BE_CONNECTING, BE_HANDSHAKE, BE_AUTH, BE_UP, BE_DOWN };
 enum px_be_auth { BE_AUTH_LIST, BE_AUTH_PLAIN };
 
 /* The address a connection was made to (len 0: none yet). */
@@ -299,6 +313,7 @@ struct px_backend {
     enum px_be_auth auth_step;      /* BE_AUTH: whose answer is awaited */
     bool dirty;
     int sq_slot;                    /* its message in the worker's batch, or -1 */
+    struct tls_conn *tls;           /* --backend-tls-*: its bytes move through TLS */
     struct px_backend *next_dirty;
     struct px_backend *next_all;
     struct px_be_stats *st;
@@ -341,6 +356,9 @@ struct px_fetch {
     struct px_at at;                /* the address fd is to */
     struct event *ev;
     struct px_rbuf in;
+    struct tls_conn *tls;           /* --backend-tls-*: its bytes move through TLS */
+    bool tls_up;                    /* its handshake is done */
+    bool tls_logged;                /* a TLS failure was logged */
     char req[600];                  /* [auth set] config get cluster */
     const char *req_pos;            /* unsent part of the request */
     size_t req_left;

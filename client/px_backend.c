@@ -19,7 +19,13 @@
  * stopped server therefore only delays the ops that are routed to it.
  * Transitions are logged once: down with the reason, and up again when
  * the server answers (not when it accepts: a stopped process's kernel
- * still completes connections). */
+ * still completes connections).
+ *
+ * With --backend-tls-* (servers with TLS on their client ports) a new
+ * connection shakes hands first (BE_HANDSHAKE), the server's certificate
+ * checked against the CA and the name dialled; then its bytes move
+ * through TLS, one record per write and without the worker's io_uring
+ * batch (the bytes of a TLS write that waited must be offered again). */
 #include "config.h"
 
 #include <errno.h>
@@ -124,6 +130,8 @@ static void be_close_socket(struct px_backend *be)
         event_free(be->wev);
         be->wev = NULL;
     }
+    tls_conn_free(be->tls);
+    be->tls = NULL;
     if (be->fd >= 0)
         close(be->fd);
     be->fd = -1;
@@ -223,7 +231,7 @@ static bool be_send_auth(struct px_backend *be, const char *req, size_t n)
         be_fail(be, "cannot build the SASL request", false);
         return false;
     }
-    ssize_t w = send(be->fd, req, n, MSG_NOSIGNAL);
+    ssize_t w = be->tls ? tls_write(be->tls, req, n) : send(be->fd, req, n, MSG_NOSIGNAL);
     if (w != (ssize_t)n) {
         char why[120];
         snprintf(why, sizeof(why), "write: %s", w < 0 ? strerror(errno) : "short write");
@@ -287,6 +295,38 @@ static bool be_auth_reply(struct px_backend *be, const char *h, size_t total)
     }
     be_up(be);
     return true;
+}
+
+/* One step of the TLS handshake; be_connected once it is done. */
+static void be_tls_step(struct px_backend *be)
+{
+    short want = 0;
+    char why[240];
+    int r = px_tls_handshake(be->tls, &want, why, sizeof(why));
+    if (r < 0)
+        be_fail(be, why, false);
+    else if (r > 0)
+        be_connected(be);
+    else if (want == EV_WRITE)
+        event_add(be->wev, NULL);     /* rev, persistent, is added already */
+}
+
+/* The TCP connection is made: TLS first if the servers speak it. */
+static void be_tcp_up(struct px_backend *be)
+{
+    struct tls_dialer *d = be->w->px->dialer;
+    if (d == NULL) {
+        be_connected(be);
+        return;
+    }
+    be->tls = tls_conn_dial(d, be->fd, be->addr.host);
+    if (be->tls == NULL) {
+        be_fail(be, "TLS: out of memory", false);
+        return;
+    }
+    be->state = BE_HANDSHAKE;
+    event_add(be->rev, NULL);
+    be_tls_step(be);
 }
 
 static bool be_connect(struct px_backend *be)
@@ -361,7 +401,8 @@ bool px_backend_send(struct px_backend *be, struct px_op *op)
 /* Its output as one message of the worker's next batch. */
 void px_backend_queue(struct px_backend *be)
 {
-    if (be->state == BE_UP && be->sq_slot < 0 && evbuffer_get_length(be->out) > 0)
+    if (be->state == BE_UP && be->tls == NULL && be->sq_slot < 0 &&
+        evbuffer_get_length(be->out) > 0)
         be->sq_slot = px_queue_buffer(be->w->sq, be->out, be->fd);
 }
 
@@ -377,7 +418,8 @@ void px_backend_flush(struct px_backend *be)
         return;
     }
     for (int i = 0; i < 8 && evbuffer_get_length(be->out) > 0; i++) {
-        ssize_t n = px_send_buffer(be->out, be->fd);
+        ssize_t n = be->tls ? px_send_buffer_tls(be->out, be->tls, PX_TLS_RECORD)
+                            : px_send_buffer(be->out, be->fd);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
@@ -411,9 +453,15 @@ static void on_be_write(evutil_socket_t fd, short what, void *arg)
             be_fail(be, why, false);
             return;
         }
-        be_connected(be);
+        be_tcp_up(be);
         return;
     }
+    if (be->state == BE_HANDSHAKE) {
+        be_tls_step(be);
+        return;
+    }
+    if (tls_read_waits_write(be->tls))
+        on_be_read(be->fd, EV_READ, be);   /* the read TLS held until it could write */
     be_mark_dirty(be);
 }
 
@@ -510,20 +558,33 @@ static void on_be_read(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    ssize_t n = px_rbuf_read(&be->in, be->fd, NULL);
-    if (n == 0) {
-        be_fail(be, "connection closed", false);
+    if (be->state == BE_HANDSHAKE) {
+        be_tls_step(be);
         return;
     }
-    if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            char why[120];
-            snprintf(why, sizeof(why), "read: %s", strerror(errno));
-            be_fail(be, why, false);
+    /* Under TLS, bytes it read ahead wake nobody: read them too. */
+    do {
+        ssize_t n = px_rbuf_read(&be->in, be->fd, be->tls);
+        if (n == 0) {
+            be_fail(be, "connection closed", false);
+            return;
         }
-        return;
-    }
-    be_replies(be);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                char why[240];
+                snprintf(why, sizeof(why), "read: %s",
+                         be->tls ? tls_conn_error(be->tls) : strerror(errno));
+                be_fail(be, why, false);
+            } else if (tls_read_waits_write(be->tls)) {
+                event_add(be->wev, NULL);
+            }
+            return;
+        }
+        if (!be_replies(be))
+            return;
+        if (tls_write_waits_read(be->tls))
+            be_mark_dirty(be);      /* the write that waited for this read */
+    } while (be->tls != NULL && tls_pending(be->tls) > 0);
 }
 
 /* The oldest op on be that reached the server and cannot be sent twice
@@ -573,10 +634,13 @@ void px_backend_check_timeouts(struct px_worker *w, int64_t now_ms)
 
     for (struct px_backend *be = w->all_be; be; be = be->next_all) {
         char why[80];
-        if ((be->state == BE_CONNECTING || be->state == BE_AUTH) &&
+        if ((be->state == BE_CONNECTING || be->state == BE_HANDSHAKE || be->state == BE_AUTH) &&
             now_ms - be->connect_started_ms > timeout) {
             snprintf(why, sizeof(why), "%s: no answer in %d ms",
-                     be->state == BE_AUTH ? "SASL" : "connect", timeout);
+                     be->state == BE_AUTH        ? "SASL"
+                     : be->state == BE_HANDSHAKE ? "TLS handshake"
+                                                 : "connect",
+                     timeout);
             be_fail(be, why, true);
         } else if (be->state == BE_UP && be->head &&
                    now_us - be->head->sent_us > (int64_t)timeout * 1000 &&
@@ -657,7 +721,8 @@ void px_backend_name_moved(struct px_worker *w, const struct lc_addr *a,
         if (!lc_addr_equal(&be->addr, a))
             continue;
         bool gone = be->fd >= 0 && be->at.len > 0 && !px_addrs_have(addrs, &be->at);
-        if (gone && (be->state == BE_CONNECTING || be->state == BE_AUTH)) {
+        if (gone && (be->state == BE_CONNECTING || be->state == BE_HANDSHAKE ||
+                     be->state == BE_AUTH)) {
             /* nothing of its requests was answered: all go again */
             be_drop(be, "its name now resolves to another address", false, false);
         } else if (gone && be->state == BE_UP && be->head == NULL && be->sq_slot < 0) {

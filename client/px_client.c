@@ -152,6 +152,38 @@ ssize_t px_send_buffer(struct evbuffer *out, int fd)
     return w;
 }
 
+ssize_t px_send_buffer_tls(struct evbuffer *out, struct tls_conn *tls, size_t cap)
+{
+    size_t len = evbuffer_get_length(out);
+    size_t n = len < cap ? len : cap;
+    unsigned char *p = evbuffer_pullup(out, (ssize_t)n);
+    if (p == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    ssize_t w = tls_write(tls, p, n);
+    if (w > 0)
+        evbuffer_drain(out, (size_t)w);
+    return w;
+}
+
+int px_tls_handshake(struct tls_conn *tc, short *want, char *why, size_t whylen)
+{
+    switch (tls_handshake(tc)) {
+    case TLS_HS_DONE:
+        return 1;
+    case TLS_HS_WANTS_READ:
+        *want = EV_READ;
+        return 0;
+    case TLS_HS_WANTS_WRITE:
+        *want = EV_WRITE;
+        return 0;
+    default:
+        snprintf(why, whylen, "%s", tls_conn_error(tc));
+        return -1;
+    }
+}
+
 ssize_t px_rbuf_read(struct px_rbuf *b, int fd, struct tls_conn *tls)
 {
     if (!px_rbuf_reserve(b, PX_READ_CHUNK / 2)) {
@@ -460,25 +492,6 @@ static void client_set_reading(struct px_client *c, bool on)
         event_active(c->rev, EV_READ, 0);      /* decrypted before reading paused */
 }
 
-/* One TLS record of the client's output.  A write that waited is made
- * again with the same first bytes and no fewer of them (out only grows
- * until a write succeeds), as TLS requires. */
-static ssize_t client_tls_send(struct px_client *c)
-{
-    size_t len = evbuffer_get_length(c->out);
-    size_t cap = c->w->px->opt.tls_cfg.wbuf_size;
-    size_t n = len < cap ? len : cap;
-    unsigned char *p = evbuffer_pullup(c->out, (ssize_t)n);
-    if (p == NULL) {
-        errno = ENOMEM;
-        return -1;
-    }
-    ssize_t w = tls_write(c->tls, p, n);
-    if (w > 0)
-        evbuffer_drain(c->out, (size_t)w);
-    return w;
-}
-
 /* Starts every complete request in in, while the client is not too busy. */
 static void client_parse_from(struct px_client *c, struct px_rbuf *in)
 {
@@ -636,7 +649,8 @@ void px_client_flush(struct px_client *c)
      * one client does not hold the worker long) */
     int tries = c->tls ? 64 : 8;
     for (int i = 0; i < tries && evbuffer_get_length(c->out) > 0; i++) {
-        ssize_t n = c->tls ? client_tls_send(c) : px_send_buffer(c->out, c->fd);
+        ssize_t n = c->tls ? px_send_buffer_tls(c->out, c->tls, c->w->px->opt.tls_cfg.wbuf_size)
+                             : px_send_buffer(c->out, c->fd);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;

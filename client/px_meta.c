@@ -155,7 +155,8 @@ struct px_mconn {
     char name[LC_ADDR_TEXT_MAX];
     int fd;
     struct px_at at;                /* the address fd is to */
-    bool connected;
+    bool connected;                 /* and, under TLS, the handshake done */
+    struct tls_conn *tls;           /* --backend-tls-*: its bytes move through TLS */
     int64_t connect_started_ms;
     bool broken;                    /* a send failed: the read event ends it */
     enum mconn_auth auth;           /* --server-auth: the exchange under way, before
@@ -388,6 +389,7 @@ static void mconn_free(struct px_mconn *m)
         event_free(m->rev);
     if (m->wev)
         event_free(m->wev);
+    tls_conn_free(m->tls);
     if (m->fd >= 0)
         close(m->fd);
     if (m->out)
@@ -887,11 +889,17 @@ static void mconn_read(struct px_mconn *m)
         mconn_pause(m);
         return;
     }
-    ssize_t got = px_rbuf_read(&m->in, m->fd, NULL);
+    ssize_t got = px_rbuf_read(&m->in, m->fd, m->tls);
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
         return;
     }
+    /* Under TLS: bytes it read ahead wake nobody (read again from the
+     * loop), and a write that waited for this read can go now. */
+    if (tls_pending(m->tls) > 0 && !m->paused)
+        event_active(m->rev, EV_READ, 0);
+    if (tls_write_waits_read(m->tls))
+        event_add(m->wev, NULL);
     if (got > 0) {
         m->last_rx_ms = px_now_ms();
         m->hold_until_ms = 0;
@@ -930,8 +938,10 @@ static void mconn_send_now(struct px_mconn *m)
     if (m->auth != MA_NONE) {
         /* only the exchange's request until it is over */
         while (m->greet_off < m->greet_len) {
-            ssize_t n = send(m->fd, m->greet + m->greet_off, m->greet_len - m->greet_off,
-                             MSG_NOSIGNAL);
+            ssize_t n = m->tls ? tls_write(m->tls, m->greet + m->greet_off,
+                                           m->greet_len - m->greet_off)
+                               : send(m->fd, m->greet + m->greet_off, m->greet_len - m->greet_off,
+                                      MSG_NOSIGNAL);
             if (n < 0) {
                 if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                     m->broken = true;
@@ -944,7 +954,8 @@ static void mconn_send_now(struct px_mconn *m)
         return;
     }
     while (evbuffer_get_length(m->out) > 0) {
-        ssize_t w = px_send_buffer(m->out, m->fd);
+        ssize_t w = m->tls ? px_send_buffer_tls(m->out, m->tls, PX_TLS_RECORD)
+                           : px_send_buffer(m->out, m->fd);
         if (w < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 m->broken = true;
@@ -959,14 +970,44 @@ static void on_mconn_event(evutil_socket_t fd, short what, void *arg)
 {
     struct px_mconn *m = arg;
     (void)fd;
-    if ((what & EV_WRITE) && !m->connected) {
+    if ((what & EV_WRITE) && !m->connected && m->tls == NULL) {
         int err = 0;
         socklen_t len = sizeof(err);
         if (getsockopt(m->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
             mconn_lost(m, "cannot connect to", true);
             return;
         }
+        struct tls_dialer *d = m->w->px->dialer;
+        if (d == NULL)
+            m->connected = true;
+        else if ((m->tls = tls_conn_dial(d, m->fd, m->addr.host)) == NULL) {
+            mconn_lost(m, "out of memory for TLS to", true);
+            return;
+        }
+    }
+    if (m->tls != NULL && !m->connected) {
+        /* the TLS handshake first; nothing is sent before it is done */
+        short want = 0;
+        char why[240];
+        int r = px_tls_handshake(m->tls, &want, why, sizeof(why));
+        if (r < 0) {
+            fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: %s\n", m->w->id,
+                    m->name, why);
+            mconn_lost(m, "TLS handshake failed with", true);
+            return;
+        }
+        if (r == 0) {
+            if (want == EV_WRITE)
+                event_add(m->wev, NULL);
+            return;
+        }
         m->connected = true;
+        mconn_send_now(m);
+        return;
+    }
+    if ((what & EV_WRITE) && tls_read_waits_write(m->tls)) {
+        mconn_read(m);      /* the read TLS held until it could write */
+        return;
     }
     if (what & EV_WRITE) {
         mconn_send_now(m);

@@ -386,6 +386,8 @@ static void fetch_close(struct px_fetch *f)
         event_free(f->ev);
         f->ev = NULL;
     }
+    tls_conn_free(f->tls);
+    f->tls = NULL;
     if (f->fd >= 0)
         close(f->fd);
     f->fd = -1;
@@ -471,6 +473,21 @@ static void fetch_answer(struct px_worker *w, size_t n)
 
 static void on_fetch(evutil_socket_t fd, short what, void *arg);
 
+/* The fetch's socket events from now on (persistent); false if they
+ * cannot be set. */
+static bool fetch_wait(struct px_worker *w, short events)
+{
+    struct px_fetch *f = &w->fetch;
+
+    if (f->ev != NULL) {
+        event_del(f->ev);
+        event_assign(f->ev, w->base, f->fd, events | EV_PERSIST, on_fetch, w);
+    } else {
+        f->ev = event_new(w->base, f->fd, events | EV_PERSIST, on_fetch, w);
+    }
+    return f->ev != NULL && event_add(f->ev, NULL) == 0;
+}
+
 /* Sends the request from f->req on; false if the event cannot be set. */
 static bool fetch_send(struct px_worker *w, size_t len)
 {
@@ -478,13 +495,34 @@ static bool fetch_send(struct px_worker *w, size_t len)
 
     f->req_pos = f->req;
     f->req_left = len;
-    if (f->ev != NULL) {
-        event_del(f->ev);
-        event_assign(f->ev, w->base, f->fd, EV_READ | EV_WRITE | EV_PERSIST, on_fetch, w);
-    } else {
-        f->ev = event_new(w->base, f->fd, EV_READ | EV_WRITE | EV_PERSIST, on_fetch, w);
+    return fetch_wait(w, EV_READ | EV_WRITE);
+}
+
+/* Under --backend-tls-*: one step of the handshake, which comes before
+ * the request.  True once it is done. */
+static bool fetch_tls_step(struct px_worker *w)
+{
+    struct px_fetch *f = &w->fetch;
+    short want = 0;
+    char why[240];
+    int r = px_tls_handshake(f->tls, &want, why, sizeof(why));
+    if (r < 0) {
+        if (w->id == 0 && !f->tls_logged)
+            fprintf(stderr, "cocytus-proxy: map fetch from %s:%d: %s\n", f->src[f->cur].host,
+                    f->src[f->cur].port, why);
+        f->tls_logged = true;       /* once: every fetch would say it again */
+        fetch_source_unreachable(w);
+        return false;
     }
-    return f->ev != NULL && event_add(f->ev, NULL) == 0;
+    if (r == 0) {
+        if (!fetch_wait(w, want))
+            fetch_source_unreachable(w);
+        return false;
+    }
+    f->tls_up = true;
+    if (!fetch_wait(w, EV_READ | EV_WRITE))
+        fetch_source_unreachable(w);
+    return true;
 }
 
 /* A server with -Y answered the fetch "CLIENT_ERROR unauthenticated":
@@ -519,8 +557,13 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
     struct px_worker *w = arg;
     struct px_fetch *f = &w->fetch;
 
+    if (f->tls != NULL && !f->tls_up) {
+        fetch_tls_step(w);
+        return;
+    }
     if ((what & EV_WRITE) && f->req_left > 0) {
-        ssize_t n = send(fd, f->req_pos, f->req_left, MSG_NOSIGNAL);
+        ssize_t n = f->tls ? tls_write(f->tls, f->req_pos, f->req_left)
+                           : send(fd, f->req_pos, f->req_left, MSG_NOSIGNAL);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
             fetch_source_unreachable(w);
             return;
@@ -538,11 +581,13 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
     }
     if (!(what & EV_READ))
         return;
-    ssize_t n = px_rbuf_read(&f->in, f->fd, NULL);
+    ssize_t n = px_rbuf_read(&f->in, f->fd, f->tls);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         fetch_source_unreachable(w);
         return;
     }
+    if (tls_pending(f->tls) > 0)
+        event_active(f->ev, EV_READ, 0);    /* TLS read ahead: the socket will not say */
     if (fetch_asked(w))
         return;
     if (f->auth_reply) {
@@ -591,6 +636,12 @@ static void fetch_next(struct px_worker *w)
         memcpy(f->req, fetch_request, sizeof(fetch_request));
         f->auth_reply = false;
         f->auth_sent = false;
+        f->tls_up = false;
+        if (w->px->dialer != NULL &&
+            (f->tls = tls_conn_dial(w->px->dialer, fd, f->src[f->cur].host)) == NULL) {
+            fetch_close(f);
+            continue;
+        }
         if (!fetch_send(w, sizeof(fetch_request) - 1)) {
             px_resolved_stale(w, &f->src[f->cur], &f->at);
             fetch_close(f);

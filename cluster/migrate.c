@@ -62,6 +62,7 @@
 #include "printable.h"
 #include "server.h"
 #include "slotmap.h"
+#include "migrate_tls.h"
 
 #define MG_WINDOW_CMDS 256             /* commands sent and not yet answered */
 #define MG_WINDOW_BYTES (1u << 20)     /* bytes sent and not yet answered */
@@ -984,9 +985,13 @@ static void on_import_event(struct bufferevent *bev, short what, void *arg)
         snprintf(why, sizeof(why), "no answer from the destination for %d s", mg->io_timeout_sec);
     else if (what & BEV_EVENT_EOF)
         snprintf(why, sizeof(why), "the destination closed the import connection");
-    else
+    else {
+        char tls_why[120] = "";
+        if (mg->srv->tls_dialer != NULL)
+            migrate_tls_error(bev, tls_why, sizeof(tls_why));
         snprintf(why, sizeof(why), "import connection failed: %s",
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+                 tls_why[0] ? tls_why : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    }
     mg_fail(mg, why);
 }
 
@@ -1012,9 +1017,13 @@ static int open_import(struct migration *mg, bool purge, char *err, size_t errle
         snprintf(err, errlen, "cannot resolve %s: %s", mg->host, gai_strerror(rc));
         return -1;
     }
-    struct bufferevent *bev = bufferevent_socket_new(mg->srv->base, -1,
-                                                     BEV_OPT_CLOSE_ON_FREE |
-                                                     BEV_OPT_DEFER_CALLBACKS);
+    /* Under -Z the destination's client port speaks TLS: dial it so,
+     * checking that its certificate names the host of the slot map. */
+    struct tls_dialer *d = mg->srv->tls_dialer;
+    struct bufferevent *bev =
+        d != NULL ? migrate_tls_dial(d, mg->srv->base, mg->host, BEV_OPT_DEFER_CALLBACKS)
+                  : bufferevent_socket_new(mg->srv->base, -1,
+                                           BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (!bev || bufferevent_socket_connect(bev, ai->ai_addr, (int)ai->ai_addrlen) < 0) {
         snprintf(err, errlen, "cannot connect to %s:%d", mg->host, mg->port);
         freeaddrinfo(ai);

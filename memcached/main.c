@@ -62,7 +62,7 @@ static void usage(FILE *out)
         "                            ssl_ca_cert=FILE, ssl_verify_mode=0-3, ssl_keyformat=1|2,\n"
         "                            ssl_ciphers=LIST, ssl_min_version=tlsv1.2, ssl_wbuf_size=KB\n"
         "                            (others ignored)\n"
-        "  -Z, --enable-ssl          clients connect with TLS (plain role; see -o ssl_*)\n"
+        "  -Z, --enable-ssl          clients connect with TLS (see -o ssl_*)\n"
         "      --role=<role>         plain (default), data, parity, primary, backup, coordinator\n"
         "      --cluster=<file>      cluster file (replicated roles)\n"
         "      --group=<g> --index=<i>  this process's group and index within its role\n"
@@ -407,15 +407,6 @@ static int parse_args(int argc, char **argv, struct settings *st)
     if (st->unix_path && strcmp(st->role, "plain") != 0) {
         fprintf(stderr, "cocytus-server: -s (a Unix socket) serves the plain role only; a %s "
                 "process is reached at the host:port of its cluster file\n", st->role);
-        return -1;
-    }
-    /* The cluster's own clients (libcocytus, the proxy, the coordinator,
-     * cocytus-cli) speak to its processes in the clear; TLS for a cluster
-     * is at its edge, in front of it. */
-    if (st->tls_enabled && strcmp(st->role, "plain") != 0) {
-        fprintf(stderr, "cocytus-server: -Z (TLS) serves the plain role only; a %s process "
-                "is dialled in the clear by the cluster's proxy, clients and coordinator\n",
-                st->role);
         return -1;
     }
     if (st->sasl_enabled && check_sasl(st, udp_asked) < 0)

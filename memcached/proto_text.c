@@ -1039,29 +1039,29 @@ static void handle_lru_crawler(struct conn *c, const struct text_req *req)
 
 /* refresh_certs: the certificate, key and CAs read again, as memcached
  * does after a certificate was renewed; on failure the old ones stay.  In
- * a cluster's process, the files of the cluster file's link_tls line (the
- * links' TLS). */
+ * a cluster's process, also the files of the cluster file's link_tls line
+ * (the links' TLS); the first error is the reply. */
 static void handle_refresh_certs(struct conn *c)
 {
     struct server *s = conn_server(c);
     char err[1536], line[1600];
-    if (s->tls != NULL) {
-        if (!tls_server_refresh(s->tls, err, sizeof(err)))
-            reply_line(c, err, false);
-        else
-            reply_line(c, "OK", false);
-    } else if (s->cluster != NULL && s->cluster->link_tls != NULL) {
-        const struct cluster *cl = s->cluster;
-        if (linktls_ctx_reload(cl->link_tls, cl->tls_cert, cl->tls_key, cl->tls_ca, err,
-                               sizeof(err)) < 0) {
-            snprintf(line, sizeof(line), "Error loading %s", err);
-            reply_line(c, line, false);
-        } else {
-            reply_line(c, "OK", false);
-        }
-    } else {
+    const struct cluster *cl = s->cluster;
+    bool links = cl != NULL && cl->link_tls != NULL;
+    if (s->tls == NULL && !links) {
         reply_line(c, "Error TLS not enabled", false);
+        return;
     }
+    if (s->tls != NULL && !server_tls_refresh(s, err, sizeof(err))) {
+        reply_line(c, err, false);
+        return;
+    }
+    if (links && linktls_ctx_reload(cl->link_tls, cl->tls_cert, cl->tls_key, cl->tls_ca, err,
+                                    sizeof(err)) < 0) {
+        snprintf(line, sizeof(line), "Error loading %s", err);
+        reply_line(c, line, false);
+        return;
+    }
+    reply_line(c, "OK", false);
 }
 
 /* watch [stream...]: from its OK on, the connection carries the log

@@ -200,6 +200,21 @@ static int server_listen(struct server *s)
 
 #define TRIM_EVERY_SECONDS 5
 
+bool server_tls_refresh(struct server *s, char *err, size_t errlen)
+{
+    if (!tls_server_refresh(s->tls, err, errlen))
+        return false;
+    if (s->tls_dialer == NULL)
+        return true;
+    const struct tls_config *cfg = &s->settings.tls;
+    struct tls_dialer *d = tls_dialer_new(cfg->ca_cert, cfg->chain_cert, cfg->key, err, errlen);
+    if (d == NULL)
+        return false;
+    tls_dialer_free(s->tls_dialer);     /* connections under way hold their own reference */
+    s->tls_dialer = d;
+    return true;
+}
+
 /* -o idle_timeout=N: connections without a request for N seconds are
  * closed (their replies still go out first); not one still writing a
  * streamed reply, which is busy rather than idle (its client reads slowly). */
@@ -625,6 +640,16 @@ int server_init(struct server *s, const struct settings *settings, struct event_
         return -1;
     if (settings->auth_file && server_load_auth(s, settings->auth_file) < 0)
         return -1;
+    /* A cluster file's client_tls line is -Z for every process of the
+     * cluster (an explicit -Z with its -o ssl_* takes precedence). */
+    if (!s->settings.tls_enabled && s->cluster != NULL && s->cluster->has_client_tls) {
+        s->settings.tls_enabled = true;
+        s->settings.tls.chain_cert = s->cluster->client_tls_cert;
+        s->settings.tls.key = s->cluster->client_tls_key;
+        s->settings.tls.ca_cert = s->cluster->client_tls_ca;
+        s->settings.tls.verify_mode = 2;
+        settings = &s->settings;
+    }
     /* The key is read before -u drops root, as memcached reads it. */
     if (settings->tls_enabled) {
         char err[512];
@@ -632,6 +657,17 @@ int server_init(struct server *s, const struct settings *settings, struct event_
         if (s->tls == NULL) {
             fprintf(stderr, "cocytus-server: %s\n", err);
             return -1;
+        }
+        /* A cluster process dials other processes' client ports (a slot
+         * move's copy), which speak TLS too: it trusts ssl_ca_cert and
+         * shows its own certificate to a process that requires one. */
+        if (s->cluster != NULL) {
+            s->tls_dialer = tls_dialer_new(settings->tls.ca_cert, settings->tls.chain_cert,
+                                           settings->tls.key, err, sizeof(err));
+            if (s->tls_dialer == NULL) {
+                fprintf(stderr, "cocytus-server: %s\n", err);
+                return -1;
+            }
         }
     }
     /* Before -u drops root too: the configuration and plugins are read
@@ -772,6 +808,8 @@ void server_destroy(struct server *s)
     s->sq = NULL;
     tls_server_free(s->tls);
     s->tls = NULL;
+    tls_dialer_free(s->tls_dialer);
+    s->tls_dialer = NULL;
     free(s->tls_gather);
     s->tls_gather = NULL;
     if (s->sasl_ready)

@@ -36,7 +36,7 @@ struct settings {
     const char *listen_addr;  /* -l, every one given, comma separated (NULL: all interfaces) */
     const char *unix_path;    /* -s: listen on this Unix socket instead of TCP */
     int unix_mask;            /* -a: the socket file's permissions (0700) */
-    bool tls_enabled;         /* -Z: clients speak TLS (plain role) */
+    bool tls_enabled;         /* -Z: clients speak TLS */
     struct tls_config tls;    /* -o ssl_*: its certificate, key and rules */
     int udp_port;             /* -U; only 0 (off) is supported */
     size_t mem_limit;         /* -m, bytes */
@@ -121,6 +121,7 @@ struct server {
     bool listen_unix;         /* -s: the one listener is a Unix socket */
     struct unixsock unix_listener; /* ... it, its lock and its file (unixsock.h) */
     struct tls_server *tls;   /* -Z: every accepted client shakes hands (tls.h) */
+    struct tls_dialer *tls_dialer; /* -Z in a cluster: dials its processes' client ports */
     bool sasl_ready;          /* -S: Cyrus SASL initialised (sasl_auth.h) */
     bool save_memory;         /* -e: SIGUSR1 asked for the items to be saved at exit */
     bool save_failed;         /* -e: that save failed (the exit status says so) */
@@ -209,5 +210,11 @@ static inline const char *server_moved(struct server *s, const char *key, size_t
     slotmap_moved_text(s->slotmap, slot, s->moved, sizeof(s->moved));
     return s->moved;
 }
+
+/* refresh_certs under -Z: the client port's TLS files read again, then in
+ * a cluster the dialler's (a slot move's copy).  False with err when one
+ * does not load: it keeps its old files (the port's may be renewed
+ * already when the dialler's fail). */
+bool server_tls_refresh(struct server *s, char *err, size_t errlen);
 
 #endif

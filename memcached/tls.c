@@ -1,4 +1,5 @@
-/* tls.c - TLS on a server's client port (tls.h), over OpenSSL.
+/* tls.c - TLS on a server's client port (tls.h), over OpenSSL, and on
+ * the connections the cluster's own clients dial to those ports.
  *
  * One SSL_CTX holds the certificate, key and verification rules; every
  * accepted connection gets an SSL object on its socket, in accept state,
@@ -14,7 +15,13 @@
  * socket no longer announces; tls_pending says so, and the callers read
  * on or re-arm their event.  cocytus-proxy's worker threads share one
  * tls_server: the context is swapped and taken under a mutex, the counts
- * are atomic. */
+ * are atomic.
+ *
+ * The dialling side (a tls_dialer: cocytus-proxy's backends, cocytus-cli,
+ * a slot move's copy) uses the same connection object in connect state:
+ * it checks the server's certificate against its CA file and that the
+ * certificate names the host it dialled, and shows its own certificate
+ * to a server that asks (ssl_verify_mode 2). */
 #include "config.h"
 
 #include <errno.h>
@@ -53,6 +60,8 @@ const char *tls_min_version_name(int v)
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "linktls.h"
+
 struct tls_server {
     struct tls_config cfg;
     pthread_mutex_t lock;       /* ctx and last_refresh */
@@ -62,12 +71,17 @@ struct tls_server {
     time_t last_refresh;
 };
 
+struct tls_dialer {
+    SSL_CTX *ctx;
+};
+
 struct tls_conn {
-    struct tls_server *srv;
+    struct tls_server *srv;     /* NULL on the dialling side */
     SSL *ssl;
     bool read_waits_write;      /* the last read: EAGAIN until the socket takes bytes */
     bool write_waits_read;      /* the last write: EAGAIN until the peer sends bytes */
     bool failed;                /* a fatal error: no close_notify */
+    char why[200];              /* what failed, for the log */
 };
 
 bool tls_built_in(void)
@@ -303,8 +317,13 @@ static ssize_t outcome(struct tls_conn *tc, int rc, bool *waits, int other_way)
         /* fallthrough */
     default:
         tc->failed = true;
-        if (!SSL_is_init_finished(tc->ssl))
+        if (!SSL_is_init_finished(tc->ssl) && tc->srv != NULL)
             __atomic_fetch_add(&tc->srv->handshake_errors, 1, __ATOMIC_RELAXED);
+        if (ERR_peek_error() != 0 || SSL_get_verify_result(tc->ssl) != X509_V_OK)
+            linktls_describe_failure(tc->ssl, tc->why, sizeof(tc->why));
+        else
+            snprintf(tc->why, sizeof(tc->why), "%s",
+                     strerror(saved != 0 && saved != EAGAIN ? saved : ECONNRESET));
         ERR_clear_error();
         errno = saved != 0 && saved != EAGAIN ? saved : ECONNRESET;
         return -1;
@@ -364,6 +383,128 @@ size_t tls_pending(const struct tls_conn *tc)
     if (n > 0)
         return (size_t)n;
     return SSL_has_pending(tc->ssl) ? 1 : 0;
+}
+
+
+/* ---- the dialling side ---- */
+
+struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *key,
+                                  char *err, size_t errlen)
+{
+    ERR_clear_error();
+    errno = 0;
+    struct tls_dialer *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    d->ctx = SSL_CTX_new(TLS_client_method());
+    if (d->ctx == NULL) {
+        say_error(err, errlen, "cannot create a TLS context", NULL);
+        goto fail;
+    }
+    if (ca != NULL ? SSL_CTX_load_verify_locations(d->ctx, ca, NULL) != 1
+                   : SSL_CTX_set_default_verify_paths(d->ctx) != 1) {
+        say_error(err, errlen, "Error loading the CA certificate:", ca ? ca : "(system default)");
+        goto fail;
+    }
+    if (cert != NULL) {
+        if (SSL_CTX_use_certificate_chain_file(d->ctx, cert) != 1) {
+            say_error(err, errlen, "Error loading the certificate chain:", cert);
+            goto fail;
+        }
+        const char *k = key ? key : cert;
+        if (SSL_CTX_use_PrivateKey_file(d->ctx, k, SSL_FILETYPE_PEM) != 1) {
+            say_error(err, errlen, "Error loading the private key:", k);
+            goto fail;
+        }
+        if (SSL_CTX_check_private_key(d->ctx) != 1) {
+            say_error(err, errlen, "Error: the private key does not match the certificate:", k);
+            goto fail;
+        }
+    }
+    SSL_CTX_set_min_proto_version(d->ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(d->ctx, SSL_VERIFY_PEER, NULL);
+    SSL_CTX_set_read_ahead(d->ctx, 1);
+    SSL_CTX_set_mode(d->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    long opts = SSL_OP_NO_RENEGOTIATION;
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    /* A server that is killed sends no close notice: its end reads as
+     * the end of the connection, as it would without TLS. */
+    opts |= SSL_OP_IGNORE_UNEXPECTED_EOF;
+#endif
+    SSL_CTX_set_options(d->ctx, opts);
+    return d;
+fail:
+    tls_dialer_free(d);
+    return NULL;
+}
+
+void tls_dialer_free(struct tls_dialer *d)
+{
+    if (d == NULL)
+        return;
+    SSL_CTX_free(d->ctx);
+    free(d);
+}
+
+void *tls_dialer_ssl(struct tls_dialer *d, const char *host)
+{
+    ERR_clear_error();
+    SSL *ssl = SSL_new(d->ctx);     /* a shared context: SSL_new is thread-safe */
+    if (ssl == NULL || !linktls_expect_host(ssl, host)) {
+        ERR_clear_error();
+        SSL_free(ssl);
+        return NULL;
+    }
+    SSL_set_connect_state(ssl);
+    return ssl;
+}
+
+struct tls_conn *tls_conn_dial(struct tls_dialer *d, int fd, const char *host)
+{
+    struct tls_conn *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL)
+        return NULL;
+    tc->ssl = tls_dialer_ssl(d, host);
+    if (tc->ssl == NULL || SSL_set_fd(tc->ssl, fd) != 1) {
+        ERR_clear_error();
+        SSL_free(tc->ssl);
+        free(tc);
+        return NULL;
+    }
+    return tc;
+}
+
+enum tls_hs tls_handshake(struct tls_conn *tc)
+{
+    ERR_clear_error();
+    errno = 0;
+    int rc = SSL_do_handshake(tc->ssl);
+    if (rc == 1) {
+        tc->read_waits_write = false;
+        return TLS_HS_DONE;
+    }
+    bool waits_write = false;
+    outcome(tc, rc, &waits_write, SSL_ERROR_WANT_WRITE);
+    if (tc->failed)
+        return TLS_HS_FAILED;
+    if (errno != EAGAIN) {
+        snprintf(tc->why, sizeof(tc->why), "the server closed the connection during the TLS handshake");
+        tc->failed = true;
+        return TLS_HS_FAILED;
+    }
+    return waits_write ? TLS_HS_WANTS_WRITE : TLS_HS_WANTS_READ;
+}
+
+const char *tls_conn_error(const struct tls_conn *tc)
+{
+    return tc != NULL && tc->why[0] != '\0' ? tc->why : "TLS: connection failed";
+}
+
+void tls_conn_describe(const struct tls_conn *tc, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s %s", SSL_get_version(tc->ssl), SSL_get_cipher_name(tc->ssl));
 }
 
 #else /* !HAVE_OPENSSL */
@@ -457,6 +598,55 @@ size_t tls_pending(const struct tls_conn *tc)
 {
     (void)tc;
     return 0;
+}
+
+struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *key,
+                                  char *err, size_t errlen)
+{
+    (void)ca;
+    (void)cert;
+    (void)key;
+    snprintf(err, errlen, "this program was built without TLS (configure found no "
+             "OpenSSL: apt-get install libssl-dev)");
+    return NULL;
+}
+
+void tls_dialer_free(struct tls_dialer *d)
+{
+    (void)d;
+}
+
+void *tls_dialer_ssl(struct tls_dialer *d, const char *host)
+{
+    (void)d;
+    (void)host;
+    return NULL;
+}
+
+struct tls_conn *tls_conn_dial(struct tls_dialer *d, int fd, const char *host)
+{
+    (void)d;
+    (void)fd;
+    (void)host;
+    return NULL;
+}
+
+enum tls_hs tls_handshake(struct tls_conn *tc)
+{
+    (void)tc;
+    return TLS_HS_FAILED;
+}
+
+const char *tls_conn_error(const struct tls_conn *tc)
+{
+    (void)tc;
+    return "TLS not built in";
+}
+
+void tls_conn_describe(const struct tls_conn *tc, char *out, size_t outlen)
+{
+    (void)tc;
+    snprintf(out, outlen, "none");
 }
 
 #endif

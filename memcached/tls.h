@@ -74,4 +74,30 @@ bool tls_write_waits_read(const struct tls_conn *tc);
  * for them.  0 for NULL (a plain connection). */
 size_t tls_pending(const struct tls_conn *tc);
 
+/* The dialling side: the cluster's own clients of its processes' client
+ * ports under -Z (cocytus-proxy's backends, cocytus-cli, a slot move's
+ * copy).  ca: the CAs that sign the servers' certificates (NULL: the
+ * system's); cert and key: this end's certificate, shown to a server that
+ * requires one (NULL: none; key NULL: in the cert file).  NULL with the
+ * reason in err. */
+struct tls_dialer;
+struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *key,
+                                  char *err, size_t errlen);
+void tls_dialer_free(struct tls_dialer *d);
+/* A connection on fd (connected, or connecting) to host, whose
+ * certificate must name it (an address or a DNS name); tls_read and
+ * tls_write run the handshake on their way, or tls_handshake alone.  NULL
+ * when out of memory. */
+struct tls_conn *tls_conn_dial(struct tls_dialer *d, int fd, const char *host);
+/* An OpenSSL SSL * in connect state for host, for libevent's
+ * bufferevent_openssl (which owns it then: cluster/migrate_tls.c); NULL
+ * when out of memory. */
+void *tls_dialer_ssl(struct tls_dialer *d, const char *host);
+enum tls_hs { TLS_HS_DONE, TLS_HS_WANTS_READ, TLS_HS_WANTS_WRITE, TLS_HS_FAILED };
+enum tls_hs tls_handshake(struct tls_conn *tc);
+/* Why the connection failed (a refused certificate names its reason). */
+const char *tls_conn_error(const struct tls_conn *tc);
+/* "TLSv1.3 TLS_AES_256_GCM_SHA384", for the log. */
+void tls_conn_describe(const struct tls_conn *tc, char *out, size_t outlen);
+
 #endif

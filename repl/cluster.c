@@ -40,8 +40,9 @@ struct parser {
     int region_line, memory_line, base_port_line;
     int coordinator_line, coord_state_line, zookeeper_line, second_coordinator_line;
     char coord_state[CLUSTER_PATH_MAX];     /* as written; resolved at the end */
-    int link_tls_line;
+    int link_tls_line, client_tls_line;
     char tls_files[3][CLUSTER_PATH_MAX];    /* link_tls's, as written; resolved at the end */
+    char client_tls_files[3][CLUSTER_PATH_MAX];     /* client_tls's, the same */
     int node_line[CLUSTER_MAX_NODES];
     struct proc_line *procs;        /* explicit proc lines */
     int nprocs, cap;
@@ -413,16 +414,35 @@ static int dir_coord_state(struct parser *p, int argc, char **argv)
                      "the coordinator state path");
 }
 
-static int dir_link_tls(struct parser *p, int argc, char **argv)
+/* "<name> <cert> <key> <ca>" into files, once. */
+static int tls_files_line(struct parser *p, int argc, char **argv, const char *name,
+                          int *line, char files[3][CLUSTER_PATH_MAX])
 {
-    if (want_fields(p, argc, 4, "link_tls <cert-file> <key-file> <ca-file>") < 0 ||
-        once(p, &p->link_tls_line, "link_tls") < 0)
+    char usage[80], what[48];
+    snprintf(usage, sizeof(usage), "%s <cert-file> <key-file> <ca-file>", name);
+    snprintf(what, sizeof(what), "a %s file name", name);
+    if (want_fields(p, argc, 4, usage) < 0 || once(p, line, name) < 0)
         return -1;
     for (int i = 0; i < 3; i++)
-        if (copy_text(p, p->tls_files[i], sizeof(p->tls_files[i]), argv[1 + i],
-                      "a link_tls file name") < 0)
+        if (copy_text(p, files[i], CLUSTER_PATH_MAX, argv[1 + i], what) < 0)
             return -1;
+    return 0;
+}
+
+static int dir_link_tls(struct parser *p, int argc, char **argv)
+{
+    if (tls_files_line(p, argc, argv, "link_tls", &p->link_tls_line, p->tls_files) < 0)
+        return -1;
     p->c->has_link_tls = true;
+    return 0;
+}
+
+static int dir_client_tls(struct parser *p, int argc, char **argv)
+{
+    if (tls_files_line(p, argc, argv, "client_tls", &p->client_tls_line,
+                       p->client_tls_files) < 0)
+        return -1;
+    p->c->has_client_tls = true;
     return 0;
 }
 
@@ -454,6 +474,7 @@ static int parse_line(struct parser *p, char *line)
         { "routing", dir_routing }, { "coordinator", dir_coordinator },
         { "recovery", dir_recovery },
         { "coord_state", dir_coord_state }, { "link_tls", dir_link_tls },
+        { "client_tls", dir_client_tls },
     };
     char *argv[MAX_FIELDS];
     int argc = split_fields(line, argv);
@@ -753,18 +774,30 @@ static int resolve_coord_state(struct parser *p, const char *path)
                         "the coordinator state path");
 }
 
-static int resolve_link_tls(struct parser *p, const char *path)
+/* The files of a TLS line (line: where it was, 0 for none), resolved
+ * against the cluster file's directory. */
+static int resolve_tls_files(struct parser *p, const char *path, int line,
+                             char files[3][CLUSTER_PATH_MAX], char *out[3], const char *what)
 {
-    char *out[3] = { p->c->tls_cert, p->c->tls_key, p->c->tls_ca };
-    if (!p->link_tls_line)
+    if (!line)
         return 0;
-    p->line = p->link_tls_line;
+    p->line = line;
     for (int i = 0; i < 3; i++)
-        if (resolve_path(p, path, p->tls_files[i], out[i], CLUSTER_PATH_MAX,
-                         "a link_tls file's path") < 0)
+        if (resolve_path(p, path, files[i], out[i], CLUSTER_PATH_MAX, what) < 0)
             return -1;
     p->line = 0;
     return 0;
+}
+
+static int resolve_link_tls(struct parser *p, const char *path)
+{
+    char *links[3] = { p->c->tls_cert, p->c->tls_key, p->c->tls_ca };
+    char *clients[3] = { p->c->client_tls_cert, p->c->client_tls_key, p->c->client_tls_ca };
+    if (resolve_tls_files(p, path, p->link_tls_line, p->tls_files, links,
+                          "a link_tls file's path") < 0)
+        return -1;
+    return resolve_tls_files(p, path, p->client_tls_line, p->client_tls_files, clients,
+                             "a client_tls file's path");
 }
 
 static int finish_coordinator(struct parser *p, const char *path)

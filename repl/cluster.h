@@ -40,6 +40,13 @@
  *                                   host's certificate and key, and the CA
  *                                   that signed every host's; relative paths
  *                                   as for coord_state
+ *   client_tls <cert> <key> <ca>    (optional) every process's client port
+ *                                   speaks TLS (as -Z with ssl_chain_cert,
+ *                                   ssl_key, ssl_ca_cert and ssl_verify_mode
+ *                                   2: clients show a certificate the CA
+ *                                   signed), and the cluster's own clients
+ *                                   (cocytus-cli, a slot move's copy) dial
+ *                                   with these files; paths as for link_tls
  *
  * Without proc lines the layout is computed: with n nodes and N processes
  * per group there are max(1, n >= N ? n : 1) groups; process p (data first,
@@ -107,6 +114,9 @@ struct cluster {
     char zk_connect[CLUSTER_PATH_MAX];
     bool has_link_tls;              /* "link_tls <cert> <key> <ca>" */
     char tls_cert[CLUSTER_PATH_MAX], tls_key[CLUSTER_PATH_MAX], tls_ca[CLUSTER_PATH_MAX];
+    bool has_client_tls;            /* "client_tls <cert> <key> <ca>" */
+    char client_tls_cert[CLUSTER_PATH_MAX], client_tls_key[CLUSTER_PATH_MAX],
+        client_tls_ca[CLUSTER_PATH_MAX];
     /* The TLS context the links use: made from the files and freed by the
      * process that opens links (server.c), NULL elsewhere or without
      * link_tls.  cluster_load and cluster_free leave it alone, so tools

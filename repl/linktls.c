@@ -130,7 +130,7 @@ void linktls_ctx_free(struct linktls_ctx *c)
 
 /* The connector checks the name it dialled against the certificate: an
  * address against its IP entries, a name against its DNS entries. */
-static bool expect_host(SSL *ssl, const char *host)
+bool linktls_expect_host(SSL *ssl, const char *host)
 {
     unsigned char addr[16];
     if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1)
@@ -158,7 +158,7 @@ struct linktls *linktls_new(struct linktls_ctx *c, bool connector, const char *h
     SSL_set_bio(t->ssl, t->in, t->out);     /* the SSL object owns (and frees) both now */
     if (connector) {
         SSL_set_connect_state(t->ssl);
-        if (host != NULL && host[0] != '\0' && !expect_host(t->ssl, host)) {
+        if (host != NULL && host[0] != '\0' && !linktls_expect_host(t->ssl, host)) {
             linktls_free(t);
             ERR_clear_error();
             return NULL;
@@ -197,7 +197,7 @@ int linktls_feed(struct linktls *t, const void *p, size_t n)
 }
 
 /* What failed, for the log: a certificate check names its reason. */
-static void describe_failure(SSL *ssl, char *why, size_t whylen)
+void linktls_describe_failure(SSL *ssl, char *why, size_t whylen)
 {
     long v = SSL_get_verify_result(ssl);
     if (v != X509_V_OK) {
@@ -222,7 +222,7 @@ static int outcome(struct linktls *t, int r, bool zero_return_ends, char *why, s
         return 0;
     if (err == SSL_ERROR_ZERO_RETURN && zero_return_ends)
         return -2;
-    describe_failure(t->ssl, why, whylen);
+    linktls_describe_failure(t->ssl, why, whylen);
     return -1;
 }
 

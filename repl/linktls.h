@@ -66,4 +66,14 @@ void linktls_close_notify(struct linktls *t);
 /* "TLSv1.3 TLS_AES_256_GCM_SHA384" once established, for the log. */
 void linktls_describe(const struct linktls *t, char *out, size_t outlen);
 
+/* Shared with the client ports' TLS (memcached/tls.c), for an OpenSSL
+ * connection (SSL *) of this build: make the handshake check that the
+ * peer's certificate names host (an address against its IP entries, a
+ * name against its DNS entries, and the name sent as SNI); false when out
+ * of memory.  And, after a failed handshake or I/O, why, for the log: a
+ * refused certificate names its reason. */
+struct ssl_st;
+bool linktls_expect_host(struct ssl_st *ssl, const char *host);
+void linktls_describe_failure(struct ssl_st *ssl, char *why, size_t whylen);
+
 #endif

@@ -20,7 +20,7 @@
 # TLS 1.2 client is refused.  Run as root with -u nobody, a key only root
 # can read is read before the switch, as memcached reads it.  Bad starts
 # are refused with a reason: no certificate, a missing key, a bad
-# ssl_verify_mode, -Z with a cluster role or with -s.  cocytus-proxy
+# ssl_verify_mode, -Z with -s.  (-Z with a cluster role: client_tls.sh.)  cocytus-proxy
 # --tls-cert in front of a server serves the same data and slow-reader
 # checks over TLS (what it set is on the server behind it), refuses the
 # garbage and counts it, takes a renewed certificate with refresh_certs,
@@ -370,7 +370,6 @@ refused_start "a key of another certificate" "mismatch" -Z \
     -o "ssl_chain_cert=$dir/cur.pem,ssl_key=$dir/client.key"
 refused_start "ssl_verify_mode=9" "ssl_verify_mode" "${tls_args[@]}" -o ssl_verify_mode=9
 refused_start "ssl_min_version=sslv3" "ssl_min_version" "${tls_args[@]}" -o ssl_min_version=sslv3
-refused_start "-Z with a cluster role" "plain role only" "${tls_args[@]}" --role data
 refused_start "-Z with -s" "not a Unix socket" "${tls_args[@]}" -s "$dir/mc.sock"
 
 finish

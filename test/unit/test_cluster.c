@@ -447,6 +447,30 @@ START_TEST(test_link_tls)
 }
 END_TEST
 
+/* client_tls: the same rules as link_tls, its own files; both lines may
+ * be given, each once. */
+START_TEST(test_client_tls)
+{
+    struct cluster c;
+    load_ok(HEAD "scheme plain\nnode 0 10.0.0.1\n", &c);
+    ck_assert(!c.has_client_tls);
+    cluster_free(&c);
+    load_ok(HEAD "scheme plain\nnode 0 10.0.0.1\nlink_tls l.pem l.key lca.pem\n"
+                 "client_tls certs/c.pem /etc/c.key cca.pem\n", &c);
+    ck_assert(c.has_client_tls && c.has_link_tls);
+    ck_assert_str_eq(c.client_tls_cert, "/tmp/certs/c.pem");
+    ck_assert_str_eq(c.client_tls_key, "/etc/c.key");
+    ck_assert_str_eq(c.client_tls_ca, "/tmp/cca.pem");
+    ck_assert_str_eq(c.tls_cert, "/tmp/l.pem");
+    ck_assert_str_eq(c.tls_ca, "/tmp/lca.pem");
+    cluster_free(&c);
+    load_fails(HEAD "scheme plain\nnode 0 a\nclient_tls a b c d\n",
+               "line 5: expected 'client_tls <cert-file> <key-file> <ca-file>'");
+    load_fails(HEAD "scheme plain\nnode 0 a\nclient_tls a b c\nclient_tls a b c\n",
+               "line 6: 'client_tls' given twice");
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("cluster");
@@ -457,6 +481,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(parse, test_role_names);
     tcase_add_test(parse, test_missing_file);
     tcase_add_test(parse, test_link_tls);
+    tcase_add_test(parse, test_client_tls);
     suite_add_tcase(s, parse);
     TCase *layout = tcase_create("layout");
     tcase_add_test(layout, test_rs_interleaved_layout);
