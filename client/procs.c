@@ -162,8 +162,8 @@ int procs_load_secret(struct proc_list *l, const char *dir, const char *cluster_
     int rc = 0;
     if (c.has_client_tls) {
         char why[400];
-        l->tls = tls_dialer_new(c.client_tls_ca, c.client_tls_cert, c.client_tls_key, why,
-                                sizeof why);
+        l->tls = tls_dialer_new(c.client_tls_ca, c.client_tls_cert, c.client_tls_key,
+                                TLS_KEYFORMAT_PEM, why, sizeof why);
         if (l->tls == NULL) {
             snprintf(err, errlen, "client_tls of %s: %s", path, why);
             rc = -2;

@@ -756,7 +756,8 @@ static int setup_and_run(struct proxy *px)
     }
     if (px->opt.backend_tls) {
         px->dialer = tls_dialer_new(px->opt.backend_tls_ca, px->opt.backend_tls_cert,
-                                    px->opt.backend_tls_key, err, sizeof(err));
+                                    px->opt.backend_tls_key, TLS_KEYFORMAT_PEM, err,
+                                    sizeof(err));
         if (px->dialer == NULL) {
             fprintf(stderr, "cocytus-proxy: %s\n", err);
             return 1;

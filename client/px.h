@@ -358,6 +358,7 @@ struct px_fetch {
     struct px_rbuf in;
     struct tls_conn *tls;           /* --backend-tls-*: its bytes move through TLS */
     bool tls_up;                    /* its handshake is done */
+    bool read_on_write;             /* its read waits for the socket to take bytes */
     bool tls_logged;                /* a TLS failure was logged */
     char req[600];                  /* [auth set] config get cluster */
     const char *req_pos;            /* unsent part of the request */

@@ -233,8 +233,9 @@ static bool be_send_auth(struct px_backend *be, const char *req, size_t n)
     }
     ssize_t w = be->tls ? tls_write(be->tls, req, n) : send(be->fd, req, n, MSG_NOSIGNAL);
     if (w != (ssize_t)n) {
-        char why[120];
-        snprintf(why, sizeof(why), "write: %s", w < 0 ? strerror(errno) : "short write");
+        char why[240];
+        snprintf(why, sizeof(why), "write: %s",
+                 w >= 0 ? "short write" : be->tls ? tls_conn_error(be->tls) : strerror(errno));
         be_fail(be, why, false);
         return false;
     }
@@ -423,8 +424,9 @@ void px_backend_flush(struct px_backend *be)
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
-            char why[120];
-            snprintf(why, sizeof(why), "write: %s", strerror(errno));
+            char why[240];
+            snprintf(why, sizeof(why), "write: %s",
+                     be->tls ? tls_conn_error(be->tls) : strerror(errno));
             be_fail(be, why, false);
             return;
         }
@@ -432,7 +434,9 @@ void px_backend_flush(struct px_backend *be)
             break;
         be->written_bytes += (uint64_t)n;
     }
-    if (evbuffer_get_length(be->out) > 0)
+    /* (A TLS write that waits for input goes on after the next read:
+     * on_be_read marks be dirty; a write event would fire at once, again.) */
+    if (evbuffer_get_length(be->out) > 0 && !tls_write_waits_read(be->tls))
         event_add(be->wev, NULL);
 }
 

@@ -194,6 +194,7 @@ struct px_meta {
     struct event *kick;             /* launches what no longer waits */
     unsigned pass;                  /* kicks run, to mark clients found waiting */
     bool auth_logged;               /* a refusal of our credentials was logged */
+    bool tls_logged;                /* a failed TLS handshake was logged */
 };
 
 /* ---- the client's side ---- */
@@ -894,6 +895,8 @@ static void mconn_read(struct px_mconn *m)
         mconn_lost(m, got == 0 ? "connection closed by" : "lost connection to", true);
         return;
     }
+    if (got < 0 && tls_read_waits_write(m->tls))
+        event_add(m->wev, NULL);        /* on_mconn_event reads on from there */
     /* Under TLS: bytes it read ahead wake nobody (read again from the
      * loop), and a write that waited for this read can go now. */
     if (tls_pending(m->tls) > 0 && !m->paused)
@@ -949,7 +952,7 @@ static void mconn_send_now(struct px_mconn *m)
             }
             m->greet_off += (size_t)n;
         }
-        if (!m->broken && m->greet_off < m->greet_len)
+        if (!m->broken && m->greet_off < m->greet_len && !tls_write_waits_read(m->tls))
             event_add(m->wev, NULL);
         return;
     }
@@ -962,7 +965,9 @@ static void mconn_send_now(struct px_mconn *m)
             break;
         }
     }
-    if (!m->broken && evbuffer_get_length(m->out) > 0)
+    /* (A TLS write that waits for input goes on after the next read,
+     * which arms the write event: mconn_read.) */
+    if (!m->broken && evbuffer_get_length(m->out) > 0 && !tls_write_waits_read(m->tls))
         event_add(m->wev, NULL);
 }
 
@@ -991,8 +996,10 @@ static void on_mconn_event(evutil_socket_t fd, short what, void *arg)
         char why[240];
         int r = px_tls_handshake(m->tls, &want, why, sizeof(why));
         if (r < 0) {
-            fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: %s\n", m->w->id,
-                    m->name, why);
+            if (!m->w->meta->tls_logged)    /* once: every connection would say it again */
+                fprintf(stderr, "cocytus-proxy: worker %d: meta connection to %s: %s\n",
+                        m->w->id, m->name, why);
+            m->w->meta->tls_logged = true;
             mconn_lost(m, "TLS handshake failed with", true);
             return;
         }

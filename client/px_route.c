@@ -134,14 +134,13 @@ bool px_route_init(struct px_worker *w, const struct lc_map *first)
     return true;
 }
 
+static void fetch_close(struct px_fetch *f);
+
 void px_route_free(struct px_worker *w)
 {
     struct px_fetch *f = &w->fetch;
 
-    if (f->ev)
-        event_free(f->ev);
-    if (f->fd >= 0)
-        close(f->fd);
+    fetch_close(f);
     px_rbuf_free(&f->in);
     while (w->waiting) {
         struct px_op *op = w->waiting;
@@ -579,11 +578,26 @@ static void on_fetch(evutil_socket_t fd, short what, void *arg)
         }
         return;
     }
-    if (!(what & EV_READ))
+    /* EV_WRITE after the request: TLS's read waited for the socket to
+     * take bytes (a key update), and now it may read on. */
+    if (!(what & EV_READ) && !(what & EV_WRITE && f->read_on_write))
         return;
+    if (f->read_on_write) {
+        f->read_on_write = false;
+        if (!fetch_wait(w, EV_READ)) {
+            fetch_source_unreachable(w);
+            return;
+        }
+    }
     ssize_t n = px_rbuf_read(&f->in, f->fd, f->tls);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         fetch_source_unreachable(w);
+        return;
+    }
+    if (n < 0 && tls_read_waits_write(f->tls)) {
+        f->read_on_write = true;
+        if (!fetch_wait(w, EV_WRITE))
+            fetch_source_unreachable(w);
         return;
     }
     if (tls_pending(f->tls) > 0)
@@ -637,6 +651,7 @@ static void fetch_next(struct px_worker *w)
         f->auth_reply = false;
         f->auth_sent = false;
         f->tls_up = false;
+        f->read_on_write = false;
         if (w->px->dialer != NULL &&
             (f->tls = tls_conn_dial(w->px->dialer, fd, f->src[f->cur].host)) == NULL) {
             fetch_close(f);

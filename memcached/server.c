@@ -207,7 +207,8 @@ bool server_tls_refresh(struct server *s, char *err, size_t errlen)
     if (s->tls_dialer == NULL)
         return true;
     const struct tls_config *cfg = &s->settings.tls;
-    struct tls_dialer *d = tls_dialer_new(cfg->ca_cert, cfg->chain_cert, cfg->key, err, errlen);
+    struct tls_dialer *d = tls_dialer_new(cfg->ca_cert, cfg->chain_cert, cfg->key, cfg->keyformat,
+                                          err, errlen);
     if (d == NULL)
         return false;
     tls_dialer_free(s->tls_dialer);     /* connections under way hold their own reference */
@@ -663,7 +664,8 @@ int server_init(struct server *s, const struct settings *settings, struct event_
          * shows its own certificate to a process that requires one. */
         if (s->cluster != NULL) {
             s->tls_dialer = tls_dialer_new(settings->tls.ca_cert, settings->tls.chain_cert,
-                                           settings->tls.key, err, sizeof(err));
+                                           settings->tls.key, settings->tls.keyformat, err,
+                                           sizeof(err));
             if (s->tls_dialer == NULL) {
                 fprintf(stderr, "cocytus-server: %s\n", err);
                 return -1;

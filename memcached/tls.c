@@ -80,6 +80,9 @@ struct tls_conn {
     SSL *ssl;
     bool read_waits_write;      /* the last read: EAGAIN until the socket takes bytes */
     bool write_waits_read;      /* the last write: EAGAIN until the peer sends bytes */
+    bool starved;               /* the last read or handshake step wanted more from the
+                                   socket, which it had drained: what TLS holds is no
+                                   whole record (tls_pending 0 until a read succeeds) */
     bool failed;                /* a fatal error: no close_notify */
     char why[200];              /* what failed, for the log */
 };
@@ -339,9 +342,13 @@ ssize_t tls_read(struct tls_conn *tc, void *buf, size_t n)
     int rc = SSL_read(tc->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n);
     if (rc > 0) {
         tc->read_waits_write = false;
+        tc->starved = false;
         return rc;
     }
-    return outcome(tc, rc, &tc->read_waits_write, SSL_ERROR_WANT_WRITE);
+    ssize_t r = outcome(tc, rc, &tc->read_waits_write, SSL_ERROR_WANT_WRITE);
+    if (r < 0 && errno == EAGAIN && !tc->read_waits_write)
+        tc->starved = true;
+    return r;
 }
 
 ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
@@ -356,6 +363,8 @@ ssize_t tls_write(struct tls_conn *tc, const void *buf, size_t n)
         return rc;
     }
     ssize_t r = outcome(tc, rc, &tc->write_waits_read, SSL_ERROR_WANT_READ);
+    if (tc->write_waits_read)
+        tc->starved = true;     /* it read what the socket had, as a read would */
     /* A write's end is the peer's reset as far as the writer goes. */
     if (r == 0) {
         errno = EPIPE;
@@ -376,7 +385,11 @@ bool tls_write_waits_read(const struct tls_conn *tc)
 
 size_t tls_pending(const struct tls_conn *tc)
 {
-    if (tc == NULL)
+    /* A part of a record is held too (SSL_has_pending says so), but a read
+     * can do nothing with it until the socket brings the rest: claiming
+     * it would make the caller read again at once, for ever, and never
+     * return to its event loop. */
+    if (tc == NULL || tc->starved)
         return 0;
     /* decrypted bytes, or (read ahead) records not yet decrypted */
     int n = SSL_pending(tc->ssl);
@@ -389,7 +402,7 @@ size_t tls_pending(const struct tls_conn *tc)
 /* ---- the dialling side ---- */
 
 struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *key,
-                                  char *err, size_t errlen)
+                                  int keyformat, char *err, size_t errlen)
 {
     ERR_clear_error();
     errno = 0;
@@ -414,7 +427,7 @@ struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *
             goto fail;
         }
         const char *k = key ? key : cert;
-        if (SSL_CTX_use_PrivateKey_file(d->ctx, k, SSL_FILETYPE_PEM) != 1) {
+        if (SSL_CTX_use_PrivateKey_file(d->ctx, k, keyformat) != 1) {
             say_error(err, errlen, "Error loading the private key:", k);
             goto fail;
         }
@@ -489,6 +502,8 @@ enum tls_hs tls_handshake(struct tls_conn *tc)
     outcome(tc, rc, &waits_write, SSL_ERROR_WANT_WRITE);
     if (tc->failed)
         return TLS_HS_FAILED;
+    if (errno == EAGAIN && !waits_write)
+        tc->starved = true;
     if (errno != EAGAIN) {
         snprintf(tc->why, sizeof(tc->why), "the server closed the connection during the TLS handshake");
         tc->failed = true;
@@ -601,8 +616,9 @@ size_t tls_pending(const struct tls_conn *tc)
 }
 
 struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *key,
-                                  char *err, size_t errlen)
+                                  int keyformat, char *err, size_t errlen)
 {
+    (void)keyformat;
     (void)ca;
     (void)cert;
     (void)key;

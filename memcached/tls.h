@@ -71,18 +71,21 @@ bool tls_read_waits_write(const struct tls_conn *tc);
 bool tls_write_waits_read(const struct tls_conn *tc);
 /* Bytes TLS holds that no read took yet (decrypted, or read ahead and
  * not yet decrypted: then at least 1): the socket will not say readable
- * for them.  0 for NULL (a plain connection). */
+ * for them.  0 for NULL (a plain connection), and 0 after a read that
+ * waited for the socket (what TLS holds then is part of a record, which
+ * only more input completes). */
 size_t tls_pending(const struct tls_conn *tc);
 
 /* The dialling side: the cluster's own clients of its processes' client
  * ports under -Z (cocytus-proxy's backends, cocytus-cli, a slot move's
  * copy).  ca: the CAs that sign the servers' certificates (NULL: the
  * system's); cert and key: this end's certificate, shown to a server that
- * requires one (NULL: none; key NULL: in the cert file).  NULL with the
- * reason in err. */
+ * requires one (NULL: none; key NULL: in the cert file), the key PEM or
+ * DER (keyformat, as ssl_keyformat).  NULL with the reason in err. */
 struct tls_dialer;
+#define TLS_KEYFORMAT_PEM 1   /* ssl_keyformat's values: 1 PEM, 2 DER */
 struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *key,
-                                  char *err, size_t errlen);
+                                  int keyformat, char *err, size_t errlen);
 void tls_dialer_free(struct tls_dialer *d);
 /* A connection on fd (connected, or connecting) to host, whose
  * certificate must name it (an address or a DNS name); tls_read and

@@ -7,7 +7,8 @@
 # files: --backend-tls-*):
 #   - a process answers a TLS client that shows a certificate of the CA,
 #     and nothing else: not a client in the clear, not one without a
-#     certificate, not one with a certificate the CA did not sign;
+#     certificate, not one with a certificate the CA did not sign; and it
+#     goes on answering while a client holds part of a TLS record unsent;
 #   - refresh_certs reads the files again (an error naming the missing key,
 #     then OK);
 #   - cocytus-cli (status, verify, decode-check) reads the cluster file's
@@ -99,6 +100,19 @@ case $reply in
     VERSION*) fail "data process 0 answered in the clear: $reply" ;;
     *) ok "a client in the clear gets no answer" ;;
 esac
+# Part of a TLS record, and the rest never sent: the process must go on
+# serving others (TLS holds the part; a read that claimed it as pending
+# input would run again at once, for ever, and the loop never returned to
+# its other connections).
+exec 5<>"/dev/tcp/${data0%:*}/${data0##*:}"
+printf '\x16\x03\x01\x02\x00%055d' 0 >&5
+sleep 0.2
+reply=$(tls_ask "$data0" 'version\r\n' -cert "$dir/node.pem" -key "$dir/node.key")
+case $reply in
+    VERSION*) ok "answered beside a client that sent part of a TLS record: $reply" ;;
+    *) fail "not answered beside a client that sent part of a TLS record: '$reply'" ;;
+esac
+exec 5<&- 5>&-
 
 # refresh_certs reads the client_tls files again: refused with the reason
 # while the key is missing, OK once it is back.
