@@ -37,15 +37,8 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT
-(
-    cd "$dir" || exit 1
-    key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out "$1"; }
-    key ca.key && openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=bench-ca &&
-    printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
-    key node.key && openssl req -new -key node.key -out node.csr -subj /CN=node &&
-    openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem \
-        -days 2 -extfile san.ext
-) >"$dir/openssl.log" 2>&1 || { echo "client-tls.sh: could not make certificates" >&2; exit 1; }
+{ bash "$top/scripts/certs" ca "$dir" && bash "$top/scripts/certs" signed "$dir" node IP:127.0.0.1; } ||
+    { echo "client-tls.sh: could not make certificates" >&2; exit 1; }
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -91,17 +91,8 @@ label_of() { local k; k=$(kind_of "$1"); echo "${LABEL[$k]}${1#"$k"}"; }
 link_certs() {
     local d=$WORK/linkcerts
     [ -f "$d/node.pem" ] && return 0
-    mkdir -p "$d"
-    (
-        cd "$d" || exit 1
-        openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out ca.key &&
-        openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=bench-ca &&
-        openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out node.key &&
-        openssl req -new -key node.key -out node.csr -subj /CN=node &&
-        printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
-        openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem \
-            -days 2 -extfile san.ext
-    ) >"$d/openssl.log" 2>&1 || die "rstls: could not make certificates (see $d/openssl.log)"
+    { bash "$REPO_DIR/scripts/certs" ca "$d" && bash "$REPO_DIR/scripts/certs" signed "$d" node IP:127.0.0.1; } ||
+        die "rstls: could not make certificates"
 }
 
 # start_one NAME: one system (NAME may carry @base: the build comes from the caller's env).

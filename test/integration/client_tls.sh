@@ -50,17 +50,9 @@ cleanup() {
 }
 on_exit cleanup
 
-(
-    cd "$dir" || exit 1
-    key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out "$1"; }
-    key ca.key && openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=client-tls-ca &&
-    printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
-    key node.key && openssl req -new -key node.key -out node.csr -subj /CN=node &&
-    openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem \
-        -days 2 -extfile san.ext &&
-    key rogue.key && openssl req -x509 -new -key rogue.key -out rogue.pem -days 2 \
-        -subj /CN=rogue -addext subjectAltName=IP:127.0.0.1
-) >"$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log"; fail "could not make certificates"; finish; }
+certs=$top_srcdir/scripts/certs
+{ bash "$certs" ca "$dir" && bash "$certs" signed "$dir" node IP:127.0.0.1 &&
+    bash "$certs" self "$dir" rogue IP:127.0.0.1; } || { fail "could not make certificates"; finish; }
 
 c=$dir/c
 proxy_port=$(pick_port)

@@ -44,18 +44,11 @@ cleanup() {
 on_exit cleanup
 export COCYTUS_LINK_TCP_ONLY=1
 
-(
-    cd "$dir" || exit 1
-    key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out "$1"; }
-    key ca.key && openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=link-tls-ca &&
-    printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
-    key node.key && openssl req -new -key node.key -out node.csr -subj /CN=node &&
-    openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem \
-        -days 2 -extfile san.ext &&
-    key rogue.key && openssl req -x509 -new -key rogue.key -out rogue.pem -days 2 \
-        -subj /CN=rogue -addext subjectAltName=IP:127.0.0.1 &&
-    cp node.pem good.pem && cp node.key good.key
-) >"$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log"; fail "could not make certificates"; finish; }
+certs=$top_srcdir/scripts/certs
+{ bash "$certs" ca "$dir" && bash "$certs" signed "$dir" node IP:127.0.0.1 &&
+    bash "$certs" self "$dir" rogue IP:127.0.0.1 &&
+    cp "$dir/node.pem" "$dir/good.pem" && cp "$dir/node.key" "$dir/good.key"; } ||
+    { fail "could not make certificates"; finish; }
 
 c=$dir/c
 if ! cluster_up "$c" 20 14000 20000 --nodes 3 --scheme rs:2:3 --memory 32 --region 32 \
