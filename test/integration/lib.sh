@@ -417,6 +417,20 @@ server_pid() {
 
 MEMCCAPABLE_PASSES=27   # tests memccapable 1.1.x runs per mode (memcached passes all)
 
+# need_tls: exits 77 (automake's skip) without the openssl tool (the tests
+# make their certificates with it: scripts/certs) or when the build has no
+# OpenSSL (configure found no libssl-dev: -Z and TLS lines are refused).
+need_tls() {
+    if ! command -v openssl >/dev/null 2>&1; then
+        echo "SKIP: the openssl tool is not installed (apt-get install openssl)"
+        exit 77
+    fi
+    if ! grep -q '^#define HAVE_OPENSSL 1' "$build_dir/config.h" 2>/dev/null; then
+        echo "SKIP: built without OpenSSL (apt-get install libssl-dev, configure again)"
+        exit 77
+    fi
+}
+
 # need_memccapable: sets memccapable_bin ($MEMCCAPABLE, else from PATH), or
 # exits 77 (automake's skip) when it is not installed.
 need_memccapable() {

@@ -27,14 +27,7 @@ cli=$build_dir/client/cocytus-cli
 server=$build_dir/memcached/cocytus-server
 need_built "$build_dir/cocytus/cocytus-node" "$bench" "$cli" "$server"
 
-if ! command -v openssl >/dev/null 2>&1; then
-    echo "SKIP: the openssl tool is not installed (apt-get install openssl)"
-    exit 77
-fi
-if ! "$server" -h 2>&1 | grep -q -- "-Z"; then
-    echo "SKIP: cocytus-server was built without OpenSSL"
-    exit 77
-fi
+need_tls
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/link_tls.XXXXXX")
 cleanup() {
