@@ -586,9 +586,9 @@ static void on_be_read(evutil_socket_t fd, short what, void *arg)
         }
         if (!be_replies(be))
             return;
-        if (tls_write_waits_read(be->tls))
-            be_mark_dirty(be);      /* the write that waited for this read */
     } while (be->tls != NULL && tls_pending(be->tls) > 0);
+    if (tls_write_waits_read(be->tls))
+        be_mark_dirty(be);          /* the write that waited for input goes on */
 }
 
 /* The oldest op on be that reached the server and cannot be sent twice

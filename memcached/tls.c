@@ -389,13 +389,15 @@ size_t tls_pending(const struct tls_conn *tc)
      * can do nothing with it until the socket brings the rest: claiming
      * it would make the caller read again at once, for ever, and never
      * return to its event loop. */
-    if (tc == NULL || tc->starved)
+    /* And a read that waits for the socket to take bytes (a key update's
+     * answer) is retried on the write event, not as input at once. */
+    if (tc == NULL || tc->read_waits_write)
         return 0;
     /* decrypted bytes, or (read ahead) records not yet decrypted */
     int n = SSL_pending(tc->ssl);
     if (n > 0)
         return (size_t)n;
-    return SSL_has_pending(tc->ssl) ? 1 : 0;
+    return !tc->starved && SSL_has_pending(tc->ssl) ? 1 : 0;
 }
 
 

@@ -71,9 +71,11 @@ bool tls_read_waits_write(const struct tls_conn *tc);
 bool tls_write_waits_read(const struct tls_conn *tc);
 /* Bytes TLS holds that no read took yet (decrypted, or read ahead and
  * not yet decrypted: then at least 1): the socket will not say readable
- * for them.  0 for NULL (a plain connection), and 0 after a read that
- * waited for the socket (what TLS holds then is part of a record, which
- * only more input completes). */
+ * for them.  0 for NULL (a plain connection), 0 while a read waits for
+ * the socket to take bytes (tls_read_waits_write: read again on the write
+ * event), and nothing for records not yet decrypted after a read that
+ * waited for input (what TLS holds then is part of a record, which only
+ * more input completes). */
 size_t tls_pending(const struct tls_conn *tc);
 
 /* The dialling side: the cluster's own clients of its processes' client

@@ -63,6 +63,7 @@ move_a_slot "$dp0" 0 1 "$dir/data-0-0.log"
 
 # Parity process 1 dies; it is rebuilt from the three data processes.
 p1=$(group0_pid "$dir" parity 1)
+[ -n "$p1" ] || { fail "no parity process 1 found"; finish; }
 kill -KILL "$p1" 2>/dev/null
 wait_for 100 grep -q "group 0 parity process 1 is rebuilt from" "$dir/coordinator.log" ||
     fail "the coordinator did not start rebuilding parity process 1"
@@ -76,6 +77,7 @@ fi
 
 # Data process 2 dies: a parity process serves its keys, it comes back.
 d2=$(group0_pid "$dir" data 2)
+[ -n "$d2" ] || { fail "no data process 2 found"; finish; }
 kill -KILL "$d2" 2>/dev/null
 cluster_healthy_again "$dir" "after data process 2 was killed"
 
@@ -102,6 +104,7 @@ primary=$(group0_addr "$dir" primary 0)
     fail "PBR load: $(tail -n 2 "$dir/load.out")"
 move_a_slot "$primary" 1 "$dir/primary-0-0.log"
 backup=$(group0_pid "$dir" backup 0)
+[ -n "$backup" ] || { fail "PBR: no backup process found"; finish; }
 kill -KILL "$backup" 2>/dev/null
 # (Bounded: on the build before, every write waited for the dead backup
 # for good.)
