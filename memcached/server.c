@@ -200,15 +200,22 @@ static int server_listen(struct server *s)
 
 #define TRIM_EVERY_SECONDS 5
 
+/* A cluster process dials other processes' client ports (a slot move's
+ * copy), which speak TLS too: it trusts ssl_ca_cert and shows its own
+ * certificate to a process that requires one. */
+static struct tls_dialer *dialer_from_settings(const struct server *s, char *err, size_t errlen)
+{
+    const struct tls_config *cfg = &s->settings.tls;
+    return tls_dialer_new(cfg->ca_cert, cfg->chain_cert, cfg->key, cfg->keyformat, err, errlen);
+}
+
 bool server_tls_refresh(struct server *s, char *err, size_t errlen)
 {
     if (!tls_server_refresh(s->tls, err, errlen))
         return false;
     if (s->tls_dialer == NULL)
         return true;
-    const struct tls_config *cfg = &s->settings.tls;
-    struct tls_dialer *d = tls_dialer_new(cfg->ca_cert, cfg->chain_cert, cfg->key, cfg->keyformat,
-                                          err, errlen);
+    struct tls_dialer *d = dialer_from_settings(s, err, errlen);
     if (d == NULL)
         return false;
     tls_dialer_free(s->tls_dialer);     /* connections under way hold their own reference */
@@ -659,13 +666,8 @@ int server_init(struct server *s, const struct settings *settings, struct event_
             fprintf(stderr, "cocytus-server: %s\n", err);
             return -1;
         }
-        /* A cluster process dials other processes' client ports (a slot
-         * move's copy), which speak TLS too: it trusts ssl_ca_cert and
-         * shows its own certificate to a process that requires one. */
         if (s->cluster != NULL) {
-            s->tls_dialer = tls_dialer_new(settings->tls.ca_cert, settings->tls.chain_cert,
-                                           settings->tls.key, settings->tls.keyformat, err,
-                                           sizeof(err));
+            s->tls_dialer = dialer_from_settings(s, err, sizeof(err));
             if (s->tls_dialer == NULL) {
                 fprintf(stderr, "cocytus-server: %s\n", err);
                 return -1;

@@ -130,6 +130,27 @@ static int on_new_session(SSL *ssl, SSL_SESSION *sess)
     return 0;
 }
 
+/* This end's certificate chain and its key (NULL: in the chain's file,
+ * keyformat as ssl_keyformat) into ctx; false with err set. */
+static bool use_own_pair(SSL_CTX *ctx, const char *chain, const char *key, int keyformat,
+                         char *err, size_t errlen)
+{
+    const char *k = key ? key : chain;
+    if (SSL_CTX_use_certificate_chain_file(ctx, chain) != 1) {
+        say_error(err, errlen, "Error loading the certificate chain:", chain);
+        return false;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, k, keyformat) != 1) {
+        say_error(err, errlen, "Error loading the private key:", k);
+        return false;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        say_error(err, errlen, "Error: the private key does not match the certificate:", k);
+        return false;
+    }
+    return true;
+}
+
 /* A context for t from the files cfg names, or NULL with err set. */
 static SSL_CTX *context_from(struct tls_server *t, const struct tls_config *cfg, char *err,
                              size_t errlen)
@@ -141,19 +162,8 @@ static SSL_CTX *context_from(struct tls_server *t, const struct tls_config *cfg,
         say_error(err, errlen, "cannot create a TLS context", NULL);
         return NULL;
     }
-    const char *key = cfg->key ? cfg->key : cfg->chain_cert;
-    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->chain_cert) != 1) {
-        say_error(err, errlen, "Error loading the certificate chain:", cfg->chain_cert);
+    if (!use_own_pair(ctx, cfg->chain_cert, cfg->key, cfg->keyformat, err, errlen))
         goto fail;
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, key, cfg->keyformat) != 1) {
-        say_error(err, errlen, "Error loading the private key:", key);
-        goto fail;
-    }
-    if (SSL_CTX_check_private_key(ctx) != 1) {
-        say_error(err, errlen, "Error: the private key does not match the certificate:", key);
-        goto fail;
-    }
     if (cfg->ca_cert) {
         if (SSL_CTX_load_verify_locations(ctx, cfg->ca_cert, NULL) != 1) {
             say_error(err, errlen, "Error loading the CA certificate:", cfg->ca_cert);
@@ -423,21 +433,8 @@ struct tls_dialer *tls_dialer_new(const char *ca, const char *cert, const char *
         say_error(err, errlen, "Error loading the CA certificate:", ca ? ca : "(system default)");
         goto fail;
     }
-    if (cert != NULL) {
-        if (SSL_CTX_use_certificate_chain_file(d->ctx, cert) != 1) {
-            say_error(err, errlen, "Error loading the certificate chain:", cert);
-            goto fail;
-        }
-        const char *k = key ? key : cert;
-        if (SSL_CTX_use_PrivateKey_file(d->ctx, k, keyformat) != 1) {
-            say_error(err, errlen, "Error loading the private key:", k);
-            goto fail;
-        }
-        if (SSL_CTX_check_private_key(d->ctx) != 1) {
-            say_error(err, errlen, "Error: the private key does not match the certificate:", k);
-            goto fail;
-        }
-    }
+    if (cert != NULL && !use_own_pair(d->ctx, cert, key, keyformat, err, errlen))
+        goto fail;
     SSL_CTX_set_min_proto_version(d->ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(d->ctx, SSL_VERIFY_PEER, NULL);
     SSL_CTX_set_read_ahead(d->ctx, 1);
@@ -517,11 +514,6 @@ enum tls_hs tls_handshake(struct tls_conn *tc)
 const char *tls_conn_error(const struct tls_conn *tc)
 {
     return tc != NULL && tc->why[0] != '\0' ? tc->why : "TLS: connection failed";
-}
-
-void tls_conn_describe(const struct tls_conn *tc, char *out, size_t outlen)
-{
-    snprintf(out, outlen, "%s %s", SSL_get_version(tc->ssl), SSL_get_cipher_name(tc->ssl));
 }
 
 #else /* !HAVE_OPENSSL */
@@ -659,12 +651,6 @@ const char *tls_conn_error(const struct tls_conn *tc)
 {
     (void)tc;
     return "TLS not built in";
-}
-
-void tls_conn_describe(const struct tls_conn *tc, char *out, size_t outlen)
-{
-    (void)tc;
-    snprintf(out, outlen, "none");
 }
 
 #endif

@@ -102,7 +102,5 @@ enum tls_hs { TLS_HS_DONE, TLS_HS_WANTS_READ, TLS_HS_WANTS_WRITE, TLS_HS_FAILED 
 enum tls_hs tls_handshake(struct tls_conn *tc);
 /* Why the connection failed (a refused certificate names its reason). */
 const char *tls_conn_error(const struct tls_conn *tc);
-/* "TLSv1.3 TLS_AES_256_GCM_SHA384", for the log. */
-void tls_conn_describe(const struct tls_conn *tc, char *out, size_t outlen);
 
 #endif
