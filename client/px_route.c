@@ -498,8 +498,8 @@ static bool fetch_send(struct px_worker *w, size_t len)
 }
 
 /* Under --backend-tls-*: one step of the handshake, which comes before
- * the request.  True once it is done. */
-static bool fetch_tls_step(struct px_worker *w)
+ * the request; once it is done, the events the request waits for. */
+static void fetch_tls_step(struct px_worker *w)
 {
     struct px_fetch *f = &w->fetch;
     short want = 0;
@@ -511,17 +511,16 @@ static bool fetch_tls_step(struct px_worker *w)
                     f->src[f->cur].port, why);
         f->tls_logged = true;       /* once: every fetch would say it again */
         fetch_source_unreachable(w);
-        return false;
+        return;
     }
     if (r == 0) {
         if (!fetch_wait(w, want))
             fetch_source_unreachable(w);
-        return false;
+        return;
     }
     f->tls_up = true;
     if (!fetch_wait(w, EV_READ | EV_WRITE))
         fetch_source_unreachable(w);
-    return true;
 }
 
 /* A server with -Y answered the fetch "CLIENT_ERROR unauthenticated":
