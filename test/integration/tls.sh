@@ -310,6 +310,18 @@ if start_proxy "$dir/proxy.log" --seeds "127.0.0.1:$backend" --tls-cert "$dir/cu
         fail "garbage on the proxy's TLS port: $(tail -3 "$dir/pgarbage.out")"
     kill -0 "$proxy_pid" 2>/dev/null && ok "the proxy lives after the garbage" ||
         fail "the proxy died: $(tail -5 "$dir/proxy.log")"
+    # Part of a TLS record, the rest never sent: the proxy must go on
+    # serving its other clients (a read that counted the part as pending
+    # input ran again at once, for ever, and starved every connection).
+    exec 5<>"/dev/tcp/127.0.0.1/$proxy_port"
+    printf '\x16\x03\x01\x02\x00%055d' 0 >&5
+    sleep 0.2
+    reply=$("$py" "$check_py" line "$proxy_port" "$dir/ca.pem" "version" 2>&1 | tr -d '\r')
+    case $reply in
+        VERSION*) ok "the proxy answers beside a client that sent part of a TLS record: $reply" ;;
+        *) fail "the proxy did not answer beside a client holding part of a TLS record: '$reply'" ;;
+    esac
+    exec 5<&- 5>&-
     "$py" "$check_py" line "$proxy_port" "$dir/ca.pem" "stats" "stats settings" 2>&1 | tr -d '\r' \
         >"$dir/pstats.out"
     hs=$(awk '/^STAT ssl_handshake_errors/ {print $3}' "$dir/pstats.out")
