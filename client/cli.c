@@ -404,6 +404,14 @@ static bool all_digits(const char *s)
     return true;
 }
 
+/* One pause between two questions to the coordinator; its length. */
+static long poll_pause(void)
+{
+    struct timespec ts = { .tv_sec = 0, .tv_nsec = MOVE_POLL_MS * 1000000L };
+    nanosleep(&ts, NULL);
+    return MOVE_POLL_MS;
+}
+
 /* Our move's line in `cocytus moves` ("move <slot> <from> <to> <epoch>
  * <state> [why]"), the last one that matches.  0 found, 1 not listed, -1
  * no answer. */
@@ -450,9 +458,37 @@ static int wait_for_move(struct admin_conn *c, unsigned long slot, unsigned long
             printf("move: still running after %ld ms: %s\n", waited, line);
             return CLI_UNREACHABLE;
         }
-        struct timespec ts = { .tv_sec = 0, .tv_nsec = MOVE_POLL_MS * 1000000L };
-        nanosleep(&ts, NULL);
-        waited += MOVE_POLL_MS;
+        waited += poll_pause();
+    }
+}
+
+/* Refusals that pass by themselves: another move still running, or a
+ * process that has not yet taken the map the last move made (a move right
+ * after another one, as a script moving many slots does). */
+static bool refusal_passes(const char *line)
+{
+    return strstr(line, "a move is already running") != NULL ||
+           strstr(line, ", not the coordinator's ") != NULL;
+}
+
+/* Ask the coordinator for the move until it is not refused for a reason
+ * that passes, or the wait's limit; the last answer in line.  0 answered,
+ * -1 no answer. */
+static int ask_move(struct admin_conn *c, const char *request, const struct cli_opts *o,
+                    char *line, size_t cap)
+{
+    long waited = 0, limit = (long)o->timeout_ms * MOVE_WAIT_TIMEOUTS;
+    bool said = false;
+    for (;;) {
+        if (admin_send_line(c, request) < 0 || admin_read_line(c, line, cap) < 0)
+            return -1;
+        if (strncmp(line, "OK ", 3) == 0 || !refusal_passes(line) || waited >= limit)
+            return 0;
+        if (!said) {
+            printf("move: waiting: %s\n", line);
+            said = true;
+        }
+        waited += poll_pause();
     }
 }
 
@@ -482,7 +518,7 @@ int cmd_move(const struct proc_list *l, const struct cli_opts *o)
     unsigned long long epoch;
     const char *ep;
     if (admin_open(c, o->coord_host, o->coord_port, o->timeout_ms, o->secret, o->tls) < 0 ||
-        admin_send_line(c, request) < 0 || admin_read_line(c, line, sizeof line) < 0) {
+        ask_move(c, request, o, line, sizeof line) < 0) {
         printf("move: coordinator %s:%d not answering (%s)\n", o->coord_host, o->coord_port,
                c->err);
         code = CLI_UNREACHABLE;
