@@ -323,9 +323,74 @@ void coord_save_progress(struct coord *co)
         fprintf(stderr, "coordinator: cannot save the work in progress: %s\n", err);
 }
 
+const struct slotmap *coord_map_base(const struct coord *co)
+{
+    return co->held ? co->held : &co->map;
+}
+
+/* Above the map's epoch, every epoch a move was given (a running move's
+ * source and destination switch to it by themselves, and a failed one's
+ * may have) and every epoch a member reports: two different maps must
+ * never share an epoch, because a process takes a map only if its epoch
+ * is newer than the one it holds. */
+uint64_t coord_next_epoch(const struct coord *co)
+{
+    uint64_t e = co->map.epoch;
+    for (int i = 0; i < co->nmoves; i++)
+        if (co->moves[i].epoch > e)
+            e = co->moves[i].epoch;
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].epoch > e)
+            e = co->members[i].epoch;
+    return e + 1;
+}
+
+/* Hold next back until the running move ends.  A map published now would
+ * either share the epoch the move's source and destination switch to by
+ * themselves (two maps, one epoch: whoever holds the one ignores the
+ * other) or, newer, leave the moved slot with its source, which has
+ * handed the slot over, until the move's own map came: writes acknowledged
+ * by the destination meanwhile were then lost. */
+static int hold_map(struct coord *co, struct slotmap *next)
+{
+    if (!co->held) {
+        co->held = calloc(1, sizeof(*co->held));
+        if (!co->held) {
+            slotmap_free(next);
+            return -1;
+        }
+    } else {
+        slotmap_free(co->held);
+    }
+    *co->held = *next;
+    const struct move *mv = &co->moves[co->running];
+    fprintf(stderr, "coordinator: the map's change waits for the move of slot %u %s -> %s to "
+            "end\n", mv->slot, mv->from, mv->to);
+    return 1;
+}
+
+/* The map held for a move that did not commit: published now, at a new
+ * epoch. */
+static void publish_held(struct coord *co)
+{
+    struct slotmap *held = co->held;
+    co->held = NULL;
+    held->epoch = coord_next_epoch(co);
+    int rc = coord_publish_map(co, held);
+    free(held);
+    if (rc < 0) {
+        fprintf(stderr, "coordinator: out of memory publishing the held map\n");
+        return;
+    }
+    coord_recovery_on_held_map_published(co);
+    coord_pbr_on_held_map_published(co);
+}
+
 int coord_publish_map(struct coord *co, struct slotmap *next)
 {
     char err[512];
+    if (co->running >= 0)
+        return hold_map(co, next);
     /* Persisted (with the progress as the caller left it) before anyone
      * is told; then adopted and pushed. */
     struct slotmap copy;
@@ -357,6 +422,8 @@ static void move_finish(struct coord *co, struct move *mv, enum move_state st, c
     fprintf(stderr, "coordinator: move of slot %u %s -> %s epoch %llu %s%s%s\n", mv->slot,
             mv->from, mv->to, (unsigned long long)mv->epoch,
             st == MOVE_DONE ? "done" : "failed", why && *why ? ": " : "", why ? why : "");
+    if (co->running < 0 && co->held)
+        publish_held(co);
 }
 
 /* The source reported the move done: the destination serves the slot at
@@ -365,12 +432,22 @@ static void move_commit(struct coord *co, struct move *mv)
 {
     struct slotmap next;
     char err[512];
-    if (coord_map_copy(&next, &co->map) < 0) {
+    /* With what was held back for the move (coord_publish_map). */
+    bool had_held = co->held != NULL;
+    if (coord_map_copy(&next, coord_map_base(co)) < 0) {
         move_finish(co, mv, MOVE_FAILED, "coordinator out of memory adopting the new map");
         return;
     }
     next.slot[mv->slot] = (uint16_t)mv->to_endpoint;
     next.epoch = mv->epoch;
+    if (next.epoch <= co->map.epoch) {
+        /* Not expected (nothing is published while a move runs), but a
+         * map at an epoch already used would be ignored. */
+        next.epoch = coord_next_epoch(co);
+        fprintf(stderr, "coordinator: the move of slot %u was given epoch %llu, already past; "
+                "its map gets %llu\n", mv->slot, (unsigned long long)mv->epoch,
+                (unsigned long long)next.epoch);
+    }
     const char *note = NULL;
     int running = co->running;
     co->running = -1;     /* saved with the new map: the move is over */
@@ -389,6 +466,11 @@ static void move_commit(struct coord *co, struct move *mv)
         move_finish(co, mv, MOVE_FAILED, "coordinator out of memory adopting the new map");
         return;
     }
+    if (had_held) {
+        slotmap_free(co->held);
+        free(co->held);
+        co->held = NULL;
+    }
     /* Source and destination switched themselves before reporting. */
     if (mv->source)
         mv->source->epoch = mv->epoch;
@@ -396,6 +478,10 @@ static void move_commit(struct coord *co, struct move *mv)
         mv->dest->epoch = mv->epoch;
     move_finish(co, mv, MOVE_DONE, note);
     push_to_all(co);
+    if (had_held) {
+        coord_recovery_on_held_map_published(co);
+        coord_pbr_on_held_map_published(co);
+    }
 }
 
 static void on_migrated(struct member *m, const struct ctl_msg *msg)
@@ -539,7 +625,7 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
                    (unsigned long long)co->map.epoch);
     }
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
-    if (mv && mv->source == m && m->epoch >= mv->epoch && m->epoch == co->map.epoch + 1) {
+    if (mv && mv->source == m && m->epoch == mv->epoch && mv->epoch > co->map.epoch) {
         /* A move an earlier leader started: its source switched. */
         coord_log_member(m, "holds epoch %llu: the move of slot %u it ran for an earlier "
                          "leader is done", (unsigned long long)m->epoch, mv->slot);
@@ -1024,7 +1110,7 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
     endpoint_addr(&co->map.endpoints[co->map.slot[slot]], mv->from, sizeof(mv->from));
     endpoint_addr(dest, mv->to, sizeof(mv->to));
     mv->to_endpoint = to;
-    mv->epoch = co->map.epoch + 1;
+    mv->epoch = coord_next_epoch(co);
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, dest);
     char text[64 + ADDR_MAX];
@@ -1049,7 +1135,7 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
 
 void coord_resume_move(struct coord *co, unsigned slot, int to, uint64_t epoch)
 {
-    if (slot >= SLOTMAP_SLOTS || to < 0 || to >= co->map.nendpoints || epoch != co->map.epoch + 1 ||
+    if (slot >= SLOTMAP_SLOTS || to < 0 || to >= co->map.nendpoints || epoch <= co->map.epoch ||
         grow_moves(co) < 0)
         return;
     struct move *mv = &co->moves[co->nmoves];
@@ -1147,6 +1233,10 @@ static void coord_destroy(struct engine *e)
     coord_pbr_free(co);
     coord_zk_close(co->zk);
     free(co->resume);
+    if (co->held) {
+        slotmap_free(co->held);
+        free(co->held);
+    }
     slotmap_free(&co->map);
     free(co->body);
     free(co->members);
@@ -1331,6 +1421,8 @@ struct engine *coord_engine_new(struct server *s)
         coord_progress_apply(co, co->resume, co->nresume);
         free(co->resume);
         co->resume = NULL;
+        coord_recovery_republish(co);
+        coord_pbr_republish(co);
     }
     co->repair_stall_ms = env_ms("COCYTUS_REPAIR_STALL_MS", COORD_REPAIR_STALL_MS);
     co->dead_after_ms = env_ms("COCYTUS_DEAD_AFTER_MS", COORD_DEAD_AFTER_MS);

@@ -29,6 +29,8 @@ struct takeover {
                                      * processes have said hello (a death seen late) */
     bool gone;                      /* what streamed f came back with a new pid: the
                                      * first prepare says so (coord_recovery.c) */
+    bool map_held;                  /* served, but the map that says so waits for a
+                                     * running slot move (coord_publish_map) */
 };
 
 struct progress {
@@ -107,8 +109,9 @@ struct cgroup *coord_group_of(struct coord *co, int g);
 bool coord_alive(const struct member *m);
 struct member *coord_pp_member(struct coord *co, int g, int j);
 struct cluster_proc;
-/* A new map epoch in which logical DP f's endpoint is p's client port. */
-void coord_publish_dp(struct coord *co, struct cgroup *cg, int f, const struct cluster_proc *p);
+/* A new map epoch in which logical DP f's endpoint is p's client port:
+ * coord_publish_map's answer. */
+int coord_publish_dp(struct coord *co, struct cgroup *cg, int f, const struct cluster_proc *p);
 /* A new view version to every live member of the group. */
 void coord_broadcast_view(struct coord *co, struct cgroup *cg);
 

@@ -101,6 +101,10 @@ struct coord {
     struct move *moves;             /* every move of this run, oldest first */
     int nmoves, cap_moves;
     int running;                    /* index in moves, -1 if none */
+    /* A map change made while a move runs (a takeover, a new primary):
+     * held until the move ends, then published with the move's outcome
+     * (coord_publish_map).  NULL if none. */
+    struct slotmap *held;
     char msg[REPLY_LINE_MAX];       /* engine result text */
     struct coord_groups *groups;    /* coding groups' failure state (coord_recovery.c) */
     struct coord_pbr *pbr;          /* PBR groups' state (coord_pbr.c) */
@@ -134,8 +138,23 @@ void coord_log_member(const struct member *m, const char *fmt, ...)
 /* Send one control message to a member; -1 when its link is down. */
 int coord_send(struct member *m, const char *text);
 /* Make next (co takes its contents) the authoritative map: persist, adopt,
- * push to everyone.  0, or -1 (out of memory; next is freed). */
+ * push to everyone.  0; 1 held until the running move ends (then
+ * published, coord_on_held_map_published); -1 out of memory (next is
+ * freed).  Make next from coord_map_base() with coord_next_epoch(). */
 int coord_publish_map(struct coord *co, struct slotmap *next);
+/* What a new map is made from: the one held back for a running move (it
+ * has the changes made meanwhile), else the authoritative one. */
+const struct slotmap *coord_map_base(const struct coord *co);
+/* The epoch of a new map: above every epoch any map or move ever had. */
+uint64_t coord_next_epoch(const struct coord *co);
+/* A held map was published now: the takeovers and failovers that waited
+ * for it serve from now on (coord_recovery.c, coord_pbr.c). */
+void coord_recovery_on_held_map_published(struct coord *co);
+/* After the saved progress is applied: views whose map was held and not
+ * saved are published again (coord_recovery.c, coord_pbr.c). */
+void coord_recovery_republish(struct coord *co);
+void coord_pbr_republish(struct coord *co);
+void coord_pbr_on_held_map_published(struct coord *co);
 struct member *coord_member(struct coord *co, int group, enum cluster_role role, int index);
 /* Save the work in progress beside the map (ZooKeeper backend; nothing
  * with the state file).  A leader that cannot save steps down. */

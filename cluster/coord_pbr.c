@@ -99,6 +99,8 @@ struct pgroup {
                                      * over once the backups are heard from */
     bool primary_restarted;         /* ... because its hello had a new pid: the old
                                      * process is gone, its link has ended */
+    bool map_held;                  /* served, but the map that says so waits for a
+                                     * running slot move (coord_publish_map) */
     bool fence_at_once;             /* this failover's fences need not wait for
                                      * the dead primary's link to end */
     struct pmember mem[PBR_MEMBERS_MAX];
@@ -157,14 +159,15 @@ static void send_to(struct coord *co, struct pgroup *pg, int k, const char *fmt,
 
 /* ---- the map ---- */
 
-/* The group's endpoint now names member k's client port. */
-static void publish_primary(struct coord *co, struct pgroup *pg, int k)
+/* The group's endpoint now names member k's client port.  1 when that map
+ * waits for a running move (coord_publish_map). */
+static int publish_primary(struct coord *co, struct pgroup *pg, int k)
 {
     const struct cluster_proc *p = member_k(co, pg->g, k)->proc;
     struct slotmap next;
-    if (coord_map_copy(&next, &co->map) < 0) {
+    if (coord_map_copy(&next, coord_map_base(co)) < 0) {
         fprintf(stderr, "coordinator: out of memory publishing group %d's new primary\n", pg->g);
-        return;
+        return -1;
     }
     int e = -1;
     for (int i = 0; i < next.nendpoints; i++)
@@ -173,14 +176,64 @@ static void publish_primary(struct coord *co, struct pgroup *pg, int k)
     if (e < 0) {
         fprintf(stderr, "coordinator: group %d's primary is not in the slot map\n", pg->g);
         slotmap_free(&next);
-        return;
+        return -1;
     }
     snprintf(next.endpoints[e].host, sizeof(next.endpoints[e].host), "%s", p->host);
     next.endpoints[e].port = p->port;
-    next.epoch = co->map.epoch + 1;
-    if (coord_publish_map(co, &next) < 0)
+    next.epoch = coord_next_epoch(co);
+    int rc = coord_publish_map(co, &next);
+    if (rc < 0)
         fprintf(stderr, "coordinator: out of memory publishing epoch %llu\n",
-                (unsigned long long)co->map.epoch + 1);
+                (unsigned long long)coord_next_epoch(co));
+    return rc;
+}
+
+/* After a restart: the map of a failover held for a move when the last
+ * run ended was not saved; published again from the saved primary. */
+void coord_pbr_republish(struct coord *co)
+{
+    if (!co->pbr)
+        return;
+    for (int g = 0; g < co->pbr->n; g++) {
+        struct pgroup *pg = &co->pbr->g[g];
+        if (pg->phase != PG_SERVING)
+            continue;
+        const struct cluster_proc *p = member_k(co, g, pg->primary)->proc;
+        const struct slotmap *map = coord_map_base(co);
+        bool named = false;
+        for (int i = 0; i < map->nendpoints; i++) {
+            const struct slotmap_endpoint *e = &map->endpoints[i];
+            if (e->group == g && e->role == ROLE_PRIMARY)
+                named = strcmp(e->host, p->host) == 0 && e->port == p->port;
+        }
+        if (named)
+            continue;
+        fprintf(stderr, "coordinator: group %d's primary is member %d (%s:%d), which the saved "
+                "map does not name (a map held for a move when the last run ended): publishing "
+                "it\n", g, pg->primary, p->host, p->port);
+        publish_primary(co, pg, pg->primary);
+    }
+}
+
+/* Failovers whose map waited for a move serve from now: their time to
+ * serve again counts to here. */
+void coord_pbr_on_held_map_published(struct coord *co)
+{
+    if (!co->pbr)
+        return;
+    for (int g = 0; g < co->pbr->n; g++) {
+        struct pgroup *pg = &co->pbr->g[g];
+        if (!pg->map_held)
+            continue;
+        pg->map_held = false;
+        pg->last_serve_ms = coord_now_ms() - pg->dead_at_ms;
+        pg->served_wall_ms = coord_wall_ms();
+        fprintf(stderr, "coordinator: group %d is served by member %d at epoch %llu, %llu ms "
+                "after the death was seen (its map waited for a slot move)\n", pg->g,
+                pg->primary, (unsigned long long)co->map.epoch,
+                (unsigned long long)pg->last_serve_ms);
+    }
+    coord_save_progress(co);
 }
 
 /* ---- failover ---- */
@@ -383,7 +436,7 @@ static void promoted(struct coord *co, struct pgroup *pg, uint64_t xid)
     /* Before the map's save: a coordinator started after it reports them. */
     pg->last_serve_ms = coord_now_ms() - pg->dead_at_ms;
     pg->served_wall_ms = coord_wall_ms();
-    publish_primary(co, pg, pg->primary);
+    pg->map_held = publish_primary(co, pg, pg->primary) == 1;
     fprintf(stderr, "coordinator: group %d is served by member %d (was member %d) from xid %"
             PRIu64 " at epoch %llu, %llu ms after the death was seen\n", pg->g, pg->primary,
             old, xid, (unsigned long long)co->map.epoch, (unsigned long long)pg->last_serve_ms);

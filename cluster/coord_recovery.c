@@ -90,20 +90,21 @@ void coord_broadcast_view(struct coord *co, struct cgroup *cg)
 
 /* ---- the map ---- */
 
-/* f's endpoint now points at r's client port. */
-static void publish_takeover(struct coord *co, struct cgroup *cg, int f, int r)
+/* f's endpoint now points at r's client port.  1 when that map waits for
+ * a running move (coord_publish_map). */
+static int publish_takeover(struct coord *co, struct cgroup *cg, int f, int r)
 {
-    coord_publish_dp(co, cg, f, coord_pp_member(co, cg->g, r)->proc);
+    return coord_publish_dp(co, cg, f, coord_pp_member(co, cg->g, r)->proc);
 }
 
 /* A new map epoch in which logical DP f's endpoint is rp's client port. */
-void coord_publish_dp(struct coord *co, struct cgroup *cg, int f, const struct cluster_proc *rp)
+int coord_publish_dp(struct coord *co, struct cgroup *cg, int f, const struct cluster_proc *rp)
 {
     struct slotmap next;
-    if (coord_map_copy(&next, &co->map) < 0) {
+    if (coord_map_copy(&next, coord_map_base(co)) < 0) {
         fprintf(stderr, "coordinator: out of memory publishing group %d dp %d's takeover\n",
                 cg->g, f);
-        return;
+        return -1;
     }
     int e = -1;
     for (int i = 0; i < next.nendpoints; i++)
@@ -113,14 +114,72 @@ void coord_publish_dp(struct coord *co, struct cgroup *cg, int f, const struct c
     if (e < 0) {
         fprintf(stderr, "coordinator: group %d dp %d is not in the slot map\n", cg->g, f);
         slotmap_free(&next);
-        return;
+        return -1;
     }
     snprintf(next.endpoints[e].host, sizeof(next.endpoints[e].host), "%s", rp->host);
     next.endpoints[e].port = rp->port;
-    next.epoch = co->map.epoch + 1;
-    if (coord_publish_map(co, &next) < 0)
+    next.epoch = coord_next_epoch(co);
+    int rc = coord_publish_map(co, &next);
+    if (rc < 0)
         fprintf(stderr, "coordinator: out of memory publishing epoch %llu\n",
-                (unsigned long long)co->map.epoch + 1);
+                (unsigned long long)coord_next_epoch(co));
+    return rc;
+}
+
+/* After a restart: a map the last run held for a move (coord_publish_map)
+ * was not saved, so a logical DP's endpoint may still name the process
+ * that served it before the view's change.  Published again from the
+ * view (held again if the saved move still runs). */
+void coord_recovery_republish(struct coord *co)
+{
+    if (!rs_cluster(co))
+        return;
+    for (int g = 0; g < co->groups->n; g++) {
+        struct cgroup *cg = &co->groups->g[g];
+        for (int f = 0; f < cg->view.k; f++) {
+            int r = cg->view.dp_server[f];
+            struct member *m = r >= 0 ? coord_pp_member(co, g, r)
+                             : r == -1 ? coord_member(co, g, ROLE_DATA, f) : NULL;
+            if (!m)
+                continue;
+            const struct slotmap *map = coord_map_base(co);
+            bool named = false;
+            for (int i = 0; i < map->nendpoints; i++) {
+                const struct slotmap_endpoint *e = &map->endpoints[i];
+                if (e->group == g && e->role == ROLE_DATA && e->index == f)
+                    named = strcmp(e->host, m->proc->host) == 0 && e->port == m->proc->port;
+            }
+            if (named)
+                continue;
+            fprintf(stderr, "coordinator: group %d dp %d is served by %s:%d, which the saved map "
+                    "does not name (a map held for a move when the last run ended): publishing "
+                    "it\n", g, f, m->proc->host, m->proc->port);
+            coord_publish_dp(co, cg, f, m->proc);
+        }
+    }
+}
+
+/* Takeovers whose map waited for a move serve from now: their time to
+ * serve again counts to here. */
+void coord_recovery_on_held_map_published(struct coord *co)
+{
+    if (!co->groups)
+        return;
+    for (int g = 0; g < co->groups->n; g++) {
+        struct cgroup *cg = &co->groups->g[g];
+        for (int f = 0; f < cg->view.k; f++) {
+            struct takeover *tk = &cg->tk[f];
+            if (!tk->map_held)
+                continue;
+            tk->map_held = false;
+            cg->last_serve_ms = (coord_now_us() - tk->dead_at_us) / 1000;
+            cg->last_served_wall_ms = coord_wall_ms();
+            fprintf(stderr, "coordinator: group %d dp %d is served at epoch %llu, %llu ms after "
+                    "its death was seen (its map waited for a slot move)\n", cg->g, f,
+                    (unsigned long long)co->map.epoch, (unsigned long long)cg->last_serve_ms);
+        }
+    }
+    coord_save_progress(co);
 }
 
 /* ---- the takeover of a dead DP ---- */
@@ -275,7 +334,7 @@ static void serving(struct coord *co, struct cgroup *cg, int f)
     /* Before the view's save: a coordinator started after it reports them. */
     cg->last_serve_ms = (coord_now_us() - tk->dead_at_us) / 1000;
     cg->last_served_wall_ms = coord_wall_ms();
-    publish_takeover(co, cg, f, r);
+    tk->map_held = publish_takeover(co, cg, f, r) == 1;
     coord_broadcast_view(co, cg);
     fprintf(stderr, "coordinator: group %d dp %d is served by parity process %d at epoch %llu, "
             "%llu ms after its death was seen (preparation %.3f ms)\n", cg->g, f, r,
