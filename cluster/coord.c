@@ -328,17 +328,22 @@ const struct slotmap *coord_map_base(const struct coord *co)
     return co->held ? co->held : &co->map;
 }
 
-/* Above the map's epoch, every epoch a move was given (a running move's
- * source and destination switch to it by themselves, and a failed one's
- * may have) and every epoch a member reports: two different maps must
- * never share an epoch, because a process takes a map only if its epoch
- * is newer than the one it holds. */
+/* The epoch of a map the coordinator makes itself (a takeover's, a
+ * failover's): above the map's, the running move's (its source and
+ * destination switch to it by themselves), that of a move whose source or
+ * destination died during it (either may have switched), and every epoch
+ * a member reports: two different maps must never share an epoch, because
+ * a process takes a map only if its epoch is newer than the one it holds.
+ * A move is given the map's epoch + 1 (a destination takes a commit only
+ * at its own epoch + 1, cluster/migrate.c); a move that failed cleanly
+ * leaves its epoch to the next. */
 uint64_t coord_next_epoch(const struct coord *co)
 {
     uint64_t e = co->map.epoch;
-    for (int i = 0; i < co->nmoves; i++)
-        if (co->moves[i].epoch > e)
-            e = co->moves[i].epoch;
+    if (co->running >= 0 && co->moves[co->running].epoch > e)
+        e = co->moves[co->running].epoch;
+    if (co->unsure_epoch > e)
+        e = co->unsure_epoch;
     for (int i = 0; i < co->nmembers; i++)
         if (co->members[i].epoch > e)
             e = co->members[i].epoch;
@@ -439,7 +444,10 @@ static void move_commit(struct coord *co, struct move *mv)
         return;
     }
     next.slot[mv->slot] = (uint16_t)mv->to_endpoint;
-    next.epoch = mv->epoch;
+    /* Source and destination hold mv->epoch already, made from their own
+     * map: with held changes in it, the map must be newer than theirs, or
+     * they would keep their own (equal epochs are not taken). */
+    next.epoch = had_held ? mv->epoch + 1 : mv->epoch;
     if (next.epoch <= co->map.epoch) {
         /* Not expected (nothing is published while a move runs), but a
          * map at an epoch already used would be ignored. */
@@ -509,6 +517,10 @@ void coord_fail_move_of(struct coord *co, const struct member *m)
         char reason[COORD_WHY_MAX];
         snprintf(reason, sizeof(reason), "%s %s died during the move (outcome not known here)",
                  mv->source == m ? "source" : "destination", mv->source == m ? mv->from : mv->to);
+        /* The other one may hold the move's epoch: the takeover's or
+         * failover's map that follows the death must be newer. */
+        if (mv->epoch > co->unsure_epoch)
+            co->unsure_epoch = mv->epoch;
         move_finish(co, mv, MOVE_FAILED, reason);
     }
 }
@@ -1110,7 +1122,7 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
     endpoint_addr(&co->map.endpoints[co->map.slot[slot]], mv->from, sizeof(mv->from));
     endpoint_addr(dest, mv->to, sizeof(mv->to));
     mv->to_endpoint = to;
-    mv->epoch = coord_next_epoch(co);
+    mv->epoch = co->map.epoch + 1;
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, dest);
     char text[64 + ADDR_MAX];

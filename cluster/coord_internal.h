@@ -105,6 +105,8 @@ struct coord {
      * held until the move ends, then published with the move's outcome
      * (coord_publish_map).  NULL if none. */
     struct slotmap *held;
+    uint64_t unsure_epoch;          /* of a move whose source or destination died
+                                     * during it: maybe held by the other */
     char msg[REPLY_LINE_MAX];       /* engine result text */
     struct coord_groups *groups;    /* coding groups' failure state (coord_recovery.c) */
     struct coord_pbr *pbr;          /* PBR groups' state (coord_pbr.c) */
@@ -145,7 +147,8 @@ int coord_publish_map(struct coord *co, struct slotmap *next);
 /* What a new map is made from: the one held back for a running move (it
  * has the changes made meanwhile), else the authoritative one. */
 const struct slotmap *coord_map_base(const struct coord *co);
-/* The epoch of a new map: above every epoch any map or move ever had. */
+/* The epoch of a map the coordinator makes itself: above every epoch a
+ * map, the running move or a process may hold (coord.c). */
 uint64_t coord_next_epoch(const struct coord *co);
 /* A held map was published now: the takeovers and failovers that waited
  * for it serve from now on (coord_recovery.c, coord_pbr.c). */

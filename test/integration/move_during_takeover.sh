@@ -39,8 +39,10 @@ export COCYTUS_DEAD_AFTER_MS=6000
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/move_during_takeover.XXXXXX")
 stopped=""
+node_stopped=""
 cleanup() {
     [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null
+    [ -n "$node_stopped" ] && kill -CONT "$node_stopped" 2>/dev/null
     cluster_remove "$dir"
 }
 on_exit cleanup
@@ -64,6 +66,11 @@ d1=$(group0_pid "$dir" data 1)
 d2=$(group0_pid "$dir" data 2)
 [ -n "$d1" ] && [ -n "$d2" ] || { fail "data processes 1 and 2 not found"; finish; }
 
+# The node is stopped too (not its servers), so that it does not start
+# data process 2 again until the maps are checked: the process's return
+# makes a new map, which would hide a wrong one.
+node=$(cat "$dir/node-0.pid")
+kill -STOP "$node" && node_stopped=$node
 kill -STOP "$d1" && stopped=$d1
 "$cli" --dir "$dir" --timeout 20000 move "$slot" 0 1 >"$dir/move.out" 2>&1 &
 move_pid=$!
@@ -87,6 +94,26 @@ else
     grep -E "move|slot $slot|epoch" "$dir/coordinator.log" | tail -n 8 | sed 's/^/  /'
 fi
 grep "waits for the move\|map waited" "$dir/coordinator.log" | sed 's/^/  /'
+# Source and destination switched to the move's epoch with their own map;
+# the map with the takeover in it must be newer than that, or they keep
+# theirs.  Data process 2 is still dead here.
+# maps_agree: the four live processes answer one map (data process 2
+# cannot), at the coordinator's epoch.
+maps_agree() {
+    local epoch coord
+    "$cli" --dir "$dir" map >"$dir/map.out" 2>&1
+    grep -q "^4 of 5 processes answer this map" "$dir/map.out" || return 1
+    epoch=$(sed -n '1s/.*: epoch \([0-9]*\),.*/\1/p' "$dir/map.out")
+    coord=$(mc "$(cat "$dir/coordinator")" 'stats\r\n' | awk '$2 == "coord_epoch" { print $3 }' | tr -d '\r')
+    [ -n "$epoch" ] && [ "$epoch" = "$coord" ]
+}
+if wait_for 30 maps_agree; then
+    ok "the live processes hold the coordinator's map, the move and the takeover in it: $(head -n 1 "$dir/map.out")"
+else
+    fail "the processes' maps differ: $(grep -v ' this map' "$dir/map.out" | head -n 6 | tr '\n' ' ')"
+fi
+kill -CONT "$node"
+node_stopped=""
 
 cluster_healthy_again "$dir" "after data process 2 was killed during the move"
 if "$cli" --dir "$dir" map >"$dir/map.out" 2>&1; then
@@ -165,4 +192,5 @@ else
     fail "after the restart: $(grep -E 'errors|misses' "$dir/rw2.out" | tail -3)"
 fi
 cluster_check_ok "$dir" verify "after the coordinator's restart"
+
 finish
