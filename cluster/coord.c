@@ -50,6 +50,7 @@
 #define SILENCE_LOG_EVERY_MS 10000  /* a wait for a silent member is logged again */
 #define COORD_STALL_MS 500          /* a check this late: we were not running */
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
+#define MOVE_HOLD_MAX_MS 30000      /* a move holding a failure's map is given up then */
 
 static const char not_a_server[] = "this is the coordinator; use a server";
 
@@ -323,6 +324,12 @@ void coord_save_progress(struct coord *co)
         fprintf(stderr, "coordinator: cannot save the work in progress: %s\n", err);
 }
 
+const char *coord_held_note(const struct coord *co)
+{
+    return co->held ? " (the map that says so waits for a slot move: the epoch is the one before)"
+                    : "";
+}
+
 const struct slotmap *coord_map_base(const struct coord *co)
 {
     return co->held ? co->held : &co->map;
@@ -447,7 +454,7 @@ static void move_commit(struct coord *co, struct move *mv)
     /* Source and destination hold mv->epoch already, made from their own
      * map: with held changes in it, the map must be newer than theirs, or
      * they would keep their own (equal epochs are not taken). */
-    next.epoch = had_held ? mv->epoch + 1 : mv->epoch;
+    next.epoch = had_held ? coord_next_epoch(co) : mv->epoch;
     if (next.epoch <= co->map.epoch) {
         /* Not expected (nothing is published while a move runs), but a
          * map at an epoch already used would be ignored. */
@@ -509,6 +516,44 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
 
 /* ---- membership ---- */
 
+
+/* After a start on saved progress, once every member was heard from (or
+ * the startup grace ended): what the saved views name and the saved map
+ * does not (a map held for a move when the last run ended) is published.
+ * Not before: the epoch must be above what every process holds. */
+static void republish_saved(struct coord *co, uint64_t now)
+{
+    if (!co->republish_due)
+        return;
+    bool all_heard = true;
+    for (int i = 0; i < co->nmembers; i++)
+        if (co->members[i].state == MEMBER_UNKNOWN)
+            all_heard = false;
+    if (!all_heard && now - co->started_ms <= co->startup_grace_ms)
+        return;
+    co->republish_due = false;
+    coord_recovery_republish(co);
+    coord_pbr_republish(co);
+}
+
+/* A move that has held a failure's map (coord_publish_map) for
+ * MOVE_HOLD_MAX_MS without an outcome (a resumed move whose source never
+ * reports, say) is given up, so that the failure's map is published; its
+ * epoch may be held by its source or destination, so the map skips it. */
+static void give_up_held_move(struct coord *co, uint64_t now)
+{
+    if (!co->held || co->running < 0)
+        return;
+    struct move *mv = &co->moves[co->running];
+    if (now - mv->started_ms < MOVE_HOLD_MAX_MS)
+        return;
+    if (mv->epoch > co->unsure_epoch)
+        co->unsure_epoch = mv->epoch;
+    char why[COORD_WHY_MAX];
+    snprintf(why, sizeof(why), "no outcome after %d s while a failure's map waited for it "
+             "(outcome not known here)", MOVE_HOLD_MAX_MS / 1000);
+    move_finish(co, mv, MOVE_FAILED, why);
+}
 
 void coord_fail_move_of(struct coord *co, const struct member *m)
 {
@@ -697,6 +742,8 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
                              "leader saw pid %ld%s): it comes back empty", msg.pid, m->saved_pid,
                              m->saved_pid == msg.pid ? " with another incarnation" : "");
             coord_recovery_on_unseen_restart(co_of(m), m);
+            /* Its part of a running move died with its predecessor. */
+            coord_fail_move_of(co_of(m), m);
         }
         m->saved_pid = 0;
         m->saved_incarnation = 0;
@@ -922,6 +969,8 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
             member_dead(m, why);
         }
     }
+    republish_saved(co, now);
+    give_up_held_move(co, now);
     coord_recovery_check(co);
     coord_pbr_check(co);
 }
@@ -1123,6 +1172,7 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
     endpoint_addr(dest, mv->to, sizeof(mv->to));
     mv->to_endpoint = to;
     mv->epoch = co->map.epoch + 1;
+    mv->started_ms = coord_now_ms();
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, dest);
     char text[64 + ADDR_MAX];
@@ -1157,6 +1207,7 @@ void coord_resume_move(struct coord *co, unsigned slot, int to, uint64_t epoch)
     endpoint_addr(&co->map.endpoints[to], mv->to, sizeof(mv->to));
     mv->to_endpoint = to;
     mv->epoch = epoch;
+    mv->started_ms = coord_now_ms();
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, &co->map.endpoints[to]);
     mv->state = MOVE_RUNNING;
@@ -1433,8 +1484,7 @@ struct engine *coord_engine_new(struct server *s)
         coord_progress_apply(co, co->resume, co->nresume);
         free(co->resume);
         co->resume = NULL;
-        coord_recovery_republish(co);
-        coord_pbr_republish(co);
+        co->republish_due = true;
     }
     co->repair_stall_ms = env_ms("COCYTUS_REPAIR_STALL_MS", COORD_REPAIR_STALL_MS);
     co->dead_after_ms = env_ms("COCYTUS_DEAD_AFTER_MS", COORD_DEAD_AFTER_MS);

@@ -82,6 +82,7 @@ struct move {
     enum move_state state;
     char why[COORD_WHY_MAX];
     struct member *source, *dest;
+    uint64_t started_ms;            /* monotonic: started, or resumed */
 };
 
 #define COORD_REPAIR_STALL_MS 10000   /* struct coord, repair_stall_ms */
@@ -105,6 +106,7 @@ struct coord {
      * held until the move ends, then published with the move's outcome
      * (coord_publish_map).  NULL if none. */
     struct slotmap *held;
+    bool republish_due;             /* started on saved progress (republish_saved) */
     uint64_t unsure_epoch;          /* of a move whose source or destination died
                                      * during it: maybe held by the other */
     char msg[REPLY_LINE_MAX];       /* engine result text */
@@ -147,6 +149,8 @@ int coord_publish_map(struct coord *co, struct slotmap *next);
 /* What a new map is made from: the one held back for a running move (it
  * has the changes made meanwhile), else the authoritative one. */
 const struct slotmap *coord_map_base(const struct coord *co);
+/* For a log line about a map change: "" or " (its map waits for ...)". */
+const char *coord_held_note(const struct coord *co);
 /* The epoch of a map the coordinator makes itself: above every epoch a
  * map, the running move or a process may hold (coord.c). */
 uint64_t coord_next_epoch(const struct coord *co);

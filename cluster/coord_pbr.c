@@ -313,8 +313,8 @@ static void admitted(struct coord *co, struct pgroup *pg)
     publish_primary(co, pg, k);
     send_to(co, pg, k, "pbr confirm %d", pg->g);
     fprintf(stderr, "coordinator: group %d serves again, member %d its primary at epoch %llu "
-            "(lost: %s); its backups are rebuilt next\n", pg->g, k,
-            (unsigned long long)co->map.epoch, pg->lost_why);
+            "(lost: %s); its backups are rebuilt next%s\n", pg->g, k,
+            (unsigned long long)co->map.epoch, pg->lost_why, coord_held_note(co));
     pg->lost_why[0] = '\0';
 }
 
@@ -438,8 +438,9 @@ static void promoted(struct coord *co, struct pgroup *pg, uint64_t xid)
     pg->served_wall_ms = coord_wall_ms();
     pg->map_held = publish_primary(co, pg, pg->primary) == 1;
     fprintf(stderr, "coordinator: group %d is served by member %d (was member %d) from xid %"
-            PRIu64 " at epoch %llu, %llu ms after the death was seen\n", pg->g, pg->primary,
-            old, xid, (unsigned long long)co->map.epoch, (unsigned long long)pg->last_serve_ms);
+            PRIu64 " at epoch %llu, %llu ms after the death was seen%s\n", pg->g, pg->primary,
+            old, xid, (unsigned long long)co->map.epoch, (unsigned long long)pg->last_serve_ms,
+            coord_held_note(co));
 }
 
 /* A participant is gone: it answers no more. */
@@ -916,6 +917,12 @@ bool coord_pbr_progress_line(struct coord *co, int g, char *line, size_t len)
         int n = snprintf(line, len, "pbr %d failover", g);
         return n > 0 && (size_t)n < len;
     }
+    if (pg->phase == PG_SERVING && pg->map_held) {
+        /* The map that names the new primary is held for a slot move and
+         * not saved: the primary is, for coord_pbr_republish. */
+        int n = snprintf(line, len, "pbr %d primary %d", g, pg->primary);
+        return n > 0 && (size_t)n < len;
+    }
     if (pg->phase != PG_PROMOTING)
         return false;
     uint64_t peers = 0;   /* the participants that may be best's peers */
@@ -974,6 +981,16 @@ void coord_pbr_resume(struct coord *co, const char *line)
         resume_dead_at(pg);
         fprintf(stderr, "coordinator: resuming group %d's failover: it starts again once the "
                 "backups are heard from\n", g);
+        return;
+    }
+    if (sscanf(line, "pbr %d primary %d%n", &g, &best, &used) == 2 && used > 0 &&
+        line[used] == '\0') {
+        struct pgroup *pg = group_of(co, g);
+        if (pg && best >= 0 && best <= co->pbr->m && best != pg->primary) {
+            fprintf(stderr, "coordinator: group %d's primary is member %d (an earlier run's "
+                    "failover, whose map was held for a slot move)\n", g, best);
+            pg->primary = best;
+        }
         return;
     }
     if (sscanf(line, "pbr %d promote %d %llu %llu", &g, &best, &participants, &peers) != 4)

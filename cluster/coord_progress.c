@@ -18,6 +18,9 @@
  *   pbr <g> failover                               a PBR group's failover that
  *                                                  has not chosen yet
  *   pbr <g> promote <best> <participants> <peers>  one that told best to serve
+ *   pbr <g> primary <k>                            member k serves, but the map
+ *                                                  that says so is held for a
+ *                                                  slot move (not saved)
  *   pbr <g> figures <serve_ms> <dead_at> <served_at> <lost_at>
  *                                                  its last failover's timings
  *                                                  (unix ms), first

@@ -211,8 +211,8 @@ static void mig_handed(struct coord *co, struct cgroup *cg, int f, uint64_t xid)
     coord_broadcast_view(co, cg);
     coord_publish_dp(co, cg, f, dp_member(co, cg->g, f)->proc);
     fprintf(stderr, "coordinator: group %d dp %d takes over at xid %" PRIu64 " (epoch %llu); "
-            "parity process %d will be rebuilt\n", cg->g, f, xid,
-            (unsigned long long)co->map.epoch, r);
+            "parity process %d will be rebuilt%s\n", cg->g, f, xid,
+            (unsigned long long)co->map.epoch, r, coord_held_note(co));
     mig_send_step(co, cg, f);
 }
 
@@ -313,8 +313,8 @@ static void admit_done(struct coord *co, struct cgroup *cg, int f)
     }
     coord_broadcast_view(co, cg);
     coord_publish_dp(co, cg, f, dp_member(co, cg->g, f)->proc);
-    fprintf(stderr, "coordinator: group %d dp %d serves its keys again (epoch %llu)\n", cg->g, f,
-            (unsigned long long)co->map.epoch);
+    fprintf(stderr, "coordinator: group %d dp %d serves its keys again (epoch %llu)%s\n", cg->g,
+            f, (unsigned long long)co->map.epoch, coord_held_note(co));
     coord_save_progress(co);
 }
 
@@ -478,7 +478,10 @@ void coord_rebuild_check(struct coord *co, struct cgroup *cg)
             rb_send_step(co, cg, j);
         }
     }
-    if (!busy)
+    /* Nothing new starts while a map is held for a slot move
+     * (coord_publish_map): a rebuild would empty a recovery process that
+     * the map still sends its data process's keys to. */
+    if (!busy && !co->held)
         start_work(co, cg);
 }
 

@@ -337,9 +337,9 @@ static void serving(struct coord *co, struct cgroup *cg, int f)
     tk->map_held = publish_takeover(co, cg, f, r) == 1;
     coord_broadcast_view(co, cg);
     fprintf(stderr, "coordinator: group %d dp %d is served by parity process %d at epoch %llu, "
-            "%llu ms after its death was seen (preparation %.3f ms)\n", cg->g, f, r,
+            "%llu ms after its death was seen (preparation %.3f ms)%s\n", cg->g, f, r,
             (unsigned long long)co->map.epoch, (unsigned long long)cg->last_serve_ms,
-            (double)tk->prepare_us / 1000.0);
+            (double)tk->prepare_us / 1000.0, coord_held_note(co));
 }
 
 /* A participant is gone: it answers no more. */
