@@ -50,7 +50,10 @@
 #define SILENCE_LOG_EVERY_MS 10000  /* a wait for a silent member is logged again */
 #define COORD_STALL_MS 500          /* a check this late: we were not running */
 #define REPUSH_AFTER_MS 1000        /* resend a map not yet taken */
-#define MOVE_HOLD_MAX_MS 30000      /* a move holding a failure's map is given up then */
+/* A move that has held a failure's map this long is given up: beyond
+ * every timeout of the move's own (a destination's purge before an
+ * import may take 120 s, migrate.c), so its source is not running it. */
+#define MOVE_HOLD_MAX_MS 150000
 
 static const char not_a_server[] = "this is the coordinator; use a server";
 
@@ -371,6 +374,7 @@ static int hold_map(struct coord *co, struct slotmap *next)
             slotmap_free(next);
             return -1;
         }
+        co->held_since_ms = coord_now_ms();
     } else {
         slotmap_free(co->held);
     }
@@ -538,14 +542,16 @@ static void republish_saved(struct coord *co, uint64_t now)
 
 /* A move that has held a failure's map (coord_publish_map) for
  * MOVE_HOLD_MAX_MS without an outcome (a resumed move whose source never
- * reports, say) is given up, so that the failure's map is published; its
- * epoch may be held by its source or destination, so the map skips it. */
+ * got it, say) is given up, so that the failure's map is published; its
+ * epoch may be held by its source or destination, so the map skips it.
+ * (A source that switched reports the move's epoch in its next heartbeat,
+ * which commits the move: member_heard.) */
 static void give_up_held_move(struct coord *co, uint64_t now)
 {
     if (!co->held || co->running < 0)
         return;
     struct move *mv = &co->moves[co->running];
-    if (now - mv->started_ms < MOVE_HOLD_MAX_MS)
+    if (now - co->held_since_ms < MOVE_HOLD_MAX_MS)
         return;
     if (mv->epoch > co->unsure_epoch)
         co->unsure_epoch = mv->epoch;
@@ -1172,7 +1178,6 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
     endpoint_addr(dest, mv->to, sizeof(mv->to));
     mv->to_endpoint = to;
     mv->epoch = co->map.epoch + 1;
-    mv->started_ms = coord_now_ms();
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, dest);
     char text[64 + ADDR_MAX];
@@ -1207,7 +1212,6 @@ void coord_resume_move(struct coord *co, unsigned slot, int to, uint64_t epoch)
     endpoint_addr(&co->map.endpoints[to], mv->to, sizeof(mv->to));
     mv->to_endpoint = to;
     mv->epoch = epoch;
-    mv->started_ms = coord_now_ms();
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, &co->map.endpoints[to]);
     mv->state = MOVE_RUNNING;

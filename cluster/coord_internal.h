@@ -82,7 +82,6 @@ struct move {
     enum move_state state;
     char why[COORD_WHY_MAX];
     struct member *source, *dest;
-    uint64_t started_ms;            /* monotonic: started, or resumed */
 };
 
 #define COORD_REPAIR_STALL_MS 10000   /* struct coord, repair_stall_ms */
@@ -106,6 +105,7 @@ struct coord {
      * held until the move ends, then published with the move's outcome
      * (coord_publish_map).  NULL if none. */
     struct slotmap *held;
+    uint64_t held_since_ms;         /* monotonic: first held for the running move */
     bool republish_due;             /* started on saved progress (republish_saved) */
     uint64_t unsure_epoch;          /* of a move whose source or destination died
                                      * during it: maybe held by the other */

@@ -211,7 +211,8 @@ void coord_pbr_republish(struct coord *co)
         fprintf(stderr, "coordinator: group %d's primary is member %d (%s:%d), which the saved "
                 "map does not name (a map held for a move when the last run ended): publishing "
                 "it\n", g, pg->primary, p->host, p->port);
-        publish_primary(co, pg, pg->primary);
+        pg->map_held = publish_primary(co, pg, pg->primary) == 1;
+        coord_save_progress(co);
     }
 }
 
@@ -310,7 +311,7 @@ static void admitted(struct coord *co, struct pgroup *pg)
         pg->mem[j].cmd_at_ms = 0;
     }
     pg->served_wall_ms = coord_wall_ms();   /* before the map's save */
-    publish_primary(co, pg, k);
+    pg->map_held = publish_primary(co, pg, k) == 1;
     send_to(co, pg, k, "pbr confirm %d", pg->g);
     fprintf(stderr, "coordinator: group %d serves again, member %d its primary at epoch %llu "
             "(lost: %s); its backups are rebuilt next%s\n", pg->g, k,
@@ -990,6 +991,7 @@ void coord_pbr_resume(struct coord *co, const char *line)
             fprintf(stderr, "coordinator: group %d's primary is member %d (an earlier run's "
                     "failover, whose map was held for a slot move)\n", g, best);
             pg->primary = best;
+            pg->map_held = true;    /* saved again until its map is out */
         }
         return;
     }

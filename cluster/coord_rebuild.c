@@ -479,9 +479,11 @@ void coord_rebuild_check(struct coord *co, struct cgroup *cg)
         }
     }
     /* Nothing new starts while a map is held for a slot move
-     * (coord_publish_map): a rebuild would empty a recovery process that
-     * the map still sends its data process's keys to. */
-    if (!busy && !co->held)
+     * (coord_publish_map), or may have been when the last run ended (not
+     * saved: republish_saved has not compared yet): a rebuild would empty
+     * a recovery process that the map still sends its data process's keys
+     * to. */
+    if (!busy && !co->held && !co->republish_due)
         start_work(co, cg);
 }
 
