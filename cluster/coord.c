@@ -54,6 +54,9 @@
  * every timeout of the move's own (a destination's purge before an
  * import may take 120 s, migrate.c), so its source is not running it. */
 #define MOVE_HOLD_MAX_MS 150000
+/* A move's source died: its destination's heartbeat (every 250 ms) says
+ * by then whether it took the slot. */
+#define SOURCE_DEAD_WAIT_MS 1500
 
 static const char not_a_server[] = "this is the coordinator; use a server";
 
@@ -561,19 +564,56 @@ static void give_up_held_move(struct coord *co, uint64_t now)
     move_finish(co, mv, MOVE_FAILED, why);
 }
 
+/* The source or the destination of the running move died, or came back
+ * without its state.  The outcome is the other one's to tell:
+ *   - the destination died: the source reports the move done (its commit
+ *     was answered) or failed (it was not), as always, within its own
+ *     timeouts;
+ *   - the source died: the destination took the slot if it reports the
+ *     move's epoch (member_heard commits the move then: its commit may
+ *     have been sent just before the death); if it does not within
+ *     SOURCE_DEAD_WAIT_MS, the move failed (give_up_orphan_move).
+ * Failing it at once, as before, left a destination that had taken the
+ * slot at the move's epoch while the next map gave the slot back to the
+ * dead source's place: writes it acknowledged were lost.  Until the
+ * outcome is known, the death's own map waits (coord_publish_map). */
 void coord_fail_move_of(struct coord *co, const struct member *m)
 {
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
-    if (mv && (mv->source == m || mv->dest == m)) {
-        char reason[COORD_WHY_MAX];
-        snprintf(reason, sizeof(reason), "%s %s died during the move (outcome not known here)",
-                 mv->source == m ? "source" : "destination", mv->source == m ? mv->from : mv->to);
-        /* The other one may hold the move's epoch: the takeover's or
-         * failover's map that follows the death must be newer. */
-        if (mv->epoch > co->unsure_epoch)
-            co->unsure_epoch = mv->epoch;
-        move_finish(co, mv, MOVE_FAILED, reason);
+    if (!mv || (mv->source != m && mv->dest != m))
+        return;
+    /* Either may hold the move's epoch if nobody ever tells: the maps
+     * that follow must be newer. */
+    if (mv->epoch > co->unsure_epoch)
+        co->unsure_epoch = mv->epoch;
+    const struct member *other = mv->source == m ? mv->dest : mv->source;
+    if (!coord_alive(other)) {
+        move_finish(co, mv, MOVE_FAILED, "source and destination died during the move (outcome "
+                    "not known here)");
+    } else if (mv->dest == m) {
+        fprintf(stderr, "coordinator: destination %s of the move of slot %u died: the source "
+                "reports the outcome\n", mv->to, mv->slot);
+    } else if (!mv->source_dead_ms) {
+        mv->source_dead_ms = coord_now_ms();
+        fprintf(stderr, "coordinator: source %s of the move of slot %u died: waiting %d ms for "
+                "the destination to report the move's epoch\n", mv->from, mv->slot,
+                SOURCE_DEAD_WAIT_MS);
     }
+}
+
+/* The source died and the destination did not report the move's epoch in
+ * SOURCE_DEAD_WAIT_MS (or died too): it never took the slot. */
+static void give_up_orphan_move(struct coord *co, uint64_t now)
+{
+    struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
+    if (!mv || !mv->source_dead_ms)
+        return;
+    if (coord_alive(mv->dest) && now - mv->source_dead_ms < SOURCE_DEAD_WAIT_MS)
+        return;
+    char reason[COORD_WHY_MAX];
+    snprintf(reason, sizeof(reason), "source %s died during the move; the destination did not "
+             "take the slot", mv->from);
+    move_finish(co, mv, MOVE_FAILED, reason);
 }
 
 static void member_dead(struct member *m, const char *why)
@@ -688,10 +728,13 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
                    (unsigned long long)co->map.epoch);
     }
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
-    if (mv && mv->source == m && m->epoch == mv->epoch && mv->epoch > co->map.epoch) {
-        /* A move an earlier leader started: its source switched. */
-        coord_log_member(m, "holds epoch %llu: the move of slot %u it ran for an earlier "
-                         "leader is done", (unsigned long long)m->epoch, mv->slot);
+    if (mv && (mv->source == m || mv->dest == m) && m->epoch == mv->epoch &&
+        mv->epoch > co->map.epoch) {
+        /* Its source switched (a move an earlier leader started, or whose
+         * report is still on its way), or its destination took the slot
+         * (the source may have died since). */
+        coord_log_member(m, "holds epoch %llu: the move of slot %u is done", (unsigned long long)m->epoch,
+                         mv->slot);
         move_commit(co, mv);
     }
     push_if_behind(m, now);
@@ -976,6 +1019,7 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
         }
     }
     republish_saved(co, now);
+    give_up_orphan_move(co, now);
     give_up_held_move(co, now);
     coord_recovery_check(co);
     coord_pbr_check(co);

@@ -82,6 +82,8 @@ struct move {
     enum move_state state;
     char why[COORD_WHY_MAX];
     struct member *source, *dest;
+    uint64_t source_dead_ms;        /* monotonic: the source died (0: it did not);
+                                     * the destination's epoch tells the outcome */
 };
 
 #define COORD_REPAIR_STALL_MS 10000   /* struct coord, repair_stall_ms */
@@ -163,6 +165,8 @@ void coord_recovery_republish(struct coord *co);
 void coord_pbr_republish(struct coord *co);
 void coord_pbr_on_held_map_published(struct coord *co);
 struct member *coord_member(struct coord *co, int group, enum cluster_role role, int index);
+/* Alive with its control link up (coord_recovery.c). */
+bool coord_alive(const struct member *m);
 /* Save the work in progress beside the map (ZooKeeper backend; nothing
  * with the state file).  A leader that cannot save steps down. */
 void coord_save_progress(struct coord *co);
