@@ -57,6 +57,9 @@
 /* A move's source died: its destination's heartbeat (every 250 ms) says
  * by then whether it took the slot. */
 #define SOURCE_DEAD_WAIT_MS 1500
+/* A move's destination died: a source that has not switched by then never
+ * sent the commit (give_up_orphan_move). */
+#define DEST_DEAD_WAIT_MS 3000
 
 static const char not_a_server[] = "this is the coordinator; use a server";
 
@@ -577,7 +580,7 @@ static void give_up_held_move(struct coord *co, uint64_t now)
  * slot at the move's epoch while the next map gave the slot back to the
  * dead source's place: writes it acknowledged were lost.  Until the
  * outcome is known, the death's own map waits (coord_publish_map). */
-void coord_fail_move_of(struct coord *co, const struct member *m)
+void coord_fail_move_of(struct coord *co, const struct member *m, bool successor)
 {
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
     if (!mv || (mv->source != m && mv->dest != m))
@@ -591,29 +594,62 @@ void coord_fail_move_of(struct coord *co, const struct member *m)
         move_finish(co, mv, MOVE_FAILED, "source and destination died during the move (outcome "
                     "not known here)");
     } else if (mv->dest == m) {
+        if (!mv->dest_dead_ms)
+            mv->dest_dead_ms = coord_now_ms();
+        mv->dest_incarnation = successor ? 0 : m->incarnation;
         fprintf(stderr, "coordinator: destination %s of the move of slot %u died: the source "
                 "reports the outcome\n", mv->to, mv->slot);
     } else if (!mv->source_dead_ms) {
         mv->source_dead_ms = coord_now_ms();
+        mv->source_incarnation = successor ? 0 : m->incarnation;
         fprintf(stderr, "coordinator: source %s of the move of slot %u died: waiting %d ms for "
                 "the destination to report the move's epoch\n", mv->from, mv->slot,
                 SOURCE_DEAD_WAIT_MS);
     }
 }
 
-/* The source died and the destination did not report the move's epoch in
- * SOURCE_DEAD_WAIT_MS (or died too): it never took the slot. */
+/* The very process that was declared dead is heard from again (its link
+ * dropped and came back), not a successor, which knows nothing of the
+ * move. */
+static bool back_again(const struct member *m, uint64_t incarnation)
+{
+    return coord_alive(m) && incarnation != 0 && m->incarnation == incarnation;
+}
+
+/* A move one of whose ends died (coord_fail_move_of):
+ *   - the source: if the destination did not report the move's epoch in
+ *     SOURCE_DEAD_WAIT_MS (or died too), it never took the slot; a source
+ *     heard from again (its link dropped, the same process) goes on with
+ *     the move and reports it as usual;
+ *   - the destination: a source that has not switched to the move's epoch
+ *     after DEST_DEAD_WAIT_MS (it waits in the import's first step, up to
+ *     120 s) never sent the commit: the move failed, and the destination's
+ *     own takeover map need not wait for it.  One that switched reports
+ *     (its commit retries end within seconds). */
 static void give_up_orphan_move(struct coord *co, uint64_t now)
 {
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
-    if (!mv || !mv->source_dead_ms)
-        return;
-    if (coord_alive(mv->dest) && now - mv->source_dead_ms < SOURCE_DEAD_WAIT_MS)
+    if (!mv)
         return;
     char reason[COORD_WHY_MAX];
-    snprintf(reason, sizeof(reason), "source %s died during the move; the destination did not "
-             "take the slot", mv->from);
-    move_finish(co, mv, MOVE_FAILED, reason);
+    if (mv->source_dead_ms) {
+        if (back_again(mv->source, mv->source_incarnation)) {
+            mv->source_dead_ms = 0;
+            return;
+        }
+        if (coord_alive(mv->dest) && now - mv->source_dead_ms < SOURCE_DEAD_WAIT_MS)
+            return;
+        snprintf(reason, sizeof(reason), "source %s died during the move; the destination did "
+                 "not take the slot", mv->from);
+        move_finish(co, mv, MOVE_FAILED, reason);
+    } else if (mv->dest_dead_ms && back_again(mv->dest, mv->dest_incarnation)) {
+        mv->dest_dead_ms = 0;     /* heard from again: the source reports */
+    } else if (mv->dest_dead_ms && now - mv->dest_dead_ms >= DEST_DEAD_WAIT_MS &&
+               mv->source && mv->source->epoch < mv->epoch) {
+        snprintf(reason, sizeof(reason), "destination %s died during the move, before the "
+                 "source switched", mv->to);
+        move_finish(co, mv, MOVE_FAILED, reason);
+    }
 }
 
 static void member_dead(struct member *m, const char *why)
@@ -630,7 +666,7 @@ static void member_dead(struct member *m, const char *why)
     m->silence_waited = false;
     coord_lost_forget(m);
     coord_log_member(m, "dead: %s", why);
-    coord_fail_move_of(co, m);
+    coord_fail_move_of(co, m, false);
     coord_recovery_on_dead(co, m);
     coord_pbr_on_dead(co, m);
 }
@@ -728,13 +764,16 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
                    (unsigned long long)co->map.epoch);
     }
     struct move *mv = co->running >= 0 ? &co->moves[co->running] : NULL;
-    if (mv && (mv->source == m || mv->dest == m) && m->epoch == mv->epoch &&
-        mv->epoch > co->map.epoch) {
-        /* Its source switched (a move an earlier leader started, or whose
-         * report is still on its way), or its destination took the slot
-         * (the source may have died since). */
-        coord_log_member(m, "holds epoch %llu: the move of slot %u is done", (unsigned long long)m->epoch,
-                         mv->slot);
+    if (mv && mv->dest == m && m->epoch == mv->epoch && mv->epoch > co->map.epoch) {
+        /* The destination took the slot (it reaches the move's epoch only
+         * by the commit): the move is done, whether its source's report is
+         * on its way, lost with the source, or the move was started by an
+         * earlier leader.  (The source's epoch says only that it switched:
+         * a move that then failed before the commit puts its old map back,
+         * and counting that as done gave the slot to a destination that
+         * missed a write the source had acknowledged.) */
+        coord_log_member(m, "holds epoch %llu: the move of slot %u is done",
+                         (unsigned long long)m->epoch, mv->slot);
         move_commit(co, mv);
     }
     push_if_behind(m, now);
@@ -792,7 +831,7 @@ static void on_control(struct link *l, uint16_t type, const uint8_t *payload, ui
                              m->saved_pid == msg.pid ? " with another incarnation" : "");
             coord_recovery_on_unseen_restart(co_of(m), m);
             /* Its part of a running move died with its predecessor. */
-            coord_fail_move_of(co_of(m), m);
+            coord_fail_move_of(co_of(m), m, true);
         }
         m->saved_pid = 0;
         m->saved_incarnation = 0;

@@ -84,6 +84,9 @@ struct move {
     struct member *source, *dest;
     uint64_t source_dead_ms;        /* monotonic: the source died (0: it did not);
                                      * the destination's epoch tells the outcome */
+    uint64_t dest_dead_ms;          /* the same for the destination */
+    uint64_t source_incarnation;    /* of the one that died (coord_fail_move_of) */
+    uint64_t dest_incarnation;
 };
 
 #define COORD_REPAIR_STALL_MS 10000   /* struct coord, repair_stall_ms */
@@ -206,8 +209,10 @@ bool coord_group_unheard(const struct coord *co, int g);
 /* m restarted while no leader watched (a new pid or incarnation in its hello): its death
  * was never handled.  Called before coord_recovery_on_hello. */
 void coord_recovery_on_unseen_restart(struct coord *co, struct member *m);
-/* A running slot move from or to m, which died, fails (coord.c). */
-void coord_fail_move_of(struct coord *co, const struct member *m);
+/* m, the source or destination of the running move, died, or (successor)
+ * a process came in its place without its state: the move's outcome is
+ * the other end's to tell (coord.c). */
+void coord_fail_move_of(struct coord *co, const struct member *m, bool successor);
 /* The processes that restarted empty in a place another process serves. */
 bool coord_recovery_joining(const struct coord *co, const struct member *m);
 /* Would m's death leave its coding group more failed places than it has

@@ -620,7 +620,7 @@ static void on_nostate(struct coord *co, struct cgroup *cg, struct member *m, in
         return;
     coord_log_member(m, "restarted without its state, and no death of it was seen: its keys "
                      "are taken over");
-    coord_fail_move_of(co, m);
+    coord_fail_move_of(co, m, true);
     coord_recovery_on_unseen_restart(co, m);
 }
 

@@ -947,6 +947,15 @@ static void on_reply(struct migration *mg, const char *line)
             return;
         }
         quote_reply(why, sizeof(why), "destination refused the commit", line);
+        if (mg->commit_tries > 0) {
+            /* An earlier try's outcome is not known (the destination may
+             * have taken it and died since: this may be its successor):
+             * the slot stays with the destination here, nothing deleted. */
+            char unknown[sizeof(why) + 32];
+            snprintf(unknown, sizeof(unknown), "commit outcome unknown (%s)", why);
+            mg_finish(mg, false, unknown);
+            return;
+        }
         /* A definite no: the destination did not take the slot. */
         mg->phase = MG_SWITCH;
         mg_abandon(mg, why);
