@@ -391,6 +391,23 @@ static int hold_map(struct coord *co, struct slotmap *next)
     return 1;
 }
 
+static void drop_held(struct coord *co)
+{
+    if (!co->held)
+        return;
+    slotmap_free(co->held);
+    free(co->held);
+    co->held = NULL;
+}
+
+/* What was held is out (published alone or in a move's map): the
+ * takeovers and failovers that waited for it serve from now. */
+static void held_map_out(struct coord *co)
+{
+    coord_recovery_on_held_map_published(co);
+    coord_pbr_on_held_map_published(co);
+}
+
 /* The map held for a move that did not commit: published now, at a new
  * epoch. */
 static void publish_held(struct coord *co)
@@ -404,8 +421,7 @@ static void publish_held(struct coord *co)
         fprintf(stderr, "coordinator: out of memory publishing the held map\n");
         return;
     }
-    coord_recovery_on_held_map_published(co);
-    coord_pbr_on_held_map_published(co);
+    held_map_out(co);
 }
 
 int coord_publish_map(struct coord *co, struct slotmap *next)
@@ -491,11 +507,7 @@ static void move_commit(struct coord *co, struct move *mv)
         move_finish(co, mv, MOVE_FAILED, "coordinator out of memory adopting the new map");
         return;
     }
-    if (had_held) {
-        slotmap_free(co->held);
-        free(co->held);
-        co->held = NULL;
-    }
+    drop_held(co);          /* merged into next */
     /* Source and destination switched themselves before reporting. */
     if (mv->source)
         mv->source->epoch = mv->epoch;
@@ -503,10 +515,8 @@ static void move_commit(struct coord *co, struct move *mv)
         mv->dest->epoch = mv->epoch;
     move_finish(co, mv, MOVE_DONE, note);
     push_to_all(co);
-    if (had_held) {
-        coord_recovery_on_held_map_published(co);
-        coord_pbr_on_held_map_published(co);
-    }
+    if (had_held)
+        held_map_out(co);
 }
 
 static void on_migrated(struct member *m, const struct ctl_msg *msg)
@@ -1383,10 +1393,7 @@ static void coord_destroy(struct engine *e)
     coord_pbr_free(co);
     coord_zk_close(co->zk);
     free(co->resume);
-    if (co->held) {
-        slotmap_free(co->held);
-        free(co->held);
-    }
+    drop_held(co);
     slotmap_free(&co->map);
     free(co->body);
     free(co->members);

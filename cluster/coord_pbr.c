@@ -200,13 +200,8 @@ void coord_pbr_republish(struct coord *co)
             continue;
         const struct cluster_proc *p = member_k(co, g, pg->primary)->proc;
         const struct slotmap *map = coord_map_base(co);
-        bool named = false;
-        for (int i = 0; i < map->nendpoints; i++) {
-            const struct slotmap_endpoint *e = &map->endpoints[i];
-            if (e->group == g && e->role == ROLE_PRIMARY)
-                named = strcmp(e->host, p->host) == 0 && e->port == p->port;
-        }
-        if (named)
+        int e = slotmap_find(map, p->host, p->port);
+        if (e >= 0 && map->endpoints[e].group == g && map->endpoints[e].role == ROLE_PRIMARY)
             continue;
         fprintf(stderr, "coordinator: group %d's primary is member %d (%s:%d), which the saved "
                 "map does not name (a map held for a move when the last run ended): publishing "

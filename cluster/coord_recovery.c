@@ -143,13 +143,9 @@ void coord_recovery_republish(struct coord *co)
             if (!m)
                 continue;
             const struct slotmap *map = coord_map_base(co);
-            bool named = false;
-            for (int i = 0; i < map->nendpoints; i++) {
-                const struct slotmap_endpoint *e = &map->endpoints[i];
-                if (e->group == g && e->role == ROLE_DATA && e->index == f)
-                    named = strcmp(e->host, m->proc->host) == 0 && e->port == m->proc->port;
-            }
-            if (named)
+            int e = slotmap_find(map, m->proc->host, m->proc->port);
+            if (e >= 0 && map->endpoints[e].group == g && map->endpoints[e].role == ROLE_DATA &&
+                map->endpoints[e].index == f)
                 continue;
             fprintf(stderr, "coordinator: group %d dp %d is served by %s:%d, which the saved map "
                     "does not name (a map held for a move when the last run ended): publishing "
