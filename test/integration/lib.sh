@@ -324,6 +324,15 @@ key_owners() {
            print $2, o }' "$d/map.txt" "$d/all.slots" >"$d/owners"
 }
 
+# owned_slots DIR ADDR: after key_owners, the slots ADDR serves that hold
+# any of cocytus-bench's keys, one per line, the one with the most first.
+owned_slots() {
+    awk -v a="$2" 'NR == FNR { own[$1] = $2; next }
+                   own[$2] == a { c[$1]++ }
+                   END { for (s in c) print c[s], s }' "$1/owners" "$1/all.slots" |
+        sort -k1,1nr -k2,2n | awk '{ print $2 }'
+}
+
 # cluster_remove DIR: brings down quietly whatever scripts/cluster runs in
 # DIR, then removes DIR.  An empty DIR does nothing.
 cluster_remove() {

@@ -56,10 +56,7 @@ dp0=$(group0_addr "$dir" data 0)
 
 # The slot of data process 0's holding the most of the bench's keys.
 key_owners "$dir" 8000 || { fail "cannot read the slot map"; finish; }
-slot=$(awk -v a="$dp0" 'NR == FNR { if ($1 == "slots") { split($2, r, "-"); if ($3 == a) { lo[n] = r[1]; hi[n++] = r[2] } } next }
-                        { for (i = 0; i < n; i++) if ($1 >= lo[i] && $1 <= hi[i]) c[$1]++ }
-                        END { for (s in c) if (c[s] > best) { best = c[s]; pick = s } print pick }' \
-           "$dir/map.txt" "$dir/all.slots")
+slot=$(owned_slots "$dir" "$dp0" | head -n 1)
 [ -n "$slot" ] || { fail "no slot of data process 0 holds a key"; finish; }
 
 d1=$(group0_pid "$dir" data 1)
@@ -144,9 +141,7 @@ cluster_check_ok "$dir" decode-check "after the move and the takeover"
 # restarted one resumes the move, and every process must end with its
 # map and every key read back.
 key_owners "$dir" 8000 || { fail "cannot read the slot map"; finish; }
-slot2=$(awk -v a="$dp0" -v moved="$slot" 'NR == FNR { if ($1 == "slots") { split($2, r, "-"); if ($3 == a) { lo[n] = r[1]; hi[n++] = r[2] } } next }
-                        $1 != moved { for (i = 0; i < n; i++) if ($1 >= lo[i] && $1 <= hi[i]) { print $1; exit } }' \
-           "$dir/map.txt" "$dir/all.slots")
+slot2=$(owned_slots "$dir" "$dp0" | grep -vx "$slot" | head -n 1)
 d1=$(group0_pid "$dir" data 1)
 d2=$(group0_pid "$dir" data 2)
 c_old=$(pgrep -f -- "--role coordinator --cluster $dir/cluster.conf" | head -1)

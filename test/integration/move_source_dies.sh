@@ -51,10 +51,7 @@ dst=$(awk '$1 == "data" && $2 == 1 && $3 == 0 { print $5; exit }' "$dir/endpoint
     fail "load: $(tail -n 2 "$dir/load.out")"
 
 key_owners "$dir" 8000 || { fail "cannot read the slot map"; finish; }
-slot=$(awk -v a="$src" 'NR == FNR { if ($1 == "slots") { split($2, r, "-"); if ($3 == a) { lo[n] = r[1]; hi[n++] = r[2] } } next }
-                        { for (i = 0; i < n; i++) if ($1 >= lo[i] && $1 <= hi[i]) c[$1]++ }
-                        END { for (s in c) if (c[s] > best) { best = c[s]; pick = s } print pick }' \
-           "$dir/map.txt" "$dir/all.slots")
+slot=$(owned_slots "$dir" "$src" | head -n 1)
 [ -n "$slot" ] || { fail "no slot of $src holds a key"; finish; }
 keys=$(awk -v s="$slot" '$1 == s' "$dir/all.slots" | wc -l)
 

@@ -40,16 +40,14 @@ dp0=$(group0_addr "$dir" data 0)
 "$bench" -s "$dp0" -n 4000 --no-run >"$dir/load.out" 2>&1 &&
     grep -q "total_errors=0" "$dir/load.out" && ok "4000 keys written" || fail "load: $(tail -n 2 "$dir/load.out")"
 
-# move_a_slot FROM TO... LOG: the first slot of FROM's that holds one of
+# move_a_slot FROM TO... LOG: the slot of FROM's that holds the most of
 # the bench's keys moves (`cocytus-cli move SLOT TO...`); FROM's LOG must
 # say it sent keys.
 move_a_slot() {
     local from=$1 log=${*: -1} slot out
     local to=("${@:2:$(($# - 2))}")
     key_owners "$dir" 4000 || fail "cannot read the slot map"
-    slot=$(awk -v a="$from" 'NR == FNR { if ($1 == "slots") { split($2, r, "-"); if ($3 == a) { lo[n] = r[1]; hi[n++] = r[2] } } next }
-                            { for (i = 0; i < n; i++) if ($1 >= lo[i] && $1 <= hi[i]) { print $1; exit } }' \
-               "$dir/map.txt" "$dir/all.slots")
+    slot=$(owned_slots "$dir" "$from" | head -n 1)
     [ -n "$slot" ] || { fail "no slot of $from holds a key"; finish; }
     out=$("$cli" --dir "$dir" --timeout 20000 move "$slot" "${to[@]}" 2>&1)
     if echo "$out" | grep -q "done" && grep -q "migrate slot $slot .*done ([1-9][0-9]* keys sent" "$log"; then
