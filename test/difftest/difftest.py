@@ -933,6 +933,56 @@ def same(a, b):
     return True
 
 
+NON_NUMERIC = b"CLIENT_ERROR cannot increment or decrement non-numeric value"
+ARITH = re.compile(r"\b(incr|decr) +\S+ +(\d+)")
+
+
+def memcached_version(path):
+    """(major, minor, patch) of `path -V`, or None."""
+    try:
+        out = subprocess.run([path, "-V"], capture_output=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(rb"(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def memcached_read_past_value(steps, raw, version):
+    """True when the first reply that differs is memcached's own defect,
+    fixed in 1.6.22 (its commit ea92c6c): an incr or decr of a value of 2^63
+    or more looks for a '-' with strchr() from the value's first byte, and
+    an item's data ends in CRLF, not NUL, so the search runs on into
+    whatever the slab chunk held before until it meets a NUL.  A stale '-'
+    there makes it answer NON_NUMERIC for a number, depending on what the
+    process stored earlier (seed 15 -X case 83 differed twice in 300 CI
+    runs of the same sequence).  Recognised only where it cannot hide a
+    defect of ours: text replies, memcached's first differing line is
+    NON_NUMERIC, ours is the number, and a text incr/decr of that step
+    with its delta puts the value before the command at 2^63 or more."""
+    if version is None or version >= (1, 6, 22) or is_binary_case(steps):
+        return False
+    for si, (x, y) in enumerate(zip(raw["mc"], raw["co"])):
+        if x.out == y.out:
+            continue
+        if si >= len(steps):
+            return False
+        for p, q in zip(x.out.split(b"\r\n"), y.out.split(b"\r\n")):
+            if p == q:
+                continue
+            if p != NON_NUMERIC or not q.isdigit():
+                return False
+            r = int(q)
+            for r_ in steps[si]:
+                for op, d in ARITH.findall(r_.show()):
+                    d = int(d)
+                    before = (r - d) % 2**64 if op == "incr" else r + d
+                    if r < 2**64 and before >= 2**63 and (op == "incr" or r > 0):
+                        return True
+            return False
+        return False
+    return False
+
+
 # ---------------------------------------------------------------------------
 # Running a case on one server
 # ---------------------------------------------------------------------------
@@ -1375,6 +1425,8 @@ class Runner:
         self.rng = random.Random(args.seed)
         self.requests = 0
         self.moved = False
+        self.read_past = False
+        self.mc_version = memcached_version(args.memcached)
 
     def new_session(self):
         if self.session:
@@ -1448,12 +1500,17 @@ class Runner:
     def differs(self, steps):
         a, b, raw, prefix = self.run_both(steps)
         self.moved = False
+        self.read_past = False
         if not self.session.co.alive():
             return True, a, b, raw, prefix
         if self.args.target_server and self.args.target_server.owned is not None and \
                 any(b"MOVED" in r.out for r in raw["co"]):
             # a key of another process's slot: not comparable (--target)
             self.moved = True
+            return False, a, b, raw, prefix
+        if memcached_read_past_value(steps, raw, self.mc_version):
+            # memcached's reply hangs on its stale memory: not comparable
+            self.read_past = True
             return False, a, b, raw, prefix
         if len(a) != len(b) or self.counter_diff:
             return True, a, b, raw, prefix
@@ -1644,6 +1701,9 @@ def main():
             d, a, b, raw, prefix = runner.differs(steps)
             if runner.moved:
                 skipped["moved"] = skipped.get("moved", 0) + 1
+            if runner.read_past:
+                why = "memcached < 1.6.22 read past a value (docs/compat.md)"
+                skipped[why] = skipped.get(why, 0) + 1
             dead = runner.check_alive()
             if d or dead:
                 diffs += 1
@@ -1674,7 +1734,7 @@ def main():
     print("difftest: seed %d: %d sequences (%d requests) in %.0f s, %d with a difference" %
           (args.seed, done, runner.requests, time.monotonic() - start, diffs))
     if skipped:
-        print("difftest: --target: not compared: %s" % ", ".join(
+        print("difftest: not compared: %s" % ", ".join(
             "%d %s" % (v, k) for k, v in sorted(skipped.items())))
     return 1 if diffs else 0
 
