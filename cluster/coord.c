@@ -42,6 +42,7 @@
 #include "engine.h"
 #include "frame.h"
 #include "link.h"
+#include "migrate.h"
 #include "server.h"
 #include "coord_internal.h"
 #include "coord_zk.h"
@@ -528,10 +529,21 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
                    "ignored", msg->slot, (unsigned long long)msg->epoch, msg->ok ? "ok" : "failed");
         return;
     }
-    if (msg->ok)
+    if (msg->ok) {
         move_commit(co, mv);
-    else
+    } else if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0) {
+        /* The destination may have taken the slot and acknowledged writes
+         * of it before it died or its answer was lost; the source switched
+         * and deleted nothing.  The destination (or its recovery process)
+         * holds the whole slot either way, so the move is done.  Failing
+         * it gave the slot back to the source's stale copies, and lost
+         * those writes. */
+        coord_log_member(m, "reports the commit of slot %u %s: the destination holds the slot "
+                         "either way; the move counts as done", mv->slot, msg->why);
+        move_commit(co, mv);
+    } else {
         move_finish(co, mv, MOVE_FAILED, msg->why);
+    }
 }
 
 /* ---- membership ---- */

@@ -50,6 +50,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -869,7 +870,7 @@ static void mg_fail(struct migration *mg, const char *why)
     mg->unacked_bytes = 0;
     mg->items_unacked = 0;
     if (mg->commit_tries >= MG_COMMIT_TRIES) {
-        mg_finish(mg, false, "commit outcome unknown");
+        mg_finish(mg, false, MIGRATE_OUTCOME_UNKNOWN);
         return;
     }
     mg->commit_tries++;
@@ -952,7 +953,7 @@ static void on_reply(struct migration *mg, const char *line)
              * have taken it and died since: this may be its successor):
              * the slot stays with the destination here, nothing deleted. */
             char unknown[sizeof(why) + 32];
-            snprintf(unknown, sizeof(unknown), "commit outcome unknown (%s)", why);
+            snprintf(unknown, sizeof(unknown), MIGRATE_OUTCOME_UNKNOWN " (%s)", why);
             mg_finish(mg, false, unknown);
             return;
         }
@@ -1488,6 +1489,22 @@ static bool served_here(const struct server *s, unsigned slot)
     return s->slotmap && s->slot_self >= 0 && s->slotmap->slot[slot] == s->slot_self;
 }
 
+/* A test fault (move_commit_lost.sh): with COCYTUS_TEST_MUTE_DIR/
+ * commit-lost-<role>-<group>-<index> present, this destination takes a
+ * commit without answering it and refuses the source's retries, as if its
+ * answer had been lost with it: the source then reports the outcome
+ * unknown. */
+static bool commit_answer_lost(const struct server *s)
+{
+    const char *dir = getenv("COCYTUS_TEST_MUTE_DIR");
+    if (!dir)
+        return false;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/commit-lost-%s-%d-%d", dir, s->settings.role,
+             s->settings.group, s->settings.index);
+    return access(path, F_OK) == 0;
+}
+
 /* Destination: take the slot (idempotent: the source may ask again). */
 static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint64_t epoch,
                           eng_write_fn write, void *ctx)
@@ -1500,7 +1517,12 @@ static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint6
         engine_reply(write, ctx, "SERVER_ERROR this process serves no slots\r\n");
         return;
     }
+    bool lost = commit_answer_lost(s);
     if (epoch <= s->slotmap->epoch) {
+        if (lost) {
+            engine_reply(write, ctx, "SERVER_ERROR test fault: commit answers lost\r\n");
+            return;
+        }
         if (served_here(s, (unsigned)slot)) {
             engine_reply(write, ctx, "OK\r\n");
             return;
@@ -1525,8 +1547,10 @@ static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint6
         engine_reply(write, ctx, "SERVER_ERROR out of memory\r\n");
         return;
     }
-    fprintf(stderr, "import: took slot %" PRIu64 " at epoch %" PRIu64 "\n", slot, epoch);
-    engine_reply(write, ctx, "OK\r\n");
+    fprintf(stderr, "import: took slot %" PRIu64 " at epoch %" PRIu64 "%s\n", slot, epoch,
+            lost ? " (test fault: not answered)" : "");
+    if (!lost)
+        engine_reply(write, ctx, "OK\r\n");
 }
 
 /* Destination, before an import of slot: drop what an earlier, abandoned

@@ -42,6 +42,13 @@ struct conn;
 typedef void (*migrate_done_fn)(void *ctx, unsigned slot, uint64_t epoch, bool ok,
                                 const char *why);
 
+/* How such a why begins when the commit's outcome is unknown (the
+ * destination took it or not; its answer never came): the source keeps the
+ * new map and deletes nothing.  The destination holds every key of the slot
+ * either way (the copy and every forward were acknowledged before the
+ * commit was sent), so the coordinator counts the move done. */
+#define MIGRATE_OUTCOME_UNKNOWN "commit outcome unknown"
+
 /* Start moving slot to host:port (a serving endpoint of the current map,
  * not this process); new_epoch must be greater than the map's epoch.  One
  * move at a time per process.  0, or -1 with err (nothing started). */
