@@ -451,6 +451,31 @@ int coord_publish_map(struct coord *co, struct slotmap *next)
 
 /* ---- moves ---- */
 
+/* After a move failed whose source or destination died during it
+ * (coord_fail_move_of, give_up_held_move): either may hold the move's
+ * epoch, so the map goes out again above it, unless a held map just did.
+ * unsure_epoch lives only in this run of the coordinator; the saved map's
+ * epoch is what a coordinator started again builds on, and it must not
+ * hand out that epoch again with another map. */
+static void skip_unsure_epoch(struct coord *co)
+{
+    if (co->running >= 0 || co->unsure_epoch <= co->map.epoch)
+        return;
+    struct slotmap next;
+    if (coord_map_copy(&next, &co->map) < 0) {
+        fprintf(stderr, "coordinator: out of memory publishing the map past epoch %llu\n",
+                (unsigned long long)co->unsure_epoch);
+        return;
+    }
+    next.epoch = coord_next_epoch(co);
+    fprintf(stderr, "coordinator: epoch %llu may be held by the failed move's source or "
+            "destination: the map goes out again at epoch %llu\n",
+            (unsigned long long)co->unsure_epoch, (unsigned long long)next.epoch);
+    if (coord_publish_map(co, &next) < 0)
+        fprintf(stderr, "coordinator: out of memory publishing the map at epoch %llu\n",
+                (unsigned long long)co->map.epoch + 1);
+}
+
 static void move_finish(struct coord *co, struct move *mv, enum move_state st, const char *why)
 {
     mv->state = st;
@@ -463,6 +488,8 @@ static void move_finish(struct coord *co, struct move *mv, enum move_state st, c
             st == MOVE_DONE ? "done" : "failed", why && *why ? ": " : "", why ? why : "");
     if (co->running < 0 && co->held)
         publish_held(co);
+    if (st == MOVE_FAILED)
+        skip_unsure_epoch(co);
 }
 
 /* The source reported the move done: the destination serves the slot at
