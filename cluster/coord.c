@@ -44,6 +44,7 @@
 #include "link.h"
 #include "migrate.h"
 #include "server.h"
+#include "coord_group.h"
 #include "coord_internal.h"
 #include "coord_zk.h"
 
@@ -494,7 +495,7 @@ static void move_finish(struct coord *co, struct move *mv, enum move_state st, c
 
 /* The source reported the move done: the destination serves the slot at
  * mv->epoch.  Persist that map, then push it. */
-static void move_commit(struct coord *co, struct move *mv)
+static void move_commit(struct coord *co, struct move *mv, bool dest_switched)
 {
     struct slotmap next;
     char err[512];
@@ -536,15 +537,42 @@ static void move_commit(struct coord *co, struct move *mv)
         return;
     }
     drop_held(co);          /* merged into next */
-    /* Source and destination switched themselves before reporting. */
+    /* Source and destination switched themselves before reporting (a
+     * destination whose commit's outcome is unknown may not have: it is
+     * pushed the map as a process behind). */
     if (mv->source)
         mv->source->epoch = mv->epoch;
-    if (mv->dest)
+    if (mv->dest && dest_switched)
         mv->dest->epoch = mv->epoch;
     move_finish(co, mv, MOVE_DONE, note);
     push_to_all(co);
     if (had_held)
         held_map_out(co);
+}
+
+/* For a commit whose outcome is unknown: does the destination's place
+ * still hold the slot's copy?  Yes if the destination is alive and did not
+ * die during the move, or if it died in a group whose takeover or failover
+ * keeps its data (RS, PBR) and that group is not lost.  A plain process
+ * restarts empty, and a lost group serves nothing: the source's copies are
+ * then the only ones, and the move fails. */
+static bool dest_place_keeps_copy(struct coord *co, const struct move *mv)
+{
+    const struct member *d = mv->dest;
+    if (!d || !d->proc)
+        return false;
+    if (!mv->dest_dead_ms && coord_alive(d))
+        return true;
+    switch (co->c->scheme) {
+    case SCHEME_RS: {
+        const struct cgroup *cg = coord_group_of(co, d->proc->group);
+        return cg && !cg->lost;
+    }
+    case SCHEME_PBR:
+        return !coord_pbr_group_lost(co, d->proc->group);
+    default:
+        return false;
+    }
 }
 
 static void on_migrated(struct member *m, const struct ctl_msg *msg)
@@ -557,18 +585,23 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
         return;
     }
     if (msg->ok) {
-        move_commit(co, mv);
-    } else if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0) {
+        move_commit(co, mv, true);
+    } else if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0 &&
+               dest_place_keeps_copy(co, mv)) {
         /* The destination may have taken the slot and acknowledged writes
          * of it before it died or its answer was lost; the source switched
-         * and deleted nothing.  The destination (or its recovery process)
-         * holds the whole slot either way, so the move is done.  Failing
-         * it gave the slot back to the source's stale copies, and lost
-         * those writes. */
+         * and deleted nothing.  The destination's place (it, or the process
+         * that took its data over) holds the whole slot either way, so the
+         * move is done.  Failing it gave the slot back to the source's
+         * stale copies, and lost those writes. */
         coord_log_member(m, "reports the commit of slot %u %s: the destination holds the slot "
                          "either way; the move counts as done", mv->slot, msg->why);
-        move_commit(co, mv);
+        move_commit(co, mv, false);
     } else {
+        if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0)
+            coord_log_member(m, "reports the commit of slot %u %s, and the destination's place "
+                             "kept no copy (it restarted empty, or its group lost its data): "
+                             "the slot stays with the source", mv->slot, msg->why);
         move_finish(co, mv, MOVE_FAILED, msg->why);
     }
 }
@@ -823,7 +856,7 @@ static void member_heard(struct member *m, const struct ctl_msg *msg)
          * missed a write the source had acknowledged.) */
         coord_log_member(m, "holds epoch %llu: the move of slot %u is done",
                          (unsigned long long)m->epoch, mv->slot);
-        move_commit(co, mv);
+        move_commit(co, mv, true);
     }
     push_if_behind(m, now);
 }

@@ -260,6 +260,8 @@ bool coord_pbr_joining(struct coord *co, const struct member *m);
 /* Declaring m (a primary or backup) dead would leave its group nobody to
  * serve its data from. */
 bool coord_pbr_death_loses(struct coord *co, const struct member *m);
+/* Has PBR group g lost its data (or is it being admitted again after)? */
+bool coord_pbr_group_lost(struct coord *co, int g);
 /* a and b are the primary of their group and one of its backups, in a
  * group not failing over (else who leads is not known here). */
 bool coord_pbr_linked(struct coord *co, const struct member *a, const struct member *b);

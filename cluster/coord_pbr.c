@@ -251,6 +251,12 @@ static bool pg_lost(const struct pgroup *pg)
     return pg->phase == PG_LOST || pg->phase == PG_ADMITTING;
 }
 
+bool coord_pbr_group_lost(struct coord *co, int g)
+{
+    const struct pgroup *pg = group_of(co, g);
+    return pg == NULL || pg_lost(pg);
+}
+
 /* Its primary if alive; else, once ADMIT_PRIMARY_WAIT_MS have passed since
  * the primary's death was seen, its lowest live member; -1 if none (yet).
  * The primary alone may hold the group's newest state (a process only cut

@@ -107,4 +107,61 @@ for k in $keys; do
     n=$((n + 1))
 done
 cluster_check_ok "$dir" verify "after the destination died"
+cluster_remove "$dir"
+
+# Part 2: the same in a plain cluster, whose processes restart empty: the
+# destination's place keeps nothing, the source's copies are the only
+# ones, so the move fails and the slot stays with the source (its map,
+# switched, is corrected by the map published past the move's epoch).
+echo "== plain: the destination restarts empty"
+dir=$(mktemp -d "${TMPDIR:-/tmp}/move_commit_lost.XXXXXX")
+on_exit "cluster_remove '$dir'"
+mkdir -p "$dir/faults"
+export COCYTUS_TEST_MUTE_DIR=$dir/faults
+cluster_up "$dir" 8 10000 20000 --nodes 2 --scheme plain --no-proxy ||
+    { fail "plain cluster up"; finish; }
+src=$(awk '$1 == "plain" && $2 == 0 { print $5; exit }' "$dir/endpoints")
+dst=$(awk '$1 == "plain" && $2 == 1 { print $5; exit }' "$dir/endpoints")
+"$bench" -s "$src" -n 8000 --no-run >"$dir/load.out" 2>&1 &&
+    grep -q "total_errors=0" "$dir/load.out" && ok "plain: 8000 keys written" ||
+    fail "plain: load: $(tail -n 2 "$dir/load.out")"
+key_owners "$dir" 8000 || { fail "plain: cannot read the slot map"; finish; }
+slot=$(owned_slots "$dir" "$src" | head -n 1)
+d_pid=$(pgrep -f -- "--role plain --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
+[ -n "$slot" ] && [ -n "$d_pid" ] || { fail "plain: slot '$slot', destination pid '$d_pid'"; finish; }
+touch "$dir/faults/mute-plain-1-0" "$dir/faults/commit-lost-plain-1-0"
+"$cli" --dir "$dir" --timeout 20000 move "$slot" 1 0 >"$dir/move.out" 2>&1 &
+move_pid=$!
+took() { grep -q "import: took slot $slot .*test fault: not answered" "$dir/plain-1-0.log"; }
+if wait_for 100 took; then
+    kill -KILL "$d_pid"
+    ok "plain: the destination took slot $slot without answering, and was killed"
+else
+    fail "plain: the destination never took slot $slot"
+fi
+if wait_for 200 grep -q "move of slot $slot .* failed: commit outcome unknown" "$dir/coordinator.log"; then
+    ok "plain: $(grep "slot $slot .*kept no copy" "$dir/coordinator.log" | tail -n 1 | sed 's/.*, and the/the/')"
+else
+    fail "plain: the move of slot $slot: $(grep "slot $slot" "$dir/coordinator.log" | tail -n 3)"
+fi
+rm -f "$dir/faults/mute-plain-1-0" "$dir/faults/commit-lost-plain-1-0"
+wait "$move_pid"
+if wait_for 100 "$cli" --dir "$dir" map >"$dir/map.out" 2>&1; then
+    ok "plain: every process holds the coordinator's map: $(head -n 1 "$dir/map.out")"
+else
+    fail "plain: the processes' maps differ: $(grep -v ' this map' "$dir/map.out" | head -n 6 | tr '\n' ' ')"
+fi
+owner=$("$cli" --dir "$dir" --full map 2>/dev/null |
+    awk -v s="$slot" '$1 == "slots" { split($2, r, "-"); if (s >= r[1] && s <= r[2]) print $3 }')
+[ "$owner" = "$src" ] && ok "plain: slot $slot stays with the source $src" ||
+    fail "plain: slot $slot is served by '$owner', not the source $src"
+# (The destination's own slots are gone with it: plain keeps no copies.)
+total=0 found=0
+for k in $(awk -v s="$slot" '$1 == s { print $2 }' "$dir/all.slots"); do
+    total=$((total + 1))
+    mc "$src" "get $k\r\n" | grep -q "^VALUE $k " && found=$((found + 1))
+done
+[ "$total" -gt 0 ] && [ "$found" = "$total" ] &&
+    ok "plain: all $total keys of slot $slot read back from the source" ||
+    fail "plain: $found of $total keys of slot $slot read back from the source"
 finish
