@@ -483,14 +483,17 @@ static void move_finish(struct coord *co, struct move *mv, enum move_state st, c
     snprintf(mv->why, sizeof(mv->why), "%s", why ? why : "");
     if (co->running >= 0 && &co->moves[co->running] == mv)
         co->running = -1;
-    coord_save_progress(co);
     fprintf(stderr, "coordinator: move of slot %u %s -> %s epoch %llu %s%s%s\n", mv->slot,
             mv->from, mv->to, (unsigned long long)mv->epoch,
             st == MOVE_DONE ? "done" : "failed", why && *why ? ": " : "", why ? why : "");
+    /* Before the progress alone is saved: the map past the epoch is saved
+     * with it, so no state without the move and below its epoch is ever
+     * the last one written. */
+    if (st == MOVE_FAILED && !co->held)
+        skip_unsure_epoch(co);
+    coord_save_progress(co);
     if (co->running < 0 && co->held)
         publish_held(co);
-    if (st == MOVE_FAILED)
-        skip_unsure_epoch(co);
 }
 
 /* The source reported the move done: the destination serves the slot at
