@@ -486,14 +486,14 @@ static void move_finish(struct coord *co, struct move *mv, enum move_state st, c
     fprintf(stderr, "coordinator: move of slot %u %s -> %s epoch %llu %s%s%s\n", mv->slot,
             mv->from, mv->to, (unsigned long long)mv->epoch,
             st == MOVE_DONE ? "done" : "failed", why && *why ? ": " : "", why ? why : "");
-    /* Before the progress alone is saved: the map past the epoch is saved
-     * with it, so no state without the move and below its epoch is ever
-     * the last one written. */
-    if (st == MOVE_FAILED && !co->held)
-        skip_unsure_epoch(co);
-    coord_save_progress(co);
+    /* Maps before the progress alone is saved: a held map, or the map
+     * past a failed move's epoch, is saved with the progress, so no state
+     * without the move and below its epoch is ever the last one written. */
     if (co->running < 0 && co->held)
         publish_held(co);
+    if (st == MOVE_FAILED)
+        skip_unsure_epoch(co);
+    coord_save_progress(co);
 }
 
 /* The source reported the move done: the destination serves the slot at
@@ -554,25 +554,27 @@ static void move_commit(struct coord *co, struct move *mv, bool dest_switched)
 }
 
 /* For a commit whose outcome is unknown: does the destination's place
- * still hold the slot's copy?  Yes if the destination is alive and did not
- * die during the move, or if it died in a group whose takeover or failover
- * keeps its data (RS, PBR) and that group is not lost.  A plain process
- * restarts empty, and a lost group serves nothing: the source's copies are
- * then the only ones, and the move fails. */
+ * still hold the slot's copy?  Yes if the very process that took part in
+ * the move is alive (the incarnation it had when the move started), or if
+ * its group keeps its data through a takeover or failover (RS: not lost,
+ * no more places failed than it has parity processes; PBR: not lost, and
+ * the destination's death leaves a member that holds every acknowledged
+ * write).  A plain process restarts empty, and a group past its limit
+ * serves nothing: the source's copies are then the only ones, and the
+ * move fails. */
 static bool dest_place_keeps_copy(struct coord *co, const struct move *mv)
 {
-    const struct member *d = mv->dest;
+    struct member *d = mv->dest;
     if (!d || !d->proc)
         return false;
-    if (!mv->dest_dead_ms && coord_alive(d))
+    if (coord_alive(d) && mv->dest_start_incarnation != 0 &&
+        d->incarnation == mv->dest_start_incarnation)
         return true;
     switch (co->c->scheme) {
-    case SCHEME_RS: {
-        const struct cgroup *cg = coord_group_of(co, d->proc->group);
-        return cg && !cg->lost;
-    }
+    case SCHEME_RS:
+        return coord_recovery_recoverable(co, d->proc->group);
     case SCHEME_PBR:
-        return !coord_pbr_group_lost(co, d->proc->group);
+        return !coord_pbr_group_lost(co, d->proc->group) && !coord_pbr_death_loses(co, d);
     default:
         return false;
     }
@@ -601,10 +603,15 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
                          "either way; the move counts as done", mv->slot, msg->why);
         move_commit(co, mv, false);
     } else {
-        if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0)
+        if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0) {
             coord_log_member(m, "reports the commit of slot %u %s, and the destination's place "
                              "kept no copy (it restarted empty, or its group lost its data): "
                              "the slot stays with the source", mv->slot, msg->why);
+            /* The source holds the move's epoch, switched: the map goes
+             * out past it (skip_unsure_epoch) and gives the slot back. */
+            if (mv->epoch > co->unsure_epoch)
+                co->unsure_epoch = mv->epoch;
+        }
         move_finish(co, mv, MOVE_FAILED, msg->why);
     }
 }
@@ -1348,6 +1355,7 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
     mv->epoch = co->map.epoch + 1;
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, dest);
+    mv->dest_start_incarnation = mv->dest ? mv->dest->incarnation : 0;
     char text[64 + ADDR_MAX];
     int n = snprintf(text, sizeof(text), "migrate %u %s %llu", mv->slot, mv->to,
                      (unsigned long long)mv->epoch);
@@ -1368,7 +1376,8 @@ static void admin_move(struct coord *co, int argc, char **argv, eng_write_fn wri
           (unsigned long long)mv->epoch);
 }
 
-void coord_resume_move(struct coord *co, unsigned slot, int to, uint64_t epoch)
+void coord_resume_move(struct coord *co, unsigned slot, int to, uint64_t epoch,
+                       uint64_t dest_incarnation)
 {
     if (slot >= SLOTMAP_SLOTS || to < 0 || to >= co->map.nendpoints || epoch <= co->map.epoch ||
         grow_moves(co) < 0)
@@ -1382,6 +1391,7 @@ void coord_resume_move(struct coord *co, unsigned slot, int to, uint64_t epoch)
     mv->epoch = epoch;
     mv->source = member_at(co, &co->map.endpoints[co->map.slot[slot]]);
     mv->dest = member_at(co, &co->map.endpoints[to]);
+    mv->dest_start_incarnation = dest_incarnation;
     mv->state = MOVE_RUNNING;
     co->running = co->nmoves++;
     fprintf(stderr, "coordinator: an earlier leader was moving slot %u %s -> %s at epoch %llu; "

@@ -87,6 +87,9 @@ struct move {
     uint64_t dest_dead_ms;          /* the same for the destination */
     uint64_t source_incarnation;    /* of the one that died (coord_fail_move_of) */
     uint64_t dest_incarnation;
+    uint64_t dest_start_incarnation; /* the destination's when the move started (saved
+                                        with the move; 0 unknown): the one process
+                                        whose memory holds the slot's copy */
 };
 
 #define COORD_REPAIR_STALL_MS 10000   /* struct coord, repair_stall_ms */
@@ -174,7 +177,8 @@ bool coord_alive(const struct member *m);
  * with the state file).  A leader that cannot save steps down. */
 void coord_save_progress(struct coord *co);
 /* A saved running move (coord_progress.c): wait for its outcome. */
-void coord_resume_move(struct coord *co, unsigned slot, int to_endpoint, uint64_t epoch);
+void coord_resume_move(struct coord *co, unsigned slot, int to_endpoint, uint64_t epoch,
+                       uint64_t dest_incarnation);
 
 /* ---- coord_progress.c ---- */
 
@@ -262,6 +266,9 @@ bool coord_pbr_joining(struct coord *co, const struct member *m);
 bool coord_pbr_death_loses(struct coord *co, const struct member *m);
 /* Has PBR group g lost its data (or is it being admitted again after)? */
 bool coord_pbr_group_lost(struct coord *co, int g);
+/* Can RS group g still rebuild every place it lost (not lost, and no more
+ * places failed than it has parity processes)? */
+bool coord_recovery_recoverable(struct coord *co, int g);
 /* a and b are the primary of their group and one of its backups, in a
  * group not failing over (else who leads is not known here). */
 bool coord_pbr_linked(struct coord *co, const struct member *a, const struct member *b);

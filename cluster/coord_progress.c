@@ -14,7 +14,8 @@
  *           <full_at> <degraded_since> <lost_at>   the last failure's timings
  *                                                  (`cocytus groups`; unix ms,
  *                                                  0: none)
- *   move <slot> <to endpoint> <epoch>              the running slot move
+ *   move <slot> <to endpoint> <epoch> <dest inc>   the running slot move (the
+ *                                                  destination's incarnation at its start)
  *   pbr <g> failover                               a PBR group's failover that
  *                                                  has not chosen yet
  *   pbr <g> promote <best> <participants> <peers>  one that told best to serve
@@ -165,7 +166,8 @@ char *coord_progress_encode(struct coord *co, size_t *len)
     }
     if (co->running >= 0) {
         const struct move *mv = &co->moves[co->running];
-        put(&b, "move %u %d %" PRIu64 "\n", mv->slot, mv->to_endpoint, mv->epoch);
+        put(&b, "move %u %d %" PRIu64 " %" PRIu64 "\n", mv->slot, mv->to_endpoint, mv->epoch,
+            mv->dest_start_incarnation);
     }
     if (b.failed) {
         free(b.p);
@@ -304,10 +306,11 @@ static void apply_move(struct coord *co, const char *line)
 {
     unsigned slot;
     int to;
-    unsigned long long epoch;
-    if (sscanf(line, "move %u %d %llu", &slot, &to, &epoch) != 3)
+    unsigned long long epoch, inc = 0;
+    /* the destination's incarnation: absent in a state saved before it */
+    if (sscanf(line, "move %u %d %llu %llu", &slot, &to, &epoch, &inc) < 3)
         return;
-    coord_resume_move(co, slot, to, epoch);
+    coord_resume_move(co, slot, to, epoch, inc);
 }
 
 static void apply_pid(struct coord *co, const char *line)

@@ -464,6 +464,12 @@ static int failed_places(struct coord *co, struct cgroup *cg, const struct membe
     return failed;
 }
 
+bool coord_recovery_recoverable(struct coord *co, int g)
+{
+    struct cgroup *cg = coord_group_of(co, g);
+    return cg && !cg->lost && failed_places(co, cg, NULL, false) <= cg->view.m;
+}
+
 bool coord_recovery_death_loses(struct coord *co, const struct member *m, int *failed)
 {
     struct cgroup *cg = coord_group_of(co, m->proc->group);
