@@ -209,7 +209,17 @@ static void advance_stable(struct sender *s)
 }
 
 /* With no peer left in the ack set a record is stable as soon as it is
- * sent; commit it from the loop (never inside the owner's call). */
+ * sent; commit it from the loop (never inside the owner's call).  The same
+ * when the ack set changes without an ack: a stream continued with records
+ * above its stable xid (a promoted backup) and no peer yet, or a rebuilt
+ * peer back in the set; without it the stable xid waited for the next
+ * write (a group idle after a failover stayed "not quiescent"). */
+static void recheck_stable_soon(struct sender *s)
+{
+    static const struct timeval now = { 0, 0 };
+    evtimer_add(s->alone_timer, &now);
+}
+
 static void on_alone_timer(evutil_socket_t fd, short what, void *arg)
 {
     advance_stable(arg);
@@ -532,10 +542,8 @@ uint64_t sender_send(struct sender *s, uint32_t nops, const struct rec_op *ops,
         return r.xid;
     }
     push_completion(s, r.xid, done, cookie, res);
-    if (sender_live_peers(s) == 0) {
-        static const struct timeval now = { 0, 0 };
-        evtimer_add(s->alone_timer, &now);
-    }
+    if (sender_live_peers(s) == 0)
+        recheck_stable_soon(s);
     return r.xid;
 }
 
@@ -619,6 +627,8 @@ int sender_continue(struct sender *s, uint64_t from, const struct reclog *carry)
         return -1;
     uint64_t last = s->log.last_xid > from ? s->log.last_xid : from;
     s->xid = s->committed = last;
+    if (last > s->stable)
+        recheck_stable_soon(s);
     return 0;
 }
 
@@ -667,6 +677,7 @@ void sender_peer_complete(struct sender *s, int index)
         p->written = s->xid;
     sender_log(s, "peer %d is complete: back in the ack set (%d of %d peers)", index,
                sender_live_peers(s), s->npeers);
+    recheck_stable_soon(s);
 }
 
 bool sender_peer_rebuilding(const struct sender *s, int index)
