@@ -1483,6 +1483,16 @@ static void admin_migrate(struct server *s, int argc, char **argv, eng_write_fn 
     engine_reply(write, ctx, "OK\r\n");
 }
 
+static void note_import_begun(struct server *s, unsigned slot)
+{
+    s->imports_begun[slot / 64] |= 1ull << (slot % 64);
+}
+
+static bool import_begun(const struct server *s, unsigned slot)
+{
+    return (s->imports_begun[slot / 64] >> (slot % 64)) & 1;
+}
+
 /* Does this process serve slot, by its map? */
 static bool served_here(const struct server *s, unsigned slot)
 {
@@ -1541,6 +1551,16 @@ static void import_commit(struct server *s, struct conn *c, uint64_t slot, uint6
                      "SERVER_ERROR this process's map is at epoch %" PRIu64 ", the commit is for "
                      "%" PRIu64 ": it missed a map\r\n",
                      s->slotmap->epoch, epoch);
+        return;
+    }
+    /* Only the process that received the copy: a commit retried after a
+     * lost answer may reach a successor at the same address (a restarted
+     * process, empty), which would serve the slot without its keys.  The
+     * source then reports the outcome unknown, and the coordinator
+     * decides. */
+    if (!import_begun(s, (unsigned)slot)) {
+        engine_reply(write, ctx, "SERVER_ERROR this process did not receive slot %" PRIu64
+                     "'s copy (import begin %" PRIu64 "): it may have restarted\r\n", slot, slot);
         return;
     }
     if (install_owner(s, (unsigned)slot, s->slot_self, epoch) < 0) {
@@ -1607,6 +1627,7 @@ static bool purge_step(struct conn_stream *st, struct resp *r)
                     "import\n", pu->dropped, pu->slot);
     }
     conn_set_import(c);
+    note_import_begun(s, pu->slot);
     resp_str(r, "OK\r\n");
     return true;
 }
@@ -1652,6 +1673,7 @@ static void admin_import(struct server *s, struct conn *c, int argc, char **argv
         if (purging > 0)
             return;   /* purge_step answers */
         conn_set_import(c);
+        note_import_begun(s, (unsigned)slot);
         engine_reply(write, ctx, "OK\r\n");
         return;
     }

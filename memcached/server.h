@@ -143,6 +143,9 @@ struct server {
     time_t clock_second;      /* the wall second the clocks were last set to */
     bool shutting_down;
     struct migration *migration; /* slot moves (migrate.c), NULL until the first */
+    uint64_t imports_begun[16384 / 64]; /* one bit per slot: this process took an
+                                           "import begin <slot>" (migrate.c), so a
+                                           commit of that slot may be taken here */
     struct prefix_stats *prefixes; /* stats detail: per key prefix counts (stats.c) */
     struct authfile auth;     /* -Y pairs */
     struct coord_client *coord; /* control link to the coordinator (coord_client.c), or NULL */

@@ -142,8 +142,8 @@ out=$("$cli" --dir "$rsdir" --timeout 3000 admin "$parity0" region 0 16 2>&1)
 [ $? -eq 0 ] || fail "parity: 'cocytus region 0 16' with the secret: $(tr -d '\000' <<<"$out" | head -2)"
 ok "parity: region read with the secret"
 # The same import, with the secret, is taken: the process owns the slot.
-replies=$(printf 'cocytus import begin\nset %s 0 0 6\nforged\ncocytus import commit %s 2\n' \
-    "$key" "$slot" | "$cli" --dir "$rsdir" --timeout 3000 admin "$data0" - 2>&1 | tr '\n' '|')
+replies=$(printf 'cocytus import begin %s\nset %s 0 0 6\nforged\ncocytus import commit %s 2\n' \
+    "$slot" "$key" "$slot" | "$cli" --dir "$rsdir" --timeout 3000 admin "$data0" - 2>&1 | tr '\n' '|')
 [ "$replies" = "OK|STORED|OK|" ] || fail "import with the secret answered '$replies'"
 [ "$(epoch_of "$data0")" = 2 ] || fail "an accepted import commit left data 0 at epoch $(epoch_of "$data0")"
 ok "import with the secret: data 0 took slot $slot at epoch 2"

@@ -147,6 +147,14 @@ r2=$(sed -n 2p <<<"$replies")
     || fail "commit two epochs ahead: '$r1' '$r2'"
 [ "$(epoch_of "${addrs[2]}")" = 2 ] || fail "a refused commit changed the epoch"
 ok "a commit for an epoch other than the next one is refused"
+# Nor without the slot's own "import begin" in this process's life: a
+# commit retried after a lost answer may reach a restarted, empty process.
+reply=$(printf 'cocytus import begin\ncocytus import commit 7 3\n' |
+    "$cli" --dir "$dir" --timeout 2000 admin "${addrs[2]}" - 2>&1 | sed -n 2p)
+[[ $reply == "SERVER_ERROR this process did not receive slot 7's copy"* ]] ||
+    fail "commit without the slot's import begin: '$reply'"
+[ "$(epoch_of "${addrs[2]}")" = 2 ] || fail "a refused commit changed the epoch"
+ok "a commit of a slot whose copy this process did not receive is refused"
 
 # --- kill group 2's process: dead within 3 s ---
 pid2=$(awk '$2 == 2 { print $6 }' "$dir/endpoints")

@@ -34,38 +34,49 @@ need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/co
 bench=$build_dir/bench/cocytus-bench
 cli=$build_dir/client/cocytus-cli
 
+# The destination is muted for the source's commit retries (about 6 s):
+# not a death until it is killed.
+export COCYTUS_DEAD_AFTER_MS=15000
+
+# run_taken SCHEME NODES ROLE WHEN: the destination takes the commit
+# unanswered, takes writes, and is killed after the source reported (WHEN
+# "after"), or at once ("before": the source's retries then reach its
+# restarted successor, which refuses a commit of a copy it never received,
+# and its report finds the destination dead, its data with the process
+# that took it over); ROLE is the serving role (data, primary).
+run_taken() {
+local scheme=$1 nodes=$2 role=$3 when=$4 n k reply got
+echo "== $scheme: the destination took the commit, then died ($when the source's report)"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/move_commit_lost.XXXXXX")
 on_exit "cluster_remove '$dir'"
 mkdir -p "$dir/faults"
-# The destination is muted for the source's commit retries (about 6 s):
-# not a death until it is killed.
-export COCYTUS_TEST_MUTE_DIR=$dir/faults COCYTUS_DEAD_AFTER_MS=15000
+export COCYTUS_TEST_MUTE_DIR=$dir/faults
 
-cluster_up "$dir" 20 10000 20000 --nodes 3 --scheme rs:2:3 --no-proxy ||
-    { fail "cluster up"; exit 1; }
-src=$(group0_addr "$dir" data 0)
-dst=$(awk '$1 == "data" && $2 == 1 && $3 == 0 { print $5; exit }' "$dir/endpoints")
-[ -n "$src" ] && [ -n "$dst" ] || { fail "no data process 0 in groups 0 and 1"; finish; }
+cluster_up "$dir" 20 10000 20000 --nodes "$nodes" --scheme "$scheme" --no-proxy ||
+    { fail "cluster up"; return; }
+src=$(awk -v r="$role" '$1 == r && $2 == 0 && $3 == 0 { print $5; exit }' "$dir/endpoints")
+dst=$(awk -v r="$role" '$1 == r && $2 == 1 && $3 == 0 { print $5; exit }' "$dir/endpoints")
+[ -n "$src" ] && [ -n "$dst" ] || { fail "no $role process 0 in groups 0 and 1"; return; }
 "$bench" -s "$src" -n 8000 --no-run >"$dir/load.out" 2>&1 &&
     grep -q "total_errors=0" "$dir/load.out" && ok "8000 keys written" ||
     fail "load: $(tail -n 2 "$dir/load.out")"
 
-key_owners "$dir" 8000 || { fail "cannot read the slot map"; finish; }
+key_owners "$dir" 8000 || { fail "cannot read the slot map"; return; }
 slot=$(owned_slots "$dir" "$src" | head -n 1)
-[ -n "$slot" ] || { fail "no slot of $src holds a key"; finish; }
+[ -n "$slot" ] || { fail "no slot of $src holds a key"; return; }
 keys=$(awk -v s="$slot" '$1 == s { print $2 }' "$dir/all.slots" | head -n 4)
-d_pid=$(pgrep -f -- "--role data --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
-[ -n "$d_pid" ] || { fail "no pid for group 1's data process 0"; finish; }
+d_pid=$(pgrep -f -- "--role $role --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
+[ -n "$d_pid" ] || { fail "no pid for group 1's $role process 0"; return; }
 
-touch "$dir/faults/mute-data-1-0" "$dir/faults/commit-lost-data-1-0"
+touch "$dir/faults/mute-$role-1-0" "$dir/faults/commit-lost-$role-1-0"
 "$cli" --dir "$dir" --timeout 20000 move "$slot" 1 0 >"$dir/move.out" 2>&1 &
 move_pid=$!
-took() { grep -q "import: took slot $slot .*test fault: not answered" "$dir/data-1-0.log"; }
+took() { grep -q "import: took slot $slot .*test fault: not answered" "$dir/$role-1-0.log"; }
 if wait_for 100 took; then
     ok "the destination took slot $slot without answering the commit"
 else
-    fail "the destination never took slot $slot: $(grep "slot $slot" "$dir/data-1-0.log" | tail -n 2)"
-    finish
+    fail "the destination never took slot $slot: $(grep "slot $slot" "$dir/$role-1-0.log" | tail -n 2)"
+    return
 fi
 n=0
 for k in $keys; do
@@ -74,14 +85,20 @@ for k in $keys; do
     n=$((n + 1))
 done
 ok "$n keys of slot $slot rewritten at the destination after it took the slot"
+if [ "$when" = before ]; then
+    kill -KILL "$d_pid"
+    rm -f "$dir/faults/mute-$role-1-0" "$dir/faults/commit-lost-$role-1-0"
+fi
 if wait_for 200 grep -q "slot $slot .*commit outcome unknown" "$dir/coordinator.log"; then
     ok "the source reported: $(grep "slot $slot .*commit outcome unknown" "$dir/coordinator.log" |
         tail -n 1 | sed 's/.*reports/reports/')"
 else
     fail "no report of the commit's unknown outcome: $(grep "slot $slot" "$dir/coordinator.log" | tail -n 3)"
 fi
-kill -KILL "$d_pid"
-rm -f "$dir/faults/mute-data-1-0" "$dir/faults/commit-lost-data-1-0"
+if [ "$when" = after ]; then
+    kill -KILL "$d_pid"
+    rm -f "$dir/faults/mute-$role-1-0" "$dir/faults/commit-lost-$role-1-0"
+fi
 wait "$move_pid"
 if grep -q "move of slot $slot .* done" "$dir/coordinator.log"; then
     ok "the coordinator counts the move done"
@@ -108,6 +125,12 @@ for k in $keys; do
 done
 cluster_check_ok "$dir" verify "after the destination died"
 cluster_remove "$dir"
+}
+
+run_taken rs:2:3 3 data after
+run_taken rs:2:3 3 data before
+run_taken pbr:1 2 primary after
+run_taken pbr:1 2 primary before
 
 # Part 2: the same in a plain cluster, whose processes restart empty: the
 # destination's place keeps nothing, the source's copies are the only
