@@ -735,7 +735,9 @@ static void count_commit(void *ctx, const struct record *r)
 
 /* Records 5..9 received; 6 applied before the promotion: the sender keeps
  * 7..9 for peers that hold less, goes on at xid 10, never commits the
- * carried ones again, and is stable at 6 until peers acknowledge. */
+ * carried ones again, and is stable at 6 until peers acknowledge; with no
+ * peer at all, stable at 9 once the loop runs, not at the next write (a
+ * group idle after a failover stayed "not quiescent"). */
 START_TEST(test_sender_continue_carry)
 {
     struct event_base *base = event_base_new();
@@ -772,6 +774,9 @@ START_TEST(test_sender_continue_carry)
     ck_assert_uint_eq(s2.log.count, 0);
     ck_assert_int_eq(commits, 0);
     ck_assert_int_eq(sender_live_peers(&s), 0);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    ck_assert_uint_eq(s.stable, 9);
+    ck_assert_int_eq(commits, 0);      /* committed already: not again */
     sender_destroy(&s2);
     sender_destroy(&s);
     reclog_destroy(&carry);
