@@ -333,6 +333,29 @@ owned_slots() {
         sort -k1,1nr -k2,2n | awk '{ print $2 }'
 }
 
+# move_cluster DIR NODES SCHEME ROLE: the start of the move tests.  A
+# cluster in DIR (no proxy), cocytus-bench's first 8000 keys written, and
+# src and dst set to ROLE's process 0 of groups 0 and 1 (data, primary,
+# plain) and slot to src's slot holding the most of those keys.  False,
+# with the failure counted, when a step fails.
+move_cluster() {
+    local d=$1 nodes=$2 scheme=$3 role=$4
+    cluster_up "$d" 20 10000 20000 --nodes "$nodes" --scheme "$scheme" --no-proxy ||
+        { fail "cluster up ($scheme)"; return 1; }
+    src=$(awk -v r="$role" '$1 == r && $2 == 0 && $3 == 0 { print $5; exit }' "$d/endpoints")
+    dst=$(awk -v r="$role" '$1 == r && $2 == 1 && $3 == 0 { print $5; exit }' "$d/endpoints")
+    [ -n "$src" ] && [ -n "$dst" ] || { fail "no $role process 0 in groups 0 and 1"; return 1; }
+    if ! "$build_dir/bench/cocytus-bench" -s "$src" -n 8000 --no-run >"$d/load.out" 2>&1 ||
+        ! grep -q "total_errors=0" "$d/load.out"; then
+        fail "load: $(tail -n 2 "$d/load.out")"
+        return 1
+    fi
+    ok "8000 keys written"
+    key_owners "$d" 8000 || { fail "cannot read the slot map"; return 1; }
+    slot=$(owned_slots "$d" "$src" | head -n 1)
+    [ -n "$slot" ] || { fail "no slot of $src holds a key"; return 1; }
+}
+
 # cluster_remove DIR: brings down quietly whatever scripts/cluster runs in
 # DIR, then removes DIR.  An empty DIR does nothing.
 cluster_remove() {

@@ -31,7 +31,6 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 . "$script_dir/lib.sh"
 need_built "$server_bin" "$build_dir/cocytus/cocytus-node" "$build_dir/client/cocytus-cli" \
     "$build_dir/bench/cocytus-bench"
-bench=$build_dir/bench/cocytus-bench
 cli=$build_dir/client/cocytus-cli
 
 # The destination is muted for the source's commit retries (about 6 s):
@@ -52,18 +51,7 @@ on_exit "cluster_remove '$dir'"
 mkdir -p "$dir/faults"
 export COCYTUS_TEST_MUTE_DIR=$dir/faults
 
-cluster_up "$dir" 20 10000 20000 --nodes "$nodes" --scheme "$scheme" --no-proxy ||
-    { fail "cluster up"; return; }
-src=$(awk -v r="$role" '$1 == r && $2 == 0 && $3 == 0 { print $5; exit }' "$dir/endpoints")
-dst=$(awk -v r="$role" '$1 == r && $2 == 1 && $3 == 0 { print $5; exit }' "$dir/endpoints")
-[ -n "$src" ] && [ -n "$dst" ] || { fail "no $role process 0 in groups 0 and 1"; return; }
-"$bench" -s "$src" -n 8000 --no-run >"$dir/load.out" 2>&1 &&
-    grep -q "total_errors=0" "$dir/load.out" && ok "8000 keys written" ||
-    fail "load: $(tail -n 2 "$dir/load.out")"
-
-key_owners "$dir" 8000 || { fail "cannot read the slot map"; return; }
-slot=$(owned_slots "$dir" "$src" | head -n 1)
-[ -n "$slot" ] || { fail "no slot of $src holds a key"; return; }
+move_cluster "$dir" "$nodes" "$scheme" "$role" || return
 keys=$(awk -v s="$slot" '$1 == s { print $2 }' "$dir/all.slots" | head -n 4)
 d_pid=$(pgrep -f -- "--role $role --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
 [ -n "$d_pid" ] || { fail "no pid for group 1's $role process 0"; return; }
@@ -141,15 +129,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/move_commit_lost.XXXXXX")
 on_exit "cluster_remove '$dir'"
 mkdir -p "$dir/faults"
 export COCYTUS_TEST_MUTE_DIR=$dir/faults
-cluster_up "$dir" 8 10000 20000 --nodes 2 --scheme plain --no-proxy ||
-    { fail "plain cluster up"; finish; }
-src=$(awk '$1 == "plain" && $2 == 0 { print $5; exit }' "$dir/endpoints")
-dst=$(awk '$1 == "plain" && $2 == 1 { print $5; exit }' "$dir/endpoints")
-"$bench" -s "$src" -n 8000 --no-run >"$dir/load.out" 2>&1 &&
-    grep -q "total_errors=0" "$dir/load.out" && ok "plain: 8000 keys written" ||
-    fail "plain: load: $(tail -n 2 "$dir/load.out")"
-key_owners "$dir" 8000 || { fail "plain: cannot read the slot map"; finish; }
-slot=$(owned_slots "$dir" "$src" | head -n 1)
+move_cluster "$dir" 2 plain plain || finish
 d_pid=$(pgrep -f -- "--role plain --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
 [ -n "$slot" ] && [ -n "$d_pid" ] || { fail "plain: slot '$slot', destination pid '$d_pid'"; finish; }
 touch "$dir/faults/mute-plain-1-0" "$dir/faults/commit-lost-plain-1-0"

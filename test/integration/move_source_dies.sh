@@ -41,18 +41,7 @@ cleanup() {
 }
 on_exit cleanup
 
-cluster_up "$dir" 20 10000 20000 --nodes 3 --scheme rs:2:3 --no-proxy ||
-    { fail "cluster up"; exit 1; }
-src=$(group0_addr "$dir" data 0)
-dst=$(awk '$1 == "data" && $2 == 1 && $3 == 0 { print $5; exit }' "$dir/endpoints")
-[ -n "$src" ] && [ -n "$dst" ] || { fail "no data process 0 in groups 0 and 1"; finish; }
-"$bench" -s "$src" -n 8000 --no-run >"$dir/load.out" 2>&1 &&
-    grep -q "total_errors=0" "$dir/load.out" && ok "8000 keys written" ||
-    fail "load: $(tail -n 2 "$dir/load.out")"
-
-key_owners "$dir" 8000 || { fail "cannot read the slot map"; finish; }
-slot=$(owned_slots "$dir" "$src" | head -n 1)
-[ -n "$slot" ] || { fail "no slot of $src holds a key"; finish; }
+move_cluster "$dir" 3 rs:2:3 data || finish
 keys=$(awk -v s="$slot" '$1 == s' "$dir/all.slots" | wc -l)
 
 p0=$(group0_pid "$dir" parity 0)
