@@ -452,6 +452,15 @@ int coord_publish_map(struct coord *co, struct slotmap *next)
 
 /* ---- moves ---- */
 
+/* The source or the destination of mv may hold its epoch without the
+ * coordinator's word (it died during the move, or reported the commit's
+ * outcome unknown): the maps that follow must be newer. */
+static void note_unsure_epoch(struct coord *co, const struct move *mv)
+{
+    if (mv->epoch > co->unsure_epoch)
+        co->unsure_epoch = mv->epoch;
+}
+
 /* After a move failed whose source or destination died during it
  * (coord_fail_move_of, give_up_held_move): either may hold the move's
  * epoch, so the map goes out again above it, unless a held map just did.
@@ -468,13 +477,13 @@ static void skip_unsure_epoch(struct coord *co)
                 (unsigned long long)co->unsure_epoch);
         return;
     }
-    next.epoch = coord_next_epoch(co);
+    unsigned long long epoch = coord_next_epoch(co);
+    next.epoch = epoch;
     fprintf(stderr, "coordinator: epoch %llu may be held by the failed move's source or "
             "destination: the map goes out again at epoch %llu\n",
-            (unsigned long long)co->unsure_epoch, (unsigned long long)next.epoch);
+            (unsigned long long)co->unsure_epoch, epoch);
     if (coord_publish_map(co, &next) < 0)
-        fprintf(stderr, "coordinator: out of memory publishing the map at epoch %llu\n",
-                (unsigned long long)co->map.epoch + 1);
+        fprintf(stderr, "coordinator: out of memory publishing the map at epoch %llu\n", epoch);
 }
 
 static void move_finish(struct coord *co, struct move *mv, enum move_state st, const char *why)
@@ -589,10 +598,11 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
                    "ignored", msg->slot, (unsigned long long)msg->epoch, msg->ok ? "ok" : "failed");
         return;
     }
+    bool unknown = !msg->ok &&
+        strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0;
     if (msg->ok) {
         move_commit(co, mv, true);
-    } else if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0 &&
-               dest_place_keeps_copy(co, mv)) {
+    } else if (unknown && dest_place_keeps_copy(co, mv)) {
         /* The destination may have taken the slot and acknowledged writes
          * of it before it died or its answer was lost; the source switched
          * and deleted nothing.  The destination's place (it, or the process
@@ -603,14 +613,13 @@ static void on_migrated(struct member *m, const struct ctl_msg *msg)
                          "either way; the move counts as done", mv->slot, msg->why);
         move_commit(co, mv, false);
     } else {
-        if (strncmp(msg->why, MIGRATE_OUTCOME_UNKNOWN, strlen(MIGRATE_OUTCOME_UNKNOWN)) == 0) {
+        if (unknown) {
             coord_log_member(m, "reports the commit of slot %u %s, and the destination's place "
                              "kept no copy (it restarted empty, or its group lost its data): "
                              "the slot stays with the source", mv->slot, msg->why);
             /* The source holds the move's epoch, switched: the map goes
              * out past it (skip_unsure_epoch) and gives the slot back. */
-            if (mv->epoch > co->unsure_epoch)
-                co->unsure_epoch = mv->epoch;
+            note_unsure_epoch(co, mv);
         }
         move_finish(co, mv, MOVE_FAILED, msg->why);
     }
@@ -651,8 +660,7 @@ static void give_up_held_move(struct coord *co, uint64_t now)
     struct move *mv = &co->moves[co->running];
     if (now - co->held_since_ms < MOVE_HOLD_MAX_MS)
         return;
-    if (mv->epoch > co->unsure_epoch)
-        co->unsure_epoch = mv->epoch;
+    note_unsure_epoch(co, mv);
     char why[COORD_WHY_MAX];
     snprintf(why, sizeof(why), "no outcome after %d s while a failure's map waited for it "
              "(outcome not known here)", MOVE_HOLD_MAX_MS / 1000);
@@ -679,8 +687,7 @@ void coord_fail_move_of(struct coord *co, const struct member *m, bool successor
         return;
     /* Either may hold the move's epoch if nobody ever tells: the maps
      * that follow must be newer. */
-    if (mv->epoch > co->unsure_epoch)
-        co->unsure_epoch = mv->epoch;
+    note_unsure_epoch(co, mv);
     const struct member *other = mv->source == m ? mv->dest : mv->source;
     if (!coord_alive(other)) {
         move_finish(co, mv, MOVE_FAILED, "source and destination died during the move (outcome "

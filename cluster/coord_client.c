@@ -310,16 +310,12 @@ struct coord_client *coord_client_start(struct server *s)
         cc->hello_pid = atol(fake_pid);
         fprintf(stderr, "cocytus-server: test fault: hello says pid %ld\n", cc->hello_pid);
     }
-    const char *mute = getenv("COCYTUS_TEST_MUTE_DIR");
-    if (mute) {
-        snprintf(cc->mute_file, sizeof(cc->mute_file), "%s/mute-%s-%d-%d", mute,
-                 s->settings.role, s->settings.group, s->settings.index);
+    if (server_test_fault_path(s, "mute", cc->mute_file, sizeof(cc->mute_file))) {
         /* The second test fault: with DIR/unlinked-<role>-<g>-<i> at the
          * start, this process never links to the coordinator, which then
          * never hears of it (restart_unheard.sh). */
         char unlinked[sizeof(cc->mute_file)];
-        snprintf(unlinked, sizeof(unlinked), "%s/unlinked-%s-%d-%d", mute, s->settings.role,
-                 s->settings.group, s->settings.index);
+        server_test_fault_path(s, "unlinked", unlinked, sizeof(unlinked));
         if (access(unlinked, F_OK) == 0) {
             fprintf(stderr, "cocytus-server: test fault: %s exists; not linking to the "
                     "coordinator\n", unlinked);

@@ -1506,13 +1506,9 @@ static bool served_here(const struct server *s, unsigned slot)
  * unknown. */
 static bool commit_answer_lost(const struct server *s)
 {
-    const char *dir = getenv("COCYTUS_TEST_MUTE_DIR");
-    if (!dir)
-        return false;
     char path[512];
-    snprintf(path, sizeof(path), "%s/commit-lost-%s-%d-%d", dir, s->settings.role,
-             s->settings.group, s->settings.index);
-    return access(path, F_OK) == 0;
+    return server_test_fault_path(s, "commit-lost", path, sizeof(path)) &&
+           access(path, F_OK) == 0;
 }
 
 /* Destination: take the slot (idempotent: the source may ask again). */

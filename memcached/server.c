@@ -581,6 +581,16 @@ static void server_follow_promotion(struct server *s)
     s->promoted_owner = at;
 }
 
+bool server_test_fault_path(const struct server *s, const char *kind, char *out, size_t len)
+{
+    const char *dir = getenv("COCYTUS_TEST_MUTE_DIR");
+    if (!dir)
+        return false;
+    snprintf(out, len, "%s/%s-%s-%d-%d", dir, kind, s->settings.role, s->settings.group,
+             s->settings.index);
+    return true;
+}
+
 int server_set_slotmap(struct server *s, struct slotmap *m)
 {
     server_drop_slotmap(s);

@@ -143,7 +143,7 @@ struct server {
     time_t clock_second;      /* the wall second the clocks were last set to */
     bool shutting_down;
     struct migration *migration; /* slot moves (migrate.c), NULL until the first */
-    uint64_t imports_begun[16384 / 64]; /* one bit per slot: this process took an
+    uint64_t imports_begun[SLOTMAP_SLOTS / 64]; /* one bit per slot: this process took an
                                            "import begin <slot>" (migrate.c), so a
                                            commit of that slot may be taken here */
     struct prefix_stats *prefixes; /* stats detail: per key prefix counts (stats.c) */
@@ -190,6 +190,11 @@ bool server_auth_check(const struct server *s, const char *user, size_t nuser,
 /* cache_memlimit: sets the memory limit (bytes); false if the engine
  * cannot change it. */
 bool server_set_mem_limit(struct server *s, size_t bytes);
+
+/* The integration tests' fault files (COCYTUS_TEST_MUTE_DIR): out gets
+ * DIR/<kind>-<role>-<group>-<index> for this process.  False when the
+ * variable is not set. */
+bool server_test_fault_path(const struct server *s, const char *kind, char *out, size_t len);
 
 /* Install slot map m (the server takes it; NULL removes the map): finds the
  * process's own endpoint, turns the slot check on when it serves slots, and
