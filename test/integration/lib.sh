@@ -538,10 +538,15 @@ group0_addr() {
     awk -v r="$2" -v i="$3" '$1 == r && $2 == 0 && $3 == i { print $5; exit }' "$1/endpoints"
 }
 
-# group0_pid DIR ROLE I: the pid of group 0's ROLE I of the cluster in DIR
+# proc_pid DIR ROLE G I: the pid of group G's ROLE I of the cluster in DIR
 # (from the process list: a process restarted by its node has a new one).
+proc_pid() {
+    pgrep -f -- "--role $2 --cluster $1/cluster.conf --group $3 --index $4( |\$)" | head -1
+}
+
+# group0_pid DIR ROLE I: proc_pid in group 0.
 group0_pid() {
-    pgrep -f -- "--role $2 --cluster $1/cluster.conf --group 0 --index $3( |\$)" | head -1
+    proc_pid "$1" "$2" 0 "$3"
 }
 
 # group0_before DIR: before_<i> stored through each of data processes 0-2

@@ -53,7 +53,7 @@ export COCYTUS_TEST_MUTE_DIR=$dir/faults
 
 move_cluster "$dir" "$nodes" "$scheme" "$role" || return
 keys=$(awk -v s="$slot" '$1 == s { print $2 }' "$dir/all.slots" | head -n 4)
-d_pid=$(pgrep -f -- "--role $role --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
+d_pid=$(proc_pid "$dir" "$role" 1 0)
 [ -n "$d_pid" ] || { fail "no pid for group 1's $role process 0"; return; }
 
 touch "$dir/faults/mute-$role-1-0" "$dir/faults/commit-lost-$role-1-0"
@@ -130,7 +130,7 @@ on_exit "cluster_remove '$dir'"
 mkdir -p "$dir/faults"
 export COCYTUS_TEST_MUTE_DIR=$dir/faults
 move_cluster "$dir" 2 plain plain || finish
-d_pid=$(pgrep -f -- "--role plain --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
+d_pid=$(proc_pid "$dir" plain 1 0)
 [ -n "$slot" ] && [ -n "$d_pid" ] || { fail "plain: slot '$slot', destination pid '$d_pid'"; finish; }
 touch "$dir/faults/mute-plain-1-0" "$dir/faults/commit-lost-plain-1-0"
 "$cli" --dir "$dir" --timeout 20000 move "$slot" 1 0 >"$dir/move.out" 2>&1 &

@@ -45,7 +45,7 @@ move_cluster "$dir" 3 rs:2:3 data || finish
 
 s_pid=$(group0_pid "$dir" data 0)
 p0=$(group0_pid "$dir" parity 0)
-d_pid=$(pgrep -f -- "--role data --cluster $dir/cluster.conf --group 1 --index 0( |\$)" | head -1)
+d_pid=$(proc_pid "$dir" data 1 0)
 node=$(awk -v a="$src" '$1 == "data" && $2 == 0 && $3 == 0 { print $4; exit }' "$dir/endpoints")
 node_pid=$(cat "$dir/node-${node:-0}.pid" 2>/dev/null)
 [ -n "$s_pid" ] && [ -n "$p0" ] && [ -n "$d_pid" ] && [ -n "$node_pid" ] ||
