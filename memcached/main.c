@@ -395,7 +395,13 @@ static int parse_args(int argc, char **argv, struct settings *st)
         }
         continue;
     bad:
-        fprintf(stderr, "cocytus-server: invalid value '%s' for -%c\n", optarg, ch);
+        if (ch < OPT_ROLE) {
+            fprintf(stderr, "cocytus-server: invalid value '%s' for -%c\n", optarg, ch);
+            return -1;
+        }
+        for (const struct option *o = longopts; o->name; o++)   /* a long-only option */
+            if (o->val == ch)
+                fprintf(stderr, "cocytus-server: invalid value '%s' for --%s\n", optarg, o->name);
         return -1;
     }
     if (optind < argc) {

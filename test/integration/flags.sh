@@ -6,7 +6,8 @@
 # compares the replies with memcached -X -W byte for byte); -W: watch is
 # refused with memcached's words; -k: the server locks its memory (or warns
 # as memcached does when the limit refuses; an ASan build does not try)
-# and serves; -N: accepted.
+# and serves; -N: accepted.  A bad value of a long-only option (--group) is
+# named by its long name.
 set -u
 
 script_dir=$(cd "$(dirname "$0")" && pwd)
@@ -51,4 +52,10 @@ elif [ "${locked:-0}" -gt 0 ]; then
 else
     fail "-k: no memory locked and no warning (VmLck '${locked:-}')"
 fi
+
+out=$("$server_bin" --group=x 2>&1)
+rc=$?
+want="cocytus-server: invalid value 'x' for --group"
+[ "$rc" -ne 0 ] && [ "$out" = "$want" ] && ok "--group=x refused: $out" \
+    || fail "--group=x: exit $rc, '$out' (want '$want')"
 finish
