@@ -40,6 +40,9 @@
 #              rs uses Unix sockets between processes on one host)
 #   rstls      RS(3,5) with its links over TCP and TLS (link_tls; certificates
 #              made with the openssl tool): rstcp is its baseline
+# A system's name may end in +batch or +normal (rs+normal, memcached+batch):
+# once started, every thread of its servers is put under SCHED_BATCH or
+# SCHED_OTHER with chrt, whatever cocytus-server's --sched chose.
 # With BASE_BUILD=/path/to/other/build, the systems of BASE_SYSTEMS are
 # started a second time from that build (named rs@base, ...), in the same
 # rounds: a before/after comparison under the same machine load.
@@ -83,7 +86,7 @@ declare -A ROLES_OF=([memcached]="memcached" [plain]="plain" [plain3]="plain" [p
                      [pbr3]="primary backup" [rs]="data parity" [rs1]="data parity"
                      [rstcp]="data parity" [rstls]="data parity")
 
-kind_of() { echo "${1%@*}"; }
+kind_of() { local k=${1%@*}; echo "${k%+*}"; }
 label_of() { local k; k=$(kind_of "$1"); echo "${LABEL[$k]}${1#"$k"}"; }
 
 # link_certs: WORK/linkcerts/{ca,node}.{pem,key}, a CA and a certificate for
@@ -113,6 +116,20 @@ start_one() {
                 --link-tls-ca "$WORK/linkcerts/ca.pem" ;;
         *) die "unknown system '$1'" ;;
     esac
+    case $1 in
+        *+batch*) sched_set "$1" -b ;;
+        *+normal*) sched_set "$1" -o ;;
+    esac
+}
+
+# sched_set NAME FLAG: every thread of the system's server processes under
+# SCHED_BATCH (-b: a woken thread does not preempt the one running) or
+# SCHED_OTHER (-o), whatever cocytus-server's --sched chose.
+sched_set() {
+    local role pid
+    while read -r role pid; do
+        chrt -a "$2" -p 0 "$pid" >/dev/null || die "$1: chrt $2 on $role (pid $pid) failed"
+    done < <(sys_procs "$1")
 }
 
 start_systems() {
