@@ -42,7 +42,7 @@
 #              made with the openssl tool): rstcp is its baseline
 # A system's name may end in +batch or +normal (rs+normal, memcached+batch):
 # once started, every thread of its servers is put under SCHED_BATCH or
-# SCHED_OTHER with chrt, whatever cocytus-server's --sched chose.
+# SCHED_OTHER with chrt (the servers themselves start under SCHED_OTHER).
 # With BASE_BUILD=/path/to/other/build, the systems of BASE_SYSTEMS are
 # started a second time from that build (named rs@base, ...), in the same
 # rounds: a before/after comparison under the same machine load.
@@ -124,7 +124,8 @@ start_one() {
 
 # sched_set NAME FLAG: every thread of the system's server processes under
 # SCHED_BATCH (-b: a woken thread does not preempt the one running) or
-# SCHED_OTHER (-o), whatever cocytus-server's --sched chose.
+# SCHED_OTHER (-o: servers start under it, so +normal matters only for a
+# build or wrapper that sets another policy).
 sched_set() {
     local role pid
     while read -r role pid; do
