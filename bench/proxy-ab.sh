@@ -15,7 +15,8 @@
 #
 # usage: BASE_BUILD=/path/to/other/build bench/proxy-ab.sh
 #   SCHEME=rs:3:5 NODES=1 RATIO=0.5 (cocytus-bench -r) CONNS=20 SECS=6 ROUNDS=3
-#   RECORDS=20000 SIZE=1024
+#   RECORDS=20000 SIZE=1024 RATE= (cocytus-bench --rate: an open-loop load of
+#   that many ops/s in all, for latencies below saturation; empty: closed loop)
 #   OUT=docs/evaluation/proxy-ab (writes OUT.csv and OUT.md; empty: print only)
 # Environment of bench/eval/lib.sh too (COCYTUS_BUILD_DIR: the new build).
 EVAL_SCRIPT_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +31,7 @@ SECS=${SECS:-6}
 ROUNDS=${ROUNDS:-3}
 RECORDS=${RECORDS:-20000}
 SIZE=${SIZE:-1024}
+RATE=${RATE:-}
 OUT=${OUT-}
 BASE_BUILD=${BASE_BUILD:-}
 
@@ -64,7 +66,7 @@ for sys in new base; do
     run "$sys" --load --no-run -n "$RECORDS" -v "$SIZE" -c 4 >"$WORK/load-$sys.txt" 2>&1 \
         || die "loading $sys failed: $(tail -n 3 "$WORK/load-$sys.txt" | tr '\n' ' ')"
 done
-note "$RECORDS records of $SIZE B loaded; $ROUNDS rounds of $SECS s, $CONNS connections, read ratio $RATIO"
+note "$RECORDS records of $SIZE B loaded; $ROUNDS rounds of $SECS s, $CONNS connections, read ratio $RATIO${RATE:+, $RATE ops/s open loop}"
 
 rows=()
 bad=0
@@ -73,7 +75,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     [ $((r % 2)) -eq 0 ] && order="base new"
     for sys in $order; do
         f="$WORK/run-$r-$sys"
-        run "$sys" --no-load --run -n "$RECORDS" -v "$SIZE" -r "$RATIO" -c "$CONNS" -t "$SECS" >"$f.txt" 2>"$f.err"
+        run "$sys" --no-load --run -n "$RECORDS" -v "$SIZE" -r "$RATIO" -c "$CONNS" -t "$SECS" ${RATE:+--rate "$RATE"} >"$f.txt" 2>"$f.err"
         bench_check "$f" "round $r $sys" || bad=1
         ops=$(bval "$f.txt" phase=run ops_per_s)
         row="$r,$sys,$ops,$(bval "$f.txt" op=get p50_us),$(bval "$f.txt" op=get p99_us),$(bval "$f.txt" op=set p50_us),$(bval "$f.txt" op=set p99_us)"
@@ -108,7 +110,7 @@ if [ -n "$OUT" ]; then
         echo "# Through cocytus-proxy: one build against another"
         echo
         echo "Command: \`BASE_BUILD=$BASE_BUILD bench/proxy-ab.sh\` (SCHEME=$SCHEME NODES=$NODES"
-        echo "RATIO=$RATIO CONNS=$CONNS SECS=$SECS ROUNDS=$ROUNDS RECORDS=$RECORDS SIZE=$SIZE); new build $NEW_BUILD"
+        echo "RATIO=$RATIO CONNS=$CONNS SECS=$SECS ROUNDS=$ROUNDS RECORDS=$RECORDS SIZE=$SIZE${RATE:+ RATE=$RATE}); new build $NEW_BUILD"
         echo "(source at $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'))."
         md_machine
         echo

@@ -5,8 +5,9 @@
  * queue; slots are written out in order with one writev once the batch of
  * input is parsed (every earlier slot complete), so pipelined requests cost
  * one system call and an engine may finish a mutation later without the
- * protocol code knowing.  Engine memory (values) is referenced, not copied,
- * and released once written.  A connection whose peer does not read its
+ * protocol code knowing.  Replies ready ahead of a mutation of the same
+ * batch still in flight leave with its reply, not before it.  Engine
+ * memory (values) is referenced, not copied, and released once written.  A connection whose peer does not read its
  * replies stops being read until the backlog drains. */
 #include "config.h"
 
@@ -1330,14 +1331,16 @@ static int conn_tls_retry(struct conn *c)
     return 1;
 }
 
-/* Write as much of the completed head of the queue as the socket takes.
- * Every path that queues a read's reply ends here before returning to the
- * event loop, which is what makes transient values safe. */
-static void conn_flush(struct conn *c)
+/* Write as much of the completed head of the queue as the socket takes
+ * (nothing when hold: conn_holds_ready), keep what stays queued valid and
+ * set the connection's events.  Every path that queues a read's reply ends
+ * here before returning to the event loop, which is what makes transient
+ * values safe. */
+static void conn_write_out(struct conn *c, bool hold)
 {
     struct iovec iov[IOV_BATCH];
     c->deferred_flushes = 0;
-    while (!c->closing) {
+    while (!c->closing && !hold) {
         if (c->tls_held != NULL) {
             int r = conn_tls_retry(c);
             if (r < 0) {
@@ -1431,6 +1434,29 @@ static void conn_flush(struct conn *c)
     /* Input TLS already decrypted is not the socket's to announce. */
     if ((want & EV_READ) && tls_pending(c->tls) > 0)
         event_active(c->ev, EV_READ, 0);
+}
+
+static void conn_flush(struct conn *c)
+{
+    conn_write_out(c, false);
+}
+
+/* Replies that were ready right after a batch of input was parsed, ahead
+ * of a write of the same batch still in flight (a pipelined get before a
+ * set, its key another), wait to leave with that write's reply: its
+ * acknowledgement's completion writes them all in the loop pass's one
+ * submission (flush_queued).  Written at once they would cost a second
+ * write per batch, and a second wake-up of the client, which the writer
+ * pays in the kernel; a client that sends more as replies come would also
+ * split its next requests in two smaller batches.  The client asked for
+ * both replies in one go and gets the write's reply no later.
+ * Not while the connection closes, drops input, is inside a data block,
+ * its socket pushes back or it runs TLS (those paths write as before). */
+static bool conn_holds_ready(const struct conn *c)
+{
+    return c->inflight > 0 && !c->closing && !c->close_after_write && !c->discard &&
+           !c->holding && !c->out_blocked && c->stream == NULL && c->tls_held == NULL &&
+           c->tls == NULL && conn_backlog(c) <= OUT_BACKLOG_MAX;
 }
 
 /* ---- input ---- */
@@ -1717,7 +1743,7 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     if ((what & EV_READ) && !c->closing && !c->paused)
         conn_read(c);
     if (!c->closing)
-        conn_flush(c);
+        conn_write_out(c, conn_holds_ready(c));
     conn_release(c);
 }
 

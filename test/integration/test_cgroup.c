@@ -1075,6 +1075,24 @@ START_TEST(test_reads_pass_pending_writes)
     expect_lines(&w, meta);
     ck_assert_msg(ran == 1, "meta: cmd_get went up by %ld while ms was in flight", ran);
 
+    /* A get ready ahead of a write of the same batch leaves with the
+     * write's reply, not on its own (conn_holds_ready); another
+     * connection's get is answered at once meanwhile. */
+    static const char get_first[] = "get pk:b\r\nset pk:a 0 0 3\r\nnw4\r\n";
+    ck_assert(kill(parity, SIGSTOP) == 0);
+    ck_assert(raw_send(&w, get_first, sizeof get_first - 1));
+    harness_sleep_ms(200);
+    raw_conn o;
+    ck_assert(raw_open(&o, port));
+    ck_assert(raw_send_str(&o, "get pk:b\r\n"));
+    expect_lines(&o, (const char *const[]){ "VALUE pk:b 0 3\r\n", "old\r\n", "END\r\n", NULL });
+    raw_close(&o);
+    ck_assert_msg(raw_read_quiet(&w, line, sizeof line, 100) == 0,
+                  "the get's reply left before the set pipelined behind it completed");
+    ck_assert(kill(parity, SIGCONT) == 0);
+    expect_lines(&w, (const char *const[]){ "VALUE pk:b 0 3\r\n", "old\r\n", "END\r\n",
+                                            "STORED\r\n", NULL });
+
     /* A binary touch answers with the item's flags: it reads, and waits for
      * the connection's set of the same key in flight. */
     raw_conn b;
