@@ -741,7 +741,7 @@ COCYTUS_STATS = {b"role", b"migrate_moves", b"migrate_keys_sent", b"migrate_forw
                  b"import_keys", b"idle_kicks", b"cluster_epoch",
                  # a data process's (--target; cocytus/engine_data.c, dp_stats)
                  b"expired_removed", b"xid", b"stable_xid", b"records_sent", b"write_queue",
-                 b"blocked_waits", b"in_place_writes", b"unit_waits",
+                 b"blocked_waits", b"in_place_writes", b"unit_waits", b"lease_waits",
                  # a PBR primary's (pbr/engine_primary.c, pbr/pbr_store.c)
                  b"committed_xid", b"mem_used"}
 # --target at cocytus-proxy: its general stats are its own list (docs/client.md,
