@@ -494,6 +494,7 @@ static void mutation_done(void *cookie, const struct eng_result *res)
     struct conn *c = r->c;
     r->pending = false;
     c->inflight--;
+    c->mutations_pending--;
     mutation_finish(r, res);
     if (conn_release(c))
         return;
@@ -705,6 +706,7 @@ static void mutate(struct conn *c, struct resp *r, const struct eng_mutation *m,
         r->wall = m->nkey == 0;
         r->wkey = m->nkey ? hash_key(m->key, m->nkey) : 0;
         c->inflight++;
+        c->mutations_pending++;
         return;
     }
     res.status = st;
@@ -1253,7 +1255,8 @@ static size_t conn_backlog(const struct conn *c)
 /* Transient engine bytes (eng_value.transient) still queued when the
  * socket pushed back, or behind a slot that is not complete: copy them
  * now, before the event loop runs anything that may change them.  The
- * common case writes them at once and copies nothing. */
+ * common case writes them at once and copies nothing; replies held for a
+ * write in flight (conn_holds_ready) are copied. */
 static void conn_keep_transient(struct conn *c)
 {
     for (struct resp *r = c->head; r; r = r->next) {
@@ -1339,7 +1342,8 @@ static int conn_tls_retry(struct conn *c)
 static void conn_write_out(struct conn *c, bool hold)
 {
     struct iovec iov[IOV_BATCH];
-    c->deferred_flushes = 0;
+    if (!hold)
+        c->deferred_flushes = 0;   /* held: conn_write_final still has them to write */
     while (!c->closing && !hold) {
         if (c->tls_held != NULL) {
             int r = conn_tls_retry(c);
@@ -1451,10 +1455,12 @@ static void conn_flush(struct conn *c)
  * split its next requests in two smaller batches.  The client asked for
  * both replies in one go and gets the write's reply no later.
  * Not while the connection closes, drops input, is inside a data block,
- * its socket pushes back or it runs TLS (those paths write as before). */
+ * its socket pushes back or it runs TLS (those paths write as before),
+ * nor behind a read the engine holds back (a lease, a unit not rebuilt
+ * yet), which may take long: only behind a mutation. */
 static bool conn_holds_ready(const struct conn *c)
 {
-    return c->inflight > 0 && !c->closing && !c->close_after_write && !c->discard &&
+    return c->mutations_pending > 0 && !c->closing && !c->close_after_write && !c->discard &&
            !c->holding && !c->out_blocked && c->stream == NULL && c->tls_held == NULL &&
            c->tls == NULL && conn_backlog(c) <= OUT_BACKLOG_MAX;
 }
@@ -1855,6 +1861,10 @@ void conn_close_all(struct server *s)
 {
     while (s->conns) {
         struct conn *c = s->conns;
+        /* Replies held for a write still in flight (conn_holds_ready)
+         * are final: they go if the socket takes them. */
+        if (c->mutations_pending > 0 && c->tls == NULL && !c->closing)
+            conn_flush(c);
         c->close_reason = "shutdown";
         conn_close(c);
         conn_release(c);
@@ -1877,6 +1887,7 @@ void conn_free_closed(struct server *s)
         struct conn *next = c->next;
         if (!c->flush_queued && !c->wr.listed) {
             c->inflight = 0;
+            c->mutations_pending = 0;
             conn_destroy(c);
         }
         c = next;

@@ -35,7 +35,9 @@ struct conn {
     struct resp *free_resps;
     unsigned nfree_resps;
 
-    unsigned inflight;            /* mutations the engine has not completed */
+    unsigned inflight;            /* mutations the engine has not completed, and
+                                     reads waiting in it (conn_read_waits) */
+    unsigned mutations_pending;   /* of those, the mutations */
     unsigned nresps;              /* slots in the queue (head..tail) */
     size_t held_bytes;            /* transient value bytes queued (copied or not) */
     bool blocked;                 /* a read waits for inflight to reach 0 */

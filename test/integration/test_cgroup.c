@@ -1079,9 +1079,13 @@ START_TEST(test_reads_pass_pending_writes)
      * write's reply, not on its own (conn_holds_ready); another
      * connection's get is answered at once meanwhile. */
     static const char get_first[] = "get pk:b\r\nset pk:a 0 0 3\r\nnw4\r\n";
+    long gets_before = data_cmd_get(port);
     ck_assert(kill(parity, SIGSTOP) == 0);
     ck_assert(raw_send(&w, get_first, sizeof get_first - 1));
-    harness_sleep_ms(200);
+    for (int i = 0; i < 50 && data_cmd_get(port) == gets_before; i++)
+        harness_sleep_ms(20);
+    ck_assert_msg(data_cmd_get(port) == gets_before + 1, "the pipelined get did not run");
+    harness_sleep_ms(100);
     raw_conn o;
     ck_assert(raw_open(&o, port));
     ck_assert(raw_send_str(&o, "get pk:b\r\n"));
