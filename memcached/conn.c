@@ -7,8 +7,9 @@
  * one system call and an engine may finish a mutation later without the
  * protocol code knowing.  Replies ready ahead of a mutation of the same
  * batch still in flight leave with its reply, not before it.  Engine
- * memory (values) is referenced, not copied, and released once written.  A connection whose peer does not read its
- * replies stops being read until the backlog drains. */
+ * memory (values) is referenced, not copied, and released once written.
+ * A connection whose peer does not read its replies stops being read
+ * until the backlog drains. */
 #include "config.h"
 
 #include <errno.h>
