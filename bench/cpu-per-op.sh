@@ -371,14 +371,27 @@ targets_table() {
     fi
 }
 
+# build_source_rev DIR: the commit of the source tree DIR was configured from
+# (an out-of-tree build is no git work tree itself; its Makefile names the
+# source), with " with local changes" when that tree differs from it
+# outside docs/.  It says what the tree holds now, not at build time.
+build_source_rev() {
+    local src rev
+    src=$(sed -n 's/^abs_top_srcdir = //p' "$1/Makefile" 2>/dev/null)
+    src=${src:-$1}
+    rev=$(git -C "$src" rev-parse --short HEAD 2>/dev/null) || { echo "$src, not a git tree"; return; }
+    git -C "$src" diff --quiet HEAD -- ':(top)' ':(top,exclude)docs' 2>/dev/null \
+        && echo "$src at $rev" || echo "$src at $rev with local changes"
+}
+
 report() {
     local md="$OUT.md" size
     {
         echo "# CPU time and system calls per operation, by role"
         echo
         echo "Command: \`bench/cpu-per-op.sh\` (ROUNDS=$ROUNDS RUN_SECS=$RUN_SECS PERF_SECS=$PERF_SECS RECORDS=$RECORDS"
-        echo "CONNS=$CONNS SIZES=\"$SIZES\" MIXES=\"$MIXES\" SYSTEMS=\"${SYSTEMS[*]}\"${BASE_BUILD:+ BASE_BUILD=$BASE_BUILD}); build $BUILD_DIR"
-        echo "(source at $(git -C "$BUILD_DIR" rev-parse --short HEAD 2>/dev/null)$(git -C "$BUILD_DIR" diff --quiet HEAD -- ':(top)' ':(top,exclude)docs' 2>/dev/null || echo ' with local changes'))."
+        echo "CONNS=$CONNS DEPTH=$DEPTH SIZES=\"$SIZES\" MIXES=\"$MIXES\" SYSTEMS=\"${SYSTEMS[*]}\"${BASE_BUILD:+ BASE_BUILD=$BASE_BUILD}); build $BUILD_DIR"
+        echo "(source: $(build_source_rev "$BUILD_DIR"))."
         md_machine
         echo
         echo "Load: cocytus-bench, $CONNS connections ($DEPTH request(s) in flight each, closed loop), zipfian keys over"
