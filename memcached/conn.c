@@ -6,7 +6,8 @@
  * input is parsed (every earlier slot complete), so pipelined requests cost
  * one system call and an engine may finish a mutation later without the
  * protocol code knowing.  Replies ready ahead of a mutation of the same
- * batch still in flight leave with its reply, not before it.  Engine
+ * batch still in flight leave with its reply, not before it, unless that
+ * takes more than a few milliseconds.  Engine
  * memory (values) is referenced, not copied, and released once written.
  * A connection whose peer does not read its replies stops being read
  * until the backlog drains. */
@@ -57,9 +58,16 @@
 /* Flush points (a get's reply, say) passed in one batch of input before
  * the replies are written anyway (conn_process). */
 #define FLUSH_DEFER_MAX 32
+/* Replies ready ahead of a write in flight wait for it (conn_holds_ready)
+ * at most this long, then go on their own: a write that waits for a
+ * failure to be handled (a parity process stopped: a second or more) must
+ * not hold the reads of other keys with it.  An acknowledgement normally
+ * comes well within it. */
+#define HOLD_READY_MAX_MS 5
 
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 static void conn_process(struct conn *c);
+static void conn_hold_disarm(struct conn *c);
 static void conn_flush(struct conn *c);
 static size_t conn_backlog(const struct conn *c);
 static size_t conn_build_iov(struct conn *c, struct iovec *iov, int max);
@@ -1148,6 +1156,10 @@ void conn_close(struct conn *c)
     }
     event_free(c->ev);
     c->ev = NULL;
+    if (c->hold_ev)
+        event_free(c->hold_ev);   /* deletes a pending bound too */
+    c->hold_ev = NULL;
+    c->hold_armed = false;
     tls_conn_free(c->tls);
     c->tls = NULL;
     mcsasl_free(c->sasl);
@@ -1343,8 +1355,10 @@ static int conn_tls_retry(struct conn *c)
 static void conn_write_out(struct conn *c, bool hold)
 {
     struct iovec iov[IOV_BATCH];
-    if (!hold)
+    if (!hold) {
         c->deferred_flushes = 0;   /* held: conn_write_final still has them to write */
+        conn_hold_disarm(c);
+    }
     while (!c->closing && !hold) {
         if (c->tls_held != NULL) {
             int r = conn_tls_retry(c);
@@ -1458,12 +1472,52 @@ static void conn_flush(struct conn *c)
  * Not while the connection closes, drops input, is inside a data block,
  * its socket pushes back or it runs TLS (those paths write as before),
  * nor behind a read the engine holds back (a lease, a unit not rebuilt
- * yet), which may take long: only behind a mutation. */
+ * yet), which may take long: only behind a mutation, and for at most
+ * HOLD_READY_MAX_MS (conn_hold_arm). */
 static bool conn_holds_ready(const struct conn *c)
 {
     return c->mutations_pending > 0 && !c->closing && !c->close_after_write && !c->discard &&
            !c->holding && !c->out_blocked && c->stream == NULL && c->tls_held == NULL &&
            c->tls == NULL && conn_backlog(c) <= OUT_BACKLOG_MAX;
+}
+
+/* The hold's bound ran out before the write completed: what is ready
+ * goes now. */
+static void conn_hold_expired(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)fd;
+    (void)what;
+    c->hold_armed = false;
+    if (!c->closing)
+        conn_flush(c);
+    conn_release(c);
+}
+
+/* Start the hold's bound (HOLD_READY_MAX_MS) if a reply is ready to wait
+ * and the bound is not already running: it counts from the first reply
+ * held.  Without memory for the timer, nothing is held. */
+static void conn_hold_arm(struct conn *c)
+{
+    if (c->hold_armed || c->closing || c->head == NULL || !resp_writable(c, c->head))
+        return;
+    if (c->hold_ev == NULL)
+        c->hold_ev = evtimer_new(c->srv->base, conn_hold_expired, c);
+    struct timeval tv = { 0, HOLD_READY_MAX_MS * 1000 };
+    if (c->hold_ev == NULL || evtimer_add(c->hold_ev, &tv) != 0) {
+        conn_flush(c);
+        return;
+    }
+    c->hold_armed = true;
+}
+
+/* Any write ends the hold. */
+static void conn_hold_disarm(struct conn *c)
+{
+    if (c->hold_armed) {
+        evtimer_del(c->hold_ev);
+        c->hold_armed = false;
+    }
 }
 
 /* ---- input ---- */
@@ -1749,8 +1803,12 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     }
     if ((what & EV_READ) && !c->closing && !c->paused)
         conn_read(c);
-    if (!c->closing)
-        conn_write_out(c, conn_holds_ready(c));
+    if (!c->closing) {
+        bool hold = conn_holds_ready(c);
+        conn_write_out(c, hold);
+        if (hold)
+            conn_hold_arm(c);
+    }
     conn_release(c);
 }
 
