@@ -192,6 +192,18 @@ static bool refused_unauthenticated(const memcached_st *mc)
            strstr(msg, "unauthenticated") != NULL;
 }
 
+/* A request on a handle that authenticated when it opened, refused by a
+ * -Y server as from a connection that has not: "unauthenticated", or,
+ * for a set whose data has a space, "authentication failure" (the server
+ * took it for an authentication attempt).  Either way nothing ran. */
+static bool refused_as_new_connection(const memcached_st *mc)
+{
+    const char *msg = memcached_last_error_message(mc);
+    return refused_unauthenticated(mc) ||
+           (memcached_last_error(mc) == MEMCACHED_CLIENT_ERROR && msg != NULL &&
+            strstr(msg, "authentication failure") != NULL);
+}
+
 /* Opens connection i's handle.  Credentials go only to a server that asks
  * for them: in ASCII one without -Y would store the authentication set as
  * an item named "auth", password included, for any client to read.  So an
@@ -495,6 +507,12 @@ enum lc_outcome lc_classify(cocytus_t *c, memcached_st *mc, memcached_return_t r
     }
     if (memcached_failed(rc))
         lc_note_error(c, mc, rc);
+    /* A handle is authenticated when it is opened (open_handle), but
+     * libmemcached reconnects a socket it closed by itself on the next
+     * request, and that connection is new to the server. */
+    if (rc == MEMCACHED_CLIENT_ERROR && c->auth_set != NULL && !c->opt.binary &&
+        refused_as_new_connection(mc))
+        return LC_REAUTH;
     return LC_FINAL;
 }
 
@@ -648,6 +666,12 @@ static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
             if (!lc_may_retry(c, tries))
                 goto give_up;
             target = reroute_after_failure(c, slot, target, tries, rc == MEMCACHED_TIMEOUT);
+            break;
+        case LC_REAUTH:
+            /* Refused before it ran: any command may go again, at once. */
+            lc_conn_reset(c, target);
+            if (!lc_may_retry(c, tries))
+                goto give_up;
             break;
         case LC_SUSPECT:
             lc_conn_reset(c, target);

@@ -50,8 +50,11 @@ enum lc_outcome {
     LC_FINAL,        /* a real answer (success or an error to report) */
     LC_MOVED,        /* MOVED with a parsed target */
     LC_LOST,         /* the connection failed after the request may have been sent */
-    LC_SUSPECT       /* an error whose text libmemcached dropped (binary protocol,
+    LC_SUSPECT,      /* an error whose text libmemcached dropped (binary protocol,
                         some ASCII calls): it may have been a MOVED */
+    LC_REAUTH        /* ASCII with credentials: refused "CLIENT_ERROR unauthenticated",
+                        nothing applied; libmemcached opened the connection again
+                        without the authentication set: open the handle again */
 };
 
 /* One attempt of a request on one server's handle. */

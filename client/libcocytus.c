@@ -691,7 +691,8 @@ static size_t order_pending(struct mget_call *m)
 /* What a group's multi-get left to do. */
 enum group_next {
     GROUP_DONE,           /* answered (values, misses, or an error to report) */
-    GROUP_AGAIN,          /* MOVED: route again (the map was already updated) */
+    GROUP_AGAIN,          /* MOVED (the map was already updated), or refused as an
+                             unauthenticated connection: route again */
     GROUP_REFRESH,        /* server failed: fetch the map, then route again */
     GROUP_HUNG            /* server timed out: wait for a new map (up to
                              timeout_ms) before trying it again */
@@ -732,6 +733,9 @@ static enum group_next run_group(struct mget_call *m, size_t *idx, size_t n)
     case LC_SUSPECT:
         lc_conn_reset(c, t);
         return GROUP_REFRESH;
+    case LC_REAUTH:
+        lc_conn_reset(c, t);      /* refused before it ran: again, authenticated */
+        return GROUP_AGAIN;
     }
     return GROUP_REFRESH;
 }

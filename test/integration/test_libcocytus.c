@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -2527,6 +2528,158 @@ START_TEST(test_auth_refused_on_connection)
 }
 END_TEST
 
+/* A scripted -Y server (a child process, one client at a time): a
+ * connection must authenticate with the ASCII set of "alice s3cr:et"
+ * before anything else, as a -Y server wants; "version" and "config get
+ * cluster" (a map naming the server itself) are answered once it has.
+ * The first data set it is sent is answered "CLIENT_ERROR unauthenticated"
+ * on an authenticated connection: what the library sees when libmemcached
+ * has connected again by itself (a socket it closed, say after a timed-out
+ * read) and sent the request on a connection new to the server.  Replies
+ * "AUTHS <n>" to "count", which needs no authentication.  Each connection
+ * is served by a child of its own; the counts are shared (mmap). */
+struct reauth_counts {
+    int auths;
+    bool refused_once;
+};
+
+static void reauth_serve_conn(int lfd, int fd, struct reauth_counts *k)
+{
+    {
+        bool authed = false;
+        char buf[4096];
+        size_t len = 0;
+        for (;;) {
+            char *nl = memchr(buf, '\n', len);
+            if (nl == NULL) {
+                ssize_t r = len < sizeof(buf) ? recv(fd, buf + len, sizeof(buf) - len, 0) : 0;
+                if (r <= 0)
+                    break;
+                len += (size_t)r;
+                continue;
+            }
+            size_t line = (size_t)(nl - buf) + 1, need = line;
+            char key[64], out[256];
+            int n = 0, bytes = 0;
+            if (sscanf(buf, "set %63s %*u %*d %d", key, &bytes) == 2 && bytes >= 0 &&
+                bytes < 1024) {
+                need = line + (size_t)bytes + 2;
+                if (len < need) {
+                    ssize_t r = recv(fd, buf + len, sizeof(buf) - len, 0);
+                    if (r <= 0)
+                        break;
+                    len += (size_t)r;
+                    continue;
+                }
+                if (!authed && bytes == 13 && memcmp(buf + line, "alice s3cr:et", 13) == 0) {
+                    authed = true;
+                    __atomic_add_fetch(&k->auths, 1, __ATOMIC_SEQ_CST);
+                    n = snprintf(out, sizeof(out), "STORED\r\n");
+                } else if (!authed || !k->refused_once) {
+                    k->refused_once = k->refused_once || authed;
+                    n = snprintf(out, sizeof(out), "CLIENT_ERROR unauthenticated\r\n");
+                } else {
+                    n = snprintf(out, sizeof(out), "STORED\r\n");
+                }
+            } else if (strncmp(buf, "count", 5) == 0) {
+                n = snprintf(out, sizeof(out), "AUTHS %d\r\n",
+                             __atomic_load_n(&k->auths, __ATOMIC_SEQ_CST));
+            } else if (!authed) {
+                n = snprintf(out, sizeof(out), "CLIENT_ERROR unauthenticated\r\n");
+            } else if (strncmp(buf, "version", 7) == 0) {
+                n = snprintf(out, sizeof(out), "VERSION 1.6.18-reauth\r\n");
+            } else if (strncmp(buf, "config get cluster", 18) == 0) {
+                char body[96];
+                int port = 0;
+                struct sockaddr_in a;
+                socklen_t al = sizeof(a);
+                if (getsockname(lfd, (struct sockaddr *)&a, &al) == 0)
+                    port = ntohs(a.sin_port);
+                snprintf(body, sizeof(body), "1\n127.0.0.1|127.0.0.1|%d\n", port);
+                n = snprintf(out, sizeof(out), "CONFIG cluster 0 %zu\r\n%s\r\nEND\r\n",
+                             strlen(body), body);
+            } else {
+                n = snprintf(out, sizeof(out), "ERROR\r\n");
+            }
+            write_all(fd, out, (size_t)n);
+            memmove(buf, buf + need, len - need);
+            len -= need;
+        }
+        close(fd);
+    }
+}
+
+static void reauth_serve(int lfd, struct reauth_counts *k)
+{
+    signal(SIGCHLD, SIG_IGN);          /* no zombies */
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            _exit(2);
+        pid_t pid = fork();
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            reauth_serve_conn(lfd, fd, k);
+            _exit(0);
+        }
+        close(fd);
+    }
+}
+
+/* The library opens a handle to a -Y server with the authentication set.
+ * A request refused "CLIENT_ERROR unauthenticated" later (libmemcached
+ * connected again by itself) was reported as the call's failure, and every
+ * later request on that handle failed the same way: a load through a
+ * node's kill once saw 11,000 such errors (auth_cluster.sh).  Nothing of a
+ * refused request ran, so the library opens the handle again, with the
+ * credentials, and sends the request again. */
+START_TEST(test_auth_after_reconnect)
+{
+    int port = 0;
+    int lfd = listen_loopback(&port);
+    ck_assert_int_ge(lfd, 0);
+    struct reauth_counts *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(k != MAP_FAILED);
+    memset(k, 0, sizeof(*k));
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        signal(SIGPIPE, SIG_IGN);
+        reauth_serve(lfd, k);
+        _exit(0);
+    }
+    close(lfd);
+    char err[256];
+    cocytus_t *c = connect_to_as(port, false, "alice", "s3cr:et", err, sizeof(err));
+    ck_assert_msg(c != NULL, "alice: %s", err);
+    cocytus_rc r = cocytus_set(c, "ra:1", 4, "v1", 2, 0, 0);
+    ck_assert_msg(r == COCYTUS_OK, "a set refused as unauthenticated on a handle that had "
+                  "authenticated: %s (%s)", cocytus_strerror(r), cocytus_last_error(c));
+    ck_assert_int_eq(cocytus_set(c, "ra:2", 4, "v2", 2, 0, 0), COCYTUS_OK);
+    cocytus_close(c);
+
+    /* The map fetch's connection, the handle, and the handle opened again. */
+    raw_conn *rc = malloc(sizeof(*rc));
+    char line[64];
+    ck_assert_ptr_nonnull(rc);
+    ck_assert(raw_open(rc, port));
+    ck_assert(raw_send_str(rc, "count\r\n"));
+    ck_assert_int_gt(raw_read_line(rc, line, sizeof(line), REPLY_TIMEOUT_MS), 0);
+    raw_close(rc);
+    free(rc);
+    ck_assert_msg(strcmp(line, "AUTHS 3\r\n") == 0, "authentications: %s", line);
+    kill(pid, SIGKILL);                 /* its connections' children die with it */
+    waitpid(pid, NULL, 0);
+    munmap(k, sizeof(*k));
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Suites                                                              */
 /* ------------------------------------------------------------------ */
@@ -2570,7 +2723,8 @@ static Suite *libcocytus_suite(void)
     tcase_add_loop_test(tc, test_auth_credentials, 0, 2);
     tcase_add_loop_test(tc, test_auth_not_sent_unasked, 0, 2);
     tcase_add_loop_test(tc, test_auth_refused_on_connection, 0, 2);
-    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_auth_after_reconnect);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");
