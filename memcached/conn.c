@@ -7,10 +7,10 @@
  * one system call and an engine may finish a mutation later without the
  * protocol code knowing.  Replies ready ahead of a mutation of the same
  * batch still in flight leave with its reply, not before it, unless that
- * takes more than a few milliseconds.  Engine
- * memory (values) is referenced, not copied, and released once written.
- * A connection whose peer does not read its replies stops being read
- * until the backlog drains. */
+ * takes more than a few milliseconds.  Engine memory (values) is
+ * referenced, not copied, and released once written.  A connection whose
+ * peer does not read its replies stops being read until the backlog
+ * drains. */
 #include "config.h"
 
 #include <errno.h>
@@ -1159,7 +1159,6 @@ void conn_close(struct conn *c)
     if (c->hold_ev)
         event_free(c->hold_ev);   /* deletes a pending bound too */
     c->hold_ev = NULL;
-    c->hold_armed = false;
     tls_conn_free(c->tls);
     c->tls = NULL;
     mcsasl_free(c->sasl);
@@ -1488,10 +1487,15 @@ static void conn_hold_expired(evutil_socket_t fd, short what, void *arg)
     struct conn *c = arg;
     (void)fd;
     (void)what;
-    c->hold_armed = false;
     if (!c->closing)
         conn_flush(c);
     conn_release(c);
+}
+
+/* Is the hold's bound running? */
+static bool conn_hold_armed(const struct conn *c)
+{
+    return c->hold_ev != NULL && evtimer_pending(c->hold_ev, NULL);
 }
 
 /* Start the hold's bound (HOLD_READY_MAX_MS) if a reply is ready to wait
@@ -1499,25 +1503,20 @@ static void conn_hold_expired(evutil_socket_t fd, short what, void *arg)
  * held.  Without memory for the timer, nothing is held. */
 static void conn_hold_arm(struct conn *c)
 {
-    if (c->hold_armed || c->closing || c->head == NULL || !resp_writable(c, c->head))
+    if (conn_hold_armed(c) || c->closing || c->head == NULL || !resp_writable(c, c->head))
         return;
     if (c->hold_ev == NULL)
         c->hold_ev = evtimer_new(c->srv->base, conn_hold_expired, c);
     struct timeval tv = { 0, HOLD_READY_MAX_MS * 1000 };
-    if (c->hold_ev == NULL || evtimer_add(c->hold_ev, &tv) != 0) {
+    if (c->hold_ev == NULL || evtimer_add(c->hold_ev, &tv) != 0)
         conn_flush(c);
-        return;
-    }
-    c->hold_armed = true;
 }
 
 /* Any write ends the hold. */
 static void conn_hold_disarm(struct conn *c)
 {
-    if (c->hold_armed) {
+    if (conn_hold_armed(c))
         evtimer_del(c->hold_ev);
-        c->hold_armed = false;
-    }
 }
 
 /* ---- input ---- */

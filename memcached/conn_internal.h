@@ -39,8 +39,8 @@ struct conn {
                                      reads waiting in it (conn_read_waits) */
     unsigned mutations_pending;   /* of those, the mutations */
     struct event *hold_ev;        /* bounds how long ready replies wait for a
-                                     write (conn_holds_ready); made on first use */
-    bool hold_armed;              /* hold_ev is pending */
+                                     write (conn_holds_ready); made on first use,
+                                     pending while they wait */
     unsigned nresps;              /* slots in the queue (head..tail) */
     size_t held_bytes;            /* transient value bytes queued (copied or not) */
     bool blocked;                 /* a read waits for inflight to reach 0 */
