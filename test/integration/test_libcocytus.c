@@ -70,6 +70,24 @@ static int key_text(char *buf, size_t cap, const char *prefix, int i)
     return snprintf(buf, cap, "%s:%d", prefix, i);
 }
 
+/* fork() for a helper process of a test (a fake server, a stub, a
+ * proxy): the child gets SIGKILL when its parent dies, and exits with
+ * gone_status at once if the parent is already gone.  Buffered output is
+ * flushed first, so that the child does not write it again.  Returns
+ * fork()'s value. */
+static pid_t fork_tied(int gone_status)
+{
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(gone_status);
+    }
+    return pid;
+}
+
 static int64_t mono_ms(void)
 {
     struct timespec ts;
@@ -1288,13 +1306,8 @@ static void start_fake(void)
         lfd[e] = listen_loopback(&fake.port[e]);
     if (lfd[0] < 0 || lfd[1] < 0 || pipe(pipefd) != 0)
         return;
-    fflush(NULL);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = fork_tied(1);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
         close(pipefd[1]);
         struct fake *f = calloc(1, sizeof(*f));
         if (f == NULL)
@@ -1599,14 +1612,9 @@ static pid_t start_proxy_with(int *port, const char *seeds, const char *const *e
     for (int i = 0; extra != NULL && extra[i] != NULL && i < 4; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    fflush(NULL);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = fork_tied(127);
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
         execv(path, (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
         _exit(127);
@@ -1878,14 +1886,9 @@ static void stub_start(struct stub *st, int lfd)
 
     ck_assert_int_gt(st->nmaps, 0);
     ck_assert_int_eq(pipe(pipefd), 0);
-    fflush(NULL);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = fork_tied(1);
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
         close(pipefd[1]);
         signal(SIGPIPE, SIG_IGN);
         struct stub_state *s = calloc(1, sizeof(*s));
@@ -2548,90 +2551,78 @@ struct reauth_counts {
     bool moved_once;
 };
 
-static void reauth_serve_conn(int lfd, int fd, struct reauth_counts *k)
+static void reauth_serve_conn(int fd, int port, struct reauth_counts *k)
 {
-    {
-        bool authed = false;
-        char buf[4096];
-        size_t len = 0;
-        for (;;) {
-            char *nl = memchr(buf, '\n', len);
-            if (nl == NULL) {
-                ssize_t r = len < sizeof(buf) ? recv(fd, buf + len, sizeof(buf) - len, 0) : 0;
+    bool authed = false;
+    char buf[4096];
+    size_t len = 0;
+    for (;;) {
+        char *nl = memchr(buf, '\n', len);
+        if (nl == NULL) {
+            ssize_t r = len < sizeof(buf) ? recv(fd, buf + len, sizeof(buf) - len, 0) : 0;
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+            continue;
+        }
+        size_t line = (size_t)(nl - buf) + 1, need = line;
+        char key[64], out[256];
+        int n = 0, bytes = 0;
+        if (sscanf(buf, "set %63s %*u %*d %d", key, &bytes) == 2 && bytes >= 0 &&
+            bytes < 1024) {
+            need = line + (size_t)bytes + 2;
+            if (len < need) {
+                ssize_t r = recv(fd, buf + len, sizeof(buf) - len, 0);
                 if (r <= 0)
                     break;
                 len += (size_t)r;
                 continue;
             }
-            size_t line = (size_t)(nl - buf) + 1, need = line;
-            char key[64], out[256];
-            int n = 0, bytes = 0;
-            if (sscanf(buf, "set %63s %*u %*d %d", key, &bytes) == 2 && bytes >= 0 &&
-                bytes < 1024) {
-                need = line + (size_t)bytes + 2;
-                if (len < need) {
-                    ssize_t r = recv(fd, buf + len, sizeof(buf) - len, 0);
-                    if (r <= 0)
-                        break;
-                    len += (size_t)r;
-                    continue;
-                }
-                if (!authed && bytes == 13 && memcmp(buf + line, "alice s3cr:et", 13) == 0) {
-                    authed = true;
-                    __atomic_add_fetch(&k->auths, 1, __ATOMIC_SEQ_CST);
-                    n = snprintf(out, sizeof(out), "STORED\r\n");
-                } else if (!authed || !k->refused_once) {
-                    k->refused_once = k->refused_once || authed;
-                    n = snprintf(out, sizeof(out), "CLIENT_ERROR unauthenticated\r\n");
-                } else {
-                    n = snprintf(out, sizeof(out), "STORED\r\n");
-                }
-            } else if (strncmp(buf, "count", 5) == 0) {
-                n = snprintf(out, sizeof(out), "AUTHS %d\r\n",
-                             __atomic_load_n(&k->auths, __ATOMIC_SEQ_CST));
-            } else if (!authed) {
+            if (!authed && bytes == 13 && memcmp(buf + line, "alice s3cr:et", 13) == 0) {
+                authed = true;
+                __atomic_add_fetch(&k->auths, 1, __ATOMIC_SEQ_CST);
+                n = snprintf(out, sizeof(out), "STORED\r\n");
+            } else if (!authed || !k->refused_once) {
+                k->refused_once = k->refused_once || authed;
                 n = snprintf(out, sizeof(out), "CLIENT_ERROR unauthenticated\r\n");
-            } else if (strncmp(buf, "get ", 4) == 0 || strncmp(buf, "gets ", 5) == 0) {
-                bool cas = buf[3] == 's';
-                const char *keys = buf + (cas ? 5 : 4);
-                struct sockaddr_in a;
-                socklen_t al = sizeof(a);
-                int port = 0;
-                if (getsockname(lfd, (struct sockaddr *)&a, &al) == 0)
-                    port = ntohs(a.sin_port);
-                if (!k->moved_once) {
-                    k->moved_once = true;
-                    n = snprintf(out, sizeof(out), "SERVER_ERROR MOVED 0 1 127.0.0.1:%d\r\n", port);
-                } else if (strncmp(keys, "ra:1\r\n", 6) == 0) {
-                    n = snprintf(out, sizeof(out), "VALUE ra:1 0 4%s\r\nra:1\r\nEND\r\n",
-                                 cas ? " 7" : "");
-                } else {
-                    n = snprintf(out, sizeof(out), "END\r\n");
-                }
-            } else if (strncmp(buf, "version", 7) == 0) {
-                n = snprintf(out, sizeof(out), "VERSION 1.6.18-reauth\r\n");
-            } else if (strncmp(buf, "config get cluster", 18) == 0) {
-                char body[96];
-                int port = 0;
-                struct sockaddr_in a;
-                socklen_t al = sizeof(a);
-                if (getsockname(lfd, (struct sockaddr *)&a, &al) == 0)
-                    port = ntohs(a.sin_port);
-                snprintf(body, sizeof(body), "1\n127.0.0.1|127.0.0.1|%d\n", port);
-                n = snprintf(out, sizeof(out), "CONFIG cluster 0 %zu\r\n%s\r\nEND\r\n",
-                             strlen(body), body);
             } else {
-                n = snprintf(out, sizeof(out), "ERROR\r\n");
+                n = snprintf(out, sizeof(out), "STORED\r\n");
             }
-            write_all(fd, out, (size_t)n);
-            memmove(buf, buf + need, len - need);
-            len -= need;
+        } else if (strncmp(buf, "count", 5) == 0) {
+            n = snprintf(out, sizeof(out), "AUTHS %d\r\n",
+                         __atomic_load_n(&k->auths, __ATOMIC_SEQ_CST));
+        } else if (!authed) {
+            n = snprintf(out, sizeof(out), "CLIENT_ERROR unauthenticated\r\n");
+        } else if (strncmp(buf, "get ", 4) == 0 || strncmp(buf, "gets ", 5) == 0) {
+            bool cas = buf[3] == 's';
+            const char *keys = buf + (cas ? 5 : 4);
+            if (!k->moved_once) {
+                k->moved_once = true;
+                n = snprintf(out, sizeof(out), "SERVER_ERROR MOVED 0 1 127.0.0.1:%d\r\n", port);
+            } else if (strncmp(keys, "ra:1\r\n", 6) == 0) {
+                n = snprintf(out, sizeof(out), "VALUE ra:1 0 4%s\r\nra:1\r\nEND\r\n",
+                             cas ? " 7" : "");
+            } else {
+                n = snprintf(out, sizeof(out), "END\r\n");
+            }
+        } else if (strncmp(buf, "version", 7) == 0) {
+            n = snprintf(out, sizeof(out), "VERSION 1.6.18-reauth\r\n");
+        } else if (strncmp(buf, "config get cluster", 18) == 0) {
+            char body[96];
+            snprintf(body, sizeof(body), "1\n127.0.0.1|127.0.0.1|%d\n", port);
+            n = snprintf(out, sizeof(out), "CONFIG cluster 0 %zu\r\n%s\r\nEND\r\n",
+                         strlen(body), body);
+        } else {
+            n = snprintf(out, sizeof(out), "ERROR\r\n");
         }
-        close(fd);
+        write_all(fd, out, (size_t)n);
+        memmove(buf, buf + need, len - need);
+        len -= need;
     }
+    close(fd);
 }
 
-static void reauth_serve(int lfd, struct reauth_counts *k)
+static void reauth_serve(int lfd, int port, struct reauth_counts *k)
 {
     signal(SIGCHLD, SIG_IGN);          /* no zombies */
     for (;;) {
@@ -2641,7 +2632,7 @@ static void reauth_serve(int lfd, struct reauth_counts *k)
         pid_t pid = fork();
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
-            reauth_serve_conn(lfd, fd, k);
+            reauth_serve_conn(fd, port, k);
             _exit(0);
         }
         close(fd);
@@ -2664,16 +2655,11 @@ START_TEST(test_auth_after_reconnect)
                                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert(k != MAP_FAILED);
     memset(k, 0, sizeof(*k));
-    fflush(NULL);
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = fork_tied(1);
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
         signal(SIGPIPE, SIG_IGN);
-        reauth_serve(lfd, k);
+        reauth_serve(lfd, port, k);
         _exit(0);
     }
     close(lfd);
