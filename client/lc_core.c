@@ -263,6 +263,22 @@ void lc_conn_reset(cocytus_t *c, size_t i)
     }
 }
 
+/* libmemcached closes its socket after some errors (a SERVER_ERROR such
+ * as a MOVED in reply to a get) and connects again by itself on the
+ * handle's next request: a connection a -Y server has not authenticated,
+ * which refuses that request (LC_REAUTH, one round trip lost).  With ASCII
+ * credentials the handle is opened again here instead, authenticated. */
+void lc_conn_drop_if_closed(cocytus_t *c, size_t i)
+{
+    memcached_st *mc = c->conns[i].mc;
+
+    if (mc == NULL || c->auth_set == NULL || c->opt.binary)
+        return;
+    const memcached_instance_st *in = memcached_server_instance_by_position(mc, 0);
+    if (in != NULL && memcached_server_srcport(in) == 0)
+        lc_conn_reset(c, i);
+}
+
 static size_t conn_find(const cocytus_t *c, const struct lc_addr *a)
 {
     for (size_t i = 0; i < c->nconns; i++)
@@ -649,6 +665,7 @@ static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
         case LC_MOVED:
             if (!lc_may_retry(c, tries))
                 goto give_up;
+            lc_conn_drop_if_closed(c, target);
             target = lc_follow_moved(c, slot, &mv);
             if (tries > 1)
                 lc_backoff(c, tries - 1);

@@ -98,6 +98,7 @@ LC_HIDDEN void lc_backoff(const cocytus_t *c, int retry);
  * Nothing of a request has been sent then. */
 LC_HIDDEN memcached_st *lc_conn_handle(cocytus_t *c, size_t i, memcached_return_t *rc);
 LC_HIDDEN void lc_conn_reset(cocytus_t *c, size_t i);
+LC_HIDDEN void lc_conn_drop_if_closed(cocytus_t *c, size_t i);
 LC_HIDDEN size_t lc_conn_find_or_add(cocytus_t *c, const struct lc_addr *a);
 
 /* Index of the connection a new request for slot goes to. */
