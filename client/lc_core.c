@@ -268,7 +268,7 @@ void lc_conn_reset(cocytus_t *c, size_t i)
  * handle's next request: a connection a -Y server has not authenticated,
  * which refuses that request (LC_REAUTH, one round trip lost).  With ASCII
  * credentials the handle is opened again here instead, authenticated. */
-void lc_conn_drop_if_closed(cocytus_t *c, size_t i)
+static void conn_drop_if_closed(cocytus_t *c, size_t i)
 {
     memcached_st *mc = c->conns[i].mc;
 
@@ -532,8 +532,9 @@ enum lc_outcome lc_classify(cocytus_t *c, memcached_st *mc, memcached_return_t r
     return LC_FINAL;
 }
 
-size_t lc_follow_moved(cocytus_t *c, unsigned slot, const struct lc_moved *mv)
+size_t lc_follow_moved(cocytus_t *c, size_t from, unsigned slot, const struct lc_moved *mv)
 {
+    conn_drop_if_closed(c, from);     /* before a refresh may change the connections */
     c->stats.redirects++;
     if (c->opt.route == COCYTUS_ROUTE_FOLLOW)
         return lc_conn_find_or_add(c, &mv->to);
@@ -665,8 +666,7 @@ static memcached_return_t run_request(cocytus_t *c, const struct lc_request *rq)
         case LC_MOVED:
             if (!lc_may_retry(c, tries))
                 goto give_up;
-            lc_conn_drop_if_closed(c, target);
-            target = lc_follow_moved(c, slot, &mv);
+            target = lc_follow_moved(c, target, slot, &mv);
             if (tries > 1)
                 lc_backoff(c, tries - 1);
             break;

@@ -98,7 +98,6 @@ LC_HIDDEN void lc_backoff(const cocytus_t *c, int retry);
  * Nothing of a request has been sent then. */
 LC_HIDDEN memcached_st *lc_conn_handle(cocytus_t *c, size_t i, memcached_return_t *rc);
 LC_HIDDEN void lc_conn_reset(cocytus_t *c, size_t i);
-LC_HIDDEN void lc_conn_drop_if_closed(cocytus_t *c, size_t i);
 LC_HIDDEN size_t lc_conn_find_or_add(cocytus_t *c, const struct lc_addr *a);
 
 /* Index of the connection a new request for slot goes to. */
@@ -135,9 +134,12 @@ LC_HIDDEN memcached_return_t lc_attempt_rc(const memcached_st *mc, memcached_ret
 LC_HIDDEN enum lc_outcome lc_classify(cocytus_t *c, memcached_st *mc, memcached_return_t rc,
                                       struct lc_moved *mv);
 
-/* Handles a MOVED for slot: refreshes if the epoch is newer, caches the hint
- * (map routing only) and returns the connection to try next. */
-LC_HIDDEN size_t lc_follow_moved(cocytus_t *c, unsigned slot, const struct lc_moved *mv);
+/* Handles a MOVED for slot, answered on connection from: opens that
+ * connection's handle again if libmemcached closed its socket (with ASCII
+ * credentials), refreshes if the epoch is newer, caches the hint (map
+ * routing only) and returns the connection to try next. */
+LC_HIDDEN size_t lc_follow_moved(cocytus_t *c, size_t from, unsigned slot,
+                                 const struct lc_moved *mv);
 
 /* Runs a keyed request with routing and retries until the deadline.
  * Returns the libmemcached code of the final answer, or

@@ -724,8 +724,7 @@ static enum group_next run_group(struct mget_call *m, size_t *idx, size_t n)
         }
         return GROUP_DONE;
     case LC_MOVED:
-        lc_conn_drop_if_closed(c, t);
-        lc_follow_moved(c, mv.slot, &mv);
+        lc_follow_moved(c, t, mv.slot, &mv);
         return GROUP_AGAIN;
     case LC_LOST:
         c->stats.conn_failures++;
